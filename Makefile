@@ -1,0 +1,27 @@
+# Two entry points do all the set-up on a fresh machine (see README):
+#   make demo   -- the main job under mpirun
+#   make test   -- the test suite
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(VENV)/bin/pip
+MPIRUN := $(VENV)/bin/mpirun
+NP     ?= 2
+
+$(VENV)/.installed: setup.py
+	python3 -m venv $(VENV)
+	$(PIP) install -q --only-binary=mpi4py "torch==2.13.0"
+	$(PIP) install -q --only-binary=mpi4py -e ".[test]"
+	touch $@
+
+venv: $(VENV)/.installed
+
+demo: venv
+	OMP_NUM_THREADS=1 $(MPIRUN) -np $(NP) $(PY) -m mpi4py apps/demo.py
+
+test: venv
+	$(PY) -m pytest -q -p no:cacheprovider tests
+
+bench: venv
+	$(PY) -m bench
+
+.PHONY: venv demo test bench

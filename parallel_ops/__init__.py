@@ -1,0 +1,1 @@
+"""parallel_ops: filled by later issues (see ../shared/DESIGN.md)."""

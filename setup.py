@@ -1,0 +1,21 @@
+"""soapflow: FlexFlow-style SOAP parallel training in Python on PyTorch and MPI."""
+from setuptools import setup
+
+setup(
+    name="soapflow",
+    version="0.1.0",
+    description="Legion-style task runtime, SOAP-partitioned operators, simulator and MCMC "
+                "strategy search for training deep networks on many devices",
+    packages=["taskrt", "taskrt.executor", "parallel_ops", "strategy"],
+    python_requires=">=3.10",
+    install_requires=[
+        # The CPU wheel on these machines is 2.13.0; a CUDA build of the same release works
+        # too (install it first, see README "GPUs").
+        "torch>=2.13,<2.14",
+        "numpy",
+        "mpi4py>=4",
+        "mpich",        # an MPI from the package index: mpirun/mpiexec and libmpi
+        "msgpack>=1.0",
+    ],
+    extras_require={"test": ["pytest>=8", "hypothesis>=6"]},
+)

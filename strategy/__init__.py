@@ -1,0 +1,1 @@
+"""strategy: filled by later issues (see ../shared/DESIGN.md)."""

@@ -1,0 +1,108 @@
+"""LocalExecutor: runs a whole TaskGraph in one process over several logical devices.
+
+Nodes run one at a time in id order (a topological order). The graph is compiled once into
+steps with pre-sliced views (Legion-style tracing), so `run()` replays it without planning
+or allocating. `write`/`read` move whole tensors in and out of the graph's regions.
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+
+from ..errors import ExecutionError, PlanError
+from ..geometry import Rect
+from ..trace import TraceEvent
+from ..region import Region
+from .instances import InstanceStore
+from .steps import local_allreduce_step, local_copy_step, reduce_step, task_step
+
+
+def node_track(node) -> str:
+    if node.kind == "copy":
+        return f"link {node.src}->{node.dst}"
+    if node.kind == "allreduce":
+        return "group " + ",".join(map(str, node.devices))
+    return f"device {node.device}"
+
+
+class LocalExecutor:
+    def __init__(self, graph, record_trace: bool = False):
+        self.graph = graph
+        self.store = InstanceStore(graph, range(len(graph.machine.devices)))
+        self.contexts: dict = {}
+        self.steps = []
+        for node in graph.nodes:
+            if node.kind == "task":
+                self.steps.append(task_step(node, self.store, self.contexts))
+            elif node.kind == "copy":
+                self.steps.append(local_copy_step(node, self.store))
+            elif node.kind == "reduce":
+                self.steps.append(reduce_step(node, self.store))
+            else:
+                self.steps.append(local_allreduce_step(node, self.store))
+        self.record_trace = record_trace
+        self.trace: list[TraceEvent] = []
+
+    # -- data in and out -----------------------------------------------------------------
+    def _region(self, region) -> Region:
+        name = region if isinstance(region, str) else region.name
+        if name not in self.graph.regions:
+            raise PlanError(f"Region '{name}' is not used by this graph; known regions: "
+                            f"{sorted(self.graph.regions)[:10]}.")
+        return self.graph.regions[name]
+
+    def write(self, region, value: torch.Tensor) -> None:
+        """Store a full tensor into every initial holder of the region's pieces."""
+        reg = self._region(region)
+        if tuple(value.shape) != reg.shape:
+            raise PlanError(f"write '{reg.name}': tensor of shape {tuple(value.shape)} for a "
+                            f"region of shape {reg.shape}.")
+        pieces = self.graph.initial_valid.get(reg.name)
+        if not pieces:
+            raise PlanError(f"write '{reg.name}': the plan has no initial data for it. Pass "
+                            "it in plan(..., initial=...).")
+        for rect, devices in pieces:
+            part = value[rect.slices_within(reg.rect)]
+            for d in devices:
+                self.store.instance(reg.name, d, rect).copy_(part)
+
+    def read(self, region) -> torch.Tensor:
+        """The region's value after the graph ran: valid pieces plus unreduced partial sums."""
+        reg = self._region(region)
+        out = None
+        for rect, devices in self.graph.final_valid.get(reg.name, []):
+            part = self.store.instance(reg.name, devices[0], rect)
+            out = out if out is not None else torch.zeros(reg.shape, dtype=part.dtype)
+            out[rect.slices_within(reg.rect)] = part.cpu()
+        for rect, device in self.graph.final_pending.get(reg.name, []):
+            part = self.store.partial(reg.name, device, rect)
+            out = out if out is not None else torch.zeros(reg.shape, dtype=part.dtype)
+            out[rect.slices_within(reg.rect)] += part.cpu()
+        if out is None:
+            raise PlanError(f"read '{reg.name}': no part of it holds data after the graph.")
+        return out
+
+    # -- running ---------------------------------------------------------------------------
+    def run(self) -> None:
+        """Execute every node once, in id order."""
+        if not self.record_trace:
+            for step in self.steps:
+                step()
+            return
+        clock = time.perf_counter
+        t0 = clock()
+        nodes = self.graph.nodes
+        events = self.trace = []
+        for node, step in zip(nodes, self.steps):
+            start = clock()
+            step()
+            end = clock()
+            events.append(TraceEvent(node.id, node.kind, _short_name(node), node_track(node),
+                                     start - t0, end - t0, getattr(node, "nbytes", 0)))
+
+
+def _short_name(node) -> str:
+    if node.kind == "task":
+        return f"{node.launch.name}{list(node.color)}"
+    return f"{node.kind} {node.region.name}{node.rect}"

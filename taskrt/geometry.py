@@ -1,0 +1,146 @@
+"""Rect: n-dimensional half-open integer boxes, the unit of every partition and copy.
+
+A Rect is `lo <= p < hi` per dimension. Empty rects (some hi <= lo) are legal values;
+all operations treat them consistently (volume 0, intersect with nothing).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+from .errors import RectError
+
+
+@dataclass(frozen=True, slots=True)
+class Rect:
+    lo: tuple[int, ...]
+    hi: tuple[int, ...]
+
+    def __post_init__(self):
+        if len(self.lo) != len(self.hi):
+            raise RectError(f"Rect: lo {self.lo} and hi {self.hi} have different lengths. "
+                            "Give one bound per dimension.")
+
+    @staticmethod
+    def from_shape(shape: Sequence[int]) -> "Rect":
+        """The rect covering a whole tensor of this shape: Rect.from_shape((2, 3)) == [0:2,0:3]."""
+        return Rect((0,) * len(shape), tuple(int(s) for s in shape))
+
+    @staticmethod
+    def of(*bounds: tuple[int, int]) -> "Rect":
+        """Rect.of((0, 4), (2, 6)) is [0:4,2:6]."""
+        return Rect(tuple(b[0] for b in bounds), tuple(b[1] for b in bounds))
+
+    @property
+    def ndim(self) -> int:
+        return len(self.lo)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(max(0, h - l) for l, h in zip(self.lo, self.hi))
+
+    @property
+    def volume(self) -> int:
+        v = 1
+        for l, h in zip(self.lo, self.hi):
+            if h <= l:
+                return 0
+            v *= h - l
+        return v
+
+    @property
+    def empty(self) -> bool:
+        return any(h <= l for l, h in zip(self.lo, self.hi))
+
+    def _check_same_ndim(self, other: "Rect") -> None:
+        if len(self.lo) != len(other.lo):
+            raise RectError(f"Rect {self} and {other}: different dimensionality "
+                            f"({self.ndim} vs {other.ndim}). Compare rects of one region.")
+
+    def intersect(self, other: "Rect") -> "Rect":
+        """The common part; possibly empty."""
+        self._check_same_ndim(other)
+        return Rect(tuple(map(max, self.lo, other.lo)), tuple(map(min, self.hi, other.hi)))
+
+    def overlaps(self, other: "Rect") -> bool:
+        """True when the two rects share at least one point (touching is not overlapping)."""
+        self._check_same_ndim(other)
+        for a, b, c, d in zip(self.lo, self.hi, other.lo, other.hi):
+            if max(a, c) >= min(b, d):
+                return False
+        return True
+
+    def contains(self, other: "Rect") -> bool:
+        """True when every point of `other` is in self; an empty rect is contained in any rect."""
+        self._check_same_ndim(other)
+        if other.empty:
+            return True
+        return all(a <= c and d <= b for a, b, c, d in zip(self.lo, self.hi, other.lo, other.hi))
+
+    def contains_point(self, point: Sequence[int]) -> bool:
+        return all(l <= p < h for l, p, h in zip(self.lo, point, self.hi))
+
+    def slices_within(self, container: "Rect") -> tuple[slice, ...]:
+        """Slices selecting self inside a tensor that holds `container` (self must lie in it)."""
+        if not container.contains(self):
+            raise RectError(f"Rect {self} is not inside {container}: cannot slice it from a "
+                            "buffer of that rect. Allocate the buffer to cover both.")
+        return tuple(slice(l - c, h - c) for l, h, c in zip(self.lo, self.hi, container.lo))
+
+    def translate(self, offset: Sequence[int]) -> "Rect":
+        return Rect(tuple(l + o for l, o in zip(self.lo, offset)),
+                    tuple(h + o for h, o in zip(self.hi, offset)))
+
+    def union_bbox(self, other: "Rect") -> "Rect":
+        """The smallest rect containing both (empty rects are ignored)."""
+        if self.empty:
+            return other
+        if other.empty:
+            return self
+        self._check_same_ndim(other)
+        return Rect(tuple(map(min, self.lo, other.lo)), tuple(map(max, self.hi, other.hi)))
+
+    def subtract(self, other: "Rect") -> list["Rect"]:
+        """Disjoint rects covering self minus other (at most 2*ndim of them)."""
+        inter = self.intersect(other)
+        if inter.empty:
+            return [] if self.empty else [self]
+        pieces = []
+        lo, hi = list(self.lo), list(self.hi)
+        for d in range(self.ndim):
+            if lo[d] < inter.lo[d]:
+                pieces.append(Rect(tuple(lo[:d]) + (lo[d],) + tuple(lo[d + 1:]),
+                                   tuple(hi[:d]) + (inter.lo[d],) + tuple(hi[d + 1:])))
+            if inter.hi[d] < hi[d]:
+                pieces.append(Rect(tuple(lo[:d]) + (inter.hi[d],) + tuple(lo[d + 1:]),
+                                   tuple(hi[:d]) + (hi[d],) + tuple(hi[d + 1:])))
+            lo[d], hi[d] = inter.lo[d], inter.hi[d]
+        return pieces
+
+    def __str__(self) -> str:
+        return "[" + ",".join(f"{l}:{h}" for l, h in zip(self.lo, self.hi)) + "]"
+
+    __repr__ = __str__
+
+
+def bounding_box(rects: Iterable[Rect]) -> Rect | None:
+    """Smallest rect containing all non-empty rects, or None when there are none."""
+    box = None
+    for r in rects:
+        if r.empty:
+            continue
+        box = r if box is None else box.union_bbox(r)
+    return box
+
+
+def subtract_all(rect: Rect, others: Iterable[Rect]) -> list[Rect]:
+    """Disjoint rects covering rect minus the union of others."""
+    pieces = [rect] if not rect.empty else []
+    for o in others:
+        if not pieces:
+            break
+        nxt = []
+        for p in pieces:
+            nxt.extend(p.subtract(o))
+        pieces = nxt
+    return pieces

@@ -1,0 +1,56 @@
+"""IndexLaunch: one task function run over a color space, each point on its own device.
+
+The projection maps a color to the region requirements of that point task. Task functions
+follow one calling convention (see taskrt.executor.local): `fn(ctx, *tensors)` gets one tensor
+per requirement and returns one tensor (or None when it wrote in place) per writing
+requirement (WD, RW, Red+), in requirement order.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from itertools import product
+from typing import Any, Callable, Hashable, Sequence
+
+from .errors import MappingError, PrivilegeError
+from .privilege import RegionRequirement
+
+Color = tuple[int, ...]
+
+
+@dataclass(eq=False)
+class IndexLaunch:
+    name: str
+    task: Callable[..., Any]
+    domain: tuple[int, ...]                                   # color space: a grid of this shape
+    projection: Callable[[Color], Sequence[RegionRequirement]]
+    devices: Sequence[int] | None = None                      # device per color, in color order
+    args: Any = None                                          # static arguments, given as ctx.args
+    cost_tag: Hashable = None                                 # (op type, params, phase) for costs
+    state_from: str | None = None                             # launch whose per-point state we get
+    colors: tuple[Color, ...] = field(init=False)
+
+    def __post_init__(self):
+        self.domain = tuple(int(d) for d in self.domain)
+        if any(d < 1 for d in self.domain):
+            raise MappingError(f"Launch '{self.name}': domain {self.domain} has an empty "
+                               "dimension. Every extent must be at least 1.")
+        self.colors = tuple(product(*(range(d) for d in self.domain)))
+        if self.devices is not None:
+            self.devices = tuple(self.devices)
+            if len(self.devices) != len(self.colors):
+                raise MappingError(f"Launch '{self.name}': {len(self.devices)} devices for "
+                                   f"{len(self.colors)} points (domain {self.domain}). Give one "
+                                   "device per point.")
+        if self.cost_tag is None:
+            self.cost_tag = (self.name,)
+
+    def requirements(self, color: Color) -> tuple[RegionRequirement, ...]:
+        reqs = tuple(self.projection(color))
+        for r in reqs:
+            if not isinstance(r, RegionRequirement):
+                raise PrivilegeError(f"Launch '{self.name}' point {color}: projection returned "
+                                     f"{r!r}, not a RegionRequirement.")
+        return reqs
+
+    def __str__(self) -> str:
+        return f"{self.name}{list(self.domain)}"

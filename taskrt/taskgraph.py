@@ -1,0 +1,208 @@
+"""TaskGraph: the nodes of one planned sequence of launches and their true dependences.
+
+Node kinds:
+- TaskNode: one point task of a launch on one device.
+- CopyNode: move `rect` of a region from `src` to `dst`. A reduction copy (reduction=True)
+  moves src's partial sums into a staging buffer on dst, read by a ReduceNode.
+- ReduceNode: on one device, sum partial contributions (local partial buffer, staged copies,
+  and the previous valid value as base) into the instance for `rect`, in a fixed order.
+- AllReduceNode: every device of the group ends with the sum of all the group's partials.
+
+Node ids are dense, and every edge goes from a lower id to a higher one, so id order is a
+topological order. The simulator and the executors consume the same graph.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+from .geometry import Rect
+from .privilege import Privilege, RegionRequirement
+from .region import Region
+
+
+@dataclass(eq=False, slots=True)
+class TaskNode:
+    id: int
+    launch: Any                    # the IndexLaunch
+    color: tuple[int, ...]
+    device: int
+    requirements: tuple[RegionRequirement, ...]
+    # For each Red+ requirement: the pieces not yet holding partial sums on this device
+    # (the executor assigns there and accumulates elsewhere). None for other privileges.
+    fresh: tuple[tuple[Rect, ...] | None, ...]
+    kind = "task"
+
+    @property
+    def owner(self) -> str:
+        return self.launch.name
+
+    @property
+    def devices(self) -> tuple[int, ...]:
+        return (self.device,)
+
+    @property
+    def cost_key(self) -> tuple:
+        """What the cost model needs: the launch's tag and the shapes of the parts touched."""
+        return (self.launch.cost_tag,
+                tuple((r.privilege.value, r.rect.shape, r.region.dtype) for r in self.requirements))
+
+    def describe(self) -> str:
+        reqs = " + ".join(str(r) for r in self.requirements)
+        return f"task {self.launch.name}{list(self.color)}@{self.device}: {reqs}"
+
+
+@dataclass(eq=False, slots=True)
+class CopyNode:
+    id: int
+    owner: str                     # launch whose requirement caused the copy
+    region: Region
+    rect: Rect
+    src: int
+    dst: int
+    reduction: bool = False
+    kind = "copy"
+
+    @property
+    def nbytes(self) -> int:
+        return self.region.nbytes(self.rect)
+
+    @property
+    def devices(self) -> tuple[int, ...]:
+        return (self.src, self.dst)
+
+    def describe(self) -> str:
+        what = "redcopy" if self.reduction else "copy"
+        return f"{what} {self.region.name}{self.rect} {self.src}->{self.dst} ({self.nbytes} B)"
+
+
+@dataclass(frozen=True, slots=True)
+class ReduceInput:
+    source: str                    # "partial" (local partial buffer), "staged", "instance"
+    rect: Rect
+    copy_id: int = -1              # the CopyNode whose staging buffer holds it ("staged")
+
+
+@dataclass(eq=False, slots=True)
+class ReduceNode:
+    id: int
+    owner: str
+    region: Region
+    rect: Rect
+    device: int
+    inputs: tuple[ReduceInput, ...]
+    kind = "reduce"
+
+    @property
+    def nbytes(self) -> int:
+        return self.region.nbytes(self.rect)
+
+    @property
+    def devices(self) -> tuple[int, ...]:
+        return (self.device,)
+
+    def describe(self) -> str:
+        ins = ", ".join(f"{i.source}{i.rect}" for i in self.inputs)
+        return f"reduce {self.region.name}{self.rect}@{self.device} <- {ins}"
+
+
+@dataclass(eq=False, slots=True)
+class AllReduceNode:
+    id: int
+    owner: str
+    region: Region
+    rect: Rect
+    devices: tuple[int, ...]
+    kind = "allreduce"
+
+    @property
+    def nbytes(self) -> int:
+        return self.region.nbytes(self.rect)
+
+    def describe(self) -> str:
+        return f"allreduce {self.region.name}{self.rect} over {list(self.devices)}"
+
+
+Node = TaskNode | CopyNode | ReduceNode | AllReduceNode
+
+
+@dataclass
+class TaskGraph:
+    machine: Any
+    nodes: list = field(default_factory=list)
+    preds: list[list[int]] = field(default_factory=list)
+    succs: list[list[int]] = field(default_factory=list)
+    launch_nodes: dict[str, list[int]] = field(default_factory=dict)
+    regions: dict[str, Region] = field(default_factory=dict)
+    # Bounding rect of the instance (and of the partial-sum buffer) per (region name, device).
+    instance_rects: dict[tuple[str, int], Rect] = field(default_factory=dict)
+    partial_rects: dict[tuple[str, int], Rect] = field(default_factory=dict)
+    # Where valid data lives before the first node runs / after the last, per region name.
+    initial_valid: dict[str, list[tuple[Rect, tuple[int, ...]]]] = field(default_factory=dict)
+    final_valid: dict[str, list[tuple[Rect, tuple[int, ...]]]] = field(default_factory=dict)
+    # Partial sums never reduced by a read: (rect, device) per region name.
+    final_pending: dict[str, list[tuple[Rect, int]]] = field(default_factory=dict)
+
+    def add(self, node, preds) -> None:
+        assert node.id == len(self.nodes)
+        self.nodes.append(node)
+        ps = sorted(p for p in set(preds) if p is not None and p != node.id)
+        self.preds.append(ps)
+        self.succs.append([])
+        for p in ps:
+            self.succs[p].append(node.id)
+        self.launch_nodes.setdefault(node.owner, []).append(node.id)
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def __iter__(self) -> Iterator:
+        return iter(self.nodes)
+
+    @property
+    def num_edges(self) -> int:
+        return sum(len(p) for p in self.preds)
+
+    def tasks(self) -> list[TaskNode]:
+        return [n for n in self.nodes if n.kind == "task"]
+
+    def copies(self) -> list[CopyNode]:
+        return [n for n in self.nodes if n.kind == "copy"]
+
+    def count(self) -> dict[str, int]:
+        out = {"task": 0, "copy": 0, "reduce": 0, "allreduce": 0}
+        for n in self.nodes:
+            out[n.kind] += 1
+        return out
+
+    def bytes_moved(self) -> int:
+        """Bytes crossing devices: copies plus (n-1)/n ring traffic per all-reduce member."""
+        total = 0
+        for n in self.nodes:
+            if n.kind == "copy":
+                total += n.nbytes
+            elif n.kind == "allreduce":
+                k = len(n.devices)
+                total += 2 * (k - 1) * n.nbytes
+        return total
+
+    def fingerprint(self) -> str:
+        """A hash of every node and edge that is identical in every process building this graph."""
+        h = hashlib.blake2b(digest_size=16)
+        for n, ps in zip(self.nodes, self.preds):
+            h.update(n.describe().encode())
+            h.update(repr(ps).encode())
+        return h.hexdigest()
+
+    def summary(self) -> str:
+        c = self.count()
+        return (f"TaskGraph: {c['task']} tasks, {c['copy']} copies, {c['reduce']} reduces, "
+                f"{c['allreduce']} all-reduces, {self.num_edges} edges, "
+                f"{self.bytes_moved()} bytes moved")
+
+    def dump(self) -> str:
+        lines = []
+        for n, ps in zip(self.nodes, self.preds):
+            lines.append(f"{n.id:5d} {n.describe()}  <- {ps}")
+        return "\n".join(lines)
