@@ -1,1 +1,19 @@
-"""parallel_ops: filled by later issues (see ../shared/DESIGN.md)."""
+"""parallel_ops: SOAP-partitioned operators, the model API, lowering and training.
+
+Importing the package attaches every operator's builder (model.conv2d, model.linear, ...)
+to Model.
+"""
+from .config import ParallelConfig, data_parallel, validate
+from .errors import ConfigError, OperatorError, ShapeError
+from .lowering import Lowered, lower
+from .model import Model, builder
+from .op import ATTRIBUTE, PARAMETER, REDUCTION, SAMPLE, Dim, Op, PartSpec, Stage
+from .optim import SGD, Adam
+from .tensor import Tensor, Weight
+from .trainer import Trainer
+from . import linear, loss  # noqa: F401  (attach builders)
+
+__all__ = ["ParallelConfig", "data_parallel", "validate", "ConfigError", "OperatorError",
+           "ShapeError", "Lowered", "lower", "Model", "builder", "ATTRIBUTE", "PARAMETER",
+           "REDUCTION", "SAMPLE", "Dim", "Op", "PartSpec", "Stage", "SGD", "Adam", "Tensor",
+           "Weight", "Trainer"]

@@ -27,6 +27,8 @@ class IndexLaunch:
     args: Any = None                                          # static arguments, given as ctx.args
     cost_tag: Hashable = None                                 # (op type, params, phase) for costs
     state_from: str | None = None                             # launch whose per-point state we get
+    replicas: bool = False                                    # points writing one rect on several
+    #                                                           devices compute the same value
     colors: tuple[Color, ...] = field(init=False)
 
     def __post_init__(self):

@@ -185,6 +185,7 @@ class Planner:
         # Step 2: the point tasks, and the coherence changes their writes make. (Points of
         # one launch never overlap a rect another point reads, so order within it is free.)
         nodes = self.point_nodes[launch.name] = {}
+        replica_writes: set = set()
         for color, device, reqs in points:
             nid = self._next_id()
             preds: set[int] = set()
@@ -197,7 +198,11 @@ class Planner:
                 if priv.writes:
                     preds |= self._buffer(reg, device, False, rect).write(rect, nid)
                     st.retire_pending(rect)
-                    st.set_only_holder(rect, (device,))
+                    if launch.replicas and (reg.name, rect) in replica_writes:
+                        st.add_holder(rect, device)
+                    else:
+                        st.set_only_holder(rect, (device,))
+                        replica_writes.add((reg.name, rect))
                     fresh.append(None)
                 elif priv is _RED:
                     preds |= self._buffer(reg, device, True, rect).write(rect, nid)
@@ -231,13 +236,17 @@ class Planner:
         return points
 
     def _check_interference(self, launch: IndexLaunch, points) -> None:
-        """Points of one launch may share a rect only when both read or both reduce."""
+        """Points of one launch may share a rect only when both read or both reduce, or, in a
+        launch of replicas, when they write the same rect on different devices."""
         seen: dict[str, RectIndex] = defaultdict(RectIndex)
-        for color, _, reqs in points:
+        for color, device, reqs in points:
             for k, req in enumerate(reqs):
-                for _, r, (c2, k2, p2) in seen[req.region.name].overlapping(req.rect):
+                for _, r, (c2, d2, p2) in seen[req.region.name].overlapping(req.rect):
                     p1 = req.privilege
                     if (p1 is _R and p2 is _R) or (p1 is _RED and p2 is _RED and c2 != color):
+                        continue
+                    if launch.replicas and c2 != color and d2 != device and r == req.rect \
+                            and p1 is p2:
                         continue
                     where = "requirements" if c2 == color else "points"
                     raise PrivilegeError(
@@ -245,7 +254,7 @@ class Planner:
                         f"({p1.value}) both touch '{req.region.name}' at "
                         f"{r.intersect(req.rect)}. Points of one launch may overlap only "
                         "when both read or both reduce; split the launch or the rects.")
-                seen[req.region.name].add(req.rect, (color, k, req.privilege))
+                seen[req.region.name].add(req.rect, (color, device, req.privilege))
 
     def _state_source(self, launch: IndexLaunch, color, device: int) -> int:
         src = self.point_nodes.get(launch.state_from)

@@ -1,0 +1,76 @@
+"""linear: y = x W^T + b over the last axis.
+
+Dims: n (sample: the first axis), s1.. (attribute: other leading axes such as sequence),
+o (parameter: output features, splits W's rows and b), i (reduction: input features,
+splits W's columns; parts produce partial sums, and only the i=0 part adds the bias).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from taskrt.geometry import Rect
+
+from .errors import ShapeError
+from .model import Model, builder
+from .op import ATTRIBUTE, PARAMETER, REDUCTION, SAMPLE, Dim, Op, PartSpec
+from .tensor import Tensor
+
+
+class Linear(Op):
+    type = "linear"
+
+    def __init__(self, model: Model, x: Tensor, out_features: int, bias: bool = True,
+                 name: str | None = None):
+        super().__init__(model.unique_name("linear", name))
+        if x.ndim < 2:
+            raise ShapeError(f"linear '{self.name}': input '{x.name}' has shape {x.shape}; "
+                             "it needs a batch axis and a feature axis.")
+        *lead, fin = x.shape
+        self.params = {"in_features": fin, "out_features": out_features, "bias": bias}
+        self.inputs = [x]
+        model.new_weight(self, "weight", (out_features, fin))
+        if bias:
+            model.new_weight(self, "bias", (out_features,))
+        model.new_tensor(self, (*lead, out_features))
+        lead_labels = ("n",) + tuple(f"s{k}" for k in range(1, len(lead)))
+        self.dims = (Dim("n", SAMPLE, lead[0]),
+                     *(Dim(f"s{k}", ATTRIBUTE, lead[k]) for k in range(1, len(lead))),
+                     Dim("o", PARAMETER, out_features), Dim("i", REDUCTION, fin))
+        self.labels = {"inputs": (lead_labels + ("i",),),
+                       "weights": (("o", "i"), ("o",))[:len(self.weights)],
+                       "outputs": (lead_labels + ("o",),)}
+
+    def part(self, degrees, color) -> PartSpec:
+        spec = super().part(degrees, color)
+        if len(self.weights) == 2 and color[-1] != 0:      # bias only in the first i-part
+            b = Rect((0,), (0,))
+            spec = PartSpec(spec.inputs, (spec.weights[0], b), spec.outputs, spec.partial)
+        return spec
+
+    def forward(self, spec, inputs, weights):
+        (x,) = inputs
+        w, b = (weights + [None])[:2]
+        return [F.linear(x, w, b)]
+
+    def reference(self, inputs, weights):
+        return [F.linear(inputs[0], *weights)]
+
+    def init_weights(self, generator):
+        fout, fin = self.weights[0].shape
+        w = torch.empty(fout, fin)
+        torch.nn.init.kaiming_uniform_(w, a=math.sqrt(5), generator=generator)
+        if len(self.weights) == 1:
+            return [w]
+        bound = 1 / math.sqrt(fin) if fin > 0 else 0
+        b = torch.empty(fout).uniform_(-bound, bound, generator=generator)
+        return [w, b]
+
+
+@builder
+def linear(model: Model, x: Tensor, out_features: int, bias: bool = True,
+           name: str | None = None) -> Tensor:
+    """y = x W^T + b, like torch.nn.Linear(x.shape[-1], out_features, bias)."""
+    return model.add(Linear(model, x, out_features, bias, name)).outputs[0]

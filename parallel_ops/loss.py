@@ -1,0 +1,134 @@
+"""Softmax cross-entropy with integer labels (mean over samples), classes splittable.
+
+Dims: n (sample), s1.. (attribute: other leading axes), c (the classes). With c split the
+operator lowers to three launches, none needing autograd (its backward is closed-form):
+  max      each part writes its row maxima into column k (its c-index) of `<name>.max`;
+  sumexp   each part reads the Kc maxima of its rows, takes the global max m, and
+           contributes sum(exp(x - m)) to `<name>.sumexp` (partial sums over c);
+  loss     each part writes d(loss)/d(logits) = (softmax - onehot) / count straight into
+           the logits' gradient region, and contributes its samples' -log p to the loss.
+"""
+from __future__ import annotations
+
+from math import prod
+
+import torch
+import torch.nn.functional as F
+
+from taskrt.geometry import Rect
+
+from .errors import ShapeError
+from .model import Model, builder
+from .op import ATTRIBUTE, SAMPLE, Dim, Op, PartSpec, Stage
+from .tensor import Tensor
+
+
+class SoftmaxCrossEntropy(Op):
+    type = "softmax_ce"
+    differentiable = False
+
+    def __init__(self, model: Model, logits: Tensor, labels: Tensor, name: str | None = None):
+        super().__init__(model.unique_name("loss", name))
+        *lead, classes = logits.shape
+        if tuple(labels.shape) != tuple(lead):
+            raise ShapeError(f"softmax_ce '{self.name}': labels '{labels.name}' have shape "
+                             f"{labels.shape}; logits {logits.shape} need labels of shape "
+                             f"{tuple(lead)}.")
+        if not labels.dtype.startswith("int"):
+            raise ShapeError(f"softmax_ce '{self.name}': labels '{labels.name}' must be an "
+                             f"integer tensor, not {labels.dtype}.")
+        self.inputs = [logits, labels]
+        self.count = prod(lead)
+        self.params = {"classes": classes}
+        loss = model.new_tensor(self, (1,), logits.dtype)
+        loss.requires_grad = False
+        self.loss_tensor = loss
+        lead_l = ("n",) + tuple(f"s{k}" for k in range(1, len(lead)))
+        self.dims = (Dim("n", SAMPLE, lead[0]),
+                     *(Dim(f"s{k}", ATTRIBUTE, lead[k]) for k in range(1, len(lead))),
+                     Dim("c", ATTRIBUTE, classes))
+        self.labels = {"inputs": (lead_l + ("c",), lead_l), "weights": (),
+                       "outputs": ((None,),)}
+        mx = Tensor(f"{self.name}.max", (*lead, classes), logits.dtype, producer=self)
+        se = Tensor(f"{self.name}.sumexp", (*lead, 1), logits.dtype, producer=self)
+        dlogits = Tensor(logits.grad_name, logits.shape, logits.dtype, producer=self)
+        nl = len(lead_l)
+        kc = len(self.dims) - 1
+
+        def max_part(stage, degrees, color):
+            rg = stage.ranges(degrees, color)
+            k = color[kc]
+            out = Rect(tuple(rg[l][0] for l in lead_l) + (k,),
+                       tuple(rg[l][1] for l in lead_l) + (k + 1,))
+            return PartSpec((stage.rect_for(logits.shape, lead_l + ("c",), rg),), (), (out,))
+
+        def sumexp_part(stage, degrees, color):
+            rg = stage.ranges(degrees, color)
+            rows_lo = tuple(rg[l][0] for l in lead_l)
+            rows_hi = tuple(rg[l][1] for l in lead_l)
+            return PartSpec((stage.rect_for(logits.shape, lead_l + ("c",), rg),
+                             Rect(rows_lo + (0,), rows_hi + (degrees[kc],))), (),
+                            (Rect(rows_lo + (0,), rows_hi + (1,)),), partial=degrees[kc] > 1)
+
+        def loss_part(stage, degrees, color):
+            rg = stage.ranges(degrees, color)
+            rows_lo = tuple(rg[l][0] for l in lead_l)
+            rows_hi = tuple(rg[l][1] for l in lead_l)
+            x = stage.rect_for(logits.shape, lead_l + ("c",), rg)
+            return PartSpec((x, Rect(rows_lo + (0,), rows_hi + (degrees[kc],)),
+                             Rect(rows_lo + (0,), rows_hi + (1,)), Rect(rows_lo, rows_hi)),
+                            (), (x, Rect((0,), (1,))),
+                            partial=(False, True), info=rg["c"])
+
+        def max_fwd(spec, ins, ws):
+            return [ins[0].amax(dim=-1, keepdim=True)]
+
+        def sumexp_fwd(spec, ins, ws):
+            x, m = ins
+            m = m.amax(dim=-1, keepdim=True)
+            return [torch.exp(x - m).sum(dim=-1, keepdim=True)]
+
+        count = self.count
+
+        def loss_fwd(spec, ins, ws):
+            x, m, s, y = ins
+            c0, c1 = spec.info
+            m = m.amax(dim=-1, keepdim=True)
+            lse = m + torch.log(s)
+            grad = torch.exp(x - lse)
+            y = y.unsqueeze(-1) - c0
+            mine = (y >= 0) & (y < c1 - c0)
+            idx = y.clamp(0, c1 - c0 - 1)
+            picked = torch.gather(x, -1, idx)
+            loss = ((lse - picked) * mine).sum().reshape(1) / count
+            grad.scatter_add_(-1, idx, -mine.to(grad.dtype))
+            return [grad / count, loss]
+
+        self._stages = [
+            Stage(self, "max", [logits], [mx], max_fwd, part=max_part, differentiable=False),
+            Stage(self, "sumexp", [logits, mx], [se], sumexp_fwd, part=sumexp_part,
+                  differentiable=False),
+            Stage(self, "loss", [logits, mx, se, labels], [dlogits, loss], loss_fwd,
+                  part=loss_part, differentiable=False),
+        ]
+
+    def stages(self):
+        return self._stages
+
+    def reference(self, inputs, weights):
+        logits, labels = inputs
+        c = logits.shape[-1]
+        return [F.cross_entropy(logits.reshape(-1, c), labels.reshape(-1)).reshape(1)]
+
+
+@builder
+def softmax_cross_entropy(model: Model, logits: Tensor, labels: Tensor,
+                          name: str | None = None) -> Tensor:
+    """Mean softmax cross-entropy of logits (..., C) against integer labels (...); sets the
+    model's loss. Like torch.nn.functional.cross_entropy on the flattened batch."""
+    if model.loss_op is not None:
+        raise ShapeError(f"Model '{model.name}' already has a loss "
+                         f"('{model.loss_op.name}'); a model has one loss.")
+    op = model.add(SoftmaxCrossEntropy(model, logits, labels, name))
+    model.loss_op = op
+    return op.loss_tensor

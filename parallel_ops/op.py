@@ -1,0 +1,188 @@
+"""Op: the declaration of a partitioned operator (one concept: how a part is computed).
+
+An operator declares
+  dims      its parallelizable dimensions, each a SOAP kind: "sample" (batch), "attribute"
+            (a non-parameter output dim such as height, width or sequence), "parameter" (an
+            output dim whose split also splits weights) or "reduction" (a weight's input dim;
+            parts compute partial sums of the whole output, added by the runtime);
+  labels    per input, weight and output tensor, which dim splits each axis (None = whole);
+  forward   a plain PyTorch function computing one part from its input and weight parts.
+From these, `part()` derives the rects each point reads and writes, and autograd on
+`forward` gives backward. Ops the labels cannot express (halos of conv and pooling, bias
+used by one reduction part) override `part()` only. Multi-launch operators (batch norm,
+softmax over split classes) return several stage Ops from `stages()`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+
+from taskrt.geometry import Rect
+from taskrt.region import block_bounds
+
+from .errors import OperatorError
+from .tensor import Tensor, Weight
+
+SAMPLE, ATTRIBUTE, PARAMETER, REDUCTION = "sample", "attribute", "parameter", "reduction"
+KINDS = (SAMPLE, ATTRIBUTE, PARAMETER, REDUCTION)
+
+
+@dataclass(frozen=True, slots=True)
+class Dim:
+    name: str
+    kind: str
+    extent: int          # the largest legal degree
+
+    def __str__(self) -> str:
+        return f"{self.name}:{self.kind}"
+
+
+@dataclass(frozen=True)
+class PartSpec:
+    """What one point task of an op reads and writes. An empty rect means "not used"."""
+    inputs: tuple[Rect, ...]
+    weights: tuple[Rect, ...]
+    outputs: tuple[Rect, ...]
+    partial: bool | tuple = False   # outputs are partial sums over a split reduction dim
+    #                                 (a tuple gives it per output)
+    info: Any = None                # op-specific facts for forward (e.g. padding of this part)
+
+
+class Op:
+    """Base class of every operator and stage. Subclasses set the attributes in __init__."""
+    type = "op"
+    differentiable = True           # backward by autograd on forward
+    replicated = False              # points with equal output rects on one device run once,
+    #                                 and equal rects on several devices are replicas
+
+    def __init__(self, name: str):
+        self.name = name
+        self.inputs: list[Tensor] = []
+        self.weights: list[Weight] = []
+        self.outputs: list[Tensor] = []
+        self.dims: tuple[Dim, ...] = ()
+        self.labels: dict[str, tuple] = {"inputs": (), "weights": (), "outputs": ()}
+        self.params: dict[str, Any] = {}
+        self.training = True
+        self.parent: Op | None = None
+
+    # -- declaration check ----------------------------------------------------------------
+    def check_declaration(self) -> None:
+        """Fail early, naming the op, when labels and dims disagree."""
+        names = [d.name for d in self.dims]
+        if len(set(names)) != len(names):
+            raise OperatorError(f"{self.type} '{self.name}': duplicate dim names {names}.")
+        for d in self.dims:
+            if d.kind not in KINDS:
+                raise OperatorError(f"{self.type} '{self.name}': dim '{d.name}' has unknown "
+                                    f"kind '{d.kind}'; use one of {KINDS}.")
+        if self.labels is None:          # a custom part() says everything
+            return
+        for group in ("inputs", "weights", "outputs"):
+            tensors = getattr(self, group)
+            labels = self.labels.get(group, ())
+            if len(labels) != len(tensors):
+                raise OperatorError(f"{self.type} '{self.name}': {len(labels)} label tuples "
+                                    f"for {len(tensors)} {group}.")
+            for t, lab in zip(tensors, labels):
+                if len(lab) != t.ndim:
+                    raise OperatorError(f"{self.type} '{self.name}': labels {lab} for {group} "
+                                        f"'{t.name}' of rank {t.ndim}.")
+                for l in lab:
+                    if l is not None and l not in names:
+                        raise OperatorError(f"{self.type} '{self.name}': label '{l}' of "
+                                            f"'{t.name}' is not a declared dim {names}.")
+        out_labels = {l for lab in self.labels.get("outputs", ()) for l in lab if l}
+        for d in self.dims:
+            if d.kind == REDUCTION and d.name in out_labels:
+                raise OperatorError(f"{self.type} '{self.name}': reduction dim '{d.name}' "
+                                    "labels an output axis; a reduction dim must not.")
+            if d.kind != REDUCTION and self.outputs and d.name not in out_labels \
+                    and type(self).part is Op.part and getattr(self, "_part", None) is None:
+                raise OperatorError(f"{self.type} '{self.name}': dim '{d.name}' labels no "
+                                    "output axis; declare it as a reduction dim or label it.")
+
+    # -- partitioning -----------------------------------------------------------------------
+    def ranges(self, degrees: Sequence[int], color: Sequence[int]) -> dict[str, tuple[int, int]]:
+        """[lo, hi) of every dim for this color."""
+        return {d.name: block_bounds(d.extent, g, c)
+                for d, g, c in zip(self.dims, degrees, color)}
+
+    @staticmethod
+    def rect_for(shape, labels, ranges) -> Rect:
+        lo, hi = [], []
+        for ext, lab in zip(shape, labels):
+            a, b = ranges[lab] if lab is not None else (0, ext)
+            lo.append(a)
+            hi.append(b)
+        return Rect(tuple(lo), tuple(hi))
+
+    def part(self, degrees: Sequence[int], color: Sequence[int]) -> PartSpec:
+        """Rects of one point task, derived from the labels."""
+        rg = self.ranges(degrees, color)
+        lab = self.labels
+        partial = any(d.kind == REDUCTION and g > 1 for d, g in zip(self.dims, degrees))
+        return PartSpec(
+            tuple(self.rect_for(t.shape, l, rg) for t, l in zip(self.inputs, lab["inputs"])),
+            tuple(self.rect_for(t.shape, l, rg) for t, l in zip(self.weights, lab["weights"])),
+            tuple(self.rect_for(t.shape, l, rg) for t, l in zip(self.outputs, lab["outputs"])),
+            partial)
+
+    # -- computation ------------------------------------------------------------------------
+    def forward(self, spec: PartSpec, inputs: list, weights: list) -> list[torch.Tensor]:
+        """Compute the output parts from input and weight parts (None where a rect is empty)."""
+        raise NotImplementedError(f"{self.type} '{self.name}' has no forward")
+
+    def reference(self, inputs: list, weights: list) -> list[torch.Tensor]:
+        """Whole-tensor computation in plain PyTorch, the oracle for tests and reference runs."""
+        raise NotImplementedError(f"{self.type} '{self.name}' has no reference")
+
+    def init_weights(self, generator: torch.Generator) -> list[torch.Tensor]:
+        """Initial values of self.weights, drawn as PyTorch's module would draw them."""
+        return []
+
+    def stages(self) -> list["Op"]:
+        """The primitive launches this operator lowers to (itself, for single-launch ops)."""
+        return [self]
+
+    def output_partial(self, spec: PartSpec, index: int) -> bool:
+        return spec.partial[index] if isinstance(spec.partial, tuple) else spec.partial
+
+    @property
+    def cost_tag(self) -> tuple:
+        return (self.type, tuple(sorted((k, repr(v)) for k, v in self.params.items())))
+
+    def __str__(self) -> str:
+        return f"{self.type} '{self.name}'"
+
+
+class Stage(Op):
+    """One launch of a multi-launch operator. It has the parent's dims (so the parent's
+    config partitions it) but may give them other kinds, e.g. treat a split dim as a
+    reduction because its output sums over it."""
+
+    def __init__(self, parent: Op, tag: str, inputs, outputs, forward, weights=(),
+                 labels=None, kinds: dict | None = None, part=None,
+                 differentiable: bool = True, replicated: bool = False):
+        super().__init__(f"{parent.name}/{tag}")
+        self.parent = parent
+        self.type = f"{parent.type}.{tag}"
+        self.inputs, self.weights, self.outputs = list(inputs), list(weights), list(outputs)
+        kinds = kinds or {}
+        self.dims = tuple(Dim(d.name, kinds.get(d.name, d.kind), d.extent) for d in parent.dims)
+        self.labels = labels
+        self.params = parent.params
+        self.differentiable = differentiable
+        self.replicated = replicated
+        self._forward = forward
+        self._part = part
+
+    def part(self, degrees, color) -> PartSpec:
+        if self._part is not None:
+            return self._part(self, degrees, color)
+        return Op.part(self, degrees, color)
+
+    def forward(self, spec, inputs, weights):
+        return self._forward(spec, inputs, weights)

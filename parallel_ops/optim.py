@@ -1,0 +1,80 @@
+"""Optimizers as update tasks over weight parts, numerically equal to torch.optim.
+
+Each replica of a weight part applies the same update to the same all-reduced gradient,
+so replicas stay identical without a broadcast. `step_count` is advanced by the trainer
+before each iteration; every rank advances it alike.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+class SGD:
+    """torch.optim.SGD(lr, momentum, dampening, weight_decay, nesterov) on parts."""
+
+    def __init__(self, lr: float = 0.01, momentum: float = 0.0, weight_decay: float = 0.0,
+                 dampening: float = 0.0, nesterov: bool = False):
+        if lr < 0 or momentum < 0 or weight_decay < 0:
+            raise ValueError(f"SGD: lr {lr}, momentum {momentum} and weight_decay "
+                             f"{weight_decay} must be non-negative.")
+        if nesterov and (momentum <= 0 or dampening != 0):
+            raise ValueError("SGD: nesterov needs momentum > 0 and dampening 0.")
+        self.lr, self.momentum, self.weight_decay = lr, momentum, weight_decay
+        self.dampening, self.nesterov = dampening, nesterov
+        self.step_count = 0
+        self.state_names = ("momentum_buffer",) if momentum else ()
+
+    def update(self, p: torch.Tensor, g: torch.Tensor, states) -> None:
+        if self.weight_decay:
+            g = g.add(p, alpha=self.weight_decay)
+        if self.momentum:
+            (buf,) = states
+            if self.step_count <= 1:
+                buf.copy_(g)
+            else:
+                buf.mul_(self.momentum).add_(g, alpha=1 - self.dampening)
+            g = g.add(buf, alpha=self.momentum) if self.nesterov else buf
+        p.add_(g, alpha=-self.lr)
+
+    def __repr__(self) -> str:
+        return (f"SGD(lr={self.lr}, momentum={self.momentum}, "
+                f"weight_decay={self.weight_decay})")
+
+    def torch_optimizer(self, params):
+        """The equivalent torch.optim optimizer (the reference in tests)."""
+        return torch.optim.SGD(params, lr=self.lr, momentum=self.momentum,
+                               weight_decay=self.weight_decay, dampening=self.dampening,
+                               nesterov=self.nesterov, foreach=False)
+
+
+class Adam:
+    """torch.optim.Adam(lr, betas, eps, weight_decay) on parts."""
+
+    def __init__(self, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 0.0):
+        if lr < 0 or eps < 0 or not all(0 <= b < 1 for b in betas):
+            raise ValueError(f"Adam: lr {lr}, eps {eps} must be >= 0 and betas {betas} in [0, 1).")
+        self.lr, self.betas, self.eps, self.weight_decay = lr, tuple(betas), eps, weight_decay
+        self.step_count = 0
+        self.state_names = ("exp_avg", "exp_avg_sq")
+
+    def update(self, p: torch.Tensor, g: torch.Tensor, states) -> None:
+        m, v = states
+        b1, b2 = self.betas
+        t = self.step_count
+        if self.weight_decay:
+            g = g.add(p, alpha=self.weight_decay)
+        m.lerp_(g, 1 - b1)
+        v.mul_(b2).addcmul_(g, g.conj(), value=1 - b2)
+        step_size = self.lr / (1 - b1 ** t)
+        denom = (v.sqrt() / math.sqrt(1 - b2 ** t)).add_(self.eps)
+        p.addcdiv_(m, denom, value=-step_size)
+
+    def __repr__(self) -> str:
+        return f"Adam(lr={self.lr}, betas={self.betas}, eps={self.eps})"
+
+    def torch_optimizer(self, params):
+        return torch.optim.Adam(params, lr=self.lr, betas=self.betas, eps=self.eps,
+                                weight_decay=self.weight_decay, foreach=False)

@@ -1,0 +1,15 @@
+import os
+import sys
+
+HERE = os.path.dirname(__file__)
+ROOT = os.path.dirname(HERE)
+for p in (ROOT, os.path.join(HERE, "ops")):
+    if p not in sys.path:
+        sys.path.insert(0, p)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    # "no tests collected" must never look like success.
+    if session.testscollected == 0:
+        print("\nERROR: no tests were collected; the test command is broken.", file=sys.stderr)
+        session.exitstatus = 5
