@@ -24,7 +24,8 @@ def reference_steps(model, feeds, optimizer, steps=2):
     trainable = [params[w.name] for w in model.weights if w.requires_grad]
     opt = optimizer.torch_optimizer(trainable) if optimizer is not None and trainable else None
     records = []
-    for _ in range(steps):
+    for step in range(steps):
+        model.step_count = step + 1          # what the trainer sets before its step
         values = {}
         for t in model.inputs:
             v = feeds[t.name].clone()
@@ -57,6 +58,7 @@ def reference_steps(model, feeds, optimizer, steps=2):
 
 
 def parallel_steps(model, feeds, strategy, num_devices=4, optimizer=None, steps=2):
+    model.step_count = 0
     trainer = model.compile(Machine.local(num_devices), strategy, optimizer)
     records = []
     for _ in range(steps):
