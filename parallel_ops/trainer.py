@@ -12,6 +12,7 @@ from typing import Iterable, Mapping
 import torch
 
 from taskrt import LocalExecutor, Machine, plan
+from taskrt.discovery import discover_machine, launched_by_mpi
 
 from .config import ParallelConfig, format_devices
 from .errors import ShapeError
@@ -21,15 +22,22 @@ from .lowering import lower
 class Trainer:
     def __init__(self, model, machine: Machine | None = None,
                  strategy: Mapping[str, ParallelConfig] | None = None, optimizer=None,
-                 training: bool = True, record_trace: bool = False):
+                 training: bool = True, record_trace: bool = False, executor: str = "auto"):
+        if executor not in ("auto", "local", "mpi"):
+            raise ValueError(f"Trainer: executor '{executor}'; use 'auto', 'local' or 'mpi'.")
+        use_mpi = executor == "mpi" or (executor == "auto" and launched_by_mpi())
         self.model = model
-        self.machine = machine or Machine.local(1)
+        self.machine = machine or (discover_machine() if use_mpi else Machine.local(1))
         self.optimizer = optimizer
         self.training = training
         self.lowered = lower(model, strategy, self.machine, optimizer, training)
         self.configs = self.lowered.configs
         self.graph = plan(self.lowered.launches, self.machine, initial=self.lowered.initial)
-        self.executor = LocalExecutor(self.graph, record_trace=record_trace)
+        if use_mpi:
+            from taskrt.executor.mpi import MPIExecutor
+            self.executor = MPIExecutor(self.graph, record_trace=record_trace)
+        else:
+            self.executor = LocalExecutor(self.graph, record_trace=record_trace)
         with torch.no_grad():
             for w in model.weights:
                 if w.name in self.graph.initial_valid:
@@ -67,7 +75,8 @@ class Trainer:
         return float(self.executor.read(self.lowered.loss_region).sum())
 
     def read(self, name: str) -> torch.Tensor:
-        """The full value of a tensor (or `<name>@grad`) after the last step."""
+        """The full value of a tensor (or `<name>@grad`) after the last step. Under MPI this
+        is a collective call: every rank must call it, in the same order."""
         return self.executor.read(name)
 
     def weight(self, name: str) -> torch.Tensor:

@@ -1,0 +1,330 @@
+"""MPIExecutor: runs this rank's share of a TaskGraph, moving data between ranks with MPI.
+
+Control replication: every rank plans the same graph (checked by comparing fingerprints at
+start-up) and runs only the nodes its RankScheduler gives it. Copies between ranks are
+non-blocking sends/receives into preallocated contiguous buffers, tagged by their sequence
+number among the copies of the same (source rank, destination rank) pair; receives are
+posted before anything runs. All-reduces sum the partials of this rank's devices, then run a
+non-blocking MPI all-reduce on a cached sub-communicator of the ranks involved. The progress
+loop never busy-waits: with nothing to do it sleeps with a short, growing back-off.
+
+Failures: an exception on any rank prints the rank, the node and the error and aborts every
+rank; the watchdog aborts with the list of awaited messages when nothing happened for
+`watchdog_s` seconds.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+import traceback
+from collections import deque
+
+import torch
+
+from ..errors import ExecutionError, PlanError
+from .instances import InstanceStore
+from .local import node_track, _short_name
+from .scheduler import (COLLECT, POST_RECV, RECV, RUN, SEND, START, UNPACK, RankScheduler)
+from .steps import local_copy_step, reduce_step, task_step
+from ..trace import TraceEvent
+
+_SUMMABLE = {torch.float32, torch.float64, torch.int32, torch.int64}
+
+
+def _mpi():
+    from mpi4py import MPI
+    return MPI
+
+
+def _bytes(t: torch.Tensor):
+    """A contiguous CPU tensor as an MPI byte buffer (no copy)."""
+    return [t.view(torch.uint8).numpy() if t.dim() else t.reshape(1).view(torch.uint8).numpy(),
+            _mpi().BYTE]
+
+
+def _host_buffer(shape, dtype, device: str) -> torch.Tensor:
+    pin = device.startswith("cuda") and torch.cuda.is_available()
+    return torch.empty(shape, dtype=dtype, pin_memory=pin)
+
+
+class MPIExecutor:
+    def __init__(self, graph, comm=None, record_trace: bool = False,
+                 watchdog_s: float | None = None, abort_on_error: bool | None = None):
+        MPI = _mpi()
+        self.MPI = MPI
+        self.comm = comm if comm is not None else MPI.COMM_WORLD
+        self.rank = self.comm.Get_rank()
+        self.graph = graph
+        machine = graph.machine
+        if machine.num_ranks != self.comm.Get_size():
+            raise PlanError(f"MPIExecutor: the graph's machine has {machine.num_ranks} ranks "
+                            f"but MPI runs {self.comm.Get_size()}. Build the Machine with "
+                            "taskrt.discover_machine() under the same mpirun.")
+        self._check_same_graph()
+        self.watchdog_s = float(os.environ.get("TASKRT_WATCHDOG_S", watchdog_s or 300.0))
+        self.abort_on_error = (self.comm.Get_size() > 1) if abort_on_error is None \
+            else abort_on_error
+        self.record_trace = record_trace
+        self.trace: list[TraceEvent] = []
+        self.sent: list[tuple[int, int, int]] = []   # (node id, destination rank, bytes)
+        self.sched = RankScheduler(graph, self.rank)
+        owned = machine.devices_of_rank(self.rank)
+        self.store = InstanceStore(graph, owned)
+        self._build_tags()
+        self._build_nodes()
+        self._build_groups()
+
+    # -- set-up ------------------------------------------------------------------------------
+    def _check_same_graph(self) -> None:
+        mine = self.graph.fingerprint()
+        prints = self.comm.allgather(mine)
+        if len(set(prints)) != 1:
+            bad = [r for r, p in enumerate(prints) if p != prints[0]]
+            raise PlanError(f"rank {self.rank}: ranks built different task graphs (ranks {bad} "
+                            "differ from rank 0). Every rank must build the same model, "
+                            "strategy and machine (same seed, same arguments).")
+
+    def _build_tags(self) -> None:
+        ub = self.comm.Get_attr(self.MPI.TAG_UB)
+        counters: dict[tuple[int, int], int] = {}
+        self.tags: dict[int, int] = {}
+        devs = self.graph.machine.devices
+        for n in self.graph.nodes:
+            if n.kind == "copy":
+                pair = (devs[n.src].rank, devs[n.dst].rank)
+                if pair[0] != pair[1]:
+                    k = counters.get(pair, 0)
+                    counters[pair] = k + 1
+                    if k > ub:
+                        raise PlanError(f"MPIExecutor: more than {ub} copies between ranks "
+                                        f"{pair}, beyond MPI's tag bound.")
+                    self.tags[n.id] = k
+
+    def _build_nodes(self) -> None:
+        store, g = self.store, self.graph
+        devs = g.machine.devices
+        self.steps = {}
+        self.send_bufs, self.recv_bufs, self.unpack_to = {}, {}, {}
+        contexts: dict = {}
+        for i, role in sorted(self.sched.roles.items()):
+            n = g.nodes[i]
+            if role == RUN:
+                if n.kind == "task":
+                    self.steps[i] = task_step(n, store, contexts)
+                elif n.kind == "copy":
+                    self.steps[i] = local_copy_step(n, store)
+                else:
+                    self.steps[i] = reduce_step(n, store)
+            elif role == SEND:
+                name = n.region.name
+                src = store.partial(name, n.src, n.rect) if n.reduction else \
+                    store.instance(name, n.src, n.rect)
+                buf = _host_buffer(src.shape, src.dtype, store.torch_device[n.src])
+                self.send_bufs[i] = (src, buf, devs[n.dst].rank)
+            elif role == RECV:
+                if n.reduction:
+                    buf = store.staging[i].tensor
+                    if buf.device.type != "cpu":
+                        host = _host_buffer(buf.shape, buf.dtype, str(buf.device))
+                        self.recv_bufs[i] = host
+                        self.unpack_to[i] = buf
+                    else:
+                        self.recv_bufs[i] = buf
+                else:
+                    dst = store.instance(n.region.name, n.dst, n.rect)
+                    self.recv_bufs[i] = _host_buffer(dst.shape, dst.dtype, store.torch_device[n.dst])
+                    self.unpack_to[i] = dst
+
+    def _build_groups(self) -> None:
+        """One sub-communicator per set of ranks sharing an all-reduce (collective call)."""
+        MPI = self.MPI
+        devs = self.graph.machine.devices
+        groups = sorted({tuple(sorted({devs[d].rank for d in n.devices}))
+                         for n in self.graph.nodes if n.kind == "allreduce"})
+        self.group_comms = {}
+        for grp in groups:
+            if len(grp) < 2:
+                continue
+            color = 0 if self.rank in grp else MPI.UNDEFINED
+            sub = self.comm.Split(color, self.rank)
+            if self.rank in grp:
+                self.group_comms[grp] = sub
+        self.collectives = {}
+        for i, role in self.sched.roles.items():
+            if role != COLLECT:
+                continue
+            n = self.graph.nodes[i]
+            mine = [d for d in n.devices if devs[d].rank == self.rank]
+            name = n.region.name
+            parts = [self.store.partial(name, d, n.rect) for d in mine]
+            outs = [self.store.instance(name, d, n.rect) for d in mine]
+            grp = tuple(sorted({devs[d].rank for d in n.devices}))
+            dtype = parts[0].dtype if parts[0].dtype in _SUMMABLE else torch.float32
+            buf = torch.empty(parts[0].shape, dtype=dtype)
+            self.collectives[i] = (parts, outs, buf, self.group_comms.get(grp))
+
+    # -- data in and out ---------------------------------------------------------------------
+    def write(self, region, value: torch.Tensor) -> None:
+        """Store a full tensor into this rank's initial holders (every rank calls it)."""
+        name = region if isinstance(region, str) else region.name
+        reg = self.graph.regions[name]
+        for rect, devices in self.graph.initial_valid.get(name, []):
+            for d in devices:
+                if d in self.store.owned:
+                    self.store.instance(name, d, rect).copy_(value[rect.slices_within(reg.rect)])
+
+    def read(self, region) -> torch.Tensor:
+        """The region's full value after the graph ran, on every rank (a collective call)."""
+        name = region if isinstance(region, str) else region.name
+        reg = self.graph.regions[name]
+        devs = self.graph.machine.devices
+        out = None
+        pieces = [(r, h[0], False) for r, h in self.graph.final_valid.get(name, [])]
+        pieces += [(r, d, True) for r, d in self.graph.final_pending.get(name, [])]
+        for rect, dev, partial in pieces:
+            root = devs[dev].rank
+            if dev in self.store.owned:
+                src = (self.store.partial if partial else self.store.instance)(name, dev, rect)
+                buf = src.detach().cpu().contiguous().clone()
+            else:
+                from .instances import TORCH_DTYPES
+                buf = torch.empty(rect.shape, dtype=TORCH_DTYPES[reg.dtype])
+            self.comm.Bcast(_bytes(buf), root=root)
+            if out is None:
+                out = torch.zeros(reg.shape, dtype=buf.dtype)
+            sl = rect.slices_within(reg.rect)
+            if partial:
+                out[sl] += buf
+            else:
+                out[sl] = buf
+        if out is None:
+            raise PlanError(f"read '{name}': no part of it holds data after the graph.")
+        return out
+
+    # -- running -----------------------------------------------------------------------------
+    def run(self) -> None:
+        """Run this rank's nodes once; returns when they are all done."""
+        try:
+            self._run()
+        except BaseException as exc:
+            if not self.abort_on_error:
+                raise
+            self._abort(exc)
+
+    def _abort(self, exc: BaseException) -> None:
+        msg = f"[rank {self.rank}] {type(exc).__name__}: {exc}"
+        print(msg, file=sys.stderr, flush=True)
+        if not isinstance(exc, ExecutionError):
+            traceback.print_exc(file=sys.stderr)
+        sys.stderr.flush()
+        self.comm.Abort(1)
+
+    def _run(self) -> None:
+        MPI = self.MPI
+        sched = self.sched
+        sched.reset()
+        g = self.graph
+        todo = deque(sched.start())
+        recv_reqs, recv_ids = [], []
+        coll_reqs, coll_ids = [], []
+        send_reqs = []
+        self.sent = []
+        clock = time.perf_counter
+        t0 = clock()
+        trace = [] if self.record_trace else None
+        last_event = clock()
+        sleep = 2e-5
+        while not sched.finished:
+            while todo:
+                ins = todo.popleft()
+                i = ins.node
+                start = clock()
+                if ins.op == RUN:
+                    self.steps[i]()
+                    todo.extend(sched.node_done(i))
+                elif ins.op == SEND:
+                    src, buf, dst = self.send_bufs[i]
+                    buf.copy_(src)
+                    send_reqs.append(self.comm.Isend(_bytes(buf), dest=dst, tag=self.tags[i]))
+                    self.sent.append((i, dst, buf.numel() * buf.element_size()))
+                    todo.extend(sched.node_done(i))
+                elif ins.op == POST_RECV:
+                    n = g.nodes[i]
+                    src_rank = g.machine.devices[n.src].rank
+                    recv_reqs.append(self.comm.Irecv(_bytes(self.recv_bufs[i]), source=src_rank,
+                                                     tag=self.tags[i]))
+                    recv_ids.append(i)
+                    continue
+                elif ins.op == UNPACK:
+                    dst = self.unpack_to.get(i)
+                    if dst is not None:
+                        dst.copy_(self.recv_bufs[i])
+                    todo.extend(sched.node_done(i))
+                elif ins.op == START:
+                    parts, outs, buf, sub = self.collectives[i]
+                    buf.copy_(parts[0])
+                    for p in parts[1:]:
+                        buf.add_(p.to(buf.device) if p.device != buf.device else p)
+                    if sub is None:
+                        self._finish_collective(i)
+                        todo.extend(sched.node_done(i))
+                    else:
+                        coll_reqs.append(sub.Iallreduce(MPI.IN_PLACE, buf.numpy(), op=MPI.SUM))
+                        coll_ids.append(i)
+                    todo.extend(sched.collective_started(i))
+                if trace is not None:
+                    n = g.nodes[i]
+                    trace.append(TraceEvent(i, n.kind, _short_name(n), node_track(n),
+                                            start - t0, clock() - t0, getattr(n, "nbytes", 0)))
+                last_event = clock()
+            if sched.finished:
+                break
+            progressed = False
+            if recv_reqs:
+                idx = MPI.Request.Testsome(recv_reqs)
+                if idx:
+                    for k in sorted(idx, reverse=True):
+                        todo.extend(sched.message_arrived(recv_ids[k]))
+                        del recv_reqs[k], recv_ids[k]
+                    progressed = True
+            for k in range(len(coll_reqs) - 1, -1, -1):
+                if coll_reqs[k].Test():
+                    i = coll_ids[k]
+                    del coll_reqs[k], coll_ids[k]
+                    self._finish_collective(i)
+                    todo.extend(sched.node_done(i))
+                    progressed = True
+            if progressed or todo:
+                last_event = clock()
+                sleep = 2e-5
+                continue
+            if clock() - last_event > self.watchdog_s:
+                raise ExecutionError(self._stuck_report(recv_ids, coll_ids))
+            time.sleep(sleep)
+            sleep = min(sleep * 2, 1e-3)
+        if send_reqs:
+            MPI.Request.Waitall(send_reqs)
+        if trace is not None:
+            self.trace = trace
+
+    def _finish_collective(self, i: int) -> None:
+        parts, outs, buf, _ = self.collectives[i]
+        for o in outs:
+            o.copy_(buf)
+
+    def _stuck_report(self, recv_ids, coll_ids) -> str:
+        g = self.graph
+        devs = g.machine.devices
+        lines = [f"rank {self.rank}: no progress for {self.watchdog_s:.0f} s "
+                 "(TASKRT_WATCHDOG_S sets the limit). Waiting on:"]
+        for i in recv_ids[:20]:
+            n = g.nodes[i]
+            lines.append(f"  message from rank {devs[n.src].rank} (tag {self.tags[i]}): "
+                         f"{n.describe()}")
+        for i in coll_ids[:20]:
+            lines.append(f"  all-reduce: {g.nodes[i].describe()}")
+        blocked = [i for i in self.sched.pending() if i not in recv_ids and i not in coll_ids]
+        for i in blocked[:10]:
+            lines.append(f"  not started: {g.nodes[i].describe()}")
+        return "\n".join(lines)
