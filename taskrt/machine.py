@@ -39,17 +39,20 @@ class Machine:
             raise MappingError("Machine: no devices. Give at least one.")
 
     @staticmethod
-    def local(num_devices: int = 1, kind: str = "cpu") -> "Machine":
-        """One rank with `num_devices` logical devices (CUDA ordinals 0.. for kind='cuda')."""
-        return Machine.grid(1, num_devices, kind)
+    def local(num_devices: int = 1, kind: str = "cpu", num_gpus: int | None = None) -> "Machine":
+        """One rank with `num_devices` logical devices. For kind='cuda' they use CUDA ordinals
+        0.., wrapping around `num_gpus` GPUs when given (several logical devices per GPU)."""
+        return Machine.grid(1, num_devices, kind, num_gpus)
 
     @staticmethod
-    def grid(num_ranks: int, devices_per_rank: int, kind: str = "cpu") -> "Machine":
+    def grid(num_ranks: int, devices_per_rank: int, kind: str = "cpu",
+             num_gpus: int | None = None) -> "Machine":
         """`num_ranks` ranks with `devices_per_rank` devices each, numbered rank-major."""
         devs = []
         for r in range(num_ranks):
             for k in range(devices_per_rank):
-                devs.append(Device(len(devs), r, kind, k))
+                index = k % num_gpus if (kind == "cuda" and num_gpus) else k
+                devs.append(Device(len(devs), r, kind, index))
         return Machine(tuple(devs))
 
     def __len__(self) -> int:

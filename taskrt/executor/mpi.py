@@ -38,14 +38,25 @@ def _mpi():
 
 
 def _bytes(t: torch.Tensor):
-    """A contiguous CPU tensor as an MPI byte buffer (no copy)."""
-    return [t.view(torch.uint8).numpy() if t.dim() else t.reshape(1).view(torch.uint8).numpy(),
-            _mpi().BYTE]
+    """A contiguous tensor as an MPI byte buffer, without a copy (GPU tensors only with
+    CUDA-aware MPI, through the CUDA array interface)."""
+    b = (t if t.dim() else t.reshape(1)).view(torch.uint8)
+    return [b.numpy() if b.device.type == "cpu" else b, _mpi().BYTE]
 
 
 def _host_buffer(shape, dtype, device: str) -> torch.Tensor:
     pin = device.startswith("cuda") and torch.cuda.is_available()
     return torch.empty(shape, dtype=dtype, pin_memory=pin)
+
+
+def cuda_aware_mpi() -> bool:
+    """Whether the MPI library can send from and receive into GPU memory."""
+    MPI = _mpi()
+    query = getattr(MPI, "Query_cuda_support", None)
+    try:
+        return bool(query()) if query is not None else False
+    except Exception:
+        return False
 
 
 class MPIExecutor:
@@ -71,6 +82,9 @@ class MPIExecutor:
         self.sched = RankScheduler(graph, self.rank)
         owned = machine.devices_of_rank(self.rank)
         self.store = InstanceStore(graph, owned)
+        self.cuda_devices = sorted({self.store.torch_device[d] for d in owned
+                                    if self.store.torch_device[d].startswith("cuda")})
+        self.device_buffers = bool(self.cuda_devices) and cuda_aware_mpi()
         self._build_tags()
         self._build_nodes()
         self._build_groups()
@@ -120,21 +134,27 @@ class MPIExecutor:
                 name = n.region.name
                 src = store.partial(name, n.src, n.rect) if n.reduction else \
                     store.instance(name, n.src, n.rect)
-                buf = _host_buffer(src.shape, src.dtype, store.torch_device[n.src])
+                buf = self._comm_buffer(src.shape, src.dtype, store.torch_device[n.src])
                 self.send_bufs[i] = (src, buf, devs[n.dst].rank)
             elif role == RECV:
                 if n.reduction:
                     buf = store.staging[i].tensor
-                    if buf.device.type != "cpu":
-                        host = _host_buffer(buf.shape, buf.dtype, str(buf.device))
-                        self.recv_bufs[i] = host
+                    if buf.device.type != "cpu" and not self.device_buffers:
+                        self.recv_bufs[i] = _host_buffer(buf.shape, buf.dtype, str(buf.device))
                         self.unpack_to[i] = buf
                     else:
                         self.recv_bufs[i] = buf
                 else:
                     dst = store.instance(n.region.name, n.dst, n.rect)
-                    self.recv_bufs[i] = _host_buffer(dst.shape, dst.dtype, store.torch_device[n.dst])
+                    self.recv_bufs[i] = self._comm_buffer(dst.shape, dst.dtype,
+                                                          store.torch_device[n.dst])
                     self.unpack_to[i] = dst
+
+    def _comm_buffer(self, shape, dtype, device: str) -> torch.Tensor:
+        """A contiguous message buffer: on the GPU with CUDA-aware MPI, else pinned host."""
+        if self.device_buffers and device.startswith("cuda"):
+            return torch.empty(shape, dtype=dtype, device=device)
+        return _host_buffer(shape, dtype, device)
 
     def _build_groups(self) -> None:
         """One sub-communicator per set of ranks sharing an all-reduce (collective call)."""
@@ -161,8 +181,9 @@ class MPIExecutor:
             outs = [self.store.instance(name, d, n.rect) for d in mine]
             grp = tuple(sorted({devs[d].rank for d in n.devices}))
             dtype = parts[0].dtype if parts[0].dtype in _SUMMABLE else torch.float32
-            buf = torch.empty(parts[0].shape, dtype=dtype)
-            self.collectives[i] = (parts, outs, buf, self.group_comms.get(grp))
+            acc = torch.empty(parts[0].shape, dtype=dtype, device=parts[0].device)
+            host = acc if acc.device.type == "cpu" else _host_buffer(acc.shape, dtype, "cuda")
+            self.collectives[i] = (parts, outs, acc, host, self.group_comms.get(grp))
 
     # -- data in and out ---------------------------------------------------------------------
     def write(self, region, value: torch.Tensor) -> None:
@@ -229,6 +250,7 @@ class MPIExecutor:
         recv_reqs, recv_ids = [], []
         coll_reqs, coll_ids = [], []
         send_reqs = []
+        gpu_sends, gpu_colls = [], []     # (event, node): device-to-host copies in flight
         self.sent = []
         clock = time.perf_counter
         t0 = clock()
@@ -245,9 +267,17 @@ class MPIExecutor:
                     todo.extend(sched.node_done(i))
                 elif ins.op == SEND:
                     src, buf, dst = self.send_bufs[i]
-                    buf.copy_(src)
-                    send_reqs.append(self.comm.Isend(_bytes(buf), dest=dst, tag=self.tags[i]))
-                    self.sent.append((i, dst, buf.numel() * buf.element_size()))
+                    if src.device.type == "cpu":
+                        buf.copy_(src)
+                        send_reqs.append(self.comm.Isend(_bytes(buf), dest=dst, tag=self.tags[i]))
+                        self.sent.append((i, dst, buf.numel() * buf.element_size()))
+                    else:
+                        # Pack on the device's stream; send once the copy has finished, so
+                        # the host keeps scheduling while the GPU works.
+                        buf.copy_(src, non_blocking=True)
+                        ev = torch.cuda.Event()
+                        ev.record(torch.cuda.current_stream(src.device))
+                        gpu_sends.append((ev, i))
                     todo.extend(sched.node_done(i))
                 elif ins.op == POST_RECV:
                     n = g.nodes[i]
@@ -259,19 +289,24 @@ class MPIExecutor:
                 elif ins.op == UNPACK:
                     dst = self.unpack_to.get(i)
                     if dst is not None:
-                        dst.copy_(self.recv_bufs[i])
+                        dst.copy_(self.recv_bufs[i], non_blocking=dst.device.type != "cpu")
                     todo.extend(sched.node_done(i))
                 elif ins.op == START:
-                    parts, outs, buf, sub = self.collectives[i]
-                    buf.copy_(parts[0])
+                    parts, outs, acc, host, sub = self.collectives[i]
+                    acc.copy_(parts[0])
                     for p in parts[1:]:
-                        buf.add_(p.to(buf.device) if p.device != buf.device else p)
+                        acc.add_(p.to(acc.device) if p.device != acc.device else p)
                     if sub is None:
                         self._finish_collective(i)
                         todo.extend(sched.node_done(i))
-                    else:
-                        coll_reqs.append(sub.Iallreduce(MPI.IN_PLACE, buf.numpy(), op=MPI.SUM))
+                    elif host is acc:
+                        coll_reqs.append(sub.Iallreduce(MPI.IN_PLACE, host.numpy(), op=MPI.SUM))
                         coll_ids.append(i)
+                    else:
+                        host.copy_(acc, non_blocking=True)
+                        ev = torch.cuda.Event()
+                        ev.record(torch.cuda.current_stream(acc.device))
+                        gpu_colls.append((ev, i))
                     todo.extend(sched.collective_started(i))
                 if trace is not None:
                     n = g.nodes[i]
@@ -281,6 +316,23 @@ class MPIExecutor:
             if sched.finished:
                 break
             progressed = False
+            for lst in (gpu_sends, gpu_colls):
+                for k in range(len(lst) - 1, -1, -1):
+                    ev, i = lst[k]
+                    if not ev.query():
+                        continue
+                    del lst[k]
+                    progressed = True
+                    if lst is gpu_sends:
+                        _, buf, dst = self.send_bufs[i]
+                        send_reqs.append(self.comm.Isend(_bytes(buf), dest=dst,
+                                                         tag=self.tags[i]))
+                        self.sent.append((i, dst, buf.numel() * buf.element_size()))
+                    else:
+                        host = self.collectives[i][3]
+                        coll_reqs.append(self.collectives[i][4].Iallreduce(
+                            MPI.IN_PLACE, host.numpy(), op=MPI.SUM))
+                        coll_ids.append(i)
             if recv_reqs:
                 idx = MPI.Request.Testsome(recv_reqs)
                 if idx:
@@ -305,13 +357,16 @@ class MPIExecutor:
             sleep = min(sleep * 2, 1e-3)
         if send_reqs:
             MPI.Request.Waitall(send_reqs)
+        for dev in self.cuda_devices:
+            torch.cuda.synchronize(dev)
         if trace is not None:
             self.trace = trace
 
     def _finish_collective(self, i: int) -> None:
-        parts, outs, buf, _ = self.collectives[i]
+        parts, outs, acc, host, sub = self.collectives[i]
+        src = host if sub is not None else acc
         for o in outs:
-            o.copy_(buf)
+            o.copy_(src, non_blocking=o.device.type != "cpu")
 
     def _stuck_report(self, recv_ids, coll_ids) -> str:
         g = self.graph

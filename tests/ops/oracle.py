@@ -8,6 +8,7 @@ loss, every op output, every gradient of inputs and weights, and the weights.
 from __future__ import annotations
 
 import itertools
+import os
 from math import prod
 
 import torch
@@ -57,9 +58,17 @@ def reference_steps(model, feeds, optimizer, steps=2):
     return records
 
 
+def test_machine(num_devices):
+    """Logical CPU devices, or, with SOAPFLOW_TEST_DEVICE=cuda, logical devices spread over
+    the GPUs (the same tests then check GPU numerics against the CPU reference)."""
+    if os.environ.get("SOAPFLOW_TEST_DEVICE") == "cuda":
+        return Machine.local(num_devices, "cuda", num_gpus=torch.cuda.device_count())
+    return Machine.local(num_devices)
+
+
 def parallel_steps(model, feeds, strategy, num_devices=4, optimizer=None, steps=2):
     model.step_count = 0
-    trainer = model.compile(Machine.local(num_devices), strategy, optimizer)
+    trainer = model.compile(test_machine(num_devices), strategy, optimizer)
     records = []
     for _ in range(steps):
         loss = trainer.step(feeds)
