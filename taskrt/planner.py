@@ -124,13 +124,13 @@ class Planner:
     def _state(self, region: Region) -> _RegionState:
         st = self.states.get(region.name)
         if st is None:
-            known = self.graph.regions.get(region.name)
-            if known is not None and known != region:
-                raise PlanError(f"Region '{region.name}' is declared twice with different "
-                                f"shapes or dtypes ({known.shape} {known.dtype} vs "
-                                f"{region.shape} {region.dtype}). Give regions unique names.")
             self.graph.regions[region.name] = region
             st = self.states[region.name] = _RegionState(region)
+        elif st.region is not region and st.region != region:
+            known = st.region
+            raise PlanError(f"Region '{region.name}' is declared twice with different "
+                            f"shapes or dtypes ({known.shape} {known.dtype} vs "
+                            f"{region.shape} {region.dtype}). Give regions unique names.")
         return st
 
     def _buffer(self, region: Region, device: int, partial: bool, rect: Rect) -> _Buffer:

@@ -65,7 +65,8 @@ class RectIndex:
         self._grid = {}
         self._big = set()
         for i, (r, _) in self._items.items():
-            self._insert(i, r)
+            if not r.empty:          # empty items live only in _items (see add/remove)
+                self._insert(i, r)
 
     # -- public API ---------------------------------------------------------------------
     def add(self, rect: Rect, value: Any) -> int:
@@ -102,7 +103,7 @@ class RectIndex:
 
     def overlapping(self, rect: Rect) -> list[tuple[int, Rect, Any]]:
         """Items whose rect shares at least one point with `rect`, in insertion order."""
-        if rect.empty or not self._items:
+        if rect.empty or self._cell is None:     # no cell yet: every item is empty
             return []
         items = self._items
         ranges = self._cell_ranges(rect)

@@ -58,7 +58,7 @@ def reference_steps(model, feeds, optimizer, steps=2):
     return records
 
 
-def test_machine(num_devices):
+def oracle_machine(num_devices):
     """Logical CPU devices, or, with SOAPFLOW_TEST_DEVICE=cuda, logical devices spread over
     the GPUs (the same tests then check GPU numerics against the CPU reference)."""
     if os.environ.get("SOAPFLOW_TEST_DEVICE") == "cuda":
@@ -68,7 +68,7 @@ def test_machine(num_devices):
 
 def parallel_steps(model, feeds, strategy, num_devices=4, optimizer=None, steps=2):
     model.step_count = 0
-    trainer = model.compile(test_machine(num_devices), strategy, optimizer)
+    trainer = model.compile(oracle_machine(num_devices), strategy, optimizer)
     records = []
     for _ in range(steps):
         loss = trainer.step(feeds)
