@@ -49,10 +49,16 @@ def main(argv=None) -> None:
     p.add_argument("--iterations", type=int, default=20)
     p.add_argument("--devices", type=int, default=1, help="logical devices (one process)")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--gpu", action="store_true", help="run on CUDA (logical devices share GPUs)")
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)
     mpi = launched_by_mpi()
-    machine = discover_machine() if mpi else Machine.local(a.devices)
+    if mpi:
+        machine = discover_machine(use_gpus=a.gpu)
+    elif a.gpu:
+        machine = Machine.local(a.devices, "cuda", num_gpus=torch.cuda.device_count())
+    else:
+        machine = Machine.local(a.devices)
     rank = 0
     if mpi:
         from mpi4py import MPI

@@ -3,6 +3,7 @@ run and plain PyTorch, messages equal the graph's copies, and failures end every
 import glob
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,7 +20,10 @@ from oracle import reference_steps  # noqa: E402
 from parallel_ops import SGD  # noqa: E402
 from taskrt import Machine  # noqa: E402
 
-MPIRUN = os.path.join(os.path.dirname(sys.executable), "mpirun")
+MPIRUN = os.environ.get("SOAPFLOW_MPIRUN") or (
+    os.path.join(os.path.dirname(sys.executable), "mpirun")
+    if os.path.exists(os.path.join(os.path.dirname(sys.executable), "mpirun"))
+    else shutil.which("mpirun") or "mpirun")
 
 
 def run_mpi(np_, args, timeout, env=None):
