@@ -1,0 +1,77 @@
+"""embedding: y[..., :] = table[indices[...], :], a lookup table like torch.nn.Embedding.
+
+Dims: n (sample: the first index axis), s1.. (attribute: other index axes such as
+sequence), d (parameter: embedding features, splits the table's columns), v (reduction:
+vocabulary rows, splits the table's rows). A v-part looks up only the indices in its row
+range and contributes zeros for the others, so the parts' outputs are partial sums that
+the runtime adds.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .errors import ShapeError
+from .model import Model, builder
+from .op import ATTRIBUTE, PARAMETER, REDUCTION, SAMPLE, Dim, Op
+from .tensor import Tensor
+
+
+class Embedding(Op):
+    type = "embedding"
+
+    def __init__(self, model: Model, indices: Tensor, num_embeddings: int, embedding_dim: int,
+                 name: str | None = None):
+        super().__init__(model.unique_name("embedding", name))
+        if indices.ndim < 1:
+            raise ShapeError(f"embedding '{self.name}': indices '{indices.name}' have shape "
+                             f"{indices.shape}; they need at least a batch axis.")
+        if not indices.dtype.startswith("int"):
+            raise ShapeError(f"embedding '{self.name}': indices '{indices.name}' must be an "
+                             f"integer tensor, not {indices.dtype}. Feed int64 token ids.")
+        if num_embeddings < 1 or embedding_dim < 1:
+            raise ShapeError(f"embedding '{self.name}': num_embeddings {num_embeddings} and "
+                             f"embedding_dim {embedding_dim} must both be positive.")
+        lead = indices.shape
+        self.params = {"num_embeddings": num_embeddings, "embedding_dim": embedding_dim}
+        self.inputs = [indices]
+        model.new_weight(self, "weight", (num_embeddings, embedding_dim))
+        model.new_tensor(self, (*lead, embedding_dim))
+        lead_labels = ("n",) + tuple(f"s{k}" for k in range(1, len(lead)))
+        self.dims = (Dim("n", SAMPLE, lead[0]),
+                     *(Dim(f"s{k}", ATTRIBUTE, lead[k]) for k in range(1, len(lead))),
+                     Dim("d", PARAMETER, embedding_dim), Dim("v", REDUCTION, num_embeddings))
+        self.labels = {"inputs": (lead_labels,), "weights": (("v", "d"),),
+                       "outputs": (lead_labels + ("d",),)}
+
+    def forward(self, spec, inputs, weights):
+        (idx,), (w,) = inputs, weights
+        v0, v1 = spec.weights[0].lo[0], spec.weights[0].hi[0]
+        vocab = self.params["num_embeddings"]
+        if (v0 == 0 and bool((idx < 0).any())) or (v1 == vocab and bool((idx >= vocab).any())):
+            raise IndexError(f"embedding '{self.name}': indices must lie in [0, {vocab}) "
+                             f"(got min {int(idx.min())}, max {int(idx.max())}). Check the "
+                             "vocabulary size given to model.embedding.")
+        if v0 == 0 and v1 == vocab:
+            return [F.embedding(idx, w)]
+        local = idx - v0
+        mine = (local >= 0) & (local < v1 - v0)
+        rows = F.embedding(local.clamp(0, v1 - v0 - 1), w)
+        return [torch.where(mine.unsqueeze(-1), rows, rows.new_zeros(()))]
+
+    def reference(self, inputs, weights):
+        return [F.embedding(inputs[0], weights[0])]
+
+    def init_weights(self, generator):
+        w = torch.empty(self.weights[0].shape)
+        torch.nn.init.normal_(w, generator=generator)
+        return [w]
+
+
+@builder
+def embedding(model: Model, indices: Tensor, num_embeddings: int, embedding_dim: int,
+              name: str | None = None) -> Tensor:
+    """Rows of a (num_embeddings, embedding_dim) table picked by integer `indices` of shape
+    (N, ...), giving (N, ..., embedding_dim); like torch.nn.Embedding(num_embeddings,
+    embedding_dim)(indices)."""
+    return model.add(Embedding(model, indices, num_embeddings, embedding_dim, name)).outputs[0]
