@@ -26,7 +26,7 @@ from collections import defaultdict
 from typing import Iterable, Mapping, Sequence
 
 from .errors import MappingError, PlanError, PrivilegeError
-from .geometry import Rect
+from .geometry import Rect, subtract_all
 from .launch import IndexLaunch
 from .machine import DefaultMapper, Machine, Mapper
 from .privilege import Privilege, RegionRequirement
@@ -371,7 +371,16 @@ class Planner:
         self._add(ReduceNode(nid, owner, region, rect, device, tuple(i for _, i in inputs)),
                   preds)
         st.retire_pending(rect)
-        st.set_only_holder(rect, (device,))
+        # Only where partial sums were added does `device` alone hold the result; the base
+        # elsewhere is unchanged (its holders stay valid), and elements with neither base nor
+        # partial sums stay unwritten, so reading them is still a PlanError.
+        summed = RectIndex()
+        for _, r, _ in contribs:
+            done = [q for _, q, _ in summed.overlapping(r)]
+            for piece in subtract_all(r.intersect(rect), done):
+                summed.add(piece, None)
+        for _, piece, _ in summed:
+            st.set_only_holder(piece, (device,))
 
     # -- result ----------------------------------------------------------------------------
     def finish(self) -> TaskGraph:

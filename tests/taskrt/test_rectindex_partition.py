@@ -1,0 +1,154 @@
+"""RectIndex against a brute-force scan, and Partition.blocks against torch.tensor_split."""
+from itertools import product
+
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+from taskrt import Partition, PartitionError, Rect, Region, block_bounds
+from taskrt.rectindex import RectIndex
+
+# -- RectIndex --------------------------------------------------------------------------------
+
+
+@st.composite
+def index_rects(draw, ndim):
+    """Rects of very different sizes (so cells shrink and rebuilds happen), big rects (more
+    than 64 cells: stored aside) and empty ones; negative coordinates included."""
+    kind = draw(st.sampled_from(["small", "medium", "big", "empty"]))
+    lo, hi = [], []
+    for _ in range(ndim):
+        a = draw(st.integers(-20, 60))
+        if kind == "small":
+            b = a + draw(st.integers(1, 3))
+        elif kind == "medium":
+            b = a + draw(st.integers(4, 16))
+        elif kind == "big":
+            b = a + draw(st.integers(30, 90))
+        else:
+            b = a - draw(st.integers(0, 3))
+        lo.append(a)
+        hi.append(b)
+    return Rect(tuple(lo), tuple(hi))
+
+
+@st.composite
+def index_ops(draw):
+    ndim = draw(st.integers(1, 3))
+    ops = draw(st.lists(st.tuples(st.sampled_from(["add", "add", "remove", "query"]),
+                                  index_rects(ndim), st.integers(0, 1000)),
+                        min_size=1, max_size=60))
+    return ops
+
+
+@settings(max_examples=200, deadline=None)
+@given(index_ops())
+def test_rectindex_equals_brute_force(ops):
+    index = RectIndex()
+    model: dict[int, tuple[Rect, object]] = {}        # insertion-ordered, like the index
+    for op, rect, k in ops:
+        if op == "add":
+            value = ("v", k)
+            i = index.add(rect, value)
+            assert i not in model
+            model[i] = (rect, value)
+        elif op == "remove" and model:
+            i = list(model)[k % len(model)]
+            index.remove(i)
+            del model[i]
+        # Every step: a query (the drawn rect) must equal a scan of the model, in order.
+        want = [(i, r, v) for i, (r, v) in model.items() if r.overlaps(rect)]
+        assert index.overlapping(rect) == want
+        assert len(index) == len(model)
+        assert sorted((i, r, v) for i, r, v in index) == sorted(
+            (i, r, v) for i, (r, v) in model.items())
+    for i, (r, v) in model.items():
+        assert index.get(i) == (r, v)
+
+
+def test_rectindex_empty_items_regressions():
+    # Only empty items inserted: no grid yet, a query must simply find nothing.
+    ix = RectIndex()
+    ix.add(Rect((4,), (4,)), "e")
+    assert ix.overlapping(Rect((0,), (8,))) == []
+    # An empty item that a later rebuild must not put into the grid (it could not be removed).
+    ix = RectIndex()
+    e = ix.add(Rect((4,), (4,)), "e")
+    ix.add(Rect((0,), (8,)), "x")
+    ix.add(Rect((8,), (16,)), "y")
+    ix.remove(e)
+    assert [v for _, _, v in ix.overlapping(Rect((0,), (1,)))] == ["x"]
+
+
+def test_rectindex_does_not_scan_everything():
+    """Disjoint parts of one partition: a query touches O(1) cells, not every item."""
+    ix = RectIndex()
+    for i in range(10_000):
+        ix.add(Rect((i * 4,), (i * 4 + 4,)), i)
+    assert len(ix._grid) == 10_000 and not ix._big
+    assert [v for _, _, v in ix.overlapping(Rect((401,), (409,)))] == [100, 101, 102]
+
+
+# -- Partition --------------------------------------------------------------------------------
+
+
+@settings(max_examples=120, deadline=None)
+@given(st.data())
+def test_blocks_match_tensor_split(data):
+    ndim = data.draw(st.integers(1, 3))
+    shape = tuple(data.draw(st.integers(1, 9)) for _ in range(ndim))
+    degrees = tuple(data.draw(st.integers(1, s)) for s in shape)
+    region = Region("x", shape)
+    part = Partition.blocks(region, degrees)
+    x = torch.arange(region.rect.volume).reshape(shape)
+    want = {(): x}
+    for d, deg in enumerate(degrees):          # split dimension by dimension, colors row-major
+        want = {c + (k,): piece for c, t in want.items()
+                for k, piece in enumerate(torch.tensor_split(t, deg, dim=d))}
+    assert [c for c, _ in part] == list(product(*(range(d) for d in degrees)))
+    assert len(part) == len(want)
+    for color, rect in part:
+        assert torch.equal(x[rect.slices_within(region.rect)], want[color]), (color, rect)
+        assert part[color] == rect
+    assert part.disjoint and part.complete
+
+
+@pytest.mark.parametrize("extent,degree", [(10, 3), (7, 7), (5, 1), (9, 4)])
+def test_block_bounds_balanced(extent, degree):
+    sizes = [block_bounds(extent, degree, i) for i in range(degree)]
+    assert sizes[0][0] == 0 and sizes[-1][1] == extent
+    assert all(a[1] == b[0] for a, b in zip(sizes, sizes[1:]))
+    lengths = [h - l for l, h in sizes]
+    assert max(lengths) - min(lengths) <= 1 and lengths == sorted(lengths, reverse=True)
+
+
+def test_blocks_refuse_bad_degrees():
+    region = Region("x", (4, 6))
+    with pytest.raises(PartitionError, match=r"Partition of 'x': degree 5 on dimension 0 of "
+                                             r"extent 4 would leave empty parts. Use a degree "
+                                             r"between 1 and 4"):
+        Partition.blocks(region, (5, 1))
+    with pytest.raises(PartitionError, match=r"degree 0 on dimension 1 of extent 6"):
+        Partition.blocks(region, (1, 0))
+    with pytest.raises(PartitionError, match=r"1 degrees \(2,\) for a 2-d region \(4, 6\)"):
+        Partition.blocks(region, (2,))
+
+
+def test_explicit_partitions_and_lookup_errors():
+    region = Region("x", (8,))
+    halo = Partition.explicit(region, {(0,): Rect((0,), (5,)), (1,): Rect((3,), (8,))})
+    assert not halo.disjoint and not halo.complete
+    assert halo[(1,)] == Rect((3,), (8,))
+    with pytest.raises(PartitionError, match=r"part \(1,\) = \[3:9\] is not inside the region "
+                                             r"\[0:8\]"):
+        Partition.explicit(region, {(0,): Rect((0,), (5,)), (1,): Rect((3,), (9,))})
+    with pytest.raises(PartitionError, match=r"no part with color \(2,\)"):
+        halo[(2,)]
+
+
+def test_region_validation():
+    with pytest.raises(PartitionError, match=r"Region 'w': unknown dtype 'float128'"):
+        Region("w", (2,), "float128")
+    with pytest.raises(PartitionError, match=r"shape \(2, -1\) must be non-negative"):
+        Region("w", (2, -1))
+    assert Region("w", (2, 3), "float64").nbytes() == 48
