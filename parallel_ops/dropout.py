@@ -1,0 +1,100 @@
+"""dropout: zero elements with probability p and scale the rest by 1/(1-p) while training.
+
+Dims: n (sample: axis 0) and a1, a2, ... (attribute: every other axis). The mask does not
+come from torch's RNG, which would make it depend on the split and on the device: element
+i of the tensor is kept when a counter-based hash of (model seed, model.step_count, the
+op's name, i) is at least p * 2**32. Every part hashes its own global indices, so all
+splits, devices and ranks see one mask, and each step draws a new one. Compiled with
+training=False the op is the identity. The reference applies the same mask function to the
+whole tensor: it cannot match torch's own dropout, whose mask comes from the global RNG;
+it matches F.dropout's formula (x * mask * (1 / (1 - p))), not its draw.
+"""
+from __future__ import annotations
+
+import zlib
+
+import torch
+
+from taskrt.geometry import Rect
+
+from .elementwise import axis_dims, axis_names
+from .errors import ShapeError
+from .model import Model, builder
+from .op import Op
+from .tensor import Tensor
+
+_M32 = 0xFFFFFFFF
+
+
+def _mul32(x, c: int):
+    """x * c mod 2**32 for 32-bit x and c, without overflowing int64."""
+    return (x * (c & 0xFFFF) + (((x * (c >> 16)) & 0xFFFF) << 16)) & _M32
+
+
+def _mix32(x):
+    """Wellons' lowbias32, a bijective 32-bit hash (on ints or int64 tensors)."""
+    x = x ^ (x >> 16)
+    x = _mul32(x, 0x7FEB352D)
+    x = x ^ (x >> 15)
+    x = _mul32(x, 0x846CA68B)
+    return x ^ (x >> 16)
+
+
+def keep_mask(seed: int, step: int, name: str, p: float, shape, rect: Rect,
+              device=None) -> torch.Tensor:
+    """The keep mask (bool) of `rect` of a tensor of `shape` at this step."""
+    key = 0
+    for word in (seed & _M32, (seed >> 32) & _M32, step & _M32, zlib.crc32(name.encode())):
+        key = _mix32(key ^ word)
+    index = torch.zeros((), dtype=torch.int64, device=device)
+    stride = 1
+    for axis in reversed(range(len(shape))):
+        view = [1] * len(shape)
+        view[axis] = -1
+        index = index + (torch.arange(rect.lo[axis], rect.hi[axis], dtype=torch.int64,
+                                      device=device) * stride).view(view)
+        stride *= shape[axis]
+    h = _mix32(_mix32((index & _M32) ^ key) ^ (index >> 32))
+    return h >= round(p * 2 ** 32)
+
+
+class Dropout(Op):
+    type = "dropout"
+
+    def __init__(self, model: Model, x: Tensor, p: float, name: str | None = None):
+        super().__init__(model.unique_name("dropout", name))
+        if not 0.0 <= p <= 1.0:
+            raise ShapeError(f"dropout '{self.name}': p={p} is not a probability. Use "
+                             "0 <= p <= 1.")
+        if x.ndim < 1:
+            raise ShapeError(f"dropout '{self.name}': input '{x.name}' is a scalar; it needs "
+                             "at least a batch axis.")
+        self.model = model
+        self.params = {"p": p}
+        self.inputs = [x]
+        model.new_tensor(self, x.shape, x.dtype)
+        names = axis_names(x.ndim)
+        self.dims = axis_dims(x.shape)
+        self.labels = {"inputs": (names,), "weights": (), "outputs": (names,)}
+
+    def _apply(self, x: torch.Tensor, rect: Rect) -> torch.Tensor:
+        p = self.params["p"]
+        if not self.training or p == 0.0:
+            return x
+        mask = keep_mask(self.model.seed, self.model.step_count, self.name, p,
+                         self.inputs[0].shape, rect, x.device)
+        return x * mask * (0.0 if p == 1.0 else 1.0 / (1.0 - p))
+
+    def forward(self, spec, inputs, weights):
+        return [self._apply(inputs[0], spec.outputs[0])]
+
+    def reference(self, inputs, weights):
+        """The same hash mask applied to the whole tensor (see the module docstring)."""
+        x = inputs[0]
+        return [self._apply(x, Rect.from_shape(x.shape))]
+
+
+@builder
+def dropout(model: Model, x: Tensor, p: float = 0.5, name: str | None = None) -> Tensor:
+    """Like torch.nn.functional.dropout(x, p, training) but with a split-independent mask."""
+    return model.add(Dropout(model, x, p, name)).outputs[0]

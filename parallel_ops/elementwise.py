@@ -1,0 +1,125 @@
+"""Elementwise operators: relu, gelu, tanh, sigmoid (one input), add and multiply (two).
+
+Dims: n (sample: axis 0) and a1, a2, ... (attribute: every other axis, named by its
+position). A part reads the same block of every input as it writes. The second input of
+add/multiply may also be a per-feature tensor whose shape equals the first input's trailing
+axes (like a bias, e.g. (F,) against (N, S, F)): it is labelled by those axes' dims, so a
+part reads its block of it and the runtime sums its gradient parts over the other splits.
+Other broadcasts are refused. `axis_dims` is shared with the dropout and shape operators.
+The add builder is `model.elementwise_add`, since `Model.add` registers operators.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from .errors import ShapeError
+from .model import Model, builder
+from .op import ATTRIBUTE, SAMPLE, Dim, Op
+from .tensor import Tensor
+
+
+def axis_names(ndim: int) -> tuple[str, ...]:
+    """Dim names of a tensor's axes: ('n', 'a1', 'a2', ...)."""
+    return ("n",) + tuple(f"a{k}" for k in range(1, ndim))
+
+
+def axis_dims(shape) -> tuple[Dim, ...]:
+    """One dim per axis: n (sample) for axis 0, a<k> (attribute) for axis k."""
+    return tuple(Dim(name, SAMPLE if k == 0 else ATTRIBUTE, ext)
+                 for k, (name, ext) in enumerate(zip(axis_names(len(shape)), shape)))
+
+
+# type -> the torch function; a part applies it to its blocks, the oracle to whole tensors.
+_FUNCTIONS: dict[str, Callable] = {
+    "relu": F.relu,
+    "gelu": F.gelu,
+    "tanh": torch.tanh,
+    "sigmoid": torch.sigmoid,
+    "add": torch.add,
+    "multiply": torch.mul,
+}
+
+
+class Elementwise(Op):
+    """y = f(x) or y = f(a, b), computed part by part on equal blocks."""
+
+    def __init__(self, model: Model, type: str, inputs: list[Tensor], name: str | None = None,
+                 **params):
+        super().__init__(model.unique_name(type, name))
+        self.type = type
+        self.params = params
+        x = inputs[0]
+        if x.ndim < 1:
+            raise ShapeError(f"{type} '{self.name}': input '{x.name}' is a scalar; it needs "
+                             "at least a batch axis.")
+        names = axis_names(x.ndim)
+        labels = [names]
+        for other in inputs[1:]:
+            if other.dtype != x.dtype:
+                raise ShapeError(f"{type} '{self.name}': inputs '{x.name}' ({x.dtype}) and "
+                                 f"'{other.name}' ({other.dtype}) have different dtypes. "
+                                 "Give tensors of one dtype.")
+            k = other.ndim
+            if not 1 <= k <= x.ndim or tuple(other.shape) != tuple(x.shape[x.ndim - k:]):
+                raise ShapeError(f"{type} '{self.name}': shapes {x.shape} of '{x.name}' and "
+                                 f"{other.shape} of '{other.name}' do not match. Give the "
+                                 "second tensor the first's shape or its trailing axes "
+                                 f"(e.g. {x.shape[-1:]} for a per-feature tensor).")
+            labels.append(names[x.ndim - k:])
+        # A tensor given twice (x * x) is one input: one point may not reduce into the
+        # same gradient rect through two requirements.
+        self.inputs = list(dict.fromkeys(inputs))
+        self.args = tuple(self.inputs.index(t) for t in inputs)
+        model.new_tensor(self, x.shape, x.dtype)
+        self.dims = axis_dims(x.shape)
+        self.labels = {"inputs": tuple(labels[self.args.index(k)]
+                                       for k in range(len(self.inputs))),
+                       "weights": (), "outputs": (names,)}
+
+    def forward(self, spec, inputs, weights):
+        return [_FUNCTIONS[self.type](*(inputs[k] for k in self.args), **self.params)]
+
+    def reference(self, inputs, weights):
+        return [_FUNCTIONS[self.type](*(inputs[k] for k in self.args), **self.params)]
+
+
+@builder
+def relu(model: Model, x: Tensor, name: str | None = None) -> Tensor:
+    """max(x, 0), like torch.relu(x)."""
+    return model.add(Elementwise(model, "relu", [x], name)).outputs[0]
+
+
+@builder
+def gelu(model: Model, x: Tensor, approximate: str = "none", name: str | None = None) -> Tensor:
+    """GELU, like torch.nn.functional.gelu(x, approximate=approximate) ('none' or 'tanh')."""
+    if approximate not in ("none", "tanh"):
+        raise ShapeError(f"gelu: approximate={approximate!r} is not supported. Use 'none' "
+                         "or 'tanh'.")
+    return model.add(Elementwise(model, "gelu", [x], name, approximate=approximate)).outputs[0]
+
+
+@builder
+def tanh(model: Model, x: Tensor, name: str | None = None) -> Tensor:
+    """Hyperbolic tangent, like torch.tanh(x)."""
+    return model.add(Elementwise(model, "tanh", [x], name)).outputs[0]
+
+
+@builder
+def sigmoid(model: Model, x: Tensor, name: str | None = None) -> Tensor:
+    """Logistic sigmoid, like torch.sigmoid(x)."""
+    return model.add(Elementwise(model, "sigmoid", [x], name)).outputs[0]
+
+
+@builder
+def elementwise_add(model: Model, a: Tensor, b: Tensor, name: str | None = None) -> Tensor:
+    """a + b, like torch.add(a, b); b has a's shape or its trailing axes."""
+    return model.add(Elementwise(model, "add", [a, b], name)).outputs[0]
+
+
+@builder
+def multiply(model: Model, a: Tensor, b: Tensor, name: str | None = None) -> Tensor:
+    """a * b, like torch.mul(a, b); b has a's shape or its trailing axes."""
+    return model.add(Elementwise(model, "multiply", [a, b], name)).outputs[0]

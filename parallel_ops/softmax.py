@@ -1,0 +1,111 @@
+"""softmax over the last axis, which may be split; and the two-launch row-statistics
+lowering it shares with layernorm.
+
+Dims: n (sample), s1.. (attribute: other leading axes), c (attribute: the softmax axis).
+`row_stat_stages` lowers an op that normalizes rows of x over a split last axis to
+  stats      part k writes statistics of its piece of each row, (m_k, s_k) here, into
+             column k of `<name>.stats` (shape (..., C, 2); columns 0..Kc-1 are used);
+  normalize  each part reads the Kc columns of its rows, combines them and writes its block.
+Softmax keeps m_k = the piece's max and s_k = sum(exp(x - m_k)); normalize takes
+m = max(m_k), s = sum(s_k * exp(m_k - m)) and y = exp(x - m) / s. The maxima only shift
+the exponent (y is the same function of x for any constants m_k, m), so they are detached
+and autograd through both stages gives the exact softmax gradient. One launch of combined
+statistics replaces a max launch followed by a sum launch.
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import torch
+
+from taskrt.geometry import Rect
+from taskrt.region import block_bounds
+
+from .errors import ShapeError
+from .model import Model, builder
+from .op import ATTRIBUTE, SAMPLE, Dim, Op, PartSpec, Stage
+from .tensor import Tensor
+
+
+def row_dims(op_desc: str, x: Tensor, last: str, last_kind: str) -> tuple[Dim, ...]:
+    """n (sample), s1.. (attribute), then `last` over the last axis of x."""
+    if x.ndim < 2:
+        raise ShapeError(f"{op_desc}: input '{x.name}' has shape {x.shape}; it needs a "
+                         "batch axis and a feature axis.")
+    *lead, feat = x.shape
+    return (Dim("n", SAMPLE, lead[0]),
+            *(Dim(f"s{k}", ATTRIBUTE, lead[k]) for k in range(1, len(lead))),
+            Dim(last, last_kind, feat))
+
+
+def row_stat_stages(op: Op, x: Tensor, y: Tensor, stats_fwd: Callable, norm_fwd: Callable,
+                    weights: Sequence[Tensor] = ()) -> list[Stage]:
+    """The stats and normalize stages of `op` (dims from row_dims) computing y from x."""
+    # norm_fwd gets the sizes of a row's Kc pieces as spec.info; weights split with the
+    # last dim.
+    *lead, feat = x.shape
+    stats = Tensor(f"{op.name}.stats", (*lead, feat, 2), x.dtype, producer=op,
+                   requires_grad=x.requires_grad)
+    kc = len(op.dims) - 1
+    row_labels = tuple(d.name for d in op.dims[:-1])
+    x_labels = row_labels + (op.dims[-1].name,)
+
+    def stats_part(stage, degrees, color):
+        rg = stage.ranges(degrees, color)
+        rows, k = stage.rect_for(lead, row_labels, rg), color[kc]
+        return PartSpec((stage.rect_for(x.shape, x_labels, rg),), (),
+                        (Rect(rows.lo + (k, 0), rows.hi + (k + 1, 2)),))
+
+    def norm_part(stage, degrees, color):
+        rg = stage.ranges(degrees, color)
+        rows, block = stage.rect_for(lead, row_labels, rg), stage.rect_for(x.shape, x_labels, rg)
+        sizes = tuple(hi - lo for lo, hi in (block_bounds(feat, degrees[kc], k)
+                                             for k in range(degrees[kc])))
+        return PartSpec((block, Rect(rows.lo + (0, 0), rows.hi + (degrees[kc], 2))),
+                        tuple(stage.rect_for(w.shape, x_labels[-1:], rg) for w in weights),
+                        (block,), info=sizes)
+
+    return [Stage(op, "stats", [x], [stats], stats_fwd, part=stats_part),
+            Stage(op, "normalize", [x, stats], [y], norm_fwd, weights=weights, part=norm_part)]
+
+
+def _softmax_stats(spec, inputs, weights):
+    (x,) = inputs
+    m = x.detach().amax(dim=-1, keepdim=True)
+    return [torch.stack([m, torch.exp(x - m).sum(dim=-1, keepdim=True)], dim=-1)]
+
+
+def _softmax_normalize(spec, inputs, weights):
+    x, stats = inputs
+    mk, sk = stats[..., 0].detach(), stats[..., 1]
+    m = mk.amax(dim=-1, keepdim=True)
+    s = (sk * torch.exp(mk - m)).sum(dim=-1, keepdim=True)
+    return [torch.exp(x - m) / s]
+
+
+class Softmax(Op):
+    type = "softmax"
+
+    def __init__(self, model: Model, x: Tensor, dim: int = -1, name: str | None = None):
+        super().__init__(model.unique_name("softmax", name))
+        if dim not in (-1, x.ndim - 1):
+            raise ShapeError(f"softmax '{self.name}': dim {dim} of '{x.name}' {x.shape} is "
+                             "not the last axis; only the last axis is supported. Move it "
+                             "last with model.transpose first.")
+        self.dims = row_dims(f"softmax '{self.name}'", x, "c", ATTRIBUTE)
+        self.params = {"classes": x.shape[-1]}
+        self.inputs = [x]
+        y = model.new_tensor(self, x.shape, x.dtype)
+        self._stages = row_stat_stages(self, x, y, _softmax_stats, _softmax_normalize)
+
+    def stages(self):
+        return self._stages
+
+    def reference(self, inputs, weights):
+        return [torch.softmax(inputs[0], dim=-1)]
+
+
+@builder
+def softmax(model: Model, x: Tensor, dim: int = -1, name: str | None = None) -> Tensor:
+    """Softmax over the last axis, like torch.softmax(x, dim=-1)."""
+    return model.add(Softmax(model, x, dim, name)).outputs[0]
