@@ -156,12 +156,12 @@ def lstm(model: Model, x: Tensor, hidden_size: int, num_layers: int = 1, state=N
     gives each layer's initial (h0, c0), each (N, H); with return_state=True the result is
     (output, [(h_n, c_n) per layer]), like torch's (output, (h_n, c_n)) unstacked.
     """
-    if num_layers < 1:
-        raise ShapeError(f"lstm '{name}': num_layers {num_layers} must be at least 1.")
-    if state is not None and len(state) != num_layers:
-        raise ShapeError(f"lstm '{name}': state gives {len(state)} (h0, c0) pairs for "
-                         f"{num_layers} layers; give one pair per layer.")
     base = model.unique_name("lstm", name)
+    if num_layers < 1:
+        raise ShapeError(f"lstm '{base}': num_layers {num_layers} must be at least 1.")
+    if state is not None and len(state) != num_layers:
+        raise ShapeError(f"lstm '{base}': state gives {len(state)} (h0, c0) pairs for "
+                         f"{num_layers} layers; give one pair per layer.")
     out, finals = x, []
     for k in range(num_layers):
         h0, c0 = state[k] if state is not None else (None, None)

@@ -111,5 +111,8 @@ def test_shape_errors():
         m.lstm(x, 5, state=[(h0, h0)], name="r")
     with pytest.raises(ShapeError, match="give both initial states h0 and c0, or neither"):
         m.lstm(x, 6, state=[(h0, None)], name="r")
-    with pytest.raises(ShapeError, match=r"state gives 1 \(h0, c0\) pairs for 2 layers"):
+    with pytest.raises(ShapeError, match=r"lstm 'r': state gives 1 \(h0, c0\) pairs for 2 "
+                                         "layers"):
         m.lstm(x, 6, num_layers=2, state=[(h0, h0)], name="r")
+    with pytest.raises(ShapeError, match=r"lstm 'lstm_0': num_layers 0 must be at least 1"):
+        m.lstm(x, 6, num_layers=0)
