@@ -11,7 +11,7 @@ from .op import ATTRIBUTE, PARAMETER, REDUCTION, SAMPLE, Dim, Op, PartSpec, Stag
 from .optim import SGD, Adam
 from .tensor import Tensor, Weight
 from .trainer import Trainer
-from . import linear, loss  # noqa: F401  (attach builders)
+from . import linear, loss, elementwise, dropout, shape, softmax, layernorm  # noqa: F401
 
 __all__ = ["ParallelConfig", "data_parallel", "validate", "ConfigError", "OperatorError",
            "ShapeError", "Lowered", "lower", "Model", "builder", "ATTRIBUTE", "PARAMETER",

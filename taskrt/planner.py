@@ -236,14 +236,15 @@ class Planner:
         return points
 
     def _check_interference(self, launch: IndexLaunch, points) -> None:
-        """Points of one launch may share a rect only when both read or both reduce, or, in a
+        """Requirements of one launch may share a rect only when both read or both reduce
+        (also within one point: a tensor used twice gets two gradient contributions), or, in a
         launch of replicas, when they write the same rect on different devices."""
         seen: dict[str, RectIndex] = defaultdict(RectIndex)
         for color, device, reqs in points:
             for k, req in enumerate(reqs):
                 for _, r, (c2, d2, p2) in seen[req.region.name].overlapping(req.rect):
                     p1 = req.privilege
-                    if (p1 is _R and p2 is _R) or (p1 is _RED and p2 is _RED and c2 != color):
+                    if (p1 is _R and p2 is _R) or (p1 is _RED and p2 is _RED):
                         continue
                     if launch.replicas and c2 != color and d2 != device and r == req.rect \
                             and p1 is p2:
