@@ -11,7 +11,8 @@ from .op import ATTRIBUTE, PARAMETER, REDUCTION, SAMPLE, Dim, Op, PartSpec, Stag
 from .optim import SGD, Adam
 from .tensor import Tensor, Weight
 from .trainer import Trainer
-from . import linear, loss, elementwise, dropout, shape, softmax, layernorm  # noqa: F401
+from . import (linear, loss, elementwise, dropout, shape, softmax, layernorm,  # noqa: F401
+               embedding, matmul, attention, lstm, seq_attention)
 
 __all__ = ["ParallelConfig", "data_parallel", "validate", "ConfigError", "OperatorError",
            "ShapeError", "Lowered", "lower", "Model", "builder", "ATTRIBUTE", "PARAMETER",

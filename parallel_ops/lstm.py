@@ -73,10 +73,9 @@ class LSTM(Op):
         for t in range(steps):
             ins = self.inputs[:] if t == 0 else [x, hidden, cell]
             outs = [y] + ([hidden, cell] if t < steps - 1 else finals)
-            stage = Stage(self, f"step{t}", ins, outs, self._step, weights=self.weights,
-                          part=self._step_part(t))
-            stage.type = "lstm.step"    # one cost key: every step does the same work
-            self._stages.append(stage)
+            self._stages.append(Stage(self, f"step{t}", ins, outs, self._step,
+                                      weights=self.weights, part=self._step_part(t),
+                                      type="lstm.step"))   # every step does the same work
 
     def stages(self):
         return self._stages

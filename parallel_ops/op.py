@@ -165,10 +165,11 @@ class Stage(Op):
 
     def __init__(self, parent: Op, tag: str, inputs, outputs, forward, weights=(),
                  labels=None, kinds: dict | None = None, part=None,
-                 differentiable: bool = True, replicated: bool = False):
+                 differentiable: bool = True, replicated: bool = False,
+                 type: str | None = None):
         super().__init__(f"{parent.name}/{tag}")
         self.parent = parent
-        self.type = f"{parent.type}.{tag}"
+        self.type = type or f"{parent.type}.{tag}"   # the cost-model key; equal work, equal type
         self.inputs, self.weights, self.outputs = list(inputs), list(weights), list(outputs)
         kinds = kinds or {}
         self.dims = tuple(Dim(d.name, kinds.get(d.name, d.kind), d.extent) for d in parent.dims)
