@@ -1,0 +1,185 @@
+"""conv2d: 2-d convolution of NCHW tensors with zero padding, equal to torch.nn.Conv2d.
+
+Dims: n (sample), c (parameter: output channels; splits the weight's rows and the bias),
+h, w (attribute: output height and width), ci (reduction: input channels within a group,
+the weight's second axis; parts produce partial sums and only the ci=0 part adds the bias).
+
+A part reads the input rows and columns its output rows and columns need (halos), and
+padding applies only at the global borders: part() puts each part's own padding in
+spec.info and forward pads explicitly before calling F.conv2d with padding=0. With
+groups > 1 every split stays exact: a part whose output channels span several groups
+reads, for each spanned group, that group's input channels in its ci range, and runs one
+grouped convolution over the spanned groups with its weight rows padded by zeros to whole
+groups (at most one partial group at each end).
+
+This module also owns the window geometry pooling shares: `pair`, `out_size`, `halo`.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from taskrt.geometry import Rect
+
+from .errors import ShapeError
+from .model import Model, builder
+from .op import ATTRIBUTE, PARAMETER, REDUCTION, SAMPLE, Dim, Op, PartSpec
+from .tensor import Tensor
+
+
+def pair(where: str, what: str, value, minimum: int) -> tuple[int, int]:
+    """(a, b) from an int or a pair of ints, each at least `minimum`."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        v = (value, value)
+    elif isinstance(value, (tuple, list)) and len(value) == 2:
+        v = tuple(value)
+    else:
+        v = None
+    if v is None or not all(isinstance(k, int) and not isinstance(k, bool) for k in v) \
+            or min(v) < minimum:
+        m = max(minimum, 1)
+        raise ShapeError(f"{where}: {what} {value!r} is not an int or a pair of ints "
+                         f">= {minimum}. Give e.g. {what}={m} or ({m}, {m}).")
+    return v
+
+
+def out_size(size: int, kernel: int, stride: int, padding: int, dilation: int = 1) -> int:
+    """Output length of a sliding window (floor mode), as PyTorch computes it."""
+    return (size + 2 * padding - dilation * (kernel - 1) - 1) // stride + 1
+
+
+def halo(out_lo: int, out_hi: int, size: int, kernel: int, stride: int, padding: int,
+         dilation: int = 1) -> tuple[int, int, int, int]:
+    """Input range [lo, hi) that outputs [out_lo, out_hi) read, and the zero rows to add
+    before and after it (the part of their windows in the global padding)."""
+    lo_raw = out_lo * stride - padding
+    hi_raw = (out_hi - 1) * stride - padding + dilation * (kernel - 1) + 1
+    lo = min(max(lo_raw, 0), size)
+    hi = max(min(hi_raw, size), lo)
+    if hi == lo:                     # every window lies in the padding
+        return lo, lo, hi_raw - lo_raw, 0
+    return lo, hi, lo - lo_raw, hi_raw - hi
+
+
+@dataclass(frozen=True)
+class ConvPart:
+    """Per-part facts forward needs (kept in PartSpec.info)."""
+    pad: tuple[int, int, int, int]   # F.pad order: left, right, top, bottom
+    span: int                        # groups the part's output channels touch
+    front: int                       # zero weight rows before the part's rows (span > 1)
+    back: int                        # zero weight rows after them
+    group_in: int                    # input channels per group when the part must pick
+    #                                  its ci range out of each spanned group, else 0
+
+
+class Conv2d(Op):
+    type = "conv2d"
+
+    def __init__(self, model: Model, x: Tensor, out_channels: int, kernel_size, stride=1,
+                 padding=0, dilation=1, groups: int = 1, bias: bool = True,
+                 name: str | None = None):
+        super().__init__(model.unique_name("conv2d", name))
+        where = f"conv2d '{self.name}'"
+        if x.ndim != 4:
+            raise ShapeError(f"{where}: input '{x.name}' has shape {x.shape}; it needs 4 axes "
+                             "(N, C, H, W). Add a batch axis or reshape the input.")
+        n, cin, h, w = x.shape
+        k = pair(where, "kernel_size", kernel_size, 1)
+        s = pair(where, "stride", stride, 1)
+        p = pair(where, "padding", padding, 0)
+        d = pair(where, "dilation", dilation, 1)
+        if not isinstance(out_channels, int) or out_channels < 1:
+            raise ShapeError(f"{where}: out_channels {out_channels!r} must be a positive int.")
+        if not isinstance(groups, int) or groups < 1 or cin % groups or out_channels % groups:
+            raise ShapeError(f"{where}: groups {groups!r} must divide both the input channels "
+                             f"({cin}) and out_channels ({out_channels}). Use a common "
+                             f"divisor such as {math.gcd(cin, out_channels)} or 1.")
+        oh, ow = (out_size(h, k[0], s[0], p[0], d[0]), out_size(w, k[1], s[1], p[1], d[1]))
+        if oh < 1 or ow < 1:
+            raise ShapeError(f"{where}: kernel {k} with dilation {d} and padding {p} does not "
+                             f"fit input '{x.name}' of spatial size {(h, w)} (output size "
+                             f"{(oh, ow)}). Use a smaller kernel or dilation, or more padding.")
+        self.params = {"in_channels": cin, "out_channels": out_channels, "kernel_size": k,
+                       "stride": s, "padding": p, "dilation": d, "groups": groups,
+                       "bias": bias}
+        self.inputs = [x]
+        model.new_weight(self, "weight", (out_channels, cin // groups, *k))
+        if bias:
+            model.new_weight(self, "bias", (out_channels,))
+        model.new_tensor(self, (n, out_channels, oh, ow))
+        self.dims = (Dim("n", SAMPLE, n), Dim("c", PARAMETER, out_channels),
+                     Dim("h", ATTRIBUTE, oh), Dim("w", ATTRIBUTE, ow),
+                     Dim("ci", REDUCTION, cin // groups))
+        self.labels = None           # halos and groups: part() gives every rect
+
+    def part(self, degrees, color) -> PartSpec:
+        """Rects of one part: the output block, its input halo, its weight rows and columns."""
+        rg = self.ranges(degrees, color)
+        (n0, n1), (c0, c1), (h0, h1), (w0, w1), (j0, j1) = (rg[d.name] for d in self.dims)
+        pr = self.params
+        (kh, kw), (sh, sw), (ph, pw), (dh, dw) = (pr["kernel_size"], pr["stride"],
+                                                  pr["padding"], pr["dilation"])
+        _, cin, h, w = self.inputs[0].shape
+        cg, og = cin // pr["groups"], pr["out_channels"] // pr["groups"]
+        glo, ghi = c0 // og, (c1 - 1) // og
+        span = ghi - glo + 1
+        r0, r1, top, bottom = halo(h0, h1, h, kh, sh, ph, dh)
+        q0, q1, left, right = halo(w0, w1, w, kw, sw, pw, dw)
+        x = Rect((n0, glo * cg + j0, r0, q0), (n1, ghi * cg + j1, r1, q1))
+        weights = (Rect((c0, j0, 0, 0), (c1, j1, kh, kw)),)
+        if pr["bias"]:
+            first = color[-1] == 0                      # bias only in the first ci-part
+            weights += (Rect((c0,), (c1,)) if first else Rect((0,), (0,)),)
+        info = ConvPart((left, right, top, bottom), span,
+                        c0 - glo * og if span > 1 else 0,
+                        (ghi + 1) * og - c1 if span > 1 else 0,
+                        cg if span > 1 and j1 - j0 < cg else 0)
+        y = Rect((n0, c0, h0, w0), (n1, c1, h1, w1))
+        return PartSpec((x,), weights, (y,), degrees[-1] > 1, info)
+
+    def forward(self, spec, inputs, weights):
+        x = inputs[0]
+        w, b = (weights + [None])[:2]
+        info: ConvPart = spec.info
+        if x is None:                # every row or column this part reads is padding
+            x = w.new_zeros(spec.inputs[0].shape)
+        if any(info.pad):
+            x = F.pad(x, info.pad)
+        if info.group_in:            # keep each spanned group's ci range
+            jn, gi = w.shape[1], info.group_in
+            x = torch.cat([x[:, t * gi:t * gi + jn] for t in range(info.span)], 1)
+        if info.span > 1:
+            w = F.pad(w, (0, 0, 0, 0, 0, 0, info.front, info.back))
+            b = None if b is None else F.pad(b, (info.front, info.back))
+        pr = self.params
+        y = F.conv2d(x, w, b, pr["stride"], 0, pr["dilation"], info.span)
+        if info.span > 1:
+            y = y[:, info.front:y.shape[1] - info.back]
+        return [y]
+
+    def reference(self, inputs, weights):
+        pr = self.params
+        return [F.conv2d(inputs[0], weights[0], weights[1] if len(weights) > 1 else None,
+                         pr["stride"], pr["padding"], pr["dilation"], pr["groups"])]
+
+    def init_weights(self, generator):
+        shape = self.weights[0].shape
+        w = torch.empty(shape)
+        torch.nn.init.kaiming_uniform_(w, a=math.sqrt(5), generator=generator)
+        if not self.params["bias"]:
+            return [w]
+        fan_in = shape[1] * shape[2] * shape[3]
+        bound = 1 / math.sqrt(fan_in)
+        return [w, torch.empty(shape[0]).uniform_(-bound, bound, generator=generator)]
+
+
+@builder
+def conv2d(model: Model, x: Tensor, out_channels: int, kernel_size, stride=1, padding=0,
+           dilation=1, groups: int = 1, bias: bool = True, name: str | None = None) -> Tensor:
+    """2-d convolution, like torch.nn.Conv2d(x.shape[1], out_channels, kernel_size, stride,
+    padding, dilation, groups, bias)."""
+    return model.add(Conv2d(model, x, out_channels, kernel_size, stride, padding, dilation,
+                            groups, bias, name)).outputs[0]

@@ -1,0 +1,233 @@
+"""2-d pooling of NCHW tensors: max, average and adaptive average (no weights).
+
+Dims of every pooling op: n (sample), c (attribute: channels), h, w (attribute: output
+height and width). A part reads the input rows and columns its output windows cover
+(halos); padding applies only at the global borders, so part() gives each part its own
+padding and forward pads explicitly: with -inf for max pooling, with zeros for average
+pooling, whose divisor is then set per output element exactly as PyTorch's
+count_include_pad defines it (the whole window, or only its positions inside the input).
+Adaptive average pooling takes its windows from global indices (rows
+floor(i*H/oh) .. ceil((i+1)*H/oh)), so a part reads exactly the rows its outputs need.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from taskrt.geometry import Rect
+
+from .conv2d import halo, out_size, pair
+from .errors import ShapeError
+from .model import Model, builder
+from .op import ATTRIBUTE, SAMPLE, Dim, Op, PartSpec
+from .tensor import Tensor
+
+
+def _check_input(where: str, x: Tensor) -> None:
+    if x.ndim != 4:
+        raise ShapeError(f"{where}: input '{x.name}' has shape {x.shape}; it needs 4 axes "
+                         "(N, C, H, W). Add a batch axis or reshape the input.")
+
+
+def _dims(x: Tensor, oh: int, ow: int) -> tuple[Dim, ...]:
+    n, c = x.shape[:2]
+    return (Dim("n", SAMPLE, n), Dim("c", ATTRIBUTE, c), Dim("h", ATTRIBUTE, oh),
+            Dim("w", ATTRIBUTE, ow))
+
+
+@dataclass(frozen=True)
+class PoolPart:
+    """Per-part facts forward needs (kept in PartSpec.info)."""
+    pad: tuple[int, int, int, int]          # F.pad order: left, right, top, bottom
+    counts: tuple | None = None             # (per output row, per output col) positions
+    #                                         inside the input, when they set the divisor
+
+
+class _WindowPool(Op):
+    """Max and average pooling: a fixed window sliding with a stride over padded input."""
+
+    def __init__(self, model: Model, x: Tensor, kernel_size, stride, padding, name):
+        super().__init__(model.unique_name(self.type, name))
+        where = f"{self.type} '{self.name}'"
+        _check_input(where, x)
+        k = pair(where, "kernel_size", kernel_size, 1)
+        s = k if stride is None else pair(where, "stride", stride, 1)
+        p = pair(where, "padding", padding, 0)
+        if p[0] > k[0] // 2 or p[1] > k[1] // 2:
+            raise ShapeError(f"{where}: padding {p} exceeds half the kernel {k}; PyTorch "
+                             f"allows at most {(k[0] // 2, k[1] // 2)}. Use padding <= "
+                             "kernel_size // 2.")
+        h, w = x.shape[2:]
+        oh, ow = out_size(h, k[0], s[0], p[0]), out_size(w, k[1], s[1], p[1])
+        if oh < 1 or ow < 1:
+            raise ShapeError(f"{where}: kernel {k} with padding {p} does not fit input "
+                             f"'{x.name}' of spatial size {(h, w)} (output size {(oh, ow)}). "
+                             "Use a smaller kernel or more padding.")
+        self.params = {"kernel_size": k, "stride": s, "padding": p}
+        self.inputs = [x]
+        model.new_tensor(self, (*x.shape[:2], oh, ow))
+        self.dims = _dims(x, oh, ow)
+        self.labels = None           # halos: part() gives every rect
+
+    def part(self, degrees, color) -> PartSpec:
+        """Rects of one part: the output block and the input rows and columns it covers."""
+        rg = self.ranges(degrees, color)
+        (n0, n1), (c0, c1), (h0, h1), (w0, w1) = (rg[d.name] for d in self.dims)
+        (kh, kw), (sh, sw), (ph, pw) = (self.params[k] for k in ("kernel_size", "stride",
+                                                                  "padding"))
+        h, w = self.inputs[0].shape[2:]
+        r0, r1, top, bottom = halo(h0, h1, h, kh, sh, ph)
+        q0, q1, left, right = halo(w0, w1, w, kw, sw, pw)
+        info = PoolPart((left, right, top, bottom), self._counts(h0, h1, w0, w1))
+        return PartSpec((Rect((n0, c0, r0, q0), (n1, c1, r1, q1)),), (),
+                        (Rect((n0, c0, h0, w0), (n1, c1, h1, w1)),), False, info)
+
+    def _counts(self, h0, h1, w0, w1):
+        """Divisors of a part's outputs when they are not the whole window (avg pooling)."""
+        return None
+
+
+class MaxPool2d(_WindowPool):
+    type = "max_pool2d"
+
+    def forward(self, spec, inputs, weights):
+        x = inputs[0]
+        if any(spec.info.pad):
+            x = F.pad(x, spec.info.pad, value=float("-inf"))
+        return [F.max_pool2d(x, self.params["kernel_size"], self.params["stride"])]
+
+    def reference(self, inputs, weights):
+        pr = self.params
+        return [F.max_pool2d(inputs[0], pr["kernel_size"], pr["stride"], pr["padding"])]
+
+
+class AvgPool2d(_WindowPool):
+    type = "avg_pool2d"
+
+    def __init__(self, model: Model, x: Tensor, kernel_size, stride, padding,
+                 count_include_pad: bool, name):
+        super().__init__(model, x, kernel_size, stride, padding, name)
+        self.params["count_include_pad"] = bool(count_include_pad)
+
+    def _counts(self, h0, h1, w0, w1):
+        if self.params["count_include_pad"]:
+            return None              # PyTorch divides by the whole window (floor mode)
+        (kh, kw), (sh, sw), (ph, pw) = (self.params[k] for k in ("kernel_size", "stride",
+                                                                  "padding"))
+        h, w = self.inputs[0].shape[2:]
+
+        def inside(i, k, s, p, size):
+            return min(i * s - p + k, size) - max(i * s - p, 0)
+        return (tuple(inside(i, kh, sh, ph, h) for i in range(h0, h1)),
+                tuple(inside(j, kw, sw, pw, w) for j in range(w0, w1)))
+
+    def forward(self, spec, inputs, weights):
+        x = inputs[0]
+        info: PoolPart = spec.info
+        if any(info.pad):
+            x = F.pad(x, info.pad)
+        k, s = self.params["kernel_size"], self.params["stride"]
+        if info.counts is None:
+            return [F.avg_pool2d(x, k, s)]
+        rows, cols = (torch.tensor(c, dtype=x.dtype, device=x.device) for c in info.counts)
+        return [F.avg_pool2d(x, k, s, divisor_override=1) / (rows[:, None] * cols[None, :])]
+
+    def reference(self, inputs, weights):
+        pr = self.params
+        return [F.avg_pool2d(inputs[0], pr["kernel_size"], pr["stride"], pr["padding"],
+                             count_include_pad=pr["count_include_pad"])]
+
+
+@dataclass(frozen=True)
+class AdaptivePart:
+    """Per-part facts forward needs: each output's window relative to the part's first
+    input row and column, and the kernel when all windows are equal and disjoint."""
+    rows: tuple
+    cols: tuple
+    kernel: tuple | None
+
+
+def _window(i: int, size: int, out: int) -> tuple[int, int]:
+    """Input range [start, end) of adaptive pooling's output index i."""
+    return (i * size) // out, -((-(i + 1) * size) // out)
+
+
+class AdaptiveAvgPool2d(Op):
+    type = "adaptive_avg_pool2d"
+
+    def __init__(self, model: Model, x: Tensor, output_size, name):
+        super().__init__(model.unique_name(self.type, name))
+        where = f"{self.type} '{self.name}'"
+        _check_input(where, x)
+        h, w = x.shape[2:]
+        if isinstance(output_size, (tuple, list)) and len(output_size) == 2:
+            output_size = tuple(s if s is not None else full
+                                for s, full in zip(output_size, (h, w)))
+        oh, ow = pair(where, "output_size", output_size, 1)
+        self.params = {"output_size": (oh, ow)}
+        self.inputs = [x]
+        model.new_tensor(self, (*x.shape[:2], oh, ow))
+        self.dims = _dims(x, oh, ow)
+        self.labels = None           # windows from global indices: part() gives every rect
+
+    def part(self, degrees, color) -> PartSpec:
+        """Rects of one part: the output block and the input rows and columns its windows
+        cover."""
+        rg = self.ranges(degrees, color)
+        (n0, n1), (c0, c1), (h0, h1), (w0, w1) = (rg[d.name] for d in self.dims)
+        h, w = self.inputs[0].shape[2:]
+        oh, ow = self.params["output_size"]
+        rows = [_window(i, h, oh) for i in range(h0, h1)]
+        cols = [_window(j, w, ow) for j in range(w0, w1)]
+        r0, q0 = rows[0][0], cols[0][0]
+        kernel = (h // oh, w // ow) if h % oh == 0 and w % ow == 0 else None
+        info = AdaptivePart(tuple((a - r0, b - r0) for a, b in rows),
+                            tuple((a - q0, b - q0) for a, b in cols), kernel)
+        return PartSpec((Rect((n0, c0, r0, q0), (n1, c1, rows[-1][1], cols[-1][1])),), (),
+                        (Rect((n0, c0, h0, w0), (n1, c1, h1, w1)),), False, info)
+
+    def forward(self, spec, inputs, weights):
+        x = inputs[0]
+        info: AdaptivePart = spec.info
+        if info.kernel is not None:
+            return [F.avg_pool2d(x, info.kernel)]
+        return [_averaging(info.rows, x.shape[2], x) @ x @
+                _averaging(info.cols, x.shape[3], x).T]
+
+    def reference(self, inputs, weights):
+        return [F.adaptive_avg_pool2d(inputs[0], self.params["output_size"])]
+
+
+def _averaging(windows, size: int, like: torch.Tensor) -> torch.Tensor:
+    """The (len(windows), size) matrix whose row i averages the positions windows[i]."""
+    m = like.new_zeros(len(windows), size)
+    for i, (a, b) in enumerate(windows):
+        m[i, a:b] = 1.0 / (b - a)
+    return m
+
+
+@builder
+def max_pool2d(model: Model, x: Tensor, kernel_size, stride=None, padding=0,
+               name: str | None = None) -> Tensor:
+    """Max pooling, like torch.nn.MaxPool2d(kernel_size, stride, padding); stride defaults
+    to kernel_size."""
+    return model.add(MaxPool2d(model, x, kernel_size, stride, padding, name)).outputs[0]
+
+
+@builder
+def avg_pool2d(model: Model, x: Tensor, kernel_size, stride=None, padding=0,
+               count_include_pad: bool = True, name: str | None = None) -> Tensor:
+    """Average pooling, like torch.nn.AvgPool2d(kernel_size, stride, padding,
+    count_include_pad=count_include_pad); stride defaults to kernel_size."""
+    return model.add(AvgPool2d(model, x, kernel_size, stride, padding, count_include_pad,
+                               name)).outputs[0]
+
+
+@builder
+def adaptive_avg_pool2d(model: Model, x: Tensor, output_size,
+                        name: str | None = None) -> Tensor:
+    """Adaptive average pooling to output_size (an int, or (oh, ow) where None keeps the
+    input size), like torch.nn.AdaptiveAvgPool2d(output_size); 1 is global averaging."""
+    return model.add(AdaptiveAvgPool2d(model, x, output_size, name)).outputs[0]
