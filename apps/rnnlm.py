@@ -1,0 +1,70 @@
+"""RNNLM: a language model with 2 stacked LSTM layers (hidden 2048, unrolled 40 steps) and a
+softmax over the vocabulary at every step, as in the FlexFlow paper's benchmarks.
+
+    mpirun -np 2 python -m mpi4py apps/rnnlm.py --small                   # 2 CPU ranks
+    mpirun -np 4 python -m mpi4py apps/rnnlm.py --batch-size 256          # 4 GPUs, 1 per rank
+    python apps/rnnlm.py --small --devices-per-rank 2 --export rnnlm.json # one process
+
+Full size: vocabulary 20480, embedding 2048, 2 layers of hidden 2048, 40 steps,
+per-device batch 64. --small: vocabulary 256, width 32, 8 steps. Synthetic tokens whose
+targets are the next tokens, deterministic by --seed.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import torch  # noqa: E402
+
+from apps.common import App, Network, P, main  # noqa: E402
+from apps.sizes import add_size_arguments, sizes  # noqa: E402
+from parallel_ops import Model  # noqa: E402
+
+FULL = dict(vocab=20480, embed=2048, hidden=2048, layers=2, seq_len=40)
+SMALL = dict(vocab=256, embed=32, hidden=32, layers=2, seq_len=8)
+
+
+class LanguageNetwork(Network):
+    """Synthetic text: random tokens, the targets are the same stream shifted by one."""
+
+    def synthetic(self, seed, iteration):
+        tokens = self.model.tensors["tokens"]
+        n, t = tokens.shape
+        g = torch.Generator().manual_seed(seed * 1_000_003 + iteration)
+        stream = torch.randint(0, self.int_ranges["tokens"], (n, t + 1), generator=g)
+        return {"tokens": stream[:, :-1].contiguous(), "targets": stream[:, 1:].contiguous()}
+
+
+def build(a) -> Network:
+    s = sizes(a, FULL, SMALL)
+    n, t = a.batch_size, s["seq_len"]
+    m = Model("rnnlm", seed=a.seed, dtype=a.dtype)
+    tokens = m.input("tokens", (n, t), dtype="int64")
+    targets = m.input("targets", (n, t), dtype="int64")
+    x = m.embedding(tokens, s["vocab"], s["embed"], name="embed")
+    h = m.lstm(x, s["hidden"], num_layers=s["layers"], name="rnn")
+    logits = m.linear(h, s["vocab"], name="softmax_fc")
+    m.softmax_cross_entropy(logits, targets, name="loss")
+    return LanguageNetwork(m, {"tokens": s["vocab"], "targets": s["vocab"]}, logits=logits.name)
+
+
+def mixed_strategy(model: Model, n: int) -> dict:
+    """Embedding on one device, one LSTM layer per device (operation parallelism, as GNMT),
+    the softmax layer split on the vocabulary (parameter) and the loss on classes."""
+    layers = [op.name for op in model.ops if op.type == "lstm"]
+    out = {"embed": P([0])}
+    for k, name in enumerate(layers):
+        out[name] = P([k % n])
+    out["softmax_fc"] = P(list(range(n)), o=n)
+    out["loss"] = P(list(range(n)), n=n)
+    return out
+
+
+APP = App("rnnlm", "RNNLM", build, per_device_batch=64, small_per_device_batch=8,
+          add_arguments=lambda p: add_size_arguments(p, FULL, SMALL),
+          mixed_strategy=mixed_strategy, lr=0.1)
+
+if __name__ == "__main__":
+    sys.exit(main(APP))
