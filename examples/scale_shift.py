@@ -39,4 +39,4 @@ class ScaleShift(Op):
 @builder
 def scale_shift(model: Model, x, name=None):
     """y = x * gamma + beta with learnable per-feature gamma and beta."""
-    return model.add(ScaleShift(model, x, name)).outputs[0]
+    return model.add_op(ScaleShift(model, x, name)).outputs[0]

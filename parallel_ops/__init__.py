@@ -12,6 +12,7 @@ from .optim import SGD, Adam
 from .tensor import Tensor, Weight
 from .trainer import Trainer
 from . import (linear, loss, elementwise, dropout, shape, softmax, layernorm,  # noqa: F401
+               conv2d, pool2d, batchnorm,
                embedding, matmul, attention, lstm, seq_attention)
 
 __all__ = ["ParallelConfig", "data_parallel", "validate", "ConfigError", "OperatorError",

@@ -120,4 +120,4 @@ def multihead_attention(model: Model, x: Tensor, num_heads: int, causal: bool = 
     """Self-attention over x (N, S, E) with a causal mask if asked; like
     torch.nn.MultiheadAttention(E, num_heads, batch_first=True)(x, x, x, need_weights=False)
     (with attn_mask = the upper triangle when causal)."""
-    return model.add(MultiheadAttention(model, x, num_heads, causal, name)).outputs[0]
+    return model.add_op(MultiheadAttention(model, x, num_heads, causal, name)).outputs[0]

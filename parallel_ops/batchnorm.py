@@ -161,4 +161,4 @@ def batchnorm2d(model: Model, x: Tensor, eps: float = 1e-5, momentum=0.1, affine
     """Batch normalization over (N, H, W) per channel, like torch.nn.BatchNorm2d(C, eps,
     momentum, affine) in training mode, and in eval mode when compiled with training=False;
     momentum=None is PyTorch's cumulative average over the steps run."""
-    return model.add(BatchNorm2d(model, x, eps, momentum, affine, name)).outputs[0]
+    return model.add_op(BatchNorm2d(model, x, eps, momentum, affine, name)).outputs[0]

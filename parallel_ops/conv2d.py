@@ -181,5 +181,5 @@ def conv2d(model: Model, x: Tensor, out_channels: int, kernel_size, stride=1, pa
            dilation=1, groups: int = 1, bias: bool = True, name: str | None = None) -> Tensor:
     """2-d convolution, like torch.nn.Conv2d(x.shape[1], out_channels, kernel_size, stride,
     padding, dilation, groups, bias)."""
-    return model.add(Conv2d(model, x, out_channels, kernel_size, stride, padding, dilation,
+    return model.add_op(Conv2d(model, x, out_channels, kernel_size, stride, padding, dilation,
                             groups, bias, name)).outputs[0]

@@ -97,4 +97,4 @@ class Dropout(Op):
 @builder
 def dropout(model: Model, x: Tensor, p: float = 0.5, name: str | None = None) -> Tensor:
     """Like torch.nn.functional.dropout(x, p, training) but with a split-independent mask."""
-    return model.add(Dropout(model, x, p, name)).outputs[0]
+    return model.add_op(Dropout(model, x, p, name)).outputs[0]

@@ -6,7 +6,6 @@ add/multiply may also be a per-feature tensor whose shape equals the first input
 axes (like a bias, e.g. (F,) against (N, S, F)): it is labelled by those axes' dims, so a
 part reads its block of it and the runtime sums its gradient parts over the other splits.
 Other broadcasts are refused. `axis_dims` is shared with the dropout and shape operators.
-The add builder is `model.elementwise_add`, since `Model.add` registers operators.
 """
 from __future__ import annotations
 
@@ -89,7 +88,7 @@ class Elementwise(Op):
 @builder
 def relu(model: Model, x: Tensor, name: str | None = None) -> Tensor:
     """max(x, 0), like torch.relu(x)."""
-    return model.add(Elementwise(model, "relu", [x], name)).outputs[0]
+    return model.add_op(Elementwise(model, "relu", [x], name)).outputs[0]
 
 
 @builder
@@ -98,28 +97,28 @@ def gelu(model: Model, x: Tensor, approximate: str = "none", name: str | None = 
     if approximate not in ("none", "tanh"):
         raise ShapeError(f"gelu: approximate={approximate!r} is not supported. Use 'none' "
                          "or 'tanh'.")
-    return model.add(Elementwise(model, "gelu", [x], name, approximate=approximate)).outputs[0]
+    return model.add_op(Elementwise(model, "gelu", [x], name, approximate=approximate)).outputs[0]
 
 
 @builder
 def tanh(model: Model, x: Tensor, name: str | None = None) -> Tensor:
     """Hyperbolic tangent, like torch.tanh(x)."""
-    return model.add(Elementwise(model, "tanh", [x], name)).outputs[0]
+    return model.add_op(Elementwise(model, "tanh", [x], name)).outputs[0]
 
 
 @builder
 def sigmoid(model: Model, x: Tensor, name: str | None = None) -> Tensor:
     """Logistic sigmoid, like torch.sigmoid(x)."""
-    return model.add(Elementwise(model, "sigmoid", [x], name)).outputs[0]
+    return model.add_op(Elementwise(model, "sigmoid", [x], name)).outputs[0]
 
 
 @builder
-def elementwise_add(model: Model, a: Tensor, b: Tensor, name: str | None = None) -> Tensor:
+def add(model: Model, a: Tensor, b: Tensor, name: str | None = None) -> Tensor:
     """a + b, like torch.add(a, b); b has a's shape or its trailing axes."""
-    return model.add(Elementwise(model, "add", [a, b], name)).outputs[0]
+    return model.add_op(Elementwise(model, "add", [a, b], name)).outputs[0]
 
 
 @builder
 def multiply(model: Model, a: Tensor, b: Tensor, name: str | None = None) -> Tensor:
     """a * b, like torch.mul(a, b); b has a's shape or its trailing axes."""
-    return model.add(Elementwise(model, "multiply", [a, b], name)).outputs[0]
+    return model.add_op(Elementwise(model, "multiply", [a, b], name)).outputs[0]

@@ -74,4 +74,4 @@ def embedding(model: Model, indices: Tensor, num_embeddings: int, embedding_dim:
     """Rows of a (num_embeddings, embedding_dim) table picked by integer `indices` of shape
     (N, ...), giving (N, ..., embedding_dim); like torch.nn.Embedding(num_embeddings,
     embedding_dim)(indices)."""
-    return model.add(Embedding(model, indices, num_embeddings, embedding_dim, name)).outputs[0]
+    return model.add_op(Embedding(model, indices, num_embeddings, embedding_dim, name)).outputs[0]

@@ -83,5 +83,5 @@ class LayerNorm(Op):
 def layernorm(model: Model, x: Tensor, normalized_shape=None, eps: float = 1e-5,
               elementwise_affine: bool = True, name: str | None = None) -> Tensor:
     """Normalize over the last axis, like torch.nn.LayerNorm(x.shape[-1], eps, affine)."""
-    return model.add(LayerNorm(model, x, normalized_shape, eps, elementwise_affine,
+    return model.add_op(LayerNorm(model, x, normalized_shape, eps, elementwise_affine,
                                name)).outputs[0]

@@ -73,4 +73,4 @@ class Linear(Op):
 def linear(model: Model, x: Tensor, out_features: int, bias: bool = True,
            name: str | None = None) -> Tensor:
     """y = x W^T + b, like torch.nn.Linear(x.shape[-1], out_features, bias)."""
-    return model.add(Linear(model, x, out_features, bias, name)).outputs[0]
+    return model.add_op(Linear(model, x, out_features, bias, name)).outputs[0]

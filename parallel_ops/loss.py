@@ -129,6 +129,6 @@ def softmax_cross_entropy(model: Model, logits: Tensor, labels: Tensor,
     if model.loss_op is not None:
         raise ShapeError(f"Model '{model.name}' already has a loss "
                          f"('{model.loss_op.name}'); a model has one loss.")
-    op = model.add(SoftmaxCrossEntropy(model, logits, labels, name))
+    op = model.add_op(SoftmaxCrossEntropy(model, logits, labels, name))
     model.loss_op = op
     return op.loss_tensor

@@ -165,7 +165,7 @@ def lstm(model: Model, x: Tensor, hidden_size: int, num_layers: int = 1, state=N
     for k in range(num_layers):
         h0, c0 = state[k] if state is not None else (None, None)
         layer_name = base if num_layers == 1 else f"{base}_l{k}"
-        op = model.add(LSTM(model, out, hidden_size, h0, c0, return_state, layer_name))
+        op = model.add_op(LSTM(model, out, hidden_size, h0, c0, return_state, layer_name))
         out = op.outputs[0]
         if return_state:
             finals.append((op.outputs[1], op.outputs[2]))

@@ -60,4 +60,4 @@ class BatchMatmul(Op):
 def bmm(model: Model, a: Tensor, b: Tensor, name: str | None = None) -> Tensor:
     """(B, ..., M, K) x (B, ..., K, N) -> (B, ..., M, N); like torch.bmm (torch.matmul when
     there are several batch axes)."""
-    return model.add(BatchMatmul(model, a, b, name)).outputs[0]
+    return model.add_op(BatchMatmul(model, a, b, name)).outputs[0]

@@ -86,7 +86,7 @@ class Model:
         op.weights.append(weight)
         return weight
 
-    def add(self, op: Op) -> Op:
+    def add_op(self, op: Op) -> Op:
         """Register a fully built op: checks its declaration and initializes its new weights."""
         for stage in op.stages():
             stage.check_declaration()

@@ -213,7 +213,7 @@ def max_pool2d(model: Model, x: Tensor, kernel_size, stride=None, padding=0,
                name: str | None = None) -> Tensor:
     """Max pooling, like torch.nn.MaxPool2d(kernel_size, stride, padding); stride defaults
     to kernel_size."""
-    return model.add(MaxPool2d(model, x, kernel_size, stride, padding, name)).outputs[0]
+    return model.add_op(MaxPool2d(model, x, kernel_size, stride, padding, name)).outputs[0]
 
 
 @builder
@@ -221,7 +221,7 @@ def avg_pool2d(model: Model, x: Tensor, kernel_size, stride=None, padding=0,
                count_include_pad: bool = True, name: str | None = None) -> Tensor:
     """Average pooling, like torch.nn.AvgPool2d(kernel_size, stride, padding,
     count_include_pad=count_include_pad); stride defaults to kernel_size."""
-    return model.add(AvgPool2d(model, x, kernel_size, stride, padding, count_include_pad,
+    return model.add_op(AvgPool2d(model, x, kernel_size, stride, padding, count_include_pad,
                                name)).outputs[0]
 
 
@@ -230,4 +230,4 @@ def adaptive_avg_pool2d(model: Model, x: Tensor, output_size,
                         name: str | None = None) -> Tensor:
     """Adaptive average pooling to output_size (an int, or (oh, ow) where None keeps the
     input size), like torch.nn.AdaptiveAvgPool2d(output_size); 1 is global averaging."""
-    return model.add(AdaptiveAvgPool2d(model, x, output_size, name)).outputs[0]
+    return model.add_op(AdaptiveAvgPool2d(model, x, output_size, name)).outputs[0]

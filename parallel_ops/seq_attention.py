@@ -68,4 +68,4 @@ def seq_attention(model: Model, decoder_h: Tensor, encoder_h: Tensor,
     """Luong global attention: tanh(W_c [softmax(dec enc^T) enc; dec]) for dec (N, Tt, H)
     and enc (N, Ts, H); equals torch.tanh(torch.nn.Linear(2H, H, bias=False)(torch.cat(
     [F.scaled_dot_product_attention(dec, enc, enc, scale=1.0), dec], -1)))."""
-    return model.add(SeqAttention(model, decoder_h, encoder_h, name)).outputs[0]
+    return model.add_op(SeqAttention(model, decoder_h, encoder_h, name)).outputs[0]

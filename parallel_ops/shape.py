@@ -265,29 +265,29 @@ def flat(model: Model, x: Tensor, name: str | None = None) -> Tensor:
     if x.ndim < 2:
         raise ShapeError(f"flat: input '{x.name}' has shape {x.shape}; it needs a batch axis "
                          "and at least one more.")
-    return model.add(Reshape(model, x, (x.shape[0], prod(x.shape[1:])), "flat", name)).outputs[0]
+    return model.add_op(Reshape(model, x, (x.shape[0], prod(x.shape[1:])), "flat", name)).outputs[0]
 
 
 @builder
 def reshape(model: Model, x: Tensor, shape: Sequence[int], name: str | None = None) -> Tensor:
     """The same elements in a new shape (one size may be -1), like torch.reshape(x, shape)."""
-    return model.add(Reshape(model, x, shape, "reshape", name)).outputs[0]
+    return model.add_op(Reshape(model, x, shape, "reshape", name)).outputs[0]
 
 
 @builder
 def transpose(model: Model, x: Tensor, d0: int, d1: int, name: str | None = None) -> Tensor:
     """Swap axes d0 and d1, like torch.transpose(x, d0, d1)."""
-    return model.add(Transpose(model, x, d0, d1, name)).outputs[0]
+    return model.add_op(Transpose(model, x, d0, d1, name)).outputs[0]
 
 
 @builder
 def concat(model: Model, xs: Sequence[Tensor], axis: int, name: str | None = None) -> Tensor:
     """Join tensors along an axis, like torch.cat(xs, axis)."""
-    return model.add(Concat(model, xs, axis, name)).outputs[0]
+    return model.add_op(Concat(model, xs, axis, name)).outputs[0]
 
 
 @builder
 def split(model: Model, x: Tensor, sizes, axis: int = 0,
           name: str | None = None) -> list[Tensor]:
     """Cut x along an axis into parts of the given sizes (or of one size), like torch.split."""
-    return list(model.add(Split(model, x, sizes, axis, name)).outputs)
+    return list(model.add_op(Split(model, x, sizes, axis, name)).outputs)

@@ -108,4 +108,4 @@ class Softmax(Op):
 @builder
 def softmax(model: Model, x: Tensor, dim: int = -1, name: str | None = None) -> Tensor:
     """Softmax over the last axis, like torch.softmax(x, dim=-1)."""
-    return model.add(Softmax(model, x, dim, name)).outputs[0]
+    return model.add_op(Softmax(model, x, dim, name)).outputs[0]

@@ -13,3 +13,10 @@ def pytest_sessionfinish(session, exitstatus):
     if session.testscollected == 0:
         print("\nERROR: no tests were collected; the test command is broken.", file=sys.stderr)
         session.exitstatus = 5
+
+
+def pytest_configure(config):
+    # Tests use tiny shapes: intra-op threads only add overhead, and spin when the machine's
+    # few cores are shared with MPI ranks or other jobs.
+    import torch
+    torch.set_num_threads(1)

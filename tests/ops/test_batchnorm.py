@@ -10,13 +10,6 @@ from taskrt import Machine
 from oracle import assert_matches, legal_configs
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny shapes: intra-op threads only add overhead, and spin when CPUs are shared."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 SHAPE = (3, 4, 3, 5)

@@ -8,13 +8,6 @@ from taskrt.geometry import Rect
 from oracle import assert_matches, legal_configs
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny shapes: intra-op threads only add overhead, and spin when CPUs are shared."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 # name -> (input shape, conv2d arguments)

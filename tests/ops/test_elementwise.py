@@ -22,7 +22,7 @@ def chain(dtype="float64"):
     h = m.sigmoid(h, name="sigmoid")
     h = m.multiply(h, x, name="mul")
     h = m.multiply(h, h, name="square")
-    h = m.elementwise_add(h, b, name="add_b")
+    h = m.add(h, b, name="add_b")
     m.softmax_cross_entropy(m.linear(h, 4, name="fc"), y, name="loss")
     g = torch.Generator().manual_seed(3)
     feeds = {"x": torch.randn(*SHAPE, generator=g, dtype=torch.float64),
@@ -74,7 +74,7 @@ def test_shape_errors():
     x = m.input("x", (4, 3, 2))
     with pytest.raises(ShapeError, match=r"add 'bad': shapes \(4, 3, 2\) of 'x' and \(3,\) "
                                          r"of 'z' do not match.*\(2,\)"):
-        m.elementwise_add(x, m.input("z", (3,)), name="bad")
+        m.add(x, m.input("z", (3,)), name="bad")
     with pytest.raises(ShapeError, match=r"multiply 'bad2': shapes .* of 'w' do not match"):
         m.multiply(x, m.input("w", (4, 3, 2, 1)), name="bad2")
     with pytest.raises(ShapeError, match=r"'x' \(float32\) and 'i' \(int64\) have different "

@@ -13,13 +13,6 @@ from taskrt import Machine
 from oracle import assert_matches
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny shapes: intra-op threads only add overhead, and spin when CPUs are shared."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 P = ParallelConfig.of
