@@ -14,6 +14,18 @@ import torch
 
 IN, W, OUT, DOUT, DIN, DW, STATE = "in", "w", "out", "dout", "din", "dw", "state"
 
+# torch.autograd.grad validates and normalizes its arguments in Python on every call (tens of
+# microseconds); the lowering already guarantees matching shapes and dtypes, so call the
+# engine directly when this torch has it.
+_ENGINE = getattr(torch.autograd.Variable, "_execution_engine", None)
+
+
+def _grads(ys, xs, dys):
+    """Gradients of ys w.r.t. xs for output gradients dys (None where xs is unused)."""
+    if _ENGINE is not None:
+        return _ENGINE.run_backward(tuple(ys), tuple(dys), False, False, tuple(xs), True, False)
+    return torch.autograd.grad(ys, xs, dys, allow_unused=True)
+
 
 @dataclass
 class StageArgs:
@@ -80,7 +92,7 @@ def backward_task(ctx, *views):
         return ()
     if ys:
         with torch.enable_grad():
-            grads = torch.autograd.grad(ys, targets, dys, allow_unused=True)
+            grads = _grads(ys, targets, dys)
     else:
         grads = (None,) * len(targets)
     return tuple(torch.zeros_like(t) if g is None else g for g, t in zip(grads, targets))
