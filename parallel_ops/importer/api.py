@@ -1,0 +1,76 @@
+"""import_module: capture (fx, else export), convert, report every unsupported node."""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..model import Model
+from .capture import capture_export, capture_fx
+from .core import MODULES, Imported, Importer, UnsupportedModelError, format_problems
+
+
+def _example(example_inputs) -> tuple[tuple, dict]:
+    if isinstance(example_inputs, dict):
+        return (), dict(example_inputs)
+    if isinstance(example_inputs, torch.Tensor):
+        return (example_inputs,), {}
+    return tuple(example_inputs), {}
+
+
+def _dtype(module: torch.nn.Module) -> str:
+    for p in list(module.parameters()) + list(module.buffers()):
+        if p.is_floating_point():
+            return str(p.dtype).replace("torch.", "")
+    return "float32"
+
+
+def import_module(module: torch.nn.Module, example_inputs: Any, method: str = "auto",
+                  name: str | None = None, seed: int = 0) -> Imported:
+    """A parallel_ops Model equal to `module` on inputs shaped like `example_inputs` (a
+    tensor, a tuple of positional arguments or a dict of keyword arguments). The module's
+    current parameters and buffers become the model's initial weights.
+
+    method: "fx" (torch.fx.symbolic_trace, modules kept whole), "export" (torch.export,
+    for code fx cannot trace, e.g. Python control flow over shapes) or "auto" (fx, then
+    export if fx fails). Raises UnsupportedModelError listing every node that has no
+    parallel operator, with its name, target and source location.
+
+        imp = import_module(net, (torch.randn(8, 3, 32, 32),))
+        imp.model.summary()
+    """
+    if method not in ("auto", "fx", "export"):
+        raise ValueError(f"import_module: method '{method}'; use 'auto', 'fx' or 'export'.")
+    args, kwargs = _example(example_inputs)
+    model_name = name or type(module).__name__
+    fx_error = None
+    if method in ("auto", "fx"):
+        try:
+            cap = capture_fx(module, args, kwargs, tuple(MODULES))
+        except Exception as e:          # fx cannot trace it: say why, or try export
+            if method == "fx":
+                raise UnsupportedModelError(
+                    f"import of {type(module).__name__}: torch.fx cannot trace it "
+                    f"({type(e).__name__}: {e}). Use method='export' (or 'auto').") from e
+            fx_error = e
+        else:
+            return _convert(cap, module, model_name, seed, "fx")
+    try:
+        cap = capture_export(module, args, kwargs)
+    except Exception as e:
+        why = f"; torch.fx failed first ({type(fx_error).__name__}: {fx_error})" \
+            if fx_error is not None else ""
+        raise UnsupportedModelError(
+            f"import of {type(module).__name__}: torch.export failed ({type(e).__name__}: "
+            f"{str(e).splitlines()[0] if str(e) else ''}){why}.") from e
+    return _convert(cap, module, model_name, seed, "export")
+
+
+def _convert(cap, module, name, seed, method) -> Imported:
+    model = Model(name, seed=seed, dtype=_dtype(module))
+    imp = Importer(cap, module, model)
+    imp.run()
+    if imp.problems:
+        raise UnsupportedModelError(format_problems(module, method, imp.problems))
+    return Imported(model, module, imp.inputs(), imp.outputs(), imp.links, imp.counters,
+                    method, imp.op_paths)

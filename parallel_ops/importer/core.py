@@ -1,0 +1,644 @@
+"""The import walk: an fx graph (from fx or export) -> a parallel_ops Model.
+
+Every graph node gets a value:
+  Tensor        a model tensor (the output of an operator, or a model input);
+  Param         a parameter or buffer of the module not yet owned by an operator;
+  Stacked       per-layer tensors torch returns stacked (LSTM's h_n, c_n);
+  Poison        the node depends on an unsupported node (reported once, at the root);
+  anything else a constant: shapes, ints, dtypes, constant tensors. Nodes whose arguments
+                are all constants (and buffers) are evaluated with torch right away, so
+                `x.shape[0] * 2`, `torch.arange(S)` or a causal mask cost nothing.
+Converters (registered per module type, function, Tensor method or ATen operator) turn the
+rest into operators. Unsupported nodes are collected and reported together at the end.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+import torch.fx as fx
+
+from taskrt.errors import TaskrtError
+
+from ..model import Model
+from ..op import Op
+from ..tensor import Tensor, Weight
+from . import extra_ops
+from .capture import Captured, location, module_path, module_stack
+from .weights import Layout, Link, same
+
+
+class UnsupportedModelError(TaskrtError, ValueError):
+    """The module uses operations that have no parallel operator (all are listed)."""
+
+
+class Unsupported(Exception):
+    """Raised by a converter: this node cannot be mapped (the message says why)."""
+
+
+@dataclass
+class Param:
+    key: str                     # state-dict key ("blocks.0.attn.in_proj_weight")
+    value: torch.Tensor
+    trainable: bool
+
+
+@dataclass
+class Stacked:
+    """Tensors torch would return stacked on a new first axis (LSTM h_n of each layer)."""
+    items: list
+
+
+@dataclass
+class Poison:
+    cause: str
+
+
+@dataclass
+class Problem:
+    node: str
+    kind: str
+    target: str
+    where: str
+    module: str
+    reason: str
+
+    def __str__(self) -> str:
+        mod = f" in module '{self.module}'" if self.module else ""
+        return (f"  - node '{self.node}': {self.kind} {self.target}{mod} at {self.where}: "
+                f"{self.reason}")
+
+
+# -- registries ----------------------------------------------------------------------------
+MODULES: dict[type, Callable] = {}      # nn.Module type -> converter(ctx, module, *args)
+FUNCTIONS: dict[Any, Callable] = {}     # python/torch callable -> converter(ctx, *args)
+METHODS: dict[str, Callable] = {}       # Tensor method name -> converter(ctx, self, *args)
+ATEN: dict[str, Callable] = {}          # ATen op name ("linear") -> converter(ctx, *args)
+GROUPED: set[type] = set()              # module types export decomposes; regrouped
+
+
+def register_module(*types, grouped: bool = False):
+    """Decorator: convert calls of these nn.Module types. `grouped`: under torch.export,
+    rebuild the module's call from the ATen nodes recorded inside it."""
+    def deco(fn):
+        for t in types:
+            MODULES[t] = fn
+            if grouped:
+                GROUPED.add(t)
+        return fn
+    return deco
+
+
+def register_function(*targets):
+    """Decorator: convert calls of these functions (torch.add, F.relu, operator.add...)."""
+    def deco(fn):
+        for t in targets:
+            FUNCTIONS[t] = fn
+        return fn
+    return deco
+
+
+def register_method(*names):
+    """Decorator: convert these Tensor methods (x.view(...), x.softmax(...))."""
+    def deco(fn):
+        for n in names:
+            METHODS[n] = fn
+        return fn
+    return deco
+
+
+def register_aten(*names):
+    """Decorator: convert these ATen operators (by name without overload: 'linear')."""
+    def deco(fn):
+        for n in names:
+            ATEN[n] = fn
+        return fn
+    return deco
+
+
+def _module_converter(m: torch.nn.Module):
+    for cls in type(m).__mro__:
+        if cls in MODULES:
+            return MODULES[cls]
+    return None
+
+
+def _aten_name(target) -> str | None:
+    if isinstance(target, torch._ops.OpOverload):
+        return target._schema.name.split("::", 1)[1]
+    if isinstance(target, torch._ops.OpOverloadPacket):
+        return target._qualified_op_name.split("::", 1)[1]
+    return None
+
+
+def describe_target(node: fx.Node, root: torch.nn.Module) -> str:
+    if node.op == "call_module":
+        m = root.get_submodule(node.target)
+        return f"{type(m).__module__}.{type(m).__qualname__}"
+    if node.op == "call_method":
+        return f"Tensor.{node.target}"
+    t = node.target
+    name = _aten_name(t)
+    if name is not None:
+        return f"torch.ops.aten.{name}"
+    mod = getattr(t, "__module__", None) or ""
+    qual = getattr(t, "__qualname__", None) or getattr(t, "__name__", None) or str(t)
+    if mod in ("_operator", "operator"):
+        mod = "operator"
+    return f"{mod}.{qual}" if mod else qual
+
+
+# -- value helpers ---------------------------------------------------------------------------
+def _walk(value, fn):
+    if isinstance(value, (list, tuple)):
+        out = [_walk(v, fn) for v in value]
+        return type(value)(out) if isinstance(value, tuple) and not hasattr(value, "_fields") \
+            else (type(value)(*out) if hasattr(value, "_fields") else out)
+    if isinstance(value, dict):
+        return {k: _walk(v, fn) for k, v in value.items()}
+    if isinstance(value, slice):
+        return slice(_walk(value.start, fn), _walk(value.stop, fn), _walk(value.step, fn))
+    return fn(value)
+
+
+def _any(value, pred) -> bool:
+    found = []
+
+    def visit(v):
+        if pred(v):
+            found.append(v)
+        return v
+    _walk(value, visit)
+    return bool(found)
+
+
+def is_tensor(v) -> bool:
+    return isinstance(v, Tensor)
+
+
+_SHAPE_ATTRS = {"shape", "dtype", "device", "ndim", "is_cuda", "requires_grad"}
+_SHAPE_METHODS = {"size", "dim", "numel", "ndimension", "get_device"}
+
+
+class _Meta:
+    """A stand-in for a model Tensor in shape queries (x.shape, x.size(1), x.dtype)."""
+
+    def __init__(self, t: Tensor):
+        self.shape = torch.Size(t.shape)
+        self.dtype = getattr(torch, t.dtype)
+        self.device = torch.device("cpu")
+        self.ndim = len(t.shape)
+        self.is_cuda = False
+        self.requires_grad = t.requires_grad
+
+    def size(self, dim=None):
+        return self.shape if dim is None else self.shape[dim]
+
+    def dim(self):
+        return self.ndim
+
+    ndimension = dim
+
+    def numel(self):
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+    def get_device(self):
+        return -1
+
+
+# -- the walk --------------------------------------------------------------------------------
+@dataclass
+class Imported:
+    """The result of import_module: the model, its inputs/outputs and the weight links."""
+    model: Model
+    module: torch.nn.Module
+    inputs: list[Tensor]
+    outputs: list
+    links: dict[str, Link]
+    counters: dict[str, int] = field(default_factory=dict)
+    method: str = "fx"
+    op_paths: dict[str, str] = field(default_factory=dict)   # op name -> module path
+
+    def output(self, index: int = 0) -> Tensor:
+        outs = [o for o in self.outputs if isinstance(o, Tensor)]
+        return outs[index]
+
+    def add_cross_entropy(self, output: int = 0, labels: str = "labels",
+                          name: str = "loss") -> Tensor:
+        """Add an int64 labels input and softmax cross-entropy on output `output` (logits
+        (N, ..., C) against labels (N, ...)); like F.cross_entropy on the flattened batch."""
+        logits = self.output(output)
+        y = self.model.input(labels, logits.shape[:-1], dtype="int64")
+        return self.model.softmax_cross_entropy(logits, y, name=name)
+
+    def feeds(self, *args, **kwargs) -> dict[str, torch.Tensor]:
+        """The feed dict of trainer.step from forward-style arguments (plus extra inputs,
+        such as labels, by name)."""
+        out = {}
+        for t, v in zip(self.inputs, args):
+            out[t.name] = v
+        for k, v in kwargs.items():
+            out[k] = v
+        return out
+
+    def state_dict(self, weights, steps: int | None = None) -> dict[str, torch.Tensor]:
+        """The module's state dict holding `weights` ({model weight: value}, e.g.
+        trainer.weights()); step counters advance by `steps` (default: the model's)."""
+        from .weights import build_state_dict
+        steps = self.model.step_count if steps is None else steps
+        return build_state_dict(self.module, self.links, weights, self.counters, steps)
+
+    def write_back(self, trainer, module: torch.nn.Module | None = None) -> torch.nn.Module:
+        """Load the trainer's current weights into `module` (default: the imported one),
+        so training can continue in plain PyTorch. Under MPI every rank must call it."""
+        module = module if module is not None else self.module
+        sd = self.state_dict(trainer.weights())
+        module.load_state_dict(sd, strict=True)
+        return module
+
+
+class Importer:
+    """Walks a captured graph and builds the model (one per import)."""
+
+    def __init__(self, cap: Captured, module: torch.nn.Module, model: Model):
+        self.cap, self.module, self.model = cap, module, model
+        self.values: dict[str, Any] = {}
+        self.problems: list[Problem] = []
+        self.links: dict[str, Link] = {}
+        self.counters: dict[str, int] = {}
+        self.bound: dict[int, Weight] = {}          # id(param tensor) -> weight
+        self.op_paths: dict[str, str] = {}
+        self.node: fx.Node | None = None
+        self.submodule: torch.nn.Module | None = None
+        self.whole_module = False          # converting a whole module call (name = path)
+        self.path = ""
+        self._params = dict(module.named_parameters(remove_duplicate=False))
+        self._buffers = dict(module.named_buffers(remove_duplicate=False))
+
+    # -- naming -------------------------------------------------------------------------------
+    def taken(self, name: str) -> bool:
+        return name in self.model.tensors or any(o.name == name for o in self.model.ops)
+
+    def op_name(self, base: str | None = None) -> str:
+        """A fresh op name: the module path or node name, suffixed _1, _2 when reused."""
+        if base is None:
+            base = self.path if self.whole_module else (
+                self.node.name if self.node is not None else "op")
+        name, k = base, 1
+        while self.taken(name):
+            name = f"{base}_{k}"
+            k += 1
+        return name
+
+    # -- parameters and weights -----------------------------------------------------------------
+    def param(self, key: str) -> Param:
+        if key in self._params:
+            p = self._params[key]
+            return Param(key, p, p.requires_grad)
+        if key in self._buffers:
+            return Param(key, self._buffers[key], False)
+        raise Unsupported(f"'{key}' is neither a parameter nor a buffer of the module")
+
+    def module_param(self, module: torch.nn.Module, attr: str) -> Param:
+        """The Param of `module.attr` for the module being converted."""
+        key = f"{self.path}.{attr}" if self.path else attr
+        value = getattr(module, attr)
+        if not isinstance(value, torch.Tensor):
+            raise Unsupported(f"{type(module).__name__}.{attr} is not a tensor")
+        return Param(key, value, isinstance(value, torch.nn.Parameter) and value.requires_grad)
+
+    def bind(self, op: Op, pairs) -> Op:
+        """Give op's weights (in order) the values of `pairs` [(Param, Layout | None)]: the
+        module's current values become the initial values, and links remember the keys.
+        A parameter bound before (tied weights) is shared instead."""
+        for k, (p, layout) in enumerate(pairs):
+            if p is None:
+                continue
+            w = op.weights[k]
+            layout = layout or same(p.value)
+            prev = self.bound.get(id(p.value))
+            if prev is not None:
+                self._tie(op, k, prev, p)
+                continue
+            try:
+                value = layout.to_op(p.value.detach(), w.shape)
+            except ValueError as e:
+                raise Unsupported(f"'{p.key}': {e}") from None
+            self.model.initial_values[w.name] = value.to(getattr(torch, w.dtype))
+            w.requires_grad = w.requires_grad and p.trainable
+            self.links[w.name] = Link(w.name, p.key, layout)
+            self.bound[id(p.value)] = w
+        return op
+
+    def _tie(self, op: Op, k: int, prev: Weight, p: Param) -> None:
+        fresh = op.weights[k]
+        if op.stages() != [op] or tuple(prev.shape) != tuple(fresh.shape):
+            raise Unsupported(f"parameter '{p.key}' is shared with weight '{prev.name}' "
+                              f"{prev.shape}; sharing is supported only between weights of "
+                              "equal layout used by single-launch operators (tied "
+                              "embedding/linear)")
+        m = self.model
+        m.weights.remove(fresh)
+        del m.tensors[fresh.name]
+        m.initial_values.pop(fresh.name, None)
+        op.weights[k] = prev
+        prev.users.append(op)
+
+    def count_steps(self, key: str, value: torch.Tensor) -> None:
+        """A buffer that counts training steps (num_batches_tracked)."""
+        self.counters[key] = int(value)
+
+    # -- operands ---------------------------------------------------------------------------------
+    def register(self, op: Op) -> Op:
+        op = extra_ops.register(self.model, op)
+        self.op_paths[op.name] = self.path
+        return op
+
+    def tensor(self, value, what: str = "operand") -> Tensor:
+        """A model Tensor for `value`: parameters and constants become operators."""
+        if isinstance(value, Tensor):
+            return value
+        if isinstance(value, Stacked):
+            return self.stack(value)
+        if isinstance(value, Param):
+            base = value.key.replace(".", "_")
+            cls = extra_ops.ParameterOp if value.trainable else extra_ops.ConstantOp
+            prev = self.bound.get(id(value.value))
+            if prev is not None and prev.owner is not None and prev.owner.type in (
+                    "parameter", "constant"):
+                return prev.owner.outputs[0]
+            op = cls(self.model, tuple(value.value.shape), name=self.op_name(base))
+            if not value.value.is_floating_point():
+                self._int_constant(op, value.value)
+            self.register(op)
+            return self.bind(op, [(value, None)]).outputs[0]
+        if isinstance(value, torch.Tensor):
+            op = extra_ops.ConstantOp(self.model, tuple(value.shape), name=self.op_name(
+                f"{self.node.name}_const" if self.node is not None else "const"))
+            if not value.is_floating_point():
+                self._int_constant(op, value)
+            self.register(op)
+            w = op.weights[0]
+            self.model.initial_values[w.name] = value.detach().clone().to(
+                getattr(torch, w.dtype)).reshape(w.shape).contiguous()
+            return op.outputs[0]
+        raise Unsupported(f"{what} {value!r} is not a tensor")
+
+    def _int_constant(self, op: Op, value: torch.Tensor) -> None:
+        dtype = str(value.dtype).replace("torch.", "")
+        if dtype == "bool":
+            raise Unsupported("a boolean tensor used as data")
+        op.weights[0].dtype = dtype
+        op.outputs[0].dtype = dtype
+
+    def stack(self, value: Stacked) -> Tensor:
+        items = [self.model.reshape(t, (1, *t.shape), name=self.op_name(f"{t.name}_unsq"))
+                 for t in value.items]
+        if len(items) == 1:
+            return items[0]
+        return self.model.concat(items, 0, name=self.op_name(f"{self.node.name}_stack"))
+
+    # -- the walk ---------------------------------------------------------------------------------
+    def run(self) -> None:
+        cap = self.cap
+        groups = self._export_groups() if cap.kind == "export" else {}
+        skip: set[str] = set()
+        for node in cap.graph.nodes:
+            if node.name in skip:
+                continue
+            self.node, self.submodule = node, None
+            self.path = module_path(node)
+            self.whole_module = node.op == "call_module" or self._in_leaf_module(node)
+            if node.name in groups:
+                path, mtype, members, outs = groups[node.name]
+                skip.update(n.name for n in members)
+                self._convert_group(node, path, members, outs)
+                continue
+            try:
+                self.values[node.name] = self._convert(node)
+            except (Unsupported, TaskrtError) as e:
+                self._problem(node, str(e))
+            except Exception as e:
+                raise RuntimeError(f"import: converting node '{node.name}' ("
+                                   f"{describe_target(node, self.cap.root)}) at "
+                                   f"{location(node)} failed: {type(e).__name__}: {e}") from e
+
+    def _in_leaf_module(self, node: fx.Node) -> bool:
+        if self.cap.kind != "export" or not self.path:
+            return False
+        m = self._submodule(self.path)
+        return m is not None and _module_converter(m) is not None
+
+    def _problem(self, node: fx.Node, reason: str) -> None:
+        self.problems.append(Problem(node.name, node.op, describe_target(node, self.cap.root),
+                                     location(node), module_path(node), reason))
+        self.values[node.name] = Poison(node.name)
+
+    def _arg(self, a):
+        return _walk(a, lambda v: self.values[v.name] if isinstance(v, fx.Node) else v)
+
+    def _convert(self, node: fx.Node):
+        cap = self.cap
+        if node.op == "placeholder":
+            return self._placeholder(node)
+        if node.op == "get_attr":
+            return self._get_attr(node)
+        if node.op == "output":
+            return None
+        args, kwargs = self._arg(node.args), self._arg(node.kwargs)
+        if _any((args, kwargs), lambda v: isinstance(v, Poison)):
+            return Poison(node.name)
+        if node.op == "call_module":
+            m = cap.root.get_submodule(node.target)
+            self.submodule = m
+            conv = _module_converter(m)
+            if conv is None:
+                if not _any((args, kwargs), lambda v: isinstance(v, (Tensor, Param, Stacked))) \
+                        and not any(True for _ in m.parameters()):
+                    return m(*args, **kwargs)
+                raise Unsupported(self._hint())
+            return conv(self, m, *args, **kwargs)
+        if node.op == "call_method":
+            return self._call(node, METHODS.get(node.target), args, kwargs,
+                              lambda a, k: getattr(a[0], node.target)(*a[1:], **k))
+        name = _aten_name(node.target)
+        conv = ATEN.get(name) if name is not None else FUNCTIONS.get(node.target)
+        if conv is None and name and name.endswith("_") and args and isinstance(args[0], Tensor):
+            conv = ATEN.get(name[:-1])      # x.add_(y) on an activation: its new value
+        return self._call(node, conv, args, kwargs, lambda a, k: node.target(*a, **k))
+
+    def _call(self, node, conv, args, kwargs, evaluate):
+        live = _any((args, kwargs), lambda v: isinstance(v, (Tensor, Stacked)) or (
+            isinstance(v, Param) and v.trainable))
+        inplace = (node.op == "call_method" and str(node.target).endswith("_")
+                   and not str(node.target).startswith("__")) or (
+            (_aten_name(node.target) or "").endswith("_"))
+        if inplace and _any(args, lambda v: isinstance(v, Param)):
+            if conv is None:            # never mutate the user's module while importing
+                raise Unsupported("an in-place update of a module buffer")
+            return conv(self, *args, **kwargs)
+        if not live:            # constants (and buffers): evaluate now
+            return evaluate(*self._constants((args, kwargs)))
+        if self._shape_query(node, args):
+            meta = _walk(args, lambda v: _Meta(v) if isinstance(v, Tensor) else
+                         (v.value if isinstance(v, Param) else v))
+            return evaluate(meta, kwargs)
+        if conv is None:
+            raise Unsupported(self._hint())
+        return conv(self, *args, **kwargs)
+
+    def _constants(self, ak):
+        args, kwargs = _walk(ak, lambda v: v.value if isinstance(v, Param) else v)
+        return args, kwargs
+
+    @staticmethod
+    def _shape_query(node, args) -> bool:
+        if node.op == "call_method":
+            return node.target in _SHAPE_METHODS
+        if node.target is getattr:
+            return args[1] in _SHAPE_ATTRS
+        name = _aten_name(node.target)
+        return name in ("sym_size", "sym_numel", "sym_stride")
+
+    def _hint(self) -> str:
+        return ("no converter; write a custom partitioned operator (docs/custom_ops.md) and "
+                "register a converter with parallel_ops.importer.register_module/"
+                "register_function/register_method/register_aten")
+
+    def _placeholder(self, node: fx.Node):
+        cap = self.cap
+        if node.name in cap.params:
+            return self.param(cap.params[node.name])
+        if node.name in cap.constants:
+            return cap.constants[node.name]
+        value = cap.inputs[node.name]
+        if not isinstance(value, torch.Tensor):
+            return value
+        if value.is_floating_point():
+            dtype = self.model.dtype
+        else:
+            dtype = str(value.dtype).replace("torch.", "")
+        name = node.target if cap.kind == "fx" else node.name
+        return self.model.input(name, tuple(value.shape), dtype=dtype)
+
+    def _get_attr(self, node: fx.Node):
+        target = str(node.target)
+        if target in self._params or target in self._buffers:
+            return self.param(target)
+        obj = self.cap.root
+        for part in target.split("."):
+            obj = getattr(obj, part)
+        return obj
+
+    # -- export: modules export decomposes, rebuilt from their nodes -------------------------
+    def _export_groups(self) -> dict:
+        """first node name -> (path, type, member nodes, nodes used outside) of each call of
+        a GROUPED module type."""
+        groups, current = {}, None
+        for node in self.cap.graph.nodes:
+            if node.op != "call_function":
+                current = None
+                continue
+            hit = None
+            for path, mtype in module_stack(node):
+                m = self._submodule(path)
+                if m is not None and type(m) in GROUPED:
+                    hit = (path, type(m))
+                    break
+            if hit is None:
+                current = None
+                continue
+            if current is not None and current[0] == hit[0]:
+                current[2].append(node)
+            else:
+                current = [hit[0], hit[1], [node]]
+                groups[node.name] = current
+        out = {}
+        for first, (path, mtype, members) in groups.items():
+            names = {n.name for n in members}
+            used = [n for n in members if any(u.name not in names for u in n.users)
+                    or n in (self.cap.user_outputs or [])]
+            out[first] = (path, mtype, members, used)
+        return out
+
+    def _submodule(self, path: str):
+        try:
+            return self.module.get_submodule(path) if path else self.module
+        except AttributeError:
+            return None
+
+    def _convert_group(self, first: fx.Node, path: str, members, outs) -> None:
+        names = {n.name for n in members}
+        ext = []
+        for n in members:
+            for a in n.all_input_nodes:
+                if a.name not in names and a not in ext:
+                    ext.append(a)
+        m = self.module.get_submodule(path)
+        own = {f"{path}.{k}" for k, _ in m.named_parameters()} | \
+            {f"{path}.{k}" for k, _ in m.named_buffers()}
+        args = []
+        for a in ext:
+            v = self.values.get(a.name)
+            if isinstance(v, Param) and v.key in own:
+                continue
+            args.append(v)
+        self.path, self.submodule, self.whole_module = path, m, True
+        try:
+            if any(isinstance(v, Poison) for v in args):
+                raise _Skip()
+            result = MODULES[type(m)](self, m, *args, _grouped=True)
+            results = [r for r in (result if isinstance(result, tuple) else (result,))
+                       if r is not None]
+            if len(outs) > len(results):
+                raise Unsupported(f"{len(outs)} results of the call are used; only "
+                                  f"{len(results)} are supported")
+            for n, r in zip(outs, results):
+                self.values[n.name] = r
+        except _Skip:
+            for n in outs:
+                self.values[n.name] = Poison(first.name)
+        except (Unsupported, TaskrtError) as e:
+            self.problems.append(Problem(first.name, "module call", f"{type(m).__module__}."
+                                         f"{type(m).__qualname__}", location(first), path,
+                                         str(e)))
+            for n in outs:
+                self.values[n.name] = Poison(first.name)
+        for n in members:
+            self.values.setdefault(n.name, Poison(first.name))
+
+    # -- result ------------------------------------------------------------------------------
+    def outputs(self) -> list:
+        out_node = next(n for n in self.cap.graph.nodes if n.op == "output")
+        if self.cap.user_outputs is not None:
+            raw = self.cap.user_outputs
+        else:
+            raw = out_node.args[0]
+        flat, _ = torch.utils._pytree.tree_flatten(self._arg(raw))
+        return [self.stack(v) if isinstance(v, Stacked) else v for v in flat]
+
+    def inputs(self) -> list[Tensor]:
+        return [v for n in self.cap.graph.nodes if n.op == "placeholder"
+                for v in [self.values.get(n.name)] if isinstance(v, Tensor)]
+
+
+class _Skip(Exception):
+    pass
+
+
+def format_problems(module: torch.nn.Module, method: str, problems: list[Problem]) -> str:
+    lines = [f"import of {type(module).__name__} ({method}): {len(problems)} operation"
+             f"{'s' if len(problems) != 1 else ''} ha{'ve' if len(problems) != 1 else 's'} "
+             "no parallel operator:"]
+    lines += [str(p) for p in problems]
+    lines.append("How to fix: express each as a custom partitioned operator (an Op with dims, "
+                 "labels and a torch function for one part; see docs/custom_ops.md) and "
+                 "register a converter for it: parallel_ops.importer.register_module(Type), "
+                 "register_function(fn), register_method('name') or register_aten('op') "
+                 "(see docs/importer.md); or rewrite that code with supported layers.")
+    return "\n".join(lines)
+
