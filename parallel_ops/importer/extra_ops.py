@@ -33,9 +33,8 @@ from ..tensor import Tensor
 
 
 def register(model: Model, op: Op) -> Op:
-    """Model.add (or Model.add_op, its planned new name): check and initialize an op."""
-    add = getattr(model, "add_op", None) or model.add
-    return add(op)
+    """Check and initialize an op (Model.add_op)."""
+    return model.add_op(op)
 
 
 _SCALAR_FUNCTIONS = {

@@ -25,7 +25,6 @@ import operator
 import torch
 import torch.nn.functional as F
 
-from ..model import Model
 from ..tensor import Tensor
 from . import extra_ops
 from .core import (Param, Stacked, Unsupported, register_aten, register_function,
@@ -42,19 +41,15 @@ def builder_module(name: str):
         raise Unsupported(f"parallel_ops.{name} is not available ({e})") from None
 
 
-def elementwise_add(model: Model):
-    # Model.add registers operators today; if it is renamed add_op, add is this builder.
-    if hasattr(type(model), "add_op"):
-        return model.add
-    return model.elementwise_add
-
-
 def key_prefix(p: Param) -> str:
     return p.key.rsplit(".", 1)[0] if "." in p.key else p.key
 
 
 def weighted_name(ctx, *params) -> str:
-    """Ops with weights are named after the module owning the first weight."""
+    """Ops with weights are named after the module they are (export: the innermost known
+    module of the node), else after the module owning the first weight."""
+    if ctx.whole_module:
+        return ctx.op_name()
     for p in params:
         if isinstance(p, Param):
             return ctx.op_name(key_prefix(p))
@@ -142,7 +137,7 @@ def binary(ctx, kind: str, a, b) -> Tensor:
     if ca is not None:
         return scalar_op(ctx, fn, b, ca)
     a, b = ctx.tensor(a), ctx.tensor(b)
-    build = elementwise_add(ctx.model) if kind == "add" else ctx.model.multiply
+    build = ctx.model.add if kind == "add" else ctx.model.multiply
     if a.shape == b.shape:
         return build(a, b, name=ctx.op_name())
     big, small = (a, b) if len(a.shape) >= len(b.shape) else (b, a)
@@ -499,23 +494,26 @@ def cross_entropy(ctx, logits, target, weight=None, size_average=None, ignore_in
     return ctx.model.softmax_cross_entropy(logits, target, name=name or ctx.op_name())
 
 
-def causal_mask(mask, s: int):
-    """True for a causal mask (upper triangle masked), False for none; else Unsupported."""
+def causal_mask(mask, s: int, bool_allows: bool = False):
+    """True for a causal mask (later keys masked), False for none; else Unsupported.
+    A boolean mask marks masked positions (nn.MultiheadAttention) or, with bool_allows,
+    allowed ones (F.scaled_dot_product_attention); a float mask is added (0 or -inf). Any
+    leading axes must repeat the same (s, s) pattern."""
     if mask is None:
         return False
     if isinstance(mask, Param):
         mask = mask.value
-    if not isinstance(mask, torch.Tensor) or tuple(mask.shape) != (s, s):
+    if not isinstance(mask, torch.Tensor) or mask.ndim < 2 or tuple(mask.shape[-2:]) != (s, s):
         raise Unsupported(f"attention mask {getattr(mask, 'shape', mask)}: only a constant "
                           f"({s}, {s}) causal mask is supported")
-    upper = torch.ones(s, s, dtype=torch.bool).triu(1)
-    m = mask.detach().cpu()
+    m = mask.detach().cpu().reshape(-1, s, s)
     if m.dtype == torch.bool:
-        blocked = m
+        blocked = ~m if bool_allows else m
     else:
         if not torch.all((m == 0) | torch.isneginf(m)):
             raise Unsupported("an additive attention mask with values other than 0 and -inf")
         blocked = torch.isneginf(m)
+    upper = torch.ones(s, s, dtype=torch.bool).triu(1).expand_as(blocked)
     if torch.equal(blocked, upper):
         return True
     if not blocked.any():
@@ -528,7 +526,7 @@ def sdpa(ctx, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=Non
     q, k, v = ctx.tensor(q), ctx.tensor(k), ctx.tensor(v)
     if dropout_p:
         raise Unsupported(f"attention dropout p={dropout_p}")
-    causal = bool(is_causal) or causal_mask(attn_mask, q.shape[2])
+    causal = bool(is_causal) or causal_mask(attn_mask, q.shape[2], bool_allows=True)
     op = extra_ops.SDPA(ctx.model, q, k, v, causal, scale, name=ctx.op_name())
     return ctx.register(op).outputs[0]
 
@@ -677,6 +675,7 @@ register_aten("cross_entropy_loss")(
     lambda ctx, x, t, weight=None, reduction=1, ignore_index=-100, label_smoothing=0.0:
     cross_entropy(ctx, x, t, weight, reduction={0: "none", 1: "mean", 2: "sum"}[reduction],
                   label_smoothing=label_smoothing))
+register_aten("_assert_tensor_metadata")(lambda ctx, *args, **kwargs: None)
 register_aten("add_")(lambda ctx, a, b, alpha=1: _add_inplace(ctx, a, b))
 register_aten("lstm")(
     lambda ctx, x, hx, params, has_biases, num_layers, dropout_p, train, bidirectional,
