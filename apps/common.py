@@ -578,14 +578,6 @@ def main(app: App, argv=None) -> int:
     return 0
 
 
-def residual_add(model: Model, a, b, name: str | None = None):
-    """a + b (the builder is model.elementwise_add now, model.add once renamed)."""
-    fn = getattr(model, "elementwise_add", None)
-    if fn is None:
-        return model.add(a, b, name=name)
-    return fn(a, b, name=name)
-
-
 def strategy_for(app: App, model: Model, devices: int, which: str) -> dict:
     """'data_parallel' ({}), or the app's 'mixed' strategy for `devices` devices."""
     if which == "data_parallel":

@@ -8,7 +8,9 @@ softmax over the target vocabulary (hidden 1024, unrolled 40 steps each side).
 
 Full size: vocabularies 20480, embedding 1024, hidden 1024, 2 + 2 layers, 40 source and
 40 target steps, per-device batch 64. --small: vocabularies 256, width 32, 8 steps.
-Synthetic sentence pairs, deterministic by --seed (decoder input = target shifted by one).
+Synthetic sentence pairs following a learnable rule, deterministic by --seed: source
+streams as in apps/sizes.py, target token v-1-s for source token s; the decoder reads the
+target shifted right by one after a start token 0.
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch  # noqa: E402
 
 from apps.common import App, Network, P, main  # noqa: E402
-from apps.sizes import add_size_arguments, sizes  # noqa: E402
+from apps.sizes import add_size_arguments, sizes, stream  # noqa: E402
 from parallel_ops import Model  # noqa: E402
 
 FULL = dict(vocab=20480, embed=1024, hidden=1024, layers=2, seq_len=40)
@@ -32,10 +34,11 @@ class TranslationNetwork(Network):
         n, t = self.model.tensors["source"].shape
         v = self.int_ranges["source"]
         g = torch.Generator().manual_seed(seed * 1_000_003 + iteration)
-        source = torch.randint(0, v, (n, t), generator=g)
-        target = torch.randint(0, v, (n, t + 1), generator=g)
-        return {"source": source, "target_in": target[:, :-1].contiguous(),
-                "target_out": target[:, 1:].contiguous()}
+        source = stream(n, t, v, g)
+        target = v - 1 - source                  # the "translation": a fixed permutation
+        start = torch.zeros(n, 1, dtype=torch.int64)
+        return {"source": source, "target_in": torch.cat([start, target[:, :-1]], 1),
+                "target_out": target}
 
 
 def build(a) -> Network:

@@ -6,8 +6,9 @@ softmax over the vocabulary at every step, as in the FlexFlow paper's benchmarks
     python apps/rnnlm.py --small --devices-per-rank 2 --export rnnlm.json # one process
 
 Full size: vocabulary 20480, embedding 2048, 2 layers of hidden 2048, 40 steps,
-per-device batch 64. --small: vocabulary 256, width 32, 8 steps. Synthetic tokens whose
-targets are the next tokens, deterministic by --seed.
+per-device batch 64. --small: vocabulary 256, width 32, 8 steps. Synthetic token streams
+following a learnable rule (apps/sizes.py), deterministic by --seed; the targets are the
+next tokens.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch  # noqa: E402
 
 from apps.common import App, Network, P, main  # noqa: E402
-from apps.sizes import add_size_arguments, sizes  # noqa: E402
+from apps.sizes import add_size_arguments, sizes, stream  # noqa: E402
 from parallel_ops import Model  # noqa: E402
 
 FULL = dict(vocab=20480, embed=2048, hidden=2048, layers=2, seq_len=40)
@@ -27,14 +28,14 @@ SMALL = dict(vocab=256, embed=32, hidden=32, layers=2, seq_len=8)
 
 
 class LanguageNetwork(Network):
-    """Synthetic text: random tokens, the targets are the same stream shifted by one."""
+    """Synthetic text (apps.sizes.stream); the targets are the tokens shifted by one."""
 
     def synthetic(self, seed, iteration):
         tokens = self.model.tensors["tokens"]
         n, t = tokens.shape
         g = torch.Generator().manual_seed(seed * 1_000_003 + iteration)
-        stream = torch.randint(0, self.int_ranges["tokens"], (n, t + 1), generator=g)
-        return {"tokens": stream[:, :-1].contiguous(), "targets": stream[:, 1:].contiguous()}
+        s = stream(n, t + 1, self.int_ranges["tokens"], g)
+        return {"tokens": s[:, :-1].contiguous(), "targets": s[:, 1:].contiguous()}
 
 
 def build(a) -> Network:

@@ -7,7 +7,8 @@ and a softmax classifier on the last hidden state, as in the FlexFlow paper's be
 
 Full size: vocabulary 20480, embedding 1024, 4 layers of hidden 1024, 40 steps, 10
 classes, per-device batch 64. --small: vocabulary 256, width 32, 8 steps. Synthetic
-tokens and labels, deterministic by --seed. Each LSTM layer is one operator (`rnn_l0` ..
+random tokens labelled by their last token modulo the classes (learnable), deterministic
+by --seed. Each LSTM layer is one operator (`rnn_l0` ..
 `rnn_l3`), so a strategy can put layers on different devices (operation parallelism).
 """
 from __future__ import annotations
@@ -25,6 +26,15 @@ FULL = dict(vocab=20480, embed=1024, hidden=1024, layers=4, seq_len=40, classes=
 SMALL = dict(vocab=256, embed=32, hidden=32, layers=4, seq_len=8, classes=10)
 
 
+class TextNetwork(Network):
+    """Random tokens; the label is the last token modulo the classes (learnable)."""
+
+    def synthetic(self, seed, iteration):
+        feeds = super().synthetic(seed, iteration)
+        feeds["labels"] = feeds["tokens"][:, -1] % self.int_ranges["labels"]
+        return feeds
+
+
 def build(a) -> Network:
     s = sizes(a, FULL, SMALL)
     n = a.batch_size
@@ -35,7 +45,7 @@ def build(a) -> Network:
     _, finals = m.lstm(x, s["hidden"], num_layers=s["layers"], return_state=True, name="rnn")
     logits = m.linear(finals[-1][0], s["classes"], name="classifier")
     m.softmax_cross_entropy(logits, labels, name="loss")
-    return Network(m, {"tokens": s["vocab"], "labels": s["classes"]}, logits=logits.name)
+    return TextNetwork(m, {"tokens": s["vocab"], "labels": s["classes"]}, logits=logits.name)
 
 
 def mixed_strategy(model: Model, n: int) -> dict:

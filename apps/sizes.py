@@ -1,4 +1,5 @@
-"""Size flags of the sequence apps: each has a full (paper) and a --small default."""
+"""Size flags of the sequence apps (a full (paper) and a --small default each) and their
+learnable synthetic token streams."""
 from __future__ import annotations
 
 _HELP = {"vocab": "vocabulary size", "embed": "embedding width", "hidden": "LSTM hidden units",
@@ -23,4 +24,16 @@ def sizes(a, full: dict, small: dict) -> dict:
         if out[key] < 1:
             from apps.common import UsageError
             raise UsageError(f"--{key.replace('_', '-')} {out[key]}: use a positive value.")
+    return out
+
+
+def stream(n: int, length: int, vocab: int, g) -> "torch.Tensor":
+    """Token streams following t[i+1] = (a t[i] + 1) mod vocab from random starts: a fixed
+    permutation a model can learn, so the loss of the synthetic data falls."""
+    import torch
+    a = next(p for p in (7, 11, 13, 17, 19, 23) if vocab % p)
+    out = torch.empty(n, length, dtype=torch.int64)
+    out[:, 0] = torch.randint(0, vocab, (n,), generator=g)
+    for i in range(1, length):
+        out[:, i] = (out[:, i - 1] * a + 1) % vocab
     return out

@@ -9,7 +9,8 @@ and a softmax over the vocabulary), trained as a language model.
 Full size is GPT-2 small: 12 layers, width 768, 12 heads, sequence 1024, vocabulary 50257
 (about 163M parameters: the output layer is not tied to the token embedding), per-device
 batch 8. --small: 2 layers, width 32, 4 heads, sequence 16, vocabulary 256. No dropout.
-Synthetic tokens whose targets are the next tokens, deterministic by --seed.
+Synthetic token streams following a learnable rule (apps/sizes.py), deterministic by
+--seed; the targets are the next tokens.
 """
 from __future__ import annotations
 
@@ -20,8 +21,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
 
-from apps.common import App, Network, P, UsageError, main, residual_add  # noqa: E402
-from apps.sizes import add_size_arguments, sizes  # noqa: E402
+from apps.common import App, Network, P, UsageError, main  # noqa: E402
+from apps.sizes import add_size_arguments, sizes, stream  # noqa: E402
 from parallel_ops import Model  # noqa: E402
 
 FULL = dict(vocab=50257, width=768, heads=12, layers=12, seq_len=1024)
@@ -32,8 +33,8 @@ class GPTNetwork(Network):
     def synthetic(self, seed, iteration):
         n, t = self.model.tensors["tokens"].shape
         g = torch.Generator().manual_seed(seed * 1_000_003 + iteration)
-        stream = torch.randint(0, self.int_ranges["tokens"], (n, t + 1), generator=g)
-        return {"tokens": stream[:, :-1].contiguous(), "targets": stream[:, 1:].contiguous(),
+        s = stream(n, t + 1, self.int_ranges["tokens"], g)
+        return {"tokens": s[:, :-1].contiguous(), "targets": s[:, 1:].contiguous(),
                 "positions": self.fixed["positions"]}
 
 
@@ -47,16 +48,16 @@ def build(a) -> Network:
     tokens = m.input("tokens", (n, t), dtype="int64")
     positions = m.input("positions", (n, t), dtype="int64")
     targets = m.input("targets", (n, t), dtype="int64")
-    x = residual_add(m, m.embedding(tokens, v, d, name="wte"),
+    x = m.add(m.embedding(tokens, v, d, name="wte"),
                      m.embedding(positions, t, d, name="wpe"), name="embed_sum")
     for k in range(s["layers"]):
         b = f"h{k}"
         y = m.multihead_attention(m.layernorm(x, name=f"{b}/ln_1"), s["heads"], causal=True,
                                   name=f"{b}/attn")
-        x = residual_add(m, x, y, name=f"{b}/add_1")
+        x = m.add(x, y, name=f"{b}/add_1")
         y = m.linear(m.layernorm(x, name=f"{b}/ln_2"), 4 * d, name=f"{b}/mlp_fc")
         y = m.linear(m.gelu(y, name=f"{b}/mlp_gelu"), d, name=f"{b}/mlp_proj")
-        x = residual_add(m, x, y, name=f"{b}/add_2")
+        x = m.add(x, y, name=f"{b}/add_2")
     logits = m.linear(m.layernorm(x, name="ln_f"), v, name="lm_head")
     m.softmax_cross_entropy(logits, targets, name="loss")
     pos = torch.arange(t).expand(n, t).contiguous()

@@ -1,0 +1,62 @@
+"""AlexNet as torchvision defines it (61,100,840 parameters at 1000 classes): five
+convolutions with ReLU and three max pools, adaptive average pooling to 6x6, and three fully
+connected layers with dropout; the FlexFlow paper's 12-layer CNN benchmark.
+
+    mpirun -np 2 python -m mpi4py apps/alexnet.py --small                 # 2 CPU ranks
+    mpirun -np 4 python -m mpi4py apps/alexnet.py                         # 4 GPUs, 1 per rank
+    python apps/alexnet.py --small --data digits --iterations 60          # real data, 1 process
+
+Full size: 224x224 images, 1000 classes, per-device batch 256 (as in the paper). --small:
+channel counts and fully connected widths divided by 8, 127x127 images, 10 classes.
+--data digits trains on scikit-learn's handwritten digits scaled up to the input size.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from apps.cnn import add_image_arguments, image_model, image_network, image_sizes  # noqa: E402
+from apps.common import App, Network, P, main  # noqa: E402
+from parallel_ops import Model  # noqa: E402
+
+
+def build(a) -> Network:
+    classes, size, div = image_sizes(a, 224, 127, 63)
+    m, x, labels = image_model("alexnet", a, size)
+    convs = [(64, 11, 4, 2), (192, 5, 1, 2), (384, 3, 1, 1), (256, 3, 1, 1), (256, 3, 1, 1)]
+    for k, (c, kernel, stride, pad) in enumerate(convs, start=1):
+        x = m.conv2d(x, c // div, kernel, stride=stride, padding=pad, name=f"conv{k}")
+        x = m.relu(x, name=f"relu{k}")
+        if k in (1, 2, 5):
+            x = m.max_pool2d(x, 3, stride=2, name=f"pool{k}")
+    x = m.flat(m.adaptive_avg_pool2d(x, (6, 6), name="avgpool"), name="flat")
+    for k in (6, 7):
+        x = m.dropout(x, 0.5, name=f"drop{k}")
+        x = m.relu(m.linear(x, 4096 // div, name=f"fc{k}"), name=f"relu{k}")
+    logits = m.linear(x, classes, name="fc8")
+    return image_network(m, logits, labels, classes)
+
+
+def mixed_strategy(model: Model, n: int) -> dict:
+    """Krizhevsky's "one weird trick": convolutions data parallel (the first split on image
+    rows, attribute parallelism), fully connected layers split on their outputs (parameter),
+    the dropouts and ReLUs between them on features, the loss on classes."""
+    devs = list(range(n))
+    out = {"conv1": P(devs, h=n), "relu1": P(devs, a2=n)}
+    for k in (6, 7):
+        out[f"drop{k}"] = P(devs, a1=n) if k == 7 else P(devs, n=n)
+        out[f"fc{k}"] = P(devs, o=n)
+        out[f"relu{k}"] = P(devs, a1=n)
+    out["fc8"] = P(devs, o=n)
+    out["loss"] = P(devs, c=n)
+    return out
+
+
+APP = App("alexnet", "AlexNet", build, per_device_batch=256, small_per_device_batch=8,
+          add_arguments=lambda p: add_image_arguments(p, 224, 127),
+          mixed_strategy=mixed_strategy, lr=0.01, image=True)
+
+if __name__ == "__main__":
+    sys.exit(main(APP))
