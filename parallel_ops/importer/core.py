@@ -40,8 +40,14 @@ class Unsupported(Exception):
 @dataclass
 class Param:
     key: str                     # state-dict key ("blocks.0.attn.in_proj_weight")
-    value: torch.Tensor
+    value: torch.Tensor          # the module's tensor itself
     trainable: bool
+    transposed: bool = False     # the code uses value.t() (a 2-d parameter)
+
+    @property
+    def view(self) -> torch.Tensor:
+        """The value as the code sees it."""
+        return self.value.t() if self.transposed else self.value
 
 
 @dataclass
@@ -142,8 +148,12 @@ def describe_target(node: fx.Node, root: torch.nn.Module) -> str:
     name = _aten_name(t)
     if name is not None:
         return f"torch.ops.aten.{name}"
+    short = getattr(t, "__name__", None)
+    for prefix, space in (("torch", torch), ("torch.nn.functional", torch.nn.functional)):
+        if short and getattr(space, short, None) is t:
+            return f"{prefix}.{short}"
     mod = getattr(t, "__module__", None) or ""
-    qual = getattr(t, "__qualname__", None) or getattr(t, "__name__", None) or str(t)
+    qual = getattr(t, "__qualname__", None) or short or str(t)
     if mod in ("_operator", "operator"):
         mod = "operator"
     return f"{mod}.{qual}" if mod else qual
@@ -319,6 +329,9 @@ class Importer:
             if p is None:
                 continue
             w = op.weights[k]
+            if p.transposed:
+                raise Unsupported(f"'{p.key}' is used transposed where the operator needs it "
+                                  "as stored")
             layout = layout or same(p.value)
             prev = self.bound.get(id(p.value))
             if prev is not None:
@@ -364,6 +377,9 @@ class Importer:
             return value
         if isinstance(value, Stacked):
             return self.stack(value)
+        if isinstance(value, Param) and value.transposed:
+            t = self.tensor(Param(value.key, value.value, value.trainable))
+            return self.model.transpose(t, 0, 1, name=self.op_name(f"{t.name}_t"))
         if isinstance(value, Param):
             base = value.key.replace(".", "_")
             cls = extra_ops.ParameterOp if value.trainable else extra_ops.ConstantOp
@@ -485,14 +501,14 @@ class Importer:
             return evaluate(*self._constants((args, kwargs)))
         if self._shape_query(node, args):
             meta = _walk(args, lambda v: _Meta(v) if isinstance(v, Tensor) else
-                         (v.value if isinstance(v, Param) else v))
+                         (v.view if isinstance(v, Param) else v))
             return evaluate(meta, kwargs)
         if conv is None:
             raise Unsupported(self._hint())
         return conv(self, *args, **kwargs)
 
     def _constants(self, ak):
-        args, kwargs = _walk(ak, lambda v: v.value if isinstance(v, Param) else v)
+        args, kwargs = _walk(ak, lambda v: v.view if isinstance(v, Param) else v)
         return args, kwargs
 
     @staticmethod
@@ -505,9 +521,7 @@ class Importer:
         return name in ("sym_size", "sym_numel", "sym_stride")
 
     def _hint(self) -> str:
-        return ("no converter; write a custom partitioned operator (docs/custom_ops.md) and "
-                "register a converter with parallel_ops.importer.register_module/"
-                "register_function/register_method/register_aten")
+        return "no converter"
 
     def _placeholder(self, node: fx.Node):
         cap = self.cap

@@ -93,7 +93,13 @@ def reshape(ctx, x: Tensor, shape) -> Tensor:
     return ctx.model.reshape(x, shape, name=ctx.op_name())
 
 
+def _flip(p: Param) -> Param:
+    return Param(p.key, p.value, p.trainable, not p.transposed)
+
+
 def transpose(ctx, x: Tensor, d0: int, d1: int) -> Tensor:
+    if isinstance(x, Param) and x.value.ndim == 2 and axis(d0, 2) != axis(d1, 2):
+        return _flip(x)
     x = ctx.tensor(x)
     d0, d1 = axis(d0, x.ndim), axis(d1, x.ndim)
     if d0 == d1:
@@ -102,6 +108,8 @@ def transpose(ctx, x: Tensor, d0: int, d1: int) -> Tensor:
 
 
 def permute(ctx, x: Tensor, dims) -> Tensor:
+    if isinstance(x, Param) and x.value.ndim == 2:
+        return _flip(x) if [axis(d, 2) for d in dims] == [1, 0] else x
     x = ctx.tensor(x)
     dims = [axis(d, x.ndim) for d in dims]
     order = list(range(x.ndim))             # order[k]: the input axis now at position k
@@ -213,25 +221,28 @@ def dropout(ctx, x, p=0.5, training=True, inplace=False) -> Tensor:
     return ctx.model.dropout(x, p, name=ctx.op_name())
 
 
-def linear(ctx, x, w, b=None, layout=None, name=None) -> Tensor:
-    """x W^T + b with W, b parameters of the module (layout: W's torch layout)."""
+def linear(ctx, x, w, b=None, transpose_w=False, name=None) -> Tensor:
+    """x W^T + b with W, b parameters of the module; transpose_w: x W + b instead."""
     x = ctx.tensor(x)
     w = need_param(w, "the linear weight")
-    layout = layout or same(w.value)
-    if b is not None:
-        b = need_param(b, "the linear bias")
-    out_features = w.value.shape[1] if layout.kind == "transpose" else w.value.shape[0]
     if w.value.ndim != 2:
         raise Unsupported(f"linear weight '{w.key}' has shape {tuple(w.value.shape)}")
+    flip = transpose_w != w.transposed           # the op's (out, in) is the stored one's .t()
+    layout = transposed(w.value) if flip else same(w.value)
+    if b is not None:
+        b = need_param(b, "the linear bias")
+        if b.transposed:
+            raise Unsupported(f"a transposed bias '{b.key}'")
+    out_features = w.value.shape[1] if flip else w.value.shape[0]
     y = ctx.model.linear(x, out_features, bias=b is not None,
                          name=name or weighted_name(ctx, w))
-    ctx.bind(y.producer, [(w, layout), (b, None)])
+    ctx.bind(y.producer, [(Param(w.key, w.value, w.trainable), layout), (b, None)])
     return y
 
 
 def matmul(ctx, a, b) -> Tensor:
     if isinstance(b, Param) and b.value.ndim == 2:
-        return linear(ctx, a, b, layout=transposed(b.value))
+        return linear(ctx, a, b, transpose_w=True)
     a, b = ctx.tensor(a), ctx.tensor(b)
     if a.ndim != b.ndim or a.ndim < 2:
         raise Unsupported(f"matmul of {a.shape} and {b.shape}: operands of equal rank are "
@@ -686,7 +697,7 @@ register_aten("lstm")(
 def _addmm(ctx, bias, x, w, beta, alpha):
     if beta != 1 or alpha != 1:
         raise Unsupported(f"addmm with beta={beta}, alpha={alpha}")
-    return linear(ctx, x, w, bias, layout=transposed(need_param(w, "the addmm weight").value))
+    return linear(ctx, x, w, bias, transpose_w=True)
 
 
 def _add_inplace(ctx, a, b):

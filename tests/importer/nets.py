@@ -204,3 +204,42 @@ def inception_strategies(n):
 
 NETS = {"resnet": (resnet, resnet_strategies), "gpt": (gpt, gpt_strategies),
         "lstm": (lstm_classifier, lstm_strategies), "inception": (inception, inception_strategies)}
+
+
+class HFLogits(nn.Module):
+    """A transformers causal LM returning only its logits (what the importer sees)."""
+
+    def __init__(self, lm):
+        super().__init__()
+        self.lm = lm
+
+    def forward(self, idx):
+        return self.lm(input_ids=idx, use_cache=False, return_dict=False)[0]
+
+
+def gpt2():
+    """A 2-layer GPT-2 from a transformers config (offline), or None without transformers."""
+    import os
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    try:
+        import transformers
+    except ImportError:
+        return None
+    transformers.logging.set_verbosity_error()
+    cfg = transformers.GPT2Config(vocab_size=17, n_positions=8, n_embd=8, n_layer=2, n_head=2,
+                                  resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                                  use_cache=False, bos_token_id=0, eos_token_id=0)
+    torch.manual_seed(9)
+    net = HFLogits(transformers.GPT2LMHeadModel(cfg)).to(DTYPE)
+    g = _gen(10)
+    return net, (torch.randint(0, 17, (2, 6), generator=g),), \
+        torch.randint(0, 17, (2, 6), generator=g)
+
+
+def gpt2_strategies(n):
+    d = list(range(n))
+    return {"mixed": {"lm.transformer.wte": _cfg(d[:2], d=2),
+                      "scaled_dot_product_attention": _cfg(d[:2], h=2),
+                      "lm.transformer.h.0.mlp.c_fc": _cfg(d[:2], o=2),
+                      "lm.transformer.h.1.attn.c_proj": _cfg(d[-2:], i=2),
+                      "lm.lm_head": _cfg(d[::-1][:2], o=2)}}
