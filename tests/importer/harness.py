@@ -45,3 +45,39 @@ def assert_state_close(got, want, rtol=1e-8, atol=1e-10, where=""):
             assert torch.allclose(g, w, rtol=rtol, atol=atol), f"{where}: {k} max err {err:.3e}"
         else:
             assert torch.equal(g, w), f"{where}: {k} {g} vs {w}"
+
+
+def run_mpi(np_, args, timeout, root):
+    """Run `python -m mpi4py args` under mpirun in its own session; returns (code, output).
+    Kills the whole job on timeout and removes the shared-memory files it left."""
+    import glob
+    import os
+    import shutil
+    import signal
+    import subprocess
+    import sys
+    import time
+    import pytest
+    here = os.path.dirname(sys.executable)
+    mpirun = os.environ.get("SOAPFLOW_MPIRUN") or (
+        os.path.join(here, "mpirun") if os.path.exists(os.path.join(here, "mpirun"))
+        else shutil.which("mpirun") or "mpirun")
+    cmd = [mpirun, "-np", str(np_), sys.executable, "-m", "mpi4py", *args]
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=root)
+    start = time.time()
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
+                         start_new_session=True, text=True)
+    try:
+        out, _ = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out, _ = p.communicate()
+        pytest.fail(f"mpirun {args} did not finish in {timeout} s:\n{out[-3000:]}")
+    finally:
+        for f in glob.glob("/dev/shm/mpich_shm_*"):
+            try:
+                if os.stat(f).st_mtime > start - 1:
+                    os.unlink(f)
+            except OSError:
+                pass
+    return p.returncode, out
