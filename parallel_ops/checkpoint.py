@@ -115,13 +115,13 @@ def read_file(path: str) -> Checkpoint:
         size = os.path.getsize(path)
         with open(path, "rb") as f:
             prefix = f.read(_PREFIX.size)
+            if prefix[:len(MAGIC)] != MAGIC[:len(prefix)] or not prefix:
+                raise CheckpointError(f"checkpoint '{path}': not a soapflow checkpoint (it "
+                                      f"starts with {prefix[:8]!r}, not {MAGIC!r}).")
             if len(prefix) < _PREFIX.size:
                 raise CheckpointError(f"checkpoint '{path}': truncated ({size} bytes, shorter "
                                       "than its fixed prefix).")
             magic, hlen, hsum = _PREFIX.unpack(prefix)
-            if magic != MAGIC:
-                raise CheckpointError(f"checkpoint '{path}': not a soapflow checkpoint (magic "
-                                      f"{magic!r}).")
             head = f.read(hlen)
             if len(head) < hlen:
                 raise CheckpointError(f"checkpoint '{path}': truncated inside the header "
