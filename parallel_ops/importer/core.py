@@ -85,8 +85,10 @@ GROUPED: set[type] = set()              # module types export decomposes; regrou
 
 
 def register_module(*types, grouped: bool = False):
-    """Decorator: convert calls of these nn.Module types. `grouped`: under torch.export,
-    rebuild the module's call from the ATen nodes recorded inside it."""
+    """Decorator: convert calls of these nn.Module types (torch.fx keeps them whole).
+    `grouped`: under torch.export too, the ATen nodes recorded inside one call are replaced
+    by one converter call, with ctx.grouped set and as arguments the values those nodes
+    read from outside the module (its own parameters left out), in order of first use."""
     def deco(fn):
         for t in types:
             MODULES[t] = fn
@@ -161,10 +163,12 @@ def describe_target(node: fx.Node, root: torch.nn.Module) -> str:
 
 # -- value helpers ---------------------------------------------------------------------------
 def _walk(value, fn):
+    """Apply fn to every leaf of nested lists, tuples, dicts and slices."""
     if isinstance(value, (list, tuple)):
         out = [_walk(v, fn) for v in value]
-        return type(value)(out) if isinstance(value, tuple) and not hasattr(value, "_fields") \
-            else (type(value)(*out) if hasattr(value, "_fields") else out)
+        if hasattr(value, "_fields"):                  # a namedtuple
+            return type(value)(*out)
+        return type(value)(out) if isinstance(value, tuple) else out
     if isinstance(value, dict):
         return {k: _walk(v, fn) for k, v in value.items()}
     if isinstance(value, slice):
@@ -246,10 +250,10 @@ class Imported:
         return self.model.softmax_cross_entropy(logits, y, name=name)
 
     def feeds(self, *args, **kwargs) -> dict[str, torch.Tensor]:
-        """The feed dict of trainer.step from forward-style arguments (plus extra inputs,
-        such as labels, by name)."""
+        """The feed dict of trainer.step from forward-style arguments (the tensors among
+        them, in order) plus extra inputs, such as labels, by name."""
         out = {}
-        for t, v in zip(self.inputs, args):
+        for t, v in zip(self.inputs, [a for a in args if isinstance(a, torch.Tensor)]):
             out[t.name] = v
         for k, v in kwargs.items():
             out[k] = v
@@ -285,6 +289,7 @@ class Importer:
         self.node: fx.Node | None = None
         self.submodule: torch.nn.Module | None = None
         self.whole_module = False          # converting a whole module call (name = path)
+        self.grouped = False               # ... rebuilt from export's nodes (see GROUPED)
         self.path = ""
         self._params = dict(module.named_parameters(remove_duplicate=False))
         self._buffers = dict(module.named_buffers(remove_duplicate=False))
@@ -605,7 +610,8 @@ class Importer:
         try:
             if any(isinstance(v, Poison) for v in args):
                 raise _Skip()
-            result = MODULES[type(m)](self, m, *args, _grouped=True)
+            self.grouped = True
+            result = MODULES[type(m)](self, m, *args)
             results = [r for r in (result if isinstance(result, tuple) else (result,))
                        if r is not None]
             if len(outs) > len(results):
@@ -622,6 +628,8 @@ class Importer:
                                          str(e)))
             for n in outs:
                 self.values[n.name] = Poison(first.name)
+        finally:
+            self.grouped = False
         for n in members:
             self.values.setdefault(n.name, Poison(first.name))
 

@@ -172,14 +172,14 @@ def lstm_layers(ctx, x, hx, layers, hidden: int, batch_first: bool, base: str):
 
 
 @register_module(nn.MultiheadAttention, grouped=True)
-def multihead_attention(ctx, m, *args, _grouped=False, **kwargs):
+def multihead_attention(ctx, m, *args, **kwargs):
     if not m._qkv_same_embed_dim or m.in_proj_bias is None or m.bias_k is not None \
             or m.add_zero_attn:
         raise Unsupported("MultiheadAttention with kdim/vdim, bias=False, add_bias_kv or "
                           "add_zero_attn")
     if m.dropout and m.training:
         raise Unsupported(f"MultiheadAttention dropout {m.dropout} (attention dropout)")
-    if _grouped:      # torch.export: the tensors the module's nodes read from outside
+    if ctx.grouped:   # torch.export: the tensors the module's nodes read from outside
         tensors = [a for a in args if isinstance(a, Tensor)]
         masks = [a for a in args if not isinstance(a, Tensor)]
         if len(tensors) != 1 or len(masks) > 1:
