@@ -74,6 +74,10 @@ class Features(nn.Module):
         self.w1 = nn.Parameter(torch.randn(12, 8, dtype=torch.float64) * 0.3)
         self.w2 = nn.Parameter(torch.randn(12, 8, dtype=torch.float64) * 0.3)
         self.scale = nn.Parameter(torch.ones(8, dtype=torch.float64))
+        self.keep = nn.Identity()
+        self.flat = nn.Flatten()
+        self.drop = nn.Dropout(0.0)
+        self.gate = nn.Sigmoid()
         self.out = nn.Linear(16, 5)
 
     def forward(self, x):                                 # x: (N, S, 6)
@@ -81,13 +85,15 @@ class Features(nn.Module):
         h = self.proj(x).view(n, s, 2, 6).permute(0, 2, 1, 3)      # (N, 2, S, 6)
         q, k, v = h.chunk(3, dim=-1)                                 # (N, 2, S, 2) each
         a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        a = a + torch.softmax(q @ k.transpose(-2, -1) * 0.5, dim=-1) @ self.gate(v)
         a = a.transpose(1, 2).reshape(n, s, 4)
         b = torch.tanh(torch.cat([a, -a], dim=-1) @ self.w1.t())     # (N, S, 12)
         c = F.linear(b, self.w2.t()) * self.scale - 0.5 * b[..., :8] ** 2
         c = torch.softmax(c / 2, dim=-1)
         last = c[:, -1]                                              # (N, 8)
         first = c[:, 0, :]
-        return self.out(torch.cat((last, first), 1).unsqueeze(1).squeeze(1))
+        both = self.keep(torch.cat((last, first), 1).unsqueeze(1))   # (N, 1, 16)
+        return self.out(self.drop(self.flat(both)))
 
 
 def _features():
@@ -107,7 +113,8 @@ def test_functions_and_methods(method):
     assert losses == pytest.approx(want, rel=1e-10)
     assert_state_close(state, want_state)
     types = {o.type for o in imp.model.ops}
-    assert {"sdpa", "parameter", "scalar_mul", "split", "transpose", "concat"} <= types
+    assert {"sdpa", "bmm", "parameter", "scalar_mul", "scalar_pow", "split", "transpose",
+            "concat", "sigmoid", "flat"} <= types
 
 
 class Tied(nn.Module):
