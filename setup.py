@@ -17,5 +17,6 @@ setup(
         "mpich",        # an MPI from the package index: mpirun/mpiexec and libmpi
         "msgpack>=1.0",
     ],
-    extras_require={"test": ["pytest>=8", "hypothesis>=6"]},
+    # scikit-learn ships the digits images of the apps' real-data path (--data digits).
+    extras_require={"test": ["pytest>=8", "hypothesis>=6", "scikit-learn"]},
 )

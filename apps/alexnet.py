@@ -4,11 +4,14 @@ connected layers with dropout; the FlexFlow paper's 12-layer CNN benchmark.
 
     mpirun -np 2 python -m mpi4py apps/alexnet.py --small                 # 2 CPU ranks
     mpirun -np 4 python -m mpi4py apps/alexnet.py                         # 4 GPUs, 1 per rank
-    python apps/alexnet.py --small --data digits --iterations 60          # real data, 1 process
+    python apps/alexnet.py --small --data digits --image-size 63 --batch-size 32 \\
+        --optimizer adam --lr 0.002 --iterations 60                        # real data
 
 Full size: 224x224 images, 1000 classes, per-device batch 256 (as in the paper). --small:
 channel counts and fully connected widths divided by 8, 127x127 images, 10 classes.
---data digits trains on scikit-learn's handwritten digits scaled up to the input size.
+--data digits trains on scikit-learn's handwritten digits scaled up to the input size and
+reports the accuracy of every batch (measured before training on it) and, at the end, on
+297 held-out digits; the numbers are the same under every strategy.
 """
 from __future__ import annotations
 

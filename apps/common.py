@@ -36,7 +36,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from parallel_ops import SGD, Model, ParallelConfig  # noqa: E402
+from parallel_ops import SGD, Adam, Model, ParallelConfig  # noqa: E402
 from parallel_ops.config import format_devices  # noqa: E402
 from taskrt import Machine  # noqa: E402
 from taskrt.discovery import discover_machine, launched_by_mpi  # noqa: E402
@@ -114,8 +114,10 @@ def make_parser(app: App) -> argparse.ArgumentParser:
                    help="untimed iterations before them (default 1)")
     g.add_argument("--seed", type=int, default=0, help="weights and synthetic data seed")
     g.add_argument("--dtype", choices=["float32", "float64"], default="float32")
-    g.add_argument("--lr", type=float, default=app.lr, help=f"SGD learning rate, momentum "
-                   f"0.9 (default {app.lr})")
+    g.add_argument("--optimizer", choices=["sgd", "adam"], default="sgd",
+                   help="SGD with momentum 0.9 (default), or Adam")
+    g.add_argument("--lr", type=float, default=None,
+                   help=f"learning rate (default {app.lr} for SGD, 0.001 for Adam)")
     g.add_argument("--small", action="store_true",
                    help="scaled-down widths and sizes, same topology (CPU demos, tests)")
     if app.image:
@@ -323,8 +325,10 @@ def setup(app: App, argv, out) -> tuple:
     return a, machine, net, strategy, name, rank, mpi
 
 
-def run(app: App, argv=None, out=sys.stdout) -> Result:
-    """Everything an app does; raises UsageError for mistakes the user can fix."""
+def run(app: App, argv=None, out=...) -> Result:
+    """Everything an app does; raises UsageError for mistakes the user can fix. Rank 0's
+    report goes to `out` (default: sys.stdout; None: silent)."""
+    out = sys.stdout if out is ... else out
     a, machine, net, strategy, strategy_name, rank, mpi = setup(app, argv, out)
     say = _say(rank, out)
     model = net.model
@@ -335,7 +339,7 @@ def run(app: App, argv=None, out=sys.stdout) -> Result:
     say(f"batch {a.batch_size} ({a.batch_size / len(machine):g} per device), {a.dtype}, "
         f"seed {a.seed}, data {getattr(a, 'data', 'synthetic')}, strategy {strategy_name}")
     t = time.perf_counter()
-    trainer = model.compile(machine, strategy, SGD(lr=a.lr, momentum=0.9),
+    trainer = model.compile(machine, strategy, optimizer(app, a),
                             record_trace=bool(a.trace), executor="mpi" if mpi else "local")
     say(f"compiled in {time.perf_counter() - t:.2f} s: {trainer.graph.summary()}")
     say(strategy_table(model, trainer.configs))
@@ -372,6 +376,12 @@ def run(app: App, argv=None, out=sys.stdout) -> Result:
         say(f"trace of the last iteration written to {a.trace}")
     say(report(res))
     return res
+
+
+def optimizer(app: App, a: argparse.Namespace):
+    if a.optimizer == "adam":
+        return Adam(lr=0.001 if a.lr is None else a.lr)
+    return SGD(lr=app.lr if a.lr is None else a.lr, momentum=0.9)
 
 
 def _bar(done: int, total: int, width: int = 20) -> str:

@@ -6,7 +6,7 @@ block), global average pooling and a fully connected classifier.
 
     mpirun -np 2 python -m mpi4py apps/resnet.py --small                  # 2 CPU ranks
     mpirun -np 4 python -m mpi4py apps/resnet.py                          # 4 GPUs, 1 per rank
-    python apps/resnet.py --small --depth 50 --data digits --iterations 60   # real data
+    python apps/resnet.py --small --depth 50 --devices-per-rank 2          # one process
 
 Full size: 224x224 images, 1000 classes, per-device batch 64. --small: channel counts
 divided by 8, 64x64 images, 10 classes, same depth and topology.
