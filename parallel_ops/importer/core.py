@@ -26,7 +26,7 @@ from ..op import Op
 from ..tensor import Tensor, Weight
 from . import extra_ops
 from .capture import Captured, location, module_path, module_stack
-from .weights import Layout, Link, same
+from .weights import Link, same
 
 
 class UnsupportedModelError(TaskrtError, ValueError):
@@ -372,9 +372,8 @@ class Importer:
 
     # -- operands ---------------------------------------------------------------------------------
     def register(self, op: Op) -> Op:
-        op = extra_ops.register(self.model, op)
-        self.op_paths[op.name] = self.path
-        return op
+        """Add an importer-built op (extra_ops) to the model."""
+        return extra_ops.register(self.model, op)
 
     def tensor(self, value, what: str = "operand") -> Tensor:
         """A model Tensor for `value`: parameters and constants become operators."""
@@ -425,6 +424,7 @@ class Importer:
 
     # -- the walk ---------------------------------------------------------------------------------
     def run(self) -> None:
+        """Convert every node in order; problems are collected, not raised."""
         cap = self.cap
         groups = self._export_groups() if cap.kind == "export" else {}
         skip: set[str] = set()
@@ -434,19 +434,25 @@ class Importer:
             self.node, self.submodule = node, None
             self.path = module_path(node)
             self.whole_module = node.op == "call_module" or self._in_leaf_module(node)
+            before = len(self.model.ops)
             if node.name in groups:
                 path, mtype, members, outs = groups[node.name]
                 skip.update(n.name for n in members)
                 self._convert_group(node, path, members, outs)
-                continue
-            try:
-                self.values[node.name] = self._convert(node)
-            except (Unsupported, TaskrtError) as e:
-                self._problem(node, str(e))
-            except Exception as e:
-                raise RuntimeError(f"import: converting node '{node.name}' ("
-                                   f"{describe_target(node, self.cap.root)}) at "
-                                   f"{location(node)} failed: {type(e).__name__}: {e}") from e
+            else:
+                self._convert_node(node)
+            for op in self.model.ops[before:]:
+                self.op_paths[op.name] = self.path
+
+    def _convert_node(self, node: fx.Node) -> None:
+        try:
+            self.values[node.name] = self._convert(node)
+        except (Unsupported, TaskrtError) as e:
+            self._problem(node, str(e))
+        except Exception as e:
+            raise RuntimeError(f"import: converting node '{node.name}' ("
+                               f"{describe_target(node, self.cap.root)}) at {location(node)} "
+                               f"failed: {type(e).__name__}: {e}") from e
 
     def _in_leaf_module(self, node: fx.Node) -> bool:
         if self.cap.kind != "export" or not self.path:

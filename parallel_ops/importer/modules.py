@@ -165,7 +165,6 @@ def lstm_layers(ctx, x, hx, layers, hidden: int, batch_first: bool, base: str):
     for k, params in enumerate(layers):
         op = finals[k][0].producer
         ctx.bind(op, [(p, reshaped(p.value)) for p in params])
-        ctx.op_paths[op.name] = ctx.path
     if not batch_first:
         y = fn.transpose(ctx, y, 0, 1)
     return y, (Stacked([h for h, _ in finals]), Stacked([c for _, c in finals]))

@@ -18,7 +18,8 @@ def build(seed: int = 0) -> Model:
     m = Model("ckptnet", seed=seed, dtype="float64")
     x = m.input("x", (6, 2, 4, 4))
     y = m.input("y", (6,), dtype="int64")
-    h = m.relu(m.batchnorm2d(m.conv2d(x, 4, 3, padding=1, bias=False, name="conv"), name="bn"), name="relu")
+    h = m.conv2d(x, 4, 3, padding=1, bias=False, name="conv")
+    h = m.relu(m.batchnorm2d(h, name="bn"), name="relu")
     h = m.dropout(m.flat(h, name="flat"), 0.25, name="drop")
     m.softmax_cross_entropy(m.linear(h, 5, name="fc"), y, name="loss")
     return m

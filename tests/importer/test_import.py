@@ -160,7 +160,8 @@ def test_export_when_fx_cannot_trace():
     torch.manual_seed(15)
     module = Looping().double()
     g = torch.Generator().manual_seed(16)
-    x, y = torch.randn(4, 3, 4, generator=g, dtype=torch.float64), torch.randint(0, 3, (4,), generator=g)
+    x = torch.randn(4, 3, 4, generator=g, dtype=torch.float64)
+    y = torch.randint(0, 3, (4,), generator=g)
     with pytest.raises(UnsupportedModelError, match="torch.fx cannot trace it"):
         import_module(module, (x,), method="fx")
     want, want_state = torch_steps(module, (x,), y, SGD(lr=0.1), 2)
@@ -195,7 +196,7 @@ def test_every_unsupported_node_is_listed_once():
     msg = str(info.value)
     assert "3 operations have no parallel operator" in msg
     here = os.path.basename(__file__)
-    assert f"node 'cumsum': call_function torch.cumsum at" in msg
+    assert "node 'cumsum': call_function torch.cumsum at" in msg
     assert f"{here}:{_line('UNSUPPORTED-1')} in forward" in msg
     assert "node 'lrn': call_module torch.nn.modules.normalization.LocalResponseNorm " \
            "in module 'lrn'" in msg and f"{here}:{_line('UNSUPPORTED-2')}" in msg
