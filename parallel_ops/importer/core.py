@@ -13,6 +13,7 @@ rest into operators. Unsupported nodes are collected and reported together at th
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -290,6 +291,7 @@ class Importer:
         self.submodule: torch.nn.Module | None = None
         self.whole_module = False          # converting a whole module call (name = path)
         self.grouped = False               # ... rebuilt from export's nodes (see GROUPED)
+        self._aux: str | None = None       # default name of helper ops (see naming)
         self.path = ""
         self._params = dict(module.named_parameters(remove_duplicate=False))
         self._buffers = dict(module.named_buffers(remove_duplicate=False))
@@ -301,13 +303,23 @@ class Importer:
     def op_name(self, base: str | None = None) -> str:
         """A fresh op name: the module path or node name, suffixed _1, _2 when reused."""
         if base is None:
-            base = self.path if self.whole_module else (
-                self.node.name if self.node is not None else "op")
+            base = self._aux or (self.path if self.whole_module else (
+                self.node.name if self.node is not None else "op"))
         name, k = base, 1
         while self.taken(name):
             name = f"{base}_{k}"
             k += 1
         return name
+
+    @contextmanager
+    def naming(self, base: str):
+        """Within: ops named by default are `base`, `base_1`, ... (helper ops of a module,
+        so that the module's main op keeps the module's path as its name)."""
+        saved, self._aux = self._aux, base
+        try:
+            yield
+        finally:
+            self._aux = saved
 
     # -- parameters and weights -----------------------------------------------------------------
     def param(self, key: str) -> Param:
@@ -434,6 +446,13 @@ class Importer:
             self.node, self.submodule = node, None
             self.path = module_path(node)
             self.whole_module = node.op == "call_module" or self._in_leaf_module(node)
+            self._aux = None
+            if self.whole_module and node.op == "call_function":
+                # export: a helper node inside a module with weights (LSTM's transposes)
+                # must not take the name its main operator gets, the module's path.
+                m = self._submodule(self.path)
+                if any(True for _ in m.parameters(recurse=False)):
+                    self._aux = f"{self.path}.{node.name}"
             before = len(self.model.ops)
             if node.name in groups:
                 path, mtype, members, outs = groups[node.name]

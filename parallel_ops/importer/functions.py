@@ -49,7 +49,7 @@ def weighted_name(ctx, *params) -> str:
     """Ops with weights are named after the module they are (export: the innermost known
     module of the node), else after the module owning the first weight."""
     if ctx.whole_module:
-        return ctx.op_name()
+        return ctx.op_name(ctx.path)
     for p in params:
         if isinstance(p, Param):
             return ctx.op_name(key_prefix(p))

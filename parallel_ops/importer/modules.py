@@ -144,29 +144,29 @@ def lstm(ctx, m, x, hx=None):
     layers = [[ctx.module_param(m, f"{w}_l{k}") for w in ("weight_ih", "weight_hh", "bias_ih",
                                                          "bias_hh")]
               for k in range(m.num_layers)]
-    return lstm_layers(ctx, x, hx, layers, m.hidden_size, m.batch_first, ctx.op_name())
+    return lstm_layers(ctx, x, hx, layers, m.hidden_size, m.batch_first, ctx.path)
 
 
 def lstm_layers(ctx, x, hx, layers, hidden: int, batch_first: bool, base: str):
     """torch's (output, (h_n, c_n)) from one lstm op per layer."""
-    x = ctx.tensor(x)
-    if not batch_first:
-        x = fn.transpose(ctx, x, 0, 1)
-    state = None
-    if hx is not None:
-        h0, c0 = hx
-        if all(isinstance(v, torch.Tensor) and not torch.any(v) for v in (h0, c0)):
-            state = None
-        else:
-            h0, c0 = ctx.tensor(h0), ctx.tensor(c0)
-            state = [(fn.index(ctx, h0, k), fn.index(ctx, c0, k)) for k in range(len(layers))]
-    num = len(layers)
-    y, finals = ctx.model.lstm(x, hidden, num, state, return_state=True, name=base)
+    with ctx.naming(f"{base}.in"):
+        x = ctx.tensor(x)
+        if not batch_first:
+            x = fn.transpose(ctx, x, 0, 1)
+        state = None
+        if hx is not None:
+            h0, c0 = hx
+            if not all(isinstance(v, torch.Tensor) and not torch.any(v) for v in (h0, c0)):
+                h0, c0 = ctx.tensor(h0), ctx.tensor(c0)      # zeros are the default
+                state = [(fn.index(ctx, h0, k), fn.index(ctx, c0, k))
+                         for k in range(len(layers))]
+    y, finals = ctx.model.lstm(x, hidden, len(layers), state, return_state=True,
+                               name=ctx.op_name(base))
     for k, params in enumerate(layers):
-        op = finals[k][0].producer
-        ctx.bind(op, [(p, reshaped(p.value)) for p in params])
+        ctx.bind(finals[k][0].producer, [(p, reshaped(p.value)) for p in params])
     if not batch_first:
-        y = fn.transpose(ctx, y, 0, 1)
+        with ctx.naming(f"{base}.out"):
+            y = fn.transpose(ctx, y, 0, 1)
     return y, (Stacked([h for h, _ in finals]), Stacked([c for _, c in finals]))
 
 
@@ -197,16 +197,18 @@ def multihead_attention(ctx, m, *args, **kwargs):
         if given.get("key_padding_mask") is not None:
             raise Unsupported("MultiheadAttention with key_padding_mask")
         mask, is_causal = given.get("attn_mask"), given.get("is_causal", False)
-    x = ctx.tensor(x)
-    if not m.batch_first:
-        x = fn.transpose(ctx, x, 0, 1)
+    with ctx.naming(f"{ctx.path}.in"):
+        x = ctx.tensor(x)
+        if not m.batch_first:
+            x = fn.transpose(ctx, x, 0, 1)
     causal = fn.causal_mask(mask, x.shape[1]) or (bool(is_causal) and mask is None)
-    y = ctx.model.multihead_attention(x, m.num_heads, causal, name=ctx.op_name())
+    y = ctx.model.multihead_attention(x, m.num_heads, causal, name=ctx.op_name(ctx.path))
     out_w = Param(f"{ctx.path}.out_proj.weight", m.out_proj.weight, m.out_proj.weight.requires_grad)
     out_b = Param(f"{ctx.path}.out_proj.bias", m.out_proj.bias, m.out_proj.bias.requires_grad)
     in_w, in_b = ctx.module_param(m, "in_proj_weight"), ctx.module_param(m, "in_proj_bias")
     ctx.bind(y.producer, [(in_w, reshaped(in_w.value)), (in_b, reshaped(in_b.value)),
                           (out_w, reshaped(out_w.value)), (out_b, None)])
     if not m.batch_first:
-        y = fn.transpose(ctx, y, 0, 1)
+        with ctx.naming(f"{ctx.path}.out"):
+            y = fn.transpose(ctx, y, 0, 1)
     return y, None

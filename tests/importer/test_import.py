@@ -117,6 +117,49 @@ def test_functions_and_methods(method):
             "concat", "sigmoid", "flat"} <= types
 
 
+class SequenceFirst(nn.Module):
+    """batch_first=False layers, padding='same', and a loss computed inside the module."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(4, 6)
+        self.mha = nn.MultiheadAttention(6, 2)
+        self.conv = nn.Conv2d(1, 2, 3, padding="same")
+        self.fc = nn.Linear(6 + 2 * 5 * 6, 3)
+        self.ce = nn.CrossEntropyLoss()
+
+    def forward(self, x, labels):                         # x: (T, N, 4)
+        y, _ = self.lstm(x)
+        a, _ = self.mha(y, y, y, need_weights=False)
+        img = self.conv(a.permute(1, 0, 2).unsqueeze(1)).flatten(1)
+        return self.ce(self.fc(torch.cat([a[-1], img], 1)), labels)
+
+
+@pytest.mark.parametrize("method", ["fx", "export"])
+def test_sequence_first_layers_and_a_loss_inside_the_module(method):
+    torch.manual_seed(18)
+    module = SequenceFirst().double()
+    g = torch.Generator().manual_seed(19)
+    x, y = torch.randn(5, 3, 4, generator=g, dtype=torch.float64), torch.tensor([0, 2, 1])
+    ref = copy.deepcopy(module)
+    opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    want = []
+    for _ in range(2):
+        opt.zero_grad()
+        loss = ref(x, y)
+        loss.backward()
+        opt.step()
+        want.append(loss.item())
+    imp = import_module(module, (x, y), method=method)
+    assert [o.name for o in imp.model.ops][:6] == ["lstm.in", "lstm", "lstm.out", "mha.in",
+                                                   "mha", "mha.out"]
+    trainer = imp.model.compile(Machine.local(2), {"lstm": ParallelConfig.of([0, 1], h=2),
+                                                   "mha": ParallelConfig.of([1, 0], h=2)},
+                                SGD(lr=0.1))
+    assert [trainer.step(imp.feeds(x, y)) for _ in range(2)] == pytest.approx(want, rel=1e-10)
+    assert_state_close(imp.state_dict(trainer.weights()), ref.state_dict())
+
+
 class Tied(nn.Module):
     def __init__(self):
         super().__init__()
