@@ -36,7 +36,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from parallel_ops import SGD, Adam, Model, ParallelConfig  # noqa: E402
+from parallel_ops import SGD, Adam, ConfigError, Model, ParallelConfig, ShapeError  # noqa: E402
 from parallel_ops.config import format_devices  # noqa: E402
 from taskrt import Machine  # noqa: E402
 from taskrt.discovery import discover_machine, launched_by_mpi  # noqa: E402
@@ -261,7 +261,7 @@ def parameters(model: Model) -> int:
     return sum(math.prod(w.shape) for w in model.weights if w.requires_grad)
 
 
-def _batch_check(model: Model, configs: dict, machine: Machine, batch: int) -> None:
+def _batch_check(machine: Machine, batch: int) -> None:
     """Data parallelism silently uses fewer devices when the batch is smaller than the
     device count; an app asked to train on N devices says so instead."""
     if batch < len(machine):
@@ -271,7 +271,7 @@ def _batch_check(model: Model, configs: dict, machine: Machine, batch: int) -> N
                          "the parts), or a strategy file that uses fewer devices.")
 
 
-def setup(app: App, argv, out) -> tuple:
+def setup(app: App, argv) -> tuple:
     """Parse, discover the machine, build the model and resolve the strategy. Every rank
     runs it; user errors are gathered so that all ranks stop together."""
     mpi = launched_by_mpi()
@@ -301,7 +301,10 @@ def setup(app: App, argv, out) -> tuple:
             if app.image and a.data == "digits":
                 a.classes = 10
                 _digits()                # fail early when scikit-learn is missing
-            net = app.build(a)
+            try:
+                net = app.build(a)
+            except (ShapeError, ConfigError) as e:   # sizes from flags that do not fit
+                raise UsageError(f"cannot build {app.title} with these sizes: {e}") from None
             strategy = {}
             if a.strategy:
                 try:
@@ -311,7 +314,7 @@ def setup(app: App, argv, out) -> tuple:
                 name = a.strategy
             dp_ops = [op for op in net.model.ops if op.name not in strategy]
             if dp_ops:
-                _batch_check(net.model, strategy, machine, a.batch_size)
+                _batch_check(machine, a.batch_size)
         except UsageError as e:
             err = str(e)
     if mpi:
@@ -329,7 +332,7 @@ def run(app: App, argv=None, out=...) -> Result:
     """Everything an app does; raises UsageError for mistakes the user can fix. Rank 0's
     report goes to `out` (default: sys.stdout; None: silent)."""
     out = sys.stdout if out is ... else out
-    a, machine, net, strategy, strategy_name, rank, mpi = setup(app, argv, out)
+    a, machine, net, strategy, strategy_name, rank, mpi = setup(app, argv)
     say = _say(rank, out)
     model = net.model
     size = " --small" if a.small else ""
@@ -474,11 +477,6 @@ def strategy_table(model: Model, configs: dict, max_rows: int = 40) -> str:
     return "Strategy:\n" + "\n".join(lines)
 
 
-def trace_path(path: str, rank: int) -> str:
-    root, ext = os.path.splitext(path)
-    return f"{root}.rank{rank}{ext or '.json'}"
-
-
 def write_trace(path: str, trainer, machine: Machine, mpi: bool, rank: int) -> None:
     """One Chrome trace file: a process per rank, a track per device and link."""
     events = getattr(trainer.executor, "trace", [])
@@ -586,15 +584,6 @@ def main(app: App, argv=None) -> int:
     if res.args.json and res.rank == 0:
         print(json.dumps(result_json(res)), flush=True)
     return 0
-
-
-def strategy_for(app: App, model: Model, devices: int, which: str) -> dict:
-    """'data_parallel' ({}), or the app's 'mixed' strategy for `devices` devices."""
-    if which == "data_parallel":
-        return {}
-    if which == "mixed" and app.mixed_strategy is not None:
-        return app.mixed_strategy(model, devices)
-    raise KeyError(f"{app.name}: no strategy '{which}'")
 
 
 P = ParallelConfig.of

@@ -2,6 +2,10 @@
 learnable synthetic token streams."""
 from __future__ import annotations
 
+import torch
+
+from apps.common import UsageError
+
 _HELP = {"vocab": "vocabulary size", "embed": "embedding width", "hidden": "LSTM hidden units",
          "layers": "layers", "seq_len": "unrolled steps / sequence length",
          "classes": "output classes", "width": "model width", "heads": "attention heads"}
@@ -22,15 +26,13 @@ def sizes(a, full: dict, small: dict) -> dict:
         v = getattr(a, key, None)
         out[key] = base[key] if v is None else v
         if out[key] < 1:
-            from apps.common import UsageError
             raise UsageError(f"--{key.replace('_', '-')} {out[key]}: use a positive value.")
     return out
 
 
-def stream(n: int, length: int, vocab: int, g) -> "torch.Tensor":
+def stream(n: int, length: int, vocab: int, g) -> torch.Tensor:
     """Token streams following t[i+1] = (a t[i] + 1) mod vocab from random starts: a fixed
     permutation a model can learn, so the loss of the synthetic data falls."""
-    import torch
     a = next(p for p in (7, 11, 13, 17, 19, 23) if vocab % p)
     out = torch.empty(n, length, dtype=torch.int64)
     out[:, 0] = torch.randint(0, vocab, (n,), generator=g)

@@ -9,7 +9,6 @@ import os
 
 import torch
 
-from apps import APPS
 from apps.common import make_parser, run
 from strategy import files
 from taskrt import Machine

@@ -20,8 +20,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
-from app_cases import (APPS, STRATEGIES, app_module, load_result, run_case,  # noqa: E402
-                       write_mixed)
+from app_cases import STRATEGIES, app_module, load_result, run_case, write_mixed  # noqa: E402
+from apps import APPS  # noqa: E402
 from apps.common import make_parser, parameters  # noqa: E402
 from strategy import files  # noqa: E402
 
@@ -137,11 +137,13 @@ def test_golden_counts(local, name, strategy):
 
 
 def test_mixed_strategies_use_several_soap_kinds(cases_dir):
-    """The mixed strategies are really mixed: each splits dims other than the batch."""
+    """The mixed strategies are really mixed: each splits dims other than the batch and
+    gives operators at least three different configurations."""
     for name in APPS:
         sf = files.read(os.path.join(cases_dir, f"{name}_mixed.json"))
         dims = {k for cfg in sf.configs.values() for k, v in cfg.degrees if v > 1}
-        assert len(dims - {"n"}) >= 2, (name, dims)
+        assert dims - {"n"}, (name, dims)
+        assert len(set(sf.configs.values())) >= 3, name
 
 
 @pytest.mark.parametrize("app,argv,expected", [
