@@ -7,7 +7,10 @@ import torch
 
 from ..model import Model
 from .capture import capture_export, capture_fx
-from .core import MODULES, Imported, Importer, UnsupportedModelError, format_problems
+from .imported import Imported
+from .registry import MODULES
+from .values import UnsupportedModelError, format_problems
+from .walk import Importer
 
 
 def _example(example_inputs) -> tuple[tuple, dict]:

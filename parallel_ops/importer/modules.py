@@ -16,8 +16,9 @@ import torch
 import torch.nn as nn
 
 from ..tensor import Tensor
-from . import functions as fn
-from .core import Param, Stacked, Unsupported, register_module
+from . import convert as fn
+from .registry import register_module
+from .values import Param, Stacked, Unsupported
 from .weights import reshaped
 
 

@@ -280,7 +280,7 @@ def test_a_registered_converter_maps_a_user_module():
         losses, *_ = imported_steps(module, (x,), y, {}, Machine.local(1), SGD(lr=0.1), 2)
         assert losses == pytest.approx(want, rel=1e-12)
     finally:
-        from parallel_ops.importer.core import MODULES
+        from parallel_ops.importer.registry import MODULES
         MODULES.pop(Swish, None)
 
 

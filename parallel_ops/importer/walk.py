@@ -1,21 +1,14 @@
 """The import walk: an fx graph (from fx or export) -> a parallel_ops Model.
 
-Every graph node gets a value:
-  Tensor        a model tensor (the output of an operator, or a model input);
-  Param         a parameter or buffer of the module not yet owned by an operator;
-  Stacked       per-layer tensors torch returns stacked (LSTM's h_n, c_n);
-  Poison        the node depends on an unsupported node (reported once, at the root);
-  anything else a constant: shapes, ints, dtypes, constant tensors. Nodes whose arguments
-                are all constants (and buffers) are evaluated with torch right away, so
-                `x.shape[0] * 2`, `torch.arange(S)` or a causal mask cost nothing.
-Converters (registered per module type, function, Tensor method or ATen operator) turn the
-rest into operators. Unsupported nodes are collected and reported together at the end.
+Every graph node gets a value (values.py). Nodes whose arguments are all constants (and
+buffers) are evaluated with torch right away, so `x.shape[0] * 2`, `torch.arange(S)` or a
+causal mask cost nothing. Converters (registry.py) turn the rest into operators.
+Unsupported nodes are collected and reported together at the end.
 """
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.fx as fx
@@ -27,253 +20,11 @@ from ..op import Op
 from ..tensor import Tensor, Weight
 from . import extra_ops
 from .capture import Captured, location, module_path, module_stack
+from .registry import ATEN, FUNCTIONS, GROUPED, METHODS, MODULES, aten_name, \
+    describe_target, module_converter
+from .values import (SHAPE_ATTRS, SHAPE_METHODS, Param, Poison, Problem, Stacked,
+                     Unsupported, any_value, MetaTensor, walk_values)
 from .weights import Link, same
-
-
-class UnsupportedModelError(TaskrtError, ValueError):
-    """The module uses operations that have no parallel operator (all are listed)."""
-
-
-class Unsupported(Exception):
-    """Raised by a converter: this node cannot be mapped (the message says why)."""
-
-
-@dataclass
-class Param:
-    key: str                     # state-dict key ("blocks.0.attn.in_proj_weight")
-    value: torch.Tensor          # the module's tensor itself
-    trainable: bool
-    transposed: bool = False     # the code uses value.t() (a 2-d parameter)
-
-    @property
-    def view(self) -> torch.Tensor:
-        """The value as the code sees it."""
-        return self.value.t() if self.transposed else self.value
-
-
-@dataclass
-class Stacked:
-    """Tensors torch would return stacked on a new first axis (LSTM h_n of each layer)."""
-    items: list
-
-
-@dataclass
-class Poison:
-    cause: str
-
-
-@dataclass
-class Problem:
-    node: str
-    kind: str
-    target: str
-    where: str
-    module: str
-    reason: str
-
-    def __str__(self) -> str:
-        mod = f" in module '{self.module}'" if self.module else ""
-        return (f"  - node '{self.node}': {self.kind} {self.target}{mod} at {self.where}: "
-                f"{self.reason}")
-
-
-# -- registries ----------------------------------------------------------------------------
-MODULES: dict[type, Callable] = {}      # nn.Module type -> converter(ctx, module, *args)
-FUNCTIONS: dict[Any, Callable] = {}     # python/torch callable -> converter(ctx, *args)
-METHODS: dict[str, Callable] = {}       # Tensor method name -> converter(ctx, self, *args)
-ATEN: dict[str, Callable] = {}          # ATen op name ("linear") -> converter(ctx, *args)
-GROUPED: set[type] = set()              # module types export decomposes; regrouped
-
-
-def register_module(*types, grouped: bool = False):
-    """Decorator: convert calls of these nn.Module types (torch.fx keeps them whole).
-    `grouped`: under torch.export too, the ATen nodes recorded inside one call are replaced
-    by one converter call, with ctx.grouped set and as arguments the values those nodes
-    read from outside the module (its own parameters left out), in order of first use."""
-    def deco(fn):
-        for t in types:
-            MODULES[t] = fn
-            if grouped:
-                GROUPED.add(t)
-        return fn
-    return deco
-
-
-def register_function(*targets):
-    """Decorator: convert calls of these functions (torch.add, F.relu, operator.add...)."""
-    def deco(fn):
-        for t in targets:
-            FUNCTIONS[t] = fn
-        return fn
-    return deco
-
-
-def register_method(*names):
-    """Decorator: convert these Tensor methods (x.view(...), x.softmax(...))."""
-    def deco(fn):
-        for n in names:
-            METHODS[n] = fn
-        return fn
-    return deco
-
-
-def register_aten(*names):
-    """Decorator: convert these ATen operators (by name without overload: 'linear')."""
-    def deco(fn):
-        for n in names:
-            ATEN[n] = fn
-        return fn
-    return deco
-
-
-def _module_converter(m: torch.nn.Module):
-    for cls in type(m).__mro__:
-        if cls in MODULES:
-            return MODULES[cls]
-    return None
-
-
-def _aten_name(target) -> str | None:
-    if isinstance(target, torch._ops.OpOverload):
-        return target._schema.name.split("::", 1)[1]
-    if isinstance(target, torch._ops.OpOverloadPacket):
-        return target._qualified_op_name.split("::", 1)[1]
-    return None
-
-
-def describe_target(node: fx.Node, root: torch.nn.Module) -> str:
-    if node.op == "call_module":
-        m = root.get_submodule(node.target)
-        return f"{type(m).__module__}.{type(m).__qualname__}"
-    if node.op == "call_method":
-        return f"Tensor.{node.target}"
-    t = node.target
-    name = _aten_name(t)
-    if name is not None:
-        return f"torch.ops.aten.{name}"
-    short = getattr(t, "__name__", None)
-    for prefix, space in (("torch", torch), ("torch.nn.functional", torch.nn.functional)):
-        if short and getattr(space, short, None) is t:
-            return f"{prefix}.{short}"
-    mod = getattr(t, "__module__", None) or ""
-    qual = getattr(t, "__qualname__", None) or short or str(t)
-    if mod in ("_operator", "operator"):
-        mod = "operator"
-    return f"{mod}.{qual}" if mod else qual
-
-
-# -- value helpers ---------------------------------------------------------------------------
-def _walk(value, fn):
-    """Apply fn to every leaf of nested lists, tuples, dicts and slices."""
-    if isinstance(value, (list, tuple)):
-        out = [_walk(v, fn) for v in value]
-        if hasattr(value, "_fields"):                  # a namedtuple
-            return type(value)(*out)
-        return type(value)(out) if isinstance(value, tuple) else out
-    if isinstance(value, dict):
-        return {k: _walk(v, fn) for k, v in value.items()}
-    if isinstance(value, slice):
-        return slice(_walk(value.start, fn), _walk(value.stop, fn), _walk(value.step, fn))
-    return fn(value)
-
-
-def _any(value, pred) -> bool:
-    found = []
-
-    def visit(v):
-        if pred(v):
-            found.append(v)
-        return v
-    _walk(value, visit)
-    return bool(found)
-
-
-def is_tensor(v) -> bool:
-    return isinstance(v, Tensor)
-
-
-_SHAPE_ATTRS = {"shape", "dtype", "device", "ndim", "is_cuda", "requires_grad"}
-_SHAPE_METHODS = {"size", "dim", "numel", "ndimension", "get_device"}
-
-
-class _Meta:
-    """A stand-in for a model Tensor in shape queries (x.shape, x.size(1), x.dtype)."""
-
-    def __init__(self, t: Tensor):
-        self.shape = torch.Size(t.shape)
-        self.dtype = getattr(torch, t.dtype)
-        self.device = torch.device("cpu")
-        self.ndim = len(t.shape)
-        self.is_cuda = False
-        self.requires_grad = t.requires_grad
-
-    def size(self, dim=None):
-        return self.shape if dim is None else self.shape[dim]
-
-    def dim(self):
-        return self.ndim
-
-    ndimension = dim
-
-    def numel(self):
-        n = 1
-        for s in self.shape:
-            n *= s
-        return n
-
-    def get_device(self):
-        return -1
-
-
-# -- the walk --------------------------------------------------------------------------------
-@dataclass
-class Imported:
-    """The result of import_module: the model, its inputs/outputs and the weight links."""
-    model: Model
-    module: torch.nn.Module
-    inputs: list[Tensor]
-    outputs: list
-    links: dict[str, Link]
-    counters: dict[str, int] = field(default_factory=dict)
-    method: str = "fx"
-    op_paths: dict[str, str] = field(default_factory=dict)   # op name -> module path
-
-    def output(self, index: int = 0) -> Tensor:
-        outs = [o for o in self.outputs if isinstance(o, Tensor)]
-        return outs[index]
-
-    def add_cross_entropy(self, output: int = 0, labels: str = "labels",
-                          name: str = "loss") -> Tensor:
-        """Add an int64 labels input and softmax cross-entropy on output `output` (logits
-        (N, ..., C) against labels (N, ...)); like F.cross_entropy on the flattened batch."""
-        logits = self.output(output)
-        y = self.model.input(labels, logits.shape[:-1], dtype="int64")
-        return self.model.softmax_cross_entropy(logits, y, name=name)
-
-    def feeds(self, *args, **kwargs) -> dict[str, torch.Tensor]:
-        """The feed dict of trainer.step from forward-style arguments (the tensors among
-        them, in order) plus extra inputs, such as labels, by name."""
-        out = {}
-        for t, v in zip(self.inputs, [a for a in args if isinstance(a, torch.Tensor)]):
-            out[t.name] = v
-        for k, v in kwargs.items():
-            out[k] = v
-        return out
-
-    def state_dict(self, weights, steps: int | None = None) -> dict[str, torch.Tensor]:
-        """The module's state dict holding `weights` ({model weight: value}, e.g.
-        trainer.weights()); step counters advance by `steps` (default: the model's)."""
-        from .weights import build_state_dict
-        steps = self.model.step_count if steps is None else steps
-        return build_state_dict(self.module, self.links, weights, self.counters, steps)
-
-    def write_back(self, trainer, module: torch.nn.Module | None = None) -> torch.nn.Module:
-        """Load the trainer's current weights into `module` (default: the imported one),
-        so training can continue in plain PyTorch. Under MPI every rank must call it."""
-        module = module if module is not None else self.module
-        sd = self.state_dict(trainer.weights())
-        module.load_state_dict(sd, strict=True)
-        return module
 
 
 class Importer:
@@ -477,7 +228,7 @@ class Importer:
         if self.cap.kind != "export" or not self.path:
             return False
         m = self._submodule(self.path)
-        return m is not None and _module_converter(m) is not None
+        return m is not None and module_converter(m) is not None
 
     def _problem(self, node: fx.Node, reason: str) -> None:
         self.problems.append(Problem(node.name, node.op, describe_target(node, self.cap.root),
@@ -485,7 +236,7 @@ class Importer:
         self.values[node.name] = Poison(node.name)
 
     def _arg(self, a):
-        return _walk(a, lambda v: self.values[v.name] if isinstance(v, fx.Node) else v)
+        return walk_values(a, lambda v: self.values[v.name] if isinstance(v, fx.Node) else v)
 
     def _convert(self, node: fx.Node):
         cap = self.cap
@@ -496,14 +247,15 @@ class Importer:
         if node.op == "output":
             return None
         args, kwargs = self._arg(node.args), self._arg(node.kwargs)
-        if _any((args, kwargs), lambda v: isinstance(v, Poison)):
+        if any_value((args, kwargs), lambda v: isinstance(v, Poison)):
             return Poison(node.name)
         if node.op == "call_module":
             m = cap.root.get_submodule(node.target)
             self.submodule = m
-            conv = _module_converter(m)
+            conv = module_converter(m)
             if conv is None:
-                if not _any((args, kwargs), lambda v: isinstance(v, (Tensor, Param, Stacked))) \
+                live = (Tensor, Param, Stacked)
+                if not any_value((args, kwargs), lambda v: isinstance(v, live)) \
                         and not any(True for _ in m.parameters()):
                     return m(*args, **kwargs)
                 raise Unsupported(self._hint())
@@ -511,26 +263,26 @@ class Importer:
         if node.op == "call_method":
             return self._call(node, METHODS.get(node.target), args, kwargs,
                               lambda a, k: getattr(a[0], node.target)(*a[1:], **k))
-        name = _aten_name(node.target)
+        name = aten_name(node.target)
         conv = ATEN.get(name) if name is not None else FUNCTIONS.get(node.target)
         if conv is None and name and name.endswith("_") and args and isinstance(args[0], Tensor):
             conv = ATEN.get(name[:-1])      # x.add_(y) on an activation: its new value
         return self._call(node, conv, args, kwargs, lambda a, k: node.target(*a, **k))
 
     def _call(self, node, conv, args, kwargs, evaluate):
-        live = _any((args, kwargs), lambda v: isinstance(v, (Tensor, Stacked)) or (
+        live = any_value((args, kwargs), lambda v: isinstance(v, (Tensor, Stacked)) or (
             isinstance(v, Param) and v.trainable))
         inplace = (node.op == "call_method" and str(node.target).endswith("_")
                    and not str(node.target).startswith("__")) or (
-            (_aten_name(node.target) or "").endswith("_"))
-        if inplace and _any(args, lambda v: isinstance(v, Param)):
+            (aten_name(node.target) or "").endswith("_"))
+        if inplace and any_value(args, lambda v: isinstance(v, Param)):
             if conv is None:            # never mutate the user's module while importing
                 raise Unsupported("an in-place update of a module buffer")
             return conv(self, *args, **kwargs)
         if not live:            # constants (and buffers): evaluate now
             return evaluate(*self._constants((args, kwargs)))
         if self._shape_query(node, args):
-            meta = _walk(args, lambda v: _Meta(v) if isinstance(v, Tensor) else
+            meta = walk_values(args, lambda v: MetaTensor(v) if isinstance(v, Tensor) else
                          (v.view if isinstance(v, Param) else v))
             return evaluate(meta, kwargs)
         if conv is None:
@@ -538,16 +290,16 @@ class Importer:
         return conv(self, *args, **kwargs)
 
     def _constants(self, ak):
-        args, kwargs = _walk(ak, lambda v: v.view if isinstance(v, Param) else v)
+        args, kwargs = walk_values(ak, lambda v: v.view if isinstance(v, Param) else v)
         return args, kwargs
 
     @staticmethod
     def _shape_query(node, args) -> bool:
         if node.op == "call_method":
-            return node.target in _SHAPE_METHODS
+            return node.target in SHAPE_METHODS
         if node.target is getattr:
-            return args[1] in _SHAPE_ATTRS
-        name = _aten_name(node.target)
+            return args[1] in SHAPE_ATTRS
+        name = aten_name(node.target)
         return name in ("sym_size", "sym_numel", "sym_stride")
 
     def _hint(self) -> str:
@@ -675,17 +427,3 @@ class Importer:
 
 class _Skip(Exception):
     pass
-
-
-def format_problems(module: torch.nn.Module, method: str, problems: list[Problem]) -> str:
-    lines = [f"import of {type(module).__name__} ({method}): {len(problems)} operation"
-             f"{'s' if len(problems) != 1 else ''} ha{'ve' if len(problems) != 1 else 's'} "
-             "no parallel operator:"]
-    lines += [str(p) for p in problems]
-    lines.append("How to fix: express each as a custom partitioned operator (an Op with dims, "
-                 "labels and a torch function for one part; see docs/custom_ops.md) and "
-                 "register a converter for it: parallel_ops.importer.register_module(Type), "
-                 "register_function(fn), register_method('name') or register_aten('op') "
-                 "(see docs/importer.md); or rewrite that code with supported layers.")
-    return "\n".join(lines)
-
