@@ -123,7 +123,8 @@ class _Lowering:
                     if t.name.endswith("@grad"):
                         self.has_grad.add(t.name[:-5])
             spec_of[c], layout_of[c], reqs_of[c] = spec, tuple(layout), tuple(reqs)
-        args = StageArgs(stage, spec_of, layout_of, grad, input_grads, weight_grads)
+        args = StageArgs(stage, spec_of, layout_of, grad, input_grads, weight_grads,
+                         self.training)
         launch = IndexLaunch(f"{stage.name}/fwd", forward_task, domain, reqs_of.__getitem__,
                              devices=devices, args=args, cost_tag=stage.cost_tag + ("fwd",),
                              replicas=stage.replicated)
@@ -172,7 +173,8 @@ class _Lowering:
         for w in stage.weights:
             if w.requires_grad:
                 self.has_grad.add(w.name)
-        args = StageArgs(stage, a.specs, layout_of, True, a.input_grads, a.weight_grads)
+        args = StageArgs(stage, a.specs, layout_of, True, a.input_grads, a.weight_grads,
+                         self.training)
         self.launches.append(IndexLaunch(
             f"{stage.name}/bwd", backward_task, fwd.domain, reqs_of.__getitem__,
             devices=fwd.devices, args=args, cost_tag=stage.cost_tag + ("bwd",),

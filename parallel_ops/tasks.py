@@ -36,6 +36,8 @@ class StageArgs:
     grad: bool           # keep an autograd graph for a backward launch
     input_grads: tuple   # per input: whether its gradient is wanted
     weight_grads: tuple  # per weight: whether it is trainable
+    training: bool = True  # the mode this launch was lowered for (a trainer and an
+    #                        evaluator of one model may coexist)
 
 
 def _unpack(layout, views, n_in: int, n_w: int):
@@ -55,6 +57,7 @@ def _unpack(layout, views, n_in: int, n_w: int):
 def forward_task(ctx, *views):
     a: StageArgs = ctx.args
     stage = a.stage
+    stage.training = a.training
     spec = a.specs[ctx.color]
     ins, ws, _ = _unpack(a.layouts[ctx.color], views, len(stage.inputs), len(stage.weights))
     if a.grad:

@@ -37,3 +37,24 @@ def test_one_point_reducing_twice_into_one_rect_sums_both():
     ex.write(a, torch.arange(4.0, dtype=torch.float64))
     ex.run()
     assert torch.equal(ex.read(b), torch.arange(4.0, dtype=torch.float64) * 5)
+
+
+def test_evaluator_and_trainer_of_one_model_keep_their_modes():
+    from taskrt import Machine
+    from parallel_ops import SGD
+    m = Model("modes", seed=0, dtype="float64")
+    x = m.input("x", (8, 16))
+    y = m.input("y", (8,), dtype="int64")
+    h = m.dropout(m.linear(x, 16, name="fc"), 0.5, name="drop")
+    m.softmax_cross_entropy(m.linear(h, 3, name="out"), y, name="loss")
+    g = torch.Generator().manual_seed(0)
+    feeds = {"x": torch.randn(8, 16, generator=g, dtype=torch.float64),
+             "y": torch.randint(0, 3, (8,), generator=g)}
+    trainer = m.compile(Machine.local(2), None, SGD(lr=0.0))
+    evaluator = m.compile(Machine.local(2), None, None, training=False)
+    evaluator.step(feeds)
+    trainer.step(feeds)
+    dropped = trainer.read("drop")
+    assert (dropped == 0).sum() > 0                       # training mode still drops
+    evaluator.step(feeds)
+    assert torch.equal(evaluator.read("drop"), evaluator.read("fc"))   # eval is identity
