@@ -21,7 +21,7 @@ RANKS = 2
 @pytest.fixture(scope="module")
 def per_rank(tmp_path_factory):
     out = tmp_path_factory.mktemp("import_mpi")
-    rc, text = run_mpi(RANKS, [os.path.join(HERE, "mpi_run.py"), str(out)], 300, ROOT)
+    rc, text = run_mpi(RANKS, [os.path.join(HERE, "mpi_run.py"), str(out)], 240, ROOT)
     assert rc == 0, text[-4000:]
     return [json.load(open(out / f"rank{r}.json")) for r in range(RANKS)]
 
