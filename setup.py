@@ -1,12 +1,13 @@
 """soapflow: FlexFlow-style SOAP parallel training in Python on PyTorch and MPI."""
-from setuptools import setup
+from setuptools import find_packages, setup
 
 setup(
     name="soapflow",
     version="0.1.0",
     description="Legion-style task runtime, SOAP-partitioned operators, simulator and MCMC "
                 "strategy search for training deep networks on many devices",
-    packages=["taskrt", "taskrt.executor", "parallel_ops", "strategy"],
+    packages=find_packages(include=["taskrt", "taskrt.*", "parallel_ops", "parallel_ops.*",
+                               "strategy", "strategy.*"]),
     python_requires=">=3.10",
     install_requires=[
         # The CPU wheel on these machines is 2.13.0; a CUDA build of the same release works

@@ -3,7 +3,7 @@ import sys
 
 HERE = os.path.dirname(__file__)
 ROOT = os.path.dirname(HERE)
-for p in (ROOT, os.path.join(HERE, "ops")):
+for p in (ROOT, HERE, os.path.join(HERE, "ops")):
     if p not in sys.path:
         sys.path.insert(0, p)
 

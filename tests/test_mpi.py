@@ -1,13 +1,8 @@
 """Multi-rank execution under a real mpirun (2 and 4 ranks): numerics equal the one-process
 run and plain PyTorch, messages equal the graph's copies, and failures end every rank."""
-import glob
 import json
 import os
-import shutil
-import signal
-import subprocess
 import sys
-import time
 
 import pytest
 import torch
@@ -16,38 +11,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "mpi"))
 
 from models import MODELS  # noqa: E402
+from mpi_launch import run_mpi  # noqa: E402
 from oracle import reference_steps  # noqa: E402
 from parallel_ops import SGD  # noqa: E402
 from taskrt import Machine  # noqa: E402
-
-MPIRUN = os.environ.get("SOAPFLOW_MPIRUN") or (
-    os.path.join(os.path.dirname(sys.executable), "mpirun")
-    if os.path.exists(os.path.join(os.path.dirname(sys.executable), "mpirun"))
-    else shutil.which("mpirun") or "mpirun")
-
-
-def run_mpi(np_, args, timeout, env=None):
-    """Run `python -m mpi4py args` under mpirun; returns (returncode, output, seconds)."""
-    cmd = [MPIRUN, "-np", str(np_), sys.executable, "-m", "mpi4py", *args]
-    e = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT, **(env or {}))
-    t = time.perf_counter()
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=e,
-                         start_new_session=True, text=True)
-    try:
-        out, _ = p.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
-        out, _ = p.communicate()
-        pytest.fail(f"mpirun {args} did not finish in {timeout} s:\n{out[-3000:]}")
-    finally:
-        for f in glob.glob("/dev/shm/mpich_shm_*"):
-            try:
-                if os.stat(f).st_mtime > t - 1:
-                    os.unlink(f)
-            except OSError:
-                pass
-    return p.returncode, out, time.perf_counter() - t
-
 
 @pytest.fixture(scope="module", params=[2, 4], ids=lambda n: f"{n}ranks")
 def mpi_results(request, tmp_path_factory):

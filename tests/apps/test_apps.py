@@ -4,14 +4,10 @@ equal the single-device run (float64), and mpirun equals one process with the sa
 exactly. Golden counts pin each app's graph; full-size CNNs have torchvision's parameter
 counts. One mpirun (tests/apps/mpi_apps.py) serves the whole module."""
 import functools
-import glob
 import json
 import os
-import signal
-import subprocess
 import sys
 import tempfile
-import time
 
 import pytest
 import torch
@@ -24,6 +20,7 @@ from app_cases import STRATEGIES, app_module, load_result, run_case, write_mixed
 from apps import APPS  # noqa: E402
 from apps.common import make_parser, parameters  # noqa: E402
 from strategy import files  # noqa: E402
+from mpi_launch import run_mpi  # noqa: E402
 
 MPIRUN = os.path.join(os.path.dirname(sys.executable), "mpirun")
 CASES = [(a, s) for a in APPS for s in STRATEGIES]
@@ -69,25 +66,8 @@ def local(cases_dir):
 
 def run_mpirun(np_, args, timeout, cwd=ROOT):
     """`mpirun -np N python -m mpi4py ARGS` in its own session; (returncode, output)."""
-    cmd = [MPIRUN, "-np", str(np_), sys.executable, "-m", "mpi4py", *args]
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT)
-    start = time.time()
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
-                         cwd=cwd, start_new_session=True, text=True)
-    try:
-        out, _ = p.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
-        out, _ = p.communicate()
-        pytest.fail(f"mpirun {args} did not finish in {timeout} s:\n{out[-3000:]}")
-    finally:
-        for f in glob.glob("/dev/shm/mpich_shm_*"):
-            try:
-                if os.stat(f).st_mtime > start - 1:
-                    os.unlink(f)
-            except OSError:
-                pass
-    return p.returncode, out
+    rc, out, _ = run_mpi(np_, args, timeout, cwd=cwd)
+    return rc, out
 
 
 @pytest.fixture(scope="module")

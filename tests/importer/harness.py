@@ -47,50 +47,9 @@ def assert_state_close(got, want, rtol=1e-8, atol=1e-10, where=""):
             assert torch.equal(g, w), f"{where}: {k} {g} vs {w}"
 
 
-def _open_files() -> set[str]:
-    """Paths some process holds open (from /proc; best effort)."""
-    import glob
-    import os
-    held = set()
-    for fd in glob.glob("/proc/[0-9]*/fd/*"):
-        try:
-            held.add(os.readlink(fd))
-        except OSError:
-            pass
-    return held
-
-
 def run_mpi(np_, args, timeout, root):
-    """Run `python -m mpi4py args` under mpirun in its own session; returns (code, output).
-    On timeout kills the whole job and removes the shared-memory files it left (only new
-    ones nobody holds open: other MPI jobs may be running on this machine)."""
-    import glob
-    import os
-    import shutil
-    import signal
-    import subprocess
-    import sys
-    import pytest
-    here = os.path.dirname(sys.executable)
-    mpirun = os.environ.get("SOAPFLOW_MPIRUN") or (
-        os.path.join(here, "mpirun") if os.path.exists(os.path.join(here, "mpirun"))
-        else shutil.which("mpirun") or "mpirun")
-    cmd = [mpirun, "-np", str(np_), sys.executable, "-m", "mpi4py", *args]
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=root,
-               TASKRT_WATCHDOG_S=str(max(30, timeout // 2)))
-    before = set(glob.glob("/dev/shm/mpich_shm_*"))
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
-                         start_new_session=True, text=True)
-    try:
-        out, _ = p.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
-        out, _ = p.communicate()
-        held = _open_files()
-        for f in set(glob.glob("/dev/shm/mpich_shm_*")) - before - held:
-            try:
-                os.unlink(f)
-            except OSError:
-                pass
-        pytest.fail(f"mpirun {args} did not finish in {timeout} s:\n{out[-3000:]}")
-    return p.returncode, out
+    """`mpirun -np N python -m mpi4py ARGS` (see tests/mpi_launch.py); (returncode, output)."""
+    from mpi_launch import run_mpi as launch
+    rc, out, _ = launch(np_, args, timeout, env={"TASKRT_WATCHDOG_S": str(max(30, timeout // 2))},
+                        cwd=root)
+    return rc, out
