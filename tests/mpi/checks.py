@@ -35,7 +35,8 @@ def main():
             trainer = model.compile(machine, strategy, SGD(lr=0.1, momentum=0.9))
             losses = [trainer.step(feeds) for _ in range(2)]
             weights = {w.name: trainer.weight(w.name).tolist() for w in model.weights}
-            grads = {w.name: trainer.read(w.grad_name).tolist() for w in model.weights}
+            grads = {w.name: trainer.read(w.grad_name).tolist() for w in model.weights
+                     if w.grad_name in trainer.graph.regions}
             for t in model.inputs:
                 if t.requires_grad:
                     grads[t.name] = trainer.read(t.grad_name).tolist()
