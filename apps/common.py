@@ -37,6 +37,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 from parallel_ops import SGD, Adam, ConfigError, Model, ParallelConfig, ShapeError  # noqa: E402
+from parallel_ops import checkpoint  # noqa: E402
 from parallel_ops.config import format_devices  # noqa: E402
 from taskrt import Machine  # noqa: E402
 from taskrt.discovery import discover_machine, launched_by_mpi  # noqa: E402
@@ -124,6 +125,14 @@ def make_parser(app: App) -> argparse.ArgumentParser:
         g.add_argument("--data", choices=["synthetic", "digits"], default="synthetic",
                        help="synthetic images, or scikit-learn's 8x8 digits scaled up to the "
                             "input size (10 classes; reports accuracy)")
+    c = p.add_argument_group("checkpoints")
+    c.add_argument("--checkpoint-dir", metavar="DIR",
+                   help="save the full training state here (docs/checkpoints.md)")
+    c.add_argument("--checkpoint-every", type=int, default=0, metavar="N",
+                   help="save every N iterations (default: once, at the end)")
+    c.add_argument("--resume", action="store_true",
+                   help="continue from the newest usable checkpoint in --checkpoint-dir, "
+                        "under any strategy or number of ranks")
     s = p.add_argument_group("strategy and machine")
     s.add_argument("--strategy", metavar="FILE",
                    help="strategy file to use (msgpack, or .json); default: data parallel")
@@ -162,6 +171,12 @@ def _check_args(app: App, a: argparse.Namespace) -> None:
         raise UsageError(f"--batch-size {a.batch_size}: use a positive global batch size.")
     if a.devices_per_rank < 1:
         raise UsageError(f"--devices-per-rank {a.devices_per_rank}: use 1 or more.")
+    if a.checkpoint_every < 0:
+        raise UsageError(f"--checkpoint-every {a.checkpoint_every}: use 0 (only at the end) "
+                         "or a positive number of iterations.")
+    if (a.resume or a.checkpoint_every) and not a.checkpoint_dir:
+        flag = "--resume" if a.resume else "--checkpoint-every"
+        raise UsageError(f"{flag} needs --checkpoint-dir DIR (where checkpoints live).")
     if a.threads is not None and a.threads < 1:
         raise UsageError(f"--threads {a.threads}: use 1 or more.")
     if a.device == "cuda" and not torch.cuda.is_available():
@@ -352,7 +367,8 @@ def run(app: App, argv=None, out=...) -> Result:
     data = _digits_feeder(net, a) if getattr(a, "data", "synthetic") == "digits" else None
     res = Result(app, a, net, machine, trainer, strategy_name, [], [], rank=rank)
     total = a.warmup + a.iterations
-    for it in range(total):
+    start = _resume(trainer, a, total, rank, say)
+    for it in range(start, total):
         feeds = data.train_batch(it) if data else net.synthetic(a.seed, it)
         if mpi and it == a.warmup:
             _comm().Barrier()
@@ -362,6 +378,7 @@ def run(app: App, argv=None, out=...) -> Result:
         res.losses.append(loss)
         if it >= a.warmup:
             res.times.append(dt)
+        checkpoint.maybe_save(trainer, a.checkpoint_dir, a.checkpoint_every, step=it + 1)
         acc = ""
         if data:
             res.accuracies.append(data.accuracy(trainer.read(net.logits), feeds))
@@ -372,6 +389,10 @@ def run(app: App, argv=None, out=...) -> Result:
             say(f"iter {it + 1:>{len(str(total))}}/{total} {_bar(it + 1, total)} "
                 f"{1e3 * dt:8.1f} ms  {sps:9.1f} samples/s ({sps / len(machine):.1f}/device)  "
                 f"loss {loss:.5f}{acc}{tag}")
+    if a.checkpoint_dir and (not a.checkpoint_every or total % a.checkpoint_every):
+        checkpoint.save_to_dir(trainer, a.checkpoint_dir, total)
+    if a.checkpoint_dir:
+        say(f"checkpoints in {a.checkpoint_dir} (latest: step {total})")
     if data:
         res.test_accuracy = data.test_accuracy(model, trainer, machine, mpi)
     if a.trace:
@@ -379,6 +400,27 @@ def run(app: App, argv=None, out=...) -> Result:
         say(f"trace of the last iteration written to {a.trace}")
     say(report(res))
     return res
+
+
+def _resume(trainer, a: argparse.Namespace, total: int, rank: int, say) -> int:
+    """The iteration to start from: 0, or the step of the checkpoint --resume loaded."""
+    if not a.resume:
+        return 0
+    try:
+        header = checkpoint.resume(trainer, a.checkpoint_dir,
+                                   out=sys.stderr if rank == 0 else None)
+    except checkpoint.CheckpointError as e:
+        raise UsageError(f"--resume: {e}") from None
+    if header is None:
+        say(f"no checkpoint in {a.checkpoint_dir}: starting from iteration 1")
+        return 0
+    step = int(header["model"]["step_count"])
+    if step >= total:
+        raise UsageError(f"--resume: the checkpoint in {a.checkpoint_dir} is at iteration "
+                         f"{step}, and this run asks for {total} (--warmup + --iterations). "
+                         "Ask for more iterations.")
+    say(f"resumed from the checkpoint at iteration {step} in {a.checkpoint_dir}")
+    return step
 
 
 def optimizer(app: App, a: argparse.Namespace):

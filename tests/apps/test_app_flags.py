@@ -208,3 +208,42 @@ def test_usage_error_under_mpirun_ends_every_rank_with_status_2(tmp_path):
     assert rc == 2, out
     assert out.count("nmt: error: --strategy") == 1          # printed once, by rank 0
     assert "Traceback" not in out and "Abort" not in out
+
+
+def test_checkpoint_and_resume_under_another_device_count_continues_exactly(capsys, tmp_path):
+    base = ["--small", "--batch-size", "4", "--warmup", "0", "--dtype", "float64", "--json",
+            "--quiet"]
+    code, out, _ = cli(capsys, RNNLM, base + ["--iterations", "4"])
+    assert code == 0
+    straight = json.loads(out.splitlines()[-1])["losses"]
+    ck = str(tmp_path / "ck")
+    code, out, _ = cli(capsys, RNNLM, base + ["--iterations", "2", "--checkpoint-dir", ck,
+                                              "--checkpoint-every", "1"])
+    assert code == 0 and "checkpoints in" in out
+    assert sorted(os.listdir(ck))[-1] == "step-00000002.ckpt" or "latest" in os.listdir(ck)
+    code, out, _ = cli(capsys, RNNLM, base + ["--iterations", "4", "--checkpoint-dir", ck,
+                                              "--resume", "--devices-per-rank", "2"])
+    assert code == 0, out
+    assert "resumed from the checkpoint at iteration 2" in out
+    resumed = json.loads(out.splitlines()[-1])["losses"]
+    assert resumed == pytest.approx(straight[2:], rel=1e-10)
+
+
+def test_checkpoint_flag_misuse(capsys, tmp_path):
+    fails(capsys, RNNLM, SMALL + ["--resume"], "--resume needs --checkpoint-dir")
+    fails(capsys, RNNLM, SMALL + ["--checkpoint-every", "-1", "--checkpoint-dir", "x"],
+          "--checkpoint-every -1")
+    ck = str(tmp_path / "ck")
+    assert cli(capsys, RNNLM, SMALL + ["--checkpoint-dir", ck])[0] == 0
+    fails(capsys, RNNLM, SMALL + ["--checkpoint-dir", ck, "--resume"],
+          "the checkpoint in", "is at iteration 2", "Ask for more iterations")
+    for f in os.listdir(ck):
+        if f.endswith(".ckpt"):
+            with open(os.path.join(ck, f), "r+b") as fh:
+                fh.seek(100)
+                fh.write(b"garbage!")
+    code, out, err = cli(capsys, RNNLM, SMALL[:-2] + ["--iterations", "3", "--checkpoint-dir",
+                                                      ck, "--resume"])
+    assert code == 2 and "Traceback" not in err
+    assert "checksum mismatch" in err and "rnnlm: error: --resume:" in err
+    assert "no usable checkpoint" in err
