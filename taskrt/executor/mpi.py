@@ -79,6 +79,7 @@ class MPIExecutor:
         self.record_trace = record_trace
         self.trace: list[TraceEvent] = []
         self.sent: list[tuple[int, int, int]] = []   # (node id, destination rank, bytes)
+        self.wait_s = 0.0        # last run(): seconds with nothing runnable (awaiting messages)
         self.sched = RankScheduler(graph, self.rank)
         owned = machine.devices_of_rank(self.rank)
         self.store = InstanceStore(graph, owned)
@@ -252,6 +253,7 @@ class MPIExecutor:
         send_reqs = []
         gpu_sends, gpu_colls = [], []     # (event, node): device-to-host copies in flight
         self.sent = []
+        self.wait_s = 0.0
         clock = time.perf_counter
         t0 = clock()
         trace = [] if self.record_trace else None
@@ -351,10 +353,12 @@ class MPIExecutor:
                 last_event = clock()
                 sleep = 2e-5
                 continue
-            if clock() - last_event > self.watchdog_s:
+            now = clock()
+            if now - last_event > self.watchdog_s:
                 raise ExecutionError(self._stuck_report(recv_ids, coll_ids))
             time.sleep(sleep)
             sleep = min(sleep * 2, 1e-3)
+            self.wait_s += clock() - now
         if send_reqs:
             MPI.Request.Waitall(send_reqs)
         for dev in self.cuda_devices:
