@@ -4,7 +4,8 @@ Importing the package attaches every operator's builder (model.conv2d, model.lin
 to Model.
 """
 from .config import ParallelConfig, data_parallel, validate
-from .errors import ConfigError, OperatorError, ShapeError
+from .errors import (CheckpointError, ConfigError, OperatorError, ShapeError,
+                     UnsupportedModelError)
 from .lowering import Lowered, lower
 from .model import Model, builder
 from .op import ATTRIBUTE, PARAMETER, REDUCTION, SAMPLE, Dim, Op, PartSpec, Stage
@@ -15,7 +16,7 @@ from . import (linear, loss, elementwise, dropout, shape, softmax, layernorm,  #
                conv2d, pool2d, batchnorm,
                embedding, matmul, attention, lstm, seq_attention)
 
-__all__ = ["ParallelConfig", "data_parallel", "validate", "ConfigError", "OperatorError",
-           "ShapeError", "Lowered", "lower", "Model", "builder", "ATTRIBUTE", "PARAMETER",
-           "REDUCTION", "SAMPLE", "Dim", "Op", "PartSpec", "Stage", "SGD", "Adam", "Tensor",
-           "Weight", "Trainer"]
+__all__ = ["ParallelConfig", "data_parallel", "validate", "CheckpointError", "ConfigError",
+           "OperatorError", "ShapeError", "UnsupportedModelError", "Lowered", "lower", "Model",
+           "builder", "ATTRIBUTE", "PARAMETER", "REDUCTION", "SAMPLE", "Dim", "Op", "PartSpec",
+           "Stage", "SGD", "Adam", "Tensor", "Weight", "Trainer"]

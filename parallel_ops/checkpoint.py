@@ -33,17 +33,13 @@ import msgpack
 import numpy as np
 import torch
 
-from taskrt.errors import TaskrtError
+from .errors import CheckpointError
 
 MAGIC = b"SOAPCKPT"
 VERSION = 1
 _PREFIX = struct.Struct("<8sQ32s")          # magic, header length, sha256(header)
 _NAME = re.compile(r"^step-(\d+)\.ckpt$")
 LATEST = "latest"
-
-
-class CheckpointError(TaskrtError, ValueError):
-    """A checkpoint is missing, truncated, corrupted, or does not fit the model."""
 
 
 # -- the file format -------------------------------------------------------------------------

@@ -10,7 +10,8 @@ See docs/importer.md for what maps to what and how to add a converter.
 """
 from .imported import Imported
 from .registry import register_aten, register_function, register_method, register_module
-from .values import Param, Stacked, Unsupported, UnsupportedModelError
+from ..errors import UnsupportedModelError
+from .values import Param, Stacked, Unsupported
 from .api import import_module
 from . import functions, modules  # noqa: F401  (register the converters)
 

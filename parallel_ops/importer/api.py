@@ -5,11 +5,12 @@ from typing import Any
 
 import torch
 
+from ..errors import UnsupportedModelError
 from ..model import Model
 from .capture import capture_export, capture_fx
 from .imported import Imported
 from .registry import MODULES
-from .values import UnsupportedModelError, format_problems
+from .values import format_problems
 from .walk import Importer
 
 

@@ -1,4 +1,4 @@
-"""The values an import walk gives graph nodes, and its errors.
+"""The values an import walk gives graph nodes, and how it reports unsupported ones.
 
   Tensor        a model tensor (the output of an operator, or a model input);
   Param         a parameter or buffer of the module not yet owned by an operator;
@@ -12,13 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from taskrt.errors import TaskrtError
-
 from ..tensor import Tensor
-
-
-class UnsupportedModelError(TaskrtError, ValueError):
-    """The module uses operations that have no parallel operator (all are listed)."""
 
 
 class Unsupported(Exception):
