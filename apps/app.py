@@ -1,0 +1,52 @@
+"""What an app declares: its `App` record (name, builder, flags, mixed strategy) and the
+`Network` its builder returns (the model plus what the data feeder needs to know).
+
+Owns no command line and no training loop (apps/flags.py, apps/training.py).
+"""
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from parallel_ops import Model
+
+
+@dataclass
+class Network:
+    """A built model plus what the data feeder needs to know about its inputs."""
+    model: Model
+    int_ranges: dict[str, int]                 # integer input -> exclusive upper bound
+    logits: str | None = None                  # classifier output (accuracy with --data)
+    fixed: dict[str, torch.Tensor] = field(default_factory=dict)  # same value every step
+    image: str | None = None                   # the image input of a CNN (for --data)
+    labels: str | None = None                  # its labels input
+
+    def synthetic(self, seed: int, iteration: int) -> dict[str, torch.Tensor]:
+        """A batch that depends only on (seed, iteration): every rank draws the same one."""
+        g = torch.Generator().manual_seed(seed * 1_000_003 + iteration)
+        feeds = {}
+        for t in self.model.inputs:
+            if t.name in self.fixed:
+                feeds[t.name] = self.fixed[t.name]
+            elif t.name in self.int_ranges:
+                feeds[t.name] = torch.randint(0, self.int_ranges[t.name], t.shape, generator=g)
+            else:
+                feeds[t.name] = torch.randn(t.shape, generator=g,
+                                            dtype=getattr(torch, t.dtype))
+        return feeds
+
+
+@dataclass
+class App:
+    name: str                                  # command name, e.g. "inception"
+    title: str                                 # e.g. "Inception-v3"
+    build: Callable[[argparse.Namespace], Network]
+    per_device_batch: int                      # the paper's per-GPU batch
+    small_per_device_batch: int = 8
+    add_arguments: Callable[[argparse.ArgumentParser], None] | None = None
+    mixed_strategy: Callable[[Model, int], dict] | None = None
+    lr: float = 0.01
+    image: bool = False                        # takes --data digits

@@ -1,0 +1,113 @@
+"""The flags every app shares (`make_parser`) and the checks that need no machine or model
+(`check_args`). Flag mistakes raise UsageError, with the usage line for argparse's own.
+
+Owns neither the machine nor the model: apps/startup.py uses the parsed flags to build them.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+
+import torch
+
+from .app import App
+from .errors import UsageError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise UsageError(f"{message}\n{self.format_usage().strip()}")
+
+
+def make_parser(app: App) -> argparse.ArgumentParser:
+    p = _Parser(prog=f"{app.name}.py", description=f"Train {app.title} with soapflow.",
+                formatter_class=argparse.RawDescriptionHelpFormatter,
+                epilog="Examples:\n"
+                       f"  mpirun -np 2 python -m mpi4py apps/{app.name}.py --small\n"
+                       f"  python apps/{app.name}.py --small --devices-per-rank 2 "
+                       f"--export {app.name}.json\n"
+                       f"  mpirun -np 2 python -m mpi4py apps/{app.name}.py --small "
+                       f"--strategy {app.name}.json --json")
+    g = p.add_argument_group("training")
+    g.add_argument("--batch-size", type=int, default=None, metavar="N",
+                   help="global batch (default: %d per device, %d with --small)"
+                   % (app.per_device_batch, app.small_per_device_batch))
+    g.add_argument("--iterations", type=int, default=10, metavar="N",
+                   help="timed iterations (default 10)")
+    g.add_argument("--warmup", type=int, default=1, metavar="N",
+                   help="untimed iterations before them (default 1)")
+    g.add_argument("--seed", type=int, default=0, help="weights and synthetic data seed")
+    g.add_argument("--dtype", choices=["float32", "float64"], default="float32")
+    g.add_argument("--optimizer", choices=["sgd", "adam"], default="sgd",
+                   help="SGD with momentum 0.9 (default), or Adam")
+    g.add_argument("--lr", type=float, default=None,
+                   help=f"learning rate (default {app.lr} for SGD, 0.001 for Adam)")
+    g.add_argument("--small", action="store_true",
+                   help="scaled-down widths and sizes, same topology (CPU demos, tests)")
+    if app.image:
+        g.add_argument("--data", choices=["synthetic", "digits"], default="synthetic",
+                       help="synthetic images, or scikit-learn's 8x8 digits scaled up to the "
+                            "input size (10 classes; reports accuracy)")
+    c = p.add_argument_group("checkpoints")
+    c.add_argument("--checkpoint-dir", metavar="DIR",
+                   help="save the full training state here (docs/checkpoints.md)")
+    c.add_argument("--checkpoint-every", type=int, default=0, metavar="N",
+                   help="save every N iterations (default: once, at the end)")
+    c.add_argument("--resume", action="store_true",
+                   help="continue from the newest usable checkpoint in --checkpoint-dir, "
+                        "under any strategy or number of ranks")
+    s = p.add_argument_group("strategy and machine")
+    s.add_argument("--strategy", metavar="FILE",
+                   help="strategy file to use (msgpack, or .json); default: data parallel")
+    s.add_argument("--export", metavar="FILE",
+                   help="write the strategy used (data-parallel defaults filled in)")
+    s.add_argument("--search", type=float, metavar="SECONDS",
+                   help="search a strategy for this long before training")
+    s.add_argument("--machine", metavar="PRESET|FILE",
+                   help="the machine to search/simulate for (default: the one running)")
+    s.add_argument("--simulate", action="store_true",
+                   help="do not train: predict the iteration time on --machine")
+    s.add_argument("--devices-per-rank", type=int, default=1, metavar="K",
+                   help="devices each rank drives: GPUs, or logical CPU devices (default 1)")
+    s.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
+                   help="auto: CUDA when torch sees GPUs, else CPU")
+    s.add_argument("--threads", type=int, default=None, metavar="T",
+                   help="torch threads per rank (default 1: tiny parts run fastest on one "
+                        "thread, and ranks share cores)")
+    o = p.add_argument_group("output")
+    o.add_argument("--trace", metavar="FILE", help="Chrome/Perfetto trace of the last iteration")
+    o.add_argument("--json", action="store_true",
+                   help="rank 0 prints one JSON object with the results as its last line")
+    o.add_argument("--quiet", action="store_true", help="no per-iteration lines")
+    if app.add_arguments is not None:
+        a = p.add_argument_group(f"{app.title}")
+        app.add_arguments(a)
+    return p
+
+
+def check_args(app: App, a: argparse.Namespace) -> None:
+    """Refuse values no run can use (counts below their minimum, flags missing their
+    partner, a GPU that is not there, a strategy file that does not exist)."""
+    if a.iterations < 1:
+        raise UsageError(f"--iterations {a.iterations}: run at least 1 iteration.")
+    if a.warmup < 0:
+        raise UsageError(f"--warmup {a.warmup}: use 0 or more warm-up iterations.")
+    if a.batch_size is not None and a.batch_size < 1:
+        raise UsageError(f"--batch-size {a.batch_size}: use a positive global batch size.")
+    if a.devices_per_rank < 1:
+        raise UsageError(f"--devices-per-rank {a.devices_per_rank}: use 1 or more.")
+    if a.checkpoint_every < 0:
+        raise UsageError(f"--checkpoint-every {a.checkpoint_every}: use 0 (only at the end) "
+                         "or a positive number of iterations.")
+    if (a.resume or a.checkpoint_every) and not a.checkpoint_dir:
+        flag = "--resume" if a.resume else "--checkpoint-every"
+        raise UsageError(f"{flag} needs --checkpoint-dir DIR (where checkpoints live).")
+    if a.threads is not None and a.threads < 1:
+        raise UsageError(f"--threads {a.threads}: use 1 or more.")
+    if a.device == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda: torch sees no GPU here. Use --device cpu, or install "
+                         "a CUDA build of torch 2.13 (README, GPUs).")
+    for flag in ("strategy",):
+        path = getattr(a, flag)
+        if path is not None and not os.path.isfile(path):
+            raise UsageError(f"--{flag} {path}: no such file. Export one with --export FILE.")

@@ -1,0 +1,143 @@
+"""What a run measured (`Result`) and how rank 0 reports it: the end report for people
+(`report`), the --json object (`result_json`), the strategy table, and the counts and
+machine description both use.
+
+Owns no MPI and no training: apps/training.py fills the Result and prints these.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+from dataclasses import dataclass, field
+
+from parallel_ops import Model
+from parallel_ops.config import format_devices
+from taskrt import Machine
+
+from .app import App, Network
+
+
+@dataclass
+class Result:
+    """One run: its set-up, the loss of every iteration and the time of each timed one."""
+    app: App
+    args: argparse.Namespace
+    network: Network
+    machine: Machine
+    trainer: object
+    strategy_name: str
+    losses: list[float]
+    times: list[float]                 # seconds per timed iteration
+    accuracies: list[float] = field(default_factory=list)
+    test_accuracy: float | None = None
+    rank: int = 0
+
+    @property
+    def iteration_time(self) -> float:
+        return statistics.median(self.times)
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.args.batch_size / self.iteration_time
+
+    def json(self) -> dict:
+        return result_json(self)
+
+
+def machine_text(machine: Machine) -> str:
+    """E.g. '4 cpu devices on 2 ranks'."""
+    kinds = "/".join(sorted({d.kind for d in machine.devices}))
+    n, r = len(machine), machine.num_ranks
+    return f"{n} {kinds} device{'s' if n > 1 else ''} on {r} rank{'s' if r > 1 else ''}"
+
+
+def parameters(model: Model) -> int:
+    """Trainable scalars (what torch's sum(p.numel() for p in parameters()) counts)."""
+    return sum(math.prod(w.shape) for w in model.weights if w.requires_grad)
+
+
+def report(res: Result) -> str:
+    """The end report rank 0 prints: times, throughput, loss, graph counts, accuracy."""
+    a, g = res.args, res.trainer.graph
+    c = g.count()
+    lo, hi = min(res.times), max(res.times)
+    lines = [f"Done: {res.app.title}{' --small' if a.small else ''} on "
+             f"{machine_text(res.machine)}, batch {a.batch_size}, strategy {res.strategy_name}",
+             f"  iteration time  median {1e3 * res.iteration_time:.1f} ms (min {1e3 * lo:.1f}, "
+             f"max {1e3 * hi:.1f}) over {len(res.times)} iterations after {a.warmup} warm-up",
+             f"  throughput      {res.samples_per_s:.1f} samples/s, "
+             f"{res.samples_per_s / len(res.machine):.1f} per device",
+             f"  loss            {res.losses[0]:.5f} (first) -> {res.losses[-1]:.5f} (last)",
+             f"  per iteration   {c['task']} tasks, {c['copy']} copies, {c['reduce']} "
+             f"reductions, {c['allreduce']} all-reduces, {g.bytes_moved() / 1e6:.3f} MB moved"]
+    if res.accuracies:
+        lines.append(f"  train accuracy  {res.accuracies[0]:.3f} (first batch) -> "
+                     f"{res.accuracies[-1]:.3f} (last batch)")
+    if res.test_accuracy is not None:
+        lines.append(f"  test accuracy   {res.test_accuracy:.3f} on the held-out digits")
+    return "\n".join(lines)
+
+
+def _finite(x):
+    return x if x is not None and math.isfinite(x) else None
+
+
+def result_json(res: Result) -> dict:
+    """The --json object: the keys of issue 5 first, then details."""
+    a = res.args
+    out = {"app": res.app.name,
+           "parameters": parameters(res.network.model),
+           "batch_size": a.batch_size,
+           "iterations": a.iterations,
+           "devices": len(res.machine),
+           "machine": machine_text(res.machine),
+           "simulated": False,
+           "iteration_time_s": res.iteration_time,
+           "samples_per_s": res.samples_per_s,
+           "loss": _finite(res.losses[-1]),
+           "strategy": res.strategy_name,
+           # details
+           "samples_per_s_per_device": res.samples_per_s / len(res.machine),
+           "ranks": res.machine.num_ranks,
+           "small": a.small,
+           "dtype": a.dtype,
+           "seed": a.seed,
+           "warmup": a.warmup,
+           "losses": [_finite(x) for x in res.losses],
+           "iteration_times_s": res.times,
+           "operators": len(res.network.model.ops),
+           "graph": dict(res.trainer.graph.count(),
+                         bytes_moved=res.trainer.graph.bytes_moved())}
+    if res.accuracies:
+        out["accuracies"] = res.accuracies
+        out["test_accuracy"] = res.test_accuracy
+    return out
+
+
+def strategy_table(model: Model, configs: dict, max_rows: int = 40) -> str:
+    """Operator, type, config and devices; runs of operators with one config share a row
+    when the model has more than `max_rows` operators."""
+    rows = []
+    for op in model.ops:
+        cfg = configs[op.name]
+        degs = ",".join(f"{k}={v}" for k, v in cfg.degrees if v != 1) or "-"
+        key = (degs, format_devices(cfg.devices))
+        if len(model.ops) > max_rows and rows and rows[-1][0] == key:
+            rows[-1][1].append(op)
+        else:
+            rows.append((key, [op]))
+    names = []
+    for _, ops in rows:
+        if len(ops) == 1:
+            names.append((ops[0].name, ops[0].type))
+        else:
+            types = sorted({o.type for o in ops})
+            t = ",".join(types) if len(types) <= 3 else f"{len(types)} types"
+            names.append((f"{ops[0].name} .. {ops[-1].name} ({len(ops)} ops)", t))
+    w = max(len("operator"), *(len(n) for n, _ in names))
+    tw = max(len("type"), *(len(t) for _, t in names))
+    lines = [f"  {'operator':<{w}}  {'type':<{tw}}  {'config':<14} devices"]
+    for (key, _), (n, t) in zip(rows, names):
+        lines.append(f"  {n:<{w}}  {t:<{tw}}  {key[0]:<14} {key[1]}")
+    return "Strategy:\n" + "\n".join(lines)
