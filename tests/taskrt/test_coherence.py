@@ -210,12 +210,15 @@ def test_interfering_points_raise_privilege_error():
     with pytest.raises(PrivilegeError, match=r"points \(0,\) \(R\) and \(1,\) \(RW\)"):
         plan([launch("bad", [[(X, FULL, R)], [(X, TOP, RW)]], [0, 1])], M4,
              initial={X: [(FULL, 0)]})
-    with pytest.raises(PrivilegeError, match=r"requirements \(0,\) \(Red\+\) and \(0,\) "
+    with pytest.raises(PrivilegeError, match=r"requirements \(0,\) \(R\) and \(0,\) "
                                              r"\(Red\+\)"):
-        plan([launch("bad", [[(X, FULL, RED), (X, TOP, RED)]], [0])], M4)
-    # Allowed: readers overlap, and reductions of different points overlap.
+        plan([launch("bad", [[(X, FULL, R), (X, TOP, RED)]], [0])], M4,
+             initial={X: [(FULL, 0)]})
+    # Allowed: readers overlap, and reductions overlap, of different points and of one point
+    # (a tensor used twice by one operator gets two gradient contributions).
     plan([launch("ok", [[(X, FULL, R)], [(X, TOP, R)]], [0, 1]),
-          launch("ok2", [[(X, FULL, RED)], [(X, TOP, RED)]], [0, 0])], M4,
+          launch("ok2", [[(X, FULL, RED)], [(X, TOP, RED)]], [0, 0]),
+          launch("ok3", [[(X, FULL, RED), (X, TOP, RED)]], [0])], M4,
          initial={X: [(FULL, 0)]})
 
 
