@@ -1,8 +1,9 @@
 """Machine discovery under MPI: every rank learns the global device list.
 
 Each rank contributes its devices: its CUDA GPUs (one per rank by local rank, or
-`gpus_per_rank` consecutive ones), else `cpu_devices` logical CPU devices. The list is
-allgathered so every rank builds the same Machine, ranks in order.
+`gpus_per_rank` consecutive ones; with more ranks than GPUs on a node, ranks share GPUs
+round-robin), else `cpu_devices` logical CPU devices. The list is allgathered so every rank
+builds the same Machine, ranks in order.
 """
 from __future__ import annotations
 
@@ -35,15 +36,11 @@ def discover_machine(comm=None, use_gpus: bool | None = None, gpus_per_rank: int
         if have == 0:
             raise MappingError(f"rank {comm.Get_rank()}: GPUs requested but torch sees none. "
                                "Run without --gpus or install a CUDA build of torch.")
-        if gpus_per_rank:
-            first = local_rank * gpus_per_rank
-            if first + gpus_per_rank > have:
-                raise MappingError(f"rank {comm.Get_rank()}: {gpus_per_rank} GPUs per rank for "
-                                   f"local rank {local_rank} needs GPUs {first}.."
-                                   f"{first + gpus_per_rank - 1}, but this node has {have}.")
-            mine = [("cuda", first + k) for k in range(gpus_per_rank)]
-        else:
-            mine = [("cuda", local_rank % have)]
+        per = gpus_per_rank or 1
+        if per < 1:
+            raise MappingError(f"discover_machine: gpus_per_rank={per}; use at least 1.")
+        first = local_rank * per
+        mine = [("cuda", (first + k) % have) for k in range(per)]
     else:
         if cpu_devices < 1:
             raise MappingError(f"discover_machine: cpu_devices={cpu_devices}; use at least 1.")
