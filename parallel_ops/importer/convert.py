@@ -144,6 +144,15 @@ def binary(ctx, kind: str, a, b) -> Tensor:
                       "to the other's trailing axes (after leading 1s) is supported")
 
 
+def add(ctx, a, b, alpha=1) -> Tensor:
+    """a + alpha * b (torch.add, Tensor.add, aten.add)."""
+    return binary(ctx, "add", a, b if alpha == 1 else binary(ctx, "multiply", b, alpha))
+
+
+def mul(ctx, a, b) -> Tensor:
+    return binary(ctx, "multiply", a, b)
+
+
 def neg(ctx, x) -> Tensor:
     return scalar_op(ctx, "mul", x, -1)
 
@@ -180,6 +189,18 @@ def power(ctx, x, e) -> Tensor:
 def activation(ctx, kind: str, x, **params) -> Tensor:
     x = ctx.tensor(x)
     return getattr(ctx.model, kind)(x, name=ctx.op_name(), **params)
+
+
+def relu(ctx, x, inplace=False) -> Tensor:
+    return activation(ctx, "relu", x)
+
+
+def tanh(ctx, x) -> Tensor:
+    return activation(ctx, "tanh", x)
+
+
+def sigmoid(ctx, x) -> Tensor:
+    return activation(ctx, "sigmoid", x)
 
 
 def gelu(ctx, x, approximate="none") -> Tensor:

@@ -23,21 +23,19 @@ import operator
 import torch
 import torch.nn.functional as F
 
-from .convert import (activation, adaptive_avg_pool2d, avg_pool2d, axis, batch_norm, binary,
-                      cat, chunk, conv2d, cross_entropy, div, dropout, embedding, flatten,
-                      gelu, getitem, identity, index, key_prefix, layer_norm, linear, matmul,
-                      max_pool2d, mean, need_param, neg, permute, power, reshape, sdpa,
-                      softmax, split, squeeze, sub, to, transpose, unflatten, unsqueeze)
+from .convert import (adaptive_avg_pool2d, add, avg_pool2d, axis, batch_norm, binary, cat,
+                      chunk, conv2d, cross_entropy, div, dropout, embedding, flatten, gelu,
+                      getitem, identity, index, key_prefix, layer_norm, linear, matmul,
+                      max_pool2d, mean, mul, need_param, neg, permute, power, relu, reshape,
+                      sdpa, sigmoid, softmax, split, squeeze, sub, tanh, to, transpose,
+                      unflatten, unsqueeze)
 from .registry import register_aten, register_function, register_method
 from .values import Param, Stacked, Unsupported
 
 
 # -- python / torch functions (torch.fx) -----------------------------------------------------
-register_function(operator.add, operator.iadd, torch.add)(
-    lambda ctx, a, b, alpha=1: binary(ctx, "add", a, b if alpha == 1 else
-                                      binary(ctx, "multiply", b, alpha)))
-register_function(operator.mul, operator.imul, torch.mul)(
-    lambda ctx, a, b: binary(ctx, "multiply", a, b))
+register_function(operator.add, operator.iadd, torch.add)(add)
+register_function(operator.mul, operator.imul, torch.mul)(mul)
 register_function(operator.sub, operator.isub, torch.sub)(sub)
 register_function(operator.truediv, operator.itruediv, torch.div)(div)
 register_function(operator.neg, torch.neg)(neg)
@@ -54,9 +52,9 @@ register_function(torch.unsqueeze)(unsqueeze)
 register_function(torch.squeeze)(squeeze)
 register_function(torch.split)(split)
 register_function(torch.chunk)(chunk)
-register_function(torch.relu, F.relu)(lambda ctx, x, inplace=False: activation(ctx, "relu", x))
-register_function(torch.tanh, F.tanh)(lambda ctx, x: activation(ctx, "tanh", x))
-register_function(torch.sigmoid, F.sigmoid)(lambda ctx, x: activation(ctx, "sigmoid", x))
+register_function(torch.relu, F.relu)(relu)
+register_function(torch.tanh, F.tanh)(tanh)
+register_function(torch.sigmoid, F.sigmoid)(sigmoid)
 register_function(F.gelu)(gelu)
 register_function(torch.softmax, F.softmax)(
     lambda ctx, x, dim=None, _stacklevel=3, dtype=None: softmax(ctx, x, dim, dtype=dtype))
@@ -85,10 +83,8 @@ def _embedding_f(ctx, x, weight, padding_idx, max_norm, scale_grad_by_freq, spar
 
 
 # -- Tensor methods ---------------------------------------------------------------------------
-register_method("add", "add_", "__add__", "__iadd__")(
-    lambda ctx, a, b, alpha=1: binary(ctx, "add", a, b if alpha == 1 else
-                                      binary(ctx, "multiply", b, alpha)))
-register_method("mul", "mul_", "__mul__")(lambda ctx, a, b: binary(ctx, "multiply", a, b))
+register_method("add", "add_", "__add__", "__iadd__")(add)
+register_method("mul", "mul_", "__mul__")(mul)
 register_method("sub", "sub_")(sub)
 register_method("div", "div_")(div)
 register_method("neg")(neg)
@@ -111,9 +107,9 @@ register_method("contiguous", "clone")(identity)
 register_method("to", "type_as")(to)
 register_method("float")(lambda ctx, x: to(ctx, x, torch.float32))
 register_method("double")(lambda ctx, x: to(ctx, x, torch.float64))
-register_method("relu", "relu_")(lambda ctx, x: activation(ctx, "relu", x))
-register_method("tanh")(lambda ctx, x: activation(ctx, "tanh", x))
-register_method("sigmoid")(lambda ctx, x: activation(ctx, "sigmoid", x))
+register_method("relu", "relu_")(relu)
+register_method("tanh")(tanh)
+register_method("sigmoid")(sigmoid)
 register_method("softmax")(lambda ctx, x, dim=None, dtype=None: softmax(ctx, x, dim,
                                                                         dtype=dtype))
 register_method("mean")(mean)
@@ -135,15 +131,14 @@ register_aten("layer_norm")(
 register_aten("embedding")(
     lambda ctx, w, idx, padding_idx=-1, scale_grad_by_freq=False, sparse=False:
     embedding(ctx, idx, w, padding_idx if padding_idx >= 0 else None))
-register_aten("relu", "relu_")(lambda ctx, x: activation(ctx, "relu", x))
+register_aten("relu", "relu_")(relu)
 register_aten("gelu")(gelu)
-register_aten("tanh")(lambda ctx, x: activation(ctx, "tanh", x))
-register_aten("sigmoid")(lambda ctx, x: activation(ctx, "sigmoid", x))
-register_aten("add")(lambda ctx, a, b, alpha=1: binary(
-    ctx, "add", a, b if alpha == 1 else binary(ctx, "multiply", b, alpha)))
+register_aten("tanh")(tanh)
+register_aten("sigmoid")(sigmoid)
+register_aten("add")(add)
 register_aten("sub")(sub)
 register_aten("rsub")(lambda ctx, a, b, alpha=1: sub(ctx, b, a, alpha))
-register_aten("mul")(lambda ctx, a, b: binary(ctx, "multiply", a, b))
+register_aten("mul")(mul)
 register_aten("div")(div)
 register_aten("neg")(neg)
 register_aten("pow")(power)

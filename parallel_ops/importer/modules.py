@@ -78,17 +78,17 @@ def embedding(ctx, m, idx):
 
 @register_module(nn.ReLU)
 def relu(ctx, m, x):
-    return fn.activation(ctx, "relu", x)
+    return fn.relu(ctx, x)
 
 
 @register_module(nn.Tanh)
 def tanh(ctx, m, x):
-    return fn.activation(ctx, "tanh", x)
+    return fn.tanh(ctx, x)
 
 
 @register_module(nn.Sigmoid)
 def sigmoid(ctx, m, x):
-    return fn.activation(ctx, "sigmoid", x)
+    return fn.sigmoid(ctx, x)
 
 
 @register_module(nn.GELU)

@@ -13,45 +13,37 @@ ATEN: dict[str, Callable] = {}          # ATen op name ("linear") -> converter(c
 GROUPED: set[type] = set()              # module types export decomposes; regrouped
 
 
+def _register(table: dict, keys):
+    def deco(fn):
+        for k in keys:
+            table[k] = fn
+        return fn
+    return deco
+
+
 def register_module(*types, grouped: bool = False):
     """Decorator: convert calls of these nn.Module types (torch.fx keeps them whole).
     `grouped`: under torch.export too, the ATen nodes recorded inside one call are replaced
     by one converter call, with ctx.grouped set and as arguments the values those nodes
     read from outside the module (its own parameters left out), in order of first use."""
-    def deco(fn):
-        for t in types:
-            MODULES[t] = fn
-            if grouped:
-                GROUPED.add(t)
-        return fn
-    return deco
+    if grouped:
+        GROUPED.update(types)
+    return _register(MODULES, types)
 
 
 def register_function(*targets):
     """Decorator: convert calls of these functions (torch.add, F.relu, operator.add...)."""
-    def deco(fn):
-        for t in targets:
-            FUNCTIONS[t] = fn
-        return fn
-    return deco
+    return _register(FUNCTIONS, targets)
 
 
 def register_method(*names):
     """Decorator: convert these Tensor methods (x.view(...), x.softmax(...))."""
-    def deco(fn):
-        for n in names:
-            METHODS[n] = fn
-        return fn
-    return deco
+    return _register(METHODS, names)
 
 
 def register_aten(*names):
     """Decorator: convert these ATen operators (by name without overload: 'linear')."""
-    def deco(fn):
-        for n in names:
-            ATEN[n] = fn
-        return fn
-    return deco
+    return _register(ATEN, names)
 
 
 def module_converter(m: torch.nn.Module):
