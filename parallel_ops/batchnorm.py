@@ -26,6 +26,7 @@ from taskrt.geometry import Rect
 
 from .errors import ShapeError
 from .model import Model, builder
+from .nchw import check_nchw
 from .op import ATTRIBUTE, PARAMETER, REDUCTION, SAMPLE, Dim, Op, PartSpec, Stage
 from .tensor import Tensor
 
@@ -39,9 +40,7 @@ class BatchNorm2d(Op):
                  affine: bool = True, name: str | None = None):
         super().__init__(model.unique_name("batchnorm2d", name))
         where = f"batchnorm2d '{self.name}'"
-        if x.ndim != 4:
-            raise ShapeError(f"{where}: input '{x.name}' has shape {x.shape}; it needs 4 axes "
-                             "(N, C, H, W). Add a batch axis or reshape the input.")
+        check_nchw(where, x)
         n, c, h, w = x.shape
         count = n * h * w
         if count < 2:

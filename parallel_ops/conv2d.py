@@ -12,7 +12,7 @@ reads, for each spanned group, that group's input channels in its ci range, and 
 grouped convolution over the spanned groups with its weight rows padded by zeros to whole
 groups (at most one partial group at each end).
 
-This module also owns the window geometry pooling shares: `pair`, `out_size`, `halo`.
+The window geometry it shares with pooling (`pair`, `out_size`, `halo`) is in nchw.py.
 """
 from __future__ import annotations
 
@@ -26,42 +26,9 @@ from taskrt.geometry import Rect
 
 from .errors import ShapeError
 from .model import Model, builder
+from .nchw import check_nchw, halo, out_size, pair
 from .op import ATTRIBUTE, PARAMETER, REDUCTION, SAMPLE, Dim, Op, PartSpec
 from .tensor import Tensor
-
-
-def pair(where: str, what: str, value, minimum: int) -> tuple[int, int]:
-    """(a, b) from an int or a pair of ints, each at least `minimum`."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        v = (value, value)
-    elif isinstance(value, (tuple, list)) and len(value) == 2:
-        v = tuple(value)
-    else:
-        v = None
-    if v is None or not all(isinstance(k, int) and not isinstance(k, bool) for k in v) \
-            or min(v) < minimum:
-        m = max(minimum, 1)
-        raise ShapeError(f"{where}: {what} {value!r} is not an int or a pair of ints "
-                         f">= {minimum}. Give e.g. {what}={m} or ({m}, {m}).")
-    return v
-
-
-def out_size(size: int, kernel: int, stride: int, padding: int, dilation: int = 1) -> int:
-    """Output length of a sliding window (floor mode), as PyTorch computes it."""
-    return (size + 2 * padding - dilation * (kernel - 1) - 1) // stride + 1
-
-
-def halo(out_lo: int, out_hi: int, size: int, kernel: int, stride: int, padding: int,
-         dilation: int = 1) -> tuple[int, int, int, int]:
-    """Input range [lo, hi) that outputs [out_lo, out_hi) read, and the zero rows to add
-    before and after it (the part of their windows in the global padding)."""
-    lo_raw = out_lo * stride - padding
-    hi_raw = (out_hi - 1) * stride - padding + dilation * (kernel - 1) + 1
-    lo = min(max(lo_raw, 0), size)
-    hi = max(min(hi_raw, size), lo)
-    if hi == lo:                     # every window lies in the padding
-        return lo, lo, hi_raw - lo_raw, 0
-    return lo, hi, lo - lo_raw, hi_raw - hi
 
 
 @dataclass(frozen=True)
@@ -83,9 +50,7 @@ class Conv2d(Op):
                  name: str | None = None):
         super().__init__(model.unique_name("conv2d", name))
         where = f"conv2d '{self.name}'"
-        if x.ndim != 4:
-            raise ShapeError(f"{where}: input '{x.name}' has shape {x.shape}; it needs 4 axes "
-                             "(N, C, H, W). Add a batch axis or reshape the input.")
+        check_nchw(where, x)
         n, cin, h, w = x.shape
         k = pair(where, "kernel_size", kernel_size, 1)
         s = pair(where, "stride", stride, 1)

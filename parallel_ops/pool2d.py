@@ -18,17 +18,11 @@ import torch.nn.functional as F
 
 from taskrt.geometry import Rect
 
-from .conv2d import halo, out_size, pair
 from .errors import ShapeError
 from .model import Model, builder
+from .nchw import check_nchw, halo, out_size, pair
 from .op import ATTRIBUTE, SAMPLE, Dim, Op, PartSpec
 from .tensor import Tensor
-
-
-def _check_input(where: str, x: Tensor) -> None:
-    if x.ndim != 4:
-        raise ShapeError(f"{where}: input '{x.name}' has shape {x.shape}; it needs 4 axes "
-                         "(N, C, H, W). Add a batch axis or reshape the input.")
 
 
 def _dims(x: Tensor, oh: int, ow: int) -> tuple[Dim, ...]:
@@ -51,7 +45,7 @@ class _WindowPool(Op):
     def __init__(self, model: Model, x: Tensor, kernel_size, stride, padding, name):
         super().__init__(model.unique_name(self.type, name))
         where = f"{self.type} '{self.name}'"
-        _check_input(where, x)
+        check_nchw(where, x)
         k = pair(where, "kernel_size", kernel_size, 1)
         s = k if stride is None else pair(where, "stride", stride, 1)
         p = pair(where, "padding", padding, 0)
@@ -160,7 +154,7 @@ class AdaptiveAvgPool2d(Op):
     def __init__(self, model: Model, x: Tensor, output_size, name):
         super().__init__(model.unique_name(self.type, name))
         where = f"{self.type} '{self.name}'"
-        _check_input(where, x)
+        check_nchw(where, x)
         h, w = x.shape[2:]
         if isinstance(output_size, (tuple, list)) and len(output_size) == 2:
             output_size = tuple(s if s is not None else full
