@@ -74,6 +74,15 @@ class _Lowering:
     def _initial(self, t: Tensor, rect: Rect, device: int) -> None:
         self.initial.setdefault(t.name, {})[(rect, device)] = None
 
+    def _require(self, reqs: list, layout: list, tensors, rects, slot: str, privilege,
+                 grad: bool = False, only=None) -> None:
+        """Append, in order, a requirement on each tensor's non-empty rect (its gradient with
+        `grad`; only where only[i] is true, when given) and the task argument slot it fills."""
+        for i, (t, r) in enumerate(zip(tensors, rects)):
+            if not r.empty and (only is None or only[i]):
+                reqs.append(RegionRequirement(self.region(t, grad=grad), r, privilege))
+                layout.append((slot, i))
+
     # -- forward ---------------------------------------------------------------------------
     def _points(self, stage: Op, cfg: ParallelConfig):
         degrees = cfg.aligned(stage.parent or stage)
@@ -108,10 +117,7 @@ class _Lowering:
                     layout.append((IN, i))
                     if t in self.model.inputs:
                         self._initial(t, r, dev)
-            for i, (t, r) in enumerate(zip(stage.weights, spec.weights)):
-                if not r.empty:
-                    reqs.append(RegionRequirement(self.region(t), r, R))
-                    layout.append((W, i))
+            self._require(reqs, layout, stage.weights, spec.weights, W, R)
             for i, (t, r) in enumerate(zip(stage.outputs, spec.outputs)):
                 if not r.empty:
                     priv = (RW if (stage.replicated and t.is_weight)
@@ -144,28 +150,16 @@ class _Lowering:
         for c in fwd.colors:
             spec = a.specs[c]
             reqs, layout = [], []
-            for i, (t, r) in enumerate(zip(stage.outputs, spec.outputs)):
-                if outs_with_grad[i] and not r.empty:
-                    reqs.append(RegionRequirement(self.region(t, grad=True), r, R))
-                    layout.append((DOUT, i))
+            self._require(reqs, layout, stage.outputs, spec.outputs, DOUT, R, grad=True,
+                          only=outs_with_grad)
             # Reads of the saved inputs and weights: no data moves (they are already on
             # this device), but later writers must wait for this task.
-            for i, (t, r) in enumerate(zip(stage.inputs, spec.inputs)):
-                if not r.empty:
-                    reqs.append(RegionRequirement(self.region(t), r, R))
-                    layout.append((IN, i))
-            for i, (t, r) in enumerate(zip(stage.weights, spec.weights)):
-                if not r.empty:
-                    reqs.append(RegionRequirement(self.region(t), r, R))
-                    layout.append((W, i))
-            for i, (t, r) in enumerate(zip(stage.inputs, spec.inputs)):
-                if a.input_grads[i] and not r.empty:
-                    reqs.append(RegionRequirement(self.region(t, grad=True), r, RED))
-                    layout.append((DIN, i))
-            for i, (t, r) in enumerate(zip(stage.weights, spec.weights)):
-                if a.weight_grads[i] and not r.empty:
-                    reqs.append(RegionRequirement(self.region(t, grad=True), r, RED))
-                    layout.append((DW, i))
+            self._require(reqs, layout, stage.inputs, spec.inputs, IN, R)
+            self._require(reqs, layout, stage.weights, spec.weights, W, R)
+            self._require(reqs, layout, stage.inputs, spec.inputs, DIN, RED, grad=True,
+                          only=a.input_grads)
+            self._require(reqs, layout, stage.weights, spec.weights, DW, RED, grad=True,
+                          only=a.weight_grads)
             reqs_of[c], layout_of[c] = tuple(reqs), tuple(layout)
         for t in stage.inputs:
             if t.requires_grad:
