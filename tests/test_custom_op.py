@@ -4,13 +4,12 @@ import os
 import sys
 
 import pytest
-import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "examples"))
 
 import scale_shift  # noqa: E402,F401  (attaches model.scale_shift)
-from oracle import assert_matches, legal_configs  # noqa: E402
+from oracle import assert_matches, legal_configs, random_feeds  # noqa: E402
 from parallel_ops import Model, ParallelConfig  # noqa: E402
 
 
@@ -21,9 +20,7 @@ def build():
     h = m.linear(x, 4, name="fc")
     h = m.scale_shift(h, name="ss")
     m.softmax_cross_entropy(m.linear(h, 3, name="out"), y, name="loss")
-    g = torch.Generator().manual_seed(0)
-    return m, {"x": torch.randn(6, 5, generator=g, dtype=torch.float64),
-               "y": torch.randint(0, 3, (6,), generator=g)}
+    return m, random_feeds(m, 0, 3)
 
 
 @pytest.mark.parametrize("cfg", legal_configs(build()[0].op("ss"), 4), ids=str)

@@ -2,7 +2,7 @@
 import torch
 
 import parallel_ops  # noqa: F401
-from oracle import assert_matches
+from oracle import assert_matches, random_feeds
 from parallel_ops import Model, ParallelConfig
 
 
@@ -13,9 +13,7 @@ def test_tensor_used_twice_by_one_op_sums_both_gradients():
     h = m.linear(x, 3, name="fc")
     sq = m.multiply(h, h, name="sq")
     m.softmax_cross_entropy(m.linear(sq, 2, name="out"), y, name="loss")
-    g = torch.Generator().manual_seed(0)
-    feeds = {"x": torch.randn(4, 3, generator=g, dtype=torch.float64),
-             "y": torch.randint(0, 2, (4,), generator=g)}
+    feeds = random_feeds(m, 0, 2)
     for cfg in (None, ParallelConfig.of([1, 0], n=2), ParallelConfig.of([2, 3], a1=2)):
         assert_matches(m, feeds, {"sq": cfg} if cfg else {})
 
@@ -47,9 +45,7 @@ def test_evaluator_and_trainer_of_one_model_keep_their_modes():
     y = m.input("y", (8,), dtype="int64")
     h = m.dropout(m.linear(x, 16, name="fc"), 0.5, name="drop")
     m.softmax_cross_entropy(m.linear(h, 3, name="out"), y, name="loss")
-    g = torch.Generator().manual_seed(0)
-    feeds = {"x": torch.randn(8, 16, generator=g, dtype=torch.float64),
-             "y": torch.randint(0, 3, (8,), generator=g)}
+    feeds = random_feeds(m, 0, 3)
     trainer = m.compile(Machine.local(2), None, SGD(lr=0.0))
     evaluator = m.compile(Machine.local(2), None, None, training=False)
     evaluator.step(feeds)

@@ -4,6 +4,7 @@
 torch autograd and the equivalent torch.optim optimizer. `parallel_steps` compiles the
 model under a strategy on logical devices. `assert_matches` compares, after each step, the
 loss, every op output, every gradient of inputs and weights, and the weights.
+`random_feeds` draws a batch for a model's inputs.
 """
 from __future__ import annotations
 
@@ -56,6 +57,20 @@ def reference_steps(model, feeds, optimizer, steps=2):
                         "grads": grads,
                         "weights": {k: v.detach().clone() for k, v in params.items()}})
     return records
+
+
+def random_feeds(model, seed, classes):
+    """A batch for every input of `model`, drawn in the order the model declares them from
+    one generator seeded with `seed`: normal values for float inputs, class indices in
+    [0, classes) for int64 inputs (labels, tokens)."""
+    g = torch.Generator().manual_seed(seed)
+    out = {}
+    for t in model.inputs:
+        if t.dtype == "int64":
+            out[t.name] = torch.randint(0, classes, t.shape, generator=g)
+        else:
+            out[t.name] = torch.randn(*t.shape, generator=g, dtype=getattr(torch, t.dtype))
+    return out
 
 
 def oracle_machine(num_devices):

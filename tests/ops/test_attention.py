@@ -4,7 +4,7 @@ import torch
 
 import parallel_ops.attention  # noqa: F401  (attaches model.multihead_attention)
 from parallel_ops import Adam, Model, ParallelConfig, ShapeError
-from oracle import assert_matches, legal_configs
+from oracle import assert_matches, legal_configs, random_feeds
 
 N, S, E, HEADS, CLASSES = 3, 4, 6, 3, 4
 
@@ -15,10 +15,7 @@ def attention_model(causal=False, dtype="float64", seed=1):
     y = m.input("y", (N, S), dtype="int64")
     a = m.multihead_attention(x, HEADS, causal=causal, name="att")
     m.softmax_cross_entropy(m.linear(a, CLASSES, name="fc"), y, name="loss")
-    g = torch.Generator().manual_seed(6)
-    feeds = {"x": torch.randn(N, S, E, generator=g, dtype=getattr(torch, dtype)),
-             "y": torch.randint(0, CLASSES, (N, S), generator=g)}
-    return m, feeds
+    return m, random_feeds(m, 6, CLASSES)
 
 
 @pytest.mark.parametrize("cfg", legal_configs(attention_model()[0].op("att"), 4), ids=str)

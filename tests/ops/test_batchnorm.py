@@ -9,9 +9,6 @@ from parallel_ops import Model, ParallelConfig, ShapeError
 from taskrt import Machine
 from oracle import assert_matches, legal_configs
 
-
-
-
 SHAPE = (3, 4, 3, 5)
 
 

@@ -5,10 +5,7 @@ import torch
 import parallel_ops.conv2d  # noqa: F401  (attaches model.conv2d)
 from parallel_ops import Adam, Model, ParallelConfig, ShapeError
 from taskrt.geometry import Rect
-from oracle import assert_matches, legal_configs
-
-
-
+from oracle import assert_matches, legal_configs, random_feeds
 
 # name -> (input shape, conv2d arguments)
 GEOMETRIES = {
@@ -31,10 +28,7 @@ def conv_model(geometry="main", dtype="float64"):
     y = m.conv2d(x, name="conv", **kw)
     labels = m.input("labels", y.shape[:3], dtype="int64")
     m.softmax_cross_entropy(y, labels, name="loss")     # over the output's last axis
-    g = torch.Generator().manual_seed(3)
-    feeds = {"x": torch.randn(*shape, generator=g, dtype=getattr(torch, dtype)),
-             "labels": torch.randint(0, y.shape[3], y.shape[:3], generator=g)}
-    return m, feeds
+    return m, random_feeds(m, 3, y.shape[3])
 
 
 def configs(geometry, max_configs=None):

@@ -6,7 +6,7 @@ import parallel_ops.dropout  # noqa: F401  (attach builders)
 from parallel_ops import Model, ParallelConfig, SGD, ShapeError
 from parallel_ops.dropout import keep_mask
 from taskrt import Machine, Rect
-from oracle import assert_matches, legal_configs
+from oracle import assert_matches, legal_configs, random_feeds
 
 SHAPE = (6, 5)
 
@@ -17,10 +17,7 @@ def net(p=0.5, seed=1):
     y = m.input("y", SHAPE[:1], dtype="int64")
     h = m.dropout(x, p, name="drop")
     m.softmax_cross_entropy(m.linear(h, 3, name="fc"), y, name="loss")
-    g = torch.Generator().manual_seed(3)
-    feeds = {"x": torch.randn(*SHAPE, generator=g, dtype=torch.float64),
-             "y": torch.randint(0, 3, SHAPE[:1], generator=g)}
-    return m, feeds
+    return m, random_feeds(m, 3, 3)
 
 
 @pytest.mark.parametrize("cfg", legal_configs(net()[0].op("drop"), 4), ids=str)

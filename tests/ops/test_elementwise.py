@@ -1,10 +1,9 @@
 """relu, gelu, tanh, sigmoid, add, multiply: every legal config equals PyTorch."""
 import pytest
-import torch
 
 import parallel_ops.elementwise  # noqa: F401  (attach builders)
 from parallel_ops import Model, ParallelConfig, ShapeError
-from oracle import assert_matches, legal_configs
+from oracle import assert_matches, legal_configs, random_feeds
 
 SHAPE = (5, 3, 2)      # 5 and 3 do not divide by every degree
 
@@ -24,11 +23,7 @@ def chain(dtype="float64"):
     h = m.multiply(h, h, name="square")
     h = m.add(h, b, name="add_b")
     m.softmax_cross_entropy(m.linear(h, 4, name="fc"), y, name="loss")
-    g = torch.Generator().manual_seed(3)
-    feeds = {"x": torch.randn(*SHAPE, generator=g, dtype=torch.float64),
-             "b": torch.randn(SHAPE[-1], generator=g, dtype=torch.float64),
-             "y": torch.randint(0, 4, SHAPE[:-1], generator=g)}
-    return m, feeds
+    return m, random_feeds(m, 3, 4)
 
 
 OPS = ("relu", "gelu", "gelu_tanh", "tanh", "sigmoid", "mul", "square", "add_b")

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from parallel_ops import Adam, ConfigError, Model, ParallelConfig, SGD, ShapeError
-from oracle import assert_matches, legal_configs
+from oracle import assert_matches, legal_configs, random_feeds
 
 
 def mlp(dtype="float64", lead=(6,), classes=5):
@@ -13,10 +13,7 @@ def mlp(dtype="float64", lead=(6,), classes=5):
     h = m.linear(x, 6, name="fc1")
     logits = m.linear(h, classes, name="fc2")
     m.softmax_cross_entropy(logits, y, name="loss")
-    g = torch.Generator().manual_seed(3)
-    feeds = {"x": torch.randn(*lead, 7, generator=g, dtype=torch.float64),
-             "y": torch.randint(0, classes, lead, generator=g)}
-    return m, feeds
+    return m, random_feeds(m, 3, classes)
 
 
 @pytest.mark.parametrize("cfg", legal_configs(mlp()[0].op("fc1"), 4), ids=str)

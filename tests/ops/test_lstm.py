@@ -4,20 +4,9 @@ import torch
 
 import parallel_ops.lstm  # noqa: F401  (attaches model.lstm)
 from parallel_ops import Adam, Model, ParallelConfig, ShapeError
-from oracle import assert_matches, legal_configs
+from oracle import assert_matches, legal_configs, random_feeds
 
 N, T, I, H, CLASSES = 3, 3, 4, 5, 4
-
-
-def feeds_for(m, seed=7):
-    g = torch.Generator().manual_seed(seed)
-    out = {}
-    for t in m.inputs:
-        if t.dtype == "int64":
-            out[t.name] = torch.randint(0, CLASSES, t.shape, generator=g)
-        else:
-            out[t.name] = torch.randn(*t.shape, generator=g, dtype=torch.float64)
-    return out
 
 
 def tagger(steps=T):
@@ -26,7 +15,7 @@ def tagger(steps=T):
     y = m.input("y", (N, steps), dtype="int64")
     h = m.lstm(x, H, name="rnn")
     m.softmax_cross_entropy(m.linear(h, CLASSES, name="fc"), y, name="loss")
-    return m, feeds_for(m)
+    return m, random_feeds(m, 7, CLASSES)
 
 
 def encoder_decoder(steps=T):
@@ -38,7 +27,7 @@ def encoder_decoder(steps=T):
     _, states = m.lstm(src, H, return_state=True, name="enc")
     dec = m.lstm(tgt, H, state=states, name="dec")
     m.softmax_cross_entropy(m.linear(dec, CLASSES, name="fc"), y, name="loss")
-    return m, feeds_for(m)
+    return m, random_feeds(m, 7, CLASSES)
 
 
 @pytest.mark.parametrize("cfg", legal_configs(tagger()[0].op("rnn"), 4), ids=str)

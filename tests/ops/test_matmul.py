@@ -1,10 +1,9 @@
 """bmm: every legal config (b, m, n, k) equals torch.bmm / torch.matmul."""
 import pytest
-import torch
 
 import parallel_ops.matmul  # noqa: F401  (attaches model.bmm)
 from parallel_ops import Adam, Model, ParallelConfig, ShapeError
-from oracle import assert_matches, legal_configs
+from oracle import assert_matches, legal_configs, random_feeds
 
 CLASSES = 4
 
@@ -16,11 +15,7 @@ def product_model(lead=(3,), m_=3, k_=3, n_=3, a_grad=True):
     y = m.input("y", (*lead, m_), dtype="int64")
     c = m.bmm(a, b, name="mm")
     m.softmax_cross_entropy(m.linear(c, CLASSES, name="fc"), y, name="loss")
-    g = torch.Generator().manual_seed(4)
-    feeds = {"a": torch.randn(*lead, m_, k_, generator=g, dtype=torch.float64),
-             "b": torch.randn(*lead, k_, n_, generator=g, dtype=torch.float64),
-             "y": torch.randint(0, CLASSES, (*lead, m_), generator=g)}
-    return m, feeds
+    return m, random_feeds(m, 4, CLASSES)
 
 
 @pytest.mark.parametrize("cfg", legal_configs(product_model()[0].op("mm"), 4), ids=str)

@@ -5,10 +5,7 @@ import torch
 import parallel_ops.pool2d  # noqa: F401  (attaches the pooling builders)
 from parallel_ops import Model, ParallelConfig, ShapeError
 from taskrt.geometry import Rect
-from oracle import assert_matches, legal_configs
-
-
-
+from oracle import assert_matches, legal_configs, random_feeds
 
 # name -> (builder, arguments); the input is (3, 4, 7, 8)
 CASES = {
@@ -33,10 +30,7 @@ def pool_model(case, shape=(3, 4, 7, 8), dtype="float64"):
     y = getattr(m, kind)(x, name="pool", **kw)
     labels = m.input("labels", y.shape[:3], dtype="int64")
     m.softmax_cross_entropy(y, labels, name="loss")     # over the output's last axis
-    g = torch.Generator().manual_seed(3)
-    feeds = {"x": torch.randn(*shape, generator=g, dtype=getattr(torch, dtype)),
-             "labels": torch.randint(0, y.shape[3], y.shape[:3], generator=g)}
-    return m, feeds
+    return m, random_feeds(m, 3, y.shape[3])
 
 
 def cases_and_configs():

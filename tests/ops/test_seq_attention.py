@@ -4,7 +4,7 @@ import torch
 
 import parallel_ops.seq_attention  # noqa: F401  (attaches model.seq_attention)
 from parallel_ops import Adam, Model, ParallelConfig, ShapeError
-from oracle import assert_matches, legal_configs
+from oracle import assert_matches, legal_configs, random_feeds
 
 N, TGT, SRC, H, CLASSES = 3, 3, 4, 5, 4
 
@@ -16,12 +16,7 @@ def attention_model(dtype="float64", seed=1):
     y = m.input("y", (N, TGT), dtype="int64")
     a = m.seq_attention(dec, enc, name="att")
     m.softmax_cross_entropy(m.linear(a, CLASSES, name="fc"), y, name="loss")
-    g = torch.Generator().manual_seed(8)
-    dt = getattr(torch, dtype)
-    feeds = {"dec": torch.randn(N, TGT, H, generator=g, dtype=dt),
-             "enc": torch.randn(N, SRC, H, generator=g, dtype=dt),
-             "y": torch.randint(0, CLASSES, (N, TGT), generator=g)}
-    return m, feeds
+    return m, random_feeds(m, 8, CLASSES)
 
 
 @pytest.mark.parametrize("cfg", legal_configs(attention_model()[0].op("att"), 4), ids=str)

@@ -1,30 +1,18 @@
 """flat, reshape, transpose, concat, split: every legal config equals PyTorch."""
 import pytest
-import torch
 
 import parallel_ops.shape  # noqa: F401  (attach builders)
 from parallel_ops import ConfigError, Model, ParallelConfig, ShapeError
 from parallel_ops.shape import reshape_groups
 from taskrt import Machine, Rect
-from oracle import assert_matches, legal_configs
-
-
-def _feeds(m, seed=3, classes=3):
-    g = torch.Generator().manual_seed(seed)
-    out = {}
-    for t in m.inputs:
-        if t.dtype == "int64":
-            out[t.name] = torch.randint(0, classes, t.shape, generator=g)
-        else:
-            out[t.name] = torch.randn(*t.shape, generator=g, dtype=torch.float64)
-    return out
+from oracle import assert_matches, legal_configs, random_feeds
 
 
 def head(m, h):
     """fc over the last axis and a loss, so every value before it gets a gradient."""
     y = m.input("y", h.shape[:-1], dtype="int64")
     m.softmax_cross_entropy(m.linear(h, 3, name="fc"), y, name="loss")
-    return m, _feeds(m)
+    return m, random_feeds(m, 3, 3)
 
 
 def one_op(build, shapes):

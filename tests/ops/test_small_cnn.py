@@ -10,10 +10,7 @@ import parallel_ops.pool2d  # noqa: F401
 import parallel_ops.shape  # noqa: F401
 from parallel_ops import SGD, Model, ParallelConfig
 from taskrt import Machine
-from oracle import assert_matches
-
-
-
+from oracle import assert_matches, random_feeds
 
 P = ParallelConfig.of
 STRATEGY = {
@@ -41,10 +38,7 @@ def small_cnn():
     h = m.avg_pool2d(h, 3, stride=1, padding=1, count_include_pad=False, name="pool2")
     h = m.flat(m.adaptive_avg_pool2d(h, 1, name="gap"), name="flat")
     m.softmax_cross_entropy(m.linear(h, 5, name="fc"), labels, name="loss")
-    g = torch.Generator().manual_seed(4)
-    feeds = {"x": torch.randn(4, 3, 8, 8, generator=g, dtype=torch.float64),
-             "labels": torch.randint(0, 5, (4,), generator=g)}
-    return m, feeds
+    return m, random_feeds(m, 4, 5)
 
 
 def test_mixed_strategy_equals_op_references():

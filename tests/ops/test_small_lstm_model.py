@@ -8,7 +8,7 @@ import parallel_ops.embedding  # noqa: F401  (attach model.embedding, model.lstm
 import parallel_ops.lstm  # noqa: F401
 from parallel_ops import Model, ParallelConfig, SGD
 from taskrt import Machine
-from oracle import assert_matches
+from oracle import assert_matches, random_feeds
 
 N, T, VOCAB, EMB, HID, SEED = 4, 3, 11, 4, 5, 17
 
@@ -27,10 +27,7 @@ def language_model():
     nxt = m.input("next", (N, T), dtype="int64")
     h = m.lstm(m.embedding(tokens, VOCAB, EMB, name="emb"), HID, num_layers=2, name="rnn")
     m.softmax_cross_entropy(m.linear(h, VOCAB, name="fc"), nxt, name="loss")
-    g = torch.Generator().manual_seed(2)
-    feeds = {"tokens": torch.randint(0, VOCAB, (N, T), generator=g),
-             "next": torch.randint(0, VOCAB, (N, T), generator=g)}
-    return m, feeds
+    return m, random_feeds(m, 2, VOCAB)
 
 
 def test_mixed_strategy_equals_op_references():
