@@ -32,7 +32,8 @@ def run_mpi_worker(np_: int, script: str, args: list[str], timeout: float = 900)
     mpirun = os.environ.get("SOAPFLOW_MPIRUN") or os.path.join(here, "mpirun")
     cmd = [mpirun, "-np", str(np_), sys.executable, "-m", "mpi4py",
            os.path.join(ROOT, "bench", script), *args]
-    env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
+    path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
+    env = dict(os.environ, PYTHONPATH=path, OMP_NUM_THREADS="1")
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout,
                        start_new_session=True)
     if p.returncode != 0:

@@ -40,7 +40,8 @@ def _open_files() -> set[str]:
 def run_mpi(np_: int, args, timeout: float, env=None, cwd=ROOT):
     """Run `python -m mpi4py *args` on np_ ranks; returns (returncode, output, seconds)."""
     cmd = [mpirun_path(), "-np", str(np_), sys.executable, "-m", "mpi4py", *args]
-    e = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT, **(env or {}))
+    path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
+    e = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=path, **(env or {}))
     before = set(glob.glob("/dev/shm/mpich_shm_*"))
     start = time.perf_counter()
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=e,
