@@ -14,7 +14,9 @@ OUT=${1:-gpu_out}
 mkdir -p "$OUT"
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
-if ls .whl/*.whl >/dev/null 2>&1; then
+if command -v mpirun >/dev/null && python3 -c "import mpi4py" 2>/dev/null; then
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+elif ls .whl/*.whl >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
         --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
     export PATH=/tmp/site/bin:$PATH
