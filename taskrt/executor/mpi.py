@@ -318,23 +318,23 @@ class MPIExecutor:
             if sched.finished:
                 break
             progressed = False
-            for lst in (gpu_sends, gpu_colls):
-                for k in range(len(lst) - 1, -1, -1):
-                    ev, i = lst[k]
-                    if not ev.query():
-                        continue
-                    del lst[k]
+            for k in range(len(gpu_sends) - 1, -1, -1):
+                ev, i = gpu_sends[k]
+                if ev.query():
+                    del gpu_sends[k]
                     progressed = True
-                    if lst is gpu_sends:
-                        _, buf, dst = self.send_bufs[i]
-                        send_reqs.append(self.comm.Isend(_bytes(buf), dest=dst,
-                                                         tag=self.tags[i]))
-                        self.sent.append((i, dst, buf.numel() * buf.element_size()))
-                    else:
-                        host = self.collectives[i][3]
-                        coll_reqs.append(self.collectives[i][4].Iallreduce(
-                            MPI.IN_PLACE, host.numpy(), op=MPI.SUM))
-                        coll_ids.append(i)
+                    _, buf, dst = self.send_bufs[i]
+                    send_reqs.append(self.comm.Isend(_bytes(buf), dest=dst, tag=self.tags[i]))
+                    self.sent.append((i, dst, buf.numel() * buf.element_size()))
+            # Collectives must start in the same order on every rank: strictly first in, first
+            # out, even when a later device-to-host copy finished first.
+            while gpu_colls and gpu_colls[0][0].query():
+                _, i = gpu_colls.pop(0)
+                progressed = True
+                host = self.collectives[i][3]
+                coll_reqs.append(self.collectives[i][4].Iallreduce(MPI.IN_PLACE, host.numpy(),
+                                                                   op=MPI.SUM))
+                coll_ids.append(i)
             if recv_reqs:
                 idx = MPI.Request.Testsome(recv_reqs)
                 if idx:
