@@ -74,6 +74,10 @@ class MPIExecutor:
                             "taskrt.discover_machine() under the same mpirun.")
         self._check_same_graph()
         self.watchdog_s = float(os.environ.get("TASKRT_WATCHDOG_S", watchdog_s or 300.0))
+        # Longest sleep between polls when nothing is runnable: short enough for MPI's
+        # progress (some MPIs progress non-blocking collectives only inside MPI calls), long
+        # enough that waiting ranks leave the cores to computing ones.
+        self.poll_max_s = float(os.environ.get("TASKRT_POLL_MAX_S", 1e-3))
         self.abort_on_error = (self.comm.Get_size() > 1) if abort_on_error is None \
             else abort_on_error
         self.record_trace = record_trace
@@ -357,7 +361,7 @@ class MPIExecutor:
             if now - last_event > self.watchdog_s:
                 raise ExecutionError(self._stuck_report(recv_ids, coll_ids))
             time.sleep(sleep)
-            sleep = min(sleep * 2, 1e-3)
+            sleep = min(sleep * 2, self.poll_max_s)
             self.wait_s += clock() - now
         if send_reqs:
             MPI.Request.Waitall(send_reqs)
