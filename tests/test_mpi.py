@@ -67,10 +67,11 @@ def test_failing_rank_brings_all_ranks_down(mode):
     env = {"TASKRT_WATCHDOG_S": "3"}
     rc, out, secs = run_mpi(2, [os.path.join(ROOT, "tests", "mpi", "failing.py"), mode], 90,
                             env=env)
-    assert rc != 0
-    assert "finished" not in out
+    what = f"exit status {rc} after {secs:.1f} s, output:\n{out[-3000:]}"
+    assert rc != 0, what
+    assert "finished" not in out, what
     if mode == "raise":
-        assert "[rank 1]" in out and "boom in the demo task" in out and "produce" in out
+        assert "[rank 1]" in out and "boom in the demo task" in out and "produce" in out, what
     else:
-        assert "no progress" in out and "message from rank 1" in out
-    assert secs < 60
+        assert "no progress" in out and "message from rank 1" in out, what
+    assert secs < 60, what
