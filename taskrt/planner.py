@@ -4,7 +4,10 @@ Model. Each (region, device) has one physical instance (and, for Red+ requiremen
 partial-sum buffer). Per region we track
   valid:   disjoint pieces (rect, holder devices) whose instances hold the current value
            (where partial sums are pending, they hold the base the sums are added to);
-  pending: partial sums (rect, device) not yet reduced; disjoint per device.
+  pending: partial sums (rect, (device, in partial buffer?)) not yet reduced; disjoint per
+           device. Sums start in the device's instance where the region has no value (a
+           gradient), so a sum that only its own device reads needs no node at all; where a
+           value exists they go to a separate partial buffer, since the value is their base.
 Per physical buffer we track the last writer and the readers since, per piece, which gives
 exactly the true dependences: RAW, WAR, WAW on the same buffer and overlapping rects. Tasks
 on different devices never share a buffer; data flows between them through copy nodes.
@@ -71,7 +74,7 @@ class _RegionState:
     def __init__(self, region: Region):
         self.region = region
         self.valid = RectIndex()      # (rect, frozenset of holder devices), disjoint
-        self.pending = RectIndex()    # (rect, device), disjoint per device
+        self.pending = RectIndex()    # (rect, (device, in partial buffer?)), disjoint per device
 
     def add_holder(self, rect: Rect, device: int) -> None:
         """Record that `device` now also holds the current value of `rect`."""
@@ -189,7 +192,7 @@ class Planner:
         for color, device, reqs in points:
             nid = self._next_id()
             preds: set[int] = set()
-            fresh = []
+            targets_of = []
             for req in reqs:
                 reg, rect, priv = req.region, req.rect, req.privilege
                 st = self.states[reg.name]
@@ -203,23 +206,42 @@ class Planner:
                     else:
                         st.set_only_holder(rect, (device,))
                         replica_writes.add((reg.name, rect))
-                    fresh.append(None)
+                    targets_of.append(None)
                 elif priv is _RED:
-                    preds |= self._buffer(reg, device, True, rect).write(rect, nid)
-                    pieces = [rect]
-                    for _, held, d in st.pending.overlapping(rect):
-                        if d == device:
-                            pieces = [p for q in pieces for p in q.subtract(held)]
-                    for piece in pieces:
-                        st.pending.add(piece, device)
-                    fresh.append(tuple(pieces))
+                    targets = self._reduce_targets(st, device, rect)
+                    for piece, partial, _ in targets:
+                        preds |= self._buffer(reg, device, partial, piece).write(piece, nid)
+                    targets_of.append(targets)
                 else:
-                    fresh.append(None)
+                    targets_of.append(None)
             if launch.state_from is not None:
                 preds.add(self._state_source(launch, color, device))
-            node = TaskNode(nid, launch, color, device, reqs, tuple(fresh))
+            node = TaskNode(nid, launch, color, device, reqs, tuple(targets_of))
             self._add(node, preds)
             nodes[color] = node
+
+    @staticmethod
+    def _reduce_targets(st: _RegionState, device: int, rect: Rect) -> tuple:
+        """Where a Red+ contribution of `device` to `rect` goes, piece by piece:
+        (piece, in the partial buffer?, accumulate?). Pieces already holding partial sums on
+        this device accumulate there. New pieces go straight into the device's instance when
+        the region has no value there (a gradient: the sum starts from nothing), and into
+        the partial buffer where a value exists (it is the base the sums are added to)."""
+        targets, rest = [], [rect]
+        for _, held, (d, partial) in st.pending.overlapping(rect):
+            if d == device:
+                targets.append((held.intersect(rect), partial, True))
+                rest = [p for q in rest for p in q.subtract(held)]
+        for q in rest:
+            based = [r.intersect(q) for _, r, _ in st.valid.overlapping(q)]
+            for piece in based:
+                targets.append((piece, True, False))
+            for piece in subtract_all(q, based):
+                targets.append((piece, False, False))
+        for piece, partial, accumulate in targets:
+            if not accumulate:
+                st.pending.add(piece, (device, partial))
+        return tuple(targets)
 
     def _expand(self, launch: IndexLaunch):
         points = []
@@ -295,15 +317,17 @@ class Planner:
         return min(same) if same else min(holders)
 
     def _copy(self, owner: str, region: Region, rect: Rect, src: int, dst: int,
-              reduction: bool = False) -> int:
+              reduction: bool = False, from_partial: bool = False) -> int:
+        """A copy into dst's instance, or (reduction) of src's partial sums, held in its
+        partial buffer or its instance, into a staging buffer on dst."""
         nid = self._next_id()
         preds = set()
         if reduction:
-            preds |= self._buffer(region, src, True, rect).read(rect, nid)
+            preds |= self._buffer(region, src, from_partial, rect).read(rect, nid)
         else:
             preds |= self._buffer(region, src, False, rect).read(rect, nid)
             preds |= self._buffer(region, dst, False, rect).write(rect, nid)
-        self._add(CopyNode(nid, owner, region, rect, src, dst, reduction), preds)
+        self._add(CopyNode(nid, owner, region, rect, src, dst, reduction, from_partial), preds)
         return nid
 
     def _reduce_for_reads(self, launch, st: _RegionState, reads) -> None:
@@ -317,47 +341,60 @@ class Planner:
             if not contribs:
                 continue
             if self._is_allreduce(st, rect, devices, contribs):
-                self._allreduce(launch.name, st, rect, sorted(devices))
+                self._allreduce(launch.name, st, rect, sorted(devices), contribs)
             else:
                 self._reduce_to(launch.name, st, rect, devices[0], contribs)
 
     @staticmethod
     def _is_allreduce(st: _RegionState, rect: Rect, devices, contribs) -> bool:
+        """Each reader holds a full partial of `rect` in one buffer, nobody else holds any,
+        and there is no base value."""
         if len(devices) < 2 or st.valid.overlapping(rect):
             return False
         held = defaultdict(int)
-        for _, r, dev in contribs:
+        where = defaultdict(set)
+        for _, r, (dev, partial) in contribs:
             held[dev] += r.intersect(rect).volume
-        return set(held) == set(devices) and all(v == rect.volume for v in held.values())
+            where[dev].add(partial)
+        return set(held) == set(devices) and all(v == rect.volume for v in held.values()) \
+            and all(len(w) == 1 for w in where.values())
 
-    def _allreduce(self, owner: str, st: _RegionState, rect: Rect, devices) -> None:
+    def _allreduce(self, owner: str, st: _RegionState, rect: Rect, devices, contribs) -> None:
         nid = self._next_id()
         preds = set()
+        in_partial = {dev: partial for _, _, (dev, partial) in contribs}
         for d in devices:
-            preds |= self._buffer(st.region, d, True, rect).read(rect, nid)
+            preds |= self._buffer(st.region, d, in_partial[d], rect).read(rect, nid)
             preds |= self._buffer(st.region, d, False, rect).write(rect, nid)
-        self._add(AllReduceNode(nid, owner, st.region, rect, tuple(devices)), preds)
+        self._add(AllReduceNode(nid, owner, st.region, rect, tuple(devices),
+                                tuple(in_partial[d] for d in devices)), preds)
         st.retire_pending(rect)
         st.set_only_holder(rect, devices)
 
     def _reduce_to(self, owner: str, st: _RegionState, rect: Rect, device: int,
                    contribs) -> None:
         region = st.region
+        base = st.valid.overlapping(rect)
+        if not base and all(dev == device and not partial for _, _, (dev, partial) in contribs):
+            # The sums are already in the reader's instance: nothing to run.
+            self._mark_summed(st, rect, device, contribs)
+            return
         inputs: list[tuple[int, ReduceInput]] = []
         # The base: the value the partial sums are added to, gathered onto `device`.
-        for _, r, holders in st.valid.overlapping(rect):
+        for _, r, holders in base:
             piece = r.intersect(rect)
             if device not in holders:
                 self._copy(owner, region, piece, self._choose_source(holders, device), device)
                 st.add_holder(piece, device)
             inputs.append((-1, ReduceInput("instance", piece)))
         copy_preds = set()
-        for _, r, dev in sorted(contribs, key=lambda c: (c[2], c[1].lo)):
+        for _, r, (dev, partial) in sorted(contribs, key=lambda c: (c[2][0], c[1].lo)):
             piece = r.intersect(rect)
             if dev == device:
-                inputs.append((dev, ReduceInput("partial", piece)))
+                inputs.append((dev, ReduceInput("partial" if partial else "instance", piece)))
             else:
-                cid = self._copy(owner, region, piece, dev, device, reduction=True)
+                cid = self._copy(owner, region, piece, dev, device, reduction=True,
+                                 from_partial=partial)
                 copy_preds.add(cid)
                 inputs.append((dev, ReduceInput("staged", piece, cid)))
         inputs.sort(key=lambda x: x[0])
@@ -371,6 +408,10 @@ class Planner:
         preds |= self._buffer(region, device, False, rect).write(rect, nid)
         self._add(ReduceNode(nid, owner, region, rect, device, tuple(i for _, i in inputs)),
                   preds)
+        self._mark_summed(st, rect, device, contribs)
+
+    @staticmethod
+    def _mark_summed(st: _RegionState, rect: Rect, device: int, contribs) -> None:
         st.retire_pending(rect)
         # Only where partial sums were added does `device` alone hold the result; the base
         # elsewhere is unchanged (its holders stay valid), and elements with neither base nor
@@ -389,7 +430,7 @@ class Planner:
         for name, st in self.states.items():
             g.final_valid[name] = sorted(((r, tuple(sorted(h))) for _, r, h in st.valid),
                                          key=lambda x: (x[0].lo, x[0].hi))
-            pend = [(r, d) for _, r, d in st.pending]
+            pend = [(r, d, partial) for _, r, (d, partial) in st.pending]
             if pend:
                 g.final_pending[name] = pend
         return g

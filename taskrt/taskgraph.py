@@ -3,7 +3,8 @@
 Node kinds:
 - TaskNode: one point task of a launch on one device.
 - CopyNode: move `rect` of a region from `src` to `dst`. A reduction copy (reduction=True)
-  moves src's partial sums into a staging buffer on dst, read by a ReduceNode.
+  moves src's partial sums (from its partial buffer, or its instance) into a staging buffer
+  on dst, read by a ReduceNode.
 - ReduceNode: on one device, sum partial contributions (local partial buffer, staged copies,
   and the previous valid value as base) into the instance for `rect`, in a fixed order.
 - AllReduceNode: every device of the group ends with the sum of all the group's partials.
@@ -29,9 +30,10 @@ class TaskNode:
     color: tuple[int, ...]
     device: int
     requirements: tuple[RegionRequirement, ...]
-    # For each Red+ requirement: the pieces not yet holding partial sums on this device
-    # (the executor assigns there and accumulates elsewhere). None for other privileges.
-    fresh: tuple[tuple[Rect, ...] | None, ...]
+    # For each Red+ requirement, where its contribution goes, piece by piece:
+    # (piece, in the partial buffer (else the instance)?, accumulate (else assign)?).
+    # None for other privileges.
+    targets: tuple[tuple[tuple[Rect, bool, bool], ...] | None, ...]
     kind = "task"
 
     @property
@@ -62,6 +64,7 @@ class CopyNode:
     src: int
     dst: int
     reduction: bool = False
+    from_partial: bool = False     # a reduction copy's source: src's partial buffer
     kind = "copy"
 
     @property
@@ -80,6 +83,7 @@ class CopyNode:
 @dataclass(frozen=True, slots=True)
 class ReduceInput:
     source: str                    # "partial" (local partial buffer), "staged", "instance"
+    #                                (the local instance: the base, or sums held there)
     rect: Rect
     copy_id: int = -1              # the CopyNode whose staging buffer holds it ("staged")
 
@@ -114,6 +118,7 @@ class AllReduceNode:
     region: Region
     rect: Rect
     devices: tuple[int, ...]
+    in_partial: tuple[bool, ...] = ()   # per device: its sums are in the partial buffer
     kind = "allreduce"
 
     @property
@@ -141,8 +146,8 @@ class TaskGraph:
     # Where valid data lives before the first node runs / after the last, per region name.
     initial_valid: dict[str, list[tuple[Rect, tuple[int, ...]]]] = field(default_factory=dict)
     final_valid: dict[str, list[tuple[Rect, tuple[int, ...]]]] = field(default_factory=dict)
-    # Partial sums never reduced by a read: (rect, device) per region name.
-    final_pending: dict[str, list[tuple[Rect, int]]] = field(default_factory=dict)
+    # Partial sums never reduced by a read: (rect, device, in partial buffer?) per region.
+    final_pending: dict[str, list[tuple[Rect, int, bool]]] = field(default_factory=dict)
 
     def add(self, node, preds) -> None:
         assert node.id == len(self.nodes)

@@ -75,8 +75,8 @@ class LocalExecutor:
             part = self.store.instance(reg.name, devices[0], rect)
             out = out if out is not None else torch.zeros(reg.shape, dtype=part.dtype)
             out[rect.slices_within(reg.rect)] = part.cpu()
-        for rect, device in self.graph.final_pending.get(reg.name, []):
-            part = self.store.partial(reg.name, device, rect)
+        for rect, device, partial in self.graph.final_pending.get(reg.name, []):
+            part = (self.store.partial if partial else self.store.instance)(reg.name, device, rect)
             out = out if out is not None else torch.zeros(reg.shape, dtype=part.dtype)
             out[rect.slices_within(reg.rect)] += part.cpu()
         if out is None:

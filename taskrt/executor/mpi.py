@@ -137,8 +137,8 @@ class MPIExecutor:
                     self.steps[i] = reduce_step(n, store)
             elif role == SEND:
                 name = n.region.name
-                src = store.partial(name, n.src, n.rect) if n.reduction else \
-                    store.instance(name, n.src, n.rect)
+                src = store.partial(name, n.src, n.rect) if n.reduction and n.from_partial \
+                    else store.instance(name, n.src, n.rect)
                 buf = self._comm_buffer(src.shape, src.dtype, store.torch_device[n.src])
                 self.send_bufs[i] = (src, buf, devs[n.dst].rank)
             elif role == RECV:
@@ -182,7 +182,9 @@ class MPIExecutor:
             n = self.graph.nodes[i]
             mine = [d for d in n.devices if devs[d].rank == self.rank]
             name = n.region.name
-            parts = [self.store.partial(name, d, n.rect) for d in mine]
+            partial = dict(zip(n.devices, n.in_partial))
+            parts = [(self.store.partial if partial[d] else self.store.instance)(name, d, n.rect)
+                     for d in mine]
             outs = [self.store.instance(name, d, n.rect) for d in mine]
             grp = tuple(sorted({devs[d].rank for d in n.devices}))
             dtype = parts[0].dtype if parts[0].dtype in _SUMMABLE else torch.float32
@@ -206,12 +208,12 @@ class MPIExecutor:
         reg = self.graph.regions[name]
         devs = self.graph.machine.devices
         out = None
-        pieces = [(r, h[0], False) for r, h in self.graph.final_valid.get(name, [])]
-        pieces += [(r, d, True) for r, d in self.graph.final_pending.get(name, [])]
-        for rect, dev, partial in pieces:
+        pieces = [(r, h[0], False, False) for r, h in self.graph.final_valid.get(name, [])]
+        pieces += [(r, d, True, p) for r, d, p in self.graph.final_pending.get(name, [])]
+        for rect, dev, partial, in_partial in pieces:
             root = devs[dev].rank
             if dev in self.store.owned:
-                src = (self.store.partial if partial else self.store.instance)(name, dev, rect)
+                src = (self.store.partial if in_partial else self.store.instance)(name, dev, rect)
                 buf = src.detach().cpu().contiguous().clone()
             else:
                 from .instances import TORCH_DTYPES

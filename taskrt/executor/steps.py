@@ -59,16 +59,20 @@ def task_step(node, store: InstanceStore, contexts: dict) -> Callable[[], None]:
     ctx = TaskContext(node.launch, node.color, dev, store.torch_device[dev], source)
     contexts[node.launch.name, node.color] = ctx
     args = []
-    writes = []   # (view, mode, fresh views): mode 0 store, 1 assign partial, 2 accumulate
-    for req, fresh in zip(node.requirements, node.fresh):
+    # Per writing requirement: (view, mode, pieces). Mode 0 stores into the instance view;
+    # mode 1 sends a Red+ contribution to its pieces: (target view, slices of the
+    # contribution or None for all of it, accumulate?).
+    writes = []
+    for req, targets in zip(node.requirements, node.targets):
         name = req.region.name
         if req.privilege is _RED:
             args.append(None)
-            target = store.partial(name, dev, req.rect)
-            if len(fresh) == 1 and fresh[0] == req.rect:
-                writes.append((target, 1, ()))
-            else:
-                writes.append((target, 2, tuple(store.partial(name, dev, f) for f in fresh)))
+            pieces = []
+            for piece, partial, accumulate in targets:
+                buf = store.partial if partial else store.instance
+                sl = None if piece == req.rect else piece.slices_within(req.rect)
+                pieces.append((buf(name, dev, piece), sl, accumulate))
+            writes.append((None, 1, tuple(pieces)))
         else:
             view = store.instance(name, dev, req.rect)
             args.append(view)
@@ -88,19 +92,20 @@ def task_step(node, store: InstanceStore, contexts: dict) -> Callable[[], None]:
                 raise TypeError(f"task returned {type(out).__name__}"
                                 f"{'' if out is None else f' of length {len(out)}'}; expected "
                                 f"{nwrites} value(s), one per WD/RW/Red+ requirement")
-            for value, (view, mode, fresh_views) in zip(out, writes):
+            for value, (view, mode, pieces) in zip(out, writes):
                 if mode == 0:
                     if value is not None and value is not view:
                         view.copy_(value)
-                elif value is None:
+                    continue
+                if value is None:
                     raise TypeError("task returned None for a Red+ requirement; return its "
                                     "contribution tensor")
-                elif mode == 1:
-                    view.copy_(value)
-                else:
-                    for f in fresh_views:
-                        f.zero_()
-                    view.add_(value)
+                for target, sl, accumulate in pieces:
+                    part = value if sl is None else value[sl]
+                    if accumulate:
+                        target.add_(part)
+                    else:
+                        target.copy_(part)
         except ExecutionError:
             raise
         except Exception as exc:
@@ -111,7 +116,8 @@ def task_step(node, store: InstanceStore, contexts: dict) -> Callable[[], None]:
 def local_copy_step(node, store: InstanceStore) -> Callable[[], None]:
     """A copy whose source and destination are both owned by this process."""
     if node.reduction:
-        src = store.partial(node.region.name, node.src, node.rect)
+        src = (store.partial if node.from_partial else store.instance)(
+            node.region.name, node.src, node.rect)
         dst = store.staging[node.id].tensor
     else:
         src = store.instance(node.region.name, node.src, node.rect)
@@ -166,7 +172,8 @@ def reduce_step(node, store: InstanceStore) -> Callable[[], None]:
 def local_allreduce_step(node, store: InstanceStore) -> Callable[[], None]:
     """All-reduce among devices all owned by this process: sum in device order, copy out."""
     name = node.region.name
-    parts = [store.partial(name, d, node.rect) for d in node.devices]
+    parts = [(store.partial if p else store.instance)(name, d, node.rect)
+             for d, p in zip(node.devices, node.in_partial)]
     outs = [store.instance(name, d, node.rect) for d in node.devices]
     acc = torch.zeros_like(outs[0])
 

@@ -100,8 +100,10 @@ def test_reduce_from_four_then_read_on_one_is_reduction_copies_and_one_reduce():
     assert sorted(c.src for c in rc) == [0, 1, 3]
     (red,) = nodes_of(g, "r", "reduce")
     assert red.device == 2 and red.rect == FULL
-    # Inputs in device order (deterministic sums): staged 0, staged 1, local partial 2, staged 3.
-    assert [i.source for i in red.inputs] == ["staged", "staged", "partial", "staged"]
+    # Inputs in device order (deterministic sums): staged 0, staged 1, then device 2's own
+    # sums, which sit in its instance (x had no value, so there is no base to keep apart),
+    # staged 3.
+    assert [i.source for i in red.inputs] == ["staged", "staged", "instance", "staged"]
     assert sorted(g.preds[red.id]) == sorted([task_of(g, "red", (2,)).id] + [c.id for c in rc])
     assert g.preds[task_of(g, "r").id] == [red.id]
     assert g.final_valid["x"] == [(FULL, (2,))]
@@ -138,13 +140,32 @@ def test_two_reductions_on_one_device_are_ordered_and_accumulate():
               one("r", X, FULL, R, 1)], M4)
     a, b = task_of(g, "a"), task_of(g, "b")
     assert g.preds[b.id] == [a.id]
-    assert a.fresh == ((FULL,),) and b.fresh == ((),)      # b accumulates onto a's partials
+    # a assigns into device 1's instance (x has no value yet), b accumulates onto it there.
+    assert a.targets == (((FULL, False, False),),) and b.targets == (((TOP, False, True),),)
+    # The only contributor reads the sum: it is already in place, so no reduce node runs.
+    assert not nodes_of(g, "r", "reduce") and g.preds[task_of(g, "r").id] == [a.id, b.id]
+    assert not g.partial_rects
     ex = LocalExecutor(g)
     want = torch.ones(8, 8)
     want[:4] += 10
     for _ in range(2):                                       # replay: partials start afresh
         ex.run()
         assert torch.equal(ex.read("x"), want)
+
+
+def test_partial_sums_onto_a_value_use_the_partial_buffer():
+    g = plan([one("w", X, FULL, WD, 1, task=lambda ctx, _: torch.full((8, 8), 100.0)),
+              one("a", X, TOP, RED, 1, task=lambda ctx, _: torch.full((4, 8), 1.0)),
+              one("r", X, FULL, R, 1)], M4)
+    assert task_of(g, "a").targets == (((TOP, True, False),),)   # the value is its base
+    assert g.partial_rects == {("x", 1): TOP}
+    (red,) = nodes_of(g, "r", "reduce")
+    assert [i.source for i in red.inputs] == ["instance", "partial"]
+    ex = LocalExecutor(g)
+    ex.run()
+    want = torch.full((8, 8), 100.0)
+    want[:4] += 1
+    assert torch.equal(ex.read("x"), want)
 
 
 def test_write_discards_pending_partial_sums():

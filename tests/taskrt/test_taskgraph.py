@@ -60,7 +60,8 @@ def test_instance_bytes_per_device():
     g = build()
     ex = LocalExecutor(g)
     per = ex.store.bytes_per_device()
-    # Device 0/1: their half of x. 2 and 3: all of x, y's partial sums; device 2 also y's
-    # instance and a staging buffer for device 3's partial sums.
-    assert per == {0: 128, 1: 128, 2: 256 + 32 + 32 + 32, 3: 256 + 32}
+    # Device 0/1: their half of x. 2 and 3: all of x, and y's partial sums, which start in
+    # y's instance (y has no value to keep apart); device 2 also a staging buffer for
+    # device 3's partial sums.
+    assert per == {0: 128, 1: 128, 2: 256 + 32 + 32, 3: 256 + 32}
     assert ex.store.instances["x", 2].tensor.dtype == torch.float32
