@@ -1,10 +1,13 @@
 """RectIndex: a set of (Rect, value) items that answers "which items overlap this rect" fast.
 
 The planner asks this question for every requirement of every point task, so it must not
-scan all items. Items are hashed into a uniform grid whose cell size per dimension follows
-the smallest extent inserted so far (parts of one partition then touch O(1) cells per split
-dimension). Items that would touch many cells, and queries that would visit more cells
-than there are items, fall back to scanning, so the cost is min(grid walk, scan).
+scan all items. Items are hashed into a uniform grid whose cell size per dimension is a
+power of two near the typical (geometric mean) extent of the items held, so parts of one
+partition touch O(1) cells per split dimension, and a few slivers (halos, fragments left by
+subtraction) do not shrink the cells for everyone. The grid is rebuilt when that typical
+extent drifts 4x away from the cell size. Items that would touch many cells, and queries that
+would visit more cells than there are items, fall back to scanning, so the cost is
+min(grid walk, scan).
 """
 from __future__ import annotations
 
@@ -14,10 +17,11 @@ from typing import Any, Iterator
 from .geometry import Rect
 
 _MAX_CELLS_PER_ITEM = 64
+_DRIFT_BITS = 2          # rebuild when the typical extent is 4x off the cell size
 
 
 class RectIndex:
-    __slots__ = ("_items", "_next_id", "_cell", "_grid", "_big")
+    __slots__ = ("_items", "_next_id", "_cell", "_grid", "_big", "_bits", "_sized")
 
     def __init__(self):
         self._items: dict[int, tuple[Rect, Any]] = {}
@@ -25,6 +29,8 @@ class RectIndex:
         self._cell: tuple[int, ...] | None = None
         self._grid: dict[tuple[int, ...], set[int]] = {}
         self._big: set[int] = set()
+        self._bits: list[int] | None = None     # per dimension: sum of extent.bit_length()
+        self._sized = 0                          # number of non-empty items
 
     def __len__(self) -> int:
         return len(self._items)
@@ -76,12 +82,17 @@ class RectIndex:
         self._items[item_id] = (rect, value)
         if rect.empty:
             return item_id
-        ext = rect.shape
-        if self._cell is None:
-            self._rebuild(tuple(max(1, e) for e in ext))
-            return item_id
-        if any(e * 2 <= c for e, c in zip(ext, self._cell)):
-            self._rebuild(tuple(min(c, max(1, e)) for e, c in zip(ext, self._cell)))
+        bits = self._bits
+        if bits is None:
+            bits = self._bits = [0] * rect.ndim
+        for d, (l, h) in enumerate(zip(rect.lo, rect.hi)):
+            bits[d] += (h - l).bit_length()
+        n = self._sized = self._sized + 1
+        cell = self._cell
+        # A cell of 2**k has bit_length k+1; the items' mean bit_length is sum/n.
+        if cell is None or any(abs(c.bit_length() * n - b) > _DRIFT_BITS * n
+                               for c, b in zip(cell, bits)):
+            self._rebuild(tuple(1 << max(0, (2 * b + n) // (2 * n) - 1) for b in bits))
             return item_id
         self._insert(item_id, rect)
         return item_id
@@ -90,6 +101,9 @@ class RectIndex:
         rect, _ = self._items.pop(item_id)
         if rect.empty:
             return
+        self._sized -= 1
+        for d, (l, h) in enumerate(zip(rect.lo, rect.hi)):
+            self._bits[d] -= (h - l).bit_length()
         if item_id in self._big:
             self._big.discard(item_id)
             return

@@ -194,7 +194,9 @@ def cells(rects) -> list:
 def check_copies_for_reads(planner: Planner, launch: IndexLaunch) -> None:
     """Plan one launch and check the copies into each reading device against what it held."""
     held = {name: [(r, h) for _, r, h in s.valid] for name, s in planner.states.items()}
-    pending = {name: [r for _, r, _ in s.pending] for name, s in planner.states.items()}
+    # Pending partial sums as (rect, contributing device); the planner may tag the device.
+    pending = {name: [(r, v[0] if isinstance(v, tuple) else v) for _, r, v in s.pending]
+               for name, s in planner.states.items()}
     first = len(planner.graph.nodes)
     planner.add_launch(launch)
     new = planner.graph.nodes[first:]
@@ -209,19 +211,21 @@ def check_copies_for_reads(planner: Planner, launch: IndexLaunch) -> None:
                 and n.region.name == name and n.dst == dev]
         had = [r for r, h in held.get(name, []) if dev in h]
         need = set(cells(rects))
-        if not any(p.overlaps(r) for p in pending.get(name, []) for r in rects):
+        if not any(p.overlaps(r) for p, _ in pending.get(name, []) for r in rects):
             # Exactly the part of the read rects the device lacked, each element once.
             got = cells(into)
             assert len(got) == len(set(got)), f"{name}@{dev}: overlapping copies {into}"
             assert set(got) == need - set(cells(had)), (name, dev, into, rects, had)
         else:
-            # Partial sums were reduced first: what the device now has covers its reads, and
-            # copies stay inside what it reads or reduces.
+            # Partial sums were reduced first: what the device now has covers its reads (its
+            # own sums may need no node when nobody else contributed), and copies stay inside
+            # what it reads or reduces.
             reduced = [n.rect for n in new if n.kind == "reduce" and n.region.name == name
                        and n.device == dev] + \
                       [n.rect for n in new if n.kind == "allreduce" and n.region.name == name
                        and dev in n.devices]
-            assert need <= set(cells(into + had + reduced))
+            own = [r for r, d in pending.get(name, []) if d == dev]
+            assert need <= set(cells(into + had + reduced + own))
             assert set(cells(into)) <= need | set(cells(reduced))
 
 

@@ -89,6 +89,21 @@ def test_rectindex_does_not_scan_everything():
     assert [v for _, _, v in ix.overlapping(Rect((401,), (409,)))] == [100, 101, 102]
 
 
+def test_rectindex_cells_follow_the_typical_extent():
+    """A few slivers do not shrink the cells for everyone; a new typical size rebuilds them."""
+    ix = RectIndex()
+    ids = [ix.add(Rect((32 * i, 0), (32 * i + 32, 64)), i) for i in range(100)]
+    ix.add(Rect((5, 0), (6, 64)), "sliver")
+    assert ix._cell == (32, 64)
+    assert len(ix.overlapping(Rect((40, 0), (41, 1)))) == 1
+    for i in ids:
+        ix.remove(i)
+    for i in range(100):
+        ix.add(Rect((2 * i, 0), (2 * i + 2, 2)), i)
+    assert ix._cell[0] == 2 and ix._cell[1] <= 4       # within 4x of the typical extent
+    assert [v for _, _, v in ix.overlapping(Rect((5, 0), (6, 1)))] == ["sliver", 2]
+
+
 # -- Partition --------------------------------------------------------------------------------
 
 

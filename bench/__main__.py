@@ -1,0 +1,81 @@
+"""Run every benchmark module in bench/, write bench/results.json and bench/results.md.
+
+    python -m bench                   # all benchmarks
+    python -m bench planner_scaling   # some of them, by module name
+    python -m bench --quick           # small sizes (a smoke run; numbers are not meaningful)
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import pkgutil
+import platform
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def benchmark_modules() -> list[str]:
+    """Every module of this package except the harness itself and private helpers."""
+    return sorted(m.name for m in pkgutil.iter_modules([HERE])
+                  if not m.name.startswith("_") and not m.ispkg)
+
+
+def machine_info() -> dict:
+    import torch
+    return {"python": platform.python_version(), "torch": torch.__version__,
+            "platform": platform.platform(), "cpus": os.cpu_count(),
+            "torch_threads": torch.get_num_threads()}
+
+
+def markdown(results: dict) -> str:
+    lines = ["| benchmark | metric | value | notes |", "|---|---|---|---|"]
+    for name, res in results.items():
+        for metric, value, note in res["rows"]:
+            lines.append(f"| {res['title']} | {metric} | {value} | {note} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("names", nargs="*", help="benchmark modules to run (default: all)")
+    ap.add_argument("--quick", action="store_true", help="tiny sizes, for a smoke test")
+    ap.add_argument("--out", default=HERE, help="directory for results.json / results.md")
+    args = ap.parse_args(argv)
+    available = benchmark_modules()
+    names = args.names or available
+    unknown = [n for n in names if n not in available]
+    if unknown:
+        print(f"bench: unknown benchmark(s) {unknown}; available: {available}", file=sys.stderr)
+        return 2
+    results = {}
+    for name in names:
+        t0 = time.perf_counter()
+        print(f"bench: running {name} ...", flush=True)
+        res = importlib.import_module(f"bench.{name}").run(quick=args.quick)
+        res["seconds"] = round(time.perf_counter() - t0, 2)
+        results[name] = res
+        print(f"bench: {name} done in {res['seconds']} s", flush=True)
+    doc = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "quick": args.quick,
+           "machine": machine_info(), "benchmarks": results}
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "results.json"), "w") as f:
+        json.dump(doc, f, indent=1, default=str)
+    table = markdown(results)
+    m = doc["machine"]
+    header = (f"Measured {doc['date']} on {m['cpus']} CPUs, torch {m['torch']} "
+              f"({m['torch_threads']} threads), Python {m['python']}"
+              f"{' (quick run: sizes too small to mean anything)' if args.quick else ''}.\n\n")
+    with open(os.path.join(args.out, "results.md"), "w") as f:
+        f.write(header + table)
+    print()
+    print(header + table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

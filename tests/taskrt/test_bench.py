@@ -1,0 +1,26 @@
+"""The benchmark harness runs every benchmark module and writes its two result files."""
+import json
+
+from bench.__main__ import benchmark_modules, main
+
+
+def test_bench_quick_run_writes_results(tmp_path, capsys):
+    # Every public module of bench/ is a benchmark; the fast ones of the runtime are run here.
+    mine = ["executor_overhead", "planner_scaling"]
+    assert set(mine) <= set(benchmark_modules())
+    assert not any(m.startswith("_") for m in benchmark_modules())
+    assert main(["--quick", "--out", str(tmp_path)] + mine) == 0
+    doc = json.loads((tmp_path / "results.json").read_text())
+    assert doc["quick"] is True and list(doc["benchmarks"]) == mine
+    planner = doc["benchmarks"]["planner_scaling"]["results"]
+    assert planner["ratio_per_task"] > 0 and planner["128"]["tasks"] >= 128
+    assert doc["benchmarks"]["executor_overhead"]["results"]["us_per_task"]["executor"] > 0
+    table = (tmp_path / "results.md").read_text()
+    assert "| benchmark | metric | value | notes |" in table
+    assert "executor overhead per task" in table and "per-task cost" in table
+    assert table.split("\n\n", 1)[1] in capsys.readouterr().out
+
+
+def test_bench_rejects_unknown_names(tmp_path, capsys):
+    assert main(["nope", "--out", str(tmp_path)]) == 2
+    assert "unknown benchmark(s) ['nope']" in capsys.readouterr().err
