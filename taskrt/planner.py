@@ -234,9 +234,14 @@ class Planner:
                 rest = [p for q in rest for p in q.subtract(held)]
         for q in rest:
             based = [r.intersect(q) for _, r, _ in st.valid.overlapping(q)]
+            unbased = subtract_all(q, based)
+            if not unbased:
+                # All of q has a value: one piece, however fragmented the value's holders
+                # are (each pending piece becomes its own reduction copy).
+                based = [q]
             for piece in based:
                 targets.append((piece, True, False))
-            for piece in subtract_all(q, based):
+            for piece in unbased:
                 targets.append((piece, False, False))
         for piece, partial, accumulate in targets:
             if not accumulate:

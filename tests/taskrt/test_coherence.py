@@ -322,3 +322,17 @@ def test_reduce_keeps_base_holders_and_unwritten_elements_unwritten():
     assert g.preds[task_of(g, "r", (1,)).id] == []
     assert g.final_valid["y"] == [(Rect.of((0, 2)), (1,)), (Rect.of((2, 4)), (0, 1)),
                                   (Rect.of((4, 8)), (0,))]
+
+
+def test_sums_onto_a_fragmented_value_are_one_piece_per_contributor():
+    """Where the value a Red+ adds to is spread over several holders, each contribution is
+    still one partial sum: one reduction copy per contributor, not one per value piece."""
+    quarters = [Rect.of((2 * i, 2 * i + 2), (0, 8)) for i in range(4)]
+    g = plan([launch("w", [[(X, q, WD)] for q in quarters], [0, 1, 2, 3]),
+              launch("red", [[(X, FULL, RED)]] * 2, [0, 1]),
+              one("r", X, FULL, R, 2)], M4)
+    assert [t.targets for t in nodes_of(g, "red", "task")] == [(((FULL, True, False),),)] * 2
+    assert sorted((c.src, c.rect) for c in copies(g, "r", reduction=True)) == \
+        [(0, FULL), (1, FULL)]
+    (red,) = nodes_of(g, "r", "reduce")
+    assert [i.source for i in red.inputs].count("staged") == 2
