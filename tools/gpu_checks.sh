@@ -11,19 +11,8 @@
 # machines without an MPI of their own.
 set -uo pipefail
 OUT=${1:-gpu_out}
-mkdir -p "$OUT"
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-cd "$ROOT"
-if command -v mpirun >/dev/null && python3 -c "import mpi4py" 2>/dev/null; then
-    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-elif ls .whl/*.whl >/dev/null 2>&1; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-        --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
-    export PATH=/tmp/site/bin:$PATH
-fi
-export PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1
-export SOAPFLOW_MPIRUN=$(command -v mpirun)
-step() { echo; echo "=== $* ($(date +%T))"; }
+mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
+source "$(dirname "$0")/gpu_env.sh"
 
 step "environment"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv

@@ -277,8 +277,7 @@ class MPIExecutor:
                     src, buf, dst = self.send_bufs[i]
                     if src.device.type == "cpu":
                         buf.copy_(src)
-                        send_reqs.append(self.comm.Isend(_bytes(buf), dest=dst, tag=self.tags[i]))
-                        self.sent.append((i, dst, buf.numel() * buf.element_size()))
+                        send_reqs.append(self._isend(i))
                     else:
                         # Pack on the device's stream; send once the copy has finished, so
                         # the host keeps scheduling while the GPU works.
@@ -308,7 +307,7 @@ class MPIExecutor:
                         self._finish_collective(i)
                         todo.extend(sched.node_done(i))
                     elif host is acc:
-                        coll_reqs.append(sub.Iallreduce(MPI.IN_PLACE, host.numpy(), op=MPI.SUM))
+                        coll_reqs.append(self._iallreduce(i))
                         coll_ids.append(i)
                     else:
                         host.copy_(acc, non_blocking=True)
@@ -329,17 +328,13 @@ class MPIExecutor:
                 if ev.query():
                     del gpu_sends[k]
                     progressed = True
-                    _, buf, dst = self.send_bufs[i]
-                    send_reqs.append(self.comm.Isend(_bytes(buf), dest=dst, tag=self.tags[i]))
-                    self.sent.append((i, dst, buf.numel() * buf.element_size()))
+                    send_reqs.append(self._isend(i))
             # Collectives must start in the same order on every rank: strictly first in, first
             # out, even when a later device-to-host copy finished first.
             while gpu_colls and gpu_colls[0][0].query():
                 _, i = gpu_colls.pop(0)
                 progressed = True
-                host = self.collectives[i][3]
-                coll_reqs.append(self.collectives[i][4].Iallreduce(MPI.IN_PLACE, host.numpy(),
-                                                                   op=MPI.SUM))
+                coll_reqs.append(self._iallreduce(i))
                 coll_ids.append(i)
             if recv_reqs:
                 idx = MPI.Request.Testsome(recv_reqs)
@@ -371,6 +366,17 @@ class MPIExecutor:
             torch.cuda.synchronize(dev)
         if trace is not None:
             self.trace = trace
+
+    def _isend(self, i: int):
+        """Send copy i's packed buffer (its packing has finished)."""
+        _, buf, dst = self.send_bufs[i]
+        self.sent.append((i, dst, buf.numel() * buf.element_size()))
+        return self.comm.Isend(_bytes(buf), dest=dst, tag=self.tags[i])
+
+    def _iallreduce(self, i: int):
+        """Start collective i on its host buffer (the local sum is in it)."""
+        _, _, _, host, sub = self.collectives[i]
+        return sub.Iallreduce(self.MPI.IN_PLACE, host.numpy(), op=self.MPI.SUM)
 
     def _finish_collective(self, i: int) -> None:
         parts, outs, acc, host, sub = self.collectives[i]
