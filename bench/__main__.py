@@ -52,6 +52,7 @@ def main(argv=None) -> int:
     if unknown:
         print(f"bench: unknown benchmark(s) {unknown}; available: {available}", file=sys.stderr)
         return 2
+    machine = machine_info()            # before any benchmark changes torch's settings
     results = {}
     for name in names:
         t0 = time.perf_counter()
@@ -61,14 +62,14 @@ def main(argv=None) -> int:
         results[name] = res
         print(f"bench: {name} done in {res['seconds']} s", flush=True)
     doc = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "quick": args.quick,
-           "machine": machine_info(), "benchmarks": results}
+           "machine": machine, "benchmarks": results}
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "results.json"), "w") as f:
         json.dump(doc, f, indent=1, default=str)
     table = markdown(results)
     m = doc["machine"]
     header = (f"Measured {doc['date']} on {m['cpus']} CPUs, torch {m['torch']} "
-              f"({m['torch_threads']} threads), Python {m['python']}"
+              f"({m['torch_threads']} threads by default), Python {m['python']}"
               f"{' (quick run: sizes too small to mean anything)' if args.quick else ''}.\n\n")
     with open(os.path.join(args.out, "results.md"), "w") as f:
         f.write(header + table)
