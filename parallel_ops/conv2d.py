@@ -111,7 +111,11 @@ class Conv2d(Op):
         info: ConvPart = spec.info
         if x is None:                # every row or column this part reads is padding
             x = w.new_zeros(spec.inputs[0].shape)
-        if any(info.pad):
+        left, right, top, bottom = info.pad
+        padding = 0
+        if left == right and top == bottom:   # symmetric: let the convolution pad (no copy)
+            padding = (top, left)
+        elif any(info.pad):
             x = F.pad(x, info.pad)
         if info.group_in:            # keep each spanned group's ci range
             jn, gi = w.shape[1], info.group_in
@@ -120,7 +124,7 @@ class Conv2d(Op):
             w = F.pad(w, (0, 0, 0, 0, 0, 0, info.front, info.back))
             b = None if b is None else F.pad(b, (info.front, info.back))
         pr = self.params
-        y = F.conv2d(x, w, b, pr["stride"], 0, pr["dilation"], info.span)
+        y = F.conv2d(x, w, b, pr["stride"], padding, pr["dilation"], info.span)
         if info.span > 1:
             y = y[:, info.front:y.shape[1] - info.back]
         return [y]
