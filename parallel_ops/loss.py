@@ -52,7 +52,6 @@ class SoftmaxCrossEntropy(Op):
         mx = Tensor(f"{self.name}.max", (*lead, classes), logits.dtype, producer=self)
         se = Tensor(f"{self.name}.sumexp", (*lead, 1), logits.dtype, producer=self)
         dlogits = Tensor(logits.grad_name, logits.shape, logits.dtype, producer=self)
-        nl = len(lead_l)
         kc = len(self.dims) - 1
 
         def max_part(stage, degrees, color):

@@ -32,7 +32,7 @@ from .errors import MappingError, PlanError, PrivilegeError
 from .geometry import Rect, subtract_all
 from .launch import IndexLaunch
 from .machine import DefaultMapper, Machine, Mapper
-from .privilege import Privilege, RegionRequirement
+from .privilege import Privilege
 from .rectindex import RectIndex
 from .region import Region
 from .taskgraph import (AllReduceNode, CopyNode, ReduceInput, ReduceNode, TaskGraph,

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from .geometry import Rect
-from .privilege import Privilege, RegionRequirement
+from .privilege import RegionRequirement
 from .region import Region
 
 

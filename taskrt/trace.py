@@ -24,6 +24,22 @@ class TraceEvent:
         return self.end - self.start
 
 
+def node_label(node) -> str:
+    """A short name for a TaskGraph node in a timeline."""
+    if node.kind == "task":
+        return f"{node.launch.name}{list(node.color)}"
+    return f"{node.kind} {node.region.name}{node.rect}"
+
+
+def node_track(node) -> str:
+    """The track a node's event is drawn on in a real run: its device, link or group."""
+    if node.kind == "copy":
+        return f"link {node.src}->{node.dst}"
+    if node.kind == "allreduce":
+        return "group " + ",".join(map(str, node.devices))
+    return f"device {node.device}"
+
+
 def to_chrome(events: list[TraceEvent], process_name: str = "taskrt") -> dict:
     """Chrome trace-event JSON (load it in chrome://tracing or ui.perfetto.dev)."""
     tracks = sorted({e.track for e in events})

@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from parallel_ops import SGD, ParallelConfig
+from parallel_ops import SGD
 from taskrt import Machine
 from taskrt.executor.scheduler import (COLLECT, POST_RECV, RECV, RUN, SEND, START, UNPACK,
                                        RankScheduler, node_ranks)

@@ -10,20 +10,11 @@ import time
 
 import torch
 
-from ..errors import ExecutionError, PlanError
-from ..geometry import Rect
-from ..trace import TraceEvent
+from ..errors import PlanError
+from ..trace import TraceEvent, node_label, node_track
 from ..region import Region
 from .instances import InstanceStore
 from .steps import local_allreduce_step, local_copy_step, reduce_step, task_step
-
-
-def node_track(node) -> str:
-    if node.kind == "copy":
-        return f"link {node.src}->{node.dst}"
-    if node.kind == "allreduce":
-        return "group " + ",".join(map(str, node.devices))
-    return f"device {node.device}"
 
 
 class LocalExecutor:
@@ -98,11 +89,6 @@ class LocalExecutor:
             start = clock()
             step()
             end = clock()
-            events.append(TraceEvent(node.id, node.kind, _short_name(node), node_track(node),
+            events.append(TraceEvent(node.id, node.kind, node_label(node), node_track(node),
                                      start - t0, end - t0, getattr(node, "nbytes", 0)))
 
-
-def _short_name(node) -> str:
-    if node.kind == "task":
-        return f"{node.launch.name}{list(node.color)}"
-    return f"{node.kind} {node.region.name}{node.rect}"

@@ -24,10 +24,9 @@ import torch
 
 from ..errors import ExecutionError, PlanError
 from .instances import InstanceStore
-from .local import node_track, _short_name
 from .scheduler import (COLLECT, POST_RECV, RECV, RUN, SEND, START, UNPACK, RankScheduler)
 from .steps import local_copy_step, reduce_step, task_step
-from ..trace import TraceEvent
+from ..trace import TraceEvent, node_label, node_track
 
 _SUMMABLE = {torch.float32, torch.float64, torch.int32, torch.int64}
 
@@ -317,7 +316,7 @@ class MPIExecutor:
                     todo.extend(sched.collective_started(i))
                 if trace is not None:
                     n = g.nodes[i]
-                    trace.append(TraceEvent(i, n.kind, _short_name(n), node_track(n),
+                    trace.append(TraceEvent(i, n.kind, node_label(n), node_track(n),
                                             start - t0, clock() - t0, getattr(n, "nbytes", 0)))
                 last_event = clock()
             if sched.finished:

@@ -1,0 +1,144 @@
+"""The execution simulator: times exactly the TaskGraph the executors run.
+
+Resources are the devices' compute units and the machine model's links. Every node occupies
+its resources for its duration; each resource serves its nodes FIFO in program order (node id
+order), which is the order our executors issue work to a device and the order a CUDA stream
+runs it. (The paper's Algorithm 1 orders each queue by ready time instead; a static order
+makes delta simulation exactly equal to full simulation by construction, see delta.py.)
+
+  task       on its device; duration from the cost model (measured or analytic)
+  copy       on the links of the path between its devices (latency + bytes / slowest link);
+             between logical devices of one physical device: a memory copy on that device
+  reduce     on its device: reading its inputs and writing the result at memory bandwidth
+  allreduce  on the links the machine model says the collective uses (ring/tree/hierarchical)
+
+Memory: a device holds its instances, partial-sum buffers and staging buffers for the whole
+iteration (the executors allocate them once); a strategy whose devices need more than their
+capacity is invalid, and its predicted time is reported as infinite.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from taskrt.trace import TraceEvent, node_label
+
+
+@dataclass
+class SimResult:
+    makespan: float                       # predicted iteration time, seconds (inf if invalid)
+    start: list[float]
+    end: list[float]
+    busy: dict[str, float]                # resource name -> seconds busy
+    memory: dict[int, int]                # device -> bytes needed
+    over_capacity: dict[int, int] = field(default_factory=dict)   # device -> bytes over
+
+    @property
+    def valid(self) -> bool:
+        return not self.over_capacity
+
+    def utilization(self) -> dict[str, float]:
+        """Busy fraction of the iteration per resource."""
+        span = self.makespan if self.makespan and self.makespan != float("inf") else 0.0
+        return {k: (v / span if span else 0.0) for k, v in self.busy.items()}
+
+
+def memory_per_device(graph) -> dict[int, int]:
+    """Bytes each device allocates for the graph (instances, partial sums, staging)."""
+    out: dict[int, int] = {}
+    for rects in (graph.instance_rects, graph.partial_rects):
+        for (name, dev), rect in rects.items():
+            out[dev] = out.get(dev, 0) + graph.regions[name].nbytes(rect)
+    for n in graph.nodes:
+        if n.kind == "copy" and n.reduction:
+            out[n.dst] = out.get(n.dst, 0) + n.nbytes
+    return out
+
+
+class NodeTimer:
+    """Duration and resources of each node on a machine model with a cost model."""
+
+    def __init__(self, model, costs):
+        self.model, self.costs = model, costs
+        self._compute = {}
+
+    def compute(self, device: int):
+        """The compute resource of a device (logical devices may share a physical one)."""
+        r = self._compute.get(device)
+        if r is None:
+            fn = getattr(self.model, "compute_resource", None)
+            r = self._compute[device] = fn(device) if fn is not None else f"device {device}"
+        return r
+
+    def _memory_time(self, device: int, nbytes: int) -> float:
+        spec = self.model.device(device)
+        return spec.launch_overhead + nbytes / spec.memory_bandwidth
+
+    def timing(self, node) -> tuple[float, tuple]:
+        kind = node.kind
+        if kind == "task":
+            spec = self.model.device(node.device)
+            return self.costs.task_time(node, spec), (self.compute(node.device),)
+        if kind == "copy":
+            links = self.model.path(node.src, node.dst)
+            if not links:
+                return self._memory_time(node.src, 2 * node.nbytes), (self.compute(node.src),)
+            return self.model.transfer_time(node.nbytes, node.src, node.dst), tuple(links)
+        if kind == "reduce":
+            moved = node.nbytes + sum(node.region.nbytes(i.rect) for i in node.inputs)
+            return self._memory_time(node.device, moved), (self.compute(node.device),)
+        links = tuple(self.model.links_of_allreduce(node.devices))
+        t = self.model.allreduce_time(node.nbytes, node.devices)
+        if not links:
+            return t, tuple(self.compute(d) for d in sorted(set(node.devices)))
+        return t, links
+
+
+def resource_name(r) -> str:
+    return r if isinstance(r, str) else str(getattr(r, "name", r))
+
+
+def simulate(graph, model, costs, timer: NodeTimer | None = None) -> SimResult:
+    """Full simulation of one iteration of `graph` (paper Algorithm 1, FIFO in program order)."""
+    timer = timer or NodeTimer(model, costs)
+    n = len(graph.nodes)
+    start, end = [0.0] * n, [0.0] * n
+    free: dict = {}
+    busy: dict = {}
+    preds = graph.preds
+    for node in graph.nodes:
+        i = node.id
+        dur, resources = timer.timing(node)
+        t = 0.0
+        for p in preds[i]:
+            if end[p] > t:
+                t = end[p]
+        for r in resources:
+            f = free.get(r, 0.0)
+            if f > t:
+                t = f
+        e = t + dur
+        for r in resources:
+            free[r] = e
+            busy[r] = busy.get(r, 0.0) + dur
+        start[i], end[i] = t, e
+    memory = memory_per_device(graph)
+    over = {}
+    for d, b in memory.items():
+        cap = model.device(d).memory_capacity
+        if b > cap:
+            over[d] = b - cap
+    makespan = max(end, default=0.0) if not over else float("inf")
+    return SimResult(makespan, start, end, {resource_name(r): v for r, v in busy.items()},
+                     memory, over)
+
+
+def trace_of(graph, result: SimResult, timer: NodeTimer) -> list[TraceEvent]:
+    """The simulated timeline as trace events, one track per resource (device or link)."""
+    events = []
+    for node in graph.nodes:
+        _, resources = timer.timing(node)
+        for r in resources:
+            events.append(TraceEvent(node.id, node.kind, node_label(node), resource_name(r),
+                                     result.start[node.id], result.end[node.id],
+                                     getattr(node, "nbytes", 0)))
+    return events
