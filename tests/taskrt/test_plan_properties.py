@@ -193,19 +193,20 @@ def cells(rects) -> list:
 
 def check_copies_for_reads(planner: Planner, launch: IndexLaunch) -> None:
     """Plan one launch and check the copies into each reading device against what it held."""
-    held = {name: [(r, h) for _, r, h in s.valid] for name, s in planner.states.items()}
+    states = {name: rp.state for name, rp in planner.planners.items()}
+    held = {name: [(r, h) for _, r, h in s.valid] for name, s in states.items()}
     # Pending partial sums as (rect, contributing device); the planner may tag the device.
     pending = {name: [(r, v[0] if isinstance(v, tuple) else v) for _, r, v in s.pending]
-               for name, s in planner.states.items()}
-    first = len(planner.graph.nodes)
+               for name, s in states.items()}
     planner.add_launch(launch)
-    new = planner.graph.nodes[first:]
+    li = planner.index[launch.name]
+    new = [n for name in planner.read_order[li]
+           for n, _, _ in planner.region_nodes.get((li, name), ())]
     reads = {}
-    for color in launch.colors:
-        node = planner.point_nodes[launch.name][color]
-        for req in node.requirements:
+    for color, device, reqs in planner.points[li]:
+        for req in reqs:
             if req.privilege.reads:
-                reads.setdefault((req.region.name, node.device), []).append(req.rect)
+                reads.setdefault((req.region.name, device), []).append(req.rect)
     for (name, dev), rects in reads.items():
         into = [n.rect for n in new if n.kind == "copy" and not n.reduction
                 and n.region.name == name and n.dst == dev]

@@ -1,0 +1,339 @@
+"""Coherence and dependences of ONE region: the part of planning that never looks at
+another region. The planner (planner.py) runs one RegionPlanner per region over the launches
+that touch it and assembles their nodes into a TaskGraph; because regions are planned
+independently, changing one operator's launches re-plans only the regions they touch.
+
+Model. Each (region, device) has one physical instance (and, for Red+ requirements onto an
+existing value, one partial-sum buffer). Per region we track
+  valid:   disjoint pieces (rect, holder devices) whose instances hold the current value
+           (where partial sums are pending, they hold the base the sums are added to);
+  pending: partial sums (rect, (device, in partial buffer?)) not yet reduced; disjoint per
+           device. Sums start in the device's instance where the region has no value (a
+           gradient), so a sum that only its own device reads needs no node at all; where a
+           value exists they go to a separate partial buffer, since the value is their base.
+Per physical buffer we track the last writer and the readers since, per piece, which gives
+exactly the true dependences: RAW, WAR, WAW on the same buffer and overlapping rects. Tasks
+on different devices never share a buffer; data flows between them through copy nodes.
+Two Red+ tasks on one device into overlapping rects are ordered (program order), so sums
+are bit-identical run to run.
+
+Nodes made here (copies, reduces, all-reduces) refer to their predecessors symbolically:
+another node object of this region, a task reference (launch index, point index), or None
+for "initial data"; the planner turns references into ids when it assembles the graph.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Iterable
+
+from .errors import PlanError
+from .geometry import Rect, subtract_all
+from .privilege import Privilege
+from .rectindex import RectIndex
+from .region import Region
+from .taskgraph import AllReduceNode, CopyNode, ReduceInput, ReduceNode
+
+_R, _WD, _RW, _RED = (Privilege.READ, Privilege.WRITE_DISCARD, Privilege.READ_WRITE,
+                      Privilege.REDUCE_SUM)
+
+
+class BufferAccesses:
+    """Accesses of one physical buffer: the last writer per piece and the readers since."""
+    __slots__ = ("writers", "readers")
+
+    def __init__(self):
+        self.writers = RectIndex()
+        self.readers = RectIndex()
+
+    def read(self, rect: Rect, ref) -> set:
+        preds = {n for _, _, n in self.writers.overlapping(rect)}
+        self.readers.add(rect, ref)
+        return preds
+
+    def write(self, rect: Rect, ref) -> set:
+        preds = set()
+        for index in (self.writers, self.readers):
+            for i, r, n in index.overlapping(rect):
+                preds.add(n)
+                index.remove(i)
+                for piece in r.subtract(rect):
+                    index.add(piece, n)
+        self.writers.add(rect, ref)
+        preds.discard(ref)
+        return preds
+
+
+class RegionState:
+    __slots__ = ("region", "valid", "pending")
+
+    def __init__(self, region: Region):
+        self.region = region
+        self.valid = RectIndex()      # (rect, frozenset of holder devices), disjoint
+        self.pending = RectIndex()    # (rect, (device, in partial buffer?)), disjoint per device
+
+    def add_holder(self, rect: Rect, device: int) -> None:
+        """Record that `device` now also holds the current value of `rect`."""
+        covered = []
+        for i, r, holders in self.valid.overlapping(rect):
+            inter = r.intersect(rect)
+            covered.append(inter)
+            if device in holders:
+                continue
+            self.valid.remove(i)
+            for piece in r.subtract(rect):
+                self.valid.add(piece, holders)
+            self.valid.add(inter, holders | {device})
+        for piece in subtract_all(rect, covered):
+            self.valid.add(piece, frozenset((device,)))
+
+    def set_only_holder(self, rect: Rect, devices: Iterable[int]) -> None:
+        for i, r, holders in self.valid.overlapping(rect):
+            self.valid.remove(i)
+            for piece in r.subtract(rect):
+                self.valid.add(piece, holders)
+        self.valid.add(rect, frozenset(devices))
+
+    def retire_pending(self, rect: Rect) -> None:
+        for i, r, dev in self.pending.overlapping(rect):
+            self.pending.remove(i)
+            for piece in r.subtract(rect):
+                self.pending.add(piece, dev)
+
+
+class RegionPlanner:
+    """Plans one region over the launches that touch it, in program order."""
+
+    def __init__(self, region: Region, machine, initial: Iterable[tuple[Rect, int]] = ()):
+        self.region = region
+        self.machine = machine
+        self.state = RegionState(region)
+        self.buffers: dict[tuple[int, bool], BufferAccesses] = {}
+        self.instance_rects: dict[int, Rect] = {}
+        self.partial_rects: dict[int, Rect] = {}
+        self.initial: list[tuple[Rect, tuple[int, ...]]] = []
+        for rect, device in initial:
+            self.machine[device]
+            if not region.rect.contains(rect):
+                raise PlanError(f"Initial data of '{region.name}': {rect} is outside the "
+                                f"region {region.rect}.")
+            self._buffer(device, False, rect).write(rect, None)
+            self.state.add_holder(rect, device)
+            self.initial.append((rect, (device,)))
+
+    def _buffer(self, device: int, partial: bool, rect: Rect) -> BufferAccesses:
+        rects = self.partial_rects if partial else self.instance_rects
+        old = rects.get(device)
+        rects[device] = rect if old is None else old.union_bbox(rect)
+        buf = self.buffers.get((device, partial))
+        if buf is None:
+            buf = self.buffers[device, partial] = BufferAccesses()
+        return buf
+
+    # -- step 1: reads -----------------------------------------------------------------------
+    def plan_reads(self, launch, reads) -> list:
+        """Nodes that bring the data `reads` [(color, device, rect)] need, as (node, pred refs,
+        staged_from) in program order. Pending partial sums under a read rect are reduced first: one all-reduce
+        when the devices reading exactly that rect are exactly the contributors and each holds
+        a full partial of it (and there is no base), else a reduce on the first reader
+        (reduction copies in, then a ReduceNode). Then copies bring every piece a reader lacks
+        from a valid holder (same rank preferred, then the lowest device id)."""
+        out: list = []
+        if len(self.state.pending):
+            self._reduce_for_reads(launch.name, reads, out)
+        for color, device, rect in reads:
+            self._copy_in(launch, color, device, rect, out)
+        return out
+
+    # -- step 2: one point's requirement --------------------------------------------------------
+    def access(self, task_ref, device: int, req, replicas: bool, replica_writes: set):
+        """Record a task's requirement on this region; returns (pred refs, Red+ targets)."""
+        rect, priv = req.rect, req.privilege
+        st = self.state
+        preds: set = set()
+        if priv.reads:
+            preds |= self._buffer(device, False, rect).read(rect, task_ref)
+        if priv.writes:
+            preds |= self._buffer(device, False, rect).write(rect, task_ref)
+            st.retire_pending(rect)
+            if replicas and rect in replica_writes:
+                st.add_holder(rect, device)
+            else:
+                st.set_only_holder(rect, (device,))
+                replica_writes.add(rect)
+            return preds, None
+        if priv is _RED:
+            targets = self._reduce_targets(device, rect)
+            for piece, partial, _ in targets:
+                preds |= self._buffer(device, partial, piece).write(piece, task_ref)
+            return preds, targets
+        return preds, None
+
+    def _reduce_targets(self, device: int, rect: Rect) -> tuple:
+        """Where a Red+ contribution of `device` to `rect` goes, piece by piece:
+        (piece, in the partial buffer?, accumulate?). Pieces already holding partial sums on
+        this device accumulate there. New pieces go straight into the device's instance when
+        the region has no value there (a gradient: the sum starts from nothing), and into
+        the partial buffer where a value exists (it is the base the sums are added to)."""
+        st = self.state
+        targets, rest = [], [rect]
+        for _, held, (d, partial) in st.pending.overlapping(rect):
+            if d == device:
+                targets.append((held.intersect(rect), partial, True))
+                rest = [p for q in rest for p in q.subtract(held)]
+        for q in rest:
+            based = [r.intersect(q) for _, r, _ in st.valid.overlapping(q)]
+            unbased = subtract_all(q, based)
+            if not unbased:
+                # All of q has a value: one piece, however fragmented the value's holders
+                # are (each pending piece becomes its own reduction copy).
+                based = [q]
+            for piece in based:
+                targets.append((piece, True, False))
+            for piece in unbased:
+                targets.append((piece, False, False))
+        for piece, partial, accumulate in targets:
+            if not accumulate:
+                st.pending.add(piece, (device, partial))
+        return tuple(targets)
+
+    # -- copies and reductions ------------------------------------------------------------------
+    def _copy_in(self, launch, color, device: int, rect: Rect, out: list) -> None:
+        st = self.state
+        covered = 0
+        for _, r, holders in st.valid.overlapping(rect):
+            piece = r.intersect(rect)
+            covered += piece.volume
+            if device in holders:
+                continue
+            self._copy(launch.name, piece, self._choose_source(holders, device), device, out)
+            st.add_holder(piece, device)
+        if covered != rect.volume:
+            raise PlanError(f"Launch '{launch.name}' point {color} on device {device} reads "
+                            f"'{self.region.name}'{rect}, but only {covered} of its "
+                            f"{rect.volume} elements were ever written. Write the region "
+                            "first, or declare it as initial data of the plan.")
+
+    def _choose_source(self, holders, device: int) -> int:
+        devs = self.machine.devices
+        rank = devs[device].rank
+        same = [h for h in holders if devs[h].rank == rank]
+        return min(same) if same else min(holders)
+
+    @staticmethod
+    def _emit(node, preds: set, out: list, staged_from=None):
+        """Append (node, its predecessor refs, the copy behind each reduce input or None)."""
+        preds.discard(node)
+        out.append((node, preds, staged_from))
+        return node
+
+    def _copy(self, owner: str, rect: Rect, src: int, dst: int, out: list,
+              reduction: bool = False, from_partial: bool = False):
+        """A copy into dst's instance, or (reduction) of src's partial sums, held in its
+        partial buffer or its instance, into a staging buffer on dst."""
+        node = CopyNode(-1, owner, self.region, rect, src, dst, reduction, from_partial)
+        if reduction:
+            preds = self._buffer(src, from_partial, rect).read(rect, node)
+        else:
+            preds = self._buffer(src, False, rect).read(rect, node)
+            preds |= self._buffer(dst, False, rect).write(rect, node)
+        return self._emit(node, preds, out)
+
+    def _reduce_for_reads(self, owner: str, reads, out: list) -> None:
+        st = self.state
+        by_rect: dict[Rect, list[int]] = {}
+        for _, device, rect in reads:
+            devs = by_rect.setdefault(rect, [])
+            if device not in devs:
+                devs.append(device)
+        for rect, devices in by_rect.items():
+            contribs = st.pending.overlapping(rect)
+            if not contribs:
+                continue
+            if self._is_allreduce(rect, devices, contribs):
+                self._allreduce(owner, rect, sorted(devices), contribs, out)
+            else:
+                self._reduce_to(owner, rect, devices[0], contribs, out)
+
+    def _is_allreduce(self, rect: Rect, devices, contribs) -> bool:
+        """Each reader holds a full partial of `rect` in one buffer, nobody else holds any,
+        and there is no base value."""
+        if len(devices) < 2 or self.state.valid.overlapping(rect):
+            return False
+        held = defaultdict(int)
+        where = defaultdict(set)
+        for _, r, (dev, partial) in contribs:
+            held[dev] += r.intersect(rect).volume
+            where[dev].add(partial)
+        return set(held) == set(devices) and all(v == rect.volume for v in held.values()) \
+            and all(len(w) == 1 for w in where.values())
+
+    def _allreduce(self, owner: str, rect: Rect, devices, contribs, out: list) -> None:
+        in_partial = {dev: partial for _, _, (dev, partial) in contribs}
+        node = AllReduceNode(-1, owner, self.region, rect, tuple(devices),
+                             tuple(in_partial[d] for d in devices))
+        preds: set = set()
+        for d in devices:
+            preds |= self._buffer(d, in_partial[d], rect).read(rect, node)
+            preds |= self._buffer(d, False, rect).write(rect, node)
+        self._emit(node, preds, out)
+        self.state.retire_pending(rect)
+        self.state.set_only_holder(rect, devices)
+
+    def _reduce_to(self, owner: str, rect: Rect, device: int, contribs, out: list) -> None:
+        st = self.state
+        base = st.valid.overlapping(rect)
+        if not base and all(dev == device and not partial for _, _, (dev, partial) in contribs):
+            # The sums are already in the reader's instance: nothing to run.
+            self._mark_summed(rect, device, contribs)
+            return
+        inputs: list = []
+        # The base: the value the partial sums are added to, gathered onto `device`.
+        for _, r, holders in base:
+            piece = r.intersect(rect)
+            if device not in holders:
+                self._copy(owner, piece, self._choose_source(holders, device), device, out)
+                st.add_holder(piece, device)
+            inputs.append((-1, ReduceInput("instance", piece), None))
+        for _, r, (dev, partial) in sorted(contribs, key=lambda c: (c[2][0], c[1].lo)):
+            piece = r.intersect(rect)
+            if dev == device:
+                inputs.append((dev, ReduceInput("partial" if partial else "instance", piece),
+                               None))
+            else:
+                copy = self._copy(owner, piece, dev, device, out, reduction=True,
+                                  from_partial=partial)
+                inputs.append((dev, ReduceInput("staged", piece), copy))
+        inputs.sort(key=lambda x: x[0])
+        node = ReduceNode(-1, owner, self.region, rect, device, tuple(i for _, i, _ in inputs))
+        staged_from = [c for _, _, c in inputs]
+        preds = {c for c in staged_from if c is not None}
+        for inp in node.inputs:
+            if inp.source == "instance":
+                preds |= self._buffer(device, False, inp.rect).read(inp.rect, node)
+            elif inp.source == "partial":
+                preds |= self._buffer(device, True, inp.rect).read(inp.rect, node)
+        preds |= self._buffer(device, False, rect).write(rect, node)
+        self._emit(node, preds, out, staged_from)
+        self._mark_summed(rect, device, contribs)
+
+    def _mark_summed(self, rect: Rect, device: int, contribs) -> None:
+        st = self.state
+        st.retire_pending(rect)
+        # Only where partial sums were added does `device` alone hold the result; the base
+        # elsewhere is unchanged (its holders stay valid), and elements with neither base nor
+        # partial sums stay unwritten, so reading them is still a PlanError.
+        summed = RectIndex()
+        for _, r, _ in contribs:
+            done = [q for _, q, _ in summed.overlapping(r)]
+            for piece in subtract_all(r.intersect(rect), done):
+                summed.add(piece, None)
+        for _, piece, _ in summed:
+            st.set_only_holder(piece, (device,))
+
+    # -- the end state ---------------------------------------------------------------------------
+    def final_valid(self) -> list[tuple[Rect, tuple[int, ...]]]:
+        return sorted(((r, tuple(sorted(h))) for _, r, h in self.state.valid),
+                      key=lambda x: (x[0].lo, x[0].hi))
+
+    def final_pending(self) -> list[tuple[Rect, int, bool]]:
+        return [(r, d, partial) for _, r, (d, partial) in self.state.pending]

@@ -1,0 +1,67 @@
+"""Re-planning only the regions that changed launches touch gives exactly the graph a full
+plan gives, after any sequence of configuration changes (the graph update of delta
+simulation)."""
+import random
+
+import pytest
+
+from parallel_ops import SGD, lower
+from taskrt import Machine, Planner, plan
+
+from mpi.models import cnn, lstm_model, mlp, random_strategy
+
+
+def expanded(launch):
+    """What a launch asks for, comparable across lowerings."""
+    return (tuple(launch.devices or ()),
+            tuple(tuple((r.region.name, r.rect, r.privilege) for r in launch.requirements(c))
+                  for c in launch.colors))
+
+
+def changes(old, new):
+    """Launches whose points changed, and regions whose initial data changed."""
+    before = {l.name: l for l in old.launches}
+    launches = [l for l in new.launches if expanded(l) != expanded(before[l.name])]
+    old_init = {r.name: sorted(p, key=str) for r, p in old.initial.items()}
+    initial = {r: p for r, p in new.initial.items()
+               if sorted(p, key=str) != old_init.get(r.name)}
+    return launches, initial
+
+
+@pytest.mark.parametrize("build", [mlp, cnn, lstm_model], ids=["mlp", "cnn", "lstm"])
+@pytest.mark.parametrize("devices", [2, 4])
+def test_replan_equals_full_plan_after_random_changes(build, devices):
+    model, _ = build()
+    machine = Machine.grid(devices, 1)
+    rng = random.Random(devices)
+    strategy = random_strategy(model, devices, seed=1)
+    low = lower(model, strategy, machine, SGD(lr=0.1))
+    planner = Planner(machine, initial=low.initial)
+    for launch in low.launches:
+        planner.add_launch(launch)
+    for step in range(8):
+        op = rng.choice(model.ops)
+        strategy = dict(strategy)
+        strategy[op.name] = random_strategy(model, devices, seed=100 * step + devices)[op.name]
+        new = lower(model, strategy, machine, SGD(lr=0.1))
+        launches, initial = changes(low, new)
+        touched = planner.replace(launches, initial)
+        full = plan(new.launches, machine, initial=new.initial)
+        got = planner.finish()
+        assert got.fingerprint() == full.fingerprint(), f"step {step}: {op.name}"
+        assert got.instance_rects == full.instance_rects
+        assert got.final_valid == full.final_valid
+        if launches:
+            assert touched and len(touched) < len(full.regions)
+        low = new
+
+
+def test_replace_of_an_unknown_launch_is_an_error():
+    model, _ = mlp()
+    machine = Machine.local(2)
+    low = lower(model, {}, machine, SGD(lr=0.1))
+    p = Planner(machine, initial=low.initial)
+    for launch in low.launches[:3]:
+        p.add_launch(launch)
+    with pytest.raises(Exception, match="no launch named"):
+        p.replace([low.launches[5]])
