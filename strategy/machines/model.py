@@ -1,0 +1,435 @@
+"""MachineModel: nodes of devices joined by links, the route of a transfer between any two
+devices, its time, and (via collectives.py) the cost of an all-reduce.
+
+A model is built from a description (device specs by kind, node types, the list of nodes,
+global switches, extra links); presets, files and calibration all produce one. The
+description is the model's identity: equality, files and round trips use it.
+
+Routing: the links form a graph whose vertices are devices and named points (switches, the
+host, NICs, the network "fabric"). A transfer from device a to device b takes the route with
+the fewest links, then the least total latency; it never passes through a third device.
+Routes are computed once per source device and cached. Owns no simulation: the simulator
+decides when transfers run; this module says which links they occupy and for how long.
+"""
+from __future__ import annotations
+
+import difflib
+import heapq
+import math
+import operator
+import re
+from typing import Iterable, Mapping, Sequence
+
+from .errors import MachineModelError
+from .specs import LINK_KINDS, DeviceSpec, Link, LinkSpec, NodeType
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*\Z")
+_DEVICE = re.compile(r"d(\d+)\Z")
+
+
+def _hint(word: str, choices: Iterable[str]) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=1)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def _bad_number(value, positive: bool) -> bool:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return True
+    return value <= 0 if positive else value < 0
+
+
+def check_description(device_specs: Mapping[str, DeviceSpec], node_types: Mapping[str, NodeType],
+                      nodes: Sequence[str], switches: Sequence[str] = (),
+                      links: Sequence[LinkSpec] = (), allreduce_efficiency: float = 1.0
+                      ) -> list[str]:
+    """Every reason the description is not a usable machine (empty when it is)."""
+    out = []
+    for kind, s in device_specs.items():
+        where = f"device spec '{kind}'"
+        if s.kind != kind:
+            out.append(f"{where}: its kind is '{s.kind}'; use the same name as its key")
+        for field, positive in (("fp32_flops", True), ("fp16_flops", True),
+                                ("fp64_flops", True), ("mem_bandwidth", True),
+                                ("memory", True), ("launch_overhead", False)):
+            v = getattr(s, field)
+            if _bad_number(v, positive):
+                out.append(f"{where}: {field} is {v!r}; give a finite number "
+                           f"{'above' if positive else 'of at least'} 0")
+    for s in switches:
+        if not isinstance(s, str) or not _NAME.match(s) or _DEVICE.match(s):
+            out.append(f"switch {s!r}: not a valid name; use letters, digits, '_', '.', '-' "
+                       "starting with a letter (and not d<number>, which names devices)")
+    if len(set(switches)) != len(switches):
+        out.append(f"switches {list(switches)}: names repeat; give each switch one name")
+    for tname, nt in node_types.items():
+        where = f"node type '{tname}'"
+        if not nt.devices:
+            out.append(f"{where}: no devices; list at least one device kind under \"devices\"")
+        for k, kind in enumerate(nt.devices):
+            if kind not in device_specs:
+                out.append(f"{where}: device d{k} is a '{kind}', which has no spec in "
+                           f"\"device_specs\"{_hint(kind, device_specs)}; add a '{kind}' entry "
+                           "(copy one from an exported preset) or fix the kind")
+        for p in nt.points:
+            if not isinstance(p, str) or not _NAME.match(p) or _DEVICE.match(p):
+                out.append(f"{where}: point {p!r} is not a valid name; use letters, digits, "
+                           "'_', '.', '-' starting with a letter, and not d<number>")
+            elif p in switches:
+                out.append(f"{where}: point '{p}' has the name of a global switch; rename it")
+        if len(set(nt.points)) != len(nt.points):
+            out.append(f"{where}: points {list(nt.points)} repeat; give each point one name")
+        local = {f"d{k}" for k in range(len(nt.devices))} | set(nt.points) | set(switches)
+        for i, ls in enumerate(nt.links):
+            lw = f"{where}, link {i} ({ls.kind} {ls.ends[0]}-{ls.ends[1]})"
+            out += _link_problems(lw, ls)
+            for e in ls.ends:
+                if e not in local:
+                    out.append(f"{lw}: end '{e}' is not a device (d0..d{len(nt.devices) - 1}), "
+                               f"a point of the node ({', '.join(nt.points) or 'none'}) or a "
+                               f"switch ({', '.join(switches) or 'none'}){_hint(e, local)}; "
+                               "declare it under \"points\" or \"switches\", or fix the name")
+            if all(e in switches for e in ls.ends):
+                out.append(f"{lw}: joins two global switches; put it under the top-level "
+                           "\"links\" instead")
+    if not nodes:
+        out.append("no nodes; list at least one node type under \"nodes\"")
+    for i, t in enumerate(nodes):
+        if t not in node_types:
+            out.append(f"node n{i}: unknown node type '{t}'{_hint(t, node_types)}; define it "
+                       "under \"node_types\" or fix the name")
+    for i, ls in enumerate(links):
+        lw = f"link {i} ({ls.kind} {ls.ends[0]}-{ls.ends[1]})"
+        out += _link_problems(lw, ls)
+        for e in ls.ends:
+            problem = _global_end_problem(e, node_types, nodes, switches)
+            if problem:
+                out.append(f"{lw}: {problem}")
+    if _bad_number(allreduce_efficiency, True):
+        out.append(f"allreduce_efficiency is {allreduce_efficiency!r}; give a finite number "
+                   "above 0 (1.0 is the textbook formula)")
+    return out
+
+
+def _link_problems(where: str, ls: LinkSpec) -> list[str]:
+    out = []
+    if ls.kind not in LINK_KINDS:
+        out.append(f"{where}: unknown link kind '{ls.kind}'{_hint(ls.kind, LINK_KINDS)}; use "
+                   f"one of {', '.join(LINK_KINDS)}")
+    if ls.ends[0] == ls.ends[1]:
+        out.append(f"{where}: both ends are '{ls.ends[0]}'; a link joins two different ends")
+    if _bad_number(ls.bandwidth, True):
+        out.append(f"{where}: bandwidth is {ls.bandwidth!r}; give bytes/s above 0 "
+                   "(e.g. 12.5e9 for 100 Gb/s)")
+    if _bad_number(ls.latency, False):
+        out.append(f"{where}: latency is {ls.latency!r}; give seconds, at least 0 "
+                   "(e.g. 1e-6)")
+    if ls.name and (not _NAME.match(ls.name)):
+        out.append(f"{where}: name {ls.name!r} is not a valid name; use letters, digits, "
+                   "'_', '.', '-' starting with a letter")
+    return out
+
+
+def _global_end_problem(end: str, node_types, nodes, switches) -> str:
+    if end in switches:
+        return ""
+    node, sep, local = end.partition("/")
+    m = re.fullmatch(r"n(\d+)", node)
+    if not sep or not m:
+        return (f"end '{end}' is neither a switch ({', '.join(switches) or 'none'}) nor "
+                "NODE/NAME such as 'n0/d1' or 'n0/host'; fix the name or declare the switch")
+    i = int(m.group(1))
+    if i >= len(nodes):
+        return (f"end '{end}' refers to node n{i}, which does not exist (nodes n0..n"
+                f"{len(nodes) - 1}); use an existing node or add nodes")
+    nt = node_types.get(nodes[i])
+    if nt is None:
+        return ""   # reported for the node itself
+    names = [f"d{k}" for k in range(len(nt.devices))] + list(nt.points)
+    if local not in names:
+        return (f"end '{end}': node n{i} (type '{nodes[i]}') has no '{local}' (it has "
+                f"{', '.join(names)}){_hint(local, names)}; fix the name")
+    return ""
+
+
+class MachineModel:
+    """Nodes x devices with links; routes, transfer times and all-reduce costs.
+
+        m = machine_model("p100:2")               # 2 nodes x 4 P100
+        m.transfer_time(4 << 20, 0, 5)            # seconds, across nodes
+        m.path(0, 5)                              # (pcie, ib, ib, pcie) Links
+        m.allreduce_time(100 << 20, range(8))     # cheapest of ring, tree, hierarchical
+    """
+
+    def __init__(self, name: str, device_specs: Mapping[str, DeviceSpec],
+                 node_types: Mapping[str, NodeType], nodes: Sequence[str],
+                 switches: Sequence[str] = (), links: Sequence[LinkSpec] = (),
+                 allreduce_efficiency: float = 1.0, summary: str = "",
+                 calibration: Mapping | None = None):
+        self.name = name
+        self.device_specs = dict(device_specs)
+        self.node_types = dict(node_types)
+        self.nodes = tuple(nodes)
+        self.switches = tuple(switches)
+        self.links = tuple(links)
+        self.allreduce_efficiency = allreduce_efficiency
+        self.summary = summary
+        self.calibration = dict(calibration or {})
+        problems = check_description(self.device_specs, self.node_types, self.nodes,
+                                     self.switches, self.links, allreduce_efficiency)
+        if not problems:
+            self._build()
+            problems = self._connectivity_problems()
+        if problems:
+            raise MachineModelError(f"machine '{name}': {len(problems)} problem"
+                                    f"{'s' if len(problems) > 1 else ''}:\n  - " +
+                                    "\n  - ".join(problems))
+        self._routes: dict[int, dict[int, tuple[tuple[Link, ...], float, float]]] = {}
+        self._collectives: dict[tuple[int, ...], dict] = {}
+
+    # -- structure ------------------------------------------------------------------------
+    def _build(self) -> None:
+        self._node_of, self._first, names = [], [], []
+        for i, t in enumerate(self.nodes):
+            self._first.append(len(names))
+            for k in range(len(self.node_types[t].devices)):
+                names.append(f"n{i}/d{k}")
+                self._node_of.append(i)
+        self._first.append(len(names))
+        self._kinds = [self.node_types[t].devices[k] for t in self.nodes
+                       for k in range(len(self.node_types[t].devices))]
+        for i, t in enumerate(self.nodes):
+            names += [f"n{i}/{p}" for p in self.node_types[t].points]
+        names += list(self.switches)
+        self._vertex = {n: v for v, n in enumerate(names)}
+        self._names = names
+        self._adj: list[list[tuple[int, Link]]] = [[] for _ in names]
+        self._resources: dict[str, Link] = {}
+        for i, t in enumerate(self.nodes):
+            for ls in self.node_types[t].links:
+                full = tuple(e if e in self.switches else f"n{i}/{e}" for e in ls.ends)
+                self._add(f"n{i}/{ls.name or '-'.join(ls.ends)}", ls, full)
+        for ls in self.links:
+            self._add(ls.name or "-".join(ls.ends), ls, ls.ends)
+
+    def _add(self, base: str, ls: LinkSpec, ends) -> None:
+        a, b = (self._vertex[e] for e in ends)
+        if ls.duplex:
+            fwd = Link(base + ">", ls.kind, ls.latency, ls.bandwidth, ends[0], ends[1])
+            rev = Link(base + "<", ls.kind, ls.latency, ls.bandwidth, ends[1], ends[0])
+        else:
+            fwd = rev = Link(base, ls.kind, ls.latency, ls.bandwidth, ends[0], ends[1])
+        for link in {fwd.id: fwd, rev.id: rev}.values():
+            if link.id in self._resources:
+                raise MachineModelError(
+                    f"machine '{self.name}': two links are named '{link.id}'; give one of "
+                    "them another \"name\"")
+            self._resources[link.id] = link
+        self._adj[a].append((b, fwd))
+        self._adj[b].append((a, rev))
+
+    def _connectivity_problems(self) -> list[str]:
+        # Components of the graph without devices; devices reach each other through a shared
+        # component or a direct link (routes never pass through a third device).
+        n_dev = self.num_devices
+        parent = list(range(len(self._names)))
+
+        def find(v):
+            while parent[v] != v:
+                parent[v] = parent[parent[v]]
+                v = parent[v]
+            return v
+        for v in range(n_dev, len(self._names)):
+            for w, _ in self._adj[v]:
+                if w >= n_dev:
+                    parent[find(v)] = find(w)
+        touch = [{find(w) for w, _ in self._adj[d] if w >= n_dev} for d in range(n_dev)]
+        direct = [{w for w, _ in self._adj[d] if w < n_dev} for d in range(n_dev)]
+        common = set.intersection(*touch) if touch else set()
+        if common:
+            return []
+        for a in range(n_dev):
+            for b in range(a + 1, n_dev):
+                if b not in direct[a] and not touch[a] & touch[b]:
+                    return [f"no route from device {a} ({self._names[a]}) to device {b} "
+                            f"({self._names[b]}); add a link between them or to a switch "
+                            "both reach"]
+        return []
+
+    # -- devices and nodes ----------------------------------------------------------------
+    @property
+    def num_devices(self) -> int:
+        return len(self._node_of)
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self.nodes)
+
+    @property
+    def devices_per_node(self) -> int:
+        """Devices of every node (nodes of different sizes: use devices_of_node)."""
+        sizes = {len(self.node_types[t].devices) for t in self.nodes}
+        if len(sizes) > 1:
+            raise MachineModelError(f"machine '{self.name}': nodes hold {sorted(sizes)} "
+                                    "devices; use devices_of_node(n) for nodes of "
+                                    "different sizes")
+        return sizes.pop()
+
+    def devices_of_node(self, node: int) -> range:
+        if not 0 <= node < self.num_nodes:
+            raise MachineModelError(f"machine '{self.name}': node {node} does not exist; it "
+                                    f"has nodes 0..{self.num_nodes - 1}")
+        return range(self._first[node], self._first[node + 1])
+
+    def _check_device(self, i) -> int:
+        try:
+            d = operator.index(i)
+        except TypeError:
+            d = -1
+        if not 0 <= d < self.num_devices:
+            raise MachineModelError(f"machine '{self.name}': device {i!r} does not exist; it "
+                                    f"has devices 0..{self.num_devices - 1}")
+        return d
+
+    def device(self, i: int) -> DeviceSpec:
+        return self.device_specs[self._kinds[self._check_device(i)]]
+
+    def node_of(self, i: int) -> int:
+        return self._node_of[self._check_device(i)]
+
+    def device_name(self, i: int) -> str:
+        """'n<node>/d<k>': the endpoint name of device i in files and link ends."""
+        return self._names[self._check_device(i)]
+
+    def link_resources(self) -> tuple[Link, ...]:
+        """Every link resource (one per id), in declaration order."""
+        return tuple(self._resources.values())
+
+    # -- routes and transfers -------------------------------------------------------------
+    def _routes_from(self, src: int) -> dict:
+        # Dijkstra on (links, latency); device vertices other than src are never expanded.
+        n_dev = self.num_devices
+        best = {src: (0, 0.0)}
+        prev: dict[int, tuple[int, Link]] = {}
+        heap, seq = [(0, 0.0, 0, src)], 1
+        while heap:
+            hops, lat, _, v = heapq.heappop(heap)
+            if best.get(v) != (hops, lat) or (v < n_dev and v != src):
+                continue
+            for w, link in self._adj[v]:
+                key = (hops + 1, lat + link.latency)
+                if w not in best or key < best[w]:
+                    best[w] = key
+                    prev[w] = (v, link)
+                    heapq.heappush(heap, (*key, seq, w))
+                    seq += 1
+        out = {}
+        for dst in range(n_dev):
+            if dst == src or dst not in prev:
+                continue
+            path, v = [], dst
+            while v != src:
+                v, link = prev[v]
+                path.append(link)
+            path.reverse()
+            out[dst] = (tuple(path), sum(l.latency for l in path),
+                        min(l.bandwidth for l in path))
+        return out
+
+    def route(self, a: int, b: int) -> tuple[tuple[Link, ...], float, float]:
+        """(links, total latency, slowest bandwidth) of a transfer from device a to b."""
+        a, b = self._check_device(a), self._check_device(b)
+        if a == b:
+            return (), 0.0, math.inf
+        routes = self._routes.get(a)
+        if routes is None:
+            routes = self._routes[a] = self._routes_from(a)
+        return routes[b]
+
+    def path(self, a: int, b: int) -> tuple[Link, ...]:
+        """The links a transfer from device a to device b occupies (empty when a == b)."""
+        return self.route(a, b)[0]
+
+    def transfer_time(self, nbytes: int, a: int, b: int) -> float:
+        """Latency of the path plus nbytes over its slowest link; 0 when a == b."""
+        if a == b:
+            self._check_device(a)
+            return 0.0
+        _, latency, bandwidth = self.route(a, b)
+        return latency + nbytes / bandwidth
+
+    # -- collectives (collectives.py) -----------------------------------------------------
+    def allreduce_times(self, nbytes: int, devices: Iterable[int]) -> dict[str, float]:
+        """Seconds of each applicable algorithm: 'ring', 'hierarchical', 'tree'."""
+        from .collectives import allreduce_times
+        return allreduce_times(self, nbytes, devices)
+
+    def allreduce_algorithm(self, nbytes: int, devices: Iterable[int]) -> tuple[str, float]:
+        """(name, seconds) of the cheapest all-reduce algorithm for this group and size."""
+        from .collectives import allreduce_algorithm
+        return allreduce_algorithm(self, nbytes, devices)
+
+    def allreduce_time(self, nbytes: int, devices: Iterable[int]) -> float:
+        """Seconds of an all-reduce of nbytes over the devices, by the cheapest algorithm."""
+        return self.allreduce_algorithm(nbytes, devices)[1]
+
+    def links_of_allreduce(self, devices: Iterable[int], nbytes: int | None = None
+                           ) -> tuple[Link, ...]:
+        """Links the all-reduce occupies: of the algorithm chosen for nbytes, or of every
+        candidate algorithm when nbytes is None."""
+        from .collectives import links_of_allreduce
+        return links_of_allreduce(self, devices, nbytes)
+
+    # -- runtime view, files, printing ----------------------------------------------------
+    def taskrt_machine(self, ranks_per_node: int | None = None):
+        """The taskrt.Machine with the same devices (same ids): one rank per device by
+        default, else `ranks_per_node` ranks per node sharing its devices in order."""
+        from taskrt.machine import Device, Machine
+        devices, rank = [], 0
+        for node in range(self.num_nodes):
+            ids = self.devices_of_node(node)
+            ranks = len(ids) if ranks_per_node is None else ranks_per_node
+            if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1 \
+                    or len(ids) % ranks:
+                raise MachineModelError(
+                    f"machine '{self.name}': ranks_per_node={ranks_per_node!r} does not "
+                    f"divide the {len(ids)} devices of node {node}; use a divisor of "
+                    f"{len(ids)}")
+            per_rank = len(ids) // ranks
+            for k, d in enumerate(ids):
+                gpu = self._kinds[d] != "cpu"
+                devices.append(Device(d, rank + k // per_rank, "cuda" if gpu else "cpu",
+                                      k if gpu else k % per_rank))
+            rank += ranks
+        return Machine(tuple(devices))
+
+    def save(self, path) -> None:
+        """Write this model to a machine file (JSON for .json, else msgpack)."""
+        from .fileformat import save
+        save(self, path)
+
+    def _key(self) -> tuple:
+        return (self.name, self.device_specs, self.node_types, self.nodes, self.switches,
+                self.links, self.allreduce_efficiency, self.summary, self.calibration)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, MachineModel) and self._key() == other._key()
+
+    __hash__ = None
+
+    def __str__(self) -> str:
+        kinds = sorted(set(self._kinds))
+        summary = self.summary or self._auto_summary()
+        sizes = {len(self.node_types[t].devices) for t in self.nodes}
+        if len(sizes) == 1 and len(kinds) == 1:
+            return f"{self.num_nodes}x{sizes.pop()} {kinds[0]} ({summary})"
+        return (f"{self.num_devices} devices ({', '.join(kinds)}) on {self.num_nodes} nodes "
+                f"({summary})")
+
+    def _auto_summary(self) -> str:
+        slowest: dict[str, float] = {}
+        for link in self._resources.values():
+            slowest[link.kind] = min(slowest.get(link.kind, math.inf), link.bandwidth)
+        return ", ".join(f"{k} {bw / 1e9:.3g} GB/s" for k, bw in slowest.items()) or "no links"
+
+    def __repr__(self) -> str:
+        return f"MachineModel({self.name!r}: {self})"
