@@ -15,7 +15,9 @@ the strategy layer does not depend on the apps package otherwise.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
+import sys
 import time
 
 from parallel_ops import ConfigError, ParallelConfig
@@ -26,9 +28,17 @@ from .profile import Profile
 from .profiler import distinct_nodes, profile_nodes
 
 
+def find_apps() -> None:
+    """Make `apps` importable: it is a folder of scripts beside the installed packages."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    if importlib.util.find_spec("apps") is None and root not in sys.path:
+        sys.path.insert(0, root)
+
+
 def load_app(app_name: str, argv=(), devices: int = 1):
     """(App, Network, parsed flags, optimizer) of `apps/<app_name>.py` built with `argv`
     for a global batch of `devices` times the app's per-device batch."""
+    find_apps()
     try:
         module = importlib.import_module(f"apps.{app_name}")
     except ModuleNotFoundError as e:

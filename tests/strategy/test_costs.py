@@ -2,6 +2,7 @@
 profile files (round trips, merges, corrupt files), analytic FLOPs and bytes against closed
 forms, calibration recovering known parameters, the once-per-process fallback warning, and
 the cache the simulator relies on."""
+import io
 import json
 import math
 import warnings
@@ -17,6 +18,8 @@ from strategy import costs
 from strategy.costs import (Calibration, CalibrationError, CostModel, CostWarning, Measurement,
                             Profile, ProfileError, Work, analytic_time, calibrate, gpu_kind,
                             measure_node, node_bytes, node_flops, profile_graph)
+from strategy.costs import __main__ as costs_cli
+from strategy.costs import load_app, profile_app
 from strategy.costs.analytic import spec_numbers
 from strategy.costs.model import reset_warning
 from taskrt import Machine, plan
@@ -378,3 +381,51 @@ def test_node_cache_is_bounded(tagger_profile):
     for n in g.tasks():
         cm.task_time(n, CPU)
     assert len(cm._nodes) <= 4
+
+
+# -- profiling an app ---------------------------------------------------------------------------
+TINY_RNNLM = ["--small", "--vocab", "16", "--embed", "8", "--hidden", "8", "--seq-len", "2",
+              "--layers", "1", "--batch-size", "4"]
+
+
+@pytest.fixture(scope="module")
+def rnnlm_profile(tmp_path_factory):
+    path = tmp_path_factory.mktemp("prof") / "rnnlm.profile"
+    out = io.StringIO()
+    rc = costs_cli.main(["profile", "rnnlm", *TINY_RNNLM, "--devices", "2", "--repeats", "1",
+                         "--warmup", "0", "-o", str(path)], out=out)
+    assert rc == 0, out.getvalue()
+    return path, out.getvalue()
+
+
+def test_profile_app_covers_every_single_dim_split(rnnlm_profile):
+    path, report = rnnlm_profile
+    prof = Profile.load(path)
+    assert "0 failed" in report and f"{len(prof)} measured on cpu" in report
+    _, net, _, opt = load_app("rnnlm", TINY_RNNLM, 2)
+    model, machine = net.model, Machine.local(2)
+    for op in model.ops:
+        for dim in op.dims:
+            for d in range(1, min(2, dim.extent) + 1):
+                low = lower(model, {op.name: ParallelConfig(((dim.name, d),), tuple(range(d)))},
+                            machine, opt)
+                g = plan(low.launches, machine, initial=low.initial)
+                missing = {n.launch.name for n in g.tasks()
+                           if prof.get(n.cost_key, "cpu") is None}
+                assert not missing, (op.name, dim.name, d, missing)
+
+
+def test_profile_app_skips_what_the_file_has(rnnlm_profile):
+    path, _ = rnnlm_profile
+    before = Profile.load(path)
+    again = profile_app("rnnlm", TINY_RNNLM, devices=2, repeats=1, warmup=0, output=path)
+    assert len(again) == 0 and Profile.load(path).times == before.times
+
+
+def test_show_and_bad_app(rnnlm_profile, capsys):
+    path, _ = rnnlm_profile
+    out = io.StringIO()
+    assert costs_cli.main(["show", str(path), "--top", "2"], out=out) == 0
+    assert "cpu:" in out.getvalue() and "slowest" in out.getvalue()
+    assert costs_cli.main(["profile", "nope"], out=out) == 2
+    assert "no app 'nope'" in capsys.readouterr().err
