@@ -1,3 +1,10 @@
-"""Machine models (the interface named in issue 6); the code lives in strategy/machines/."""
-from .machines import *  # noqa: F401,F403
-from .machines import __all__  # noqa: F401
+"""Machine models, by the name issue 6 gives them; the code lives in strategy/machines/."""
+from .machines import (DEVICE_SPECS, LINK_KINDS, PRESETS, DeviceSpec, Link, LinkSpec,
+                       MachineFileError, MachineModel, MachineModelError, NodeType,
+                       calibrate_local, cluster_model, from_bytes, from_dict, load,
+                       machine_model, save, to_dict)
+
+__all__ = ["DEVICE_SPECS", "LINK_KINDS", "PRESETS", "DeviceSpec", "Link", "LinkSpec",
+           "MachineFileError", "MachineModel", "MachineModelError", "NodeType",
+           "calibrate_local", "cluster_model", "from_bytes", "from_dict", "load",
+           "machine_model", "save", "to_dict"]

@@ -3,10 +3,10 @@
 Every rank measures its device (best-of matmul FLOP/s per dtype, a memory copy, the time of
 a tiny op); ranks of one host are one node. Then MPI ping-pongs time one pair of ranks on a
 node and one pair on two nodes (latency at 8 bytes, bandwidth from 64 KiB to 4 MiB), and an
-all-reduce of the whole job at a few sizes fits the model's `allreduce_efficiency`. Every rank returns
-the same model (medians are gathered, timings broadcast), so graphs built from it agree.
-Ranks that are not measuring wait with a sleeping poll, never a spinning receive. About a
-second in all; without MPI only the device is measured and the model has one device.
+all-reduce of the whole job at a few sizes fits the model's `allreduce_efficiency`. Every
+rank returns the same model (medians are gathered, timings broadcast), so graphs built from
+it agree. Ranks that are not measuring wait with a sleeping poll, never a spinning receive.
+About a second in all; without MPI only the device is measured and the model has one device.
 """
 from __future__ import annotations
 
@@ -214,22 +214,22 @@ def calibrate_local(comm=None):
             record["pingpong_inter"] = pts
         record["allreduce"] = _allreduce_times(comm)
 
-    def build(efficiency: float):
-        parts = []
-        if "pingpong_intra" in record:
-            parts.append(f"shm {intra[2] / 1e9:.3g} GB/s, {intra[1] * 1e6:.3g} us")
-        if "pingpong_inter" in record:
-            parts.append(f"network {inter[2] / 1e9:.3g} GB/s, {inter[1] * 1e6:.3g} us")
+    parts = []
+    if "pingpong_intra" in record:
+        parts.append(f"shm {intra[2] / 1e9:.3g} GB/s, {intra[1] * 1e6:.3g} us")
+    if "pingpong_inter" in record:
+        parts.append(f"network {inter[2] / 1e9:.3g} GB/s, {inter[1] * 1e6:.3g} us")
+
+    def build(efficiency: float, calibration: dict):
         return cluster_model("local", spec, per_node, intra, inter,
                              allreduce_efficiency=efficiency,
-                             summary=", ".join(parts) or "one device", calibration=record)
-    model = build(1.0)
+                             summary=", ".join(parts) or "one device", calibration=calibration)
+    efficiency = 1.0
     if "allreduce" in record:
-        model = build(_fit_efficiency(model, record["allreduce"]))
-        devices = range(model.num_devices)
-        for point in record["allreduce"]:
-            point.append(model.allreduce_time(point[0], devices))   # [bytes, measured, model]
-    record["seconds"] = time.perf_counter() - start
-    if comm is not None:
-        record["seconds"] = comm.bcast(record["seconds"], root=0)
-    return build(model.allreduce_efficiency)
+        fitted = build(_fit_efficiency(build(1.0, {}), record["allreduce"]), {})
+        efficiency = fitted.allreduce_efficiency
+        for point in record["allreduce"]:     # [bytes, measured seconds, model seconds]
+            point.append(fitted.allreduce_time(point[0], range(fitted.num_devices)))
+    seconds = time.perf_counter() - start
+    record["seconds"] = comm.bcast(seconds, root=0) if comm is not None else seconds
+    return build(efficiency, record)

@@ -142,7 +142,7 @@ def from_bytes(raw: bytes, path: str = "<bytes>") -> MachineModel:
     if raw[:1] == b"\x80" and raw[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05"):
         raise MachineFileError(f"{where}: this looks like a Python pickle, which is never "
                                f"loaded (unpickling runs code). {HOW}")
-    is_json = raw.lstrip()[:1] == b"{"
+    is_json = raw.lstrip()[:1] in (b"{", b"[")
     try:
         data = json.loads(raw.decode("utf-8")) if is_json else \
             msgpack.unpackb(raw, raw=False, strict_map_key=True)
@@ -203,7 +203,6 @@ def _links(p: _Problems, where: str, items) -> list[LinkSpec]:
             p.append(f"{lw}: expected {{\"kind\", \"ends\", \"latency\", \"bandwidth\"}}, "
                      f"got {d!r}")
             continue
-        p.unknown(lw, d, LINK_FIELDS)
         ends = d.get("ends")
         if not (isinstance(ends, list) and len(ends) == 2 and all(isinstance(e, str)
                                                                     for e in ends)):
@@ -211,6 +210,7 @@ def _links(p: _Problems, where: str, items) -> list[LinkSpec]:
                      f"got {ends!r}")
             continue
         lw = f"{lw} ({ends[0]}-{ends[1]})"
+        p.unknown(lw, d, LINK_FIELDS)
         kind = d.get("kind")
         if not isinstance(kind, str):
             p.append(f"{lw}: \"kind\" must be a link kind such as \"nvlink\" or \"ib\", "
