@@ -38,27 +38,40 @@ _R, _WD, _RW, _RED = (Privilege.READ, Privilege.WRITE_DISCARD, Privilege.READ_WR
 
 
 class BufferAccesses:
-    """Accesses of one physical buffer: the last writer per piece and the readers since."""
+    """Accesses of one physical buffer: the last writer per piece, and the readers since,
+    grouped by the rect they read (many tasks read the same part)."""
     __slots__ = ("writers", "readers")
 
     def __init__(self):
-        self.writers = RectIndex()
-        self.readers = RectIndex()
+        self.writers = RectIndex(disjoint=True)     # piece -> last writer ref
+        self.readers = RectIndex()                  # rect -> set of reader refs
+
+    def _add_readers(self, rect: Rect, refs) -> None:
+        i = self.readers.find_exact(rect)
+        if i is None:
+            self.readers.add(rect, set(refs))
+        else:
+            self.readers.get(i)[1].update(refs)
 
     def read(self, rect: Rect, ref) -> set:
         preds = {n for _, _, n in self.writers.overlapping(rect)}
-        self.readers.add(rect, ref)
+        self._add_readers(rect, (ref,))
         return preds
 
     def write(self, rect: Rect, ref) -> set:
         preds = set()
-        for index in (self.writers, self.readers):
-            for i, r, n in index.overlapping(rect):
-                preds.add(n)
-                index.remove(i)
-                for piece in r.subtract(rect):
-                    index.add(piece, n)
-        self.writers.add(rect, ref)
+        writers, readers = self.writers, self.readers
+        for i, r, n in writers.overlapping(rect):
+            preds.add(n)
+            writers.remove(i)
+            for piece in r.subtract(rect):
+                writers.add(piece, n)
+        for i, r, refs in readers.overlapping(rect):
+            preds |= refs
+            readers.remove(i)
+            for piece in r.subtract(rect):
+                self._add_readers(piece, refs)
+        writers.add(rect, ref)
         preds.discard(ref)
         return preds
 
@@ -68,7 +81,7 @@ class RegionState:
 
     def __init__(self, region: Region):
         self.region = region
-        self.valid = RectIndex()      # (rect, frozenset of holder devices), disjoint
+        self.valid = RectIndex(disjoint=True)   # (rect, frozenset of holder devices)
         self.pending = RectIndex()    # (rect, (device, in partial buffer?)), disjoint per device
 
     def add_holder(self, rect: Rect, device: int) -> None:

@@ -5,21 +5,41 @@ all operations treat them consistently (volume 0, intersect with nothing).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from .errors import RectError
 
 
-@dataclass(frozen=True, slots=True)
 class Rect:
-    lo: tuple[int, ...]
-    hi: tuple[int, ...]
+    """An immutable n-d half-open box. (A plain slotted class rather than a dataclass: the
+    planner creates and compares millions of them, and emptiness and the hash are cached.)"""
+    __slots__ = ("lo", "hi", "empty", "_hash")
 
-    def __post_init__(self):
-        if len(self.lo) != len(self.hi):
-            raise RectError(f"Rect: lo {self.lo} and hi {self.hi} have different lengths. "
+    def __init__(self, lo: tuple[int, ...], hi: tuple[int, ...]):
+        if len(lo) != len(hi):
+            raise RectError(f"Rect: lo {lo} and hi {hi} have different lengths. "
                             "Give one bound per dimension.")
+        object.__setattr__(self, "lo", lo)
+        object.__setattr__(self, "hi", hi)
+        empty = False
+        for l, h in zip(lo, hi):
+            if h <= l:
+                empty = True
+                break
+        object.__setattr__(self, "empty", empty)
+        object.__setattr__(self, "_hash", hash((lo, hi)))
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"Rect is immutable (tried to set {name})")
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Rect) and self.lo == other.lo and self.hi == other.hi
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __reduce__(self):
+        return (Rect, (self.lo, self.hi))
 
     @staticmethod
     def from_shape(shape: Sequence[int]) -> "Rect":
@@ -48,10 +68,6 @@ class Rect:
             v *= h - l
         return v
 
-    @property
-    def empty(self) -> bool:
-        return any(h <= l for l, h in zip(self.lo, self.hi))
-
     def _check_same_ndim(self, other: "Rect") -> None:
         if len(self.lo) != len(other.lo):
             raise RectError(f"Rect {self} and {other}: different dimensionality "
@@ -59,14 +75,18 @@ class Rect:
 
     def intersect(self, other: "Rect") -> "Rect":
         """The common part; possibly empty."""
-        self._check_same_ndim(other)
+        if len(self.lo) != len(other.lo):
+            self._check_same_ndim(other)
+        if self.lo == other.lo and self.hi == other.hi:
+            return self
         return Rect(tuple(map(max, self.lo, other.lo)), tuple(map(min, self.hi, other.hi)))
 
     def overlaps(self, other: "Rect") -> bool:
         """True when the two rects share at least one point (touching is not overlapping)."""
-        self._check_same_ndim(other)
+        if len(self.lo) != len(other.lo):
+            self._check_same_ndim(other)
         for a, b, c, d in zip(self.lo, self.hi, other.lo, other.hi):
-            if max(a, c) >= min(b, d):
+            if a >= d or c >= b or a >= b or c >= d:
                 return False
         return True
 

@@ -7,7 +7,8 @@ partition touch O(1) cells per split dimension, and a few slivers (halos, fragme
 subtraction) do not shrink the cells for everyone. The grid is rebuilt when that typical
 extent drifts 4x away from the cell size. Items that would touch many cells, and queries that
 would visit more cells than there are items, fall back to scanning, so the cost is
-min(grid walk, scan).
+min(grid walk, scan). Small sets (most buffers hold a handful of pieces) skip the grid and
+are scanned directly, which is what keeps planning cheap per node.
 """
 from __future__ import annotations
 
@@ -18,19 +19,25 @@ from .geometry import Rect
 
 _MAX_CELLS_PER_ITEM = 64
 _DRIFT_BITS = 2          # rebuild when the typical extent is 4x off the cell size
+_SMALL = 12              # up to this many items: no grid, scan them
 
 
 class RectIndex:
-    __slots__ = ("_items", "_next_id", "_cell", "_grid", "_big", "_bits", "_sized")
+    __slots__ = ("_items", "_next_id", "_cell", "_grid", "_big", "_bits", "_sized", "_exact",
+                 "disjoint")
 
-    def __init__(self):
+    def __init__(self, disjoint: bool = False):
+        """`disjoint`: the caller promises items never overlap, so a query equal to an item's
+        rect is answered by that item alone (the common case, found by a dict lookup)."""
+        self.disjoint = disjoint
+        self._exact: dict[Rect, int] = {}       # rect -> id of the latest item with it
         self._items: dict[int, tuple[Rect, Any]] = {}
         self._next_id = 0
-        self._cell: tuple[int, ...] | None = None
+        self._cell: tuple[int, ...] | None = None    # None: no grid (small or all empty)
         self._grid: dict[tuple[int, ...], set[int]] = {}
         self._big: set[int] = set()
         self._bits: list[int] | None = None     # per dimension: sum of extent.bit_length()
-        self._sized = 0                          # number of non-empty items
+        self._sized = 0                          # number of non-empty items (grid mode)
 
     def __len__(self) -> int:
         return len(self._items)
@@ -41,6 +48,10 @@ class RectIndex:
 
     def get(self, item_id: int) -> tuple[Rect, Any]:
         return self._items[item_id]
+
+    def find_exact(self, rect: Rect) -> int | None:
+        """The id of an item whose rect equals `rect`, if any."""
+        return self._exact.get(rect)
 
     # -- grid helpers -------------------------------------------------------------------
     def _cell_ranges(self, rect: Rect) -> list[range]:
@@ -66,8 +77,27 @@ class RectIndex:
             else:
                 bucket.add(item_id)
 
-    def _rebuild(self, cell: tuple[int, ...]) -> None:
-        self._cell = cell
+    def _account(self, rect: Rect, sign: int) -> None:
+        bits = self._bits
+        for d, (l, h) in enumerate(zip(rect.lo, rect.hi)):
+            bits[d] += sign * (h - l).bit_length()
+        self._sized += sign
+
+    def _build_grid(self) -> None:
+        """Enter grid mode: cells follow the typical extent of the items held."""
+        sized = [r for r, _ in self._items.values() if not r.empty]
+        if not sized:
+            self._cell = None
+            return
+        self._bits = [0] * sized[0].ndim
+        self._sized = 0
+        for r in sized:
+            self._account(r, 1)
+        self._rebuild()
+
+    def _rebuild(self) -> None:
+        n, bits = self._sized, self._bits
+        self._cell = tuple(1 << max(0, (2 * b + n) // (2 * n) - 1) for b in bits)
         self._grid = {}
         self._big = set()
         for i, (r, _) in self._items.items():
@@ -80,30 +110,32 @@ class RectIndex:
         item_id = self._next_id
         self._next_id += 1
         self._items[item_id] = (rect, value)
+        self._exact[rect] = item_id
+        if self._cell is None:
+            if len(self._items) > _SMALL:
+                self._build_grid()
+            return item_id
         if rect.empty:
             return item_id
-        bits = self._bits
-        if bits is None:
-            bits = self._bits = [0] * rect.ndim
-        for d, (l, h) in enumerate(zip(rect.lo, rect.hi)):
-            bits[d] += (h - l).bit_length()
-        n = self._sized = self._sized + 1
-        cell = self._cell
+        self._account(rect, 1)
+        n, cell = self._sized, self._cell
         # A cell of 2**k has bit_length k+1; the items' mean bit_length is sum/n.
-        if cell is None or any(abs(c.bit_length() * n - b) > _DRIFT_BITS * n
-                               for c, b in zip(cell, bits)):
-            self._rebuild(tuple(1 << max(0, (2 * b + n) // (2 * n) - 1) for b in bits))
+        if any(abs(c.bit_length() * n - b) > _DRIFT_BITS * n for c, b in zip(cell, self._bits)):
+            self._rebuild()
             return item_id
         self._insert(item_id, rect)
         return item_id
 
     def remove(self, item_id: int) -> None:
         rect, _ = self._items.pop(item_id)
-        if rect.empty:
+        if self._exact.get(rect) == item_id:
+            del self._exact[rect]
+        if self._cell is None or rect.empty:
             return
-        self._sized -= 1
-        for d, (l, h) in enumerate(zip(rect.lo, rect.hi)):
-            self._bits[d] -= (h - l).bit_length()
+        self._account(rect, -1)
+        if len(self._items) <= _SMALL // 2:      # back to scanning
+            self._cell, self._grid, self._big = None, {}, set()
+            return
         if item_id in self._big:
             self._big.discard(item_id)
             return
@@ -117,9 +149,15 @@ class RectIndex:
 
     def overlapping(self, rect: Rect) -> list[tuple[int, Rect, Any]]:
         """Items whose rect shares at least one point with `rect`, in insertion order."""
-        if rect.empty or self._cell is None:     # no cell yet: every item is empty
-            return []
         items = self._items
+        if not items or rect.empty:
+            return []
+        if self.disjoint:
+            i = self._exact.get(rect)
+            if i is not None:
+                return [(i, rect, items[i][1])]
+        if self._cell is None:
+            return [(i, r, v) for i, (r, v) in items.items() if r.overlaps(rect)]
         ranges = self._cell_ranges(rect)
         if self._count(ranges) >= len(items):
             ids = items.keys()
