@@ -65,7 +65,7 @@ def measure_device(device: str = "cpu", ranks_sharing: int = 1, budget: float = 
         torch.backends.cuda.matmul.allow_tf32 = tf32
     src = torch.ones((256 if gpu else 16) << 18, device=device)    # 256 MiB or 16 MiB
     dst = torch.empty_like(src)
-    out["mem_bandwidth"] = 2 * src.nbytes / _best_seconds(lambda: dst.copy_(src), budget, sync)
+    out["memory_bandwidth"] = 2 * src.nbytes / _best_seconds(lambda: dst.copy_(src), budget, sync)
     x, y = torch.zeros(1, device=device), torch.zeros(1, device=device)
     calls = 200
 
@@ -75,11 +75,11 @@ def measure_device(device: str = "cpu", ranks_sharing: int = 1, budget: float = 
     out["launch_overhead"] = _best_seconds(tiny, budget / 2, sync) / calls
     if gpu:
         props = torch.cuda.get_device_properties(torch.device(device))
-        out["memory"] = int(props.total_memory)
+        out["memory_capacity"] = int(props.total_memory)
         out["kind"] = _gpu_kind(props.name)
     else:
         total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-        out["memory"] = int(total // max(1, ranks_sharing))
+        out["memory_capacity"] = int(total // max(1, ranks_sharing))
         out["kind"] = "cpu"
     return out
 
@@ -195,7 +195,7 @@ def calibrate_local(comm=None):
                                 "calibrate ranks of one kind")
     fields = [f.name for f in dataclasses.fields(DeviceSpec) if f.name != "kind"]
     values = {f: statistics.median(m[f] for m in everyone) for f in fields}
-    values["memory"] = int(values["memory"])
+    values["memory_capacity"] = int(values["memory_capacity"])
     spec = DeviceSpec(kinds[0], **values)
     record = {"ranks_per_node": per_node, "torch_threads": torch.get_num_threads(),
               "device": device.split(":")[0]}

@@ -35,7 +35,7 @@ class _Part:
     latency: float               # seconds per round
     seconds_per_byte: float      # per byte of the round's message, before efficiency
     frac: float                  # the round's message as a fraction of nbytes
-    links: frozenset             # link ids used
+    links: frozenset             # names of the links used
 
 
 def _part(model, pairs, rounds: int, frac: float) -> _Part:
@@ -45,8 +45,8 @@ def _part(model, pairs, rounds: int, frac: float) -> _Part:
         links, lat, _ = model.route(a, b)
         latency = max(latency, lat)
         for link in links:
-            load[link.id] += 1
-            bandwidth[link.id] = link.bandwidth
+            load[link.name] += 1
+            bandwidth[link.name] = link.bandwidth
     spb = max((n / bandwidth[i] for i, n in load.items()), default=0.0)
     return _Part(rounds, latency, spb, frac, frozenset(load))
 

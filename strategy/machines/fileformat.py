@@ -30,8 +30,9 @@ from .specs import DeviceSpec, LinkSpec, NodeType
 FORMAT = "soapflow-machine"
 VERSION = 1
 SPEC_FIELDS = {"fp32_flops": "FLOP/s, e.g. 1.06e13", "fp16_flops": "FLOP/s, e.g. 2.12e13",
-               "fp64_flops": "FLOP/s, e.g. 5.3e12", "mem_bandwidth": "bytes/s, e.g. 7.32e11",
-               "memory": "bytes, e.g. 17179869184 for 16 GiB",
+               "fp64_flops": "FLOP/s, e.g. 5.3e12",
+               "memory_bandwidth": "bytes/s, e.g. 7.32e11",
+               "memory_capacity": "bytes, e.g. 17179869184 for 16 GiB",
                "launch_overhead": "seconds, e.g. 5e-6"}
 LINK_FIELDS = {"kind": "", "ends": "", "latency": "seconds, e.g. 1e-6",
                "bandwidth": "bytes/s, e.g. 1.25e10 for 100 Gb/s", "duplex": "", "name": ""}
@@ -259,7 +260,8 @@ def from_dict(data, path: str = "<data>") -> MachineModel:
             d = {}
         p.unknown(sw, d, SPEC_FIELDS)
         vals = {f: p.number(sw, d, f, units, positive=(f != "launch_overhead"),
-                            integer=(f == "memory"), default=1 if f == "memory" else 1.0)
+                            integer=(f == "memory_capacity"),
+                            default=1 if f == "memory_capacity" else 1.0)
                 for f, units in SPEC_FIELDS.items()}
         specs[kind] = DeviceSpec(kind, **vals)
     switches = p.strings("top level: \"switches\"", data.get("switches", []), "switch")

@@ -49,8 +49,8 @@ def check_description(device_specs: Mapping[str, DeviceSpec], node_types: Mappin
         if s.kind != kind:
             out.append(f"{where}: its kind is '{s.kind}'; use the same name as its key")
         for field, positive in (("fp32_flops", True), ("fp16_flops", True),
-                                ("fp64_flops", True), ("mem_bandwidth", True),
-                                ("memory", True), ("launch_overhead", False)):
+                                ("fp64_flops", True), ("memory_bandwidth", True),
+                                ("memory_capacity", True), ("launch_overhead", False)):
             v = getattr(s, field)
             if _bad_number(v, positive):
                 out.append(f"{where}: {field} is {v!r}; give a finite number "
@@ -218,12 +218,12 @@ class MachineModel:
             rev = Link(base + "<", ls.kind, ls.latency, ls.bandwidth, ends[1], ends[0])
         else:
             fwd = rev = Link(base, ls.kind, ls.latency, ls.bandwidth, ends[0], ends[1])
-        for link in {fwd.id: fwd, rev.id: rev}.values():
-            if link.id in self._resources:
+        for link in {fwd.name: fwd, rev.name: rev}.values():
+            if link.name in self._resources:
                 raise MachineModelError(
-                    f"machine '{self.name}': two links are named '{link.id}'; give one of "
+                    f"machine '{self.name}': two links are named '{link.name}'; give one of "
                     "them another \"name\"")
-            self._resources[link.id] = link
+            self._resources[link.name] = link
         self._adj[a].append((b, fwd))
         self._adj[b].append((a, rev))
 
@@ -301,7 +301,7 @@ class MachineModel:
         return self._names[self._check_device(i)]
 
     def link_resources(self) -> tuple[Link, ...]:
-        """Every link resource (one per id), in declaration order."""
+        """Every link resource (one per name), in declaration order."""
         return tuple(self._resources.values())
 
     # -- routes and transfers -------------------------------------------------------------

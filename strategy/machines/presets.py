@@ -128,7 +128,7 @@ def cluster_model(name: str, spec: DeviceSpec, devices_per_node: int | Sequence[
         points = ()
         if len(sizes) > 1:
             points = ("host",)
-            links += [LinkSpec("host", (f"d{i}", "host"), 0.0, spec.mem_bandwidth)
+            links += [LinkSpec("host", (f"d{i}", "host"), 0.0, spec.memory_bandwidth)
                       for i in range(m)]
             links.append(LinkSpec(inter[0], ("host", "fabric"), inter[1] / 2, inter[2]))
         types[tname] = NodeType((spec.kind,) * m, points, tuple(links))

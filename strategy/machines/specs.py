@@ -21,8 +21,8 @@ class DeviceSpec:
     fp32_flops: float          # float32 FLOP/s
     fp16_flops: float          # float16/bfloat16 FLOP/s
     fp64_flops: float          # float64 FLOP/s
-    mem_bandwidth: float       # bytes/s of device memory
-    memory: int                # bytes of device memory
+    memory_bandwidth: float    # bytes/s of device memory
+    memory_capacity: int       # bytes of device memory
     launch_overhead: float     # seconds per kernel launch (per op on a CPU)
 
     def peak_flops(self, dtype="float32") -> float:
@@ -36,17 +36,18 @@ class DeviceSpec:
 
     def __str__(self) -> str:
         return (f"{self.kind} {self.fp32_flops / 1e12:.3g}/{self.fp16_flops / 1e12:.3g} "
-                f"TFLOP/s fp32/fp16, {self.mem_bandwidth / 1e9:.4g} GB/s, "
-                f"{self.memory / GiB:.3g} GiB")
+                f"TFLOP/s fp32/fp16, {self.memory_bandwidth / 1e9:.4g} GB/s, "
+                f"{self.memory_capacity / GiB:.3g} GiB")
 
 
 @dataclass(frozen=True, slots=True)
 class Link:
     """One direction of a physical link (both directions for a half-duplex one).
 
-    `id` is the resource: transfers over links with the same id share it (the simulator
-    serializes them, FIFO). Paths of a model return the same Link object for the same id."""
-    id: str
+    `name` is unique per resource: transfers over links with the same name share it (the
+    simulator serializes them, FIFO). A model returns one Link object per name, so Links
+    can key resources directly. Duplex links end in ">" (ends[0] to ends[1]) or "<"."""
+    name: str
     kind: str
     latency: float             # seconds
     bandwidth: float           # bytes/s
@@ -54,7 +55,7 @@ class Link:
     dst: str = ""
 
     def __str__(self) -> str:
-        return f"{self.id} ({self.kind}, {self.bandwidth / 1e9:.4g} GB/s, " \
+        return f"{self.name} ({self.kind}, {self.bandwidth / 1e9:.4g} GB/s, " \
                f"{self.latency * 1e6:.3g} us)"
 
 

@@ -18,7 +18,8 @@ import torch
 from mpi_launch import run_mpi
 from strategy.machine_model import (DEVICE_SPECS, DeviceSpec, LinkSpec, MachineFileError,
                                     MachineModel, MachineModelError, NodeType, calibrate_local,
-                                    cluster_model, from_dict, load, machine_model, to_dict)
+                                    cluster_model, from_bytes, from_dict, load, machine_model,
+                                    to_dict)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MB = 1 << 20
@@ -44,9 +45,10 @@ def test_printing_and_datasheet_numbers():
     assert str(machine_model("p100")) == "4x4 P100 (NVLink, 100 Gb/s EDR)"
     assert str(machine_model("k80")) == "16x4 K80 (PCIe switches, 56 Gb/s FDR)"
     p100, k80 = DEVICE_SPECS["P100"], DEVICE_SPECS["K80"]
-    assert (p100.fp32_flops, p100.fp16_flops, p100.mem_bandwidth, p100.memory) == \
+    assert (p100.fp32_flops, p100.fp16_flops, p100.memory_bandwidth, p100.memory_capacity) == \
         (10.6e12, 21.2e12, 732e9, 16 << 30)
-    assert (k80.fp32_flops, k80.mem_bandwidth, k80.memory) == (4.365e12, 240e9, 12 << 30)
+    assert (k80.fp32_flops, k80.memory_bandwidth, k80.memory_capacity) == \
+        (4.365e12, 240e9, 12 << 30)
     h100 = DEVICE_SPECS["H100"]
     assert h100.peak_flops("bfloat16") == h100.peak_flops("float16") == 989e12
     assert h100.peak_flops("float32") == 67e12 and p100.peak_flops("float64") == 5.3e12
@@ -95,14 +97,14 @@ def test_p100_paths_and_transfer_times():
     assert m.transfer_time(n, 0, 3) == approx(1e-6 + n / 20e9)
     across = m.path(1, 6)
     assert kinds(across) == ["pcie", "ib", "ib", "pcie"]
-    assert [l.id for l in across] == ["n0/d1-host>", "n0/host-fabric>", "n1/host-fabric<",
+    assert [l.name for l in across] == ["n0/d1-host>", "n0/host-fabric>", "n1/host-fabric<",
                                       "n1/d2-host<"]
     assert m.transfer_time(n, 1, 6) == approx(3e-6 + n / 12.5e9)   # slowest: EDR
     assert m.transfer_time(0, 1, 6) == approx(3e-6)
     # the node's one NIC is shared by all its GPUs; the two directions are separate
     assert m.path(0, 4)[1] is m.path(3, 12)[1]
     assert m.path(0, 4)[1] is not m.path(4, 0)[2]
-    assert m.path(0, 4)[1].id == m.path(4, 0)[2].id[:-1] + ">"
+    assert m.path(0, 4)[1].name == m.path(4, 0)[2].name[:-1] + ">"
 
 
 def test_k80_pairs_on_one_switch_are_faster_than_across_switches():
@@ -115,9 +117,9 @@ def test_k80_pairs_on_one_switch_are_faster_than_across_switches():
     assert m.transfer_time(n, 0, 2) == approx(4e-6 + n / 15.75e9)
     assert m.transfer_time(n, 0, 1) < m.transfer_time(n, 0, 2)
     # two transfers across switches share the uplink of sw0; two inside pairs share nothing
-    assert {l.id for l in m.path(0, 2)} & {l.id for l in m.path(1, 3)} == {"n0/sw0-shared>",
+    assert {l.name for l in m.path(0, 2)} & {l.name for l in m.path(1, 3)} == {"n0/sw0-shared>",
                                                                            "n0/sw1-shared<"}
-    assert not {l.id for l in m.path(0, 1)} & {l.id for l in m.path(2, 3)}
+    assert not {l.name for l in m.path(0, 1)} & {l.name for l in m.path(2, 3)}
     far = m.path(0, 7)
     assert kinds(far) == ["pcie", "pcie_switch", "host", "ib", "ib", "host", "pcie_switch",
                           "pcie"]
@@ -130,7 +132,7 @@ def test_nvswitch_nodes_use_one_nic_per_gpu():
     assert m.transfer_time(MB, 0, 5) == approx(1e-6 + MB / 450e9)
     assert kinds(m.path(0, 8)) == ["pcie", "ib", "ib", "pcie"]
     assert m.transfer_time(MB, 0, 8) == approx(3e-6 + MB / 50e9)
-    assert not {l.id for l in m.path(0, 8)} & {l.id for l in m.path(1, 9)}
+    assert not {l.name for l in m.path(0, 8)} & {l.name for l in m.path(1, 9)}
     v = machine_model("dgx1:2")
     assert kinds(v.path(0, 7)) == ["nvlink"] and v.path(0, 7)[0].bandwidth == 25e9
     assert v.path(0, 8)[1] is v.path(1, 9)[1]          # GPUs 0 and 1 share a NIC
@@ -265,7 +267,7 @@ def test_json_is_for_people_and_content_decides_the_format(tmp_path):
     path = tmp_path / "toy.json"
     m.save(path)
     text = path.read_text()
-    assert '"fp32_flops": 1.06e13' in text and '"memory": 17179869184' in text
+    assert '"fp32_flops": 1.06e13' in text and '"memory_capacity": 17179869184' in text
     assert '{"kind": "shm", "ends": ["d0", "d1"], "latency": 4.5e-6, "bandwidth": 3.3e9}' \
         in text
     assert all(len(line) <= 100 for line in text.splitlines())
@@ -300,10 +302,10 @@ def problems_of(data, tmp_path, name="bad.json"):
      r"\"latency\" is -1e-06; it must be at least 0 \(seconds"),
     (lambda d: d["node_types"]["p100"]["links"][2].update(latency="fast"),
      r"\"latency\" is 'fast', not a number; give seconds"),
-    (lambda d: d["device_specs"]["P100"].pop("memory"),
-     r"device spec 'P100': \"memory\" is missing; add it \(bytes"),
-    (lambda d: d["device_specs"]["P100"].update(memory=1.5),
-     r"\"memory\" is 1.5; give a whole number of bytes"),
+    (lambda d: d["device_specs"]["P100"].pop("memory_capacity"),
+     r"device spec 'P100': \"memory_capacity\" is missing; add it \(bytes"),
+    (lambda d: d["device_specs"]["P100"].update(memory_capacity=1.5),
+     r"\"memory_capacity\" is 1.5; give a whole number of bytes"),
     (lambda d: d["node_types"]["p100"]["devices"].__setitem__(3, "P1000"),
      r"node type 'p100': device d3 is a 'P1000', which has no spec in \"device_specs\" "
      r"\(did you mean 'P100'\?\); add a 'P1000' entry"),
@@ -399,7 +401,7 @@ def plausible(model):
     assert spec.kind == "cpu" if not torch.cuda.is_available() else spec.kind
     assert 1e8 < spec.fp32_flops < 1e15 and 1e6 < spec.fp16_flops < 1e15
     assert 1e8 < spec.fp64_flops < 1e15
-    assert 1e8 < spec.mem_bandwidth < 1e13 and spec.memory > 1 << 28
+    assert 1e8 < spec.memory_bandwidth < 1e13 and spec.memory_capacity > 1 << 28
     assert 1e-8 < spec.launch_overhead < 1e-3
 
 
@@ -431,7 +433,7 @@ def test_calibrate_under_mpirun(mpi_run):
     (link,) = m.path(0, 1)
     assert link.kind == "shm" and 1e-7 < link.latency < 1e-2
     assert 1e8 < link.bandwidth < 1e12
-    assert m.path(1, 0)[0].id != link.id
+    assert m.path(1, 0)[0].name != link.name
     cal = m.calibration
     assert [s for s, _ in cal["pingpong_intra"]] == [8, 1 << 16, 1 << 20, 1 << 22]
     assert all(t > 0 for _, t in cal["pingpong_intra"])
@@ -452,3 +454,14 @@ def test_cli_prints_and_saves(tmp_path):
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("2x4 P100 (NVLink, 100 Gb/s EDR)\n")
     assert load(path) == machine_model("p100:2")
+
+
+def test_the_documented_example_file_loads_as_described():
+    docs = os.path.join(os.path.dirname(os.path.dirname(HERE)), "docs", "machines.md")
+    block = re.search(r"```json\n(.*?)```", open(docs).read(), re.S).group(1)
+    m = from_bytes(block.encode(), "machines.md")
+    assert str(m) == "2x2 A100 (PCIe, 25 Gb/s Ethernet)"
+    assert [l.name for l in m.path(0, 3)] == ["n0/d0-sw>", "n0/sw-host>", "direct",
+                                              "n1/sw-host<", "n1/d1-sw<"]
+    assert m.path(3, 0)[2] is m.path(0, 3)[2]              # half duplex: one resource
+    assert m.transfer_time(MB, 0, 3) == approx(6e-6 + MB / 12.5e9)
