@@ -84,9 +84,13 @@ def _candidates(model, group: tuple[int, ...]) -> dict[str, list[list[_Part]]]:
 
 
 def _group(model, devices: Iterable[int]) -> tuple[int, ...]:
-    group = tuple(sorted({model._check_device(d) for d in devices}))
-    if len(group) > 1 and group not in model._collectives:
-        model._collectives[group] = _candidates(model, group)
+    key = devices if isinstance(devices, tuple) else tuple(devices)
+    group = model._groups.get(key)
+    if group is None:
+        group = tuple(sorted({model._check_device(d) for d in key}))
+        if len(group) > 1 and group not in model._collectives:
+            model._collectives[group] = _candidates(model, group)
+        model._groups[key] = group
     return group
 
 
@@ -107,11 +111,14 @@ def allreduce_times(model, nbytes: int, devices: Iterable[int]) -> dict[str, flo
 
 def allreduce_algorithm(model, nbytes: int, devices: Iterable[int]) -> tuple[str, float]:
     """(name, seconds) of the cheapest algorithm; ('none', 0.0) for one device."""
-    times = allreduce_times(model, nbytes, devices)
-    if not times:
-        return "none", 0.0
-    best = min(times.values())
-    return next(name for name in ORDER if times.get(name) == best), best
+    group = _group(model, devices)
+    memo = model._allreduce_memo.get((group, nbytes))
+    if memo is None:
+        times = allreduce_times(model, nbytes, group)
+        best = min(times.values(), default=0.0)
+        name = next((n for n in ORDER if times.get(n) == best), "none")
+        memo = model._allreduce_memo[(group, nbytes)] = (name, best)
+    return memo
 
 
 def links_of_allreduce(model, devices: Iterable[int], nbytes: int | None = None):
@@ -120,10 +127,13 @@ def links_of_allreduce(model, devices: Iterable[int], nbytes: int | None = None)
     if len(group) < 2:
         return ()
     cands = model._collectives[group]
-    names = list(cands) if nbytes is None else [allreduce_algorithm(model, nbytes, group)[0]]
-    ids = set()
-    for name in names:
-        for stage in cands[name]:
-            for part in stage:
-                ids |= part.links
-    return tuple(link for i, link in model._resources.items() if i in ids)
+    which = "all" if nbytes is None else allreduce_algorithm(model, nbytes, group)[0]
+    cache = cands.setdefault("links", {})
+    if which not in cache:
+        names = set()
+        for algorithm in (ORDER if which == "all" else (which,)):
+            for stage in cands.get(algorithm, ()):
+                for part in stage:
+                    names |= part.links
+        cache[which] = tuple(link for name, link in model._resources.items() if name in names)
+    return cache[which]

@@ -184,7 +184,11 @@ class MachineModel:
                                     f"{'s' if len(problems) > 1 else ''}:\n  - " +
                                     "\n  - ".join(problems))
         self._routes: dict[int, dict[int, tuple[tuple[Link, ...], float, float]]] = {}
+        # collectives.py's caches: candidates per group, group per device list as given,
+        # (name, seconds) per (group, nbytes)
         self._collectives: dict[tuple[int, ...], dict] = {}
+        self._groups: dict[tuple, tuple[int, ...]] = {}
+        self._allreduce_memo: dict[tuple, tuple[str, float]] = {}
 
     # -- structure ------------------------------------------------------------------------
     def _build(self) -> None:
