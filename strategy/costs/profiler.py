@@ -15,6 +15,7 @@ kept in `Profile.failures` and reported once.
 from __future__ import annotations
 
 import statistics
+from contextlib import nullcontext
 import time
 import warnings
 import torch
@@ -74,7 +75,8 @@ def measure_node(node, device: str = "cpu", repeats: int = 5, warmup: int = 2, g
         raise ValueError(f"{node.describe()}: its forward ({node.launch.state_from}) is not "
                          "in the graph; profile the whole graph.")
     times = []
-    with SteadyStep(node):
+    on_gpu = device.startswith("cuda")
+    with SteadyStep(node), (torch.cuda.device(torch.device(device)) if on_gpu else nullcontext()):
         for i in range(warmup + repeats):
             if fwd is not None:
                 fwd()

@@ -6,7 +6,6 @@ import io
 import json
 import math
 import warnings
-from dataclasses import dataclass
 
 import msgpack
 import numpy as np
@@ -22,29 +21,19 @@ from strategy.costs import __main__ as costs_cli
 from strategy.costs import load_app, profile_app
 from strategy.costs.analytic import spec_numbers
 from strategy.costs.model import reset_warning
+from strategy.machine_model import DEVICE_SPECS, DeviceSpec
 from taskrt import Machine, plan
 
 P = ParallelConfig.of
 
 
-@dataclass(frozen=True)
-class Spec:
-    """A device spec of the machine-model shape (strategy.machine_model.DeviceSpec)."""
-    kind: str = "testgpu"
-    fp32_flops: float = 10e12
-    fp16_flops: float = 40e12
-    fp64_flops: float = 5e12
-    mem_bandwidth: float = 500e9
-    memory: int = 16 << 30
-    launch_overhead: float = 5e-6
-
-    def peak_flops(self, dtype="float32"):
-        return {"float16": self.fp16_flops, "float64": self.fp64_flops}.get(dtype,
-                                                                           self.fp32_flops)
+def Spec(kind="testgpu", fp32=10e12, fp16=40e12, fp64=5e12, bandwidth=500e9,
+         launch=5e-6):
+    """A DeviceSpec (positional: its field names are the machine model's business)."""
+    return DeviceSpec(kind, fp32, fp16, fp64, bandwidth, 16 << 30, launch)
 
 
-CPU = Spec(kind="cpu", fp32_flops=50e9, fp16_flops=50e9, fp64_flops=25e9, mem_bandwidth=10e9,
-           launch_overhead=1e-6)
+CPU = Spec("cpu", 50e9, 50e9, 25e9, 10e9, 1e-6)
 
 
 def graph_of(model, strategy, devices=2, optimizer=None):
@@ -286,7 +275,7 @@ def synthetic_profile(cal: Calibration, spec, n=60, noise=0.0, seed=0):
 def test_efficiency_curve():
     spec = Spec()
     cal = Calibration(spec.kind, 0.0, 0.8, 1e9, 1e6)     # memory never binds
-    peak = spec.fp32_flops
+    peak = spec.peak_flops()
     for s in (1e7, 1e9, 1e11):
         eff = s / (peak * analytic_time(Work(s, 0), peak, 1.0, cal))
         assert eff == pytest.approx(0.8 * s / (s + 1e9))
@@ -323,8 +312,11 @@ def test_a_profile_calibrates_the_model_of_its_kind():
     assert t == pytest.approx(analytic_time(cm.work(node), peak, bw, true), rel=0.02)
     e = cm.explain(node, spec)
     assert e.source == "calibrated" and "fitted to 60" in e.detail
-    other = Spec(kind="P100")                # nothing measured on a P100: defaults
-    assert cm.explain(node, other).source == "analytic"
+    p100 = DEVICE_SPECS["P100"]              # nothing measured on a P100: defaults
+    e = cm.explain(node, p100)
+    assert e.source == "analytic" and "defaults" in e.detail
+    w = cm.work(node)
+    assert e.seconds == pytest.approx(5e-6 + (w.flops + 0.7 * 10.6e12 * 5e-6) / (0.7 * 10.6e12))
 
 
 # -- the simulator's interface ----------------------------------------------------------------------
