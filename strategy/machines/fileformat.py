@@ -24,7 +24,8 @@ from decimal import Decimal
 import msgpack
 
 from .errors import MachineFileError, MachineModelError
-from .model import MachineModel, check_description
+from .checks import check_description
+from .model import MachineModel
 from .specs import DeviceSpec, LinkSpec, NodeType
 
 FORMAT = "soapflow-machine"
