@@ -39,30 +39,69 @@ class Lowered:
     state_regions: dict[str, list[Region]] = field(default_factory=dict)  # weight -> opt state
 
 
+@dataclass
+class OpLaunches:
+    """The launches one operator contributes under one config, and where its data starts."""
+    forward: list[IndexLaunch]
+    backward: list[IndexLaunch]                 # in backward order (last stage first)
+    updates: dict[str, IndexLaunch]             # weight name -> its update launch
+    initial_forward: dict[str, dict]            # tensor -> {(rect, device): None}, forward
+    initial_update: dict[str, dict]             # weights and optimizer state at updates
+
+
+def resolve_configs(model: Model, strategy, machine: Machine) -> dict[str, ParallelConfig]:
+    """Every operator's config: the strategy's, else data parallel; all validated."""
+    strategy = strategy or {}
+    names = {o.name for o in model.ops}
+    unknown = sorted(set(strategy) - names)
+    if unknown:
+        raise ConfigError(f"Strategy names operators {unknown} that model "
+                          f"'{model.name}' does not have; its operators include "
+                          f"{sorted(names)[:8]}.")
+    out = {}
+    for op in model.ops:
+        cfg = strategy.get(op.name) or data_parallel(op, machine)
+        validate(op, cfg, machine)
+        out[op.name] = cfg
+    return out
+
+
 class _Lowering:
-    def __init__(self, model: Model, strategy: Mapping[str, ParallelConfig] | None,
-                 machine: Machine, optimizer, training: bool):
+    """Lowers operators one at a time (each depends only on its own config), then assembles
+    the iteration in program order, so a search can re-lower just the operator it changed."""
+
+    def __init__(self, model: Model, machine: Machine, optimizer, training: bool):
         self.model, self.machine, self.optimizer, self.training = model, machine, optimizer, training
         self.regions: dict[str, Region] = {}
-        self.launches: list[IndexLaunch] = []
-        self.initial: dict[str, dict[tuple[Rect, int], None]] = {}
-        self.has_grad: set[str] = set()
-        self.forward_launch: dict[str, IndexLaunch] = {}
-        self.configs = self._configs(strategy or {})
+        self.state_regions: dict[str, list[Region]] = {}
+        for op in model.ops:              # first: some operators' stages depend on the mode
+            op.training = training
+            for stage in op.stages():
+                stage.training = training
+        self.has_grad = self._gradients()
+        self.model_inputs = {t.name for t in model.inputs}
 
-    def _configs(self, strategy) -> dict[str, ParallelConfig]:
-        names = {o.name for o in self.model.ops}
-        unknown = sorted(set(strategy) - names)
-        if unknown:
-            raise ConfigError(f"Strategy names operators {unknown} that model "
-                              f"'{self.model.name}' does not have; its operators include "
-                              f"{sorted(names)[:8]}.")
-        out = {}
+    def _gradients(self) -> set[str]:
+        """Names of the tensors that get a gradient (depends on the graph, not on configs):
+        the loss writes its logits' gradient; a differentiable stage with an output that has
+        a gradient gives one to its inputs that require it and to its trainable weights."""
+        has: set[str] = set()
         for op in self.model.ops:
-            cfg = strategy.get(op.name) or data_parallel(op, self.machine)
-            validate(op, cfg, self.machine)
-            out[op.name] = cfg
-        return out
+            for stage in op.stages():
+                for t in stage.outputs:
+                    if t.name.endswith("@grad"):
+                        has.add(t.name[:-5])
+        if not self.training:
+            return has
+        for op in reversed(self.model.ops):
+            for stage in reversed(op.stages()):
+                if not (stage.differentiable and any(t.requires_grad
+                                                     for t in stage.inputs + stage.weights)):
+                    continue
+                if not any(t.name in has for t in stage.outputs):
+                    continue
+                has.update(t.name for t in stage.inputs + stage.weights if t.requires_grad)
+        return has
 
     def region(self, t: Tensor, grad: bool = False) -> Region:
         name = t.grad_name if grad else t.name
@@ -71,8 +110,9 @@ class _Lowering:
             r = self.regions[name] = Region(name, t.shape, t.dtype)
         return r
 
-    def _initial(self, t: Tensor, rect: Rect, device: int) -> None:
-        self.initial.setdefault(t.name, {})[(rect, device)] = None
+    @staticmethod
+    def _initial(into: dict, name: str, rect: Rect, device: int) -> None:
+        into.setdefault(name, {})[(rect, device)] = None
 
     def _require(self, reqs: list, layout: list, tensors, rects, slot: str, privilege,
                  grad: bool = False, only=None) -> None:
@@ -100,8 +140,7 @@ class _Lowering:
                 keep_devs.append(d)
         return (len(keep_specs),), keep_specs, keep_devs
 
-    def lower_forward(self, op: Op, stage: Op) -> None:
-        cfg = self.configs[op.name]
+    def lower_forward(self, stage: Op, cfg: ParallelConfig, initial: dict) -> IndexLaunch:
         domain, specs, devices = self._points(stage, cfg)
         grad = self.training and stage.differentiable and (
             any(t.requires_grad for t in stage.inputs + stage.weights))
@@ -115,8 +154,8 @@ class _Lowering:
                 if not r.empty:
                     reqs.append(RegionRequirement(self.region(t), r, R))
                     layout.append((IN, i))
-                    if t in self.model.inputs:
-                        self._initial(t, r, dev)
+                    if t.name in self.model_inputs:
+                        self._initial(initial, t.name, r, dev)
             self._require(reqs, layout, stage.weights, spec.weights, W, R)
             for i, (t, r) in enumerate(zip(stage.outputs, spec.outputs)):
                 if not r.empty:
@@ -125,27 +164,22 @@ class _Lowering:
                     reqs.append(RegionRequirement(self.region(t), r, priv))
                     layout.append((OUT, i))
                     if t.is_weight:
-                        self._initial(t, r, dev)
-                    if t.name.endswith("@grad"):
-                        self.has_grad.add(t.name[:-5])
+                        self._initial(initial, t.name, r, dev)
             spec_of[c], layout_of[c], reqs_of[c] = spec, tuple(layout), tuple(reqs)
         args = StageArgs(stage, spec_of, layout_of, grad, input_grads, weight_grads,
                          self.training)
-        launch = IndexLaunch(f"{stage.name}/fwd", forward_task, domain, reqs_of.__getitem__,
-                             devices=devices, args=args, cost_tag=stage.cost_tag + ("fwd",),
-                             replicas=stage.replicated)
-        self.launches.append(launch)
-        self.forward_launch[stage.name] = launch
+        return IndexLaunch(f"{stage.name}/fwd", forward_task, domain, reqs_of.__getitem__,
+                           devices=devices, args=args, cost_tag=stage.cost_tag + ("fwd",),
+                           replicas=stage.replicated)
 
     # -- backward --------------------------------------------------------------------------
-    def lower_backward(self, op: Op, stage: Op) -> None:
-        fwd = self.forward_launch[stage.name]
+    def lower_backward(self, stage: Op, fwd: IndexLaunch) -> IndexLaunch | None:
         a: StageArgs = fwd.args
         if not a.grad:
-            return
+            return None
         outs_with_grad = [t.name in self.has_grad for t in stage.outputs]
         if not any(outs_with_grad):
-            return
+            return None
         reqs_of, layout_of = {}, {}
         for c in fwd.colors:
             spec = a.specs[c]
@@ -161,94 +195,136 @@ class _Lowering:
             self._require(reqs, layout, stage.weights, spec.weights, DW, RED, grad=True,
                           only=a.weight_grads)
             reqs_of[c], layout_of[c] = tuple(reqs), tuple(layout)
-        for t in stage.inputs:
-            if t.requires_grad:
-                self.has_grad.add(t.name)
-        for w in stage.weights:
-            if w.requires_grad:
-                self.has_grad.add(w.name)
         args = StageArgs(stage, a.specs, layout_of, True, a.input_grads, a.weight_grads,
                          self.training)
-        self.launches.append(IndexLaunch(
-            f"{stage.name}/bwd", backward_task, fwd.domain, reqs_of.__getitem__,
-            devices=fwd.devices, args=args, cost_tag=stage.cost_tag + ("bwd",),
-            state_from=fwd.name))
+        return IndexLaunch(f"{stage.name}/bwd", backward_task, fwd.domain, reqs_of.__getitem__,
+                           devices=fwd.devices, args=args, cost_tag=stage.cost_tag + ("bwd",),
+                           state_from=fwd.name)
 
     # -- update ----------------------------------------------------------------------------
-    def lower_update(self, w, lowered_states: dict) -> None:
-        owner = w.owner
-        stage = next(s for s in owner.stages() if w in s.weights)
+    def lower_update(self, w, forward: dict[str, IndexLaunch], initial: dict) -> IndexLaunch:
+        stage = next(s for s in w.owner.stages() if w in s.weights)
         k = stage.weights.index(w)
-        fwd = self.forward_launch[stage.name]
+        fwd = forward[stage.name]
         pieces = []
         for c, dev in zip(fwd.colors, fwd.devices):
             r = fwd.args.specs[c].weights[k]
             if not r.empty and (r, dev) not in pieces:
                 pieces.append((r, dev))
-        states = [Region(f"{w.name}@{s}", w.shape, w.dtype) for s in self.optimizer.state_names]
-        lowered_states[w.name] = states
-        for s in states:
-            self.regions[s.name] = s
-        for r, dev in pieces:
-            self._initial(w, r, dev)
+        states = self.state_regions.get(w.name)
+        if states is None:
+            states = [Region(f"{w.name}@{s}", w.shape, w.dtype)
+                      for s in self.optimizer.state_names]
+            self.state_regions[w.name] = states
             for s in states:
-                self.initial.setdefault(s.name, {})[(r, dev)] = None
+                self.regions[s.name] = s
+        for r, dev in pieces:
+            self._initial(initial, w.name, r, dev)
+            for s in states:
+                self._initial(initial, s.name, r, dev)
 
         def projection(c, pieces=pieces, w=w, states=states):
             r, _ = pieces[c[0]]
             return (RegionRequirement(self.region(w), r, RW),
                     RegionRequirement(self.region(w, grad=True), r, R),
                     *(RegionRequirement(s, r, RW) for s in states))
-        self.launches.append(IndexLaunch(
-            f"{w.name}/update", update_task, (len(pieces),), projection,
-            devices=[d for _, d in pieces], args=self.optimizer,
-            cost_tag=(type(self.optimizer).__name__.lower(), "update"), replicas=True))
+        return IndexLaunch(f"{w.name}/update", update_task, (len(pieces),), projection,
+                           devices=[d for _, d in pieces], args=self.optimizer,
+                           cost_tag=(type(self.optimizer).__name__.lower(), "update"),
+                           replicas=True)
 
-    def _weights_home(self) -> None:
+    def op(self, op: Op, cfg: ParallelConfig) -> OpLaunches:
+        """The launches of one operator under `cfg`."""
+        out = OpLaunches([], [], {}, {}, {})
+        forward = {}
+        for stage in op.stages():
+            launch = self.lower_forward(stage, cfg, out.initial_forward)
+            forward[stage.name] = launch
+            out.forward.append(launch)
+        if self.training:
+            for stage in reversed(op.stages()):
+                launch = self.lower_backward(stage, forward[stage.name])
+                if launch is not None:
+                    out.backward.append(launch)
+            if self.optimizer is not None:
+                for w in self.model.weights:
+                    if w.owner is op and w.requires_grad and w.name in self.has_grad:
+                        out.updates[w.name] = self.lower_update(w, forward, out.initial_update)
+        return out
+
+    def assemble(self, parts: dict[str, OpLaunches], configs) -> "Lowered":
+        """The iteration in program order: forward launches, the loss read, backward launches
+        in reverse, updates; and where data starts."""
+        model = self.model
+        launches = [l for op in model.ops for l in parts[op.name].forward]
+        loss_region = None
+        if model.loss_op is not None:
+            loss_region = self.region(model.loss_op.loss_tensor)
+            launches.append(IndexLaunch(
+                "loss/read", read_task, (1,),
+                lambda c: (RegionRequirement(loss_region, loss_region.rect, R),),
+                devices=[0], cost_tag=("read",)))
+        launches += [l for op in reversed(model.ops) for l in parts[op.name].backward]
+        updates = {}
+        for part in parts.values():
+            updates.update(part.updates)
+        launches += [updates[w.name] for w in model.weights if w.name in updates]
+        initial: dict[str, dict] = {}
+        for op in model.ops:
+            for name, pieces in parts[op.name].initial_forward.items():
+                initial.setdefault(name, {}).update(pieces)
+        for w in model.weights:
+            if w.name in updates:
+                owner = parts[w.owner.name].initial_update
+                for name in [w.name] + [s.name for s in self.state_regions.get(w.name, ())]:
+                    initial.setdefault(name, {}).update(owner.get(name, {}))
+        self._weights_home(launches, initial)
+        states = {w: s for w, s in self.state_regions.items() if w in updates}
+        return Lowered(launches, {self.regions[n]: list(p) for n, p in initial.items()},
+                       self.regions, dict(configs), loss_region, states)
+
+    def _weights_home(self, launches, initial: dict) -> None:
         """Weights nobody updates live where their first user reads them."""
         for w in self.model.weights:
-            if w.name in self.initial:
+            if w.name in initial:
                 continue
-            for launch in self.launches:
+            for launch in launches:
                 found = False
                 for c, dev in zip(launch.colors, launch.devices):
                     for req in launch.requirements(c):
                         if req.region.name == w.name:
-                            self._initial(w, req.rect, dev)
+                            self._initial(initial, w.name, req.rect, dev)
                             found = True
                 if found:
                     break
-
-    def run(self) -> Lowered:
-        model = self.model
-        for op in model.ops:
-            op.training = self.training
-            for stage in op.stages():
-                stage.training = self.training
-                self.lower_forward(op, stage)
-        loss_region = None
-        if model.loss_op is not None:
-            loss_t = model.loss_op.loss_tensor
-            loss_region = self.region(loss_t)
-            self.launches.append(IndexLaunch(
-                "loss/read", read_task, (1,),
-                lambda c: (RegionRequirement(loss_region, loss_region.rect, R),),
-                devices=[0], cost_tag=("read",)))
-        states: dict = {}
-        if self.training:
-            for op in reversed(model.ops):
-                for stage in reversed(op.stages()):
-                    self.lower_backward(op, stage)
-            if self.optimizer is not None:
-                for w in model.weights:
-                    if w.requires_grad and w.name in self.has_grad:
-                        self.lower_update(w, states)
-        self._weights_home()
-        initial = {self.regions[name]: list(pieces) for name, pieces in self.initial.items()}
-        return Lowered(self.launches, initial, self.regions, self.configs, loss_region, states)
 
 
 def lower(model: Model, strategy: Mapping[str, ParallelConfig] | None, machine: Machine,
           optimizer=None, training: bool = True) -> Lowered:
     """The launches of one iteration of `model` under `strategy` on `machine`."""
-    return _Lowering(model, strategy, machine, optimizer, training).run()
+    configs = resolve_configs(model, strategy, machine)
+    lowering = _Lowering(model, machine, optimizer, training)
+    parts = {op.name: lowering.op(op, configs[op.name]) for op in model.ops}
+    return lowering.assemble(parts, configs)
+
+
+class IncrementalLowering:
+    """Lowering that re-lowers only the operator whose config changed (for the search)."""
+
+    def __init__(self, model: Model, strategy, machine: Machine, optimizer=None,
+                 training: bool = True):
+        self.model, self.machine = model, machine
+        self.configs = resolve_configs(model, strategy, machine)
+        self.lowering = _Lowering(model, machine, optimizer, training)
+        self.parts = {op.name: self.lowering.op(op, self.configs[op.name]) for op in model.ops}
+
+    def lowered(self) -> Lowered:
+        return self.lowering.assemble(self.parts, self.configs)
+
+    def change(self, op_name: str, cfg: ParallelConfig) -> OpLaunches:
+        """Give one operator a new config; returns its new launches."""
+        op = self.model.op(op_name)
+        validate(op, cfg, self.machine)
+        self.configs[op_name] = cfg
+        part = self.parts[op_name] = self.lowering.op(op, cfg)
+        return part
