@@ -86,7 +86,7 @@ class NodeTimer:
         if kind == "reduce":
             moved = node.nbytes + sum(node.region.nbytes(i.rect) for i in node.inputs)
             return self._memory_time(node.device, moved), (self.compute(node.device),)
-        links = tuple(self.model.links_of_allreduce(node.devices))
+        links = tuple(self.model.links_of_allreduce(node.devices, node.nbytes))
         t = self.model.allreduce_time(node.nbytes, node.devices)
         if not links:
             return t, tuple(self.compute(d) for d in sorted(set(node.devices)))
