@@ -99,9 +99,10 @@ class CostModel:
 
     def forget(self, nodes) -> None:
         """Drop nodes (replaced by a graph update) from the node cache."""
+        kinds = {k for _, k in self._times}
         for n in nodes:
-            for key in [k for k in self._nodes if k[0] is n]:
-                del self._nodes[key]
+            for kind in kinds:
+                self._nodes.pop((n, kind), None)
 
     # -- lookups -------------------------------------------------------------------------------
     def _key_time(self, node, spec) -> float:
@@ -180,9 +181,9 @@ class CostModel:
         cal = self.calibration(spec)
         w = self.work(node)
         peak, bw, _ = spec_numbers(spec, key_dtype(key))
-        c, mem = terms(w, peak, bw, cal)
-        detail = (f"{node.launch.name} on {spec.kind}: {w}; overhead {cal.overhead * 1e6:.3g} "
-                  f"us + max(compute {c * 1e3:.4g} ms, memory {mem * 1e3:.4g} ms); {cal}")
+        fixed, c, mem = terms(w, peak, bw, cal)
+        detail = (f"{node.launch.name} on {spec.kind}: {w}; overheads {fixed * 1e6:.3g} us + "
+                  f"max(compute {c * 1e3:.4g} ms, memory {mem * 1e3:.4g} ms); {cal}")
         return Explanation(source, t, detail)
 
     def summary(self) -> str:

@@ -4,14 +4,14 @@ A cost key is `TaskNode.cost_key`: the launch's cost tag (op type, params, phase
 (privilege, part shape, dtype) per requirement. A profile holds
 
   times   (cost key, device kind) -> Measurement (median seconds of `repeats` timed runs)
-  work    cost key -> Work (FLOPs and bytes of the part; the same on every device), so that
+  work    cost key -> Work (FLOPs, bytes and kernels of the part; the same on every device), so that
           a profile alone can calibrate the analytic model of its device kind
 
 The file is msgpack (never pickle: profiles are shipped between machines and people):
 
     {"format": "soapflow-profile", "version": 1, "meta": {...},
      "times": [[key, kind, median_s, repeats, min_s, max_s], ...],
-     "work":  [[key, flops, bytes], ...]}
+     "work":  [[key, flops, bytes, kernels], ...]}
 
 Keys are nested lists in the file and nested tuples in memory. A path ending in `.json`
 gets the same object as JSON for people to read; loading sniffs the content. Profiles merge
@@ -50,12 +50,13 @@ class Measurement:
 
 @dataclass(frozen=True, slots=True)
 class Work:
-    """What a part does, independent of the device: FLOPs and bytes of its tensors."""
+    """What a part does, independent of the device: FLOPs, bytes of its tensors, kernels."""
     flops: float
     bytes: int
+    kernels: int = 0
 
     def __str__(self) -> str:
-        return f"{self.flops / 1e9:.4g} GFLOP, {self.bytes / 1e6:.4g} MB"
+        return f"{self.flops / 1e9:.4g} GFLOP, {self.bytes / 1e6:.4g} MB, {self.kernels} kernels"
 
 
 def device_kind(device: str = "cpu") -> str:
@@ -144,7 +145,7 @@ class Profile:
             canonical_key(key)
         times = [[list_key(k), kind, m.seconds, m.repeats, m.min_s, m.max_s]
                  for (k, kind), m in self.times.items()]
-        work = [[list_key(k), w.flops, w.bytes] for k, w in self.work.items()]
+        work = [[list_key(k), w.flops, w.bytes, w.kernels] for k, w in self.work.items()]
         return {"format": FORMAT, "version": VERSION, "meta": self.meta, "times": times,
                 "work": work}
 
@@ -165,8 +166,9 @@ class Profile:
             for key, kind, sec, rep, lo, hi in d.get("times", []):
                 p.times[_to_tuple(key), str(kind)] = Measurement(float(sec), int(rep),
                                                                  float(lo), float(hi))
-            for key, flops, nbytes in d.get("work", []):
-                p.work[_to_tuple(key)] = Work(float(flops), int(nbytes))
+            for key, flops, nbytes, *kernels in d.get("work", []):
+                p.work[_to_tuple(key)] = Work(float(flops), int(nbytes),
+                                              int(kernels[0]) if kernels else 0)
         except (TypeError, ValueError) as e:
             raise ProfileError(f"{where}: malformed profile entry ({e}). The file is damaged; "
                                "re-profile or restore a copy.") from None

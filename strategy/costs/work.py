@@ -1,4 +1,4 @@
-"""The work of a task node, independent of any device: FLOPs and bytes.
+"""The work of a task node, independent of any device: FLOPs, bytes and kernels.
 
 FLOPs come from torch.utils.flop_counter.FlopCounterMode around the node's own executor
 step (parts.node_steps) on meta tensors, which compute nothing: a forward node counts its
@@ -8,14 +8,36 @@ is counted again on small-valued real CPU tensors of the same shapes. FlopCounte
 matrix products, convolutions and attention; elementwise work counts zero, which leaves
 such parts to the memory term of the analytic model.
 
+Kernels are the aten operators the same run dispatches, less views and allocations (which
+launch nothing): what a device's per-kernel launch overhead multiplies.
+
 Bytes are the sum of the sizes of the parts the node touches (every requirement once).
 """
 from __future__ import annotations
 
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
 from .parts import SteadyStep, node_steps
 from .profile import Work
+
+_aten = torch.ops.aten
+_NO_KERNEL = {_aten.empty.memory_format, _aten.empty_strided.default, _aten.empty_like.default,
+              _aten.detach.default, _aten.lift_fresh.default, _aten._local_scalar_dense.default}
+
+
+class KernelCounter(TorchDispatchMode):
+    """Counts the aten operators that launch a kernel (not views, not allocations)."""
+
+    def __init__(self):
+        super().__init__()
+        self.kernels = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if not func.is_view and func not in _NO_KERNEL:
+            self.kernels += 1
+        return func(*args, **(kwargs or {}))
 
 
 def node_bytes(node) -> int:
@@ -23,23 +45,29 @@ def node_bytes(node) -> int:
     return sum(r.region.nbytes(r.rect) for r in node.requirements)
 
 
-def _count(node, device: str, graph, int_ranges) -> int:
+def _count(node, device: str, graph, int_ranges) -> tuple[int, int]:
     fwd, step = node_steps(node, device, graph, int_ranges)
     if fwd is not None:
         fwd()
-    counter = FlopCounterMode(display=False)
-    with SteadyStep(node), counter:
+    flops, kernels = FlopCounterMode(display=False), KernelCounter()
+    with SteadyStep(node), flops, kernels:
         step()
-    return counter.get_total_flops()
+    return flops.get_total_flops(), kernels.kernels
 
 
-def node_flops(node, graph=None, int_ranges=None) -> int:
-    """FLOPs of one run of the node (see the module doc)."""
+def _counts(node, graph, int_ranges) -> tuple[int, int]:
     try:
         return _count(node, "meta", graph, int_ranges)
     except Exception:            # data-dependent code cannot run on meta tensors
         return _count(node, "cpu", graph, int_ranges)
 
 
+def node_flops(node, graph=None, int_ranges=None) -> int:
+    """FLOPs of one run of the node (see the module doc)."""
+    return _counts(node, graph, int_ranges)[0]
+
+
 def node_work(node, graph=None, int_ranges=None) -> Work:
-    return Work(float(node_flops(node, graph, int_ranges)), node_bytes(node))
+    """FLOPs, bytes and kernels of one run of the node."""
+    flops, kernels = _counts(node, graph, int_ranges)
+    return Work(float(flops), node_bytes(node), kernels)

@@ -254,7 +254,10 @@ def test_elementwise_and_updates_are_memory_bound():
             t = cm.task_time(node, Spec())
         peak, bw, _ = spec_numbers(Spec())
         cal = cm.calibration(Spec())
-        assert t == pytest.approx(cal.overhead + node_bytes(node) / (bw * cal.mem_eff))
+        kernels = cm.work(node).kernels
+        assert kernels >= 1
+        assert t == pytest.approx(cal.overhead + kernels * cal.kernel_overhead
+                                  + node_bytes(node) / (bw * cal.mem_eff))
         reset_warning()
 
 
@@ -265,16 +268,16 @@ def synthetic_profile(cal: Calibration, spec, n=60, noise=0.0, seed=0):
     peak, bw, _ = spec_numbers(spec)
     for k in range(n):
         flops = 0.0 if k % 5 == 0 else float(10 ** rng.uniform(5, 12))
-        nbytes = int(10 ** rng.uniform(3, 9))
+        work = Work(flops, int(10 ** rng.uniform(3, 9)), int(rng.integers(0, 30)))
         key = (("op", k), (("R", (k,), "float32"),))
-        t = analytic_time(Work(flops, nbytes), peak, bw, cal) * math.exp(noise * rng.normal())
-        prof.add(key, spec.kind, Measurement(t), Work(flops, nbytes))
+        t = analytic_time(work, peak, bw, cal) * math.exp(noise * rng.normal())
+        prof.add(key, spec.kind, Measurement(t), work)
     return prof
 
 
 def test_efficiency_curve():
     spec = Spec()
-    cal = Calibration(spec.kind, 0.0, 0.8, 1e9, 1e6)     # memory never binds
+    cal = Calibration(spec.kind, 0.0, 0.0, 0.8, 1e9, 1e6)     # memory never binds
     peak = spec.peak_flops()
     for s in (1e7, 1e9, 1e11):
         eff = s / (peak * analytic_time(Work(s, 0), peak, 1.0, cal))
@@ -284,24 +287,24 @@ def test_efficiency_curve():
 @pytest.mark.parametrize("noise", [0.0, 0.05])
 def test_calibration_recovers_known_parameters(noise):
     spec = Spec()
-    true = Calibration(spec.kind, 12e-6, 0.62, 3e8, 0.71)
+    true = Calibration(spec.kind, 12e-6, 4e-6, 0.62, 3e8, 0.71)
     fit = calibrate(synthetic_profile(true, spec, noise=noise), spec)
     tol = 0.02 if noise == 0 else 0.15
     assert fit.points == 60 and fit.calibrated
-    for name in ("overhead", "eff_max", "s_half", "mem_eff"):
+    for name in ("overhead", "kernel_overhead", "eff_max", "s_half", "mem_eff"):
         assert getattr(fit, name) == pytest.approx(getattr(true, name), rel=tol), name
     assert fit.rms_log_error < (1e-3 if noise == 0 else 0.08)
 
 
 def test_calibration_needs_enough_points():
-    prof = synthetic_profile(Calibration("testgpu", 1e-5, 0.5, 1e8, 0.5), Spec(), n=3)
+    prof = synthetic_profile(Calibration("testgpu", 1e-5, 5e-6, 0.5, 1e8, 0.5), Spec(), n=3)
     with pytest.raises(CalibrationError, match="3 usable measurement"):
         calibrate(prof, Spec())
 
 
 def test_a_profile_calibrates_the_model_of_its_kind():
     spec = Spec()
-    true = Calibration(spec.kind, 20e-6, 0.55, 5e8, 0.6)
+    true = Calibration(spec.kind, 20e-6, 6e-6, 0.55, 5e8, 0.6)
     prof = synthetic_profile(true, spec)
     g = graph_of(_mlp(64, 256, 512, True), {})
     node = next(t for t in g.tasks() if t.launch.name == "fc/fwd")
@@ -316,7 +319,8 @@ def test_a_profile_calibrates_the_model_of_its_kind():
     e = cm.explain(node, p100)
     assert e.source == "analytic" and "defaults" in e.detail
     w = cm.work(node)
-    assert e.seconds == pytest.approx(5e-6 + (w.flops + 0.7 * 10.6e12 * 5e-6) / (0.7 * 10.6e12))
+    assert e.seconds == pytest.approx(10e-6 + w.kernels * 5e-6
+                                      + (w.flops + 0.7 * 10.6e12 * 5e-6) / (0.7 * 10.6e12))
 
 
 # -- the simulator's interface ----------------------------------------------------------------------
