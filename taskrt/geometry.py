@@ -13,7 +13,7 @@ from .errors import RectError
 class Rect:
     """An immutable n-d half-open box. (A plain slotted class rather than a dataclass: the
     planner creates and compares millions of them, and emptiness and the hash are cached.)"""
-    __slots__ = ("lo", "hi", "empty", "_hash")
+    __slots__ = ("lo", "hi", "empty", "_hash", "_shape")
 
     def __init__(self, lo: tuple[int, ...], hi: tuple[int, ...]):
         if len(lo) != len(hi):
@@ -28,6 +28,7 @@ class Rect:
                 break
         object.__setattr__(self, "empty", empty)
         object.__setattr__(self, "_hash", hash((lo, hi)))
+        object.__setattr__(self, "_shape", None)
 
     def __setattr__(self, name, value):
         raise AttributeError(f"Rect is immutable (tried to set {name})")
@@ -57,7 +58,11 @@ class Rect:
 
     @property
     def shape(self) -> tuple[int, ...]:
-        return tuple(max(0, h - l) for l, h in zip(self.lo, self.hi))
+        shape = self._shape
+        if shape is None:
+            shape = tuple(max(0, h - l) for l, h in zip(self.lo, self.hi))
+            object.__setattr__(self, "_shape", shape)
+        return shape
 
     @property
     def volume(self) -> int:

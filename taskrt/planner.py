@@ -48,6 +48,7 @@ class Planner:
         self.state_src: list[list] = []               # per launch, per point: task ref or None
         # Per region: the launches touching it, with what they ask of it, for re-planning.
         self.log: dict[str, list[tuple]] = defaultdict(list)
+        self._tasks: dict[tuple[int, int], TaskNode] = {}   # reused by finish() when unchanged
         for region, pieces in (initial or {}).items():
             self._region(region)
             self.initial[region.name] = list(pieces)
@@ -175,7 +176,9 @@ class Planner:
 
     # -- the graph ---------------------------------------------------------------------------
     def finish(self) -> TaskGraph:
-        """Assemble every region's nodes and the tasks into a TaskGraph."""
+        """Assemble every region's nodes and the tasks into a TaskGraph. Nodes that did not
+        change are the same objects as in the previous graph (with new ids), so only the
+        latest graph of a planner is valid."""
         g = TaskGraph(self.machine)
         g.regions = dict(self.regions)
         ids: dict = {}
@@ -204,8 +207,13 @@ class Planner:
                     refs |= preds
                 if self.state_src[li][pi] is not None:
                     refs.add(self.state_src[li][pi])
-                node = TaskNode(ids[li, pi], self.launches[li], color, device, reqs,
-                                tuple(self.task_targets[li][pi]))
+                targets = tuple(self.task_targets[li][pi])
+                node = self._tasks.get((li, pi))
+                if node is None or node.targets != targets:
+                    node = self._tasks[li, pi] = TaskNode(ids[li, pi], self.launches[li], color,
+                                                          device, reqs, targets)
+                else:               # the very same point task as in the last graph
+                    node.id = ids[li, pi]
             else:
                 node.id = ids[node]
                 if staged is not None:
@@ -247,6 +255,8 @@ class Planner:
             self._check_interference(launch, points)
             self.launches[li] = launch
             self.points[li] = points
+            for key in [k for k in self._tasks if k[0] == li]:
+                del self._tasks[key]
             self.colors[li] = {c: k for k, (c, _, _) in enumerate(points)}
             reads: dict[str, list] = {}
             accesses: dict[str, list] = {}

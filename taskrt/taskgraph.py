@@ -46,9 +46,17 @@ class TaskNode:
 
     @property
     def cost_key(self) -> tuple:
-        """What the cost model needs: the launch's tag and the shapes of the parts touched."""
-        return (self.launch.cost_tag,
-                tuple((r.privilege.value, r.rect.shape, r.region.dtype) for r in self.requirements))
+        """What the cost model needs: the launch's tag, and per requirement its privilege,
+        part shape and dtype; for a Red+ also how its contribution is stored (per piece:
+        added onto sums already there, or stored), which changes the work done."""
+        out = []
+        for r, t in zip(self.requirements, self.targets):
+            if t is None:
+                out.append((r.privilege.value, r.rect.shape, r.region.dtype))
+            else:
+                out.append((r.privilege.value, r.rect.shape, r.region.dtype,
+                            tuple(acc for _, _, acc in t)))
+        return (self.launch.cost_tag, tuple(out))
 
     def describe(self) -> str:
         reqs = " + ".join(str(r) for r in self.requirements)
