@@ -3,6 +3,10 @@
     python -m bench                   # all benchmarks
     python -m bench planner_scaling   # some of them, by module name
     python -m bench --quick           # small sizes (a smoke run; numbers are not meaningful)
+
+Running some benchmarks by name updates their entries and keeps the others already in
+results.json (a full run of the quick or normal kind replaces the file's content), so the
+table always holds every benchmark's latest numbers.
 """
 from __future__ import annotations
 
@@ -39,6 +43,23 @@ def markdown(results: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _merge_previous(path: str, results: dict, quick: bool, partial: bool) -> dict:
+    """`results` after the entries of an earlier run of the same kind (quick or not) that
+    this run did not redo, in their old order; new ones last."""
+    if not partial or not os.path.exists(path):
+        return results
+    try:
+        with open(path) as f:
+            old = json.load(f)
+    except (OSError, ValueError):
+        return results
+    if old.get("quick") != quick or not isinstance(old.get("benchmarks"), dict):
+        return results
+    merged = {k: results.get(k, v) for k, v in old["benchmarks"].items()}
+    merged.update({k: v for k, v in results.items() if k not in merged})
+    return merged
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -59,11 +80,14 @@ def main(argv=None) -> int:
         print(f"bench: running {name} ...", flush=True)
         res = importlib.import_module(f"bench.{name}").run(quick=args.quick)
         res["seconds"] = round(time.perf_counter() - t0, 2)
+        res["date"] = time.strftime("%Y-%m-%d %H:%M:%S")
         results[name] = res
         print(f"bench: {name} done in {res['seconds']} s", flush=True)
+    os.makedirs(args.out, exist_ok=True)
+    results = _merge_previous(os.path.join(args.out, "results.json"), results, args.quick,
+                              partial=bool(args.names))
     doc = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "quick": args.quick,
            "machine": machine, "benchmarks": results}
-    os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "results.json"), "w") as f:
         json.dump(doc, f, indent=1, default=str)
     table = markdown(results)

@@ -24,3 +24,15 @@ def test_bench_quick_run_writes_results(tmp_path, capsys):
 def test_bench_rejects_unknown_names(tmp_path, capsys):
     assert main(["nope", "--out", str(tmp_path)]) == 2
     assert "unknown benchmark(s) ['nope']" in capsys.readouterr().err
+
+
+def test_bench_run_by_name_keeps_the_other_entries(tmp_path):
+    # A run of one benchmark updates its entry and keeps the others of the same kind.
+    assert main(["--quick", "--out", str(tmp_path), "executor_overhead", "planner_scaling"]) == 0
+    first = json.loads((tmp_path / "results.json").read_text())["benchmarks"]
+    assert main(["--quick", "--out", str(tmp_path), "executor_overhead"]) == 0
+    doc = json.loads((tmp_path / "results.json").read_text())
+    assert list(doc["benchmarks"]) == ["executor_overhead", "planner_scaling"]
+    assert doc["benchmarks"]["planner_scaling"] == first["planner_scaling"]
+    assert doc["benchmarks"]["executor_overhead"]["date"] >= first["executor_overhead"]["date"]
+    assert "planner" in (tmp_path / "results.md").read_text().lower()
