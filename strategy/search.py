@@ -1,0 +1,240 @@
+"""MCMC strategy search (paper §6): Metropolis-Hastings over strategies, delta-simulated.
+
+The cost of a strategy is its simulated iteration time on a machine model. Each proposal
+gives one operator another config (strategy/space.py: half uniformly random, half a neighbor
+of its config); strategy/delta.py re-simulates only what changed. A proposal that is
+`cost(new) - cost(cur)` slower is accepted with probability exp(-beta * that); rejected ones
+are undone (one more delta simulation).
+
+Temperature. The paper gives no beta, and a constant per millisecond means something else on
+every model and machine. Here beta = 1 / (temperature * cost of the first candidate): with the
+default temperature 0.01 a proposal 1% slower than the starting point is accepted with
+probability 1/e, a 5% slower one with 0.7%. Strategies that do not fit in memory cost
+infinity and are never accepted.
+
+Candidates. The search starts from data parallelism, then the expert strategy when one is
+given, then `random_starts` random strategies, and searches each in turn with an even share
+of what is left of the budget (time in seconds and/or number of proposals). A candidate stops
+when its share is spent or, as in the paper, when its best has not improved for half of the
+time (or proposals) it has used. The result is the best strategy seen over all candidates,
+so it is never slower in simulation than data parallelism (it starts there).
+
+    result = search(model, machine_model, costs, budget_s=30, seed=0, expert=expert_configs)
+    result.configs, result.predicted, result.speedup("data_parallel")
+"""
+from __future__ import annotations
+
+import math
+import random
+import time
+from dataclasses import dataclass, field
+
+from parallel_ops.errors import ConfigError
+from taskrt.errors import PlanError
+
+from .delta import SimulationSession
+from .space import SearchSpace
+
+DEFAULT_TEMPERATURE = 0.01
+MIN_PROPOSALS = 50           # the stop rule waits for this many proposals, or one per
+                             # searchable operator when there are more
+
+
+@dataclass
+class CandidateRun:
+    name: str
+    start: float                 # predicted time of the starting strategy
+    best: float
+    proposals: int = 0
+    accepted: int = 0
+    improved: int = 0
+    seconds: float = 0.0
+    stopped_by: str = ""         # "budget", "no improvement", "proposals"
+    failed: int = 0              # proposals the runtime could not plan (see errors)
+
+
+@dataclass
+class SearchResult:
+    configs: dict                # operator name -> ParallelConfig of the best strategy
+    predicted: float             # its simulated iteration time, seconds
+    baselines: dict              # "data_parallel", "expert" -> predicted seconds
+    candidates: list[CandidateRun]
+    proposals: int
+    seconds: float
+    seed: int
+    beta: float                  # 1 / seconds of cost
+    history: list = field(default_factory=list)   # (elapsed s, proposals, best s)
+    errors: list = field(default_factory=list)    # first few unplannable proposals
+
+    def speedup(self, baseline: str = "data_parallel") -> float:
+        """How many times faster than a baseline the best strategy is predicted to be."""
+        base = self.baselines.get(baseline)
+        if base is None or not math.isfinite(self.predicted) or self.predicted <= 0:
+            return float("nan")
+        return base / self.predicted
+
+    @property
+    def proposals_per_second(self) -> float:
+        return self.proposals / self.seconds if self.seconds > 0 else 0.0
+
+    def to_dict(self) -> dict:
+        return {"predicted_s": self.predicted, "baselines_s": dict(self.baselines),
+                "speedup_vs": {k: self.speedup(k) for k in self.baselines},
+                "proposals": self.proposals, "seconds": self.seconds,
+                "proposals_per_s": self.proposals_per_second, "seed": self.seed,
+                "beta_per_s": self.beta,
+                "candidates": [vars(c) for c in self.candidates],
+                "history": [list(h) for h in self.history]}
+
+
+class Budget:
+    """What is left of a search's time and proposals, shared out among candidates."""
+
+    def __init__(self, seconds: float | None, proposals: int | None):
+        if seconds is None and proposals is None:
+            raise ValueError("search: give a budget in seconds, in proposals, or both")
+        if (seconds is not None and seconds <= 0) or (proposals is not None and proposals < 1):
+            raise ValueError(f"search: budget {seconds} s / {proposals} proposals; "
+                             "use a positive time or proposal count")
+        self.t0 = time.perf_counter()
+        self.seconds, self.proposals, self.used = seconds, proposals, 0
+
+    def share(self, candidates_left: int) -> tuple[float, float]:
+        """(seconds, proposals) for the next candidate: an even share of what is left."""
+        secs = props = math.inf
+        if self.seconds is not None:
+            secs = max(0.0, self.seconds - (time.perf_counter() - self.t0)) / candidates_left
+        if self.proposals is not None:
+            props = max(0, self.proposals - self.used) / candidates_left
+        return secs, props
+
+    def exhausted(self) -> bool:
+        return ((self.seconds is not None and time.perf_counter() - self.t0 >= self.seconds)
+                or (self.proposals is not None and self.used >= self.proposals))
+
+
+class Search:
+    """One search: candidates, chains, the best strategy so far and its bookkeeping."""
+
+    def __init__(self, model, machine_model, costs, *, optimizer=None, seed: int = 0,
+                 expert: dict | None = None, random_starts: int = 1,
+                 temperature: float = DEFAULT_TEMPERATURE, space: SearchSpace | None = None,
+                 progress=None, progress_every: float = 1.0):
+        if temperature <= 0:
+            raise ValueError(f"search: temperature {temperature}; use a positive fraction "
+                             "of the starting cost (default 0.01)")
+        self.model, self.machine_model, self.costs = model, machine_model, costs
+        self.optimizer, self.seed, self.expert = optimizer, seed, expert
+        self.random_starts, self.temperature = random_starts, temperature
+        self.space = space or SearchSpace.for_machine(model, machine_model)
+        self.rng = random.Random(seed)
+        self.progress, self.progress_every = progress, progress_every
+        self.best, self.best_configs = math.inf, None
+        self.baselines: dict = {}
+        self.history: list = []
+        self.errors: list = []
+        self.beta = None
+
+    def candidates(self) -> list[tuple[str, dict | None]]:
+        out = [("data_parallel", None)]
+        if self.expert:
+            out.append(("expert", self.expert))
+        for k in range(self.random_starts):
+            ops = self.space.searchable()
+            out.append((f"random {k}", {op.name: self.space.random_config(op, self.rng)
+                                        for op in ops}))
+        return out
+
+    def run(self, budget_s: float | None = None, proposals: int | None = None) -> SearchResult:
+        budget = Budget(budget_s, proposals)
+        runs = []
+        cands = self.candidates()
+        for k, (name, strategy) in enumerate(cands):
+            if k > 0 and budget.exhausted():
+                break
+            runs.append(self._chain(name, strategy, budget, len(cands) - k))
+        return SearchResult(dict(self.best_configs), self.best, dict(self.baselines), runs,
+                            budget.used, time.perf_counter() - budget.t0, self.seed,
+                            self.beta, self.history, self.errors)
+
+    def _session(self, strategy) -> SimulationSession:
+        return SimulationSession(self.model, self.machine_model, self.costs, strategy,
+                                 self.optimizer)
+
+    def _chain(self, name: str, strategy, budget: Budget, left: int) -> CandidateRun:
+        t0 = time.perf_counter()
+        secs, props = budget.share(left)
+        session = self._session(strategy)
+        cost = session.result.makespan
+        if name in ("data_parallel", "expert"):
+            self.baselines[name] = cost
+        if self.beta is None:
+            ref = cost if math.isfinite(cost) and cost > 0 else 1.0
+            self.beta = 1.0 / (self.temperature * ref)
+        run = CandidateRun(name, cost, cost)
+        self._offer(cost, session.configs, budget)
+        cur = cost
+        best_at_t, best_at_p = 0.0, 0
+        patience = max(MIN_PROPOSALS, len(self.space.searchable()))
+        last_report = time.perf_counter()
+        while True:
+            elapsed = time.perf_counter() - t0
+            if elapsed >= secs or budget.exhausted():
+                run.stopped_by = "budget"
+                break
+            if run.proposals >= props:
+                run.stopped_by = "proposals"
+                break
+            if run.proposals >= patience and best_at_t < elapsed / 2 \
+                    and best_at_p < run.proposals / 2:
+                run.stopped_by = "no improvement"
+                break
+            op_name, new = self.space.propose(self.rng, session.configs)
+            old = session.configs[op_name]
+            run.proposals += 1
+            budget.used += 1
+            try:
+                t = session.change(op_name, new).makespan
+            except (ConfigError, PlanError) as e:
+                run.failed += 1
+                if len(self.errors) < 5:
+                    self.errors.append(f"{op_name} {new}: {e}")
+                session = self._session(_with(session.configs, op_name, old))
+                continue
+            if t <= cur or (math.isfinite(t) and
+                            self.rng.random() < math.exp(-self.beta * (t - cur))):
+                cur = t
+                run.accepted += 1
+                if t < run.best:
+                    run.best, run.improved = t, run.improved + 1
+                    best_at_t, best_at_p = time.perf_counter() - t0, run.proposals
+                    self._offer(t, session.configs, budget)
+            else:
+                session.change(op_name, old)
+            now = time.perf_counter()
+            if self.progress is not None and now - last_report >= self.progress_every:
+                last_report = now
+                self.progress(dict(candidate=name, elapsed=now - budget.t0,
+                                   proposals=budget.used,
+                                   rate=budget.used / max(now - budget.t0, 1e-9),
+                                   current=cur, best=self.best))
+        run.seconds = time.perf_counter() - t0
+        return run
+
+    def _offer(self, t: float, configs, budget: Budget) -> None:
+        if t < self.best or self.best_configs is None:
+            self.best, self.best_configs = t, dict(configs)
+            self.history.append((time.perf_counter() - budget.t0, budget.used, t))
+
+
+def _with(configs, name, cfg) -> dict:
+    out = dict(configs)
+    out[name] = cfg
+    return out
+
+
+def search(model, machine_model, costs, *, budget_s: float | None = None,
+           proposals: int | None = None, **kw) -> SearchResult:
+    """Search a strategy for `model` on `machine_model` (see the module doc for the knobs:
+    optimizer, seed, expert, random_starts, temperature, space, progress)."""
+    return Search(model, machine_model, costs, **kw).run(budget_s, proposals)

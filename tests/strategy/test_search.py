@@ -1,0 +1,142 @@
+"""The search space, MCMC search and exhaustive search, on a small MLP on a 4-GPU node model.
+
+The exhaustive optimum is checked against fresh full simulations of every strategy, and MCMC
+restricted to the same space must find it."""
+import itertools
+import math
+import random
+
+import pytest
+
+from parallel_ops import SGD, Model, validate
+from parallel_ops.lowering import lower
+from strategy.costs import CostModel
+from strategy.exhaustive import SpaceTooLarge, exhaustive, gray_steps, space_size
+from strategy.machines import machine_model
+from strategy.search import search
+from strategy.simulator import simulate
+from strategy.space import SearchSpace
+from taskrt import plan
+
+
+pytestmark = pytest.mark.filterwarnings("ignore::strategy.costs.CostWarning")
+
+
+@pytest.fixture(scope="module")
+def setting():
+    mm = machine_model("p100:1")
+    m = Model("mlp", seed=0)
+    x = m.input("x", (64, 256))
+    y = m.input("y", (64,), dtype="int64")
+    h = m.relu(m.linear(x, 512, name="fc1"), name="relu1")
+    m.softmax_cross_entropy(m.linear(h, 1024, name="fc2"), y, name="loss")
+    return m, mm, CostModel()
+
+
+def full_time(m, mm, costs, strategy):
+    machine = mm.taskrt_machine()
+    low = lower(m, strategy, machine, SGD(lr=0.1))
+    return simulate(plan(low.launches, machine, initial=low.initial), mm, costs).makespan
+
+
+def test_gray_code_visits_every_combination_once_one_digit_at_a_time():
+    radices = [3, 1, 4, 2]
+    digits, seen = [0, 0, 0, 0], {(0, 0, 0, 0)}
+    for j, v in gray_steps(radices):
+        assert abs(digits[j] - v) == 1
+        digits[j] = v
+        seen.add(tuple(digits))
+    assert seen == set(itertools.product(*map(range, radices)))
+    assert sum(1 for _ in gray_steps(radices)) == math.prod(radices) - 1
+
+
+def test_space_configs_are_valid_and_cover_soap(setting):
+    m, mm, _ = setting
+    machine = mm.taskrt_machine()
+    space = SearchSpace.for_machine(m, mm)
+    rng = random.Random(0)
+    for op in m.ops:
+        for t in space.degree_tuples(op):
+            assert math.prod(t) <= 4
+            assert all(k <= d.extent for k, d in zip(t, op.dims))
+        for _ in range(30):
+            cfg = space.random_config(op, rng)
+            validate(op, cfg, machine)
+            validate(op, space.neighbor(op, cfg, rng), machine)
+    fc1 = m.op("fc1")
+    kinds = {d.kind for d in fc1.dims}
+    assert "reduction" in kinds        # every SOAP dim of a linear layer may be split
+    split_dims = {d.name for t in space.degree_tuples(fc1)
+                  for d, k in zip(fc1.dims, t) if k > 1}
+    assert split_dims == {d.name for d in fc1.dims}
+    # fewer devices than exist, and any subset of them, are in the space
+    devs = {space.random_config(fc1, rng).devices for _ in range(300)}
+    assert any(len(d) == 1 for d in devs)
+    assert (1, 3) in devs or (3, 1) in devs
+
+
+def test_node_family_stays_inside_nodes():
+    mm = machine_model("p100:2")               # 2 nodes x 4 GPUs
+    m = Model("one", seed=0)
+    m.linear(m.input("x", (16, 8)), 8, name="fc")
+    space = SearchSpace.for_machine(m, mm, families=("node",))
+    assert space.starts(2, "node") == [0, 2, 4, 6]
+    assert space.starts(4, "node") == [0, 4]
+    assert space.starts(8, "node") == [0]
+    assert space.starts(3, "node") == [0, 4]
+    restricted = space.restricted()
+    for cfg in restricted.configs(m.op("fc")):
+        assert sum(k > 1 for _, k in cfg.degrees) <= 1
+        assert len({mm.node_of(d) for d in cfg.devices}) == max(1, len(cfg.devices) // 4)
+
+
+def test_exhaustive_optimum_equals_the_best_fresh_full_simulation(setting):
+    m, mm, costs = setting
+    space = SearchSpace.for_machine(m, mm).restricted(frozen={"relu1", "loss"})
+    total, sizes = space_size(space)
+    assert total == 100 and sizes == {"fc1": 10, "fc2": 10}
+    ex = exhaustive(m, mm, costs, space, optimizer=SGD(lr=0.1))
+    assert ex.evaluated == total
+    times = {}
+    for c1 in space.configs(m.op("fc1")):
+        for c2 in space.configs(m.op("fc2")):
+            times[c1, c2] = full_time(m, mm, costs, {"fc1": c1, "fc2": c2})
+    assert ex.predicted == pytest.approx(min(times.values()), rel=1e-12)
+    assert times[ex.configs["fc1"], ex.configs["fc2"]] == pytest.approx(ex.predicted, rel=1e-12)
+    assert ex.predicted < full_time(m, mm, costs, None)      # better than data parallel here
+    with pytest.raises(SpaceTooLarge, match=r"100 strategies \(10 x 10 configs for 2 operators"):
+        exhaustive(m, mm, costs, space, limit=99)
+
+
+def test_mcmc_finds_the_exhaustive_optimum_and_never_loses_to_data_parallel(setting):
+    m, mm, costs = setting
+    space = SearchSpace.for_machine(m, mm).restricted(frozen={"relu1", "loss"})
+    ex = exhaustive(m, mm, costs, space, optimizer=SGD(lr=0.1))
+    r = search(m, mm, costs, proposals=300, seed=0, space=space, optimizer=SGD(lr=0.1))
+    assert r.predicted == pytest.approx(ex.predicted, rel=1e-12)
+    assert r.predicted <= r.baselines["data_parallel"]
+    assert r.speedup() == pytest.approx(r.baselines["data_parallel"] / r.predicted)
+    assert full_time(m, mm, costs, r.configs) == pytest.approx(r.predicted, rel=1e-12)
+    assert [c.name for c in r.candidates][0] == "data_parallel"
+    assert r.history[-1][2] == r.predicted
+
+
+def test_search_is_reproducible_with_a_seed_and_reports_progress(setting):
+    m, mm, costs = setting
+    seen = []
+    runs = [search(m, mm, costs, proposals=60, seed=7, optimizer=SGD(lr=0.1),
+                   progress=seen.append, progress_every=0.0) for _ in range(2)]
+    assert runs[0].configs == runs[1].configs and runs[0].predicted == runs[1].predicted
+    assert runs[0].proposals == 60
+    assert seen and {"elapsed", "proposals", "rate", "current", "best"} <= set(seen[-1])
+    assert all(s["best"] <= runs[0].baselines["data_parallel"] for s in seen)
+
+
+def test_search_budget_and_temperature_errors(setting):
+    m, mm, costs = setting
+    with pytest.raises(ValueError, match="give a budget"):
+        search(m, mm, costs)
+    with pytest.raises(ValueError, match="positive time or proposal count"):
+        search(m, mm, costs, budget_s=-1)
+    with pytest.raises(ValueError, match="temperature"):
+        search(m, mm, costs, proposals=5, temperature=0)
