@@ -1,0 +1,120 @@
+"""Simulator speed: graph build, full simulation and delta simulation at the paper's sizes.
+
+For Inception-v3, NMT and ResNet-101 (paper sizes: per-device batch x GPUs) on 4, 16 and 64
+simulated P100s (the paper's cluster with 1, 4 and 16 nodes), data parallel, analytic costs:
+  build     lowering + planning of the whole iteration (the TaskGraph);
+  full sim  strategy.simulator.simulate of the built graph (cost model warm per cost key, as
+            in a search where every strategy reuses the keys measured before);
+  delta     SimulationSession.change: one random operator gets a random valid config (median
+            over the changes; this is the search's inner loop, graph update included);
+  rebuild   the full alternative for the same changes: lower + plan + simulate from scratch.
+The paper's full/delta search-time ratios (Table 5) are 2.2-6.9x; issue 6's target is build
++ full simulation of Inception-v3 on 16 GPUs in at most 0.1 s.
+"""
+from __future__ import annotations
+
+import random
+import statistics
+import time
+import warnings
+
+from parallel_ops import ParallelConfig
+from parallel_ops.lowering import lower
+from taskrt import Planner
+
+# Paper Table 5, full / delta end-to-end search time, per app and GPU count.
+PAPER_RATIO = {("resnet", 4): 1.4 / 0.4, ("inception", 4): 14 / 4.1, ("nmt", 4): 40 / 16,
+               ("resnet", 16): 22 / 7.3, ("inception", 16): 388 / 77, ("nmt", 16): 998 / 328,
+               ("resnet", 64): 515 / 158, ("inception", 64): 8817 / 1278,
+               ("nmt", 64): 8982 / 2190}
+APPS = ("inception", "nmt", "resnet")
+
+
+def random_config(op, num_devices: int, rng: random.Random) -> ParallelConfig:
+    """A uniformly drawn valid config: random degrees per dim (product <= devices, each <= its
+    extent) on distinct random devices, like the search's proposal."""
+    degrees, parts = {}, 1
+    for d in rng.sample(list(op.dims), len(op.dims)):
+        k = rng.choice([k for k in range(1, min(d.extent, num_devices) + 1)
+                        if parts * k <= num_devices])
+        degrees[d.name] = k
+        parts *= k
+    ordered = tuple((d.name, degrees[d.name]) for d in op.dims)
+    return ParallelConfig(ordered, tuple(rng.sample(range(num_devices), parts)))
+
+
+def build_graph(model, strategy, machine, optimizer):
+    """Lower and plan one iteration: the TaskGraph."""
+    lowered = lower(model, strategy, machine, optimizer)
+    planner = Planner(machine, initial=lowered.initial)
+    for launch in lowered.launches:
+        planner.add_launch(launch)
+    return planner.finish()
+
+
+def measure(app: str, gpus: int, small: bool, changes: int, rebuilds: int, seed: int = 0):
+    from strategy.costs import CostModel
+    from strategy.costs.app_profile import load_app
+    from strategy.delta import SimulationSession
+    from strategy.machine_model import machine_model
+    from strategy.simulator import simulate
+    _, net, _, opt = load_app(app, ["--small"] if small else [], devices=gpus)
+    model = net.model
+    mm = machine_model(f"p100:{max(1, gpus // 4)}")
+    machine = mm.taskrt_machine()
+    costs = CostModel()
+    t = time.perf_counter()
+    graph = build_graph(model, None, machine, opt)
+    build = time.perf_counter() - t
+    simulate(graph, mm, costs)                         # warms the cost model per key
+    t = time.perf_counter()
+    full = simulate(graph, mm, costs)
+    sim = time.perf_counter() - t
+    session = SimulationSession(model, mm, costs, None, opt)
+    assert session.result.makespan == full.makespan
+    rng = random.Random(seed)
+    deltas, rebuilt = [], []
+    for k in range(changes):
+        op = rng.choice(model.ops)
+        cfg = random_config(op, gpus, rng)
+        t = time.perf_counter()
+        got = session.change(op.name, cfg)
+        deltas.append(time.perf_counter() - t)
+        if k < rebuilds:
+            t = time.perf_counter()
+            fresh = simulate(build_graph(model, dict(session.configs), machine, opt), mm, costs)
+            rebuilt.append(time.perf_counter() - t)
+            if fresh.makespan != got.makespan:
+                raise AssertionError(f"{app} @{gpus}: delta {got.makespan} != full "
+                                     f"{fresh.makespan} after changing {op.name}")
+    delta, rebuild = statistics.median(deltas), statistics.median(rebuilt)
+    return {"nodes": len(graph), "build_s": build, "full_sim_s": sim, "delta_s": delta,
+            "rebuild_s": rebuild, "ratio": rebuild / delta, "paper_ratio": PAPER_RATIO[app, gpus],
+            "build_us_per_node": build / len(graph) * 1e6,
+            "sim_us_per_node": sim / len(graph) * 1e6, "changes": changes,
+            "rebuilds": rebuilds, "makespan_s": full.makespan}
+
+
+def run(quick: bool = False) -> dict:
+    warnings.simplefilter("ignore")                  # analytic-cost fallback warnings
+    gpu_counts = (4,) if quick else (4, 16, 64)
+    results, rows = {}, []
+    for app in APPS:
+        for gpus in gpu_counts:
+            big = gpus == 64
+            r = measure(app, gpus, quick, changes=6 if quick else (10 if big else 20),
+                        rebuilds=2 if quick or big else 3)
+            results[f"{app}@{gpus}"] = r
+            rows.append((f"{app} @{gpus} GPUs: {r['nodes']} nodes",
+                         f"build {r['build_s']:.3f} s + full sim {r['full_sim_s']:.3f} s; "
+                         f"delta {r['delta_s']:.3f} s vs rebuild {r['rebuild_s']:.3f} s",
+                         f"full/delta {r['ratio']:.1f}x (paper {r['paper_ratio']:.1f}x); "
+                         f"build {r['build_us_per_node']:.0f} + sim "
+                         f"{r['sim_us_per_node']:.1f} us/node"))
+    gpus = 4 if quick else 16
+    inc = results[f"inception@{gpus}"]
+    total = inc["build_s"] + inc["full_sim_s"]
+    rows.append((f"inception @{gpus} GPUs: build + full simulation", f"{total:.3f} s",
+                 "target <= 0.1 s at 16 GPUs, paper size (issue 6)"))
+    results["inception_build_plus_sim_s"] = total
+    return {"title": "simulator speed", "results": results, "rows": rows}
