@@ -140,3 +140,30 @@ def test_search_budget_and_temperature_errors(setting):
         search(m, mm, costs, budget_s=-1)
     with pytest.raises(ValueError, match="temperature"):
         search(m, mm, costs, proposals=5, temperature=0)
+
+
+def test_explain_breaks_the_iteration_down_and_names_the_changed_operators(setting):
+    from strategy.delta import SimulationSession
+    from strategy.explain import Breakdown, compare
+    m, mm, costs = setting
+    dp = SimulationSession(m, mm, costs, None, SGD(lr=0.1))
+    base = Breakdown.of(dp)
+    durations = {k: 0.0 for k in ("task", "reduce", "copy", "allreduce")}
+    for n in dp.graph.nodes:
+        durations[n.kind] += dp.result.end[n.id] - dp.result.start[n.id]
+    assert base.compute_s == pytest.approx(durations["task"] + durations["reduce"])
+    assert base.sync_s == pytest.approx(durations["allreduce"])
+    # data parallelism all-reduces every weight's gradient once, in float32
+    assert base.sync_bytes == 4 * sum(math.prod(w.shape) for w in m.weights)
+    assert set(base.op_sync) == {"fc1", "fc2"}
+    assert sum(base.op_compute.values()) + base.other_tasks_s == \
+        pytest.approx(durations["task"])
+    assert 0 <= base.other_tasks_s < 0.1 * durations["task"]
+    new = dict(dp.configs)
+    new["fc2"] = SearchSpace.config(m.op("fc2"), (1, 4, 1), (0, 1, 2, 3))
+    other = SimulationSession(m, mm, costs, new, SGD(lr=0.1))
+    cmp = compare(m, dp.configs, base, other.configs, Breakdown.of(other))
+    assert [c.op for c in cmp.changes] == ["fc2"]
+    assert cmp.changes[0].sync_s == pytest.approx(-base.op_sync["fc2"])   # o-split: no sync
+    text = cmp.text()
+    assert "fc2: [n=4]@0-3 -> [o=4]@0-3" in text and "1 operator(s) changed" in text
