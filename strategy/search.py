@@ -77,6 +77,22 @@ class SearchResult:
     def proposals_per_second(self) -> float:
         return self.proposals / self.seconds if self.seconds > 0 else 0.0
 
+    def text(self) -> str:
+        """The search's summary: baselines, best, candidates."""
+        lines = [f"searched {self.proposals} proposals in {self.seconds:.1f} s "
+                 f"({self.proposals_per_second:.1f}/s, seed {self.seed})"]
+        for name, t in self.baselines.items():
+            lines.append(f"  {name.replace('_', ' '):<14} {_ms(t)}")
+        lines.append(f"  {'best found':<14} {_ms(self.predicted)}  ("
+                     + ", ".join(f"{self.speedup(k):.2f}x vs {k.replace('_', ' ')}"
+                                 for k in self.baselines) + ")")
+        for c in self.candidates:
+            lines.append(f"    from {c.name:<13} {_ms(c.start)} -> {_ms(c.best)}: "
+                         f"{c.proposals} proposals, {c.accepted} accepted, {c.improved} "
+                         f"improved, {c.seconds:.1f} s, stopped by {c.stopped_by}"
+                         + (f", {c.failed} unplannable" if c.failed else ""))
+        return "\n".join(lines)
+
     def to_dict(self) -> dict:
         return {"predicted_s": self.predicted, "baselines_s": dict(self.baselines),
                 "speedup_vs": {k: self.speedup(k) for k in self.baselines},
@@ -225,6 +241,10 @@ class Search:
         if t < self.best or self.best_configs is None:
             self.best, self.best_configs = t, dict(configs)
             self.history.append((time.perf_counter() - budget.t0, budget.used, t))
+
+
+def _ms(t: float) -> str:
+    return f"{t * 1e3:.4g} ms" if math.isfinite(t) else "invalid (over memory)"
 
 
 def _with(configs, name, cfg) -> dict:
