@@ -64,9 +64,14 @@ def make_parser(app: App) -> argparse.ArgumentParser:
     s.add_argument("--search", type=float, metavar="SECONDS",
                    help="search a strategy for this long before training")
     s.add_argument("--machine", metavar="PRESET|FILE",
-                   help="the machine to search/simulate for (default: the one running)")
+                   help="the machine model to simulate/search for: a preset (p100, k80:2, "
+                        "dgx-h100, ...), a machine file, or local (this job, calibrated; "
+                        "the default)")
     s.add_argument("--simulate", action="store_true",
-                   help="do not train: predict the iteration time on --machine")
+                   help="do not train: predict one iteration on --machine (docs/simulator.md)")
+    s.add_argument("--profile", metavar="FILE",
+                   help="measured task costs for --simulate (python -m strategy.costs "
+                        "profile); default: the analytic cost model")
     s.add_argument("--devices-per-rank", type=int, default=1, metavar="K",
                    help="devices each rank drives: GPUs, or logical CPU devices (default 1)")
     s.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
@@ -107,7 +112,12 @@ def check_args(app: App, a: argparse.Namespace) -> None:
     if a.device == "cuda" and not torch.cuda.is_available():
         raise UsageError("--device cuda: torch sees no GPU here. Use --device cpu, or install "
                          "a CUDA build of torch 2.13 (README, GPUs).")
-    for flag in ("strategy",):
+    fixes = {"strategy": "Export one with --export FILE.",
+             "profile": "Measure one with python -m strategy.costs profile APP."}
+    for flag, fix in fixes.items():
         path = getattr(a, flag)
         if path is not None and not os.path.isfile(path):
-            raise UsageError(f"--{flag} {path}: no such file. Export one with --export FILE.")
+            raise UsageError(f"--{flag} {path}: no such file. {fix}")
+    if a.profile is not None and not a.simulate:
+        raise UsageError(f"--profile {a.profile}: task costs are for --simulate; a real run "
+                         "measures its own. Add --simulate, or leave out --profile.")

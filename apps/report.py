@@ -1,6 +1,6 @@
 """What a run measured (`Result`) and how rank 0 reports it: the end report for people
-(`report`), the --json object (`result_json`), the strategy table, and the counts and
-machine description both use.
+(`report`), the --json object (`result_json`), and the counts and machine description both
+use. The strategy table the apps print is strategy/views.py's, re-exported here.
 
 Owns no MPI and no training: apps/training.py fills the Result and prints these.
 """
@@ -12,7 +12,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from parallel_ops import Model
-from parallel_ops.config import format_devices
+from strategy.views import strategy_table  # noqa: F401  (re-exported: the apps print it)
 from taskrt import Machine
 
 from .app import App, Network
@@ -84,7 +84,10 @@ def _finite(x):
 
 
 def result_json(res: Result) -> dict:
-    """The --json object: the keys of issue 5 first, then details."""
+    """The --json object: the keys of issue 5 first, then details. A --simulate
+    Prediction (apps/simulate.py) gives its own object with the same first keys."""
+    if getattr(res, "simulated", False):
+        return res.json()
     a = res.args
     out = {"app": res.app.name,
            "parameters": parameters(res.network.model),
@@ -113,31 +116,3 @@ def result_json(res: Result) -> dict:
         out["accuracies"] = res.accuracies
         out["test_accuracy"] = res.test_accuracy
     return out
-
-
-def strategy_table(model: Model, configs: dict, max_rows: int = 40) -> str:
-    """Operator, type, config and devices; runs of operators with one config share a row
-    when the model has more than `max_rows` operators."""
-    rows = []
-    for op in model.ops:
-        cfg = configs[op.name]
-        degs = ",".join(f"{k}={v}" for k, v in cfg.degrees if v != 1) or "-"
-        key = (degs, format_devices(cfg.devices))
-        if len(model.ops) > max_rows and rows and rows[-1][0] == key:
-            rows[-1][1].append(op)
-        else:
-            rows.append((key, [op]))
-    names = []
-    for _, ops in rows:
-        if len(ops) == 1:
-            names.append((ops[0].name, ops[0].type))
-        else:
-            types = sorted({o.type for o in ops})
-            t = ",".join(types) if len(types) <= 3 else f"{len(types)} types"
-            names.append((f"{ops[0].name} .. {ops[-1].name} ({len(ops)} ops)", t))
-    w = max(len("operator"), *(len(n) for n, _ in names))
-    tw = max(len("type"), *(len(t) for _, t in names))
-    lines = [f"  {'operator':<{w}}  {'type':<{tw}}  {'config':<14} devices"]
-    for (key, _), (n, t) in zip(rows, names):
-        lines.append(f"  {n:<{w}}  {t:<{tw}}  {key[0]:<14} {key[1]}")
-    return "Strategy:\n" + "\n".join(lines)

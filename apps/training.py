@@ -22,6 +22,7 @@ from strategy import files as strategy_files
 from .app import App
 from .digits import DigitsFeeder
 from .errors import EXIT_USAGE, UsageError
+from .hooks import simulate_run
 from .report import Result, machine_text, parameters, report, result_json, strategy_table
 from .startup import comm_world, setup
 
@@ -41,6 +42,8 @@ def run(app: App, argv=None, out=...) -> Result:
     report goes to `out` (default: sys.stdout; None: silent)."""
     out = sys.stdout if out is ... else out
     a, machine, net, strategy, strategy_name, rank, mpi = setup(app, argv)
+    if a.simulate:
+        return simulate_run(app, a, machine, net, strategy, strategy_name, rank, out)
     say = _say(rank, out)
     model = net.model
     size = " --small" if a.small else ""
@@ -89,7 +92,7 @@ def run(app: App, argv=None, out=...) -> Result:
     if data:
         res.test_accuracy = data.test_accuracy(model, trainer, machine, mpi)
     if a.trace:
-        write_trace(a.trace, trainer, machine, mpi, rank)
+        write_trace(a.trace, trainer, machine, mpi, rank, app, a)
         say(f"trace of the last iteration written to {a.trace}")
     say(report(res))
     return res
@@ -128,8 +131,11 @@ def _bar(done: int, total: int, width: int = 20) -> str:
     return "[" + "#" * k + "-" * (width - k) + "]"
 
 
-def write_trace(path: str, trainer, machine: Machine, mpi: bool, rank: int) -> None:
-    """One Chrome trace file: a process per rank, a track per device and link."""
+def write_trace(path: str, trainer, machine: Machine, mpi: bool, rank: int,
+                app: App | None = None, a: argparse.Namespace | None = None) -> None:
+    """One Chrome trace file: a process per rank, a track per device and link. Its
+    "otherData" records what ran (app, flags, layout, strategy, graph fingerprint) so that
+    strategy/replay.py can rebuild exactly this graph."""
     events = getattr(trainer.executor, "trace", [])
     mine = to_chrome(events, process_name=f"rank {rank}")["traceEvents"]
     everyone = comm_world().gather(mine, root=0) if mpi else [mine]
@@ -139,8 +145,16 @@ def write_trace(path: str, trainer, machine: Machine, mpi: bool, rank: int) -> N
     for r, evs in enumerate(everyone):
         for e in evs:
             merged.append(dict(e, pid=r))
+    run = {"format": "soapflow-trace", "version": 1, "ranks": machine.num_ranks,
+           "devices_per_rank": len(machine.devices_of_rank(0)),
+           "device_kind": machine.devices[0].kind,
+           "strategy": strategy_files.to_dict(trainer.configs, trainer.model, machine),
+           "fingerprint": trainer.graph.fingerprint(), "nodes": len(trainer.graph.nodes)}
+    if app is not None and a is not None:
+        run.update(app=app.name, argv=list(getattr(a, "argv", [])), batch_size=a.batch_size)
     with open(path, "w") as f:
-        json.dump({"traceEvents": merged, "displayTimeUnit": "ms"}, f)
+        json.dump({"traceEvents": merged, "displayTimeUnit": "ms",
+                   "otherData": {"soapflow": run}}, f)
 
 
 def main(app: App, argv=None) -> int:

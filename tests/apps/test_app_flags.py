@@ -104,9 +104,12 @@ def test_devices_per_rank_and_trace(tmp_path):
 
 @pytest.mark.parametrize("argv,fragments", [
     (["--search", "5"], ["--search 5: the strategy search", "not built yet"]),
-    (["--simulate"], ["--simulate: the simulator", "not built yet"]),
-    (["--machine", "p100x99"], ["--machine p100x99: machine models", "not built yet"]),
+    (["--machine", "p100"], ["--machine p100: a machine model is for --simulate",
+                             "Add --simulate, or leave out --machine"]),
+    (["--machine", "p100x99", "--simulate"], ["--machine p100x99: machine 'p100x99': not a "
+                                              "preset nor a file; did you mean 'p100x4'?"]),
     (["--machine", "cluster.json", "--simulate"], ["--machine cluster.json"]),
+    (["--profile", "costs.profile"], ["--profile costs.profile: no such file"]),
 ])
 def test_features_that_need_the_simulator_or_search(capsys, argv, fragments):
     fails(capsys, RNNLM, SMALL + argv, *fragments)

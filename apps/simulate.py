@@ -1,0 +1,194 @@
+"""--simulate: predict one training iteration of an app on a machine model without training
+(`predict`), and the report, --json object and --trace file of that prediction.
+
+The graph is the one a real run would execute on the model's devices (lower + plan of the
+app's model under the strategy); strategy/simulator.py times it with the cost model
+(measured times from --profile FILE, else the analytic model, calibrated from the profile
+where it holds enough measurements). Owns no simulation and no machine models.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import warnings
+from dataclasses import dataclass
+
+from parallel_ops.lowering import lower
+from strategy.costs import CostModel, CostWarning, Profile, ProfileError
+from strategy.simulator import NodeTimer, SimResult, simulate, trace_of
+from taskrt import Machine, plan
+from taskrt.trace import to_chrome
+
+from .app import App, Network
+from .errors import UsageError
+from .report import machine_text, parameters
+
+
+@dataclass
+class Prediction:
+    """One simulated iteration of an app on a machine model."""
+    app: App
+    args: argparse.Namespace
+    network: Network
+    machine: Machine                  # the runtime's devices (ids as in the graph)
+    machine_model: object             # MachineModel, or its SharedDevices view
+    graph: object
+    result: SimResult
+    timer: NodeTimer
+    costs: CostModel
+    strategy_name: str
+    rank: int = 0
+    simulated = True                  # result_json tells predictions from runs by this
+
+    @property
+    def iteration_time(self) -> float:
+        return self.result.makespan
+
+    @property
+    def samples_per_s(self) -> float:
+        t = self.result.makespan
+        return self.args.batch_size / t if 0 < t < math.inf else 0.0
+
+    def compute_resources(self) -> list[str]:
+        """The compute resource of every device, in device order, without repeats."""
+        return list(dict.fromkeys(self.timer.compute(d) for d in range(len(self.machine))))
+
+    def communication_bytes(self) -> dict[str, int]:
+        """Bytes of copies between devices and of all-reduces (each counted once)."""
+        out = {"copy": 0, "allreduce": 0}
+        for n in self.graph.nodes:
+            if n.kind == "copy" and n.src != n.dst:
+                out["copy"] += n.nbytes
+            elif n.kind == "allreduce":
+                out["allreduce"] += n.nbytes
+        return out
+
+    def text(self) -> str:
+        return prediction_report(self)
+
+    def json(self) -> dict:
+        return prediction_json(self)
+
+
+def _costs(a: argparse.Namespace, net: Network) -> CostModel:
+    if not a.profile:
+        return CostModel(int_ranges=net.int_ranges)
+    try:
+        return CostModel(Profile.load(a.profile), int_ranges=net.int_ranges)
+    except ProfileError as e:
+        raise UsageError(f"--profile {a.profile}: {e}") from None
+
+
+def predict(app: App, a: argparse.Namespace, machine: Machine, net: Network, strategy: dict,
+            strategy_name: str, optimizer, rank: int = 0) -> Prediction:
+    """Lower, plan and simulate one iteration on a.machine_model (set up by startup.py)."""
+    lowered = lower(net.model, strategy, machine, optimizer)
+    graph = plan(lowered.launches, machine, initial=lowered.initial)
+    costs = _costs(a, net)
+    timer = NodeTimer(a.machine_model, costs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CostWarning)   # the report says where costs come from
+        result = simulate(graph, a.machine_model, costs, timer)
+    return Prediction(app, a, net, machine, a.machine_model, graph, result, timer, costs,
+                      strategy_name, rank)
+
+
+def _ms(s: float) -> str:
+    return f"{1e3 * s:.3f} ms" if math.isfinite(s) else "inf"
+
+
+def prediction_report(p: Prediction) -> str:
+    """What --simulate prints: time, throughput, devices, links, communication, memory."""
+    a, r, c = p.args, p.result, p.graph.count()
+    span = max(r.end, default=0.0)                 # the timeline, also when invalid
+    n = len(p.machine)
+    lines = [f"Predicted: {p.app.title}{' --small' if a.small else ''} on "
+             f"{p.machine_model} ({n} device{'s' if n > 1 else ''}), batch {a.batch_size}, "
+             f"strategy {p.strategy_name}"]
+    if r.valid:
+        lines.append(f"  iteration time  {_ms(r.makespan)}  ({p.samples_per_s:.1f} samples/s, "
+                     f"{p.samples_per_s / n:.1f} per device)")
+    else:
+        lines.append(f"  INVALID: memory over capacity on {len(r.over_capacity)} device(s); "
+                     f"predicted time is infinite (timeline without the memory rule: "
+                     f"{_ms(span)})")
+    lines.append(f"  per iteration   {c['task']} tasks, {c['copy']} copies, {c['reduce']} "
+                 f"reductions, {c['allreduce']} all-reduces")
+    comm = p.communication_bytes()
+    lines.append(f"  communication   {comm['copy'] / 1e6:.3f} MB in copies, "
+                 f"{comm['allreduce'] / 1e6:.3f} MB all-reduced")
+    computes = p.compute_resources()
+    busy = [r.busy.get(name, 0.0) for name in computes]
+    util = [b / span if span else 0.0 for b in busy]
+    lines.append(f"  devices busy    min {_ms(min(busy))}, median {_ms(statistics.median(busy))}"
+                 f", max {_ms(max(busy))}; utilization {100 * min(util):.0f}-"
+                 f"{100 * max(util):.0f}% (mean {100 * statistics.fmean(util):.0f}%)")
+    if len(computes) <= 16:
+        for name, b, u in zip(computes, busy, util):
+            lines.append(f"    {name:<24} busy {_ms(b):>12}  {100 * u:5.1f}%")
+    links = sorted(((v, k) for k, v in r.busy.items() if k not in set(computes)), reverse=True)
+    if links:
+        top = ", ".join(f"{k} {_ms(v)}" for v, k in links[:3])
+        lines.append(f"  links busy      {len(links)} used; busiest {top}")
+    cap = {d: p.machine_model.device(d).memory_capacity for d in r.memory}
+    worst = max(r.memory, key=lambda d: r.memory[d] / cap[d], default=None)
+    if worst is not None:
+        lines.append(f"  memory          at most {r.memory[worst] / 1e6:.1f} MB on device "
+                     f"{worst} of {cap[worst] / 1e9:.3g} GB capacity")
+    for d, over in sorted(r.over_capacity.items())[:8]:
+        lines.append(f"    device {d}: needs {r.memory[d] / 1e9:.3g} GB, {over / 1e9:.3g} GB "
+                     f"over its {cap[d] / 1e9:.3g} GB")
+    lines.append(f"  task costs      {p.costs.summary().removeprefix('cost keys used: ')}")
+    return "\n".join(lines)
+
+
+def prediction_json(p: Prediction) -> dict:
+    """The --json object: the keys of a real run's (apps/report.py), with predictions."""
+    a, r = p.args, p.result
+    t = r.makespan if r.valid else None
+    computes = p.compute_resources()
+    span = max(r.end, default=0.0)
+    return {"app": p.app.name,
+            "parameters": parameters(p.network.model),
+            "batch_size": a.batch_size,
+            "iterations": 1,
+            "devices": len(p.machine),
+            "machine": str(p.machine_model),
+            "simulated": True,
+            "iteration_time_s": t,
+            "samples_per_s": p.samples_per_s if t else None,
+            "loss": None,
+            "strategy": p.strategy_name,
+            # details
+            "valid": r.valid,
+            "samples_per_s_per_device": p.samples_per_s / len(p.machine) if t else None,
+            "ranks": p.machine.num_ranks,
+            "runtime_machine": machine_text(p.machine),
+            "small": a.small,
+            "dtype": a.dtype,
+            "seed": a.seed,
+            "operators": len(p.network.model.ops),
+            "graph": dict(p.graph.count(), bytes_moved=p.graph.bytes_moved()),
+            "communication_bytes": p.communication_bytes(),
+            "device_busy_s": {k: r.busy.get(k, 0.0) for k in computes},
+            "device_utilization": {k: (r.busy.get(k, 0.0) / span if span else 0.0)
+                                   for k in computes},
+            "link_busy_s": {k: v for k, v in r.busy.items() if k not in set(computes)},
+            "memory_bytes": {str(d): b for d, b in sorted(r.memory.items())},
+            "memory_capacity_bytes": {str(d): p.machine_model.device(d).memory_capacity
+                                      for d in sorted(r.memory)},
+            "over_capacity_bytes": {str(d): b for d, b in sorted(r.over_capacity.items())},
+            "cost_sources": p.costs.summary()}
+
+
+def write_prediction_trace(path: str, p: Prediction, argv) -> None:
+    """The simulated timeline as Chrome JSON, like a real run's --trace file."""
+    events = trace_of(p.graph, p.result, p.timer)
+    data = to_chrome(events, process_name=f"predicted on {p.machine_model}")
+    data["otherData"] = {"soapflow": {"simulated": True, "app": p.app.name,
+                                      "argv": list(argv), "machine": str(p.machine_model),
+                                      "fingerprint": p.graph.fingerprint()}}
+    with open(path, "w") as f:
+        json.dump(data, f)
