@@ -4,7 +4,8 @@ The cost of a strategy is its simulated iteration time on a machine model. Each 
 gives one operator another config (strategy/space.py: half uniformly random, half a neighbor
 of its config); strategy/delta.py re-simulates only what changed. A proposal that is
 `cost(new) - cost(cur)` slower is accepted with probability exp(-beta * that); rejected ones
-are undone (one more delta simulation).
+are undone (one more delta simulation). With delta=False every proposal (and undo) is a
+rebuild and full simulation instead: the same chain, for measuring what delta saves.
 
 Temperature. The paper gives no beta, and a constant per millisecond means something else on
 every model and machine. Here beta = 1 / (temperature * cost of the first candidate): with the
@@ -135,13 +136,14 @@ class Search:
     def __init__(self, model, machine_model, costs, *, optimizer=None, seed: int = 0,
                  expert: dict | None = None, random_starts: int = 1,
                  temperature: float = DEFAULT_TEMPERATURE, space: SearchSpace | None = None,
-                 progress=None, progress_every: float = 1.0):
+                 progress=None, progress_every: float = 1.0, delta: bool = True):
         if temperature <= 0:
             raise ValueError(f"search: temperature {temperature}; use a positive fraction "
                              "of the starting cost (default 0.01)")
         self.model, self.machine_model, self.costs = model, machine_model, costs
         self.optimizer, self.seed, self.expert = optimizer, seed, expert
         self.random_starts, self.temperature = random_starts, temperature
+        self.delta = delta             # False: rebuild and fully simulate every proposal
         self.space = space or SearchSpace.for_machine(model, machine_model)
         self.rng = random.Random(seed)
         self.progress, self.progress_every = progress, progress_every
@@ -210,7 +212,11 @@ class Search:
             run.proposals += 1
             budget.used += 1
             try:
-                t = session.change(op_name, new).makespan
+                if self.delta:
+                    t = session.change(op_name, new).makespan
+                else:
+                    session = self._session(_with(session.configs, op_name, new))
+                    t = session.result.makespan
             except (ConfigError, PlanError) as e:
                 run.failed += 1
                 if len(self.errors) < 5:
@@ -225,8 +231,10 @@ class Search:
                     run.best, run.improved = t, run.improved + 1
                     best_at_t, best_at_p = time.perf_counter() - t0, run.proposals
                     self._offer(t, session.configs, budget)
-            else:
+            elif self.delta:
                 session.change(op_name, old)
+            else:
+                session = self._session(_with(session.configs, op_name, old))
             now = time.perf_counter()
             if self.progress is not None and now - last_report >= self.progress_every:
                 last_report = now

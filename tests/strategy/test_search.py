@@ -167,3 +167,14 @@ def test_explain_breaks_the_iteration_down_and_names_the_changed_operators(setti
     assert cmp.changes[0].sync_s == pytest.approx(-base.op_sync["fc2"])   # o-split: no sync
     text = cmp.text()
     assert "fc2: [n=4]@0-3 -> [o=4]@0-3" in text and "1 operator(s) changed" in text
+
+
+def test_full_simulation_search_walks_the_same_chain_as_delta(setting):
+    # Delta simulation equals full simulation, so with one seed both searches see the same
+    # costs, take the same decisions and end with the same strategy.
+    m, mm, costs = setting
+    a = search(m, mm, costs, proposals=40, seed=3, optimizer=SGD(lr=0.1))
+    b = search(m, mm, costs, proposals=40, seed=3, optimizer=SGD(lr=0.1), delta=False)
+    assert a.configs == b.configs and a.predicted == b.predicted
+    assert [(c.accepted, c.improved) for c in a.candidates] == \
+        [(c.accepted, c.improved) for c in b.candidates]
