@@ -21,6 +21,7 @@ This module owns the format; measuring is profiler.py, using the numbers model.p
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -163,12 +164,20 @@ class Profile:
                                "soapflow to the version that wrote it.")
         p = Profile(meta=dict(d.get("meta") or {}))
         try:
-            for key, kind, sec, rep, lo, hi in d.get("times", []):
-                p.times[_to_tuple(key), str(kind)] = Measurement(float(sec), int(rep),
-                                                                 float(lo), float(hi))
-            for key, flops, nbytes, *kernels in d.get("work", []):
-                p.work[_to_tuple(key)] = Work(float(flops), int(nbytes),
-                                              int(kernels[0]) if kernels else 0)
+            for i, (key, kind, sec, rep, lo, hi) in enumerate(d.get("times", [])):
+                m = Measurement(float(sec), int(rep), float(lo), float(hi))
+                if not all(math.isfinite(x) and x >= 0 for x in (m.seconds, m.min_s, m.max_s)):
+                    raise ValueError(f"times entry {i} ({key[0] if key else key!r} on {kind}) "
+                                     f"has seconds {sec!r}, min {lo!r}, max {hi!r}: times "
+                                     "must be finite and not negative")
+                p.times[_to_tuple(key), str(kind)] = m
+            for i, (key, flops, nbytes, *kernels) in enumerate(d.get("work", [])):
+                w = Work(float(flops), int(nbytes), int(kernels[0]) if kernels else 0)
+                if not (math.isfinite(w.flops) and w.flops >= 0 and w.bytes >= 0
+                        and w.kernels >= 0):
+                    raise ValueError(f"work entry {i} has flops {flops!r}, bytes {nbytes!r}: "
+                                     "counts must be finite and not negative")
+                p.work[_to_tuple(key)] = w
         except (TypeError, ValueError) as e:
             raise ProfileError(f"{where}: malformed profile entry ({e}). The file is damaged; "
                                "re-profile or restore a copy.") from None

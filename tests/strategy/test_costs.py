@@ -425,3 +425,12 @@ def test_show_and_bad_app(rnnlm_profile, capsys):
     assert "cpu:" in out.getvalue() and "slowest" in out.getvalue()
     assert costs_cli.main(["profile", "nope"], out=out) == 2
     assert "no app 'nope'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("entry", [[["k"], "X", -1.0, 3, 0.0, 0.0],
+                                   [["k"], "X", float("nan"), 3, 0.0, 0.0],
+                                   [["k"], "X", 1.0, 3, 1.0, float("inf")]])
+def test_profile_refuses_negative_or_non_finite_times(entry):
+    from strategy.costs.profile import FORMAT, VERSION
+    with pytest.raises(ProfileError, match=r"times entry 0 \('k' on X\).*finite and not negative"):
+        Profile.from_dict({"format": FORMAT, "version": VERSION, "times": [entry]}, "p.json")
