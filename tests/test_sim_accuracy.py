@@ -1,0 +1,88 @@
+"""The accuracy benchmark's pure parts (relative errors, ranks, Spearman, summaries) and the
+machine model of several logical devices per rank it simulates one-process runs on."""
+import math
+
+import pytest
+
+from bench.sim_accuracy import ranks, relative_errors, spearman, summary
+from parallel_ops.lowering import lower
+from strategy import standard
+from strategy.costs import CostModel
+from strategy.costs.app_profile import load_app
+from strategy.machines import cluster_model
+from strategy.machines.errors import MachineModelError
+from strategy.machines.shared import shared_devices
+from strategy.machines.specs import DeviceSpec
+from strategy.simulator import NodeTimer, simulate
+from taskrt import plan
+
+
+def test_relative_errors():
+    assert relative_errors([1.1, 0.5], [1.0, 1.0]) == pytest.approx([0.1, 0.5])
+    with pytest.raises(ValueError, match="2 predictions for 1"):
+        relative_errors([1, 2], [1])
+    with pytest.raises(ValueError, match="positive"):
+        relative_errors([1], [0.0])
+
+
+def test_ranks_average_ties():
+    assert ranks([30, 10, 20]) == [3, 1, 2]
+    assert ranks([5, 1, 5, 0]) == [3.5, 2, 3.5, 1]
+
+
+def test_spearman_closed_forms():
+    assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert spearman([1, 2, 3, 4], [9, 7, 5, 1]) == pytest.approx(-1.0)
+    # one swapped pair of 4: 1 - 6 * 2 / (4 * 15) = 0.8
+    assert spearman([1, 2, 3, 4], [1, 3, 2, 4]) == pytest.approx(0.8)
+    assert math.isnan(spearman([1, 1, 1], [1, 2, 3]))
+    with pytest.raises(ValueError, match="at least 2"):
+        spearman([1], [1])
+
+
+def test_summary():
+    cases = [{"predicted_s": p, "measured_s": m} for p, m in ((1.0, 1.0), (2.4, 2.0), (2.7, 3.0))]
+    s = summary(cases)
+    assert s["median_error"] == pytest.approx(0.1)
+    assert s["worst_error"] == pytest.approx(0.2)
+    assert s["spearman"] == pytest.approx(1.0)
+
+
+SPEC = DeviceSpec("cpu", 1e11, 1e9, 5e10, 1e10, 1 << 34, 5e-6)
+
+
+def test_shared_devices_routes_and_resources():
+    base = cluster_model("two", SPEC, 2, intra=("shm", 3e-6, 2e9))
+    m = shared_devices(base, 2)
+    assert m.num_devices == 4
+    assert m.compute_resource(0) == m.compute_resource(1) != m.compute_resource(2)
+    assert m.path(0, 1) == () and m.path(1, 2) == base.path(0, 1)
+    assert m.transfer_time(1 << 20, 1, 3) == base.transfer_time(1 << 20, 0, 1)
+    assert m.transfer_time(1000, 0, 1) == pytest.approx(5e-6 + 2000 / 1e10)
+    assert m.device(3).memory_capacity == (1 << 33)
+    assert m.allreduce_time(1000, [0, 2]) == base.allreduce_time(1000, [0, 1])
+    assert m.links_of_allreduce([0, 1], 1000) == ()
+    machine = m.taskrt_machine()
+    assert [(d.rank, d.index) for d in machine.devices] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert shared_devices(base, 1) is base
+    with pytest.raises(MachineModelError, match="per_rank=0"):
+        shared_devices(base, 0)
+    with pytest.raises(MachineModelError, match="device 4 does not exist"):
+        m.device(4)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")    # analytic costs: no profile here
+def test_one_rank_runs_its_logical_devices_one_at_a_time():
+    base = cluster_model("one", SPEC, 1)
+    m = shared_devices(base, 2)
+    _, net, _, opt = load_app("rnnlm", ["--small"], 2)
+    s = standard.data_parallel(net.model, [0, 1])
+    machine = m.taskrt_machine()
+    lowered = lower(net.model, s, machine, opt)
+    graph = plan(lowered.launches, machine, initial=lowered.initial)
+    costs = CostModel()
+    timer = NodeTimer(m, costs)
+    total = sum(timer.timing(n)[0] for n in graph.nodes)
+    assert simulate(graph, m, costs).makespan == pytest.approx(total)
+    two = cluster_model("two", SPEC, 2)            # two ranks overlap: faster
+    assert simulate(graph, two, costs).makespan < 0.75 * total
