@@ -72,7 +72,8 @@ class Prediction:
         return prediction_json(self)
 
 
-def _costs(a: argparse.Namespace, net: Network) -> CostModel:
+def cost_model(a: argparse.Namespace, net: Network) -> CostModel:
+    """The cost model of --simulate and --search: --profile FILE's measurements, else analytic."""
     if not a.profile:
         return CostModel(int_ranges=net.int_ranges)
     try:
@@ -86,7 +87,7 @@ def predict(app: App, a: argparse.Namespace, machine: Machine, net: Network, str
     """Lower, plan and simulate one iteration on a.machine_model (set up by startup.py)."""
     lowered = lower(net.model, strategy, machine, optimizer)
     graph = plan(lowered.launches, machine, initial=lowered.initial)
-    costs = _costs(a, net)
+    costs = cost_model(a, net)
     timer = NodeTimer(a.machine_model, costs)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", CostWarning)   # the report says where costs come from
@@ -105,8 +106,8 @@ def prediction_report(p: Prediction) -> str:
     span = max(r.end, default=0.0)                 # the timeline, also when invalid
     n = len(p.machine)
     lines = [f"Predicted: {p.app.title}{' --small' if a.small else ''} on "
-             f"{p.machine_model} ({n} device{'s' if n > 1 else ''}), batch {a.batch_size}, "
-             f"strategy {p.strategy_name}"]
+             f"{p.machine_model.name}, {p.machine_model}, {n} device{'s' if n > 1 else ''}, "
+             f"batch {a.batch_size}, strategy {p.strategy_name}"]
     if r.valid:
         lines.append(f"  iteration time  {_ms(r.makespan)}  ({p.samples_per_s:.1f} samples/s, "
                      f"{p.samples_per_s / n:.1f} per device)")
@@ -163,6 +164,7 @@ def prediction_json(p: Prediction) -> dict:
             "strategy": p.strategy_name,
             # details
             "valid": r.valid,
+            "machine_model": p.machine_model.name,
             "samples_per_s_per_device": p.samples_per_s / len(p.machine) if t else None,
             "ranks": p.machine.num_ranks,
             "runtime_machine": machine_text(p.machine),

@@ -66,7 +66,7 @@ def test_every_app_on_a_k80_node(name):
 def test_apps_on_a_machine_file(name, machine_file):
     p = simulate(name, machine_file)
     check_prediction(p, name, 4)
-    assert "two_by_two" in str(p.machine_model)
+    assert p.machine_model.name == "two_by_two" and "two_by_two" in p.text()
 
 
 @pytest.mark.parametrize("name", QUICK)
@@ -88,12 +88,12 @@ def test_json_object_has_the_keys_of_a_real_run(capsys):
     assert all(k in result for k in KEYS)
     assert result["simulated"] is True and result["valid"] is True
     assert result["devices"] == 8 and result["batch_size"] == 64
-    assert result["machine"].startswith("1x8 H100")
+    assert result["machine"].startswith("1x8 H100") and result["machine_model"] == "dgx-h100:1"
     assert result["samples_per_s"] == pytest.approx(64 / result["iteration_time_s"])
     assert set(result["device_busy_s"]) == {f"device {d}" for d in range(8)}
     assert result["communication_bytes"]["allreduce"] > 0
     text = "\n".join(lines[:-1])
-    for fragment in ("Predicted: RNNLM --small on 1x8 H100", "iteration time", "samples/s",
+    for fragment in ("Predicted: RNNLM --small on dgx-h100:1, 1x8 H100", "iteration time", "samples/s",
                      "communication", "devices busy", "memory", "task costs"):
         assert fragment in text, fragment
 
