@@ -1,5 +1,5 @@
-"""The accuracy benchmark's pure parts (relative errors, ranks, Spearman, summaries) and the
-machine model of several logical devices per rank it simulates one-process runs on."""
+"""The accuracy benchmark's pure parts (relative errors, ranks, Spearman, summaries), and the
+closed form its one-process runs rely on: logical devices of one rank run one at a time."""
 import math
 
 import pytest
@@ -10,8 +10,7 @@ from strategy import standard
 from strategy.costs import CostModel
 from strategy.costs.app_profile import load_app
 from strategy.machines import cluster_model
-from strategy.machines.errors import MachineModelError
-from strategy.machines.shared import shared_devices
+from strategy.logical_devices import shared as shared_devices
 from strategy.machines.specs import DeviceSpec
 from strategy.simulator import NodeTimer, simulate
 from taskrt import plan
@@ -49,26 +48,6 @@ def test_summary():
 
 
 SPEC = DeviceSpec("cpu", 1e11, 1e9, 5e10, 1e10, 1 << 34, 5e-6)
-
-
-def test_shared_devices_routes_and_resources():
-    base = cluster_model("two", SPEC, 2, intra=("shm", 3e-6, 2e9))
-    m = shared_devices(base, 2)
-    assert m.num_devices == 4
-    assert m.compute_resource(0) == m.compute_resource(1) != m.compute_resource(2)
-    assert m.path(0, 1) == () and m.path(1, 2) == base.path(0, 1)
-    assert m.transfer_time(1 << 20, 1, 3) == base.transfer_time(1 << 20, 0, 1)
-    assert m.transfer_time(1000, 0, 1) == pytest.approx(5e-6 + 2000 / 1e10)
-    assert m.device(3).memory_capacity == (1 << 33)
-    assert m.allreduce_time(1000, [0, 2]) == base.allreduce_time(1000, [0, 1])
-    assert m.links_of_allreduce([0, 1], 1000) == ()
-    machine = m.taskrt_machine()
-    assert [(d.rank, d.index) for d in machine.devices] == [(0, 0), (0, 1), (1, 0), (1, 1)]
-    assert shared_devices(base, 1) is base
-    with pytest.raises(MachineModelError, match="per_rank=0"):
-        shared_devices(base, 0)
-    with pytest.raises(MachineModelError, match="device 4 does not exist"):
-        m.device(4)
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")    # analytic costs: no profile here
