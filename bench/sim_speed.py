@@ -20,7 +20,8 @@ import warnings
 
 from parallel_ops import ParallelConfig
 from parallel_ops.lowering import lower
-from taskrt import Planner
+from taskrt.gcpause import gc_paused
+from taskrt.planner import plan
 
 # Paper Table 5, full / delta end-to-end search time, per app and GPU count.
 PAPER_RATIO = {("resnet", 4): 1.4 / 0.4, ("inception", 4): 14 / 4.1, ("nmt", 4): 40 / 16,
@@ -44,12 +45,10 @@ def random_config(op, num_devices: int, rng: random.Random) -> ParallelConfig:
 
 
 def build_graph(model, strategy, machine, optimizer):
-    """Lower and plan one iteration: the TaskGraph."""
-    lowered = lower(model, strategy, machine, optimizer)
-    planner = Planner(machine, initial=lowered.initial)
-    for launch in lowered.launches:
-        planner.add_launch(launch)
-    return planner.finish()
+    """Lower and plan one iteration: the TaskGraph (as SimulationSession builds it)."""
+    with gc_paused():
+        lowered = lower(model, strategy, machine, optimizer)
+        return plan(lowered.launches, machine, initial=lowered.initial)
 
 
 def measure(app: str, gpus: int, small: bool, changes: int, rebuilds: int, seed: int = 0):

@@ -12,6 +12,7 @@ from __future__ import annotations
 from parallel_ops.lowering import IncrementalLowering
 from parallel_ops.optim import SGD
 from taskrt import Planner
+from taskrt.gcpause import gc_paused
 
 from .simulator import NodeTimer, SimResult, memory_per_device, resource_name
 
@@ -26,16 +27,17 @@ class SimulationSession:
     def __init__(self, model, machine_model, costs, strategy=None, optimizer=None):
         self.model, self.machine_model, self.costs = model, machine_model, costs
         self.machine = machine_model.taskrt_machine()
-        self.lowering = IncrementalLowering(model, strategy, self.machine,
-                                            optimizer or SGD(lr=0.1, momentum=0.9))
-        lowered = self.lowering.lowered()
-        self.planner = Planner(self.machine, initial=lowered.initial)
-        for launch in lowered.launches:
-            self.planner.add_launch(launch)
-        self.graph = self.planner.finish()
-        self.timer = NodeTimer(machine_model, costs)
-        self._timing: dict = {}              # node key -> (node, duration, resources)
-        self.result = self._propagate()
+        with gc_paused():                    # see taskrt/gcpause.py
+            self.lowering = IncrementalLowering(model, strategy, self.machine,
+                                                optimizer or SGD(lr=0.1, momentum=0.9))
+            lowered = self.lowering.lowered()
+            self.planner = Planner(self.machine, initial=lowered.initial)
+            for launch in lowered.launches:
+                self.planner.add_launch(launch)
+            self.graph = self.planner.finish()
+            self.timer = NodeTimer(machine_model, costs)
+            self._timing: dict = {}          # node key -> (node, duration, resources)
+            self.result = self._propagate()
 
     @property
     def configs(self):
@@ -43,13 +45,15 @@ class SimulationSession:
 
     def change(self, op_name: str, config) -> SimResult:
         """Give one operator another config and return the new simulation result."""
-        part = self.lowering.change(op_name, config)
-        launches = part.forward + part.backward + list(part.updates.values())
-        names = set(part.initial_forward) | set(part.initial_update)
-        initial = {r: p for r, p in self.lowering.lowered().initial.items() if r.name in names}
-        self.planner.replace(launches, initial)
-        self.graph = self.planner.finish()
-        self.result = self._propagate()
+        with gc_paused():
+            part = self.lowering.change(op_name, config)
+            launches = part.forward + part.backward + list(part.updates.values())
+            names = set(part.initial_forward) | set(part.initial_update)
+            initial = {r: p for r, p in self.lowering.lowered().initial.items()
+                       if r.name in names}
+            self.planner.replace(launches, initial)
+            self.graph = self.planner.finish()
+            self.result = self._propagate()
         return self.result
 
     def full(self) -> SimResult:

@@ -19,16 +19,17 @@ class Rect:
         if len(lo) != len(hi):
             raise RectError(f"Rect: lo {lo} and hi {hi} have different lengths. "
                             "Give one bound per dimension.")
-        object.__setattr__(self, "lo", lo)
-        object.__setattr__(self, "hi", hi)
+        # Slot setters bound once below (object.__setattr__ costs a lookup per call).
+        _set_lo(self, lo)
+        _set_hi(self, hi)
         empty = False
         for l, h in zip(lo, hi):
             if h <= l:
                 empty = True
                 break
-        object.__setattr__(self, "empty", empty)
-        object.__setattr__(self, "_hash", hash((lo, hi)))
-        object.__setattr__(self, "_shape", None)
+        _set_empty(self, empty)
+        _set_hash(self, None)             # computed on first use
+        _set_shape(self, None)
 
     def __setattr__(self, name, value):
         raise AttributeError(f"Rect is immutable (tried to set {name})")
@@ -37,15 +38,27 @@ class Rect:
         return isinstance(other, Rect) and self.lo == other.lo and self.hi == other.hi
 
     def __hash__(self) -> int:
-        return self._hash
+        h = self._hash
+        if h is None:
+            h = hash((self.lo, self.hi))
+            _set_hash(self, h)
+        return h
 
     def __reduce__(self):
         return (Rect, (self.lo, self.hi))
 
     @staticmethod
     def from_shape(shape: Sequence[int]) -> "Rect":
-        """The rect covering a whole tensor of this shape: Rect.from_shape((2, 3)) == [0:2,0:3]."""
-        return Rect((0,) * len(shape), tuple(int(s) for s in shape))
+        """The rect covering a whole tensor of this shape: Rect.from_shape((2, 3)) == [0:2,0:3].
+        (Rects are immutable, so one per shape is shared.)"""
+        try:
+            return _WHOLE[shape]
+        except (KeyError, TypeError):
+            pass
+        rect = Rect((0,) * len(shape), tuple(int(s) for s in shape))
+        if isinstance(shape, tuple) and len(_WHOLE) < 100_000:
+            _WHOLE[shape] = rect
+        return rect
 
     @staticmethod
     def of(*bounds: tuple[int, int]) -> "Rect":
@@ -61,7 +74,7 @@ class Rect:
         shape = self._shape
         if shape is None:
             shape = tuple(max(0, h - l) for l, h in zip(self.lo, self.hi))
-            object.__setattr__(self, "_shape", shape)
+            _set_shape(self, shape)
         return shape
 
     @property
@@ -90,17 +103,23 @@ class Rect:
         """True when the two rects share at least one point (touching is not overlapping)."""
         if len(self.lo) != len(other.lo):
             self._check_same_ndim(other)
+        if self.empty or other.empty:
+            return False
         for a, b, c, d in zip(self.lo, self.hi, other.lo, other.hi):
-            if a >= d or c >= b or a >= b or c >= d:
+            if a >= d or c >= b:
                 return False
         return True
 
     def contains(self, other: "Rect") -> bool:
         """True when every point of `other` is in self; an empty rect is contained in any rect."""
-        self._check_same_ndim(other)
+        if len(self.lo) != len(other.lo):
+            self._check_same_ndim(other)
         if other.empty:
             return True
-        return all(a <= c and d <= b for a, b, c, d in zip(self.lo, self.hi, other.lo, other.hi))
+        for a, b, c, d in zip(self.lo, self.hi, other.lo, other.hi):
+            if c < a or d > b:
+                return False
+        return True
 
     def contains_point(self, point: Sequence[int]) -> bool:
         return all(l <= p < h for l, p, h in zip(self.lo, point, self.hi))
@@ -146,6 +165,12 @@ class Rect:
         return "[" + ",".join(f"{l}:{h}" for l, h in zip(self.lo, self.hi)) + "]"
 
     __repr__ = __str__
+
+
+_set_lo, _set_hi, _set_empty, _set_hash, _set_shape = (
+    Rect.lo.__set__, Rect.hi.__set__, Rect.empty.__set__, Rect._hash.__set__,
+    Rect._shape.__set__)
+_WHOLE: dict = {}           # shape -> Rect.from_shape(shape)
 
 
 def bounding_box(rects: Iterable[Rect]) -> Rect | None:
