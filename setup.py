@@ -19,5 +19,7 @@ setup(
         "msgpack>=1.0",
     ],
     # scikit-learn ships the digits images of the apps' real-data path (--data digits).
-    extras_require={"test": ["pytest>=8", "hypothesis>=6", "scikit-learn"]},
+    # matplotlib draws bench/figure6.png (bench/search_quality.py); without it, no picture.
+    extras_require={"test": ["pytest>=8", "hypothesis>=6", "scikit-learn"],
+                    "plots": ["matplotlib"]},
 )

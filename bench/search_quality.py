@@ -1,0 +1,452 @@
+"""Search quality and search time (paper Figure 6 and Table 5), and delta vs full simulation
+inside the search.
+
+Quality: for the six paper apps at paper size on the P100 cluster model at 4, 8, 16 GPUs and
+the K80 model at 4, 8, 16 (and 64 for AlexNet and ResNet-101), the predicted samples/s of data
+parallelism, the app's expert strategy and the searched one (strategy/search.py, seed 0, DP +
+expert + one random start), their ratios, a one-line "why" (strategy/explain.py: compute,
+transfers, synchronization of the searched strategy minus data parallel's) and the paper's
+qualitative findings checked on the searched strategies. figure6.png draws it when
+matplotlib is importable (optional: pip install .[plots]).
+
+Time: the whole benchmark fits a total budget, SOAPFLOW_SEARCH_BENCH_S seconds (default 1200),
+or run(budget_s=...). 80% goes to the quality cells, smallest first, each an even share of
+what is left weighted by GPUs + 8; a cell whose graph build (estimated from the same app on
+fewer GPUs, linear in GPUs) would not fit three times in its share is skipped and says so.
+Search time: the seconds each search took to reach its final best (budget-bound here, so not
+the paper's convergence time), next to the paper's Table 5 full / delta columns. Delta vs
+full: the same seeded single-chain search with a fixed number of proposals, delta=True and
+delta=False; the two walk the same chain, which is asserted.
+
+    python -m bench search_quality --out /tmp/sq
+"""
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+import warnings
+from dataclasses import dataclass
+
+APPS = ("alexnet", "resnet", "inception", "rnntc", "rnnlm", "nmt")
+BIG_APPS = ("alexnet", "resnet")                 # also searched on 64 K80s
+BUDGET_ENV = "SOAPFLOW_SEARCH_BENCH_S"
+DEFAULT_BUDGET_S = 1200.0
+QUALITY_FRACTION = 0.8                           # of the budget; the rest: delta vs full
+MAX_CHAIN_PROPOSALS = 40     # < search.MIN_PROPOSALS: the stop rule (which reads the clock)
+                             # cannot end the delta/full chains at different proposals
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+# The paper's Table 5: end-to-end search time in seconds, (full, delta) simulation, mean of
+# 10 random starts, per GPU count and app. The paper's numbers, not measured here.
+PAPER_TABLE5 = {
+    4: {"alexnet": (0.11, 0.04), "resnet": (1.4, 0.4), "inception": (14, 4.1),
+        "rnntc": (16, 7.5), "rnnlm": (21, 9.2), "nmt": (40, 16)},
+    8: {"alexnet": (0.40, 0.13), "resnet": (4.5, 1.4), "inception": (66, 17),
+        "rnntc": (91, 39), "rnnlm": (76, 31), "nmt": (178, 65)},
+    16: {"alexnet": (1.4, 0.48), "resnet": (22, 7.3), "inception": (388, 77),
+         "rnntc": (404, 170), "rnnlm": (327, 121), "nmt": (998, 328)},
+    32: {"alexnet": (5.3, 1.8), "resnet": (107, 33), "inception": (1746, 298),
+         "rnntc": (1358, 516), "rnnlm": (1102, 342), "nmt": (2698, 701)},
+    64: {"alexnet": (18, 5.9), "resnet": (515, 158), "inception": (8817, 1278),
+         "rnntc": (4404, 1489), "rnnlm": (3406, 969), "nmt": (8982, 2190)},
+}
+
+
+@dataclass(frozen=True)
+class Cell:
+    cluster: str          # "p100" or "k80": 4 GPUs per node
+    gpus: int
+    app: str
+
+    @property
+    def preset(self) -> str:
+        return f"{self.cluster}:{max(1, self.gpus // 4)}"
+
+    @property
+    def label(self) -> str:
+        return f"{self.app} on {self.gpus} {self.cluster.upper()}"
+
+
+def quality_cells(apps=APPS) -> list[Cell]:
+    """Figure 6's cells, fewest GPUs first (so that what a tight budget skips is the big end)."""
+    cells = []
+    for gpus in (4, 8, 16, 64):
+        for cluster in ("p100", "k80"):
+            if gpus == 64 and cluster == "p100":
+                continue                           # the P100 cluster has 16 GPUs
+            cells += [Cell(cluster, gpus, a) for a in apps if gpus < 64 or a in BIG_APPS]
+    return cells
+
+
+def total_budget(budget_s: float | None = None) -> float:
+    """The benchmark's whole time budget: the argument, else $SOAPFLOW_SEARCH_BENCH_S."""
+    if budget_s is None:
+        raw = os.environ.get(BUDGET_ENV, "")
+        try:
+            budget_s = float(raw) if raw else DEFAULT_BUDGET_S
+        except ValueError:
+            raise ValueError(f"search_quality: {BUDGET_ENV}={raw!r} is not a number of "
+                             "seconds") from None
+    if not budget_s > 0:
+        raise ValueError(f"search_quality: time budget {budget_s} s; give a positive number")
+    return float(budget_s)
+
+
+class TimePlan:
+    """Shares a deadline among cells (weight GPUs + 8) and predicts graph-build times."""
+
+    def __init__(self, seconds: float, cells: list[Cell], clock=time.perf_counter):
+        self.clock = clock
+        self.deadline = clock() + seconds
+        self.left = list(cells)
+        self.builds: dict[str, tuple[int, float]] = {}     # app -> (gpus, seconds) measured
+
+    @staticmethod
+    def weight(cell: Cell) -> float:
+        return cell.gpus + 8
+
+    def share(self, cell: Cell) -> float:
+        """Seconds for `cell`: its weighted share of what is left (then it is no more left)."""
+        remaining = max(0.0, self.deadline - self.clock())
+        total = sum(self.weight(c) for c in self.left)
+        out = remaining * self.weight(cell) / total if total else 0.0
+        if cell in self.left:
+            self.left.remove(cell)
+        return out
+
+    def record_build(self, app: str, gpus: int, seconds: float) -> None:
+        self.builds[app] = (gpus, seconds)
+
+    def estimated_build(self, cell: Cell) -> float | None:
+        """Build seconds scaled linearly in GPUs from the app's last measured build."""
+        known = self.builds.get(cell.app)
+        return None if known is None else known[1] * cell.gpus / known[0]
+
+
+# ------------------------------------------------------------------ findings (paper section 8)
+
+def _split_kinds(op, cfg) -> set[str]:
+    """Kinds of the dims ('sample', 'attribute', 'parameter', 'reduction') split by cfg."""
+    kinds = {d.name: d.kind for d in op.dims}
+    return {kinds.get(name, "?") for name, deg in cfg.degrees if deg > 1}
+
+
+def weights_split(op, cfg) -> bool:
+    return bool(_split_kinds(op, cfg) & {"parameter", "reduction"})
+
+
+def resnet_finding(model, dp_configs: dict, configs: dict) -> tuple[bool, str]:
+    """Close to data parallel: at least 90% of the operators keep their DP config."""
+    same = sum(configs[op.name] == dp_configs[op.name] for op in model.ops)
+    last = [op for op in model.ops if op.type == "linear"][-1]
+    frac = same / len(model.ops)
+    return frac >= 0.9, (f"{same}/{len(model.ops)} operators keep their DP config; last "
+                         f"layer {last.name} {configs[last.name]}"
+                         f"{' (split)' if weights_split(last, configs[last.name]) else ''}")
+
+
+def alexnet_finding(model, configs: dict) -> tuple[bool, str]:
+    """Convolutions keep their weights whole (sample/attribute splits, as data parallel);
+    most fully connected layers split their weights (parameter or reduction dim)."""
+    convs = [op for op in model.ops if op.type == "conv2d"]
+    fcs = [op for op in model.ops if op.type == "linear"]
+    conv_dp = [op for op in convs if not weights_split(op, configs[op.name])]
+    fc_split = [op for op in fcs if weights_split(op, configs[op.name])]
+    ok = len(conv_dp) == len(convs) and 2 * len(fc_split) > len(fcs)
+    return ok, (f"convolutions data parallel {len(conv_dp)}/{len(convs)}, fully connected "
+                f"split {len(fc_split)}/{len(fcs)} ("
+                + ", ".join(f"{op.name} {configs[op.name]}" for op in fcs) + ")")
+
+
+def nmt_finding(model, configs: dict, gpus: int) -> tuple[bool, str]:
+    """Embeddings on at most half of the devices; the softmax layer split on its parameter dim."""
+    embeds = [op for op in model.ops if op.type == "embedding"]
+    few = [op for op in embeds if 2 * len(set(configs[op.name].devices)) <= gpus]
+    last = [op for op in model.ops if op.type == "linear"][-1]
+    soft = "parameter" in _split_kinds(last, configs[last.name])
+    return len(few) == len(embeds) and soft, (
+        f"embeddings on few devices {len(few)}/{len(embeds)} ("
+        + ", ".join(f"{op.name} {configs[op.name]}" for op in embeds)
+        + f"); {last.name} {configs[last.name]}")
+
+
+FINDINGS = {
+    "resnet": "ResNet-101 stays close to data parallel (last layer may split)",
+    "alexnet": "AlexNet: convolutions data parallel, fully connected layers split",
+    "nmt": "NMT: embeddings on few devices, softmax split on its parameter dim",
+}
+
+
+def check_finding(app: str, model, dp_configs: dict, configs: dict, gpus: int):
+    if app == "resnet":
+        return resnet_finding(model, dp_configs, configs)
+    if app == "alexnet":
+        return alexnet_finding(model, configs)
+    if app == "nmt":
+        return nmt_finding(model, configs, gpus)
+    return None
+
+
+def why_line(comparison) -> str:
+    """One line from strategy.explain.compare: what the searched strategy saved vs DP."""
+    a, b = comparison.a, comparison.b
+    if not comparison.changes:
+        return "same as data parallel (nothing better found)"
+    deltas = {"compute": b.compute_s - a.compute_s, "transfers": b.transfer_s - a.transfer_s,
+              "sync": b.sync_s - a.sync_s}
+    main = min(deltas, key=deltas.get)
+    top = max(comparison.changes, key=lambda c: abs(c.compute_s) + abs(c.sync_s))
+    verb = "saved" if deltas[main] < 0 else "added (least)"
+    return (f"mostly {main} {verb}: " + ", ".join(f"{k} {v * 1e3:+.3g} ms"
+                                                  for k, v in deltas.items())
+            + f" (device time); {len(comparison.changes)} op(s) changed, e.g. {top.op} "
+            f"{top.old} -> {top.new}")
+
+
+# ------------------------------------------------------------------ measuring
+
+def _setup(app_name: str, preset: str, small: bool):
+    from strategy.costs import CostModel
+    from strategy.costs.app_profile import load_app
+    from strategy.machines import machine_model
+    mm = machine_model(preset)
+    gpus = len(mm.taskrt_machine())
+    app, net, args, opt = load_app(app_name, ["--small"] if small else [], gpus)
+    return app, net, args, opt, mm, gpus, CostModel(int_ranges=net.int_ranges)
+
+
+def _expert(app, model, gpus: int):
+    from parallel_ops.errors import ConfigError
+    if app.mixed_strategy is None:
+        return None
+    try:
+        return app.mixed_strategy(model, gpus)
+    except ConfigError:
+        return None
+
+
+def search_cell(cell: Cell, *, small: bool = False, budget_s: float | None = None,
+                proposals: int | None = None, seed: int = 0) -> dict:
+    """Data parallel, expert and searched strategies of one cell, with the why and findings."""
+    from strategy.delta import SimulationSession
+    from strategy.explain import Breakdown, compare
+    from strategy.search import search
+    app, net, args, opt, mm, gpus, costs = _setup(cell.app, cell.preset, small)
+    model = net.model
+    t = time.perf_counter()
+    dp = SimulationSession(model, mm, costs, None, opt)
+    build = time.perf_counter() - t
+    if budget_s is not None:
+        budget_s = max(budget_s - build, 0.5)      # the best strategy's session comes on top
+    expert = _expert(app, model, gpus)
+    res = search(model, mm, costs, budget_s=budget_s, proposals=proposals, seed=seed,
+                 expert=expert, optimizer=opt, random_starts=1)
+    best = SimulationSession(model, mm, costs, res.configs, opt)
+    assert best.result.makespan == res.predicted, (cell, best.result.makespan, res.predicted)
+    cmp = compare(model, dp.configs, Breakdown.of(dp), best.configs, Breakdown.of(best))
+    batch = args.batch_size
+    sps = {k: (batch / v if 0 < v < math.inf else None) for k, v in res.baselines.items()}
+    out = {"app": cell.app, "cluster": cell.cluster, "gpus": gpus, "preset": cell.preset,
+           "batch": batch, "status": "ok", "build_s": build,
+           "dp_sps": sps.get("data_parallel"), "expert_sps": sps.get("expert"),
+           "searched_sps": batch / res.predicted if 0 < res.predicted < math.inf else None,
+           "vs_dp": res.speedup("data_parallel"),
+           "vs_expert": res.speedup("expert") if expert else None,
+           "time_to_best_s": res.history[-1][0] if res.history else None,
+           "search_s": res.seconds, "proposals": res.proposals, "why": why_line(cmp),
+           "search": res.to_dict()}
+    finding = check_finding(cell.app, model, dp.configs, res.configs, gpus)
+    if finding is not None:
+        out["finding"] = {"holds": finding[0], "detail": finding[1]}
+    return out
+
+
+def delta_vs_full(app_name: str, preset: str, *, small: bool = False,
+                  proposals: int | None = None, share_s: float | None = None,
+                  seed: int = 0) -> dict:
+    """The same single-chain search (from data parallel) with delta and with full
+    simulation; proposals fixed (or chosen to fit share_s), results must be identical."""
+    from strategy.delta import SimulationSession
+    from strategy.search import search
+    _, net, _, opt, mm, gpus, costs = _setup(app_name, preset, small)
+    t = time.perf_counter()
+    SimulationSession(net.model, mm, costs, None, opt)
+    build = time.perf_counter() - t
+    if proposals is None:       # full simulation: about 1.5 builds per proposal
+        proposals = int(min(MAX_CHAIN_PROPOSALS, max(5, (share_s or 0) / (1.6 * build))))
+    proposals = min(proposals, MAX_CHAIN_PROPOSALS)
+    kw = dict(proposals=proposals, seed=seed, optimizer=opt, random_starts=0)
+    t = time.perf_counter()
+    d = search(net.model, mm, costs, delta=True, **kw)
+    delta_s = time.perf_counter() - t
+    t = time.perf_counter()
+    f = search(net.model, mm, costs, delta=False, **kw)
+    full_s = time.perf_counter() - t
+    identical = d.configs == f.configs and d.predicted == f.predicted and \
+        [(c.accepted, c.improved) for c in d.candidates] == \
+        [(c.accepted, c.improved) for c in f.candidates]
+    assert identical, f"delta and full searches of {app_name} on {preset} differ"
+    return {"app": app_name, "preset": preset, "gpus": gpus, "small": small,
+            "proposals": proposals, "build_s": build, "delta_s": delta_s, "full_s": full_s,
+            "ratio": full_s / delta_s, "identical": identical,
+            "accepted": d.candidates[0].accepted, "predicted_s": d.predicted}
+
+
+# ------------------------------------------------------------------ report
+
+def _num(x, fmt: str = ".1f") -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, fmt)
+
+
+def quality_rows(cells: list[dict]) -> list[tuple]:
+    rows = []
+    for c in cells:
+        name = f"quality: {c['app']} on {c['gpus']} {c['cluster'].upper()}"
+        if c["status"] != "ok":
+            rows.append((name, "skipped", c["note"]))
+            continue
+        rows.append((name, f"DP {_num(c['dp_sps'])} / expert {_num(c['expert_sps'])} / "
+                     f"searched {_num(c['searched_sps'])} samples/s",
+                     f"searched/DP {_num(c['vs_dp'], '.2f')}x, searched/expert "
+                     f"{_num(c['vs_expert'], '.2f')}x; {c['proposals']} proposals in "
+                     f"{c['search_s']:.0f} s; why: {c['why']}"))
+    return rows
+
+
+def finding_rows(cells: list[dict]) -> list[tuple]:
+    rows = []
+    for app, claim in FINDINGS.items():
+        checked = [c for c in cells if c["app"] == app and "finding" in c]
+        if not checked:
+            rows.append((f"finding: {claim}", "not checked", "no cell of this app ran"))
+            continue
+        held = sum(c["finding"]["holds"] for c in checked)
+        ex = checked[-1]
+        rows.append((f"finding: {claim}", str(2 * held > len(checked)).lower(),
+                     f"holds in {held}/{len(checked)} searched cells; at {ex['gpus']} "
+                     f"{ex['cluster'].upper()}: {ex['finding']['detail']}"))
+    return rows
+
+
+def search_time_rows(cells: list[dict]) -> list[tuple]:
+    """Table 5's cells up to 16 GPUs (P100) and 64 (K80, AlexNet and ResNet)."""
+    rows = []
+    for c in cells:
+        if c["cluster"] != ("k80" if c["gpus"] == 64 else "p100") or c["status"] != "ok":
+            continue
+        full, delta = PAPER_TABLE5[c["gpus"]][c["app"]]
+        rows.append((f"search time: {c['app']} on {c['gpus']} GPUs ({c['cluster'].upper()})",
+                     f"{_num(c['time_to_best_s'], '.1f')} s to the final best",
+                     f"paper (Table 5) full / delta: {full:g} / {delta:g} s; this search ran "
+                     f"{c['search_s']:.0f} s ({c['proposals']} proposals) on its share of "
+                     "the budget, so it is not a convergence time"))
+    return rows
+
+
+def delta_rows(runs: list[dict]) -> list[tuple]:
+    return [(f"delta vs full in the search: {r['app']}{' --small' if r['small'] else ''} on "
+             f"{r['gpus']} GPUs", f"{r['ratio']:.1f}x faster with delta",
+             f"{r['proposals']} proposals, same seed: full {r['full_s']:.1f} s, delta "
+             f"{r['delta_s']:.1f} s; identical result: {str(r['identical']).lower()}")
+            for r in runs]
+
+
+def draw_figure(cells: list[dict], path: str) -> str:
+    """Figure 6's bars (samples/s of DP, expert, searched per GPU count; one panel per app
+    and cluster) as a PNG; returns a note (what was written, or why nothing was)."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "figure skipped: matplotlib is not installed (pip install .[plots])"
+    ok = [c for c in cells if c["status"] == "ok"]
+    if not ok:
+        return "figure skipped: no cell was searched"
+    clusters = [k for k in ("p100", "k80") if any(c["cluster"] == k for c in ok)]
+    apps = [a for a in APPS if any(c["app"] == a for c in ok)] + \
+        sorted({c["app"] for c in ok} - set(APPS))
+    fig, axes = plt.subplots(len(clusters), len(apps), squeeze=False,
+                             figsize=(3.0 * len(apps), 2.8 * len(clusters)))
+    kinds = (("dp_sps", "data parallel"), ("expert_sps", "expert"), ("searched_sps", "searched"))
+    for i, cluster in enumerate(clusters):
+        for j, app in enumerate(apps):
+            ax = axes[i][j]
+            mine = sorted((c for c in ok if c["cluster"] == cluster and c["app"] == app),
+                          key=lambda c: c["gpus"])
+            for k, (key, label) in enumerate(kinds):
+                xs = [g + (k - 1) * 0.27 for g in range(len(mine))]
+                ax.bar(xs, [c[key] or 0 for c in mine], width=0.27, label=label)
+            ax.set_xticks(range(len(mine)), [str(c["gpus"]) for c in mine])
+            ax.set_title(f"{app} ({cluster.upper()})", fontsize=9)
+            ax.tick_params(labelsize=7)
+            if j == 0:
+                ax.set_ylabel("samples/s", fontsize=8)
+            if i == len(clusters) - 1:
+                ax.set_xlabel("GPUs", fontsize=8)
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle("Predicted training throughput (cf. paper Figure 6)", fontsize=10)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return f"written to {path}"
+
+
+def out_dir(argv=None) -> str:
+    """The --out folder of `python -m bench ... --out DIR` (bench/ by default)."""
+    argv = sys.argv[1:] if argv is None else argv
+    for k, arg in enumerate(argv):
+        if arg == "--out" and k + 1 < len(argv):
+            return argv[k + 1]
+        if arg.startswith("--out="):
+            return arg[len("--out="):]
+    return HERE
+
+
+def run(quick: bool = False, budget_s: float | None = None, out: str | None = None) -> dict:
+    from strategy.costs import CostWarning
+    warnings.simplefilter("ignore", CostWarning)
+    t0 = time.perf_counter()
+    if quick:       # --small apps on one 4-GPU node, proposal budgets: a smoke run
+        cells = [Cell("p100", 4, a) for a in ("alexnet", "nmt")]
+        quality = [search_cell(c, small=True, proposals=12) for c in cells]
+        deltas = [delta_vs_full("alexnet", "p100:1", small=True, proposals=8)]
+        budget = None
+    else:
+        budget = total_budget(budget_s)
+        cells = quality_cells()
+        plan = TimePlan(QUALITY_FRACTION * budget, cells)
+        quality = []
+        for cell in cells:
+            share = plan.share(cell)
+            est = plan.estimated_build(cell)
+            if share <= 0 or (est is not None and 3 * est > share):
+                quality.append({"app": cell.app, "cluster": cell.cluster, "gpus": cell.gpus,
+                                "status": "skipped", "note": f"time budget: share {share:.0f} s"
+                                f", graph build estimated {_num(est)} s (x3 needed)"})
+                continue
+            print(f"search_quality: {cell.label}, {share:.0f} s", file=sys.stderr, flush=True)
+            res = search_cell(cell, budget_s=share)
+            plan.record_build(cell.app, cell.gpus, res["build_s"])
+            quality.append(res)
+        pairs = [("alexnet", "p100:1"), ("rnnlm", "p100:1"), ("alexnet", "p100:2")]
+        deltas = []
+        for k, (app, preset) in enumerate(pairs):
+            share = (budget - (time.perf_counter() - t0)) / (len(pairs) - k)
+            if share > 0:     # else the budget is spent: fewer pairs (the rows show which)
+                deltas.append(delta_vs_full(app, preset, share_s=share))
+    figure = draw_figure(quality, os.path.join(out or out_dir(), "figure6.png"))
+    rows = quality_rows(quality) + finding_rows(quality) + search_time_rows(quality) + \
+        delta_rows(deltas)
+    rows.append(("figure 6 picture", "figure6.png" if figure.startswith("written") else "none",
+                 figure))
+    ran = sum(c["status"] == "ok" for c in quality)
+    rows.append(("time budget", f"{time.perf_counter() - t0:.0f} s used"
+                 + (f" of {budget:.0f} s" if budget else ""),
+                 f"{ran}/{len(quality)} quality cells searched; ${BUDGET_ENV} sets the budget"))
+    return {"title": "search quality and time", "rows": rows,
+            "results": {"quality": quality, "delta_vs_full": deltas, "figure": figure,
+                        "budget_s": budget, "paper_table5": PAPER_TABLE5}}
