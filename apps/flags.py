@@ -107,6 +107,9 @@ def check_args(app: App, a: argparse.Namespace) -> None:
     if (a.resume or a.checkpoint_every) and not a.checkpoint_dir:
         flag = "--resume" if a.resume else "--checkpoint-every"
         raise UsageError(f"{flag} needs --checkpoint-dir DIR (where checkpoints live).")
+    if a.search is not None and not a.search > 0:
+        raise UsageError(f"--search {a.search:g}: give the search a positive number of "
+                         "seconds.")
     if a.threads is not None and a.threads < 1:
         raise UsageError(f"--threads {a.threads}: use 1 or more.")
     if a.device == "cuda" and not torch.cuda.is_available():

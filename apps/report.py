@@ -115,4 +115,6 @@ def result_json(res: Result) -> dict:
     if res.accuracies:
         out["accuracies"] = res.accuracies
         out["test_accuracy"] = res.test_accuracy
+    if getattr(a, "search_result", None) is not None:
+        out["search"] = a.search_result.to_dict()
     return out

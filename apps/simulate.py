@@ -182,7 +182,9 @@ def prediction_json(p: Prediction) -> dict:
             "memory_capacity_bytes": {str(d): p.machine_model.device(d).memory_capacity
                                       for d in sorted(r.memory)},
             "over_capacity_bytes": {str(d): b for d, b in sorted(r.over_capacity.items())},
-            "cost_sources": p.costs.summary()}
+            "cost_sources": p.costs.summary(),
+            **({"search": a.search_result.to_dict()}
+               if getattr(a, "search_result", None) is not None else {})}
 
 
 def write_prediction_trace(path: str, p: Prediction, argv) -> None:

@@ -109,8 +109,6 @@ def setup(app: App, argv) -> tuple:
         a.argv = argv                    # recorded in --trace files (replay rebuilds the run)
         check_args(app, a)
         _machine_flags(a)
-        if a.search is not None:
-            search_strategy(app, a)
     except UsageError as e:
         err = str(e)
     if err is None:
@@ -129,4 +127,7 @@ def setup(app: App, argv) -> tuple:
             raise UsageError(e if r == 0 else f"[rank {r}] {e}")
     elif err is not None:
         raise UsageError(err)
+    if a.search is not None:             # every rank gets here, and gets the same result
+        strategy, name = search_strategy(app, a, machine, net, strategy, name, rank, mpi,
+                                         out=sys.stdout)
     return a, machine, net, strategy, name, rank, mpi

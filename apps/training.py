@@ -43,6 +43,11 @@ def run(app: App, argv=None, out=...) -> Result:
     out = sys.stdout if out is ... else out
     a, machine, net, strategy, strategy_name, rank, mpi = setup(app, argv)
     if a.simulate:
+        if a.export and rank == 0:
+            from parallel_ops.lowering import resolve_configs
+            strategy_files.save(a.export, resolve_configs(net.model, strategy, machine),
+                                net.model, machine)
+            _say(rank, out)(f"strategy written to {a.export}")
         return simulate_run(app, a, machine, net, strategy, strategy_name, rank, out)
     say = _say(rank, out)
     model = net.model

@@ -119,10 +119,10 @@ def main(argv=None, out=None) -> int:
             return _run_app(a.app, rest + ["--simulate"])
         if a.command == "replay":
             return _replay(a, rest, out)
+        if a.command == "show":
+            return _show(a, rest, out)
         if rest:
             raise CliError(f"unknown arguments {rest} for {a.command}")
-        if a.command == "show":
-            return _show(a, out)
         return _diff(a, out)
     except CliError as e:
         print(f"python -m strategy {a.command}: error: {e}", file=sys.stderr)
@@ -139,20 +139,24 @@ def _load(path: str):
         raise CliError(str(e)) from None
 
 
-def _show(a, out) -> int:
+def _show(a, app_flags, out) -> int:
     from .files import to_dict
     f = _load(a.file)
     if a.json:
         print(json.dumps(to_dict(f.configs, model_name=f.model, machine_info=f.machine,
                                  types=f.types), indent=1), file=out)
         return 0
-    model = None
+    if app_flags and not a.app:
+        raise CliError(f"unknown arguments {app_flags} (app flags need --app)")
+    model = machine = None
     if a.app:
-        model = _app_model(a.app, [], f)
+        model = _app_model(a.app, app_flags, f)
+        from taskrt import Machine
+        machine = Machine.local(int(f.machine.get("devices", 1)))
     from .views import summary, write_graph
     print(f"{a.file}: strategy for model '{f.model}' on {f.machine}", file=out)
     if model is not None:
-        print(summary(model, f.configs), file=out)
+        print(summary(model, f.configs, machine), file=out)
     else:
         for name, cfg in f.configs.items():
             print(f"  {name:<40} {f.types.get(name, ''):<12} {cfg}", file=out)
@@ -171,8 +175,12 @@ def _app_model(app_name: str, flags: list[str], f):
     """The app's model built for the device count the strategy file was made for."""
     from .costs.app_profile import load_app
     devices = int(f.machine.get("devices", 1)) if f is not None else 1
-    app = find_app(app_name)
-    _, net, _, _ = load_app(app.name, flags, devices)
+    find_app(app_name)
+    from apps.errors import UsageError
+    try:
+        _, net, _, _ = load_app(app_name, flags, devices)
+    except UsageError as e:
+        raise CliError(f"--app {app_name} {' '.join(flags)}: {e}") from None
     return net.model
 
 

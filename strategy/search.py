@@ -14,7 +14,7 @@ probability 1/e, a 5% slower one with 0.7%. Strategies that do not fit in memory
 infinity and are never accepted.
 
 Candidates. The search starts from data parallelism, then the expert strategy when one is
-given, then `random_starts` random strategies, and searches each in turn with an even share
+given, then any other named `starts` (a strategy file), then `random_starts` random ones, and searches each in turn with an even share
 of what is left of the budget (time in seconds and/or number of proposals). A candidate stops
 when its share is spent or, as in the paper, when its best has not improved for half of the
 time (or proposals) it has used. The result is the best strategy seen over all candidates,
@@ -136,7 +136,8 @@ class Search:
     def __init__(self, model, machine_model, costs, *, optimizer=None, seed: int = 0,
                  expert: dict | None = None, random_starts: int = 1,
                  temperature: float = DEFAULT_TEMPERATURE, space: SearchSpace | None = None,
-                 progress=None, progress_every: float = 1.0, delta: bool = True):
+                 progress=None, progress_every: float = 1.0, delta: bool = True,
+                 starts: dict | None = None):
         if temperature <= 0:
             raise ValueError(f"search: temperature {temperature}; use a positive fraction "
                              "of the starting cost (default 0.01)")
@@ -144,6 +145,7 @@ class Search:
         self.optimizer, self.seed, self.expert = optimizer, seed, expert
         self.random_starts, self.temperature = random_starts, temperature
         self.delta = delta             # False: rebuild and fully simulate every proposal
+        self.starts = dict(starts or {})   # more named candidates (e.g. a strategy file)
         self.space = space or SearchSpace.for_machine(model, machine_model)
         self.rng = random.Random(seed)
         self.progress, self.progress_every = progress, progress_every
@@ -157,6 +159,7 @@ class Search:
         out = [("data_parallel", None)]
         if self.expert:
             out.append(("expert", self.expert))
+        out += list(self.starts.items())
         for k in range(self.random_starts):
             ops = self.space.searchable()
             out.append((f"random {k}", {op.name: self.space.random_config(op, self.rng)
@@ -169,20 +172,28 @@ class Search:
         cands = self.candidates()
         for k, (name, strategy) in enumerate(cands):
             if k > 0 and budget.exhausted():
-                break
+                if name == "expert":        # a baseline is reported (and offered) anyway
+                    self._baseline(name, strategy, budget)
+                continue
             runs.append(self._chain(name, strategy, budget, len(cands) - k))
         return SearchResult(dict(self.best_configs), self.best, dict(self.baselines), runs,
                             budget.used, time.perf_counter() - budget.t0, self.seed,
                             self.beta, self.history, self.errors)
+
+    def _baseline(self, name: str, strategy, budget: Budget) -> None:
+        session = self._session(strategy)
+        self.baselines[name] = session.result.makespan
+        self._offer(session.result.makespan, session.configs, budget)
 
     def _session(self, strategy) -> SimulationSession:
         return SimulationSession(self.model, self.machine_model, self.costs, strategy,
                                  self.optimizer)
 
     def _chain(self, name: str, strategy, budget: Budget, left: int) -> CandidateRun:
-        t0 = time.perf_counter()
-        secs, props = budget.share(left)
+        t_start = time.perf_counter()
         session = self._session(strategy)
+        secs, props = budget.share(left)     # after the build: each chain gets to search
+        t0 = time.perf_counter()
         cost = session.result.makespan
         if name in ("data_parallel", "expert"):
             self.baselines[name] = cost
@@ -242,7 +253,7 @@ class Search:
                                    proposals=budget.used,
                                    rate=budget.used / max(now - budget.t0, 1e-9),
                                    current=cur, best=self.best))
-        run.seconds = time.perf_counter() - t0
+        run.seconds = time.perf_counter() - t_start
         return run
 
     def _offer(self, t: float, configs, budget: Budget) -> None:

@@ -63,3 +63,13 @@ def launched_by_mpi() -> bool:
             except ValueError:
                 pass
     return False
+
+
+def idle_barrier(comm, delay: float = 2e-5, max_delay: float = 1e-3) -> None:
+    """A barrier that sleeps while it waits (a blocking MPI barrier spins a core): ranks
+    waiting for rank 0 (a search, a calibration) leave the cores to it."""
+    import time
+    req = comm.Ibarrier()
+    while not req.Test():
+        time.sleep(delay)
+        delay = min(2 * delay, max_delay)

@@ -17,6 +17,8 @@ import time
 
 import numpy as np
 
+from taskrt.discovery import idle_barrier
+
 from .errors import MachineModelError
 from .presets import cluster_model
 from .specs import DEVICE_SPECS, DeviceSpec
@@ -84,14 +86,6 @@ def measure_device(device: str = "cpu", ranks_sharing: int = 1, budget: float = 
     return out
 
 
-def _idle_barrier(comm, delay: float = 2e-5) -> None:
-    """A barrier that sleeps while it waits (a blocking one spins a core)."""
-    req = comm.Ibarrier()
-    while not req.Test():
-        time.sleep(delay)
-        delay = min(2 * delay, 1e-3)
-
-
 def _pingpong(comm, a: int, b: int) -> list | None:
     """[[bytes, one-way seconds], ...] measured by ranks a and b (None elsewhere): the
     fastest round trip of each size, halved."""
@@ -121,7 +115,7 @@ def _measured_pair(comm, a: int, b: int) -> list:
     # Waiting ranks poll every millisecond from the start: on oversubscribed cores, frequent
     # wake-ups preempt the measuring ranks and inflate their small-message latency 100x.
     result = _pingpong(comm, a, b)
-    _idle_barrier(comm, 2e-5 if result is not None else 1e-3)
+    idle_barrier(comm, 2e-5 if result is not None else 1e-3)
     return comm.bcast(result, root=a)
 
 
@@ -144,7 +138,7 @@ def _allreduce_times(comm) -> list:
         recv = np.empty_like(send)
         times = []
         for i in range(reps + 1):
-            _idle_barrier(comm)
+            idle_barrier(comm)
             t = time.perf_counter()
             comm.Allreduce(send, recv)
             if i:
@@ -204,7 +198,7 @@ def calibrate_local(comm=None):
               "device": device.split(":")[0]}
     intra = inter = ("shm", 0.0, 1.0)
     if comm is not None and size > 1:
-        _idle_barrier(comm)
+        idle_barrier(comm)
         first = [node_of.index(n) for n in range(len(order))]
         multi = [n for n, c in enumerate(per_node) if c > 1]
         if multi:

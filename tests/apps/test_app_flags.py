@@ -103,7 +103,9 @@ def test_devices_per_rank_and_trace(tmp_path):
 
 
 @pytest.mark.parametrize("argv,fragments", [
-    (["--search", "5"], ["--search 5: the strategy search", "not built yet"]),
+    (["--search", "0"], ["--search 0: give the search a positive number of seconds"]),
+    (["--search", "5", "--machine", "p100"], ["--machine p100: its model has 16 devices and "
+                                              "this job runs on 1", "or add --simulate"]),
     (["--machine", "p100"], ["--machine p100: a machine model is for --simulate",
                              "Add --simulate, or leave out --machine"]),
     (["--machine", "p100x99", "--simulate"], ["--machine p100x99: machine 'p100x99': not a "
@@ -111,7 +113,7 @@ def test_devices_per_rank_and_trace(tmp_path):
     (["--machine", "cluster.json", "--simulate"], ["--machine cluster.json"]),
     (["--profile", "costs.profile"], ["--profile costs.profile: no such file"]),
 ])
-def test_features_that_need_the_simulator_or_search(capsys, argv, fragments):
+def test_simulator_and_search_flag_mistakes(capsys, argv, fragments):
     fails(capsys, RNNLM, SMALL + argv, *fragments)
 
 

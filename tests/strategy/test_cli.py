@@ -1,0 +1,101 @@
+"""python -m strategy: search, simulate, show and diff through the apps' own flags, in process
+(the search is short: these check the plumbing and the files, not the search's quality)."""
+import json
+
+import pytest
+
+from strategy import files
+from strategy.cli import main
+
+pytestmark = pytest.mark.filterwarnings("ignore::strategy.costs.CostWarning")
+
+APP = ["--app", "alexnet", "--small", "--machine", "p100:1"]
+
+
+def last_json(text: str) -> dict:
+    return json.loads(text.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def searched(tmp_path_factory):
+    out = tmp_path_factory.mktemp("cli") / "alexnet.json"
+    return out
+
+
+def test_search_writes_a_strategy_that_simulate_predicts_alike(searched, capsys):
+    assert main(["search"] + APP + ["--budget", "4", "-o", str(searched), "--json"]) == 0
+    text = capsys.readouterr().out
+    result = last_json(text)
+    assert "best found" in text and "searched vs data parallel" in text
+    assert result["simulated"] is True and result["devices"] == 4
+    search = result["search"]
+    assert search["predicted_s"] <= search["baselines_s"]["data_parallel"]
+    assert {"data_parallel", "expert"} <= set(search["baselines_s"])
+    assert result["iteration_time_s"] == pytest.approx(search["predicted_s"], rel=1e-12)
+    sf = files.read(str(searched))
+    assert sf.model == "alexnet" and sf.machine["devices"] == 4
+    # the file is a strategy like any other: simulate it and get the same prediction
+    assert main(["simulate"] + APP + ["--strategy", str(searched), "--json"]) == 0
+    again = last_json(capsys.readouterr().out)
+    assert again["iteration_time_s"] == pytest.approx(search["predicted_s"], rel=1e-12)
+    assert again["strategy"] == str(searched)
+
+
+def test_simulate_without_a_strategy_is_data_parallel(capsys):
+    assert main(["simulate"] + APP + ["--json"]) == 0
+    res = last_json(capsys.readouterr().out)
+    assert res["strategy"] == "data_parallel" and res["iteration_time_s"] > 0
+    assert "search" not in res
+
+
+def test_show_and_diff(searched, tmp_path, capsys):
+    if not searched.exists():
+        pytest.skip("needs the search test's file")
+    assert main(["show", str(searched), "--app", "alexnet", "--small"]) == 0
+    text = capsys.readouterr().out
+    for op in ("conv1", "fc8", "loss"):
+        assert op in text
+    assert main(["show", str(searched), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["model"] == "alexnet"
+    dp = tmp_path / "dp.json"
+    sf = files.read(str(searched))
+    from parallel_ops import ParallelConfig
+    changed = dict(sf.configs)
+    changed["fc8"] = ParallelConfig((), (3,))
+    files.save_file(str(dp), files.StrategyFile(sf.model, sf.machine, changed, sf.types))
+    assert main(["diff", str(searched), str(dp)]) == 0
+    out = capsys.readouterr().out
+    assert "fc8" in out and "conv1" not in out
+    assert main(["diff", str(searched), str(searched)]) == 0
+    assert "identical" in capsys.readouterr().out
+
+
+def test_errors_are_clear_and_exit_2(tmp_path, capsys):
+    assert main(["search", "--app", "nosuchapp", "--budget", "1"]) == 2
+    assert "no such app" in capsys.readouterr().err
+    assert main(["show", str(tmp_path / "missing.json")]) == 2
+    assert "no such file" in capsys.readouterr().err
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    assert main(["diff", str(bad), str(bad)]) == 2
+    assert "bad.json" in capsys.readouterr().err
+    assert main(["search"] + APP + ["--budget", "0"]) == 2
+    assert "--search 0" in capsys.readouterr().err
+
+
+def test_search_then_train_under_mpirun(tmp_path):
+    # Rank 0 searches (the other rank sleeps), every rank trains with the same result.
+    import os
+    import sys
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from mpi_launch import ROOT, run_mpi
+    out = tmp_path / "searched.json"
+    rc, text, _ = run_mpi(2, [os.path.join(ROOT, "apps", "alexnet.py"), "--small",
+                              "--batch-size", "4", "--search", "3", "--iterations", "1",
+                              "--warmup", "0", "--json", "--export", str(out)], timeout=300)
+    assert rc == 0, text
+    res = last_json(text)
+    assert res["strategy"].startswith("searched") and res["simulated"] is False
+    assert res["search"]["predicted_s"] <= res["search"]["baselines_s"]["data_parallel"]
+    assert res["devices"] == 2 and res["loss"] is not None
+    assert files.read(str(out)).machine["devices"] == 2
