@@ -16,7 +16,7 @@ $(VENV)/.installed: setup.py
 venv: $(VENV)/.installed
 
 demo: venv
-	OMP_NUM_THREADS=1 $(MPIRUN) -np $(NP) $(PY) -m mpi4py apps/inception.py --small --iterations 20
+	OMP_NUM_THREADS=1 $(MPIRUN) -np $(NP) $(PY) -m mpi4py apps/inception.py --small --iterations 20 --search 20
 
 test: venv
 	$(PY) -m pytest -q -p no:cacheprovider tests
