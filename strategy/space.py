@@ -46,6 +46,7 @@ class SearchSpace:
         self.frozen = set(frozen)                  # operators the search leaves alone
         self.kinds = None if kinds is None else tuple(kinds)   # dim kinds it may split
         self._degrees: dict[str, list[tuple[int, ...]]] = {}
+        self._regular_space = None
 
     @classmethod
     def for_machine(cls, model, machine_model, **kw) -> "SearchSpace":
@@ -159,16 +160,31 @@ class SearchSpace:
         return self.config(op, t, devs)
 
     def propose(self, rng: random.Random, configs) -> tuple[str, ParallelConfig]:
-        """One proposal: a uniformly chosen operator and a new config for it (half the
-        time uniformly random, half the time a neighbor of its current one)."""
+        """One proposal: a uniformly chosen operator and a new config for it: a uniformly
+        random one (40%), a neighbor of its current one (40%), or a random one of the
+        restricted space's regular configs (20%: power-of-two splits of the sample or a
+        parameter dim on node-aligned blocks, the configs experts write by hand, which a
+        uniform draw over the whole space rarely hits)."""
         ops = self.searchable()
         if not ops:
             raise ValueError("SearchSpace: every operator is frozen; nothing to search")
+        regular = self._regular()
         for _ in range(100):
             op = rng.choice(ops)
             cur = configs[op.name]
-            new = self.random_config(op, rng) if rng.random() < 0.5 else \
-                self.neighbor(op, cur, rng)
+            r = rng.random()
+            if r < 0.4:
+                new = self.random_config(op, rng)
+            elif r < 0.8:
+                new = self.neighbor(op, cur, rng)
+            else:
+                new = regular.random_config(op, rng)
             if new != cur:
                 return op.name, new
         return op.name, new
+
+    def _regular(self) -> "SearchSpace":
+        if self._regular_space is None:
+            self._regular_space = self if self.families == ("node",) and self.pow2 else \
+                self.restricted()
+        return self._regular_space
