@@ -62,7 +62,12 @@ def make_parser(app: App) -> argparse.ArgumentParser:
     s.add_argument("--export", metavar="FILE",
                    help="write the strategy used (data-parallel defaults filled in)")
     s.add_argument("--search", type=float, metavar="SECONDS",
-                   help="search a strategy for this long before training")
+                   help="search a strategy (docs/search.md) for this long before training "
+                        "(or simulating, with --simulate)")
+    s.add_argument("--search-proposals", type=int, metavar="N",
+                   help="with --search: also stop after N proposals (a search bounded only "
+                        "by proposals repeats exactly with the same --seed: use a large "
+                        "SECONDS)")
     s.add_argument("--machine", metavar="PRESET|FILE",
                    help="the machine model to simulate/search for: a preset (p100, k80:2, "
                         "dgx-h100, ...), a machine file, or local (this job, calibrated; "
@@ -121,6 +126,10 @@ def check_args(app: App, a: argparse.Namespace) -> None:
         path = getattr(a, flag)
         if path is not None and not os.path.isfile(path):
             raise UsageError(f"--{flag} {path}: no such file. {fix}")
-    if a.profile is not None and not a.simulate:
-        raise UsageError(f"--profile {a.profile}: task costs are for --simulate; a real run "
-                         "measures its own. Add --simulate, or leave out --profile.")
+    if a.profile is not None and not a.simulate and a.search is None:
+        raise UsageError(f"--profile {a.profile}: task costs are for --simulate and --search; "
+                         "a real run measures its own. Add --simulate, or leave out "
+                         "--profile.")
+    if a.search_proposals is not None and (a.search is None or a.search_proposals < 1):
+        raise UsageError(f"--search-proposals {a.search_proposals}: give a positive count, "
+                         "with --search SECONDS.")

@@ -97,7 +97,8 @@ def _search(app: App, a: argparse.Namespace, mm, machine, net, strategy: dict,
     say(f"searching a strategy for {a.search:g} s on {mm} ...")
     with warnings.catch_warnings():      # the report says where the costs come from
         warnings.simplefilter("ignore", CostWarning)
-        res = search(net.model, mm, costs, budget_s=a.search, seed=a.seed, expert=expert,
+        res = search(net.model, mm, costs, budget_s=a.search, proposals=a.search_proposals,
+                     seed=a.seed, expert=expert,
                      optimizer=opt, progress=progress, progress_every=2.0,
                      starts={strategy_name: strategy} if strategy else None)
     a.search_result = res

@@ -65,6 +65,8 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--app", required=True, help="app name or file (with its own flags)")
     s.add_argument("--budget", type=float, default=30.0, metavar="SECONDS",
                    help="search time (default 30)")
+    s.add_argument("--proposals", type=int, metavar="N",
+                   help="also stop after N proposals (reproducible with --seed)")
     s.add_argument("-o", "--output", metavar="FILE",
                    help="write the best strategy here (.json for people, else msgpack)")
     m = sub.add_parser("simulate", help="predict an app's iteration time under a strategy "
@@ -108,6 +110,8 @@ def main(argv=None, out=None) -> int:
     try:
         if a.command == "search":
             flags = rest + ["--search", f"{a.budget:g}"]
+            if a.proposals is not None:
+                flags += ["--search-proposals", str(a.proposals)]
             if "--train" not in rest:
                 flags.append("--simulate")
             else:

@@ -99,3 +99,15 @@ def test_search_then_train_under_mpirun(tmp_path):
     assert res["search"]["predicted_s"] <= res["search"]["baselines_s"]["data_parallel"]
     assert res["devices"] == 2 and res["loss"] is not None
     assert files.read(str(out)).machine["devices"] == 2
+
+
+def test_a_proposal_bounded_search_repeats_exactly(tmp_path, capsys):
+    outs = [tmp_path / f"s{k}.msgpack" for k in range(2)]
+    for out in outs:
+        assert main(["search"] + APP + ["--budget", "600", "--proposals", "30", "--seed", "5",
+                                        "-o", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "searched 30 proposals" in text
+    assert outs[0].read_bytes() == outs[1].read_bytes()
+    assert main(["search"] + APP + ["--budget", "5", "--proposals", "0"]) == 2
+    assert "--search-proposals 0: give a positive count" in capsys.readouterr().err
