@@ -3,24 +3,23 @@ when one operator's configuration changes (delta simulation, the search's inner 
 
 A change re-lowers only that operator (parallel_ops.lowering.IncrementalLowering), re-plans
 only the regions its launches touch (taskrt.Planner.replace), and re-times the graph reusing
-every unchanged node's duration and resources. Times are then propagated in one pass over
-the nodes in program order; since each resource serves its nodes in program order (see
+every unchanged node's duration and resources (unchanged nodes are the same objects) and
+every untouched region's memory. Times are then propagated in one pass over the nodes in
+program order; since each resource serves its nodes in program order (see
 simulator.py), the result is exactly what a full simulation of the new graph gives.
 """
 from __future__ import annotations
+
+from bisect import bisect_right
 
 from parallel_ops.lowering import IncrementalLowering
 from parallel_ops.optim import SGD
 from taskrt import Planner
 from taskrt.gcpause import gc_paused
 
-from .simulator import NodeTimer, SimResult, memory_per_device, resource_name
+from .simulator import NodeTimer, SimResult, add_staging_memory, resource_name
 
-
-def node_key(node):
-    """Identity of a node across re-plans: (launch, color) for tasks; copies and reductions
-    of regions that were not re-planned are the very same objects."""
-    return (node.launch.name, node.color) if node.kind == "task" else node
+CHECKPOINT_EVERY = 256       # nodes between saved resource states (see _propagate)
 
 
 class SimulationSession:
@@ -36,7 +35,11 @@ class SimulationSession:
                 self.planner.add_launch(launch)
             self.graph = self.planner.finish()
             self.timer = NodeTimer(machine_model, costs)
-            self._timing: dict = {}          # node key -> (node, duration, resources)
+            # Node -> (duration, resources): nodes a re-plan did not touch are the same
+            # objects in the new graph, so only new nodes are timed.
+            self._timing: dict = {}
+            self._memory_of: dict[str, dict[int, int]] = {}     # region -> device -> bytes
+            self._checkpoints: list[tuple[int, dict, dict]] = []  # (node id, free, busy)
             self.result = self._propagate()
 
     @property
@@ -51,9 +54,9 @@ class SimulationSession:
             names = set(part.initial_forward) | set(part.initial_update)
             initial = {r: p for r, p in self.lowering.lowered().initial.items()
                        if r.name in names}
-            self.planner.replace(launches, initial)
+            touched = self.planner.replace(launches, initial)
             self.graph = self.planner.finish()
-            self.result = self._propagate()
+            self.result = self._propagate(touched)
         return self.result
 
     def full(self) -> SimResult:
@@ -62,22 +65,65 @@ class SimulationSession:
         return simulate(self.graph, self.machine_model, self.costs,
                         NodeTimer(self.machine_model, self.costs))
 
-    def _propagate(self) -> SimResult:
-        graph, timer, old = self.graph, self.timer, self._timing
-        n = len(graph.nodes)
-        start, end = [0.0] * n, [0.0] * n
-        free: dict = {}
-        busy: dict = {}
-        timing: dict = {}
+    def _region_memory(self, name: str) -> dict[int, int]:
+        """Bytes per device for one region: its instances and partial-sum buffers (as the
+        graph records them, see Planner.finish) and its reduction copies' staging buffers."""
+        planner = self.planner
+        rp = planner.planners[name]
+        out: dict[int, int] = {}
+        for rects in (rp.instance_rects, rp.partial_rects):
+            for dev, rect in rects.items():
+                out[dev] = out.get(dev, 0) + rp.region.nbytes(rect)
+        for li, _, _ in planner.log.get(name, ()):
+            add_staging_memory(out, (n for n, _, _ in planner.region_nodes.get((li, name), ())))
+        return out
+
+    def _memory(self, touched) -> dict[int, int]:
+        """memory_per_device(self.graph), re-adding only the regions in `touched` (all
+        regions when None)."""
+        per_region = self._memory_of
+        for name in (self.planner.planners if touched is None else touched):
+            per_region[name] = self._region_memory(name)
+        out: dict[int, int] = {}
+        for name in self.planner.planners:
+            for dev, b in per_region[name].items():
+                out[dev] = out.get(dev, 0) + b
+        return out
+
+    def _propagate(self, touched=None) -> SimResult:
+        """Time the graph. The first `planner.unchanged_nodes` nodes are those of the last
+        graph, so their times stand: propagation resumes at the last checkpoint (resource
+        state before a node, taken every CHECKPOINT_EVERY nodes) at or before the first node
+        that may differ."""
+        graph, timer, timing = self.graph, self.timer, self._timing
+        nodes = graph.nodes
+        n = len(nodes)
+        if len(timing) > 2 * n + 1024:          # forget the nodes of older graphs
+            timing = self._timing = {node: timing[node] for node in nodes if node in timing}
+        checkpoints = self._checkpoints
+        old = self.result if touched is not None else None
+        k = bisect_right(checkpoints, self.planner.unchanged_nodes, key=lambda c: c[0]) \
+            if old is not None else 0
+        del checkpoints[k:]
+        if k:
+            pos, free, busy = checkpoints[-1]
+            free, busy = dict(free), dict(busy)
+            start = old.start[:pos] + [0.0] * (n - pos)
+            end = old.end[:pos] + [0.0] * (n - pos)
+        else:
+            pos, free, busy = 0, {}, {}
+            start, end = [0.0] * n, [0.0] * n
+        next_checkpoint = pos if not k else pos + CHECKPOINT_EVERY
         preds = graph.preds
-        for node in graph.nodes:
-            key = node_key(node)
-            cached = old.get(key)
-            if cached is not None and (cached[0] is node or _same_task(cached[0], node)):
-                _, dur, resources = cached
-            else:
-                dur, resources = timer.timing(node)
-            timing[key] = (node, dur, resources)
+        get = timing.get
+        for node in nodes[pos:] if pos else nodes:
+            if node.id == next_checkpoint:
+                checkpoints.append((next_checkpoint, dict(free), dict(busy)))
+                next_checkpoint += CHECKPOINT_EVERY
+            cached = get(node)
+            if cached is None:
+                cached = timing[node] = timer.timing(node)
+            dur, resources = cached
             i = node.id
             t = 0.0
             for p in preds[i]:
@@ -92,17 +138,9 @@ class SimulationSession:
                 free[r] = e
                 busy[r] = busy.get(r, 0.0) + dur
             start[i], end[i] = t, e
-        self._timing = timing
-        memory = memory_per_device(graph)
+        memory = self._memory(touched)
         over = {d: b - self.machine_model.device(d).memory_capacity for d, b in memory.items()
                 if b > self.machine_model.device(d).memory_capacity}
         makespan = max(end, default=0.0) if not over else float("inf")
         return SimResult(makespan, start, end, {resource_name(r): v for r, v in busy.items()},
                          memory, over)
-
-
-def _same_task(a, b) -> bool:
-    """Two task nodes that time alike: same device, cost key and Red+ targets (whether a
-    contribution is assigned or added changes the work)."""
-    return a.kind == "task" and b.kind == "task" and a.device == b.device and \
-        a.targets == b.targets and a.cost_key == b.cost_key

@@ -48,10 +48,16 @@ def memory_per_device(graph) -> dict[int, int]:
     for rects in (graph.instance_rects, graph.partial_rects):
         for (name, dev), rect in rects.items():
             out[dev] = out.get(dev, 0) + graph.regions[name].nbytes(rect)
-    for n in graph.nodes:
+    add_staging_memory(out, graph.nodes)
+    return out
+
+
+def add_staging_memory(out: dict[int, int], nodes) -> None:
+    """Add the staging buffers of the reduction copies among `nodes` to `out` (device ->
+    bytes)."""
+    for n in nodes:
         if n.kind == "copy" and n.reduction:
             out[n.dst] = out.get(n.dst, 0) + n.nbytes
-    return out
 
 
 class NodeTimer:

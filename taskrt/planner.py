@@ -13,6 +13,7 @@ needs), and gives exactly the graph a full plan of the new launches gives.
 """
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import defaultdict
 from typing import Iterable, Mapping, Sequence
 
@@ -50,10 +51,23 @@ class Planner:
         # Per region: the launches touching it, with what they ask of it, for re-planning.
         self.log: dict[str, list[tuple]] = defaultdict(list)
         self._tasks: dict[tuple[int, int], TaskNode] = {}   # reused by finish() when unchanged
+        # Per region: what finish() copies into the graph, kept until the region is planned
+        # again (names in _dirty).
+        self._region_info: dict[str, tuple] = {}
+        self._dirty: set[str] = set()
+        # Per launch: the regions it touches.
+        self.launch_regions: list[list[str]] = []
+        # What finish() may take over from the last graph (see there).
+        self._graph: TaskGraph | None = None
+        self._valid_prefix = 0                        # launches whose nodes are unchanged
+        self._node_base: list[int] = []               # per launch: id of its first node
+        self._task_base: list[int] = []               # per launch: id of its first task
+        self.unchanged_nodes = 0
         for region, pieces in (initial or {}).items():
             self._region(region)
             self.initial[region.name] = list(pieces)
             self.planners[region.name] = RegionPlanner(region, machine, self.initial[region.name])
+            self._dirty.add(region.name)
 
     # -- bookkeeping ---------------------------------------------------------------------
     def _region(self, region: Region) -> RegionPlanner | None:
@@ -70,6 +84,7 @@ class Planner:
         rp = self.planners.get(name)
         if rp is None:
             rp = self.planners[name] = RegionPlanner(self.regions[name], self.machine)
+            self._dirty.add(name)
         return rp
 
     # -- adding launches -------------------------------------------------------------------
@@ -97,6 +112,7 @@ class Planner:
                     reads.setdefault(name, []).append((color, device, req.rect))
                 accesses.setdefault(name, []).append((pi, k, req))
         self.read_order.append(list(reads))
+        self.launch_regions.append(list(accesses))
         for name in accesses:
             entry = (li, reads.get(name), accesses[name])
             self.log[name].append(entry)
@@ -106,9 +122,11 @@ class Planner:
             self._plan_accesses(self._planner(name), name, li, acc)
 
     def _plan_reads(self, rp: RegionPlanner, name: str, li: int, reads) -> None:
+        self._dirty.add(name)
         self.region_nodes[li, name] = rp.plan_reads(self.launches[li], reads)
 
     def _plan_accesses(self, rp: RegionPlanner, name: str, li: int, accesses) -> None:
+        self._dirty.add(name)
         launch = self.launches[li]
         points = self.points[li]
         replica_writes: set = set()
@@ -190,27 +208,43 @@ class Planner:
     def finish(self) -> TaskGraph:
         """Assemble every region's nodes and the tasks into a TaskGraph. Nodes that did not
         change are the same objects as in the previous graph (with new ids), so only the
-        latest graph of a planner is valid."""
+        latest graph of a planner is valid. The nodes of the launches before the first one
+        changed since the last finish() (by replace(), or launches added after it) are taken
+        over as they are: `unchanged_nodes` says how many leading nodes (with their ids and
+        predecessors) are those of the previous graph."""
+        old, keep = self._graph, min(self._valid_prefix, len(self.launches))
+        if old is None:
+            keep = 0
+        node_base, task_base = self._node_base[:keep], self._task_base[:keep]
+        b = self._node_base[keep] if keep < len(self._node_base) else \
+            (len(old.nodes) if old is not None else 0)
         g = TaskGraph(self.machine)
         g.regions = dict(self.regions)
-        ids: dict = {}
         pending: list = []          # (node, pred refs, staged_from) awaiting ids, in order
-        task_base = []
-        next_id = 0
-        for li, launch in enumerate(self.launches):
+        next_id = b
+        for li in range(keep, len(self.launches)):
+            node_base.append(next_id)
             for name in self.read_order[li]:
                 for item in self.region_nodes.get((li, name), ()):
-                    ids[item[0]] = next_id
+                    item[0].id = next_id
                     next_id += 1
                     pending.append(item)
             task_base.append(next_id)
             for pi in range(len(self.points[li])):
                 pending.append(((li, pi), None, None))
                 next_id += 1
-        for li, base in enumerate(task_base):
-            for pi in range(len(self.points[li])):
-                ids[li, pi] = base + pi
-        for node, refs, staged in pending:
+        succs = []
+        if b:
+            g.nodes, g.preds = old.nodes[:b], old.preds[:b]
+            succs = old.succs[:b]
+            for p, s in enumerate(succs):
+                if s and s[-1] >= b:        # successors among the re-assembled nodes
+                    succs[p] = s[:bisect_left(s, b)]
+            g.launch_nodes = {o: ids for o, ids in old.launch_nodes.items() if ids[0] < b}
+        g.succs = succs
+        shared = old.succs if b else ()        # lists still shared with the old graph
+        nodes, all_preds, launch_nodes = g.nodes, g.preds, g.launch_nodes
+        for node, refs, staged in pending:       # g.add, inlined (the hot loop of a re-plan)
             if refs is None:                              # a task
                 li, pi = node
                 color, device, reqs = self.points[li][pi]
@@ -220,30 +254,58 @@ class Planner:
                 if self.state_src[li][pi] is not None:
                     refs.add(self.state_src[li][pi])
                 targets = tuple(self.task_targets[li][pi])
+                nid = task_base[li] + pi
                 node = self._tasks.get((li, pi))
                 if node is None or node.targets != targets:
-                    node = self._tasks[li, pi] = TaskNode(ids[li, pi], self.launches[li], color,
+                    node = self._tasks[li, pi] = TaskNode(nid, self.launches[li], color,
                                                           device, reqs, targets)
                 else:               # the very same point task as in the last graph
-                    node.id = ids[li, pi]
+                    node.id = nid
+                owner = node.launch.name
             else:
-                node.id = ids[node]
+                nid = node.id
                 if staged is not None:
                     node.inputs = tuple(
-                        ReduceInput(i.source, i.rect, ids[c]) if c is not None else i
+                        ReduceInput(i.source, i.rect, c.id) if c is not None else i
                         for i, c in zip(node.inputs, staged))
-            g.add(node, [ids[r] for r in refs if r is not None])
+                owner = node.owner
+            ps = {(task_base[r[0]] + r[1]) if type(r) is tuple else r.id
+                  for r in refs if r is not None}
+            ps.discard(nid)
+            ps = sorted(ps)
+            nodes.append(node)
+            all_preds.append(ps)
+            succs.append([])
+            for p in ps:
+                s = succs[p]
+                if p < b and s is shared[p]:
+                    s = succs[p] = list(s)
+                s.append(nid)
+            ids_of_owner = launch_nodes.get(owner)
+            if ids_of_owner is None:
+                launch_nodes[owner] = [nid]
+            else:
+                ids_of_owner.append(nid)
+        self._graph, self._valid_prefix = g, len(self.launches)
+        self._node_base, self._task_base = node_base, task_base
+        self.unchanged_nodes = b
         for name, rp in self.planners.items():
-            for dev, rect in rp.instance_rects.items():
+            info = self._region_info.get(name) if name not in self._dirty else None
+            if info is None:
+                info = self._region_info[name] = (
+                    list(rp.instance_rects.items()), list(rp.partial_rects.items()),
+                    list(rp.initial), rp.final_valid(), rp.final_pending())
+            instance, partial, initial, final_valid, pend = info
+            for dev, rect in instance:
                 g.instance_rects[name, dev] = rect
-            for dev, rect in rp.partial_rects.items():
+            for dev, rect in partial:
                 g.partial_rects[name, dev] = rect
-            if rp.initial:
-                g.initial_valid[name] = list(rp.initial)
-            g.final_valid[name] = rp.final_valid()
-            pend = rp.final_pending()
+            if initial:
+                g.initial_valid[name] = list(initial)
+            g.final_valid[name] = list(final_valid)
             if pend:
-                g.final_pending[name] = pend
+                g.final_pending[name] = list(pend)
+        self._dirty.clear()
         return g
 
     # -- changing launches ---------------------------------------------------------------------
@@ -261,14 +323,14 @@ class Planner:
             li = self.index.get(launch.name)
             if li is None:
                 raise PlanError(f"replace: no launch named '{launch.name}' in this plan.")
-            touched |= {name for name, log in self.log.items()
-                        if any(e[0] == li for e in log)}
+            old_regions = self.launch_regions[li]
+            touched.update(old_regions)
             points = self._expand(launch)
             self._check_interference(launch, points)
             self.launches[li] = launch
+            for pi in range(len(self.points[li])):
+                self._tasks.pop((li, pi), None)
             self.points[li] = points
-            for key in [k for k in self._tasks if k[0] == li]:
-                del self._tasks[key]
             self.colors[li] = {c: k for k, (c, _, _) in enumerate(points)}
             reads: dict[str, list] = {}
             accesses: dict[str, list] = {}
@@ -279,28 +341,36 @@ class Planner:
                         reads.setdefault(name, []).append((color, device, req.rect))
                     accesses.setdefault(name, []).append((pi, k, req))
             self.read_order[li] = list(reads)
-            for name in list(self.log):
+            self.launch_regions[li] = list(accesses)
+            for name in old_regions:
                 self.log[name] = [e for e in self.log[name] if e[0] != li]
+                self.region_nodes.pop((li, name), None)
             for name in accesses:
                 entry = (li, reads.get(name), accesses[name])
                 self.log[name] = sorted(self.log[name] + [entry], key=lambda e: e[0])
                 touched.add(name)
-            for key in [k for k in self.region_nodes if k[0] == li]:
-                del self.region_nodes[key]
             self.task_preds[li] = [{} for _ in points]
             self.task_targets[li] = [[None] * len(reqs) for _, _, reqs in points]
             self.state_src[li] = [None] * len(points)
-        # Launches whose state comes from a replaced launch get their sources again.
+        # Replaced launches, and launches whose state comes from one, get their sources again.
+        replaced = {launch.name for launch in launches}
+        first = min((self.index[name] for name in replaced), default=len(self.launches))
         for li, launch in enumerate(self.launches):
-            if launch.state_from is not None:
+            if launch.state_from is not None and (launch.name in replaced or
+                                                  launch.state_from in replaced):
                 self.state_src[li] = self._state_sources(launch, self.points[li])
+                first = min(first, li)
         for name in touched:
             self._replan_region(name)
+            if self.log[name]:
+                first = min(first, self.log[name][0][0])
+        self._valid_prefix = min(self._valid_prefix, first)
         return touched
 
     def _replan_region(self, name: str) -> None:
         region = self.regions[name]
         rp = self.planners[name] = RegionPlanner(region, self.machine, self.initial.get(name, ()))
+        self._dirty.add(name)
         for li, reads, accesses in self.log[name]:
             for pi, _, _ in accesses:
                 self.task_preds[li][pi].pop(name, None)
