@@ -18,7 +18,9 @@ given, then any other named `starts` (a strategy file), then `random_starts` ran
 of what is left of the budget (time in seconds and/or number of proposals). A candidate stops
 when its share is spent or, as in the paper, when its best has not improved for half of the
 time (or proposals) it has used. The result is the best strategy seen over all candidates,
-so it is never slower in simulation than data parallelism (it starts there).
+so it is never slower in simulation than data parallelism (it starts there). Budget left
+after every candidate has stopped goes to restarts: from the best strategy so far with the
+temperature halved at each such restart, alternating with new random strategies.
 
     result = search(model, machine_model, costs, budget_s=30, seed=0, expert=expert_configs)
     result.configs, result.predicted, result.speedup("data_parallel")
@@ -31,6 +33,7 @@ import time
 from dataclasses import dataclass, field
 
 from parallel_ops.errors import ConfigError
+from parallel_ops.lowering import resolve_configs
 from taskrt.errors import PlanError
 
 from .delta import SimulationSession
@@ -92,6 +95,7 @@ class SearchResult:
                          f"{c.proposals} proposals, {c.accepted} accepted, {c.improved} "
                          f"improved, {c.seconds:.1f} s, stopped by {c.stopped_by}"
                          + (f", {c.failed} unplannable" if c.failed else ""))
+        lines += [f"  note: {e}" for e in self.errors]
         return "\n".join(lines)
 
     def to_dict(self) -> dict:
@@ -171,14 +175,40 @@ class Search:
         runs = []
         cands = self.candidates()
         for k, (name, strategy) in enumerate(cands):
+            if k > 0 and strategy is not None and not self._fits(name, strategy):
+                continue
             if k > 0 and budget.exhausted():
                 if name == "expert":        # a baseline is reported (and offered) anyway
                     self._baseline(name, strategy, budget)
                 continue
             runs.append(self._chain(name, strategy, budget, len(cands) - k))
+        # Budget left after every candidate stopped on its own: restart from the best so far
+        # with half the temperature each time (finer steps near the optimum), alternating
+        # with fresh random starts (other valleys).
+        restarts = 0
+        while not budget.exhausted():
+            restarts += 1
+            if restarts % 2:
+                runs.append(self._chain(f"best, restart {restarts}", self.best_configs, budget,
+                                        1, cooling=2.0 ** -((restarts + 1) // 2)))
+            else:
+                ops = self.space.searchable()
+                runs.append(self._chain(f"random, restart {restarts}",
+                                        {op.name: self.space.random_config(op, self.rng)
+                                         for op in ops}, budget, 1))
         return SearchResult(dict(self.best_configs), self.best, dict(self.baselines), runs,
                             budget.used, time.perf_counter() - budget.t0, self.seed,
                             self.beta, self.history, self.errors)
+
+    def _fits(self, name: str, strategy: dict) -> bool:
+        """Whether a given candidate (an expert strategy, a file) fits this model and machine;
+        one that does not is skipped and said in `errors`, the search goes on."""
+        try:
+            resolve_configs(self.model, strategy, self.machine_model.taskrt_machine())
+        except ConfigError as e:
+            self.errors.append(f"candidate '{name}' skipped: {e}")
+            return False
+        return True
 
     def _baseline(self, name: str, strategy, budget: Budget) -> None:
         session = self._session(strategy)
@@ -189,7 +219,8 @@ class Search:
         return SimulationSession(self.model, self.machine_model, self.costs, strategy,
                                  self.optimizer)
 
-    def _chain(self, name: str, strategy, budget: Budget, left: int) -> CandidateRun:
+    def _chain(self, name: str, strategy, budget: Budget, left: int,
+               cooling: float = 1.0) -> CandidateRun:
         t_start = time.perf_counter()
         session = self._session(strategy)
         secs, props = budget.share(left)     # after the build: each chain gets to search
@@ -235,7 +266,7 @@ class Search:
                 session = self._session(_with(session.configs, op_name, old))
                 continue
             if t <= cur or (math.isfinite(t) and
-                            self.rng.random() < math.exp(-self.beta * (t - cur))):
+                            self.rng.random() < math.exp(-self.beta / cooling * (t - cur))):
                 cur = t
                 run.accepted += 1
                 if t < run.best:

@@ -178,3 +178,13 @@ def test_full_simulation_search_walks_the_same_chain_as_delta(setting):
     assert a.configs == b.configs and a.predicted == b.predicted
     assert [(c.accepted, c.improved) for c in a.candidates] == \
         [(c.accepted, c.improved) for c in b.candidates]
+
+
+def test_a_candidate_that_does_not_fit_is_skipped_and_said(setting):
+    m, mm, costs = setting
+    bad = {"fc2": SearchSpace.config(m.op("fc2"), (1, 1, 1), (7,))}     # device 7 of 4
+    r = search(m, mm, costs, proposals=20, seed=0, expert=bad, optimizer=SGD(lr=0.1))
+    assert "expert" not in r.baselines and r.predicted <= r.baselines["data_parallel"]
+    assert any("candidate 'expert' skipped" in e and "devices [7] do not exist" in e
+               for e in r.errors)
+    assert "note: candidate 'expert' skipped" in r.text()
