@@ -262,7 +262,9 @@ def search_cell(cell: Cell, *, small: bool = False, budget_s: float | None = Non
            "dp_sps": sps.get("data_parallel"), "expert_sps": sps.get("expert"),
            "searched_sps": batch / res.predicted if 0 < res.predicted < math.inf else None,
            "vs_dp": res.speedup("data_parallel"),
-           "vs_expert": res.speedup("expert") if expert else None,
+           "vs_expert": res.speedup("expert") if "expert" in res.baselines else None,
+           "expert_note": ("no expert strategy for this device count" if expert is None else
+                           next((e for e in res.errors if "'expert'" in e), "")),
            "time_to_best_s": res.history[-1][0] if res.history else None,
            "search_s": res.seconds, "proposals": res.proposals, "why": why_line(cmp),
            "search": res.to_dict()}
@@ -322,7 +324,9 @@ def quality_rows(cells: list[dict]) -> list[tuple]:
                      f"searched {_num(c['searched_sps'])} samples/s",
                      f"searched/DP {_num(c['vs_dp'], '.2f')}x, searched/expert "
                      f"{_num(c['vs_expert'], '.2f')}x; {c['proposals']} proposals in "
-                     f"{c['search_s']:.0f} s; why: {c['why']}"))
+                     f"{c['search_s']:.0f} s; why: {c['why']}"
+                     + (f"; expert: {c['expert_note'][:160]}" if c["expert_sps"] is None
+                        else "")))
     return rows
 
 
