@@ -20,7 +20,7 @@ when its share is spent or, as in the paper, when its best has not improved for 
 time (or proposals) it has used. The result is the best strategy seen over all candidates,
 so it is never slower in simulation than data parallelism (it starts there). Budget left
 after every candidate has stopped goes to restarts: from the best strategy so far with the
-temperature halved at each such restart, alternating with new random strategies.
+temperature divided by 4 at each such restart, alternating with new random strategies.
 
     result = search(model, machine_model, costs, budget_s=30, seed=0, expert=expert_configs)
     result.configs, result.predicted, result.speedup("data_parallel")
@@ -183,14 +183,14 @@ class Search:
                 continue
             runs.append(self._chain(name, strategy, budget, len(cands) - k))
         # Budget left after every candidate stopped on its own: restart from the best so far
-        # with half the temperature each time (finer steps near the optimum), alternating
+        # with a quarter of the temperature each time (finer steps near the optimum), alternating
         # with fresh random starts (other valleys).
         restarts = 0
         while not budget.exhausted():
             restarts += 1
             if restarts % 2:
                 runs.append(self._chain(f"best, restart {restarts}", self.best_configs, budget,
-                                        1, cooling=2.0 ** -((restarts + 1) // 2)))
+                                        1, cooling=4.0 ** -((restarts + 1) // 2)))
             else:
                 ops = self.space.searchable()
                 runs.append(self._chain(f"random, restart {restarts}",
