@@ -136,7 +136,10 @@ class RegionPlanner:
     def _buffer(self, device: int, partial: bool, rect: Rect) -> BufferAccesses:
         rects = self.partial_rects if partial else self.instance_rects
         old = rects.get(device)
-        rects[device] = rect if old is None else old.union_bbox(rect)
+        if old is None:
+            rects[device] = rect
+        elif old is not rect and not old.contains(rect):
+            rects[device] = old.union_bbox(rect)
         buf = self.buffers.get((device, partial))
         if buf is None:
             buf = self.buffers[device, partial] = BufferAccesses()

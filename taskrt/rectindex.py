@@ -118,11 +118,13 @@ class RectIndex:
         if rect.empty:
             return item_id
         self._account(rect, 1)
-        n, cell = self._sized, self._cell
+        n = self._sized
+        limit = _DRIFT_BITS * n
         # A cell of 2**k has bit_length k+1; the items' mean bit_length is sum/n.
-        if any(abs(c.bit_length() * n - b) > _DRIFT_BITS * n for c, b in zip(cell, self._bits)):
-            self._rebuild()
-            return item_id
+        for c, b in zip(self._cell, self._bits):
+            if abs(c.bit_length() * n - b) > limit:
+                self._rebuild()
+                return item_id
         self._insert(item_id, rect)
         return item_id
 
