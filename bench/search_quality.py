@@ -64,10 +64,6 @@ class Cell:
     def preset(self) -> str:
         return f"{self.cluster}:{max(1, self.gpus // 4)}"
 
-    @property
-    def label(self) -> str:
-        return f"{self.app} on {self.gpus} {self.cluster.upper()}"
-
 
 def quality_cells(apps=APPS) -> list[Cell]:
     """Figure 6's cells, fewest GPUs first (so that what a tight budget skips is the big end)."""
@@ -411,6 +407,10 @@ def draw_figure(cells: list[dict], path: str) -> str:
             for k, (key, label) in enumerate(kinds):
                 xs = [g + (k - 1) * 0.27 for g in range(len(mine))]
                 ax.bar(xs, [c[key] or 0 for c in mine], width=0.27, label=label)
+            for g, c in enumerate(mine):
+                if c["searched_sps"] is None:
+                    ax.text(g, 0, "over\nmemory", ha="center", va="bottom", fontsize=7)
+            ax.set_ylim(bottom=0)
             ax.set_xticks(range(len(mine)), [str(c["gpus"]) for c in mine])
             ax.set_title(f"{app} ({cluster.upper()})", fontsize=9)
             ax.tick_params(labelsize=7)
@@ -446,7 +446,7 @@ def _quality_cell(plan: TimePlan, cell: Cell, cost_models: dict) -> dict:
         return {"app": cell.app, "cluster": cell.cluster, "gpus": cell.gpus, "status": "skipped",
                 "note": f"time budget: share {share:.0f} s, graph build estimated "
                         f"{_num(est)} s (x3 needed)"}
-    print(f"search_quality: {cell.label}, {share:.0f} s", file=sys.stderr, flush=True)
+    print(f"search_quality: {cell}, {share:.0f} s", file=sys.stderr, flush=True)
     res = search_cell(cell, budget_s=share, cost_models=cost_models)
     plan.record_build(cell.app, cell.gpus, res["build_s"])
     return res

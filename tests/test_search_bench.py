@@ -1,7 +1,6 @@
 """bench/search_quality.py: its pure parts (cells, budget sharing, the paper's table, the
 findings' checks on hand-made strategies, the why line) and a quick smoke run on --small apps
 (real searches with proposal budgets; no timing thresholds)."""
-import os
 
 import pytest
 
@@ -128,3 +127,15 @@ def test_quick_run_searches_and_reports(tmp_path):
         assert png.is_file() and png.stat().st_size > 0
     except ImportError:
         assert not png.exists() and "matplotlib" in res["results"]["figure"]
+
+
+def test_why_line_names_what_the_searched_strategy_saved():
+    from strategy.explain import Breakdown, Comparison, OpChange
+    dp = Breakdown(1.0, compute_s=2.0, transfer_s=0.5, sync_s=0.4)
+    new = Breakdown(0.8, compute_s=2.0, transfer_s=0.6, sync_s=0.1)
+    changes = [OpChange("fc6", "[n=4]@0-3", "[o=4]@0-3", 0.0, -0.3),
+               OpChange("relu6", "[n=4]@0-3", "[a1=4]@0-3", 0.01, 0.0)]
+    line = sq.why_line(Comparison("data parallel", "searched", dp, new, changes))
+    assert line.startswith("mostly sync saved") and "sync -300 ms" in line
+    assert "transfers +100 ms" in line and "2 op(s) changed, e.g. fc6" in line
+    assert sq.why_line(Comparison("data parallel", "searched", dp, dp, [])).startswith("same")
