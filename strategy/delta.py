@@ -17,7 +17,7 @@ from parallel_ops.optim import SGD
 from taskrt import Planner
 from taskrt.gcpause import gc_paused
 
-from .simulator import NodeTimer, SimResult, add_staging_memory, resource_name
+from .simulator import NodeTimer, SimResult, add_staging_memory, propagate, result_of
 
 CHECKPOINT_EVERY = 256       # nodes between saved resource states (see _propagate)
 
@@ -114,33 +114,14 @@ class SimulationSession:
             pos, free, busy = 0, {}, {}
             start, end = [0.0] * n, [0.0] * n
         next_checkpoint = pos if not k else pos + CHECKPOINT_EVERY
-        preds = graph.preds
         get = timing.get
-        for node in nodes[pos:] if pos else nodes:
-            if node.id == next_checkpoint:
-                checkpoints.append((next_checkpoint, dict(free), dict(busy)))
-                next_checkpoint += CHECKPOINT_EVERY
+        timer_timing = timer.timing
+
+        def node_timing(node):
             cached = get(node)
             if cached is None:
-                cached = timing[node] = timer.timing(node)
-            dur, resources = cached
-            i = node.id
-            t = 0.0
-            for p in preds[i]:
-                if end[p] > t:
-                    t = end[p]
-            for r in resources:
-                f = free.get(r, 0.0)
-                if f > t:
-                    t = f
-            e = t + dur
-            for r in resources:
-                free[r] = e
-                busy[r] = busy.get(r, 0.0) + dur
-            start[i], end[i] = t, e
-        memory = self._memory(touched)
-        over = {d: b - self.machine_model.device(d).memory_capacity for d, b in memory.items()
-                if b > self.machine_model.device(d).memory_capacity}
-        makespan = max(end, default=0.0) if not over else float("inf")
-        return SimResult(makespan, start, end, {resource_name(r): v for r, v in busy.items()},
-                         memory, over)
+                cached = timing[node] = timer_timing(node)
+            return cached
+        propagate(nodes[pos:] if pos else nodes, graph.preds, node_timing, start, end, free,
+                  busy, checkpoints, CHECKPOINT_EVERY, next_checkpoint)
+        return result_of(self.machine_model, start, end, busy, self._memory(touched))

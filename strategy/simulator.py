@@ -103,17 +103,20 @@ def resource_name(r) -> str:
     return r if isinstance(r, str) else str(getattr(r, "name", r))
 
 
-def simulate(graph, model, costs, timer: NodeTimer | None = None) -> SimResult:
-    """Full simulation of one iteration of `graph` (paper Algorithm 1, FIFO in program order)."""
-    timer = timer or NodeTimer(model, costs)
-    n = len(graph.nodes)
-    start, end = [0.0] * n, [0.0] * n
-    free: dict = {}
-    busy: dict = {}
-    preds = graph.preds
-    for node in graph.nodes:
+def propagate(nodes, preds, timing, start, end, free, busy, checkpoints=None,
+              every: int = 0, next_checkpoint: int = -1) -> None:
+    """Time `nodes` (in program order) into start/end: each starts when its predecessors
+    have ended and its resources are free (FIFO per resource in program order), and holds
+    them for its duration. `timing(node)` gives (duration, resources); `free` and `busy`
+    (resource -> seconds) carry the resources' state in and out. With `checkpoints`, the
+    state before node `next_checkpoint` and every `every` nodes after it is appended to it
+    (delta simulation resumes from there)."""
+    for node in nodes:
         i = node.id
-        dur, resources = timer.timing(node)
+        if i == next_checkpoint:
+            checkpoints.append((i, dict(free), dict(busy)))
+            next_checkpoint += every
+        dur, resources = timing(node)
         t = 0.0
         for p in preds[i]:
             if end[p] > t:
@@ -127,7 +130,10 @@ def simulate(graph, model, costs, timer: NodeTimer | None = None) -> SimResult:
             free[r] = e
             busy[r] = busy.get(r, 0.0) + dur
         start[i], end[i] = t, e
-    memory = memory_per_device(graph)
+
+
+def result_of(model, start, end, busy, memory) -> SimResult:
+    """The SimResult of a propagated timeline and the devices' memory needs."""
     over = {}
     for d, b in memory.items():
         cap = model.device(d).memory_capacity
@@ -136,6 +142,16 @@ def simulate(graph, model, costs, timer: NodeTimer | None = None) -> SimResult:
     makespan = max(end, default=0.0) if not over else float("inf")
     return SimResult(makespan, start, end, {resource_name(r): v for r, v in busy.items()},
                      memory, over)
+
+
+def simulate(graph, model, costs, timer: NodeTimer | None = None) -> SimResult:
+    """Full simulation of one iteration of `graph` (paper Algorithm 1, FIFO in program order)."""
+    timer = timer or NodeTimer(model, costs)
+    n = len(graph.nodes)
+    start, end = [0.0] * n, [0.0] * n
+    busy: dict = {}
+    propagate(graph.nodes, graph.preds, timer.timing, start, end, {}, busy)
+    return result_of(model, start, end, busy, memory_per_device(graph))
 
 
 def trace_of(graph, result: SimResult, timer: NodeTimer) -> list[TraceEvent]:
