@@ -3,6 +3,7 @@
     python -m bench                   # all benchmarks
     python -m bench planner_scaling   # some of them, by module name
     python -m bench --quick           # small sizes (a smoke run; numbers are not meaningful)
+    python -m bench --merge /tmp/x/results.json   # add entries of a run made elsewhere
 
 Running some benchmarks by name updates their entries and keeps the others already in
 results.json (a full run of the quick or normal kind replaces the file's content), so the
@@ -66,6 +67,9 @@ def main(argv=None) -> int:
     ap.add_argument("names", nargs="*", help="benchmark modules to run (default: all)")
     ap.add_argument("--quick", action="store_true", help="tiny sizes, for a smoke test")
     ap.add_argument("--out", default=HERE, help="directory for results.json / results.md")
+    ap.add_argument("--merge", metavar="RESULTS_JSON", action="append", default=[],
+                    help="also take the entries of another run's results.json (of the same "
+                         "kind, quick or not), e.g. a long benchmark run on its own")
     args = ap.parse_args(argv)
     available = benchmark_modules()
     names = args.names or available
@@ -75,6 +79,16 @@ def main(argv=None) -> int:
         return 2
     machine = machine_info()            # before any benchmark changes torch's settings
     results = {}
+    for path in args.merge:
+        with open(path) as f:
+            other = json.load(f)
+        if other.get("quick") != args.quick:
+            print(f"bench: {path} is a {'quick' if other.get('quick') else 'full'} run; "
+                  f"this one is not", file=sys.stderr)
+            return 2
+        results.update(other["benchmarks"])
+    if args.merge and not args.names:
+        names = []
     for name in names:
         t0 = time.perf_counter()
         print(f"bench: running {name} ...", flush=True)
@@ -85,7 +99,7 @@ def main(argv=None) -> int:
         print(f"bench: {name} done in {res['seconds']} s", flush=True)
     os.makedirs(args.out, exist_ok=True)
     results = _merge_previous(os.path.join(args.out, "results.json"), results, args.quick,
-                              partial=bool(args.names))
+                              partial=bool(args.names or args.merge))
     doc = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "quick": args.quick,
            "machine": machine, "benchmarks": results}
     with open(os.path.join(args.out, "results.json"), "w") as f:

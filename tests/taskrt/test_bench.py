@@ -36,3 +36,14 @@ def test_bench_run_by_name_keeps_the_other_entries(tmp_path):
     assert doc["benchmarks"]["planner_scaling"] == first["planner_scaling"]
     assert doc["benchmarks"]["executor_overhead"]["date"] >= first["executor_overhead"]["date"]
     assert "planner" in (tmp_path / "results.md").read_text().lower()
+
+
+def test_bench_merges_entries_of_another_run(tmp_path):
+    other = tmp_path / "other"
+    assert main(["--quick", "--out", str(other), "executor_overhead"]) == 0
+    out = tmp_path / "main"
+    assert main(["--quick", "--out", str(out), "planner_scaling"]) == 0
+    assert main(["--quick", "--out", str(out), "--merge", str(other / "results.json")]) == 0
+    doc = json.loads((out / "results.json").read_text())
+    assert set(doc["benchmarks"]) == {"planner_scaling", "executor_overhead"}
+    assert main(["--out", str(out), "--merge", str(other / "results.json")]) == 2
