@@ -34,8 +34,7 @@ BIG_APPS = ("alexnet", "resnet")                 # also searched on 64 K80s
 BUDGET_ENV = "SOAPFLOW_SEARCH_BENCH_S"
 DEFAULT_BUDGET_S = 1200.0
 QUALITY_FRACTION = 0.8                           # of the budget; the rest: delta vs full
-MAX_CHAIN_PROPOSALS = 40     # < search.MIN_PROPOSALS: the stop rule (which reads the clock)
-                             # cannot end the delta/full chains at different proposals
+MAX_CHAIN_PROPOSALS = 40     # < search.MIN_PROPOSALS: the clock-reading stop rule cannot fire
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 # The paper's Table 5: end-to-end search time in seconds, (full, delta) simulation, mean of
@@ -365,6 +364,10 @@ def search_time_rows(cells: list[dict]) -> list[tuple]:
         if c["cluster"] != ("k80" if c["gpus"] == 64 else "p100") or c["status"] != "ok":
             continue
         full, delta = PAPER_TABLE5[c["gpus"]][c["app"]]
+        if not math.isfinite(c["searched_s"]):
+            rows.append((f"search time: {c['app']} on {c['gpus']} GPUs", "-",
+                         f"every strategy over memory; paper: {full:g} / {delta:g} s"))
+            continue
         rows.append((f"search time: {c['app']} on {c['gpus']} GPUs ({c['cluster'].upper()})",
                      f"{_num(c['time_to_best_s'], '.1f')} s to the final best",
                      f"paper (Table 5) full / delta: {full:g} / {delta:g} s; this search ran "
@@ -429,13 +432,10 @@ def draw_figure(cells: list[dict], path: str) -> str:
 
 def out_dir(argv=None) -> str:
     """The --out folder of `python -m bench ... --out DIR` (bench/ by default)."""
-    argv = sys.argv[1:] if argv is None else argv
-    for k, arg in enumerate(argv):
-        if arg == "--out" and k + 1 < len(argv):
-            return argv[k + 1]
-        if arg.startswith("--out="):
-            return arg[len("--out="):]
-    return HERE
+    import argparse
+    ap = argparse.ArgumentParser(add_help=False)
+    ap.add_argument("--out", default=HERE)
+    return ap.parse_known_args(sys.argv[1:] if argv is None else argv)[0].out
 
 
 def _quality_cell(plan: TimePlan, cell: Cell, cost_models: dict) -> dict:
