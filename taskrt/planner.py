@@ -103,14 +103,7 @@ class Planner:
         self.state_src.append(state_src)
         self.task_preds.append([{} for _ in points])
         self.task_targets.append([[None] * len(reqs) for _, _, reqs in points])
-        reads: dict[str, list] = {}
-        accesses: dict[str, list] = {}
-        for pi, (color, device, reqs) in enumerate(points):
-            for k, req in enumerate(reqs):
-                name = req.region.name
-                if req.privilege.reads:
-                    reads.setdefault(name, []).append((color, device, req.rect))
-                accesses.setdefault(name, []).append((pi, k, req))
+        reads, accesses = _by_region(points)
         self.read_order.append(list(reads))
         self.launch_regions.append(list(accesses))
         for name in accesses:
@@ -332,14 +325,7 @@ class Planner:
                 self._tasks.pop((li, pi), None)
             self.points[li] = points
             self.colors[li] = {c: k for k, (c, _, _) in enumerate(points)}
-            reads: dict[str, list] = {}
-            accesses: dict[str, list] = {}
-            for pi, (color, device, reqs) in enumerate(points):
-                for k, req in enumerate(reqs):
-                    name = req.region.name
-                    if req.privilege.reads:
-                        reads.setdefault(name, []).append((color, device, req.rect))
-                    accesses.setdefault(name, []).append((pi, k, req))
+            reads, accesses = _by_region(points)
             self.read_order[li] = list(reads)
             self.launch_regions[li] = list(accesses)
             for name in old_regions:
@@ -421,3 +407,17 @@ def _cannot_interfere(accesses, replicas: bool) -> bool:
         else:
             return True
     return False
+
+
+def _by_region(points) -> tuple[dict, dict]:
+    """A launch's expanded points grouped by region, in first-use order: the reads
+    (color, device, rect) and every access (point index, requirement index, requirement)."""
+    reads: dict[str, list] = {}
+    accesses: dict[str, list] = {}
+    for pi, (color, device, reqs) in enumerate(points):
+        for k, req in enumerate(reqs):
+            name = req.region.name
+            if req.privilege.reads:
+                reads.setdefault(name, []).append((color, device, req.rect))
+            accesses.setdefault(name, []).append((pi, k, req))
+    return reads, accesses
