@@ -69,8 +69,6 @@ def _search(app: App, a: argparse.Namespace, mm, machine, net, strategy: dict,
     """Rank 0's part of --search: run it, print its report, return the strategy file's
     object of the best strategy (what is broadcast to the other ranks)."""
     from parallel_ops import ConfigError
-    from strategy.delta import SimulationSession
-    from strategy.explain import Breakdown, compare
     from strategy.files import to_dict
     from strategy.costs import CostWarning
     from strategy.search import search
@@ -103,10 +101,7 @@ def _search(app: App, a: argparse.Namespace, mm, machine, net, strategy: dict,
                      starts={strategy_name: strategy} if strategy else None)
     a.search_result = res
     say(res.text())
-    base = SimulationSession(net.model, mm, costs, None, opt)
-    best = SimulationSession(net.model, mm, costs, res.configs, opt)
-    say(compare(net.model, base.configs, Breakdown.of(base), best.configs,
-                Breakdown.of(best), "data parallel", "searched").text())
+    say(res.explain(net.model).text())
     return to_dict(res.configs, net.model)
 
 

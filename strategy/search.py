@@ -37,6 +37,7 @@ from parallel_ops.lowering import resolve_configs
 from taskrt.errors import PlanError
 
 from .delta import SimulationSession
+from .explain import Breakdown, Comparison, compare
 from .space import SearchSpace
 
 DEFAULT_TEMPERATURE = 0.01
@@ -69,6 +70,14 @@ class SearchResult:
     beta: float                  # 1 / seconds of cost
     history: list = field(default_factory=list)   # (elapsed s, proposals, best s)
     errors: list = field(default_factory=list)    # first few unplannable proposals
+    breakdowns: dict = field(default_factory=dict)  # "data_parallel", "best" -> Breakdown
+    baseline_configs: dict = field(default_factory=dict)   # data parallelism's configs
+
+    def explain(self, model) -> Comparison:
+        """Where the best strategy's iteration differs from data parallelism's (from the
+        simulations the search already ran: nothing is built again)."""
+        return compare(model, self.baseline_configs, self.breakdowns["data_parallel"],
+                       self.configs, self.breakdowns["best"], "data parallel", "searched")
 
     def speedup(self, baseline: str = "data_parallel") -> float:
         """How many times faster than a baseline the best strategy is predicted to be."""
@@ -158,6 +167,8 @@ class Search:
         self.history: list = []
         self.errors: list = []
         self.beta = None
+        self.breakdowns: dict = {}
+        self.baseline_configs: dict = {}
 
     def candidates(self) -> list[tuple[str, dict | None]]:
         out = [("data_parallel", None)]
@@ -198,7 +209,8 @@ class Search:
                                          for op in ops}, budget, 1))
         return SearchResult(dict(self.best_configs), self.best, dict(self.baselines), runs,
                             budget.used, time.perf_counter() - budget.t0, self.seed,
-                            self.beta, self.history, self.errors)
+                            self.beta, self.history, self.errors, self.breakdowns,
+                            self.baseline_configs)
 
     def _fits(self, name: str, strategy: dict) -> bool:
         """Whether a given candidate (an expert strategy, a file) fits this model and machine;
@@ -213,7 +225,7 @@ class Search:
     def _baseline(self, name: str, strategy, budget: Budget) -> None:
         session = self._session(strategy)
         self.baselines[name] = session.result.makespan
-        self._offer(session.result.makespan, session.configs, budget)
+        self._offer(session.result.makespan, session, budget)
 
     def _session(self, strategy) -> SimulationSession:
         return SimulationSession(self.model, self.machine_model, self.costs, strategy,
@@ -232,7 +244,10 @@ class Search:
             ref = cost if math.isfinite(cost) and cost > 0 else 1.0
             self.beta = 1.0 / (self.temperature * ref)
         run = CandidateRun(name, cost, cost)
-        self._offer(cost, session.configs, budget)
+        if name == "data_parallel":
+            self.breakdowns[name] = Breakdown.of(session)
+            self.baseline_configs = dict(session.configs)
+        self._offer(cost, session, budget)
         cur = cost
         best_at_t, best_at_p = 0.0, 0
         patience = max(MIN_PROPOSALS, len(self.space.searchable()))
@@ -272,7 +287,7 @@ class Search:
                 if t < run.best:
                     run.best, run.improved = t, run.improved + 1
                     best_at_t, best_at_p = time.perf_counter() - t0, run.proposals
-                    self._offer(t, session.configs, budget)
+                    self._offer(t, session, budget)
             elif self.delta:
                 session.change(op_name, old)
             else:
@@ -287,9 +302,10 @@ class Search:
         run.seconds = time.perf_counter() - t_start
         return run
 
-    def _offer(self, t: float, configs, budget: Budget) -> None:
+    def _offer(self, t: float, session, budget: Budget) -> None:
         if t < self.best or self.best_configs is None:
-            self.best, self.best_configs = t, dict(configs)
+            self.best, self.best_configs = t, dict(session.configs)
+            self.breakdowns["best"] = Breakdown.of(session)
             self.history.append((time.perf_counter() - budget.t0, budget.used, t))
 
 

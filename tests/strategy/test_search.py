@@ -188,3 +188,17 @@ def test_a_candidate_that_does_not_fit_is_skipped_and_said(setting):
     assert any("candidate 'expert' skipped" in e and "devices [7] do not exist" in e
                for e in r.errors)
     assert "note: candidate 'expert' skipped" in r.text()
+
+
+def test_the_result_explains_itself_from_the_simulations_it_ran(setting):
+    from strategy.delta import SimulationSession
+    from strategy.explain import Breakdown, compare
+    m, mm, costs = setting
+    r = search(m, mm, costs, proposals=60, seed=1, optimizer=SGD(lr=0.1))
+    dp = SimulationSession(m, mm, costs, None, SGD(lr=0.1))
+    best = SimulationSession(m, mm, costs, r.configs, SGD(lr=0.1))
+    fresh = compare(m, dp.configs, Breakdown.of(dp), best.configs, Breakdown.of(best),
+                    "data parallel", "searched")
+    got = r.explain(m)
+    assert got.text() == fresh.text()
+    assert got.b.makespan == pytest.approx(r.predicted, rel=1e-12)
