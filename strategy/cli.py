@@ -183,7 +183,7 @@ def _app_model(app_name: str, flags: list[str], f):
     from apps.errors import UsageError
     try:
         _, net, _, _ = load_app(app_name, flags, devices)
-    except UsageError as e:
+    except (UsageError, ValueError) as e:      # bad flags; an app file rather than a name
         raise CliError(f"--app {app_name} {' '.join(flags)}: {e}") from None
     return net.model
 
@@ -198,8 +198,11 @@ def _diff(a, out) -> int:
 
 
 def _replay(a, rest, out) -> int:
-    from .replay import replay
-    report = replay(a.app, rest, a.run_trace)
+    from .replay import ReplayError, replay
+    try:
+        report = replay(a.app, rest, a.run_trace)
+    except ReplayError as e:
+        raise CliError(str(e)) from None
     print(report.text(a.top), file=out)
     if a.output:
         report.write_chrome(a.output)

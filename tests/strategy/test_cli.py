@@ -111,3 +111,10 @@ def test_a_proposal_bounded_search_repeats_exactly(tmp_path, capsys):
     assert outs[0].read_bytes() == outs[1].read_bytes()
     assert main(["search"] + APP + ["--budget", "5", "--proposals", "0"]) == 2
     assert "--search-proposals 0: give a positive count" in capsys.readouterr().err
+
+
+def test_replay_of_a_missing_trace_is_a_clear_error(tmp_path, capsys):
+    assert main(["replay", "--app", "alexnet", "--small",
+                 "--run-trace", str(tmp_path / "none.json")]) == 2
+    err = capsys.readouterr().err
+    assert "none.json: cannot read it" in err and "Traceback" not in err
