@@ -325,6 +325,10 @@ class IncrementalLowering:
         """Give one operator a new config; returns its new launches."""
         op = self.model.op(op_name)
         validate(op, cfg, self.machine)
-        self.configs[op_name] = cfg
-        part = self.parts[op_name] = self.lowering.op(op, cfg)
+        part = self.lowering.op(op, cfg)
+        self.configs[op_name], self.parts[op_name] = cfg, part
         return part
+
+    def restore(self, op_name: str, cfg: ParallelConfig, part: OpLaunches) -> None:
+        """Put back an operator's earlier config and the launches change() returned for it."""
+        self.configs[op_name], self.parts[op_name] = cfg, part

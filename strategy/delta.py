@@ -40,6 +40,7 @@ class SimulationSession:
             self._timing: dict = {}
             self._memory_of: dict[str, dict[int, int]] = {}     # region -> device -> bytes
             self._checkpoints: list[tuple[int, dict, dict]] = []  # (node id, free, busy)
+            self._undo: tuple | None = None       # what change() replaced, for undo()
             self.result = self._propagate()
 
     @property
@@ -47,17 +48,48 @@ class SimulationSession:
         return self.lowering.configs
 
     def change(self, op_name: str, config) -> SimResult:
-        """Give one operator another config and return the new simulation result."""
+        """Give one operator another config and return the new simulation result. `undo()`
+        takes it back. On an error (a config that does not fit) the session is as before."""
+        lowering = self.lowering
+        before = (op_name, lowering.configs[op_name], lowering.parts[op_name], self.graph,
+                  self.result, list(self._checkpoints), dict(self._memory_of))
+        self._undo = None
+        replaced = False
         with gc_paused():
-            part = self.lowering.change(op_name, config)
-            launches = part.forward + part.backward + list(part.updates.values())
-            names = set(part.initial_forward) | set(part.initial_update)
-            initial = {r: p for r, p in self.lowering.lowered().initial.items()
-                       if r.name in names}
-            touched = self.planner.replace(launches, initial)
-            self.graph = self.planner.finish()
-            self.result = self._propagate(touched)
+            try:
+                part = lowering.change(op_name, config)
+                launches = part.forward + part.backward + list(part.updates.values())
+                names = set(part.initial_forward) | set(part.initial_update)
+                initial = {r: p for r, p in lowering.lowered().initial.items()
+                           if r.name in names}
+                replaced = True
+                touched = self.planner.replace(launches, initial, record_undo=True)
+                self.graph = self.planner.finish()
+                self.result = self._propagate(touched)
+            except BaseException:
+                self._restore(before, replaced)
+                raise
+        self._undo = before
         return self.result
+
+    def undo(self) -> SimResult:
+        """Take back the last change(): the graph, result and configs before it (a search's
+        rejected proposal costs one re-assembly of the graph instead of a second change)."""
+        if self._undo is None:
+            raise ValueError("SimulationSession.undo: no change to take back (one level).")
+        before, self._undo = self._undo, None
+        with gc_paused():
+            self._restore(before, True)
+        return self.result
+
+    def _restore(self, before, replaced: bool) -> None:
+        op_name, cfg, part, graph, result, checkpoints, memory_of = before
+        self.lowering.restore(op_name, cfg, part)
+        if replaced and self.planner.can_undo:
+            self.planner.undo()
+            graph = self.planner.finish()
+        self.graph, self.result = graph, result
+        self._checkpoints, self._memory_of = checkpoints, memory_of
 
     def full(self) -> SimResult:
         """A from-scratch simulation of the current graph (for checking delta results)."""

@@ -4,8 +4,14 @@ The cost of a strategy is its simulated iteration time on a machine model. Each 
 gives one operator another config (strategy/space.py: half uniformly random, half a neighbor
 of its config); strategy/delta.py re-simulates only what changed. A proposal that is
 `cost(new) - cost(cur)` slower is accepted with probability exp(-beta * that); rejected ones
-are undone (one more delta simulation). With delta=False every proposal (and undo) is a
-rebuild and full simulation instead: the same chain, for measuring what delta saves.
+are undone (SimulationSession.undo: the graph before is re-assembled from saved state, nothing
+is re-planned or re-simulated). With delta=False every proposal (and undo) is a rebuild and
+full simulation instead: the same chain, for measuring what delta saves.
+
+Garbage collection. Every change allocates a graph's worth of long-lived objects, which sets
+off full collections of the whole heap many times per proposal (a tenth of the search time).
+The search runs with the collector paused (taskrt/gcpause.py) and collects every GC_EVERY
+proposals instead.
 
 Temperature. The paper gives no beta, and a constant per millisecond means something else on
 every model and machine. Here beta = 1 / (temperature * cost of the first candidate): with the
@@ -27,6 +33,7 @@ temperature divided by 4 at each such restart, alternating with new random strat
 """
 from __future__ import annotations
 
+import gc
 import math
 import random
 import time
@@ -35,12 +42,14 @@ from dataclasses import dataclass, field
 from parallel_ops.errors import ConfigError
 from parallel_ops.lowering import resolve_configs
 from taskrt.errors import PlanError
+from taskrt.gcpause import gc_paused
 
 from .delta import SimulationSession
 from .explain import Breakdown, Comparison, compare
 from .space import SearchSpace
 
 DEFAULT_TEMPERATURE = 0.01
+GC_EVERY = 32               # proposals between garbage collections (see the module doc)
 MIN_PROPOSALS = 50           # the stop rule waits for this many proposals, or one per
                              # searchable operator when there are more
 
@@ -182,7 +191,10 @@ class Search:
         return out
 
     def run(self, budget_s: float | None = None, proposals: int | None = None) -> SearchResult:
-        budget = Budget(budget_s, proposals)
+        with gc_paused():
+            return self._run(Budget(budget_s, proposals))
+
+    def _run(self, budget: Budget) -> SearchResult:
         runs = []
         cands = self.candidates()
         for k, (name, strategy) in enumerate(cands):
@@ -268,6 +280,8 @@ class Search:
             old = session.configs[op_name]
             run.proposals += 1
             budget.used += 1
+            if budget.used % GC_EVERY == 0:
+                gc.collect()
             try:
                 if self.delta:
                     t = session.change(op_name, new).makespan
@@ -278,7 +292,8 @@ class Search:
                 run.failed += 1
                 if len(self.errors) < 5:
                     self.errors.append(f"{op_name} {new}: {e}")
-                session = self._session(_with(session.configs, op_name, old))
+                if not self.delta:        # a failed change() leaves the session as it was
+                    session = self._session(_with(session.configs, op_name, old))
                 continue
             if t <= cur or (math.isfinite(t) and
                             self.rng.random() < math.exp(-self.beta / cooling * (t - cur))):
@@ -289,7 +304,7 @@ class Search:
                     best_at_t, best_at_p = time.perf_counter() - t0, run.proposals
                     self._offer(t, session, budget)
             elif self.delta:
-                session.change(op_name, old)
+                session.undo()
             else:
                 session = self._session(_with(session.configs, op_name, old))
             now = time.perf_counter()

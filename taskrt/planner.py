@@ -63,6 +63,7 @@ class Planner:
         self._node_base: list[int] = []               # per launch: id of its first node
         self._task_base: list[int] = []               # per launch: id of its first task
         self.unchanged_nodes = 0
+        self._undo: _Undo | None = None               # see replace(record_undo=True)
         for region, pieces in (initial or {}).items():
             self._region(region)
             self.initial[region.name] = list(pieces)
@@ -91,6 +92,7 @@ class Planner:
     def add_launch(self, launch: IndexLaunch) -> None:
         if launch.name in self.index:
             raise PlanError(f"Launch '{launch.name}' added twice. Give launches unique names.")
+        self._undo = None
         li = len(self.launches)
         points = self._expand(launch)
         self._check_interference(launch, points)
@@ -303,23 +305,34 @@ class Planner:
 
     # -- changing launches ---------------------------------------------------------------------
     def replace(self, launches: Sequence[IndexLaunch],
-                initial: Mapping[Region, Iterable[tuple[Rect, int]]] | None = None) -> set[str]:
+                initial: Mapping[Region, Iterable[tuple[Rect, int]]] | None = None,
+                record_undo: bool = False) -> set[str]:
         """Swap in new versions of existing launches (same names, e.g. another config of one
         operator), and new initial data for some regions, and re-plan the regions they touch,
-        old or new. Returns those regions."""
-        touched: set[str] = set()
-        for region, pieces in (initial or {}).items():
-            self._region(region)
-            self.initial[region.name] = list(pieces)
-            touched.add(region.name)
+        old or new. Returns those regions. With `record_undo`, `undo()` can then take the
+        planner back to its state before this call (until the next replace or add_launch)."""
+        self._undo = None
+        region_names = set(self.regions) if record_undo else None
+        expanded = []
         for launch in launches:
             li = self.index.get(launch.name)
             if li is None:
                 raise PlanError(f"replace: no launch named '{launch.name}' in this plan.")
-            old_regions = self.launch_regions[li]
-            touched.update(old_regions)
             points = self._expand(launch)
             self._check_interference(launch, points)
+            expanded.append((li, launch, points))
+        initial = {region: list(pieces) for region, pieces in (initial or {}).items()}
+        for region in initial:
+            self._region(region)
+        self._undo = _Undo.record(self, expanded, initial, region_names) if record_undo \
+            else None
+        touched: set[str] = set()
+        for region, pieces in initial.items():
+            self.initial[region.name] = pieces
+            touched.add(region.name)
+        for li, launch, points in expanded:
+            old_regions = self.launch_regions[li]
+            touched.update(old_regions)
             self.launches[li] = launch
             for pi in range(len(self.points[li])):
                 self._tasks.pop((li, pi), None)
@@ -353,6 +366,19 @@ class Planner:
         self._valid_prefix = min(self._valid_prefix, first)
         return touched
 
+    @property
+    def can_undo(self) -> bool:
+        return self._undo is not None
+
+    def undo(self) -> None:
+        """Take the planner back to its state before the last `replace(..., record_undo=True)`
+        (the next finish() gives the graph of then again, with the same node objects)."""
+        undo, self._undo = self._undo, None
+        if undo is None:
+            raise PlanError("undo: nothing to undo; call replace(..., record_undo=True) first "
+                            "(an add_launch or another replace since then forgets it).")
+        undo.restore(self)
+
     def _replan_region(self, name: str) -> None:
         region = self.regions[name]
         rp = self.planners[name] = RegionPlanner(region, self.machine, self.initial.get(name, ()))
@@ -365,6 +391,89 @@ class Planner:
             else:
                 self.region_nodes.pop((li, name), None)
             self._plan_accesses(rp, name, li, accesses)
+
+
+class _Undo:
+    """What one replace() changes in a Planner, saved before it does, to put back on undo().
+
+    Saved: the replaced launches' per-launch state; for every region the replace touches
+    (given initial data, used by a replaced launch before or after), its planner, log,
+    initial data and finish() info, and, for each launch in its log, the read nodes and the
+    tasks' preds and Red+ targets for it; the task nodes, state sources and dirty set. The
+    nodes before the first launch it re-planned are the same in the graphs before and after,
+    so finish() after undo re-assembles only the rest, from the restored state."""
+    __slots__ = ("launches", "regions", "per_region", "pred_entries", "target_entries",
+                 "tasks", "state_src", "dirty", "region_names", "first")
+
+    @classmethod
+    def record(cls, p: "Planner", expanded, initial, region_names: set) -> "_Undo":
+        u = cls()
+        u.launches = {li: (p.launches[li], p.points[li], p.colors[li], p.read_order[li],
+                           p.launch_regions[li], p.task_preds[li], p.task_targets[li])
+                      for li, _, _ in expanded}
+        names = {r.name for r in initial}
+        for li, _, points in expanded:
+            names.update(p.launch_regions[li])
+            names.update(req.region.name for _, _, reqs in points for req in reqs)
+        u.regions = {}
+        u.pred_entries, u.target_entries = {}, {}
+        replaced = u.launches
+        for name in names:
+            log = p.log.get(name)
+            u.regions[name] = (p.planners.get(name), None if log is None else list(log),
+                               p.initial.get(name), p._region_info.get(name),
+                               {li: p.region_nodes.get((li, name)) for li, _, _ in log or ()})
+            for li, _, accesses in log or ():
+                if li in replaced:
+                    continue
+                preds, targets = p.task_preds[li], p.task_targets[li]
+                for pi, k, _ in accesses:
+                    u.pred_entries[li, pi, name] = preds[pi].get(name)
+                    u.target_entries[li, pi, k] = targets[pi][k]
+        # The first launch whose nodes may change: a replaced one, or an earlier user of a
+        # region they touch (replace() re-plans from there; so does finish() after undo).
+        u.first = min([li for li in replaced] +
+                      [log[0][0] for _, log, _, _, _ in u.regions.values() if log],
+                      default=len(p.launches))
+        u.tasks = dict(p._tasks)
+        u.state_src = list(p.state_src)
+        u.dirty = set(p._dirty)
+        u.region_names = region_names
+        return u
+
+    def restore(self, p: "Planner") -> None:
+        for li, (launch, points, colors, read_order, regions, preds, targets) in \
+                self.launches.items():
+            p.launches[li], p.points[li], p.colors[li] = launch, points, colors
+            p.read_order[li], p.launch_regions[li] = read_order, regions
+            p.task_preds[li], p.task_targets[li] = preds, targets
+        for name, (planner, log, initial, info, nodes) in self.regions.items():
+            for li, _, _ in p.log.get(name, ()):
+                p.region_nodes.pop((li, name), None)
+            _put(p.planners, name, planner)
+            _put(p.log, name, log)
+            _put(p.initial, name, initial)
+            _put(p._region_info, name, info)
+            for li, item in nodes.items():
+                _put(p.region_nodes, (li, name), item)
+        for (li, pi, name), preds in self.pred_entries.items():
+            _put(p.task_preds[li][pi], name, preds)
+        for (li, pi, k), targets in self.target_entries.items():
+            p.task_targets[li][pi][k] = targets
+        p._tasks = self.tasks
+        p.state_src = self.state_src
+        p._dirty = self.dirty
+        for name in set(p.regions) - self.region_names:
+            del p.regions[name]
+        p._valid_prefix = min(p._valid_prefix, self.first)
+
+
+def _put(d: dict, key, value) -> None:
+    """d[key] = value, or no key when value is None."""
+    if value is None:
+        d.pop(key, None)
+    else:
+        d[key] = value
 
 
 def plan(launches: Sequence[IndexLaunch], machine: Machine, mapper: Mapper | None = None,

@@ -65,3 +65,38 @@ def test_replace_of_an_unknown_launch_is_an_error():
         p.add_launch(launch)
     with pytest.raises(Exception, match="no launch named"):
         p.replace([low.launches[5]])
+
+
+@pytest.mark.parametrize("build", [cnn, lstm_model], ids=["cnn", "lstm"])
+def test_undo_gives_back_the_plan_before_the_replace(build):
+    model, _ = build()
+    machine = Machine.grid(4, 1)
+    rng = random.Random(7)
+    strategy = random_strategy(model, 4, seed=2)
+    low = lower(model, strategy, machine, SGD(lr=0.1))
+    planner = Planner(machine, initial=low.initial)
+    for launch in low.launches:
+        planner.add_launch(launch)
+    graph = planner.finish()
+    for step in range(6):
+        op = rng.choice(model.ops)
+        new_strategy = dict(strategy)
+        new_strategy[op.name] = random_strategy(model, 4, seed=50 * step + 3)[op.name]
+        new = lower(model, new_strategy, machine, SGD(lr=0.1))
+        launches, initial = changes(low, new)
+        planner.replace(launches, initial, record_undo=True)
+        changed = planner.finish()
+        planner.undo()
+        again = planner.finish()
+        assert again.fingerprint() == graph.fingerprint(), f"step {step}: {op.name}"
+        assert again.instance_rects == graph.instance_rects
+        assert again.final_valid == graph.final_valid
+        if launches:
+            assert changed.fingerprint() != graph.fingerprint()
+        # The restored planner keeps working: the next replace matches a full plan.
+        planner.replace(launches, initial)
+        assert planner.finish().fingerprint() == \
+            plan(new.launches, machine, initial=new.initial).fingerprint()
+        strategy, low, graph = new_strategy, new, planner.finish()
+    with pytest.raises(Exception, match="nothing to undo"):
+        planner.undo()

@@ -67,11 +67,17 @@ def int_bound(node, region_name: str, int_ranges) -> int:
     return 1
 
 
-def make_tensor(shape, dtype: str, device: str, bound: int = 1) -> torch.Tensor:
-    """Part data of one region (see the module doc)."""
+def make_tensor(shape, dtype: str, device: str, bound: int = 1,
+                values: bool = True) -> torch.Tensor:
+    """Part data of one region (see the module doc). `values=False`, for counting work,
+    which needs shapes, not values: floats uninitialized, integers zeros."""
     dt = TORCH_DTYPES[dtype]
     if device == "meta":
         return torch.empty(shape, dtype=dt, device="meta")
+    if not values:      # floats uninitialized (no time to fill), indices zeros (valid)
+        if dt.is_floating_point:
+            return torch.empty(shape, dtype=dt, device=device)
+        return torch.zeros(shape, dtype=dt, device=device)
     if dt.is_floating_point:
         return torch.rand(shape, dtype=dt, device=device).add_(0.5)
     if dt == torch.bool or bound <= 1:
@@ -82,8 +88,9 @@ def make_tensor(shape, dtype: str, device: str, bound: int = 1) -> torch.Tensor:
 class PartStore:
     """The InstanceStore interface over fresh tensors of one node's part shapes."""
 
-    def __init__(self, node, device: str, int_ranges=None):
+    def __init__(self, node, device: str, int_ranges=None, values: bool = True):
         self.torch_device = _AnyDevice(device)
+        self.values = values
         self.device = device
         self.node = node
         self.int_ranges = int_ranges
@@ -96,7 +103,7 @@ class PartStore:
             region = self.regions[name]
             bound = int_bound(self.node, name, self.int_ranges)
             t = self.tensors[which, name, rect] = make_tensor(rect.shape, region.dtype,
-                                                              self.device, bound)
+                                                              self.device, bound, self.values)
         return t
 
     def instance(self, name: str, device: int, rect) -> torch.Tensor:
@@ -123,7 +130,7 @@ class _Launch:
         self.name, self.args = name, args
 
 
-def _rebuilt_forward(node, device: str, int_ranges):
+def _rebuilt_forward(node, device: str, int_ranges, values: bool):
     """A forward context for a parallel_ops backward node without its graph: forward_task
     on input and weight parts of the backward's spec. Returns (context, step)."""
     a = node.launch.args
@@ -137,7 +144,7 @@ def _rebuilt_forward(node, device: str, int_ranges):
             if not r.empty:
                 layout.append((group, i))
                 views.append(make_tensor(r.shape, t.dtype, device,
-                                         int_bound(node, t.name, int_ranges)))
+                                         int_bound(node, t.name, int_ranges), values))
     args = StageArgs(stage, a.specs, {node.color: tuple(layout)}, True, a.input_grads,
                      a.weight_grads, a.training)
     ctx = TaskContext(_Launch(node.launch.state_from, args), node.color, node.device, device)
@@ -147,19 +154,20 @@ def _rebuilt_forward(node, device: str, int_ranges):
     return ctx, run
 
 
-def node_steps(node, device: str, graph=None, int_ranges=None):
+def node_steps(node, device: str, graph=None, int_ranges=None, values: bool = True):
     """(forward step or None, step) running `node` on torch `device` in isolation. For a
-    backward node the forward step must run before every run of the step."""
+    backward node the forward step must run before every run of the step. `values=False`:
+    parts are zeros (see make_tensor)."""
     contexts: dict = {}
     fwd = None
     if node.launch.state_from is not None:
         pair = forward_pair(graph, node) if graph is not None else None
         if pair is not None:
-            fwd = task_step(pair, PartStore(pair, device, int_ranges), contexts)
+            fwd = task_step(pair, PartStore(pair, device, int_ranges, values), contexts)
         else:
-            rebuilt = _rebuilt_forward(node, device, int_ranges)
+            rebuilt = _rebuilt_forward(node, device, int_ranges, values)
             if rebuilt is not None:
                 ctx, fwd = rebuilt
                 contexts[node.launch.state_from, node.color] = ctx
-    step = task_step(node, PartStore(node, device, int_ranges), contexts)
+    step = task_step(node, PartStore(node, device, int_ranges, values), contexts)
     return fwd, step

@@ -4,7 +4,9 @@ FLOPs come from torch.utils.flop_counter.FlopCounterMode around the node's own e
 step (parts.node_steps) on meta tensors, which compute nothing: a forward node counts its
 forward; a backward node runs its paired forward outside the counter and counts only the
 backward. An operator that needs real values (a data-dependent check such as `bool(t)`)
-is counted again on small-valued real CPU tensors of the same shapes. FlopCounterMode counts
+is counted again on real CPU tensors of the same shapes: uninitialized floats and zero
+integers (no time to make; zeros are valid indices), or, if the code rejects those, the
+profiler's values. FlopCounterMode counts
 matrix products, convolutions and attention; elementwise work counts zero, which leaves
 such parts to the memory term of the analytic model.
 
@@ -45,8 +47,8 @@ def node_bytes(node) -> int:
     return sum(r.region.nbytes(r.rect) for r in node.requirements)
 
 
-def _count(node, device: str, graph, int_ranges) -> tuple[int, int]:
-    fwd, step = node_steps(node, device, graph, int_ranges)
+def _count(node, device: str, graph, int_ranges, values: bool = False) -> tuple[int, int]:
+    fwd, step = node_steps(node, device, graph, int_ranges, values)
     if fwd is not None:
         fwd()
     flops, kernels = FlopCounterMode(display=False), KernelCounter()
@@ -59,7 +61,11 @@ def _counts(node, graph, int_ranges) -> tuple[int, int]:
     try:
         return _count(node, "meta", graph, int_ranges)
     except Exception:            # data-dependent code cannot run on meta tensors
+        pass
+    try:                         # values that cost nothing to make
         return _count(node, "cpu", graph, int_ranges)
+    except Exception:            # code that needs positive values
+        return _count(node, "cpu", graph, int_ranges, values=True)
 
 
 def node_flops(node, graph=None, int_ranges=None) -> int:
