@@ -59,7 +59,7 @@ def mixed_strategy(model: Model, n: int) -> dict:
 
 APP = App("alexnet", "AlexNet", build, per_device_batch=256, small_per_device_batch=8,
           add_arguments=lambda p: add_image_arguments(p, 224, 127),
-          mixed_strategy=mixed_strategy, lr=0.01, image=True)
+          mixed_strategy=mixed_strategy, expert="one_weird_trick", lr=0.01, image=True)
 
 if __name__ == "__main__":
     sys.exit(main(APP))

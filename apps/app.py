@@ -48,5 +48,6 @@ class App:
     small_per_device_batch: int = 8
     add_arguments: Callable[[argparse.ArgumentParser], None] | None = None
     mixed_strategy: Callable[[Model, int], dict] | None = None
+    expert: str | None = None                  # the paper's expert: strategy/experts.py
     lr: float = 0.01
     image: bool = False                        # takes --data digits

@@ -68,9 +68,9 @@ def _search(app: App, a: argparse.Namespace, mm, machine, net, strategy: dict,
             strategy_name: str, out) -> dict:
     """Rank 0's part of --search: run it, print its report, return the strategy file's
     object of the best strategy (what is broadcast to the other ranks)."""
-    from parallel_ops import ConfigError
     from strategy.files import to_dict
     from strategy.costs import CostWarning
+    from strategy.experts import expert_for
     from strategy.search import search
 
     from .simulate import cost_model
@@ -79,12 +79,7 @@ def _search(app: App, a: argparse.Namespace, mm, machine, net, strategy: dict,
     def say(*x):
         if out is not None:
             print(*x, file=out, flush=True)
-    expert = None
-    if app.mixed_strategy is not None:
-        try:
-            expert = app.mixed_strategy(net.model, len(machine))
-        except ConfigError:               # the expert strategy is not made for this count
-            expert = None
+    expert = expert_for(app, net.model, mm)
     opt, costs = optimizer(app, a), cost_model(a, net)
 
     def progress(p):

@@ -75,7 +75,7 @@ def mixed_strategy(model: Model, n: int) -> dict:
 
 APP = App("nmt", "NMT", build, per_device_batch=64, small_per_device_batch=8,
           add_arguments=lambda p: add_size_arguments(p, FULL, SMALL),
-          mixed_strategy=mixed_strategy, lr=0.1)
+          mixed_strategy=mixed_strategy, expert="layer_per_device", lr=0.1)
 
 if __name__ == "__main__":
     sys.exit(main(APP))

@@ -68,7 +68,8 @@ def add_arguments(p) -> None:
 
 
 APP = App("resnet", "ResNet", build, per_device_batch=64, small_per_device_batch=8,
-          add_arguments=add_arguments, mixed_strategy=mixed_strategy, lr=0.01, image=True)
+          add_arguments=add_arguments, mixed_strategy=mixed_strategy,
+          expert="one_weird_trick", lr=0.01, image=True)
 
 if __name__ == "__main__":
     sys.exit(main(APP))

@@ -218,14 +218,6 @@ def _setup(app_name: str, preset: str, small: bool, cost_models: dict | None):
     return app, net, args, opt, mm, gpus, costs
 
 
-def _expert(app, model, gpus: int):
-    from parallel_ops.errors import ConfigError
-    if app.mixed_strategy is None:
-        return None
-    try:
-        return app.mixed_strategy(model, gpus)
-    except ConfigError:
-        return None
 
 
 def search_cell(cell: Cell, *, small: bool = False, budget_s: float | None = None,
@@ -234,6 +226,7 @@ def search_cell(cell: Cell, *, small: bool = False, budget_s: float | None = Non
     """Data parallel, expert and searched strategies of one cell, with the why and findings.
     build_s: the search's own data-parallel graph build (with the cost model warm)."""
     from strategy.delta import SimulationSession
+    from strategy.experts import expert_for
     from strategy.explain import Breakdown, compare
     from strategy.search import search
     app, net, args, opt, mm, gpus, costs = _setup(cell.app, cell.preset, small, cost_models)
@@ -242,7 +235,7 @@ def search_cell(cell: Cell, *, small: bool = False, budget_s: float | None = Non
     dp = SimulationSession(model, mm, costs, None, opt)
     if budget_s is not None:      # the best strategy's session comes on top
         budget_s = max(budget_s - 2 * (time.perf_counter() - t), 0.5)
-    expert = _expert(app, model, gpus)
+    expert = expert_for(app, model, mm)
     res = search(model, mm, costs, budget_s=budget_s, proposals=proposals, seed=seed,
                  expert=expert, optimizer=opt, random_starts=1)
     best = SimulationSession(model, mm, costs, res.configs, opt)

@@ -92,9 +92,13 @@ def attribute_parallel(model, devices: Sequence[int]) -> dict[str, ParallelConfi
 def op_work(op: Op) -> float:
     """A device-independent estimate of an operator's work: the positions it computes
     (sample and attribute extents) times the weight elements each one uses (MACs of linear,
-    conv, LSTM), or times its parameter and reduction extents when it has no weights."""
+    conv, LSTM), or times its parameter and reduction extents when it has no weights. An
+    embedding reads one row of its table per position, not the whole table."""
     positions = prod(d.extent for d in op.dims if d.kind in (SAMPLE, ATTRIBUTE))
-    per = sum(prod(w.shape) for w in op.weights)
+    if op.type == "embedding":
+        per = prod(d.extent for d in op.dims if d.kind == PARAMETER)
+    else:
+        per = sum(prod(w.shape) for w in op.weights)
     if not per:
         per = prod(d.extent for d in op.dims if d.kind in (PARAMETER, REDUCTION))
     return float(max(1, positions * per))
