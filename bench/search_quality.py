@@ -251,6 +251,9 @@ def search_cell(cell: Cell, *, small: bool = False, budget_s: float | None = Non
               for k, v in times.items()},
            "vs_dp": _ratio(times["dp"], res.predicted),
            "vs_expert": _ratio(times["expert"], res.predicted),
+           # DP's iteration over its compute per device (averaged): about the most that any
+           # strategy doing the same work could gain on DP by hiding communication.
+           "dp_headroom": _ratio(dp.result.makespan * gpus, Breakdown.of(dp).compute_s),
            "expert_note": ("no expert strategy for this device count" if expert is None else
                            next((e for e in res.errors if "'expert'" in e), "")),
            "time_to_best_s": res.history[-1][0] if res.history else None,
@@ -327,7 +330,8 @@ def quality_rows(cells: list[dict]) -> list[tuple]:
         rows.append((name, f"DP {_tput(c, 'dp')} / expert {_tput(c, 'expert')} / "
                      f"searched {_tput(c, 'searched')} samples/s",
                      f"searched/DP {_num(c['vs_dp'], '.2f')}x, searched/expert "
-                     f"{_num(c['vs_expert'], '.2f')}x; {c['proposals']} proposals in "
+                     f"{_num(c['vs_expert'], '.2f')}x; DP iteration / DP compute per device "
+                     f"{_num(c.get('dp_headroom'), '.2f')}x; {c['proposals']} proposals in "
                      f"{c['search_s']:.0f} s; why: {c['why']}"
                      + (f"; expert: {c['expert_note'][:160]}" if c["expert_s"] is None
                         else "")))
