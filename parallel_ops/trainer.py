@@ -2,6 +2,11 @@
 
     trainer = model.compile(Machine.local(4), strategy, SGD(lr=0.1))
     loss = trainer.step({"x": images, "labels": labels})
+
+Activations, gradients and partial sums are temporaries freed after their last use in the
+iteration (taskrt.liveness). What stays readable after step(): weights, optimizer state,
+inputs, the graph's results (the loss, outputs nobody consumes) and what they are computed
+from (the logits), plus `keep` (tensor or region names like "fc1@grad"; "all" frees nothing).
 """
 from __future__ import annotations
 
@@ -22,7 +27,8 @@ from .lowering import lower
 class Trainer:
     def __init__(self, model, machine: Machine | None = None,
                  strategy: Mapping[str, ParallelConfig] | None = None, optimizer=None,
-                 training: bool = True, record_trace: bool = False, executor: str = "auto"):
+                 training: bool = True, record_trace: bool = False, executor: str = "auto",
+                 keep=None):
         if executor not in ("auto", "local", "mpi"):
             raise ValueError(f"Trainer: executor '{executor}'; use 'auto', 'local' or 'mpi'.")
         use_mpi = executor == "mpi" or (executor == "auto" and launched_by_mpi())
@@ -35,9 +41,9 @@ class Trainer:
         self.graph = plan(self.lowered.launches, self.machine, initial=self.lowered.initial)
         if use_mpi:
             from taskrt.executor.mpi import MPIExecutor
-            self.executor = MPIExecutor(self.graph, record_trace=record_trace)
+            self.executor = MPIExecutor(self.graph, record_trace=record_trace, keep=keep)
         else:
-            self.executor = LocalExecutor(self.graph, record_trace=record_trace)
+            self.executor = LocalExecutor(self.graph, record_trace=record_trace, keep=keep)
         with torch.no_grad():
             for w in model.weights:
                 if w.name in self.graph.initial_valid:

@@ -16,8 +16,10 @@ from parallel_ops.lowering import IncrementalLowering
 from parallel_ops.optim import SGD
 from taskrt import Planner
 from taskrt.gcpause import gc_paused
+from taskrt.liveness import (INSTANCE, PARTIAL, STAGING, buffers_of, peak_bytes, results_of,
+                             task_reads_writes)
 
-from .simulator import NodeTimer, SimResult, add_staging_memory, propagate, result_of
+from .simulator import NodeTimer, SimResult, propagate, result_of
 
 CHECKPOINT_EVERY = 256       # nodes between saved resource states (see _propagate)
 
@@ -97,30 +99,84 @@ class SimulationSession:
         return simulate(self.graph, self.machine_model, self.costs,
                         NodeTimer(self.machine_model, self.costs))
 
-    def _region_memory(self, name: str) -> dict[int, int]:
-        """Bytes per device for one region: its instances and partial-sum buffers (as the
-        graph records them, see Planner.finish) and its reduction copies' staging buffers."""
-        planner = self.planner
+    def _region_memory(self, name: str, users=None, tasks=None) -> tuple:
+        """One region's part of the memory model (taskrt.liveness): its buffers as
+        [(key, bytes)] (instances and partial-sum buffers as the graph records them, see
+        Planner.finish, and its reduction copies' staging buffers), their users as node
+        objects (key -> list; ids change from graph to graph, objects do not), and the
+        regions written by the tasks that read it (None when no task reads or writes it).
+        `users` and `tasks` (those with a requirement on it): already collected from the
+        graph, else found here from the launches that use the region."""
+        planner, graph = self.planner, self.graph
         rp = planner.planners[name]
-        out: dict[int, int] = {}
-        for rects in (rp.instance_rects, rp.partial_rects):
-            for dev, rect in rects.items():
-                out[dev] = out.get(dev, 0) + rp.region.nbytes(rect)
-        for li, _, _ in planner.log.get(name, ()):
-            add_staging_memory(out, (n for n, _, _ in planner.region_nodes.get((li, name), ())))
-        return out
+        if users is None:
+            users, tasks = {}, []
+            nodes = graph.nodes
+            for li, _, _ in planner.log.get(name, ()):
+                found = [n for n, _, _ in planner.region_nodes.get((li, name), ())]
+                for i in graph.launch_nodes.get(planner.launches[li].name, ()):
+                    n = nodes[i]
+                    if n.kind == "task" and any(r.region.name == name for r in n.requirements):
+                        found.append(n)
+                        tasks.append(n)
+                for n in found:
+                    for key in buffers_of(n, nodes):
+                        if key[1] == name:
+                            users.setdefault(key, []).append(n)
+        sizes = [((kind, name, dev, None), rp.region.nbytes(rect))
+                 for kind, rects in ((INSTANCE, rp.instance_rects), (PARTIAL, rp.partial_rects))
+                 for dev, rect in rects.items()]
+        sizes += [(key, key[3].nbytes) for key in users if key[0] == STAGING]
+        rw = set() if tasks else None
+        for n in tasks:
+            reads, writes = task_reads_writes(n)
+            if name in reads:
+                rw.update(writes)
+        return sizes, users, rw
 
-    def _memory(self, touched) -> dict[int, int]:
-        """memory_per_device(self.graph), re-adding only the regions in `touched` (all
-        regions when None)."""
-        per_region = self._memory_of
-        for name in (self.planner.planners if touched is None else touched):
-            per_region[name] = self._region_memory(name)
-        out: dict[int, int] = {}
-        for name in self.planner.planners:
-            for dev, b in per_region[name].items():
-                out[dev] = out.get(dev, 0) + b
-        return out
+    def _memory(self, touched, start, end) -> dict[int, int]:
+        """memory_per_device(self.graph, start, end), re-collecting only the regions in
+        `touched` (all regions, in one pass over the graph, when None)."""
+        per_region, graph = self._memory_of, self.graph
+        if touched is None:
+            by_region = {name: ({}, []) for name in self.planner.planners}
+            nodes = graph.nodes
+            for n in nodes:
+                for key in buffers_of(n, nodes):
+                    by_region[key[1]][0].setdefault(key, []).append(n)
+                if n.kind == "task":
+                    for name in dict.fromkeys(r.region.name for r in n.requirements):
+                        by_region[name][1].append(n)
+            for name, (users, tasks) in by_region.items():
+                per_region[name] = self._region_memory(name, users, tasks)
+        else:
+            for name in touched:
+                per_region[name] = self._region_memory(name)
+            # A task of an unchanged launch is a new object when its Red+ targets changed:
+            # regions whose cached users are not all in this graph are collected again.
+            nodes, n = graph.nodes, len(graph.nodes)
+            for name in self.planner.planners:
+                users = per_region[name][1]
+                if not all(u.id < n and nodes[u.id] is u for lst in users.values() for u in lst):
+                    per_region[name] = self._region_memory(name)
+        names = self.planner.planners
+        kept = set(graph.initial_valid) | results_of(
+            {name: per_region[name][2] for name in names if per_region[name][2] is not None})
+        persistent: dict[int, int] = {}
+        device, nbytes, user_ids = [], [], []
+        for name in names:
+            sizes, users, _ = per_region[name]
+            if name in kept:
+                for key, b in sizes:
+                    persistent[key[2]] = persistent.get(key[2], 0) + b
+                continue
+            for key, b in sizes:
+                lst = users.get(key)
+                if lst:
+                    device.append(key[2])
+                    nbytes.append(b)
+                    user_ids.append([n.id for n in lst])
+        return peak_bytes(device, nbytes, user_ids, start, end, persistent)
 
     def _propagate(self, touched=None) -> SimResult:
         """Time the graph. The first `planner.unchanged_nodes` nodes are those of the last
@@ -156,4 +212,5 @@ class SimulationSession:
             return cached
         propagate(nodes[pos:] if pos else nodes, graph.preds, node_timing, start, end, free,
                   busy, checkpoints, CHECKPOINT_EVERY, next_checkpoint)
-        return result_of(self.machine_model, start, end, busy, self._memory(touched))
+        return result_of(self.machine_model, start, end, busy,
+                         self._memory(touched, start, end))

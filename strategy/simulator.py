@@ -12,14 +12,17 @@ makes delta simulation exactly equal to full simulation by construction, see del
   reduce     on its device: reading its inputs and writing the result at memory bandwidth
   allreduce  on the links the machine model says the collective uses (ring/tree/hierarchical)
 
-Memory: a device holds its instances, partial-sum buffers and staging buffers for the whole
-iteration (the executors allocate them once); a strategy whose devices need more than their
-capacity is invalid, and its predicted time is reported as infinite.
+Memory: a device holds its persistent buffers (weights, optimizer state, inputs, the
+graph's results) for the whole iteration, and each temporary (activations, gradients,
+partial sums, staging; taskrt.liveness) from the earliest start to the latest end of its
+users on the timeline, as the executors allocate and free them. A strategy whose peak on a
+device exceeds its capacity is invalid, and its predicted time is reported as infinite.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from taskrt.liveness import Liveness
 from taskrt.trace import TraceEvent, node_label
 
 
@@ -29,7 +32,7 @@ class SimResult:
     start: list[float]
     end: list[float]
     busy: dict[str, float]                # resource name -> seconds busy
-    memory: dict[int, int]                # device -> bytes needed
+    memory: dict[int, int]                # device -> peak bytes live
     over_capacity: dict[int, int] = field(default_factory=dict)   # device -> bytes over
 
     @property
@@ -42,22 +45,11 @@ class SimResult:
         return {k: (v / span if span else 0.0) for k, v in self.busy.items()}
 
 
-def memory_per_device(graph) -> dict[int, int]:
-    """Bytes each device allocates for the graph (instances, partial sums, staging)."""
-    out: dict[int, int] = {}
-    for rects in (graph.instance_rects, graph.partial_rects):
-        for (name, dev), rect in rects.items():
-            out[dev] = out.get(dev, 0) + graph.regions[name].nbytes(rect)
-    add_staging_memory(out, graph.nodes)
-    return out
-
-
-def add_staging_memory(out: dict[int, int], nodes) -> None:
-    """Add the staging buffers of the reduction copies among `nodes` to `out` (device ->
-    bytes)."""
-    for n in nodes:
-        if n.kind == "copy" and n.reduction:
-            out[n.dst] = out.get(n.dst, 0) + n.nbytes
+def memory_per_device(graph, start, end, keep=None) -> dict[int, int]:
+    """Peak bytes per device over a timeline (node i runs from start[i] to end[i]):
+    persistent buffers plus the temporaries live at once (see taskrt.liveness; `keep` as
+    there: None keeps the graph's results, as the Trainer does)."""
+    return Liveness.of(graph, keep).peak(start, end)
 
 
 class NodeTimer:
@@ -151,7 +143,7 @@ def simulate(graph, model, costs, timer: NodeTimer | None = None) -> SimResult:
     start, end = [0.0] * n, [0.0] * n
     busy: dict = {}
     propagate(graph.nodes, graph.preds, timer.timing, start, end, {}, busy)
-    return result_of(model, start, end, busy, memory_per_device(graph))
+    return result_of(model, start, end, busy, memory_per_device(graph, start, end))
 
 
 def trace_of(graph, result: SimResult, timer: NodeTimer) -> list[TraceEvent]:

@@ -1,65 +1,201 @@
-"""Physical instances: the device buffers a TaskGraph runs on, allocated once per graph.
+"""Physical instances: the device buffers a TaskGraph runs on.
 
-Each (region, device) gets one tensor covering the bounding rect of every rect used there;
-Red+ requirements get a second tensor of partial sums; each reduction copy gets a staging
-tensor. Views for every node are sliced once, so replaying the graph allocates nothing.
+Each (region, device) gets one buffer covering the bounding rect of every rect used there;
+Red+ requirements get a second buffer of partial sums; each reduction copy gets a staging
+buffer. Persistent buffers (taskrt.liveness: initial data and regions kept for reading after
+the run) are allocated once. Temporaries are allocated when their first user on the device
+starts (`begin`) and released after their last user is done (`end`), counted down per
+iteration, so any order of running nodes is correct. Steps hold `View`s: a view's tensor is
+sliced once per allocation of its buffer, not per use. On CPU released buffers go to a free
+list by exact size and are reused (no fresh page faults every iteration); on CUDA the caching
+allocator does that.
 """
 from __future__ import annotations
 
 import torch
 
+from ..errors import ExecutionError
 from ..geometry import Rect
-from ..region import Region
+from ..liveness import INSTANCE, PARTIAL, STAGING, Liveness
 
 TORCH_DTYPES = {name: getattr(torch, name) for name in
                 ("float16", "bfloat16", "float32", "float64", "int8", "uint8", "int16",
                  "int32", "int64", "bool")}
 
 
+class View:
+    """A rect of a buffer; `t` is its tensor while the buffer is allocated (else None)."""
+    __slots__ = ("slices", "t")
+
+    def __init__(self, slices, t=None):
+        self.slices, self.t = slices, t
+
+
 class Buffer:
-    """One tensor holding `rect` of a region on one device."""
-    __slots__ = ("rect", "tensor")
+    """One tensor holding `rect` of a region on one device (persistent or temporary)."""
+    __slots__ = ("region", "rect", "device", "torch_device", "dtype", "numel", "nbytes",
+                 "temporary", "tensor", "flat", "sliced_for", "views", "users", "remaining")
 
-    def __init__(self, region: Region, rect: Rect, device: str):
-        self.rect = rect
-        self.tensor = torch.zeros(rect.shape, dtype=TORCH_DTYPES[region.dtype], device=device)
+    def __init__(self, region, rect: Rect, device: int, torch_device: str, temporary: bool):
+        self.region, self.rect, self.device = region, rect, device
+        self.torch_device = torch_device
+        self.dtype = TORCH_DTYPES[region.dtype]
+        self.numel = rect.volume
+        self.nbytes = region.nbytes(rect)
+        self.temporary = temporary
+        self.views: dict[Rect, View] = {}
+        self.users = self.remaining = 0
+        self.tensor = self.flat = self.sliced_for = None
+        if not temporary:
+            self.attach(torch.zeros(self.numel, dtype=self.dtype, device=torch_device))
 
-    def view(self, rect: Rect) -> torch.Tensor:
-        return self.tensor[rect.slices_within(self.rect)]
+    def view(self, rect: Rect) -> View:
+        v = self.views.get(rect)
+        if v is None:
+            v = self.views[rect] = View(rect.slices_within(self.rect))
+            if self.tensor is not None:
+                v.t = self.tensor[v.slices]
+        return v
+
+    def attach(self, flat: torch.Tensor) -> None:
+        """Give the buffer its storage; views are re-sliced only for new storage."""
+        self.flat = flat
+        self.tensor = flat.view(self.rect.shape)
+        if self.sliced_for is not flat:
+            self.sliced_for = flat
+            for v in self.views.values():
+                v.t = self.tensor[v.slices]
+
+    def detach(self) -> torch.Tensor:
+        flat, self.flat, self.tensor = self.flat, None, None
+        if flat.device.type != "cpu":       # views must not keep device memory alive
+            self.sliced_for = None
+            for v in self.views.values():
+                v.t = None
+        return flat
 
 
 class InstanceStore:
-    """The instances, partial-sum buffers and staging buffers of the devices one process owns."""
+    """The buffers of the devices one process owns. keep: see taskrt.liveness.resolve_keep
+    ("all" frees nothing)."""
 
-    def __init__(self, graph, device_ids):
+    def __init__(self, graph, device_ids, keep="all"):
         self.graph = graph
         machine = graph.machine
         self.owned = set(device_ids)
         self.torch_device = {d: machine.devices[d].torch_device for d in self.owned}
+        self.liveness = Liveness.of(graph, keep, self.owned)
+        self.kept = self.liveness.kept
         self.instances: dict[tuple[str, int], Buffer] = {}
         self.partials: dict[tuple[str, int], Buffer] = {}
         self.staging: dict[int, Buffer] = {}
-        for (name, dev), rect in graph.instance_rects.items():
-            if dev in self.owned:
-                self.instances[name, dev] = Buffer(graph.regions[name], rect, self.torch_device[dev])
-        for (name, dev), rect in graph.partial_rects.items():
-            if dev in self.owned:
-                self.partials[name, dev] = Buffer(graph.regions[name], rect, self.torch_device[dev])
+        for kind, rects, bufs in ((INSTANCE, graph.instance_rects, self.instances),
+                                  (PARTIAL, graph.partial_rects, self.partials)):
+            for (name, dev), rect in rects.items():
+                if dev in self.owned:
+                    bufs[name, dev] = Buffer(graph.regions[name], rect, dev,
+                                             self.torch_device[dev], name not in self.kept)
         for node in graph.nodes:
             if node.kind == "copy" and node.reduction and node.dst in self.owned:
-                self.staging[node.id] = Buffer(node.region, node.rect, self.torch_device[node.dst])
+                self.staging[node.id] = Buffer(node.region, node.rect, node.dst,
+                                               self.torch_device[node.dst],
+                                               node.region.name not in self.kept)
+        # Per node id: the temporaries it uses on owned devices.
+        self.node_temps: dict[int, tuple[Buffer, ...]] = {}
+        self.temporaries: list[Buffer] = []
+        for key, users in zip(self.liveness.keys, self.liveness.users):
+            buf = self.buffer(key)
+            buf.users = len(users)
+            self.temporaries.append(buf)
+            for i in users:
+                self.node_temps[i] = self.node_temps.get(i, ()) + (buf,)
+        self._free: dict[tuple, list[torch.Tensor]] = {}
+        self.live = {d: 0 for d in self.owned}
+        for bufs in (self.instances, self.partials, self.staging):
+            for b in bufs.values():
+                if not b.temporary:
+                    self.live[b.device] += b.nbytes
+        self.peak: dict[int, int] | None = None
+
+    def buffer(self, key) -> Buffer:
+        kind, name, dev, copy = key
+        if kind == STAGING:
+            return self.staging[copy.id]
+        return (self.instances if kind == INSTANCE else self.partials)[name, dev]
+
+    def view(self, kind: int, name: str, device: int, rect: Rect) -> View:
+        return (self.instances if kind == INSTANCE else self.partials)[name, device].view(rect)
+
+    def staging_view(self, copy_id: int) -> View:
+        b = self.staging[copy_id]
+        return b.view(b.rect)
+
+    def check_readable(self, name: str) -> None:
+        """Raise unless region `name` persists after a run (it is not a temporary)."""
+        if name not in self.kept:
+            raise ExecutionError(
+                f"read '{name}': it is a temporary, freed after its last use in the "
+                f"iteration. To read it after run(), keep it: pass keep=['{name}'] (or "
+                "keep='all') to the executor, or to Trainer / model.compile.")
+
+    def _tensor(self, bufs, name: str, device: int, rect: Rect) -> torch.Tensor:
+        b = bufs[name, device]
+        if b.tensor is None:
+            self.check_readable(name)
+            raise ExecutionError(f"'{name}' on device {device} is not allocated outside the "
+                                 "run that uses it.")
+        return b.tensor[rect.slices_within(b.rect)]
 
     def instance(self, region_name: str, device: int, rect: Rect) -> torch.Tensor:
-        return self.instances[region_name, device].view(rect)
+        return self._tensor(self.instances, region_name, device, rect)
 
     def partial(self, region_name: str, device: int, rect: Rect) -> torch.Tensor:
-        return self.partials[region_name, device].view(rect)
+        return self._tensor(self.partials, region_name, device, rect)
+
+    # -- temporaries ---------------------------------------------------------------------
+    def start_iteration(self) -> None:
+        """Reset the countdowns (releasing what a failed run left allocated) and the peak."""
+        for b in self.temporaries:
+            if b.tensor is not None:
+                self._release(b)
+            b.remaining = b.users
+        self.peak = dict(self.live)
+
+    def begin(self, temps) -> None:
+        """Node about to run: allocate the temporaries it uses that are not yet allocated."""
+        for b in temps:
+            if b.tensor is None:
+                flats = self._free.get((b.torch_device, b.dtype, b.numel))
+                if flats:
+                    b.attach(flats.pop())
+                else:
+                    b.attach(torch.empty(b.numel, dtype=b.dtype, device=b.torch_device))
+                live = self.live[b.device] = self.live[b.device] + b.nbytes
+                if live > self.peak[b.device]:
+                    self.peak[b.device] = live
+
+    def end(self, temps) -> None:
+        """Node done: release the temporaries of which it was the last user."""
+        for b in temps:
+            b.remaining -= 1
+            if b.remaining == 0:
+                self._release(b)
+
+    def _release(self, b: Buffer) -> None:
+        flat = b.detach()
+        self.live[b.device] -= b.nbytes
+        if flat.device.type == "cpu":
+            self._free.setdefault((b.torch_device, b.dtype, b.numel), []).append(flat)
+
+    def free_list_bytes(self) -> int:
+        """Bytes held for reuse by the CPU free list (not live, but not returned either)."""
+        return sum(t.numel() * t.element_size() for ts in self._free.values() for t in ts)
 
     def bytes_per_device(self) -> dict[int, int]:
+        """Peak bytes live per device over the last run (persistent buffers included);
+        before the first run, the peak of running the nodes one at a time in id order."""
+        if self.peak is not None:
+            return dict(self.peak)
         out = {d: 0 for d in self.owned}
-        for bufs in (self.instances, self.partials):
-            for (_, dev), b in bufs.items():
-                out[dev] += b.tensor.numel() * b.tensor.element_size()
-        for cid, b in self.staging.items():
-            out[self.graph.nodes[cid].dst] += b.tensor.numel() * b.tensor.element_size()
+        out.update(self.liveness.peak_in_id_order())
         return out

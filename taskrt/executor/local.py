@@ -1,8 +1,10 @@
 """LocalExecutor: runs a whole TaskGraph in one process over several logical devices.
 
 Nodes run one at a time in id order (a topological order). The graph is compiled once into
-steps with pre-sliced views (Legion-style tracing), so `run()` replays it without planning
-or allocating. `write`/`read` move whole tensors in and out of the graph's regions.
+steps with pre-sliced views (Legion-style tracing), so `run()` replays it without planning;
+temporaries (taskrt.liveness) are allocated before their first user and released after their
+last, and `keep` names the regions to read after run() ("all": nothing is freed).
+`write`/`read` move whole tensors in and out of the graph's regions.
 """
 from __future__ import annotations
 
@@ -18,9 +20,9 @@ from .steps import local_allreduce_step, local_copy_step, reduce_step, task_step
 
 
 class LocalExecutor:
-    def __init__(self, graph, record_trace: bool = False):
+    def __init__(self, graph, record_trace: bool = False, keep="all"):
         self.graph = graph
-        self.store = InstanceStore(graph, range(len(graph.machine.devices)))
+        self.store = InstanceStore(graph, range(len(graph.machine.devices)), keep)
         self.contexts: dict = {}
         self.steps = []
         for node in graph.nodes:
@@ -32,6 +34,9 @@ class LocalExecutor:
                 self.steps.append(reduce_step(node, self.store))
             else:
                 self.steps.append(local_allreduce_step(node, self.store))
+        temps = self.store.node_temps
+        # (step, temporaries it uses or ()) per node, in id order
+        self.plan = [(step, temps.get(i, ())) for i, step in enumerate(self.steps)]
         self.record_trace = record_trace
         self.trace: list[TraceEvent] = []
 
@@ -61,6 +66,7 @@ class LocalExecutor:
     def read(self, region) -> torch.Tensor:
         """The region's value after the graph ran: valid pieces plus unreduced partial sums."""
         reg = self._region(region)
+        self.store.check_readable(reg.name)
         out = None
         for rect, devices in self.graph.final_valid.get(reg.name, []):
             part = self.store.instance(reg.name, devices[0], rect)
@@ -77,18 +83,27 @@ class LocalExecutor:
     # -- running ---------------------------------------------------------------------------
     def run(self) -> None:
         """Execute every node once, in id order."""
+        store = self.store
+        store.start_iteration()
+        begin, end = store.begin, store.end
         if not self.record_trace:
-            for step in self.steps:
-                step()
+            for step, temps in self.plan:
+                if temps:
+                    begin(temps)
+                    step()
+                    end(temps)
+                else:
+                    step()
             return
         clock = time.perf_counter
         t0 = clock()
         nodes = self.graph.nodes
         events = self.trace = []
-        for node, step in zip(nodes, self.steps):
+        for node, (step, temps) in zip(nodes, self.plan):
             start = clock()
+            begin(temps)
             step()
-            end = clock()
+            end(temps)
+            stop = clock()
             events.append(TraceEvent(node.id, node.kind, node_label(node), node_track(node),
-                                     start - t0, end - t0, getattr(node, "nbytes", 0)))
-
+                                     start - t0, stop - t0, getattr(node, "nbytes", 0)))

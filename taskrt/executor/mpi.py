@@ -1,7 +1,9 @@
 """MPIExecutor: runs this rank's share of a TaskGraph, moving data between ranks with MPI.
 
 Control replication: every rank plans the same graph (checked by comparing fingerprints at
-start-up) and runs only the nodes its RankScheduler gives it. Copies between ranks are
+start-up) and runs only the nodes its RankScheduler gives it. Temporaries (taskrt.liveness)
+are allocated when a node using them starts here and released after this rank's last user
+(a send is done once packed, a receive once unpacked). Copies between ranks are
 non-blocking sends/receives into preallocated contiguous buffers, tagged by their sequence
 number among the copies of the same (source rank, destination rank) pair; receives are
 posted before anything runs. All-reduces sum the partials of this rank's devices, then run a
@@ -23,9 +25,9 @@ from collections import deque
 import torch
 
 from ..errors import ExecutionError, PlanError
-from .instances import InstanceStore
+from .instances import TORCH_DTYPES, InstanceStore
 from .scheduler import (COLLECT, POST_RECV, RECV, RUN, SEND, START, UNPACK, RankScheduler)
-from .steps import local_copy_step, reduce_step, task_step
+from .steps import local_copy_step, reduce_step, task_step, view_of
 from ..trace import TraceEvent, node_label, node_track
 
 _SUMMABLE = {torch.float32, torch.float64, torch.int32, torch.int64}
@@ -60,7 +62,8 @@ def cuda_aware_mpi() -> bool:
 
 class MPIExecutor:
     def __init__(self, graph, comm=None, record_trace: bool = False,
-                 watchdog_s: float | None = None, abort_on_error: bool | None = None):
+                 watchdog_s: float | None = None, abort_on_error: bool | None = None,
+                 keep="all"):
         MPI = _mpi()
         self.MPI = MPI
         self.comm = comm if comm is not None else MPI.COMM_WORLD
@@ -85,7 +88,7 @@ class MPIExecutor:
         self.wait_s = 0.0        # last run(): seconds with nothing runnable (awaiting messages)
         self.sched = RankScheduler(graph, self.rank)
         owned = machine.devices_of_rank(self.rank)
-        self.store = InstanceStore(graph, owned)
+        self.store = InstanceStore(graph, owned, keep)
         self.cuda_devices = sorted({self.store.torch_device[d] for d in owned
                                     if self.store.torch_device[d].startswith("cuda")})
         self.device_buffers = bool(self.cuda_devices) and cuda_aware_mpi()
@@ -135,24 +138,19 @@ class MPIExecutor:
                 else:
                     self.steps[i] = reduce_step(n, store)
             elif role == SEND:
-                name = n.region.name
-                src = store.partial(name, n.src, n.rect) if n.reduction and n.from_partial \
-                    else store.instance(name, n.src, n.rect)
-                buf = self._comm_buffer(src.shape, src.dtype, store.torch_device[n.src])
+                src = view_of(store, n.reduction and n.from_partial, n.region.name, n.src,
+                              n.rect)
+                buf = self._comm_buffer(n.rect.shape, TORCH_DTYPES[n.region.dtype],
+                                        store.torch_device[n.src])
                 self.send_bufs[i] = (src, buf, devs[n.dst].rank)
             elif role == RECV:
-                if n.reduction:
-                    buf = store.staging[i].tensor
-                    if buf.device.type != "cpu" and not self.device_buffers:
-                        self.recv_bufs[i] = _host_buffer(buf.shape, buf.dtype, str(buf.device))
-                        self.unpack_to[i] = buf
-                    else:
-                        self.recv_bufs[i] = buf
-                else:
-                    dst = store.instance(n.region.name, n.dst, n.rect)
-                    self.recv_bufs[i] = self._comm_buffer(dst.shape, dst.dtype,
-                                                          store.torch_device[n.dst])
-                    self.unpack_to[i] = dst
+                # Received into a message buffer, unpacked into the destination (which may
+                # be a temporary, allocated only when it is unpacked).
+                dst = store.staging_view(i) if n.reduction else \
+                    view_of(store, False, n.region.name, n.dst, n.rect)
+                self.recv_bufs[i] = self._comm_buffer(n.rect.shape, TORCH_DTYPES[n.region.dtype],
+                                                      store.torch_device[n.dst])
+                self.unpack_to[i] = dst
 
     def _comm_buffer(self, shape, dtype, device: str) -> torch.Tensor:
         """A contiguous message buffer: on the GPU with CUDA-aware MPI, else pinned host."""
@@ -182,12 +180,13 @@ class MPIExecutor:
             mine = [d for d in n.devices if devs[d].rank == self.rank]
             name = n.region.name
             partial = dict(zip(n.devices, n.in_partial))
-            parts = [(self.store.partial if partial[d] else self.store.instance)(name, d, n.rect)
-                     for d in mine]
-            outs = [self.store.instance(name, d, n.rect) for d in mine]
+            parts = [view_of(self.store, partial[d], name, d, n.rect) for d in mine]
+            outs = [view_of(self.store, False, name, d, n.rect) for d in mine]
             grp = tuple(sorted({devs[d].rank for d in n.devices}))
-            dtype = parts[0].dtype if parts[0].dtype in _SUMMABLE else torch.float32
-            acc = torch.empty(parts[0].shape, dtype=dtype, device=parts[0].device)
+            dtype = TORCH_DTYPES[n.region.dtype]
+            dtype = dtype if dtype in _SUMMABLE else torch.float32
+            acc = torch.empty(n.rect.shape, dtype=dtype,
+                              device=self.store.torch_device[mine[0]])
             host = acc if acc.device.type == "cpu" else _host_buffer(acc.shape, dtype, "cuda")
             self.collectives[i] = (parts, outs, acc, host, self.group_comms.get(grp))
 
@@ -205,6 +204,7 @@ class MPIExecutor:
         """The region's full value after the graph ran, on every rank (a collective call)."""
         name = region if isinstance(region, str) else region.name
         reg = self.graph.regions[name]
+        self.store.check_readable(name)      # on every rank alike: no rank enters Bcast alone
         devs = self.graph.machine.devices
         out = None
         pieces = [(r, h[0], False, False) for r, h in self.graph.final_valid.get(name, [])]
@@ -215,7 +215,6 @@ class MPIExecutor:
                 src = (self.store.partial if in_partial else self.store.instance)(name, dev, rect)
                 buf = src.detach().cpu().contiguous().clone()
             else:
-                from .instances import TORCH_DTYPES
                 buf = torch.empty(rect.shape, dtype=TORCH_DTYPES[reg.dtype])
             self.comm.Bcast(_bytes(buf), root=root)
             if out is None:
@@ -254,6 +253,9 @@ class MPIExecutor:
         MPI = self.MPI
         sched = self.sched
         sched.reset()
+        store = self.store
+        store.start_iteration()
+        temps = store.node_temps
         g = self.graph
         todo = deque(sched.start())
         recv_reqs, recv_ids = [], []
@@ -272,11 +274,16 @@ class MPIExecutor:
                 ins = todo.popleft()
                 i = ins.node
                 start = clock()
+                used = temps.get(i, ())
                 if ins.op == RUN:
+                    store.begin(used)
                     self.steps[i]()
+                    store.end(used)
                     todo.extend(sched.node_done(i))
                 elif ins.op == SEND:
                     src, buf, dst = self.send_bufs[i]
+                    store.begin(used)
+                    src = src.t
                     if src.device.type == "cpu":
                         buf.copy_(src)
                         send_reqs.append(self._isend(i))
@@ -287,6 +294,9 @@ class MPIExecutor:
                         ev = torch.cuda.Event()
                         ev.record(torch.cuda.current_stream(src.device))
                         gpu_sends.append((ev, i))
+                    # Packed (on a GPU: queued on the stream, which orders any reuse of the
+                    # memory after it), so the source may be released.
+                    store.end(used)
                     todo.extend(sched.node_done(i))
                 elif ins.op == POST_RECV:
                     n = g.nodes[i]
@@ -296,14 +306,17 @@ class MPIExecutor:
                     recv_ids.append(i)
                     continue
                 elif ins.op == UNPACK:
-                    dst = self.unpack_to.get(i)
-                    if dst is not None:
-                        dst.copy_(self.recv_bufs[i], non_blocking=dst.device.type != "cpu")
+                    store.begin(used)
+                    dst = self.unpack_to[i].t
+                    dst.copy_(self.recv_bufs[i], non_blocking=dst.device.type != "cpu")
+                    store.end(used)
                     todo.extend(sched.node_done(i))
                 elif ins.op == START:
                     parts, outs, acc, host, sub = self.collectives[i]
-                    acc.copy_(parts[0])
+                    store.begin(used)            # released when the collective finishes
+                    acc.copy_(parts[0].t)
                     for p in parts[1:]:
+                        p = p.t
                         acc.add_(p.to(acc.device) if p.device != acc.device else p)
                     if sub is None:
                         self._finish_collective(i)
@@ -384,7 +397,9 @@ class MPIExecutor:
         parts, outs, acc, host, sub = self.collectives[i]
         src = host if sub is not None else acc
         for o in outs:
+            o = o.t
             o.copy_(src, non_blocking=o.device.type != "cpu")
+        self.store.end(self.store.node_temps.get(i, ()))
 
     def _stuck_report(self, recv_ids, coll_ids) -> str:
         g = self.graph

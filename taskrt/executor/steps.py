@@ -1,5 +1,8 @@
 """Turning TaskGraph nodes into ready-to-call steps over an InstanceStore.
 
+Steps hold `View`s whose `.t` is the tensor of a rect of a buffer (re-sliced by the store
+when a temporary is allocated), so a step costs no slicing per call.
+
 The task calling convention: `fn(ctx, *tensors)` receives, per requirement in order, a view
 of the instance (R, WD, RW) or None (Red+). It returns one value per writing requirement
 (WD, RW, Red+) in order, as a tuple (or a bare tensor when there is exactly one): a tensor
@@ -14,9 +17,19 @@ import torch
 
 from ..errors import ExecutionError
 from ..privilege import Privilege
-from .instances import InstanceStore
+from ..liveness import INSTANCE, PARTIAL
+from .instances import TORCH_DTYPES, InstanceStore, View
 
 _RED = Privilege.REDUCE_SUM
+
+
+def view_of(store, partial: bool, name: str, device: int, rect) -> View:
+    """A View of `rect` of the instance (or partial-sum buffer) of `name` on `device`. Stores
+    without views (the cost model's stand-in store) give fixed tensors."""
+    view = getattr(store, "view", None)
+    if view is not None:
+        return view(PARTIAL if partial else INSTANCE, name, device, rect)
+    return View(None, (store.partial if partial else store.instance)(name, device, rect))
 
 
 class TaskContext:
@@ -69,12 +82,11 @@ def task_step(node, store: InstanceStore, contexts: dict) -> Callable[[], None]:
             args.append(None)
             pieces = []
             for piece, partial, accumulate in targets:
-                buf = store.partial if partial else store.instance
                 sl = None if piece == req.rect else piece.slices_within(req.rect)
-                pieces.append((buf(name, dev, piece), sl, accumulate))
+                pieces.append((view_of(store, partial, name, dev, piece), sl, accumulate))
             writes.append((None, 1, tuple(pieces)))
         else:
-            view = store.instance(name, dev, req.rect)
+            view = view_of(store, False, name, dev, req.rect)
             args.append(view)
             if req.privilege.writes:
                 writes.append((view, 0, ()))
@@ -83,7 +95,7 @@ def task_step(node, store: InstanceStore, contexts: dict) -> Callable[[], None]:
 
     def run() -> None:
         try:
-            out = fn(ctx, *args)
+            out = fn(ctx, *[None if v is None else v.t for v in args])
             if nwrites == 0:
                 return
             if nwrites == 1 and not isinstance(out, (tuple, list)):
@@ -94,8 +106,8 @@ def task_step(node, store: InstanceStore, contexts: dict) -> Callable[[], None]:
                                 f"{nwrites} value(s), one per WD/RW/Red+ requirement")
             for value, (view, mode, pieces) in zip(out, writes):
                 if mode == 0:
-                    if value is not None and value is not view:
-                        view.copy_(value)
+                    if value is not None and value is not view.t:
+                        view.t.copy_(value)
                     continue
                 if value is None:
                     raise TypeError("task returned None for a Red+ requirement; return its "
@@ -103,9 +115,9 @@ def task_step(node, store: InstanceStore, contexts: dict) -> Callable[[], None]:
                 for target, sl, accumulate in pieces:
                     part = value if sl is None else value[sl]
                     if accumulate:
-                        target.add_(part)
+                        target.t.add_(part)
                     else:
-                        target.copy_(part)
+                        target.t.copy_(part)
         except ExecutionError:
             raise
         except Exception as exc:
@@ -115,72 +127,73 @@ def task_step(node, store: InstanceStore, contexts: dict) -> Callable[[], None]:
 
 def local_copy_step(node, store: InstanceStore) -> Callable[[], None]:
     """A copy whose source and destination are both owned by this process."""
+    name = node.region.name
     if node.reduction:
-        src = (store.partial if node.from_partial else store.instance)(
-            node.region.name, node.src, node.rect)
-        dst = store.staging[node.id].tensor
+        src = view_of(store, node.from_partial, name, node.src, node.rect)
+        dst = store.staging_view(node.id)
     else:
-        src = store.instance(node.region.name, node.src, node.rect)
-        dst = store.instance(node.region.name, node.dst, node.rect)
+        src = view_of(store, False, name, node.src, node.rect)
+        dst = view_of(store, False, name, node.dst, node.rect)
 
     def run() -> None:
-        dst.copy_(src)
+        dst.t.copy_(src.t)
     return run
 
 
-def reduce_inputs(node, store: InstanceStore) -> list[tuple[tuple[slice, ...], torch.Tensor]]:
+def reduce_inputs(node, store: InstanceStore) -> list[tuple[tuple[slice, ...], View]]:
     """(slices within node.rect, source view) for each input of a ReduceNode, in order."""
     name, dev = node.region.name, node.device
     out = []
     for inp in node.inputs:
-        if inp.source == "instance":
-            view = store.instance(name, dev, inp.rect)
-        elif inp.source == "partial":
-            view = store.partial(name, dev, inp.rect)
+        if inp.source == "staged":
+            view = store.staging_view(inp.copy_id)
         else:
-            view = store.staging[inp.copy_id].tensor
+            view = view_of(store, inp.source == "partial", name, dev, inp.rect)
         out.append((inp.rect.slices_within(node.rect), view))
     return out
 
 
 def reduce_step(node, store: InstanceStore) -> Callable[[], None]:
     inputs = reduce_inputs(node, store)
-    out = store.instance(node.region.name, node.device, node.rect)
+    out = view_of(store, False, node.region.name, node.device, node.rect)
     full = tuple(slice(0, n) for n in node.rect.shape)
     if len(inputs) == 1 and inputs[0][0] == full:
         (_, only), = inputs                     # one partial covering it all: a single copy
 
         def run_one() -> None:
-            out.copy_(only)
+            out.t.copy_(only.t)
         return run_one
-    first_full = inputs[0][0] == full and inputs[0][1].data_ptr() != out.data_ptr()
-    acc = torch.zeros_like(out)
+    # The first input can start the sum when it covers the rect and is not `out` itself.
+    first_full = inputs[0][0] == full and node.inputs[0].source != "instance"
+    acc = torch.zeros(node.rect.shape, dtype=TORCH_DTYPES[node.region.dtype],
+                      device=store.torch_device[node.device])
 
     def run() -> None:
         if first_full:
-            acc.copy_(inputs[0][1])
+            acc.copy_(inputs[0][1].t)
             rest = inputs[1:]
         else:
             acc.zero_()
             rest = inputs
         for sl, view in rest:
-            acc[sl] += view
-        out.copy_(acc)
+            acc[sl] += view.t
+        out.t.copy_(acc)
     return run
 
 
 def local_allreduce_step(node, store: InstanceStore) -> Callable[[], None]:
     """All-reduce among devices all owned by this process: sum in device order, copy out."""
     name = node.region.name
-    parts = [(store.partial if p else store.instance)(name, d, node.rect)
-             for d, p in zip(node.devices, node.in_partial)]
-    outs = [store.instance(name, d, node.rect) for d in node.devices]
-    acc = torch.zeros_like(outs[0])
+    parts = [view_of(store, p, name, d, node.rect) for d, p in zip(node.devices, node.in_partial)]
+    outs = [view_of(store, False, name, d, node.rect) for d in node.devices]
+    acc = torch.zeros(node.rect.shape, dtype=TORCH_DTYPES[node.region.dtype],
+                      device=store.torch_device[node.devices[0]])
 
     def run() -> None:
-        acc.copy_(parts[0])
+        acc.copy_(parts[0].t)
         for p in parts[1:]:
+            p = p.t
             acc.add_(p.to(acc.device, non_blocking=True) if p.device != acc.device else p)
         for o in outs:
-            o.copy_(acc)
+            o.t.copy_(acc)
     return run

@@ -83,7 +83,8 @@ def oracle_machine(num_devices):
 
 def parallel_steps(model, feeds, strategy, num_devices=4, optimizer=None, steps=2):
     model.step_count = 0
-    trainer = model.compile(oracle_machine(num_devices), strategy, optimizer)
+    # keep="all": every activation and gradient is read after each step.
+    trainer = model.compile(oracle_machine(num_devices), strategy, optimizer, keep="all")
     records = []
     for _ in range(steps):
         loss = trainer.step(feeds)

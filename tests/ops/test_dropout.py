@@ -32,7 +32,7 @@ def test_same_mask_under_every_split(cfg):
 
 def _zeros_per_step(m, feeds, steps=2):
     tr = m.compile(Machine.local(4), {"drop": ParallelConfig.of([2, 0, 3, 1], n=2, a1=2)},
-                   SGD(lr=0.1))
+                   SGD(lr=0.1), keep=["drop"])
     masks = []
     for _ in range(steps):
         tr.step(feeds)
@@ -77,7 +77,7 @@ def test_p_zero_and_one():
 def test_identity_when_not_training():
     m, feeds = net()
     tr = m.compile(Machine.local(4), {"drop": ParallelConfig.of([3, 1, 2], n=3)},
-                   training=False)
+                   training=False, keep=["drop"])
     tr.step(feeds)
     assert torch.equal(tr.read("drop"), feeds["x"])
 

@@ -280,15 +280,17 @@ def test_data_parallel_mlp_syncs_each_weight_once_by_the_closed_form():
 
 
 # -- memory ---------------------------------------------------------------------------------
-# d2 holds an instance of 800_000 B and a partial buffer of 100_000 B and stages a reduction
-# copy of `staged` float32 elements from d1; capacity 1_000_000 B.
+# d2 holds an instance of 800_000 B and a partial buffer of 100_000 B (initial data: they
+# persist) and stages a reduction copy of `staged` float32 elements from d1's instance (both
+# temporaries, live while the copy runs); capacity 1_000_000 B.
 @pytest.mark.parametrize("staged,over", [(24_999, None), (25_000, None), (25_001, 4)])
 def test_memory_over_capacity_is_invalid(staged, over):
     hg = HandGraph(lab(capacity=1_000_000))
     a, p, s = hg.region("a", 200_000), hg.region("p", 25_000), hg.region("s", staged)
     hg.hold(a, 2)
     hg.hold(p, 2, partial=True)
-    hg.hold(s, 1, partial=True)
+    hg.graph.initial_valid.update({"a": [(a.rect, (2,))], "p": [(p.rect, (2,))]})
+    hg.hold(s, 1)
     hg.task("T", 2, 1 * MS)
     hg.copy(s, 1, 2, reduction=True)
     r = run(hg)

@@ -1,0 +1,217 @@
+"""Liveness: which buffers of a TaskGraph are temporaries, who uses them, and the peak memory.
+
+A buffer is an instance or partial-sum buffer of a region on a device, or a reduction copy's
+staging buffer. It is *persistent* when its data must outlive the iteration: the region is
+initial data of the graph (weights, optimizer state, inputs) or in the `keep` set the caller
+reads after run(). Every other buffer is a *temporary*: its data is made and consumed within
+one iteration (an activation, its gradient, partial sums, staged reductions). Its users on
+its device are the nodes that read or write it (tasks, copies into or out of it, reduces,
+all-reduces). The executors allocate a temporary when its first user starts and release it
+after its last user; the simulator counts it from the earliest start to the latest end of its
+users. Both take the users and the peak from this module, so the modelled peak is the run's.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import PlanError
+from .privilege import Privilege
+
+INSTANCE, PARTIAL, STAGING = 0, 1, 2
+_READS = (Privilege.READ, Privilege.READ_WRITE)
+_READ = Privilege.READ
+
+
+def buffers_of(node, nodes) -> tuple:
+    """The buffers one node uses, each once: keys (kind, region name, device, copy node)
+    where the copy node is set only for a staging buffer (kind STAGING)."""
+    kind = node.kind
+    if kind == "task":
+        d = node.device
+        out = []
+        for req, targets in zip(node.requirements, node.targets):
+            name = req.region.name
+            if targets is None:
+                out.append((INSTANCE, name, d, None))
+            else:
+                for _, partial, _ in targets:
+                    out.append((PARTIAL if partial else INSTANCE, name, d, None))
+        return tuple(dict.fromkeys(out))
+    name = node.region.name
+    if kind == "copy":
+        if node.reduction:
+            return ((PARTIAL if node.from_partial else INSTANCE, name, node.src, None),
+                    (STAGING, name, node.dst, node))
+        return ((INSTANCE, name, node.src, None), (INSTANCE, name, node.dst, None))
+    if kind == "reduce":
+        d = node.device
+        out = [(INSTANCE, name, d, None)]
+        for inp in node.inputs:
+            if inp.source == "staged":
+                out.append((STAGING, name, d, nodes[inp.copy_id]))
+            else:
+                out.append((PARTIAL if inp.source == "partial" else INSTANCE, name, d, None))
+        return tuple(dict.fromkeys(out))
+    out = []                                            # all-reduce
+    for d, partial in zip(node.devices, node.in_partial or (False,) * len(node.devices)):
+        out.append((PARTIAL if partial else INSTANCE, name, d, None))
+        out.append((INSTANCE, name, d, None))
+    return tuple(dict.fromkeys(out))
+
+
+def buffer_bytes(graph, key) -> int:
+    kind, name, dev, copy = key
+    if kind == STAGING:
+        return copy.nbytes
+    rects = graph.instance_rects if kind == INSTANCE else graph.partial_rects
+    return graph.regions[name].nbytes(rects[name, dev])
+
+
+def task_reads_writes(node) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Names of the regions a task reads (R, RW) and writes (WD, RW, Red+)."""
+    reads, writes = [], []
+    for req in node.requirements:
+        if req.privilege in _READS:
+            reads.append(req.region.name)
+        if req.privilege is not _READ:
+            writes.append(req.region.name)
+    return tuple(reads), tuple(writes)
+
+
+def add_reader_writes(readers_write: dict[str, set], node) -> None:
+    """Record, per region a task reads, the regions that task writes (for results_of)."""
+    reads, writes = task_reads_writes(node)
+    for name in writes:
+        readers_write.setdefault(name, set())
+    for name in reads:
+        readers_write.setdefault(name, set()).update(writes)
+
+
+def results_of(readers_write: dict[str, set]) -> set[str]:
+    """The regions kept by default: the graph's results (regions no writing task reads: the
+    loss, an inference model's outputs) and what the tasks writing them read (the logits and
+    labels the loss is computed from). `readers_write`: region -> regions written by the
+    tasks that read it (see add_reader_writes)."""
+    sinks = {name for name, w in readers_write.items() if not w}
+    return sinks | {name for name, w in readers_write.items() if w & sinks}
+
+
+def resolve_keep(graph, keep, results: set[str]) -> set[str]:
+    """The regions whose buffers persist: initial data, plus "all" regions, or the graph's
+    results (keep=None), or the results and the named regions (an iterable of names or
+    objects with a .name)."""
+    persistent = set(graph.initial_valid)
+    if isinstance(keep, str) and keep == "all":
+        return persistent | set(graph.regions)
+    persistent |= results
+    if keep is None:
+        return persistent
+    if isinstance(keep, str):
+        raise PlanError(f"keep='{keep}': pass 'all', None (the graph's results) or a list of "
+                        "region names.")
+    names = {k if isinstance(k, str) else k.name for k in keep}
+    unknown = sorted(names - set(graph.regions))
+    if unknown:
+        raise PlanError(f"keep: regions {unknown[:8]} are not used by this graph; known "
+                        f"regions include {sorted(graph.regions)[:8]}.")
+    return persistent | names
+
+
+@dataclass
+class Liveness:
+    """Temporaries of a graph (those on `devices`, or all): key, device, bytes and the ids of
+    their users in id order; and the bytes of persistent buffers per device."""
+    keys: list
+    device: list[int]
+    nbytes: list[int]
+    users: list[list[int]]
+    persistent: dict[int, int]
+    kept: set[str]
+
+    @classmethod
+    def of(cls, graph, keep=None, devices=None) -> "Liveness":
+        nodes = graph.nodes
+        users: dict = {}
+        readers_write: dict[str, set] = {}
+        for node in nodes:
+            if node.kind == "task":
+                add_reader_writes(readers_write, node)
+            i = node.id
+            for key in buffers_of(node, nodes):
+                lst = users.get(key)
+                if lst is None:
+                    users[key] = [i]
+                else:
+                    lst.append(i)
+        kept = resolve_keep(graph, keep, results_of(readers_write))
+        owned = None if devices is None else set(devices)
+        persistent: dict[int, int] = {}
+        temps = cls([], [], [], [], persistent, kept)
+        for kind, rects in ((INSTANCE, graph.instance_rects), (PARTIAL, graph.partial_rects)):
+            for (name, dev), rect in rects.items():
+                if owned is None or dev in owned:
+                    temps._add((kind, name, dev, None), graph.regions[name].nbytes(rect), users)
+        for key in users:
+            if key[0] == STAGING and (owned is None or key[2] in owned):
+                temps._add(key, key[3].nbytes, users)
+        return temps
+
+    def _add(self, key, nbytes: int, users: dict) -> None:
+        dev = key[2]
+        if key[1] in self.kept:
+            self.persistent[dev] = self.persistent.get(dev, 0) + nbytes
+        elif key in users:                  # a temporary nobody uses is never allocated
+            self.keys.append(key)
+            self.device.append(dev)
+            self.nbytes.append(nbytes)
+            self.users.append(users[key])
+
+    def peak(self, start, end) -> dict[int, int]:
+        """Peak bytes per device when node i runs from start[i] to end[i]."""
+        return peak_bytes(self.device, self.nbytes, self.users, start, end, self.persistent)
+
+    def peak_in_id_order(self) -> dict[int, int]:
+        """The peak when nodes run one at a time in id order (as LocalExecutor runs them)."""
+        n = 1 + max((u[-1] for u in self.users), default=-1)
+        return self.peak(np.arange(n), np.arange(1, n + 1))
+
+
+def peak_bytes(device, nbytes, users, start, end, persistent) -> dict[int, int]:
+    """Persistent bytes plus the most temporaries live at once, per device. Temporary k lives
+    from the earliest start to the latest end of its users (node ids `users[k]`); at equal
+    times releases come first (a buffer freed as a node ends is reusable by the next one),
+    except where a user ending last takes no time: that one still needs the buffer then."""
+    out = dict(persistent)
+    if not users:
+        return out
+    start = np.asarray(start, dtype=np.float64)
+    end = np.asarray(end, dtype=np.float64)
+    lengths = np.fromiter((len(u) for u in users), dtype=np.int64, count=len(users))
+    flat = np.fromiter((i for u in users for i in u), dtype=np.int64, count=int(lengths.sum()))
+    offsets = np.zeros(len(users), dtype=np.int64)
+    np.cumsum(lengths[:-1], out=offsets[1:])
+    starts, ends = start[flat], end[flat]
+    born = np.minimum.reduceat(starts, offsets)
+    dies = np.maximum.reduceat(ends, offsets)
+    # Released after the allocations at its time when a user ending last takes no time.
+    instant = np.logical_or.reduceat((ends == np.repeat(dies, lengths)) & (starts == ends),
+                                     offsets)
+    dev = np.asarray(device, dtype=np.int64)
+    size = np.asarray(nbytes, dtype=np.int64)
+    # Events: (device, time, order, +-bytes); order 0 release, 1 allocate, 2 late release.
+    times = np.concatenate([born, dies])
+    order = np.concatenate([np.ones(len(born), dtype=np.int8),
+                            np.where(instant, 2, 0).astype(np.int8)])
+    devs = np.concatenate([dev, dev])
+    delta = np.concatenate([size, -size])
+    idx = np.lexsort((order, times, devs))
+    live = np.cumsum(delta[idx])          # each device's events sum to 0: per-device sums
+    devs = devs[idx]
+    bounds = np.flatnonzero(np.diff(devs)) + 1
+    firsts = np.concatenate([[0], bounds])
+    peaks = np.maximum.reduceat(live, firsts)
+    for d, p in zip(devs[firsts].tolist(), peaks.tolist()):
+        out[d] = out.get(d, 0) + max(int(p), 0)
+    return out
