@@ -268,7 +268,7 @@ class _Lowering:
         updates = {}
         for part in parts.values():
             updates.update(part.updates)
-        launches += [updates[w.name] for w in model.weights if w.name in updates]
+        launches += [updates[w.name] for w in backward_order(model) if w.name in updates]
         initial: dict[str, dict] = {}
         for op in model.ops:
             for name, pieces in parts[op.name].initial_forward.items():
@@ -297,6 +297,16 @@ class _Lowering:
                             found = True
                 if found:
                     break
+
+
+def backward_order(model: Model) -> list:
+    """The weights in the order backward finishes their gradients: the last operator's
+    first. Updates are launched in this order, so the all-reduces of their gradients come in
+    it too, and every rank (which starts its collectives in program order) and the simulator
+    (FIFO per link in program order) can start each as soon as its gradient is ready,
+    overlapping synchronization with the rest of backward."""
+    position = {op.name: k for k, op in enumerate(model.ops)}
+    return sorted(model.weights, key=lambda w: -position[w.owner.name])
 
 
 def lower(model: Model, strategy: Mapping[str, ParallelConfig] | None, machine: Machine,
