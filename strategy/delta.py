@@ -152,14 +152,24 @@ class SimulationSession:
         else:
             for name in touched:
                 per_region[name] = self._region_memory(name)
-            # A task of an unchanged launch is a new object when its Red+ targets changed:
-            # regions whose cached users are not all in this graph are collected again.
-            nodes, n = graph.nodes, len(graph.nodes)
-            for name in self.planner.planners:
-                users = per_region[name][1]
-                if not all(u.id < n and nodes[u.id] is u for lst in users.values() for u in lst):
-                    per_region[name] = self._region_memory(name)
+        # Users' ids in this graph, per region and buffer. A task of an unchanged launch is
+        # a new object when its Red+ targets changed: a region whose cached users are not
+        # all in this graph (at their ids) is collected again.
+        nodes = graph.nodes
+        at = nodes.__getitem__
         names = self.planner.planners
+        ids_of: dict[str, dict] = {}
+        for name in names:
+            for attempt in (0, 1):
+                users = per_region[name][1]
+                ids = {key: [u.id for u in lst] for key, lst in users.items()}
+                try:
+                    if all(list(map(at, ids[key])) == lst for key, lst in users.items()):
+                        break
+                except IndexError:
+                    pass
+                per_region[name] = self._region_memory(name)
+            ids_of[name] = ids
         kept = set(graph.initial_valid) | results_of(
             {name: per_region[name][2] for name in names if per_region[name][2] is not None})
         persistent: dict[int, int] = {}
@@ -170,12 +180,13 @@ class SimulationSession:
                 for key, b in sizes:
                     persistent[key[2]] = persistent.get(key[2], 0) + b
                 continue
+            ids = ids_of[name]
             for key, b in sizes:
-                lst = users.get(key)
+                lst = ids.get(key)
                 if lst:
                     device.append(key[2])
                     nbytes.append(b)
-                    user_ids.append([n.id for n in lst])
+                    user_ids.append(lst)
         return peak_bytes(device, nbytes, user_ids, start, end, persistent)
 
     def _propagate(self, touched=None) -> SimResult:

@@ -21,7 +21,7 @@ from .privilege import Privilege
 
 INSTANCE, PARTIAL, STAGING = 0, 1, 2
 _READS = (Privilege.READ, Privilege.READ_WRITE)
-_READ = Privilege.READ
+_READ, _RW = Privilege.READ, Privilege.READ_WRITE
 
 
 def buffers_of(node, nodes) -> tuple:
@@ -80,20 +80,12 @@ def task_reads_writes(node) -> tuple[tuple[str, ...], tuple[str, ...]]:
     return tuple(reads), tuple(writes)
 
 
-def add_reader_writes(readers_write: dict[str, set], node) -> None:
-    """Record, per region a task reads, the regions that task writes (for results_of)."""
-    reads, writes = task_reads_writes(node)
-    for name in writes:
-        readers_write.setdefault(name, set())
-    for name in reads:
-        readers_write.setdefault(name, set()).update(writes)
-
-
 def results_of(readers_write: dict[str, set]) -> set[str]:
     """The regions kept by default: the graph's results (regions no writing task reads: the
     loss, an inference model's outputs) and what the tasks writing them read (the logits and
     labels the loss is computed from). `readers_write`: region -> regions written by the
-    tasks that read it (see add_reader_writes)."""
+    tasks that read it, for every region a task uses. (Liveness.of computes the same set in
+    its one pass over the graph.)"""
     sinks = {name for name, w in readers_write.items() if not w}
     return sinks | {name for name, w in readers_write.items() if w & sinks}
 
@@ -134,39 +126,69 @@ class Liveness:
     def of(cls, graph, keep=None, devices=None) -> "Liveness":
         nodes = graph.nodes
         users: dict = {}
-        readers_write: dict[str, set] = {}
+        read_by_writer: set[str] = set()
         for node in nodes:
-            if node.kind == "task":
-                add_reader_writes(readers_write, node)
             i = node.id
-            for key in buffers_of(node, nodes):
+            if node.kind == "task":             # buffers_of and task_reads_writes, inlined
+                d = node.device
+                keys, reads, writes = [], [], False
+                for req, targets in zip(node.requirements, node.targets):
+                    name = req.region.name
+                    priv = req.privilege
+                    if priv is _READ:
+                        reads.append(name)
+                    else:
+                        writes = True
+                        if priv is _RW:
+                            reads.append(name)
+                    if targets is None:
+                        keys.append((INSTANCE, name, d, None))
+                    else:
+                        for _, partial, _ in targets:
+                            keys.append((PARTIAL if partial else INSTANCE, name, d, None))
+                if writes:
+                    read_by_writer.update(reads)
+            else:
+                keys = buffers_of(node, nodes)
+            for key in keys:
                 lst = users.get(key)
                 if lst is None:
                     users[key] = [i]
-                else:
+                elif lst[-1] != i:              # a node uses a buffer once
                     lst.append(i)
-        kept = resolve_keep(graph, keep, results_of(readers_write))
+        sinks = set(graph.regions) - read_by_writer
+        results = set(sinks)
+        for key, lst in users.items():          # what the tasks writing a result read
+            if key[1] in sinks:
+                for i in lst:
+                    reads, writes = task_reads_writes(nodes[i]) if nodes[i].kind == "task" \
+                        else ((), ())
+                    if key[1] in writes:
+                        results.update(reads)
+        kept = resolve_keep(graph, keep, results)
         owned = None if devices is None else set(devices)
-        persistent: dict[int, int] = {}
-        temps = cls([], [], [], [], persistent, kept)
-        for kind, rects in ((INSTANCE, graph.instance_rects), (PARTIAL, graph.partial_rects)):
-            for (name, dev), rect in rects.items():
-                if owned is None or dev in owned:
-                    temps._add((kind, name, dev, None), graph.regions[name].nbytes(rect), users)
-        for key in users:
-            if key[0] == STAGING and (owned is None or key[2] in owned):
-                temps._add(key, key[3].nbytes, users)
-        return temps
-
-    def _add(self, key, nbytes: int, users: dict) -> None:
-        dev = key[2]
-        if key[1] in self.kept:
-            self.persistent[dev] = self.persistent.get(dev, 0) + nbytes
-        elif key in users:                  # a temporary nobody uses is never allocated
-            self.keys.append(key)
-            self.device.append(dev)
-            self.nbytes.append(nbytes)
-            self.users.append(users[key])
+        live = cls([], [], [], [], {}, kept)
+        persistent, regions = live.persistent, graph.regions
+        keys, device, nbytes, user_lists = live.keys, live.device, live.nbytes, live.users
+        buffers = [((kind, name, dev, None), regions[name], rect)
+                   for kind, rects in ((INSTANCE, graph.instance_rects),
+                                       (PARTIAL, graph.partial_rects))
+                   for (name, dev), rect in rects.items()]
+        buffers += [(key, key[3].region, key[3].rect) for key in users if key[0] == STAGING]
+        for key, region, rect in buffers:
+            dev = key[2]
+            if owned is not None and dev not in owned:
+                continue
+            if key[1] in kept:
+                persistent[dev] = persistent.get(dev, 0) + region.nbytes(rect)
+            else:
+                lst = users.get(key)
+                if lst is not None:         # a temporary nobody uses is never allocated
+                    keys.append(key)
+                    device.append(dev)
+                    nbytes.append(region.nbytes(rect))
+                    user_lists.append(lst)
+        return live
 
     def peak(self, start, end) -> dict[int, int]:
         """Peak bytes per device when node i runs from start[i] to end[i]."""
