@@ -34,7 +34,8 @@ class View:
 class Buffer:
     """One tensor holding `rect` of a region on one device (persistent or temporary)."""
     __slots__ = ("region", "rect", "device", "torch_device", "dtype", "numel", "nbytes",
-                 "temporary", "tensor", "flat", "sliced_for", "views", "users", "remaining")
+                 "temporary", "tensor", "flat", "sliced_for", "shaped", "views", "users",
+                 "remaining", "on_cpu", "size_key")
 
     def __init__(self, region, rect: Rect, device: int, torch_device: str, temporary: bool):
         self.region, self.rect, self.device = region, rect, device
@@ -43,9 +44,11 @@ class Buffer:
         self.numel = rect.volume
         self.nbytes = region.nbytes(rect)
         self.temporary = temporary
+        self.on_cpu = torch.device(torch_device).type == "cpu"
+        self.size_key = (torch_device, self.dtype, self.numel)      # free-list class
         self.views: dict[Rect, View] = {}
         self.users = self.remaining = 0
-        self.tensor = self.flat = self.sliced_for = None
+        self.tensor = self.flat = self.sliced_for = self.shaped = None
         if not temporary:
             self.attach(torch.zeros(self.numel, dtype=self.dtype, device=torch_device))
 
@@ -60,16 +63,17 @@ class Buffer:
     def attach(self, flat: torch.Tensor) -> None:
         """Give the buffer its storage; views are re-sliced only for new storage."""
         self.flat = flat
-        self.tensor = flat.view(self.rect.shape)
         if self.sliced_for is not flat:
             self.sliced_for = flat
+            self.shaped = flat.view(self.rect.shape)
             for v in self.views.values():
-                v.t = self.tensor[v.slices]
+                v.t = self.shaped[v.slices]
+        self.tensor = self.shaped
 
     def detach(self) -> torch.Tensor:
         flat, self.flat, self.tensor = self.flat, None, None
-        if flat.device.type != "cpu":       # views must not keep device memory alive
-            self.sliced_for = None
+        if not self.on_cpu:                 # views must not keep device memory alive
+            self.sliced_for = self.shaped = None
             for v in self.views.values():
                 v.t = None
         return flat
@@ -83,6 +87,9 @@ class InstanceStore:
         self.graph = graph
         machine = graph.machine
         self.owned = set(device_ids)
+        # The countdown (begin/end) is right in any order of running nodes (MPI); an
+        # executor running in a fixed order may instead begin() before a temporary's first
+        # user and release() after its last.
         self.torch_device = {d: machine.devices[d].torch_device for d in self.owned}
         self.liveness = Liveness.of(graph, keep, self.owned)
         self.kept = self.liveness.kept
@@ -109,7 +116,8 @@ class InstanceStore:
             self.temporaries.append(buf)
             for i in users:
                 self.node_temps[i] = self.node_temps.get(i, ()) + (buf,)
-        self._free: dict[tuple, list[torch.Tensor]] = {}
+        # CPU free list: (device, dtype, numel) -> {id(flat): flat}
+        self._free: dict[tuple, dict[int, torch.Tensor]] = {}
         self.live = {d: 0 for d in self.owned}
         for bufs in (self.instances, self.partials, self.staging):
             for b in bufs.values():
@@ -165,9 +173,13 @@ class InstanceStore:
         """Node about to run: allocate the temporaries it uses that are not yet allocated."""
         for b in temps:
             if b.tensor is None:
-                flats = self._free.get((b.torch_device, b.dtype, b.numel))
+                flats = self._free.get(b.size_key)
                 if flats:
-                    b.attach(flats.pop())
+                    # Its storage of last time if free (so its views stand: with the same
+                    # order every iteration, every buffer gets its own back), else any.
+                    mine = b.sliced_for
+                    flat = flats.pop(id(mine), None) if mine is not None else None
+                    b.attach(flat if flat is not None else flats.popitem()[1])
                 else:
                     b.attach(torch.empty(b.numel, dtype=b.dtype, device=b.torch_device))
                 live = self.live[b.device] = self.live[b.device] + b.nbytes
@@ -181,15 +193,22 @@ class InstanceStore:
             if b.remaining == 0:
                 self._release(b)
 
+    def release(self, temps) -> None:
+        """Release temporaries whose last user is done (for an executor that knows it)."""
+        for b in temps:
+            b.remaining = 0
+            self._release(b)
+
     def _release(self, b: Buffer) -> None:
         flat = b.detach()
         self.live[b.device] -= b.nbytes
-        if flat.device.type == "cpu":
-            self._free.setdefault((b.torch_device, b.dtype, b.numel), []).append(flat)
+        if b.on_cpu:
+            self._free.setdefault(b.size_key, {})[id(flat)] = flat
 
     def free_list_bytes(self) -> int:
         """Bytes held for reuse by the CPU free list (not live, but not returned either)."""
-        return sum(t.numel() * t.element_size() for ts in self._free.values() for t in ts)
+        return sum(t.numel() * t.element_size() for ts in self._free.values()
+                   for t in ts.values())
 
     def bytes_per_device(self) -> dict[int, int]:
         """Peak bytes live per device over the last run (persistent buffers included);

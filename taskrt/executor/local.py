@@ -34,9 +34,15 @@ class LocalExecutor:
                 self.steps.append(reduce_step(node, self.store))
             else:
                 self.steps.append(local_allreduce_step(node, self.store))
-        temps = self.store.node_temps
-        # (step, temporaries it uses or ()) per node, in id order
-        self.plan = [(step, temps.get(i, ())) for i, step in enumerate(self.steps)]
+        # Nodes run in id order, so each temporary's first and last user are known: per node
+        # (step, temporaries to allocate before it, temporaries to release after it).
+        first: dict[int, list] = {}
+        last: dict[int, list] = {}
+        for buf, users in zip(self.store.temporaries, self.store.liveness.users):
+            first.setdefault(users[0], []).append(buf)
+            last.setdefault(users[-1], []).append(buf)
+        self.plan = [(step, tuple(first.get(i, ())), tuple(last.get(i, ())))
+                     for i, step in enumerate(self.steps)]
         self.record_trace = record_trace
         self.trace: list[TraceEvent] = []
 
@@ -85,25 +91,24 @@ class LocalExecutor:
         """Execute every node once, in id order."""
         store = self.store
         store.start_iteration()
-        begin, end = store.begin, store.end
+        begin, release = store.begin, store.release
         if not self.record_trace:
-            for step, temps in self.plan:
-                if temps:
-                    begin(temps)
-                    step()
-                    end(temps)
-                else:
-                    step()
+            for step, allocate, free in self.plan:
+                if allocate:
+                    begin(allocate)
+                step()
+                if free:
+                    release(free)
             return
         clock = time.perf_counter
         t0 = clock()
         nodes = self.graph.nodes
         events = self.trace = []
-        for node, (step, temps) in zip(nodes, self.plan):
+        for node, (step, allocate, free) in zip(nodes, self.plan):
             start = clock()
-            begin(temps)
+            begin(allocate)
             step()
-            end(temps)
+            release(free)
             stop = clock()
             events.append(TraceEvent(node.id, node.kind, node_label(node), node_track(node),
                                      start - t0, stop - t0, getattr(node, "nbytes", 0)))
