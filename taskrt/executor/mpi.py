@@ -6,9 +6,11 @@ are allocated when a node using them starts here and released after this rank's 
 (a send is done once packed, a receive once unpacked). Copies between ranks are
 non-blocking sends/receives into preallocated contiguous buffers, tagged by their sequence
 number among the copies of the same (source rank, destination rank) pair; receives are
-posted before anything runs. All-reduces sum the partials of this rank's devices, then run a
-non-blocking MPI all-reduce on a cached sub-communicator of the ranks involved. The progress
-loop never busy-waits: with nothing to do it sleeps with a short, growing back-off.
+posted before anything runs. All-reduces sum the partials of this rank's devices, then run
+as non-blocking MPI all-reduces of gradient buckets on cached sub-communicators of the ranks
+involved (taskrt/executor/collectives.py). The progress loop polls MPI between tasks while
+anything is in flight (at most every POLL_BUSY_S), and never busy-waits: with nothing to do
+it sleeps with a short, growing back-off.
 
 Failures: an exception on any rank prints the rank, the node and the error and aborts every
 rank; the watchdog aborts with the list of awaited messages when nothing happened for
@@ -25,13 +27,13 @@ from collections import deque
 import torch
 
 from ..errors import ExecutionError, PlanError
+from .collectives import Collectives
 from .instances import TORCH_DTYPES, InstanceStore
 from .scheduler import (COLLECT, POST_RECV, RECV, RUN, SEND, START, UNPACK, RankScheduler)
 from .steps import local_copy_step, reduce_step, task_step, view_of
 from ..trace import TraceEvent, node_label, node_track
 
-_SUMMABLE = {torch.float32, torch.float64, torch.int32, torch.int64}
-
+POLL_BUSY_S = 1e-4      # between polls of MPI while tasks run and messages are in flight
 
 def _mpi():
     from mpi4py import MPI
@@ -48,6 +50,21 @@ def _bytes(t: torch.Tensor):
 def _host_buffer(shape, dtype, device: str) -> torch.Tensor:
     pin = device.startswith("cuda") and torch.cuda.is_available()
     return torch.empty(shape, dtype=dtype, pin_memory=pin)
+
+
+def completed(MPI, requests: list, what) -> list[int]:
+    """Indices of the requests that completed (MPI Testsome). One that completed with an error
+    (its peer died: MPI completes pending requests with an error status rather than leave
+    them hanging) raises ExecutionError naming it (`what(index)`), rather than letting the
+    rank go on with a buffer that never got its data."""
+    statuses = [MPI.Status() for _ in requests]
+    idx = MPI.Request.Testsome(requests, statuses)
+    for n, k in enumerate(idx or ()):
+        err = statuses[n].Get_error()
+        if err != MPI.SUCCESS:
+            raise ExecutionError(f"{what(k)} failed in MPI (error {err}: "
+                                 f"{MPI.Get_error_string(err)}); a rank it depends on died?")
+    return idx or []
 
 
 def cuda_aware_mpi() -> bool:
@@ -172,23 +189,9 @@ class MPIExecutor:
             sub = self.comm.Split(color, self.rank)
             if self.rank in grp:
                 self.group_comms[grp] = sub
-        self.collectives = {}
-        for i, role in self.sched.roles.items():
-            if role != COLLECT:
-                continue
-            n = self.graph.nodes[i]
-            mine = [d for d in n.devices if devs[d].rank == self.rank]
-            name = n.region.name
-            partial = dict(zip(n.devices, n.in_partial))
-            parts = [view_of(self.store, partial[d], name, d, n.rect) for d in mine]
-            outs = [view_of(self.store, False, name, d, n.rect) for d in mine]
-            grp = tuple(sorted({devs[d].rank for d in n.devices}))
-            dtype = TORCH_DTYPES[n.region.dtype]
-            dtype = dtype if dtype in _SUMMABLE else torch.float32
-            acc = torch.empty(n.rect.shape, dtype=dtype,
-                              device=self.store.torch_device[mine[0]])
-            host = acc if acc.device.type == "cpu" else _host_buffer(acc.shape, dtype, "cuda")
-            self.collectives[i] = (parts, outs, acc, host, self.group_comms.get(grp))
+        self.collectives = Collectives(
+            self.graph, self.rank, self.store, self.group_comms,
+            [i for i, role in self.sched.roles.items() if role == COLLECT], _host_buffer, MPI)
 
     # -- data in and out ---------------------------------------------------------------------
     def write(self, region, value: torch.Tensor) -> None:
@@ -259,16 +262,40 @@ class MPIExecutor:
         g = self.graph
         todo = deque(sched.start())
         recv_reqs, recv_ids = [], []
-        coll_reqs, coll_ids = [], []
+        colls = self.collectives
         send_reqs = []
-        gpu_sends, gpu_colls = [], []     # (event, node): device-to-host copies in flight
+        gpu_sends = []                    # (event, node): device-to-host copies in flight
         self.sent = []
         self.wait_s = 0.0
         clock = time.perf_counter
         t0 = clock()
         trace = [] if self.record_trace else None
-        last_event = clock()
+        last_event = last_poll = clock()
         sleep = 2e-5
+
+        def poll() -> bool:
+            """Advance messages and collectives; whether anything happened."""
+            progressed = False
+            for k in range(len(gpu_sends) - 1, -1, -1):
+                ev, i = gpu_sends[k]
+                if ev.query():
+                    del gpu_sends[k]
+                    progressed = True
+                    send_reqs.append(self._isend(i))
+            if recv_reqs:
+                idx = completed(MPI, recv_reqs, lambda k: "message from rank "
+                                f"{g.machine.devices[g.nodes[recv_ids[k]].src].rank} for "
+                                f"{g.nodes[recv_ids[k]].describe()}")
+                if idx:
+                    for k in sorted(idx, reverse=True):
+                        todo.extend(sched.message_arrived(recv_ids[k]))
+                        del recv_reqs[k], recv_ids[k]
+                    progressed = True
+            if colls.busy:
+                for j in colls.poll():
+                    todo.extend(sched.node_done(j))
+                    progressed = True
+            return progressed
         while not sched.finished:
             while todo:
                 ins = todo.popleft()
@@ -312,66 +339,31 @@ class MPIExecutor:
                     store.end(used)
                     todo.extend(sched.node_done(i))
                 elif ins.op == START:
-                    parts, outs, acc, host, sub = self.collectives[i]
                     store.begin(used)            # released when the collective finishes
-                    acc.copy_(parts[0].t)
-                    for p in parts[1:]:
-                        p = p.t
-                        acc.add_(p.to(acc.device) if p.device != acc.device else p)
-                    if sub is None:
-                        self._finish_collective(i)
-                        todo.extend(sched.node_done(i))
-                    elif host is acc:
-                        coll_reqs.append(self._iallreduce(i))
-                        coll_ids.append(i)
-                    else:
-                        host.copy_(acc, non_blocking=True)
-                        ev = torch.cuda.Event()
-                        ev.record(torch.cuda.current_stream(acc.device))
-                        gpu_colls.append((ev, i))
+                    for j in colls.start(i):
+                        todo.extend(sched.node_done(j))
                     todo.extend(sched.collective_started(i))
                 if trace is not None:
                     n = g.nodes[i]
                     trace.append(TraceEvent(i, n.kind, node_label(n), node_track(n),
                                             start - t0, clock() - t0, getattr(n, "nbytes", 0)))
                 last_event = clock()
+                if (colls.busy or recv_reqs) and last_event - last_poll >= POLL_BUSY_S:
+                    # MPI progresses a non-blocking collective (and a large message) only
+                    # inside MPI calls: poll between tasks, not only when idle, so that the
+                    # gradients' all-reduces run during the rest of backward.
+                    last_poll = last_event
+                    poll()
             if sched.finished:
                 break
-            progressed = False
-            for k in range(len(gpu_sends) - 1, -1, -1):
-                ev, i = gpu_sends[k]
-                if ev.query():
-                    del gpu_sends[k]
-                    progressed = True
-                    send_reqs.append(self._isend(i))
-            # Collectives must start in the same order on every rank: strictly first in, first
-            # out, even when a later device-to-host copy finished first.
-            while gpu_colls and gpu_colls[0][0].query():
-                _, i = gpu_colls.pop(0)
-                progressed = True
-                coll_reqs.append(self._iallreduce(i))
-                coll_ids.append(i)
-            if recv_reqs:
-                idx = MPI.Request.Testsome(recv_reqs)
-                if idx:
-                    for k in sorted(idx, reverse=True):
-                        todo.extend(sched.message_arrived(recv_ids[k]))
-                        del recv_reqs[k], recv_ids[k]
-                    progressed = True
-            for k in range(len(coll_reqs) - 1, -1, -1):
-                if coll_reqs[k].Test():
-                    i = coll_ids[k]
-                    del coll_reqs[k], coll_ids[k]
-                    self._finish_collective(i)
-                    todo.extend(sched.node_done(i))
-                    progressed = True
+            progressed = poll()
             if progressed or todo:
                 last_event = clock()
                 sleep = 2e-5
                 continue
             now = clock()
             if now - last_event > self.watchdog_s:
-                raise ExecutionError(self._stuck_report(recv_ids, coll_ids))
+                raise ExecutionError(self._stuck_report(recv_ids, colls.waiting()))
             time.sleep(sleep)
             sleep = min(sleep * 2, self.poll_max_s)
             self.wait_s += clock() - now
@@ -387,19 +379,6 @@ class MPIExecutor:
         _, buf, dst = self.send_bufs[i]
         self.sent.append((i, dst, buf.numel() * buf.element_size()))
         return self.comm.Isend(_bytes(buf), dest=dst, tag=self.tags[i])
-
-    def _iallreduce(self, i: int):
-        """Start collective i on its host buffer (the local sum is in it)."""
-        _, _, _, host, sub = self.collectives[i]
-        return sub.Iallreduce(self.MPI.IN_PLACE, host.numpy(), op=self.MPI.SUM)
-
-    def _finish_collective(self, i: int) -> None:
-        parts, outs, acc, host, sub = self.collectives[i]
-        src = host if sub is not None else acc
-        for o in outs:
-            o = o.t
-            o.copy_(src, non_blocking=o.device.type != "cpu")
-        self.store.end(self.store.node_temps.get(i, ()))
 
     def _stuck_report(self, recv_ids, coll_ids) -> str:
         g = self.graph
