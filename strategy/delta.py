@@ -16,8 +16,8 @@ from parallel_ops.lowering import IncrementalLowering
 from parallel_ops.optim import SGD
 from taskrt import Planner
 from taskrt.gcpause import gc_paused
-from taskrt.liveness import (INSTANCE, PARTIAL, STAGING, buffers_of, peak_bytes, results_of,
-                             task_reads_writes)
+from taskrt.liveness import (INSTANCE, PARTIAL, STAGING, buffers_of, is_temporary, peak_bytes,
+                             results_of, task_reads_writes)
 
 from .simulator import NodeTimer, SimResult, propagate, result_of
 
@@ -183,7 +183,9 @@ class SimulationSession:
             ids = ids_of[name]
             for key, b in sizes:
                 lst = ids.get(key)
-                if lst:
+                if not is_temporary(name, b, kept):     # a small buffer
+                    persistent[key[2]] = persistent.get(key[2], 0) + b
+                elif lst:
                     device.append(key[2])
                     nbytes.append(b)
                     user_ids.append(lst)

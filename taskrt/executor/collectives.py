@@ -138,4 +138,6 @@ class Collectives:
         for o in self.nodes[i][1]:
             o = o.t
             o.copy_(src, non_blocking=o.device.type != "cpu")
-        self.store.end(self.store.node_temps.get(i, ()))
+        used = self.store.node_temps.get(i)
+        if used:
+            self.store.end(used)

@@ -16,7 +16,7 @@ import torch
 
 from ..errors import ExecutionError
 from ..geometry import Rect
-from ..liveness import INSTANCE, PARTIAL, STAGING, Liveness
+from ..liveness import INSTANCE, PARTIAL, STAGING, Liveness, is_temporary
 
 TORCH_DTYPES = {name: getattr(torch, name) for name in
                 ("float16", "bfloat16", "float32", "float64", "int8", "uint8", "int16",
@@ -100,13 +100,15 @@ class InstanceStore:
                                   (PARTIAL, graph.partial_rects, self.partials)):
             for (name, dev), rect in rects.items():
                 if dev in self.owned:
-                    bufs[name, dev] = Buffer(graph.regions[name], rect, dev,
-                                             self.torch_device[dev], name not in self.kept)
+                    region = graph.regions[name]
+                    bufs[name, dev] = Buffer(region, rect, dev, self.torch_device[dev],
+                                             is_temporary(name, region.nbytes(rect), self.kept))
         for node in graph.nodes:
             if node.kind == "copy" and node.reduction and node.dst in self.owned:
                 self.staging[node.id] = Buffer(node.region, node.rect, node.dst,
                                                self.torch_device[node.dst],
-                                               node.region.name not in self.kept)
+                                               is_temporary(node.region.name, node.nbytes,
+                                                            self.kept))
         # Per node id: the temporaries it uses on owned devices.
         self.node_temps: dict[int, tuple[Buffer, ...]] = {}
         self.temporaries: list[Buffer] = []

@@ -9,8 +9,10 @@ number among the copies of the same (source rank, destination rank) pair; receiv
 posted before anything runs. All-reduces sum the partials of this rank's devices, then run
 as non-blocking MPI all-reduces of gradient buckets on cached sub-communicators of the ranks
 involved (taskrt/executor/collectives.py). The progress loop polls MPI between tasks while
-anything is in flight (at most every POLL_BUSY_S), and never busy-waits: with nothing to do
-it sleeps with a short, growing back-off.
+anything is in flight (at most every POLL_BUSY_S), and never spins against other processes:
+a rank that runs out of work polls with sched_yield for TASKRT_SPIN_S (1 ms; awaited
+statistics and buckets often come within microseconds, and time.sleep sleeps 50 us at
+least), then sleeps with a short, growing back-off.
 
 Failures: an exception on any rank prints the rank, the node and the error and aborts every
 rank; the watchdog aborts with the list of awaited messages when nothing happened for
@@ -33,7 +35,9 @@ from .scheduler import (COLLECT, POST_RECV, RECV, RUN, SEND, START, UNPACK, Rank
 from .steps import local_copy_step, reduce_step, task_step, view_of
 from ..trace import TraceEvent, node_label, node_track
 
-POLL_BUSY_S = 1e-4      # between polls of MPI while tasks run and messages are in flight
+# Seconds between polls of MPI while tasks run and messages are in flight
+# (TASKRT_POLL_BUSY_S; a negative value polls only when idle).
+POLL_BUSY_S = float(os.environ.get("TASKRT_POLL_BUSY_S", 2e-4))
 
 def _mpi():
     from mpi4py import MPI
@@ -52,12 +56,17 @@ def _host_buffer(shape, dtype, device: str) -> torch.Tensor:
     return torch.empty(shape, dtype=dtype, pin_memory=pin)
 
 
+_statuses: list = []       # reused by completed(): polling runs thousands of times
+
+
 def completed(MPI, requests: list, what) -> list[int]:
     """Indices of the requests that completed (MPI Testsome). One that completed with an error
     (its peer died: MPI completes pending requests with an error status rather than leave
     them hanging) raises ExecutionError naming it (`what(index)`), rather than letting the
     rank go on with a buffer that never got its data."""
-    statuses = [MPI.Status() for _ in requests]
+    if len(_statuses) < len(requests):
+        _statuses.extend(MPI.Status() for _ in range(len(requests) - len(_statuses)))
+    statuses = _statuses[:len(requests)]
     idx = MPI.Request.Testsome(requests, statuses)
     for n, k in enumerate(idx or ()):
         err = statuses[n].Get_error()
@@ -97,6 +106,8 @@ class MPIExecutor:
         # progress (some MPIs progress non-blocking collectives only inside MPI calls), long
         # enough that waiting ranks leave the cores to computing ones.
         self.poll_max_s = float(os.environ.get("TASKRT_POLL_MAX_S", 1e-3))
+        # How long a rank that just ran out of work polls with sched_yield before sleeping.
+        self.spin_s = float(os.environ.get("TASKRT_SPIN_S", 1e-3))
         self.abort_on_error = (self.comm.Get_size() > 1) if abort_on_error is None \
             else abort_on_error
         self.record_trace = record_trace
@@ -271,6 +282,7 @@ class MPIExecutor:
         t0 = clock()
         trace = [] if self.record_trace else None
         last_event = last_poll = clock()
+        poll_busy_s, spin_s = POLL_BUSY_S, self.spin_s
         sleep = 2e-5
 
         def poll() -> bool:
@@ -301,15 +313,18 @@ class MPIExecutor:
                 ins = todo.popleft()
                 i = ins.node
                 start = clock()
-                used = temps.get(i, ())
+                used = temps.get(i)
                 if ins.op == RUN:
-                    store.begin(used)
+                    if used:
+                        store.begin(used)
                     self.steps[i]()
-                    store.end(used)
+                    if used:
+                        store.end(used)
                     todo.extend(sched.node_done(i))
                 elif ins.op == SEND:
                     src, buf, dst = self.send_bufs[i]
-                    store.begin(used)
+                    if used:
+                        store.begin(used)
                     src = src.t
                     if src.device.type == "cpu":
                         buf.copy_(src)
@@ -323,7 +338,8 @@ class MPIExecutor:
                         gpu_sends.append((ev, i))
                     # Packed (on a GPU: queued on the stream, which orders any reuse of the
                     # memory after it), so the source may be released.
-                    store.end(used)
+                    if used:
+                        store.end(used)
                     todo.extend(sched.node_done(i))
                 elif ins.op == POST_RECV:
                     n = g.nodes[i]
@@ -333,13 +349,16 @@ class MPIExecutor:
                     recv_ids.append(i)
                     continue
                 elif ins.op == UNPACK:
-                    store.begin(used)
+                    if used:
+                        store.begin(used)
                     dst = self.unpack_to[i].t
                     dst.copy_(self.recv_bufs[i], non_blocking=dst.device.type != "cpu")
-                    store.end(used)
+                    if used:
+                        store.end(used)
                     todo.extend(sched.node_done(i))
                 elif ins.op == START:
-                    store.begin(used)            # released when the collective finishes
+                    if used:
+                        store.begin(used)            # released when the collective finishes
                     for j in colls.start(i):
                         todo.extend(sched.node_done(j))
                     todo.extend(sched.collective_started(i))
@@ -348,7 +367,7 @@ class MPIExecutor:
                     trace.append(TraceEvent(i, n.kind, node_label(n), node_track(n),
                                             start - t0, clock() - t0, getattr(n, "nbytes", 0)))
                 last_event = clock()
-                if (colls.busy or recv_reqs) and last_event - last_poll >= POLL_BUSY_S:
+                if (colls.busy or recv_reqs) and last_event - last_poll >= poll_busy_s >= 0:
                     # MPI progresses a non-blocking collective (and a large message) only
                     # inside MPI calls: poll between tasks, not only when idle, so that the
                     # gradients' all-reduces run during the rest of backward.
@@ -364,8 +383,15 @@ class MPIExecutor:
             now = clock()
             if now - last_event > self.watchdog_s:
                 raise ExecutionError(self._stuck_report(recv_ids, colls.waiting()))
-            time.sleep(sleep)
-            sleep = min(sleep * 2, self.poll_max_s)
+            if now - last_event < spin_s:
+                # Just idle: the awaited message or collective (a batch norm's statistics,
+                # a bucket) often comes within microseconds, and time.sleep sleeps 50 us at
+                # least. Yield the core instead (to any runnable process: no spinning
+                # against a rank that shares it) and poll again.
+                os.sched_yield()
+            else:
+                time.sleep(sleep)
+                sleep = min(sleep * 2, self.poll_max_s)
             self.wait_s += clock() - now
         if send_reqs:
             MPI.Request.Waitall(send_reqs)

@@ -189,3 +189,28 @@ def test_liveness_keeps_initial_data_and_results():
     assert not names & {"x", "y", "fc0.weight", "loss", "out"}
     assert {"loss", "out", "x", "fc0.weight"} <= live.kept
     assert np.all([u == sorted(u) for u in live.users])
+
+
+def test_small_buffers_stay_allocated_in_the_executor_and_in_the_simulator(monkeypatch):
+    import taskrt.liveness as liveness
+    model, feeds = chain()
+    n_all = model.compile(Machine.local(2), None, SGD(lr=0.1))
+    everything = len(n_all.executor.store.temporaries)
+    sizes = sorted(b.nbytes for b in n_all.executor.store.temporaries)
+    cut = sizes[len(sizes) // 2]                  # half of the temporaries are below this
+    monkeypatch.setattr(liveness, "MIN_TEMPORARY_BYTES", cut)
+    tr = model.compile(Machine.local(2), None, SGD(lr=0.1))
+    temps = tr.executor.store.temporaries
+    assert 0 < len(temps) < everything and all(b.nbytes >= cut for b in temps)
+    tr.step(feeds)
+    measured = tr.executor.store.bytes_per_device()
+    n = len(tr.graph.nodes)
+    simulated = memory_per_device(tr.graph, list(range(n)), list(range(1, n + 1)))
+    assert measured == simulated
+    # In delta simulation too (the session collects its memory model region by region).
+    from strategy.delta import SimulationSession
+    from strategy.machines import machine_model
+    from strategy.costs import CostModel
+    mm = machine_model("p100:1")
+    session = SimulationSession(model, mm, CostModel(), None, SGD(lr=0.1))
+    assert session.result.memory == session.full().memory
