@@ -10,21 +10,12 @@ from taskrt import Machine, plan
 from taskrt.executor.buckets import allreduce_buckets, latest_allreduce_ancestor
 
 from mpi.models import cnn, lstm_model
+from taskrt_helpers import ancestors
 
 
 def ranks_of(graph):
     devs = graph.machine.devices
     return lambda node: tuple(sorted({devs[d].rank for d in node.devices}))
-
-
-def ancestors(graph, i):
-    seen, stack = set(), list(graph.preds[i])
-    while stack:
-        p = stack.pop()
-        if p not in seen:
-            seen.add(p)
-            stack.extend(graph.preds[p])
-    return seen
 
 
 @pytest.mark.parametrize("build", [cnn, lstm_model], ids=["cnn", "lstm"])
