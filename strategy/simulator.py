@@ -14,8 +14,9 @@ makes delta simulation exactly equal to full simulation by construction, see del
 
 Memory: a device holds its persistent buffers (weights, optimizer state, inputs, the
 graph's results) for the whole iteration, and each temporary (activations, gradients,
-partial sums, staging; taskrt.liveness) from the earliest start to the latest end of its
-users on the timeline, as the executors allocate and free them. A strategy whose peak on a
+partial sums, staging; taskrt.liveness; small ones stay, as in the executors) from the
+earliest start to the latest end of its users on the timeline, as the executors allocate
+and free them. A strategy whose peak on a
 device exceeds its capacity is invalid, and its predicted time is reported as infinite.
 """
 from __future__ import annotations
