@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from taskrt.gcpause import gc_paused
 from taskrt.liveness import Liveness
 from taskrt.trace import TraceEvent, node_label
 
@@ -50,7 +51,8 @@ def memory_per_device(graph, start, end, keep=None) -> dict[int, int]:
     """Peak bytes per device over a timeline (node i runs from start[i] to end[i]):
     persistent buffers plus the temporaries live at once (see taskrt.liveness; `keep` as
     there: None keeps the graph's results, as the Trainer does)."""
-    return Liveness.of(graph, keep).peak(start, end)
+    with gc_paused():          # it allocates a few objects per node: see taskrt/gcpause.py
+        return Liveness.of(graph, keep).peak(start, end)
 
 
 class NodeTimer:
