@@ -16,8 +16,10 @@ import os
 
 import torch
 
+from ..errors import ExecutionError
 from .buckets import DEFAULT_BUCKET_BYTES, allreduce_buckets
 from .instances import TORCH_DTYPES
+from .scheduler import node_ranks
 from .steps import view_of
 
 _SUMMABLE = {torch.float32, torch.float64, torch.int32, torch.int64}
@@ -27,6 +29,31 @@ def sum_dtype(region) -> torch.dtype:
     """The dtype an all-reduce of `region` sums in (float32 for types MPI cannot sum)."""
     dt = TORCH_DTYPES[region.dtype]
     return dt if dt in _SUMMABLE else torch.float32
+
+
+_statuses: list = []       # reused by completed(): polling runs thousands of times
+
+
+def completed(MPI, requests: list, what) -> list[int]:
+    """Indices of the requests that completed (MPI Testsome). One that completed with an error
+    (its peer died: MPI completes pending requests with an error status rather than leave
+    them hanging) raises ExecutionError naming it (`what(index)`), rather than letting the
+    rank go on with a buffer that never got its data."""
+    if len(_statuses) < len(requests):
+        _statuses.extend(MPI.Status() for _ in range(len(requests) - len(_statuses)))
+    statuses = _statuses[:len(requests)]
+    idx = MPI.Request.Testsome(requests, statuses)
+    for n, k in enumerate(idx or ()):
+        err = statuses[n].Get_error()
+        if err != MPI.SUCCESS:
+            raise ExecutionError(f"{what(k)} failed in MPI (error {err}: "
+                                 f"{MPI.Get_error_string(err)}); a rank it depends on died?")
+    return idx or []
+
+
+def rank_group(node, machine) -> tuple[int, ...]:
+    """The ranks taking part in an all-reduce node, sorted (its sub-communicator's key)."""
+    return tuple(sorted(node_ranks(node, machine)))
 
 
 class _Bucket:
@@ -46,12 +73,13 @@ class Collectives:
             if max_bytes is None else max_bytes
 
         def group_of(n):
-            grp = tuple(sorted({devs[d].rank for d in n.devices}))
+            grp = rank_group(n, graph.machine)
             return grp if len(grp) > 1 else None
         buckets = allreduce_buckets(graph, group_of, lambda n: sum_dtype(n.region),
                                     self.max_bytes)
         self.nodes = {}          # node id -> (parts, outs, acc, host view or None, bucket)
-        self.bucket_of: dict[int, _Bucket] = {}
+        bucket_of: dict[int, _Bucket] = {}
+        offsets: dict[int, int] = {}
         for i in sorted(node_ids):
             n = graph.nodes[i]
             mine = [d for d in n.devices if devs[d].rank == rank]
@@ -60,19 +88,20 @@ class Collectives:
             outs = [view_of(store, False, n.region.name, d, n.rect) for d in mine]
             dtype = sum_dtype(n.region)
             device = store.torch_device[mine[0]]
-            bucket = self.bucket_of.get(i)
+            bucket = bucket_of.get(i)
             if bucket is None and i in buckets:
                 members = buckets[i]
-                numel = sum(graph.nodes[m].rect.volume for m in members)
+                numel = 0
+                for m in members:               # each member's slice of the flat buffer
+                    offsets[m] = numel
+                    numel += graph.nodes[m].rect.volume
                 bucket = _Bucket(members, host_buffer((numel,), dtype, device),
                                  group_comms[group_of(n)])
                 for m in members:
-                    self.bucket_of[m] = bucket
+                    bucket_of[m] = bucket
             host = None
             if bucket is not None:
-                offset = sum(graph.nodes[m].rect.volume for m in bucket.members[
-                    :bucket.members.index(i)])
-                host = bucket.flat[offset:offset + n.rect.volume].view(n.rect.shape)
+                host = bucket.flat[offsets[i]:offsets[i] + n.rect.volume].view(n.rect.shape)
             acc = host if host is not None and host.device.type == torch.device(device).type \
                 else torch.empty(n.rect.shape, dtype=dtype, device=device)
             self.nodes[i] = (parts, outs, acc, host, bucket)
@@ -109,7 +138,6 @@ class Collectives:
             _, i = self.copies.pop(0)
             done += self._member_ready(self.nodes[i][4])
         if self.running:
-            from .mpi import completed
             running = self.running
             finished = completed(self.MPI, [b.request for b in running], lambda k: (
                 f"all-reduce of {len(running[k].members)} gradient(s) (nodes "

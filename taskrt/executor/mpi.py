@@ -29,7 +29,7 @@ from collections import deque
 import torch
 
 from ..errors import ExecutionError, PlanError
-from .collectives import Collectives
+from .collectives import Collectives, completed, rank_group
 from .instances import TORCH_DTYPES, InstanceStore
 from .scheduler import (COLLECT, POST_RECV, RECV, RUN, SEND, START, UNPACK, RankScheduler)
 from .steps import local_copy_step, reduce_step, task_step, view_of
@@ -54,26 +54,6 @@ def _bytes(t: torch.Tensor):
 def _host_buffer(shape, dtype, device: str) -> torch.Tensor:
     pin = device.startswith("cuda") and torch.cuda.is_available()
     return torch.empty(shape, dtype=dtype, pin_memory=pin)
-
-
-_statuses: list = []       # reused by completed(): polling runs thousands of times
-
-
-def completed(MPI, requests: list, what) -> list[int]:
-    """Indices of the requests that completed (MPI Testsome). One that completed with an error
-    (its peer died: MPI completes pending requests with an error status rather than leave
-    them hanging) raises ExecutionError naming it (`what(index)`), rather than letting the
-    rank go on with a buffer that never got its data."""
-    if len(_statuses) < len(requests):
-        _statuses.extend(MPI.Status() for _ in range(len(requests) - len(_statuses)))
-    statuses = _statuses[:len(requests)]
-    idx = MPI.Request.Testsome(requests, statuses)
-    for n, k in enumerate(idx or ()):
-        err = statuses[n].Get_error()
-        if err != MPI.SUCCESS:
-            raise ExecutionError(f"{what(k)} failed in MPI (error {err}: "
-                                 f"{MPI.Get_error_string(err)}); a rank it depends on died?")
-    return idx or []
 
 
 def cuda_aware_mpi() -> bool:
@@ -189,8 +169,7 @@ class MPIExecutor:
     def _build_groups(self) -> None:
         """One sub-communicator per set of ranks sharing an all-reduce (collective call)."""
         MPI = self.MPI
-        devs = self.graph.machine.devices
-        groups = sorted({tuple(sorted({devs[d].rank for d in n.devices}))
+        groups = sorted({rank_group(n, self.graph.machine)
                          for n in self.graph.nodes if n.kind == "allreduce"})
         self.group_comms = {}
         for grp in groups:
