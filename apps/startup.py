@@ -17,6 +17,8 @@ from strategy import files as strategy_files
 from strategy.logical_devices import shared
 from taskrt import Machine
 from taskrt.discovery import discover_machine, launched_by_mpi
+from taskrt.errors import PlanError
+from taskrt.settings import check_environment
 
 from .app import App
 from .digits import digits_tensors
@@ -109,7 +111,10 @@ def setup(app: App, argv) -> tuple:
         a.argv = argv                    # recorded in --trace files (replay rebuilds the run)
         check_args(app, a)
         _machine_flags(a)
+        check_environment()
     except UsageError as e:
+        err = str(e)
+    except PlanError as e:               # a TASKRT_* variable the runtime refuses
         err = str(e)
     if err is None:
         torch.set_num_threads(a.threads or 1)

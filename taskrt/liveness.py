@@ -17,16 +17,16 @@ iteration) while such buffers are a sliver of any device's memory.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import numpy as np
 
 from .errors import PlanError
 from .privilege import Privilege
+from .settings import env_number
 
 INSTANCE, PARTIAL, STAGING = 0, 1, 2
-MIN_TEMPORARY_BYTES = int(os.environ.get("TASKRT_MIN_TEMPORARY_BYTES", 256 << 10))
+MIN_TEMPORARY_BYTES = env_number("TASKRT_MIN_TEMPORARY_BYTES", strict=False)
 
 
 def is_temporary(region_name: str, nbytes: int, kept) -> bool:

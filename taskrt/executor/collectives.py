@@ -12,11 +12,11 @@ the group's sub-communicator. `poll` advances all of it and returns the nodes th
 """
 from __future__ import annotations
 
-import os
 
 import torch
 
 from ..errors import ExecutionError
+from ..settings import env_number
 from .buckets import DEFAULT_BUCKET_BYTES, allreduce_buckets
 from .instances import TORCH_DTYPES
 from .scheduler import node_ranks
@@ -69,7 +69,8 @@ class Collectives:
                  mpi, max_bytes: int | None = None):
         self.store, self.MPI = store, mpi
         devs = graph.machine.devices
-        self.max_bytes = int(os.environ.get("TASKRT_BUCKET_BYTES", DEFAULT_BUCKET_BYTES)) \
+        self.max_bytes = env_number("TASKRT_BUCKET_BYTES", DEFAULT_BUCKET_BYTES, integer=True,
+                                    minimum=0) \
             if max_bytes is None else max_bytes
 
         def group_of(n):

@@ -16,6 +16,7 @@ import torch
 
 from ..errors import ExecutionError
 from ..geometry import Rect
+from ..settings import check_environment
 from ..liveness import INSTANCE, PARTIAL, STAGING, Liveness, is_temporary
 
 TORCH_DTYPES = {name: getattr(torch, name) for name in
@@ -84,6 +85,7 @@ class InstanceStore:
     ("all" frees nothing)."""
 
     def __init__(self, graph, device_ids, keep="all"):
+        check_environment()        # a bad TASKRT_* value stops here, named, not at import
         self.graph = graph
         machine = graph.machine
         self.owned = set(device_ids)

@@ -33,11 +33,12 @@ from .collectives import Collectives, completed, rank_group
 from .instances import TORCH_DTYPES, InstanceStore
 from .scheduler import (COLLECT, POST_RECV, RECV, RUN, SEND, START, UNPACK, RankScheduler)
 from .steps import local_copy_step, reduce_step, task_step, view_of
+from ..settings import env_number
 from ..trace import TraceEvent, node_label, node_track
 
 # Seconds between polls of MPI while tasks run and messages are in flight
 # (TASKRT_POLL_BUSY_S; a negative value polls only when idle).
-POLL_BUSY_S = float(os.environ.get("TASKRT_POLL_BUSY_S", 2e-4))
+POLL_BUSY_S = env_number("TASKRT_POLL_BUSY_S", strict=False)
 
 def _mpi():
     from mpi4py import MPI
@@ -81,13 +82,13 @@ class MPIExecutor:
                             f"but MPI runs {self.comm.Get_size()}. Build the Machine with "
                             "taskrt.discover_machine() under the same mpirun.")
         self._check_same_graph()
-        self.watchdog_s = float(os.environ.get("TASKRT_WATCHDOG_S", watchdog_s or 300.0))
+        self.watchdog_s = env_number("TASKRT_WATCHDOG_S", watchdog_s or 300.0, minimum=0)
         # Longest sleep between polls when nothing is runnable: short enough for MPI's
         # progress (some MPIs progress non-blocking collectives only inside MPI calls), long
         # enough that waiting ranks leave the cores to computing ones.
-        self.poll_max_s = float(os.environ.get("TASKRT_POLL_MAX_S", 1e-3))
+        self.poll_max_s = env_number("TASKRT_POLL_MAX_S", 1e-3, minimum=0)
         # How long a rank that just ran out of work polls with sched_yield before sleeping.
-        self.spin_s = float(os.environ.get("TASKRT_SPIN_S", 1e-3))
+        self.spin_s = env_number("TASKRT_SPIN_S", 1e-3, minimum=0)
         self.abort_on_error = (self.comm.Get_size() > 1) if abort_on_error is None \
             else abort_on_error
         self.record_trace = record_trace
