@@ -9,6 +9,12 @@ iteration, so any order of running nodes is correct. Steps hold `View`s: a view'
 sliced once per allocation of its buffer, not per use. On CPU released buffers go to a free
 list by exact size and are reused (no fresh page faults every iteration); on CUDA the caching
 allocator does that.
+
+Adoption: a task's output that covers a whole buffer becomes that buffer's storage instead of
+being copied into it (`Buffer.adopt`), as eager PyTorch keeps an operator's output: no copy,
+and autograd's saved output and the instance are one tensor, not two. Only a contiguous
+tensor that owns its whole storage, which no buffer of the store holds, is adopted, so two
+buffers never share memory (the store keeps its buffers' storages by address).
 """
 from __future__ import annotations
 
@@ -33,14 +39,20 @@ class View:
 
 
 class Buffer:
-    """One tensor holding `rect` of a region on one device (persistent or temporary)."""
+    """One tensor holding `rect` of a region on one device (persistent or temporary).
+    `owners` maps the storage address of every allocated buffer of the store to it."""
     __slots__ = ("region", "rect", "device", "torch_device", "dtype", "numel", "nbytes",
                  "temporary", "tensor", "flat", "sliced_for", "shaped", "views", "users",
-                 "remaining", "on_cpu", "size_key")
+                 "remaining", "on_cpu", "size_key", "owners", "address", "device_obj",
+                 "spare")
 
-    def __init__(self, region, rect: Rect, device: int, torch_device: str, temporary: bool):
+    def __init__(self, region, rect: Rect, device: int, torch_device: str, temporary: bool,
+                 owners: dict):
         self.region, self.rect, self.device = region, rect, device
         self.torch_device = torch_device
+        self.device_obj = torch.device(torch_device)
+        self.owners, self.address = owners, None
+        self.spare = None         # a temporary's own storage, displaced by an adopted one
         self.dtype = TORCH_DTYPES[region.dtype]
         self.numel = rect.volume
         self.nbytes = region.nbytes(rect)
@@ -63,6 +75,7 @@ class Buffer:
 
     def attach(self, flat: torch.Tensor) -> None:
         """Give the buffer its storage; views are re-sliced only for new storage."""
+        self._own(flat.data_ptr() if self.numel else None)
         self.flat = flat
         if self.sliced_for is not flat:
             self.sliced_for = flat
@@ -71,9 +84,39 @@ class Buffer:
                 v.t = self.shaped[v.slices]
         self.tensor = self.shaped
 
+    def _own(self, address) -> None:
+        if self.address is not None:
+            del self.owners[self.address]
+        self.address = address
+        if address is not None:
+            self.owners[address] = self
+
+    def adopt(self, value: torch.Tensor) -> bool:
+        """Make `value` (a task's output for the whole buffer) the buffer's storage, instead
+        of copying it in; False (nothing changed) unless the buffer is allocated and `value`
+        is a contiguous tensor of the buffer's shape, dtype and device, not requiring grad,
+        that owns its whole storage and shares it with no buffer of the store."""
+        if (self.tensor is None or value.dtype != self.dtype or value.requires_grad
+                or value.storage_offset() or value.shape != self.shaped.shape
+                or not value.is_contiguous() or value.device != self.device_obj):
+            return False
+        storage = value.untyped_storage()
+        if storage.nbytes() != self.nbytes or storage.data_ptr() in self.owners:
+            return False
+        if self.temporary and self.spare is None:
+            self.spare = self.flat
+        self.attach(value.view(-1))
+        return True
+
     def detach(self) -> torch.Tensor:
+        """Drop the storage; returns the one to reuse: the buffer's own, never an adopted
+        one (autograd may still hold that as a saved output)."""
+        self._own(None)
         flat, self.flat, self.tensor = self.flat, None, None
-        if not self.on_cpu:                 # views must not keep device memory alive
+        adopted = self.spare is not None
+        if adopted:
+            flat, self.spare = self.spare, None
+        if adopted or not self.on_cpu:      # views must not keep device memory alive
             self.sliced_for = self.shaped = None
             for v in self.views.values():
                 v.t = None
@@ -98,19 +141,21 @@ class InstanceStore:
         self.instances: dict[tuple[str, int], Buffer] = {}
         self.partials: dict[tuple[str, int], Buffer] = {}
         self.staging: dict[int, Buffer] = {}
+        owners: dict[int, Buffer] = {}          # storage address -> the buffer using it
         for kind, rects, bufs in ((INSTANCE, graph.instance_rects, self.instances),
                                   (PARTIAL, graph.partial_rects, self.partials)):
             for (name, dev), rect in rects.items():
                 if dev in self.owned:
                     region = graph.regions[name]
                     bufs[name, dev] = Buffer(region, rect, dev, self.torch_device[dev],
-                                             is_temporary(name, region.nbytes(rect), self.kept))
+                                             is_temporary(name, region.nbytes(rect), self.kept),
+                                             owners)
         for node in graph.nodes:
             if node.kind == "copy" and node.reduction and node.dst in self.owned:
                 self.staging[node.id] = Buffer(node.region, node.rect, node.dst,
                                                self.torch_device[node.dst],
                                                is_temporary(node.region.name, node.nbytes,
-                                                            self.kept))
+                                                            self.kept), owners)
         # Per node id: the temporaries it uses on owned devices.
         self.node_temps: dict[int, tuple[Buffer, ...]] = {}
         self.temporaries: list[Buffer] = []

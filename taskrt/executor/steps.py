@@ -8,6 +8,10 @@ of the instance (R, WD, RW) or None (Red+). It returns one value per writing req
 (WD, RW, Red+) in order, as a tuple (or a bare tensor when there is exactly one): a tensor
 to store there, or None for WD/RW when it already wrote into the view in place. A Red+
 value is the task's contribution; the executor adds it to the device's partial sums.
+Returned tensors are handed over: one that covers a whole buffer may become that buffer's
+storage (no copy; taskrt.executor.instances, "Adoption"), which later writers of the region
+(a Red+ accumulation, a RW task) change in place. A task must not read a tensor it returned
+after such a writer; autograd's version counter reports it for saved outputs.
 """
 from __future__ import annotations
 
@@ -58,6 +62,13 @@ class TaskContext:
         return s
 
 
+def whole_buffer(store, partial: bool, name: str, device: int, rect):
+    """The instance (or partial-sum) Buffer of `name` on `device` if `rect` is all of it (a
+    task's output for it may become its storage: Buffer.adopt), else None."""
+    buf = getattr(store, "partials" if partial else "instances", {}).get((name, device))
+    return buf if buf is not None and buf.rect == rect else None
+
+
 def _fail(node, device, exc: BaseException) -> ExecutionError:
     return ExecutionError(f"{node.describe()} failed on device {device}: "
                           f"{type(exc).__name__}: {exc}")
@@ -72,9 +83,10 @@ def task_step(node, store: InstanceStore, contexts: dict) -> Callable[[], None]:
     ctx = TaskContext(node.launch, node.color, dev, store.torch_device[dev], source)
     contexts[node.launch.name, node.color] = ctx
     args = []
-    # Per writing requirement: (view, mode, pieces). Mode 0 stores into the instance view;
+    # Per writing requirement: (view, mode, pieces). Mode 0 stores into the instance view
+    # (pieces: the Buffer when the view is all of it, to adopt the value; else None);
     # mode 1 sends a Red+ contribution to its pieces: (target view, slices of the
-    # contribution or None for all of it, accumulate?).
+    # contribution or None for all of it, accumulate?, the Buffer to adopt it or None).
     writes = []
     for req, targets in zip(node.requirements, node.targets):
         name = req.region.name
@@ -83,13 +95,15 @@ def task_step(node, store: InstanceStore, contexts: dict) -> Callable[[], None]:
             pieces = []
             for piece, partial, accumulate in targets:
                 sl = None if piece == req.rect else piece.slices_within(req.rect)
-                pieces.append((view_of(store, partial, name, dev, piece), sl, accumulate))
+                whole = whole_buffer(store, partial, name, dev, piece) \
+                    if sl is None and not accumulate else None
+                pieces.append((view_of(store, partial, name, dev, piece), sl, accumulate, whole))
             writes.append((None, 1, tuple(pieces)))
         else:
             view = view_of(store, False, name, dev, req.rect)
             args.append(view)
             if req.privilege.writes:
-                writes.append((view, 0, ()))
+                writes.append((view, 0, whole_buffer(store, False, name, dev, req.rect)))
     fn = node.launch.task
     nwrites = len(writes)
 
@@ -106,17 +120,18 @@ def task_step(node, store: InstanceStore, contexts: dict) -> Callable[[], None]:
                                 f"{nwrites} value(s), one per WD/RW/Red+ requirement")
             for value, (view, mode, pieces) in zip(out, writes):
                 if mode == 0:
-                    if value is not None and value is not view.t:
+                    if value is not None and value is not view.t and (
+                            pieces is None or not pieces.adopt(value)):
                         view.t.copy_(value)
                     continue
                 if value is None:
                     raise TypeError("task returned None for a Red+ requirement; return its "
                                     "contribution tensor")
-                for target, sl, accumulate in pieces:
+                for target, sl, accumulate, whole in pieces:
                     part = value if sl is None else value[sl]
                     if accumulate:
                         target.t.add_(part)
-                    else:
+                    elif whole is None or not whole.adopt(part):
                         target.t.copy_(part)
         except ExecutionError:
             raise
