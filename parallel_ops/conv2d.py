@@ -6,7 +6,8 @@ the weight's second axis; parts produce partial sums and only the ci=0 part adds
 
 A part reads the input rows and columns its output rows and columns need (halos), and
 padding applies only at the global borders: part() puts each part's own padding in
-spec.info and forward pads explicitly before calling F.conv2d with padding=0. With
+spec.info, with the share F.conv2d's symmetric padding can do (nchw.split_padding); forward
+pads the rest explicitly. With
 groups > 1 every split stays exact: a part whose output channels span several groups
 reads, for each spanned group, that group's input channels in its ci range, and runs one
 grouped convolution over the spanned groups with its weight rows padded by zeros to whole
@@ -26,7 +27,7 @@ from taskrt.geometry import Rect
 
 from .errors import ShapeError
 from .model import Model, builder
-from .nchw import check_nchw, halo, out_size, pair
+from .nchw import check_nchw, halo, out_size, pair, split_padding
 from .op import ATTRIBUTE, PARAMETER, REDUCTION, SAMPLE, Dim, Op, PartSpec
 from .tensor import Tensor
 
@@ -35,6 +36,8 @@ from .tensor import Tensor
 class ConvPart:
     """Per-part facts forward needs (kept in PartSpec.info)."""
     pad: tuple[int, int, int, int]   # F.pad order: left, right, top, bottom
+    padding: tuple[int, int]         # what F.conv2d pads of it (rows, cols) ...
+    explicit: tuple[int, int, int, int]  # ... and what forward pads (F.pad order)
     span: int                        # groups the part's output channels touch
     front: int                       # zero weight rows before the part's rows (span > 1)
     back: int                        # zero weight rows after them
@@ -98,7 +101,9 @@ class Conv2d(Op):
         if pr["bias"]:
             first = color[-1] == 0                      # bias only in the first ci-part
             weights += (Rect((c0,), (c1,)) if first else Rect((0,), (0,)),)
-        info = ConvPart((left, right, top, bottom), span,
+        pad = (left, right, top, bottom)
+        info = ConvPart(pad, *split_padding(pad, (r1 - r0, q1 - q0), (h1 - h0, w1 - w0),
+                                            (kh, kw), (sh, sw), (dh, dw)), span,
                         c0 - glo * og if span > 1 else 0,
                         (ghi + 1) * og - c1 if span > 1 else 0,
                         cg if span > 1 and j1 - j0 < cg else 0)
@@ -111,12 +116,8 @@ class Conv2d(Op):
         info: ConvPart = spec.info
         if x is None:                # every row or column this part reads is padding
             x = w.new_zeros(spec.inputs[0].shape)
-        left, right, top, bottom = info.pad
-        padding = 0
-        if left == right and top == bottom:   # symmetric: let the convolution pad (no copy)
-            padding = (top, left)
-        elif any(info.pad):
-            x = F.pad(x, info.pad)
+        if any(info.explicit):
+            x = F.pad(x, info.explicit)
         if info.group_in:            # keep each spanned group's ci range
             jn, gi = w.shape[1], info.group_in
             x = torch.cat([x[:, t * gi:t * gi + jn] for t in range(info.span)], 1)
@@ -124,7 +125,7 @@ class Conv2d(Op):
             w = F.pad(w, (0, 0, 0, 0, 0, 0, info.front, info.back))
             b = None if b is None else F.pad(b, (info.front, info.back))
         pr = self.params
-        y = F.conv2d(x, w, b, pr["stride"], padding, pr["dilation"], info.span)
+        y = F.conv2d(x, w, b, pr["stride"], info.padding, pr["dilation"], info.span)
         if info.span > 1:
             y = y[:, info.front:y.shape[1] - info.back]
         return [y]

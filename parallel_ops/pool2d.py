@@ -3,7 +3,8 @@
 Dims of every pooling op: n (sample), c (attribute: channels), h, w (attribute: output
 height and width). A part reads the input rows and columns its output windows cover
 (halos); padding applies only at the global borders, so part() gives each part its own
-padding and forward pads explicitly: with -inf for max pooling, with zeros for average
+padding, done by the pooling's own symmetric padding where that computes the same windows
+(nchw.split_padding), else explicitly: with -inf for max pooling, with zeros for average
 pooling, whose divisor is then set per output element exactly as PyTorch's
 count_include_pad defines it (the whole window, or only its positions inside the input).
 Adaptive average pooling takes its windows from global indices (rows
@@ -20,7 +21,7 @@ from taskrt.geometry import Rect
 
 from .errors import ShapeError
 from .model import Model, builder
-from .nchw import check_nchw, halo, out_size, pair
+from .nchw import check_nchw, halo, out_size, pair, split_padding
 from .op import ATTRIBUTE, SAMPLE, Dim, Op, PartSpec
 from .tensor import Tensor
 
@@ -35,6 +36,8 @@ def _dims(x: Tensor, oh: int, ow: int) -> tuple[Dim, ...]:
 class PoolPart:
     """Per-part facts forward needs (kept in PartSpec.info)."""
     pad: tuple[int, int, int, int]          # F.pad order: left, right, top, bottom
+    padding: tuple[int, int]                # what the pooling pads of it (rows, cols) ...
+    explicit: tuple[int, int, int, int]     # ... and what forward pads (F.pad order)
     counts: tuple | None = None             # (per output row, per output col) positions
     #                                         inside the input, when they set the divisor
 
@@ -74,7 +77,9 @@ class _WindowPool(Op):
         h, w = self.inputs[0].shape[2:]
         r0, r1, top, bottom = halo(h0, h1, h, kh, sh, ph)
         q0, q1, left, right = halo(w0, w1, w, kw, sw, pw)
-        info = PoolPart((left, right, top, bottom), self._counts(h0, h1, w0, w1))
+        pad = (left, right, top, bottom)
+        info = PoolPart(pad, *split_padding(pad, (r1 - r0, q1 - q0), (h1 - h0, w1 - w0),
+                                            (kh, kw), (sh, sw)), self._counts(h0, h1, w0, w1))
         return PartSpec((Rect((n0, c0, r0, q0), (n1, c1, r1, q1)),), (),
                         (Rect((n0, c0, h0, w0), (n1, c1, h1, w1)),), False, info)
 
@@ -87,10 +92,11 @@ class MaxPool2d(_WindowPool):
     type = "max_pool2d"
 
     def forward(self, spec, inputs, weights):
-        x = inputs[0]
-        if any(spec.info.pad):
-            x = F.pad(x, spec.info.pad, value=float("-inf"))
-        return [F.max_pool2d(x, self.params["kernel_size"], self.params["stride"])]
+        x, info = inputs[0], spec.info
+        if any(info.explicit):
+            x = F.pad(x, info.explicit, value=float("-inf"))
+        return [F.max_pool2d(x, self.params["kernel_size"], self.params["stride"],
+                             info.padding)]
 
     def reference(self, inputs, weights):
         pr = self.params
@@ -120,13 +126,14 @@ class AvgPool2d(_WindowPool):
     def forward(self, spec, inputs, weights):
         x = inputs[0]
         info: PoolPart = spec.info
-        if any(info.pad):
-            x = F.pad(x, info.pad)
+        if any(info.explicit):
+            x = F.pad(x, info.explicit)
         k, s = self.params["kernel_size"], self.params["stride"]
-        if info.counts is None:
-            return [F.avg_pool2d(x, k, s)]
+        if info.counts is None:          # the whole window (zero padding included)
+            return [F.avg_pool2d(x, k, s, info.padding, count_include_pad=True)]
         rows, cols = (torch.tensor(c, dtype=x.dtype, device=x.device) for c in info.counts)
-        return [F.avg_pool2d(x, k, s, divisor_override=1) / (rows[:, None] * cols[None, :])]
+        return [F.avg_pool2d(x, k, s, info.padding, divisor_override=1)
+                / (rows[:, None] * cols[None, :])]
 
     def reference(self, inputs, weights):
         pr = self.params
@@ -137,10 +144,13 @@ class AvgPool2d(_WindowPool):
 @dataclass(frozen=True)
 class AdaptivePart:
     """Per-part facts forward needs: each output's window relative to the part's first
-    input row and column, and the kernel when all windows are equal and disjoint."""
+    input row and column, the kernel when all windows are equal and disjoint, and whether
+    the part has every output row and column (then it is adaptive pooling of its input:
+    PyTorch's kernel, a mean for output size 1, whose backward scatters nothing)."""
     rows: tuple
     cols: tuple
     kernel: tuple | None
+    whole: bool = False
 
 
 def _window(i: int, size: int, out: int) -> tuple[int, int]:
@@ -178,13 +188,16 @@ class AdaptiveAvgPool2d(Op):
         r0, q0 = rows[0][0], cols[0][0]
         kernel = (h // oh, w // ow) if h % oh == 0 and w % ow == 0 else None
         info = AdaptivePart(tuple((a - r0, b - r0) for a, b in rows),
-                            tuple((a - q0, b - q0) for a, b in cols), kernel)
+                            tuple((a - q0, b - q0) for a, b in cols), kernel,
+                            (h1 - h0, w1 - w0) == (oh, ow))
         return PartSpec((Rect((n0, c0, r0, q0), (n1, c1, rows[-1][1], cols[-1][1])),), (),
                         (Rect((n0, c0, h0, w0), (n1, c1, h1, w1)),), False, info)
 
     def forward(self, spec, inputs, weights):
         x = inputs[0]
         info: AdaptivePart = spec.info
+        if info.whole:
+            return [F.adaptive_avg_pool2d(x, self.params["output_size"])]
         if info.kernel is not None:
             return [F.avg_pool2d(x, info.kernel)]
         return [_averaging(info.rows, x.shape[2], x) @ x @

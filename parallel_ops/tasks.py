@@ -7,7 +7,7 @@ forward part saved is unchanged when its backward runs).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -18,6 +18,8 @@ IN, W, OUT, DOUT, DIN, DW, STATE = "in", "w", "out", "dout", "din", "dw", "state
 # microseconds); the lowering already guarantees matching shapes and dtypes, so call the
 # engine directly when this torch has it.
 _ENGINE = getattr(torch.autograd.Variable, "_execution_engine", None)
+# Switching grad mode directly: `with torch.enable_grad()` costs microseconds per task.
+_grad_enabled, _set_grad_enabled = torch.is_grad_enabled, torch._C._set_grad_enabled
 
 
 def _grads(ys, xs, dys):
@@ -38,64 +40,96 @@ class StageArgs:
     weight_grads: tuple  # per weight: whether it is trainable
     training: bool = True  # the mode this launch was lowered for (a trainer and an
     #                        evaluator of one model may coexist)
+    plans: dict = field(default_factory=dict, compare=False, repr=False)  # color -> _Plan
+
+    def plan(self, color) -> "_Plan":
+        """Where each input, weight and output gradient is among a part's views (computed
+        once per color: tasks run every iteration)."""
+        p = self.plans.get(color)
+        if p is None:
+            p = self.plans[color] = _Plan(self, color)
+        return p
 
 
-def _unpack(layout, views, n_in: int, n_w: int):
-    ins = [None] * n_in
-    ws = [None] * n_w
-    douts = {}
-    for (group, idx), v in zip(layout, views):
-        if group == IN:
-            ins[idx] = v
-        elif group == W:
-            ws[idx] = v
-        elif group == DOUT:
-            douts[idx] = v
-    return ins, ws, douts
+class _Plan:
+    """A part's layout as positions: `ins`/`ws` per input/weight, the index of its view or
+    None; `douts` (output index, view index); `targets`: (IN or W, index) per DIN/DW view
+    in order; `kept`: per output, whether the part has it (a non-empty rect)."""
+    __slots__ = ("ins", "ws", "douts", "targets", "kept")
+
+    def __init__(self, a: StageArgs, color):
+        stage = a.stage
+        ins, ws = [None] * len(stage.inputs), [None] * len(stage.weights)
+        douts, targets = [], []
+        for k, (group, idx) in enumerate(a.layouts[color]):
+            if group == IN:
+                ins[idx] = k
+            elif group == W:
+                ws[idx] = k
+            elif group == DOUT:
+                douts.append((idx, k))
+            elif group == DIN:
+                targets.append((IN, idx))
+            elif group == DW:
+                targets.append((W, idx))
+        self.ins, self.ws, self.douts, self.targets = tuple(ins), tuple(ws), tuple(douts), \
+            tuple(targets)
+        self.kept = tuple(not r.empty for r in a.specs[color].outputs)
+
+
+def _leaves(views, positions, wanted):
+    """Autograd leaves for the views at `positions` (None where absent): `.data` aliases
+    that require grad where wanted."""
+    return [None if k is None or views[k] is None else views[k].data.requires_grad_(g)
+            for k, g in zip(positions, wanted)]
+
+
+def _picked(views, positions):
+    return [None if k is None else views[k] for k in positions]
 
 
 def forward_task(ctx, *views):
     a: StageArgs = ctx.args
     stage = a.stage
     stage.training = a.training
-    spec = a.specs[ctx.color]
-    ins, ws, _ = _unpack(a.layouts[ctx.color], views, len(stage.inputs), len(stage.weights))
-    if a.grad:
-        ins = [None if v is None else v.data.requires_grad_(g)
-               for v, g in zip(ins, a.input_grads)]
-        ws = [None if v is None else v.data.requires_grad_(g)
-              for v, g in zip(ws, a.weight_grads)]
-        with torch.enable_grad():
-            outs = stage.forward(spec, ins, ws)
-        ctx.saved = (ins, ws, outs)
-        return tuple(o.detach() for o, r in zip(outs, spec.outputs) if not r.empty)
-    outs = stage.forward(spec, ins, ws)
-    return tuple(o for o, r in zip(outs, spec.outputs) if not r.empty)
+    color = ctx.color
+    plan = a.plans.get(color) or a.plan(color)
+    spec = a.specs[color]
+    if not a.grad:
+        outs = stage.forward(spec, _picked(views, plan.ins), _picked(views, plan.ws))
+        return tuple(o for o, keep in zip(outs, plan.kept) if keep)
+    ins = _leaves(views, plan.ins, a.input_grads)
+    ws = _leaves(views, plan.ws, a.weight_grads)
+    was_enabled = _grad_enabled()
+    _set_grad_enabled(True)
+    try:
+        outs = stage.forward(spec, ins, ws)
+    finally:
+        _set_grad_enabled(was_enabled)
+    ctx.saved = (ins, ws, outs)
+    return tuple(o.detach() for o, keep in zip(outs, plan.kept) if keep)
 
 
 def backward_task(ctx, *views):
     a: StageArgs = ctx.args
-    stage = a.stage
-    layout = a.layouts[ctx.color]
+    plan = a.plans.get(ctx.color) or a.plan(ctx.color)
     ins, ws, outs = ctx.take_state()
-    _, _, douts = _unpack(layout, views, len(stage.inputs), len(stage.weights))
-    targets = []
-    for group, idx in layout:
-        if group == DIN:
-            targets.append(ins[idx])
-        elif group == DW:
-            targets.append(ws[idx])
+    if not plan.targets:
+        return ()
+    targets = [ins[idx] if group == IN else ws[idx] for group, idx in plan.targets]
     ys, dys = [], []
-    for idx, dy in douts.items():
+    for idx, k in plan.douts:
         y = outs[idx]
         if y.requires_grad:
             ys.append(y)
-            dys.append(dy)
-    if not targets:
-        return ()
+            dys.append(views[k])
     if ys:
-        with torch.enable_grad():
+        was_enabled = _grad_enabled()
+        _set_grad_enabled(True)
+        try:
             grads = _grads(ys, targets, dys)
+        finally:
+            _set_grad_enabled(was_enabled)
     else:
         grads = (None,) * len(targets)
     return tuple(torch.zeros_like(t) if g is None else g for g, t in zip(grads, targets))

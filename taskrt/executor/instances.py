@@ -31,7 +31,8 @@ TORCH_DTYPES = {name: getattr(torch, name) for name in
 
 
 class View:
-    """A rect of a buffer; `t` is its tensor while the buffer is allocated (else None)."""
+    """A rect of a buffer; `t` is its tensor while the buffer is allocated (else None).
+    `slices` within the buffer, None for all of it (no slicing: a view costs microseconds)."""
     __slots__ = ("slices", "t")
 
     def __init__(self, slices, t=None):
@@ -68,20 +69,22 @@ class Buffer:
     def view(self, rect: Rect) -> View:
         v = self.views.get(rect)
         if v is None:
-            v = self.views[rect] = View(rect.slices_within(self.rect))
+            v = self.views[rect] = View(None if rect == self.rect
+                                        else rect.slices_within(self.rect))
             if self.tensor is not None:
-                v.t = self.tensor[v.slices]
+                v.t = self.tensor if v.slices is None else self.tensor[v.slices]
         return v
 
-    def attach(self, flat: torch.Tensor) -> None:
-        """Give the buffer its storage; views are re-sliced only for new storage."""
+    def attach(self, flat: torch.Tensor, shaped: torch.Tensor | None = None) -> None:
+        """Give the buffer its storage (`shaped`: the same, already of the rect's shape);
+        views are re-sliced only for new storage."""
         self._own(flat.data_ptr() if self.numel else None)
         self.flat = flat
         if self.sliced_for is not flat:
             self.sliced_for = flat
-            self.shaped = flat.view(self.rect.shape)
+            self.shaped = shaped = flat.view(self.rect.shape) if shaped is None else shaped
             for v in self.views.values():
-                v.t = self.shaped[v.slices]
+                v.t = shaped if v.slices is None else shaped[v.slices]
         self.tensor = self.shaped
 
     def _own(self, address) -> None:
@@ -105,7 +108,7 @@ class Buffer:
             return False
         if self.temporary and self.spare is None:
             self.spare = self.flat
-        self.attach(value.view(-1))
+        self.attach(value, value)           # never reused as a flat buffer (see detach)
         return True
 
     def detach(self) -> torch.Tensor:

@@ -67,6 +67,10 @@ def test_halo_rects_and_padding_per_part():
     assert top.info.pad == (1, 1, 1, 0)
     assert bottom.inputs[0] == Rect((0, 0, 3, 0), (3, 4, 7, 6))     # rows 3..7, clipped
     assert bottom.info.pad == (1, 1, 0, 1)
+    # F.conv2d pads the top part itself (its last window ends before the bottom padding);
+    # the bottom part's rows need an explicit bottom pad (symmetric would shift them).
+    assert (top.info.padding, top.info.explicit) == ((1, 1), (0, 0, 0, 0))
+    assert (bottom.info.padding, bottom.info.explicit) == ((0, 1), (0, 0, 0, 1))
 
 
 def test_ci_split_gives_partial_sums_and_bias_once():

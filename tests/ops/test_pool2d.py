@@ -64,6 +64,8 @@ def test_halo_and_border_padding():
     assert top.inputs[0] == Rect((0, 0, 0, 0), (3, 4, 4, 8))         # rows -1..3, clipped
     assert bottom.inputs[0] == Rect((0, 0, 3, 0), (3, 4, 7, 8))
     assert (top.info.pad, bottom.info.pad) == ((1, 0, 1, 0), (1, 0, 0, 1))
+    assert (top.info.padding, top.info.explicit) == ((1, 1), (0, 0, 0, 0))
+    assert (bottom.info.padding, bottom.info.explicit) == ((0, 1), (0, 0, 0, 1))
 
 
 def test_count_exclude_pad_divisors_at_borders():
