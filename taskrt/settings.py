@@ -22,6 +22,7 @@ SETTINGS = {
     "TASKRT_SPIN_S": (1e-3, False, 0),
     "TASKRT_BUCKET_BYTES": (25 << 20, True, 0),
     "TASKRT_MIN_TEMPORARY_BYTES": (256 << 10, True, 0),
+    "TASKRT_CPU_RETAIN_BYTES": (1 << 30, True, 0),
 }
 
 

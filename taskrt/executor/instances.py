@@ -23,6 +23,7 @@ import torch
 from ..errors import ExecutionError
 from ..geometry import Rect
 from ..settings import check_environment
+from .cpumemory import retain_freed_memory
 from ..liveness import INSTANCE, PARTIAL, STAGING, Liveness, is_temporary
 
 TORCH_DTYPES = {name: getattr(torch, name) for name in
@@ -139,6 +140,8 @@ class InstanceStore:
         # executor running in a fixed order may instead begin() before a temporary's first
         # user and release() after its last.
         self.torch_device = {d: machine.devices[d].torch_device for d in self.owned}
+        if any(torch.device(t).type == "cpu" for t in self.torch_device.values()):
+            retain_freed_memory()
         self.liveness = Liveness.of(graph, keep, self.owned)
         self.kept = self.liveness.kept
         self.instances: dict[tuple[str, int], Buffer] = {}
