@@ -12,7 +12,8 @@ involved (taskrt/executor/collectives.py). The progress loop polls MPI between t
 anything is in flight (at most every POLL_BUSY_S), and never spins against other processes:
 a rank that runs out of work polls with sched_yield for TASKRT_SPIN_S (1 ms; awaited
 statistics and buckets often come within microseconds, and time.sleep sleeps 50 us at
-least), then sleeps with a short, growing back-off.
+least), then sleeps with a short, growing back-off (up to TASKRT_POLL_MAX_S: 200 us when
+each rank of the node can have its own core, else 1 ms).
 
 Failures: an exception on any rank prints the rank, the node and the error and aborts every
 rank; the watchdog aborts with the list of awaited messages when nothing happened for
@@ -28,6 +29,7 @@ from collections import deque
 
 import torch
 
+from ..discovery import local_rank_and_size
 from ..errors import ExecutionError, PlanError
 from .collectives import Collectives, completed, rank_group
 from .instances import TORCH_DTYPES, InstanceStore
@@ -55,6 +57,18 @@ def _bytes(t: torch.Tensor):
 def _host_buffer(shape, dtype, device: str) -> torch.Tensor:
     pin = device.startswith("cuda") and torch.cuda.is_available()
     return torch.empty(shape, dtype=dtype, pin_memory=pin)
+
+
+def default_poll_max_s(comm) -> float:
+    """200 us when every rank of this node can have a core of its own (a waiting rank's
+    wake-ups then take time from nobody, and each round of a collective's protocol waits
+    for the peer's next poll: 1 ms sleeps cost the last bucket of 2-rank data parallelism
+    ~5 ms per iteration), else 1 ms (ranks share cores: wake-ups would take the core from
+    a computing rank). A collective call (every rank builds its executor together)."""
+    _, ranks_here = local_rank_and_size(comm)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
+        else (os.cpu_count() or 1)
+    return 2e-4 if ranks_here <= cores else 1e-3
 
 
 def cuda_aware_mpi() -> bool:
@@ -86,7 +100,8 @@ class MPIExecutor:
         # Longest sleep between polls when nothing is runnable: short enough for MPI's
         # progress (some MPIs progress non-blocking collectives only inside MPI calls), long
         # enough that waiting ranks leave the cores to computing ones.
-        self.poll_max_s = env_number("TASKRT_POLL_MAX_S", 1e-3, minimum=0)
+        self.poll_max_s = env_number("TASKRT_POLL_MAX_S", default_poll_max_s(self.comm),
+                                     minimum=0)
         # How long a rank that just ran out of work polls with sched_yield before sleeping.
         self.spin_s = env_number("TASKRT_SPIN_S", 1e-3, minimum=0)
         self.abort_on_error = (self.comm.Get_size() > 1) if abort_on_error is None \

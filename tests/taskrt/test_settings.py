@@ -44,3 +44,15 @@ def test_an_app_reports_a_bad_value_as_a_usage_error():
     assert r.returncode == 2, r.stderr[-2000:]
     assert "TASKRT_BUCKET_BYTES='abc' is not an integer" in r.stderr + r.stdout
     assert "Traceback" not in r.stderr
+
+
+def test_poll_back_off_is_shorter_when_each_rank_has_a_core(monkeypatch):
+    from taskrt.executor import mpi
+
+    def node_of(ranks):
+        monkeypatch.setattr(mpi, "local_rank_and_size", lambda comm: (0, ranks))
+    monkeypatch.setattr(mpi.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    node_of(2)
+    assert mpi.default_poll_max_s(None) == 2e-4
+    node_of(4)                              # oversubscribed: leave the cores to computing ranks
+    assert mpi.default_poll_max_s(None) == 1e-3
