@@ -97,7 +97,19 @@ def _search(app: App, a: argparse.Namespace, mm, machine, net, strategy: dict,
     a.search_result = res
     say(res.text())
     say(res.explain(net.model).text())
+    if not a.profile:
+        say(ANALYTIC_NOTE)
     return to_dict(res.configs, net.model)
+
+
+# Without --profile, predicted times come from the analytic cost model, which ranks
+# strategies but (measured 2026-11-30) put a 2-rank Inception-v3 --small iteration at 40 ms
+# against 262 ms measured: it has no per-task host cost of this runtime and assumes FLOP
+# rates small CPU kernels do not reach.
+ANALYTIC_NOTE = ("note: these times come from the analytic cost model (no --profile): they "
+                 "rank strategies, but are not this machine's iteration times. For times to "
+                 "compare with measured ones, measure the task costs first: python -m "
+                 "strategy.costs profile APP (docs/costs.md), then --profile FILE.")
 
 
 def simulate_run(app: App, a: argparse.Namespace, machine, net, strategy: dict,

@@ -99,6 +99,7 @@ def test_search_then_train_under_mpirun(tmp_path):
     assert res["search"]["predicted_s"] <= res["search"]["baselines_s"]["data_parallel"]
     assert res["devices"] == 2 and res["loss"] is not None
     assert files.read(str(out)).machine["devices"] == 2
+    assert "these times come from the analytic cost model" in text     # no --profile
 
 
 def test_a_proposal_bounded_search_repeats_exactly(tmp_path, capsys):
