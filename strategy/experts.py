@@ -22,7 +22,7 @@ from __future__ import annotations
 from parallel_ops.config import ParallelConfig
 from parallel_ops.op import PARAMETER, SAMPLE
 
-from .standard import _data, _first, balanced_blocks, op_work, split
+from .standard import balanced_blocks, first_dim, op_work, split, split_on_sample
 
 
 def one_weird_trick(model, num_devices: int, devices_per_node: int | None = None
@@ -32,13 +32,13 @@ def one_weird_trick(model, num_devices: int, devices_per_node: int | None = None
     for op in model.ops:
         model_parallel = model_parallel or op.type == "linear"
         if not model_parallel:
-            out[op.name] = _data(op, devices)
+            out[op.name] = split_on_sample(op, devices)
         elif op.type == "linear":
-            out[op.name] = split(op, _first(op, PARAMETER), devices)
+            out[op.name] = split(op, first_dim(op, PARAMETER), devices)
         else:
             features = next((d for d in reversed(op.dims) if d.kind != SAMPLE), None)
             out[op.name] = split(op, features, devices) if features is not None else \
-                _data(op, devices)
+                split_on_sample(op, devices)
     return out
 
 
@@ -50,7 +50,7 @@ def layer_per_device(model, num_devices: int, devices_per_node: int | None = Non
     out = {}
     for op, slot in zip(model.ops, blocks):
         replicas = [slot + per_node * k for k in range(nodes)]
-        sample = _first(op, SAMPLE)
+        sample = first_dim(op, SAMPLE)
         out[op.name] = split(op, sample, replicas) if sample is not None else \
             ParallelConfig((), (slot,))
     return out

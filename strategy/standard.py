@@ -40,18 +40,20 @@ def split(op: Op, dim: Dim | None, devices: Sequence[int]) -> ParallelConfig:
     return ParallelConfig(((dim.name, n),), tuple(devices[:n]))
 
 
-def _first(op: Op, kind: str) -> Dim | None:
+def first_dim(op: Op, kind: str) -> Dim | None:
+    """The operator's first dim of `kind` (SAMPLE, PARAMETER, ...), or None."""
     return next((d for d in op.dims if d.kind == kind), None)
 
 
-def _data(op: Op, devices: Sequence[int]) -> ParallelConfig:
-    return split(op, _first(op, SAMPLE), devices)
+def split_on_sample(op: Op, devices: Sequence[int]) -> ParallelConfig:
+    """`op` data parallel over `devices` (whole on the first device without a sample dim)."""
+    return split(op, first_dim(op, SAMPLE), devices)
 
 
 def data_parallel(model, devices: Sequence[int]) -> dict[str, ParallelConfig]:
     """Every operator split on its sample dim (whole on the first device without one)."""
     devices = _devices(devices)
-    return {op.name: _data(op, devices) for op in model.ops}
+    return {op.name: split_on_sample(op, devices) for op in model.ops}
 
 
 def parameter_parallel(model, devices: Sequence[int]) -> dict[str, ParallelConfig]:
@@ -60,9 +62,9 @@ def parameter_parallel(model, devices: Sequence[int]) -> dict[str, ParallelConfi
     devices = _devices(devices)
     out = {}
     for op in model.ops:
-        dim = _first(op, PARAMETER)
+        dim = first_dim(op, PARAMETER)
         out[op.name] = split(op, dim, devices) if dim is not None and dim.extent > 1 \
-            else _data(op, devices)
+            else split_on_sample(op, devices)
     return out
 
 
@@ -85,7 +87,7 @@ def attribute_parallel(model, devices: Sequence[int]) -> dict[str, ParallelConfi
     out = {}
     for op in model.ops:
         dim = attribute_dim(op)
-        out[op.name] = split(op, dim, devices) if dim is not None else _data(op, devices)
+        out[op.name] = split(op, dim, devices) if dim is not None else split_on_sample(op, devices)
     return out
 
 
