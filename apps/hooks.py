@@ -107,9 +107,9 @@ def _search(app: App, a: argparse.Namespace, mm, machine, net, strategy: dict,
 # against 262 ms measured: it has no per-task host cost of this runtime and assumes FLOP
 # rates small CPU kernels do not reach.
 ANALYTIC_NOTE = ("note: these times come from the analytic cost model (no --profile): they "
-                 "rank strategies, but are not this machine's iteration times. For times to "
-                 "compare with measured ones, measure the task costs first: python -m "
-                 "strategy.costs profile APP (docs/costs.md), then --profile FILE.")
+                 "rank strategies, but are not measured iteration times. For times to "
+                 "compare with measured ones, measure the task costs on the device first: "
+                 "python -m strategy.costs profile APP (docs/costs.md), then --profile FILE.")
 
 
 def simulate_run(app: App, a: argparse.Namespace, machine, net, strategy: dict,

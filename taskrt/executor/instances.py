@@ -59,7 +59,7 @@ class Buffer:
         self.numel = rect.volume
         self.nbytes = region.nbytes(rect)
         self.temporary = temporary
-        self.on_cpu = torch.device(torch_device).type == "cpu"
+        self.on_cpu = self.device_obj.type == "cpu"
         self.size_key = (torch_device, self.dtype, self.numel)      # free-list class
         self.views: dict[Rect, View] = {}
         self.users = self.remaining = 0
