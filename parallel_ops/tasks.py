@@ -25,7 +25,7 @@ _grad_enabled, _set_grad_enabled = torch.is_grad_enabled, torch._C._set_grad_ena
 def _grads(ys, xs, dys):
     """Gradients of ys w.r.t. xs for output gradients dys (None where xs is unused)."""
     if len(ys) == 1:
-        grads = _one_node_grads(ys[0], dys[0], xs)
+        grads = _chain_grads(ys[0], dys[0], xs)
         if grads is not None:
             return grads
     was_enabled = _grad_enabled()
@@ -40,37 +40,69 @@ def _grads(ys, xs, dys):
 
 
 _ACCUMULATE = type((torch.zeros(1, requires_grad=True) * 1).grad_fn.next_functions[0][0])
+_PYTHON_NODE = torch.autograd.function.BackwardCFunction
 
 
-def _one_node_grads(y, dy, xs):
-    """Gradients of y w.r.t. xs by calling y's autograd node itself, when it is the whole
-    graph (its inputs are leaves: a part of a convolution, a ReLU, a linear layer): the
-    engine's set-up costs ~25 us per call, as much as a small kernel. Without grad mode,
-    as the engine runs it. None when the graph is deeper, or on a GPU (the engine then
-    runs; direct calls are not checked on GPU streams yet)."""
-    fn = y.grad_fn
-    if fn is None or y.device.type != "cpu":
+def _chain(y):
+    """y's autograd nodes from y back to the leaves, when they form a chain: each node is a
+    built-in one with one output and at most one input that is not a leaf (a convolution
+    part with its fused activation, a ReLU, a linear layer). None for any other graph."""
+    if y.output_nr != 0:
         return None
-    edges = fn.next_functions
-    for node, _ in edges:
-        if node is not None and type(node) is not _ACCUMULATE:
+    nodes, node = [], y.grad_fn
+    while node is not None:
+        if isinstance(node, _PYTHON_NODE) or len(getattr(node, "_input_metadata", ())) != 1:
             return None
+        nodes.append(node)
+        following = None
+        for nxt, _ in node.next_functions:
+            if nxt is not None and type(nxt) is not _ACCUMULATE:
+                if following is not None:
+                    return None
+                following = nxt
+        node = following
+    return nodes
+
+
+def _chain_grads(y, dy, xs):
+    """Gradients of y w.r.t. xs by calling y's autograd nodes one after the other when they
+    form a chain (`_chain`): the engine's set-up costs ~25 us per call, as much as a small
+    kernel. Without grad mode, as the engine runs them; a leaf reached twice (x * x) gets
+    the sum, and a broadcast input its gradient summed to its shape, as the engine does.
+    None when the graph is not a chain, or on a GPU (the engine then runs: direct calls are
+    not checked on GPU streams yet). Tensor hooks registered inside a forward do not run
+    (docs/custom_ops.md)."""
+    if y.grad_fn is None or y.device.type != "cpu":
+        return None
+    nodes = _chain(y)
+    if not nodes:
+        return None
+    found: dict[int, torch.Tensor] = {}
     was_enabled = _grad_enabled()
     _set_grad_enabled(False)
     try:
-        out = fn(dy)
+        for node in nodes:
+            out = node(dy)
+            if not isinstance(out, tuple):
+                out = (out,)
+            dy = None
+            for (nxt, _), g in zip(node.next_functions, out):
+                if g is None or nxt is None:
+                    continue
+                if type(nxt) is _ACCUMULATE:
+                    key = id(nxt.variable)
+                    found[key] = g if key not in found else found[key] + g
+                else:
+                    dy = g
+            if dy is None:
+                break
     finally:
         _set_grad_enabled(was_enabled)
-    if not isinstance(out, tuple):
-        out = (out,)
     grads = []
     for x in xs:
-        g = None
-        for (node, _), o in zip(edges, out):
-            if o is not None and node is not None and node.variable is x:
-                g = o if g is None else g + o         # x used twice by the node (x * x)
+        g = None if x is None else found.get(id(x))
         if g is not None and (g.shape != x.shape or g.dtype != x.dtype):
-            g = g.sum_to_size(x.shape).to(x.dtype)    # as the engine does: broadcast inputs
+            g = g.sum_to_size(x.shape).to(x.dtype)
         grads.append(g)
     return grads
 
