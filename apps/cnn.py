@@ -62,8 +62,8 @@ def image_network(m: Model, logits, labels, classes: int) -> Network:
 
 def conv_bn(m: Model, x, out_channels: int, kernel_size, name: str, stride=1, padding=0,
             eps: float = 1e-5, relu: bool = True):
-    """Conv2d without bias, BatchNorm2d, then ReLU (torchvision's BasicConv2d / ResNet's)."""
+    """Conv2d without bias, BatchNorm2d, then ReLU (torchvision's BasicConv2d / ResNet's);
+    the ReLU is fused into the batch norm's launch (parallel_ops/activation.py)."""
     x = m.conv2d(x, out_channels, kernel_size, stride=stride, padding=padding, bias=False,
                  name=f"{name}/conv")
-    x = m.batchnorm2d(x, eps=eps, name=f"{name}/bn")
-    return m.relu(x, name=f"{name}/relu") if relu else x
+    return m.batchnorm2d(x, eps=eps, name=f"{name}/bn", activation="relu" if relu else None)

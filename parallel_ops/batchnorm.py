@@ -16,6 +16,8 @@ The last two are separate launches because a launch cannot both read a buffer as
 weight and write it: the second writes with RW what the first computed. Each device
 holding a part of the buffers updates its own replica, so replicas stay identical.
 Evaluation (compiled with training=False) is a single launch using the running stats.
+`activation` (e.g. "relu") is applied to y by the normalize launch (or the evaluation one);
+see parallel_ops/activation.py.
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ import torch.nn.functional as F
 
 from taskrt.geometry import Rect
 
+from .activation import ACTIVATIONS, activate, check_activation
 from .errors import ShapeError
 from .model import Model, builder
 from .nchw import check_nchw
@@ -37,10 +40,11 @@ class BatchNorm2d(Op):
     type = "batchnorm2d"
 
     def __init__(self, model: Model, x: Tensor, eps: float = 1e-5, momentum=0.1,
-                 affine: bool = True, name: str | None = None):
+                 affine: bool = True, name: str | None = None, activation: str | None = None):
         super().__init__(model.unique_name("batchnorm2d", name))
         where = f"batchnorm2d '{self.name}'"
         check_nchw(where, x)
+        self.activation = check_activation(where, activation)
         n, c, h, w = x.shape
         count = n * h * w
         if count < 2:
@@ -55,6 +59,8 @@ class BatchNorm2d(Op):
         self.model = model           # momentum=None reads the step count
         self.count = count
         self.params = {"eps": eps, "momentum": momentum, "affine": affine}
+        if activation is not None:       # absent otherwise: older cost profiles keep matching
+            self.params["activation"] = activation
         self.inputs = [x]
         if affine:
             model.new_weight(self, "weight", (c,))
@@ -100,8 +106,8 @@ class BatchNorm2d(Op):
     def _normalize(self, spec, inputs, weights):
         x, stats = inputs
         mean, var = self._mean_var(stats)
-        return [self._affine((x - _bc(mean)) * _bc(torch.rsqrt(var + self.params["eps"])),
-                             weights)]
+        y = self._affine((x - _bc(mean)) * _bc(torch.rsqrt(var + self.params["eps"])), weights)
+        return [activate(self.activation, y)]
 
     def _running_next(self, spec, inputs, weights):
         mean, var = self._mean_var(inputs[0])
@@ -120,15 +126,16 @@ class BatchNorm2d(Op):
         """Evaluation: normalize with the running statistics."""
         rm, rv = weights[-2:]
         y = (inputs[0] - _bc(rm)) * _bc(torch.rsqrt(rv + self.params["eps"]))
-        return [self._affine(y, weights[:-2])]
+        return [activate(self.activation, self._affine(y, weights[:-2]))]
 
     def reference(self, inputs, weights):
         pr = self.params
         gamma, beta = weights[:2] if pr["affine"] else (None, None)
         m = pr["momentum"]
         m = 1.0 / self.model.step_count if m is None and self.training else m
-        return [F.batch_norm(inputs[0], weights[-2], weights[-1], gamma, beta, self.training,
-                             0.0 if m is None else m, pr["eps"])]
+        y = F.batch_norm(inputs[0], weights[-2], weights[-1], gamma, beta, self.training,
+                         0.0 if m is None else m, pr["eps"])
+        return [ACTIVATIONS[self.activation](y) if self.activation else y]
 
     def init_weights(self, generator):
         c = self.dims[1].extent
@@ -156,8 +163,10 @@ def _split_rows(spec, inputs, weights):
 
 @builder
 def batchnorm2d(model: Model, x: Tensor, eps: float = 1e-5, momentum=0.1, affine: bool = True,
-                name: str | None = None) -> Tensor:
+                name: str | None = None, activation: str | None = None) -> Tensor:
     """Batch normalization over (N, H, W) per channel, like torch.nn.BatchNorm2d(C, eps,
     momentum, affine) in training mode, and in eval mode when compiled with training=False;
-    momentum=None is PyTorch's cumulative average over the steps run."""
-    return model.add_op(BatchNorm2d(model, x, eps, momentum, affine, name)).outputs[0]
+    momentum=None is PyTorch's cumulative average over the steps run. `activation` ("relu",
+    "gelu", "tanh", "sigmoid") follows it in the same launch (parallel_ops/activation.py)."""
+    return model.add_op(BatchNorm2d(model, x, eps, momentum, affine, name,
+                                    activation)).outputs[0]

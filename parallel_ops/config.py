@@ -61,6 +61,8 @@ def validate(op: Op, cfg: ParallelConfig, machine: Machine) -> None:
             continue
         if not isinstance(deg, int) or deg < 1:
             problems.append(f"degree {deg!r} on '{name}' must be a positive integer")
+        elif deg > 1 and dims[name].whole:
+            problems.append(f"degree {deg} on '{name}': it must stay whole ({dims[name].whole})")
         elif deg > dims[name].extent:
             problems.append(f"degree {deg} on '{name}' exceeds its extent "
                             f"{dims[name].extent}; use at most {dims[name].extent}")

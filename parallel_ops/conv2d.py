@@ -14,6 +14,8 @@ grouped convolution over the spanned groups with its weight rows padded by zeros
 groups (at most one partial group at each end).
 
 The window geometry it shares with pooling (`pair`, `out_size`, `halo`) is in nchw.py.
+`activation` (e.g. "relu") is applied by each part to its output (parallel_ops.activation);
+it keeps ci whole.
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ import torch.nn.functional as F
 
 from taskrt.geometry import Rect
 
+from .activation import ACTIVATIONS, activate, check_activation, whole_reason
 from .errors import ShapeError
 from .model import Model, builder
 from .nchw import check_nchw, halo, out_size, pair, split_padding
@@ -50,10 +53,11 @@ class Conv2d(Op):
 
     def __init__(self, model: Model, x: Tensor, out_channels: int, kernel_size, stride=1,
                  padding=0, dilation=1, groups: int = 1, bias: bool = True,
-                 name: str | None = None):
+                 name: str | None = None, activation: str | None = None):
         super().__init__(model.unique_name("conv2d", name))
         where = f"conv2d '{self.name}'"
         check_nchw(where, x)
+        activation = check_activation(where, activation)
         n, cin, h, w = x.shape
         k = pair(where, "kernel_size", kernel_size, 1)
         s = pair(where, "stride", stride, 1)
@@ -73,6 +77,9 @@ class Conv2d(Op):
         self.params = {"in_channels": cin, "out_channels": out_channels, "kernel_size": k,
                        "stride": s, "padding": p, "dilation": d, "groups": groups,
                        "bias": bias}
+        if activation is not None:       # absent otherwise: older cost profiles keep matching
+            self.params["activation"] = activation
+        self.activation = activation
         self.inputs = [x]
         model.new_weight(self, "weight", (out_channels, cin // groups, *k))
         if bias:
@@ -80,7 +87,8 @@ class Conv2d(Op):
         model.new_tensor(self, (n, out_channels, oh, ow))
         self.dims = (Dim("n", SAMPLE, n), Dim("c", PARAMETER, out_channels),
                      Dim("h", ATTRIBUTE, oh), Dim("w", ATTRIBUTE, ow),
-                     Dim("ci", REDUCTION, cin // groups))
+                     Dim("ci", REDUCTION, cin // groups,
+                         whole_reason(activation) if activation else ""))
         self.labels = None           # halos and groups: part() gives every rect
 
     def part(self, degrees, color) -> PartSpec:
@@ -128,12 +136,13 @@ class Conv2d(Op):
         y = F.conv2d(x, w, b, pr["stride"], info.padding, pr["dilation"], info.span)
         if info.span > 1:
             y = y[:, info.front:y.shape[1] - info.back]
-        return [y]
+        return [activate(self.activation, y)]
 
     def reference(self, inputs, weights):
         pr = self.params
-        return [F.conv2d(inputs[0], weights[0], weights[1] if len(weights) > 1 else None,
-                         pr["stride"], pr["padding"], pr["dilation"], pr["groups"])]
+        y = F.conv2d(inputs[0], weights[0], weights[1] if len(weights) > 1 else None,
+                     pr["stride"], pr["padding"], pr["dilation"], pr["groups"])
+        return [ACTIVATIONS[self.activation](y) if self.activation else y]
 
     def init_weights(self, generator):
         shape = self.weights[0].shape
@@ -148,8 +157,10 @@ class Conv2d(Op):
 
 @builder
 def conv2d(model: Model, x: Tensor, out_channels: int, kernel_size, stride=1, padding=0,
-           dilation=1, groups: int = 1, bias: bool = True, name: str | None = None) -> Tensor:
+           dilation=1, groups: int = 1, bias: bool = True, name: str | None = None,
+           activation: str | None = None) -> Tensor:
     """2-d convolution, like torch.nn.Conv2d(x.shape[1], out_channels, kernel_size, stride,
-    padding, dilation, groups, bias)."""
+    padding, dilation, groups, bias), followed by `activation` ("relu", "gelu", "tanh",
+    "sigmoid") when given: one operator, one launch (see parallel_ops/activation.py)."""
     return model.add_op(Conv2d(model, x, out_channels, kernel_size, stride, padding, dilation,
-                            groups, bias, name)).outputs[0]
+                            groups, bias, name, activation)).outputs[0]

@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Callable
 
 import torch
-import torch.nn.functional as F
 
+from .activation import ACTIVATIONS
 from .errors import ShapeError
 from .model import Model, builder
 from .op import ATTRIBUTE, SAMPLE, Dim, Op
@@ -32,14 +32,7 @@ def axis_dims(shape) -> tuple[Dim, ...]:
 
 
 # type -> the torch function; a part applies it to its blocks, the oracle to whole tensors.
-_FUNCTIONS: dict[str, Callable] = {
-    "relu": F.relu,
-    "gelu": F.gelu,
-    "tanh": torch.tanh,
-    "sigmoid": torch.sigmoid,
-    "add": torch.add,
-    "multiply": torch.mul,
-}
+_FUNCTIONS: dict[str, Callable] = {**ACTIVATIONS, "add": torch.add, "multiply": torch.mul}
 
 
 class Elementwise(Op):

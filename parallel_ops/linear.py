@@ -3,6 +3,8 @@
 Dims: n (sample: the first axis), s1.. (attribute: other leading axes such as sequence),
 o (parameter: output features, splits W's rows and b), i (reduction: input features,
 splits W's columns; parts produce partial sums, and only the i=0 part adds the bias).
+`activation` (e.g. "relu") is applied by each part to its output (parallel_ops.activation);
+it keeps i whole.
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import torch.nn.functional as F
 
 from taskrt.geometry import Rect
 
+from .activation import ACTIVATIONS, activate, check_activation, whole_reason
 from .errors import ShapeError
 from .model import Model, builder
 from .op import ATTRIBUTE, PARAMETER, REDUCTION, SAMPLE, Dim, Op, PartSpec
@@ -23,13 +26,17 @@ class Linear(Op):
     type = "linear"
 
     def __init__(self, model: Model, x: Tensor, out_features: int, bias: bool = True,
-                 name: str | None = None):
+                 name: str | None = None, activation: str | None = None):
         super().__init__(model.unique_name("linear", name))
+        activation = check_activation(f"linear '{self.name}'", activation)
         if x.ndim < 2:
             raise ShapeError(f"linear '{self.name}': input '{x.name}' has shape {x.shape}; "
                              "it needs a batch axis and a feature axis.")
         *lead, fin = x.shape
         self.params = {"in_features": fin, "out_features": out_features, "bias": bias}
+        if activation is not None:       # absent otherwise: older cost profiles keep matching
+            self.params["activation"] = activation
+        self.activation = activation
         self.inputs = [x]
         model.new_weight(self, "weight", (out_features, fin))
         if bias:
@@ -38,7 +45,8 @@ class Linear(Op):
         lead_labels = ("n",) + tuple(f"s{k}" for k in range(1, len(lead)))
         self.dims = (Dim("n", SAMPLE, lead[0]),
                      *(Dim(f"s{k}", ATTRIBUTE, lead[k]) for k in range(1, len(lead))),
-                     Dim("o", PARAMETER, out_features), Dim("i", REDUCTION, fin))
+                     Dim("o", PARAMETER, out_features),
+                     Dim("i", REDUCTION, fin, whole_reason(activation) if activation else ""))
         self.labels = {"inputs": (lead_labels + ("i",),),
                        "weights": (("o", "i"), ("o",))[:len(self.weights)],
                        "outputs": (lead_labels + ("o",),)}
@@ -53,10 +61,11 @@ class Linear(Op):
     def forward(self, spec, inputs, weights):
         (x,) = inputs
         w, b = (weights + [None])[:2]
-        return [F.linear(x, w, b)]
+        return [activate(self.activation, F.linear(x, w, b))]
 
     def reference(self, inputs, weights):
-        return [F.linear(inputs[0], *weights)]
+        y = F.linear(inputs[0], *weights)
+        return [ACTIVATIONS[self.activation](y) if self.activation else y]
 
     def init_weights(self, generator):
         fout, fin = self.weights[0].shape
@@ -71,6 +80,8 @@ class Linear(Op):
 
 @builder
 def linear(model: Model, x: Tensor, out_features: int, bias: bool = True,
-           name: str | None = None) -> Tensor:
-    """y = x W^T + b, like torch.nn.Linear(x.shape[-1], out_features, bias)."""
-    return model.add_op(Linear(model, x, out_features, bias, name)).outputs[0]
+           name: str | None = None, activation: str | None = None) -> Tensor:
+    """y = x W^T + b, like torch.nn.Linear(x.shape[-1], out_features, bias), followed by
+    `activation` ("relu", "gelu", "tanh", "sigmoid") when given: one operator, one launch
+    (see parallel_ops/activation.py)."""
+    return model.add_op(Linear(model, x, out_features, bias, name, activation)).outputs[0]

@@ -14,7 +14,7 @@ softmax over split classes) return several stage Ops from `stages()`.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 import torch
@@ -34,6 +34,7 @@ class Dim:
     name: str
     kind: str
     extent: int          # the largest legal degree
+    whole: str = ""      # if set, why this dim must not be split (its degree stays 1)
 
     def __str__(self) -> str:
         return f"{self.name}:{self.kind}"
@@ -172,7 +173,7 @@ class Stage(Op):
         self.type = type or f"{parent.type}.{tag}"   # the cost-model key; equal work, equal type
         self.inputs, self.weights, self.outputs = list(inputs), list(weights), list(outputs)
         kinds = kinds or {}
-        self.dims = tuple(Dim(d.name, kinds.get(d.name, d.kind), d.extent) for d in parent.dims)
+        self.dims = tuple(replace(d, kind=kinds.get(d.name, d.kind)) for d in parent.dims)
         self.labels = labels
         self.params = parent.params
         self.differentiable = differentiable

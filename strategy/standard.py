@@ -152,7 +152,7 @@ def random_config(op: Op, devices: Sequence[int], rng: random.Random) -> Paralle
     of degrees is at most len(devices)), on a random choice of distinct devices."""
     budget = len(devices)
     degrees = {}
-    dims = [d for d in op.dims if rng.random() < 0.5]
+    dims = [d for d in op.dims if rng.random() < 0.5 and not d.whole]
     rng.shuffle(dims)
     for d in dims:
         top = min(d.extent, budget)

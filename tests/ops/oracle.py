@@ -145,13 +145,14 @@ def assert_matches(model, feeds, strategy, num_devices=4, optimizer=None, steps=
 
 
 def legal_configs(op, num_devices=4, max_configs=None, seed=0):
-    """Every legal degree assignment of `op` using at most `num_devices` parts, each with
+    """Every legal degree assignment of `op` using at most `num_devices` parts (dims that
+    must stay whole, Dim.whole, at degree 1), each with
     a device list that varies: in order, reversed/non-contiguous, and fewer devices than
     exist (several parts on one device when parts exceed devices is not generated)."""
     import random
     rng = random.Random(seed)
     dims = op.dims
-    choices = [range(1, min(d.extent, num_devices) + 1) for d in dims]
+    choices = [range(1, 1 + (1 if d.whole else min(d.extent, num_devices))) for d in dims]
     out = []
     for degs in itertools.product(*choices):
         n = prod(degs)
