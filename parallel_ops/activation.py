@@ -7,17 +7,22 @@ backward (convolution, matrix product, the normalization's affine step) does not
 their output, and autograd's version counters would refuse it if one did.
 
 The activation of a sum cannot be taken part by part, so an operator with an activation
-keeps its reduction dim whole (`whole_dim`); to split that dim, use a separate activation
+keeps its reduction dim whole (Dim.whole); to split that dim, use a separate activation
 operator (m.relu(...)), which also lets the search give the activation its own config.
+
+`fuse_activations(model)` folds activation operators into their producers after the fact
+(import_module does it): an activation whose input only it reads.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable
 
 import torch
 import torch.nn.functional as F
 
 from .errors import ShapeError
+from .op import REDUCTION
 
 # name -> the torch function (shared with the elementwise operators of the same names)
 ACTIVATIONS: dict[str, Callable] = {
@@ -47,5 +52,67 @@ def activate(activation: str | None, y: torch.Tensor) -> torch.Tensor:
 
 def whole_reason(activation: str) -> str:
     """Why an operator with `activation` keeps its reduction dim whole (Dim.whole)."""
-    return (f"the fused activation '{activation}' needs whole sums; to split this dim, "
-            f"apply {activation} as its own operator")
+    return (f"the fused activation '{activation}' needs whole sums; to split this dim, keep "
+            f"{activation} an operator of its own (model.{activation}(...), or "
+            "import_module(..., fuse_activations=False))")
+
+
+class FusesActivation:
+    """Mixin of operators that can apply an activation to their single output: conv2d,
+    linear, batchnorm2d. Their forward calls `activate(self.activation, y)`."""
+    activation: str | None = None
+
+    def set_activation(self, activation: str | None) -> None:
+        """Give the operator its activation (checked): the attribute, the cost key's param
+        (absent without one, so profiles of plain operators keep matching) and its
+        reduction dims kept whole."""
+        activation = check_activation(f"{self.type} '{self.name}'", activation)
+        self.activation = activation
+        if activation is None:
+            return
+        self.params["activation"] = activation
+        self.dims = tuple(replace(d, whole=whole_reason(activation)) if d.kind == REDUCTION
+                          else d for d in self.dims)
+
+    def output_writers(self) -> list:
+        """The operator and stages whose outputs include the operator's output."""
+        return [self]
+
+    def fuse(self, activation: str, output) -> None:
+        """Apply `activation` and write `output` (the activation operator's output, which
+        the consumers read) instead of the operator's own output tensor."""
+        old = self.outputs[0]
+        self.set_activation(activation)
+        for op in self.output_writers():
+            op.outputs = [output if t is old else t for t in op.outputs]
+        output.producer = self
+
+
+def fusable(model, op, keep=()) -> bool:
+    """Whether activation operator `op` can fold into its input's producer: an exact
+    activation of one input that only `op` reads, made by an operator without one, and
+    not among `keep` (tensors the caller reads, such as a module's outputs)."""
+    from .elementwise import Elementwise
+    if not (isinstance(op, Elementwise) and op.type in ACTIVATIONS and len(op.inputs) == 1
+            and op.params.get("approximate", "none") == "none"):
+        return False
+    x = op.inputs[0]
+    producer = x.producer
+    return (isinstance(producer, FusesActivation) and producer.activation is None
+            and producer.outputs == [x] and all(t is not x for t in keep)
+            and model.consumers(x) == [op])
+
+
+def fuse_activations(model, keep=()) -> list[str]:
+    """Fold every fusable activation operator (see `fusable`) into its producer; returns
+    the names of the operators removed. The activation's output tensor keeps its name, so
+    consumers and readers of it see no change; the producer's own output tensor is gone."""
+    removed = []
+    for op in list(model.ops):
+        if fusable(model, op, keep):
+            x = op.inputs[0]
+            x.producer.fuse(op.type, op.outputs[0])
+            model.ops.remove(op)
+            del model.tensors[x.name]
+            removed.append(op.name)
+    return removed

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 
 from taskrt.geometry import Rect
 
-from .activation import ACTIVATIONS, activate, check_activation
+from .activation import ACTIVATIONS, FusesActivation, activate, check_activation
 from .errors import ShapeError
 from .model import Model, builder
 from .nchw import check_nchw
@@ -36,7 +36,7 @@ from .tensor import Tensor
 NCHW = ("n", "c", "h", "w")
 
 
-class BatchNorm2d(Op):
+class BatchNorm2d(FusesActivation, Op):
     type = "batchnorm2d"
 
     def __init__(self, model: Model, x: Tensor, eps: float = 1e-5, momentum=0.1,
@@ -44,7 +44,7 @@ class BatchNorm2d(Op):
         super().__init__(model.unique_name("batchnorm2d", name))
         where = f"batchnorm2d '{self.name}'"
         check_nchw(where, x)
-        self.activation = check_activation(where, activation)
+        check_activation(where, activation)     # before the model gets its weights
         n, c, h, w = x.shape
         count = n * h * w
         if count < 2:
@@ -59,8 +59,6 @@ class BatchNorm2d(Op):
         self.model = model           # momentum=None reads the step count
         self.count = count
         self.params = {"eps": eps, "momentum": momentum, "affine": affine}
-        if activation is not None:       # absent otherwise: older cost profiles keep matching
-            self.params["activation"] = activation
         self.inputs = [x]
         if affine:
             model.new_weight(self, "weight", (c,))
@@ -70,6 +68,7 @@ class BatchNorm2d(Op):
         y = model.new_tensor(self, x.shape)
         self.dims = (Dim("n", SAMPLE, n), Dim("c", PARAMETER, c), Dim("h", ATTRIBUTE, h),
                      Dim("w", ATTRIBUTE, w))
+        self.set_activation(activation)
         affine_w = self.weights[:2] if affine else []
         self.labels = {"inputs": (NCHW,), "weights": (("c",),) * len(self.weights),
                        "outputs": (NCHW,)}
@@ -90,6 +89,9 @@ class BatchNorm2d(Op):
             Stage(self, "running_write", [nxt], list(running), _split_rows,
                   part=_channels_part, differentiable=False, replicated=True),
         ]
+
+    def output_writers(self):
+        return [self, self._training_stages[1]]          # evaluation, normalize
 
     def stages(self):
         """Four launches in training (see the module docstring); itself in evaluation."""

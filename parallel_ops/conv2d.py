@@ -27,7 +27,7 @@ import torch.nn.functional as F
 
 from taskrt.geometry import Rect
 
-from .activation import ACTIVATIONS, activate, check_activation, whole_reason
+from .activation import ACTIVATIONS, FusesActivation, activate, check_activation
 from .errors import ShapeError
 from .model import Model, builder
 from .nchw import check_nchw, halo, out_size, pair, split_padding
@@ -48,7 +48,7 @@ class ConvPart:
     #                                  its ci range out of each spanned group, else 0
 
 
-class Conv2d(Op):
+class Conv2d(FusesActivation, Op):
     type = "conv2d"
 
     def __init__(self, model: Model, x: Tensor, out_channels: int, kernel_size, stride=1,
@@ -57,7 +57,7 @@ class Conv2d(Op):
         super().__init__(model.unique_name("conv2d", name))
         where = f"conv2d '{self.name}'"
         check_nchw(where, x)
-        activation = check_activation(where, activation)
+        check_activation(where, activation)     # before the model gets its weights
         n, cin, h, w = x.shape
         k = pair(where, "kernel_size", kernel_size, 1)
         s = pair(where, "stride", stride, 1)
@@ -77,9 +77,6 @@ class Conv2d(Op):
         self.params = {"in_channels": cin, "out_channels": out_channels, "kernel_size": k,
                        "stride": s, "padding": p, "dilation": d, "groups": groups,
                        "bias": bias}
-        if activation is not None:       # absent otherwise: older cost profiles keep matching
-            self.params["activation"] = activation
-        self.activation = activation
         self.inputs = [x]
         model.new_weight(self, "weight", (out_channels, cin // groups, *k))
         if bias:
@@ -87,8 +84,8 @@ class Conv2d(Op):
         model.new_tensor(self, (n, out_channels, oh, ow))
         self.dims = (Dim("n", SAMPLE, n), Dim("c", PARAMETER, out_channels),
                      Dim("h", ATTRIBUTE, oh), Dim("w", ATTRIBUTE, ow),
-                     Dim("ci", REDUCTION, cin // groups,
-                         whole_reason(activation) if activation else ""))
+                     Dim("ci", REDUCTION, cin // groups))
+        self.set_activation(activation)
         self.labels = None           # halos and groups: part() gives every rect
 
     def part(self, degrees, color) -> PartSpec:

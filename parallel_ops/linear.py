@@ -15,28 +15,25 @@ import torch.nn.functional as F
 
 from taskrt.geometry import Rect
 
-from .activation import ACTIVATIONS, activate, check_activation, whole_reason
+from .activation import ACTIVATIONS, FusesActivation, activate, check_activation
 from .errors import ShapeError
 from .model import Model, builder
 from .op import ATTRIBUTE, PARAMETER, REDUCTION, SAMPLE, Dim, Op, PartSpec
 from .tensor import Tensor
 
 
-class Linear(Op):
+class Linear(FusesActivation, Op):
     type = "linear"
 
     def __init__(self, model: Model, x: Tensor, out_features: int, bias: bool = True,
                  name: str | None = None, activation: str | None = None):
         super().__init__(model.unique_name("linear", name))
-        activation = check_activation(f"linear '{self.name}'", activation)
+        check_activation(f"linear '{self.name}'", activation)  # before the model gets weights
         if x.ndim < 2:
             raise ShapeError(f"linear '{self.name}': input '{x.name}' has shape {x.shape}; "
                              "it needs a batch axis and a feature axis.")
         *lead, fin = x.shape
         self.params = {"in_features": fin, "out_features": out_features, "bias": bias}
-        if activation is not None:       # absent otherwise: older cost profiles keep matching
-            self.params["activation"] = activation
-        self.activation = activation
         self.inputs = [x]
         model.new_weight(self, "weight", (out_features, fin))
         if bias:
@@ -46,7 +43,8 @@ class Linear(Op):
         self.dims = (Dim("n", SAMPLE, lead[0]),
                      *(Dim(f"s{k}", ATTRIBUTE, lead[k]) for k in range(1, len(lead))),
                      Dim("o", PARAMETER, out_features),
-                     Dim("i", REDUCTION, fin, whole_reason(activation) if activation else ""))
+                     Dim("i", REDUCTION, fin))
+        self.set_activation(activation)
         self.labels = {"inputs": (lead_labels + ("i",),),
                        "weights": (("o", "i"), ("o",))[:len(self.weights)],
                        "outputs": (lead_labels + ("o",),)}

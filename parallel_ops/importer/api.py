@@ -5,6 +5,7 @@ from typing import Any
 
 import torch
 
+from ..activation import fuse_activations
 from ..errors import UnsupportedModelError
 from ..model import Model
 from .capture import capture_export, capture_fx
@@ -30,7 +31,8 @@ def _dtype(module: torch.nn.Module) -> str:
 
 
 def import_module(module: torch.nn.Module, example_inputs: Any, method: str = "auto",
-                  name: str | None = None, seed: int = 0) -> Imported:
+                  name: str | None = None, seed: int = 0,
+                  fuse_activations: bool = True) -> Imported:
     """A parallel_ops Model equal to `module` on inputs shaped like `example_inputs` (a
     tensor, a tuple of positional arguments or a dict of keyword arguments). The module's
     current parameters and buffers become the model's initial weights.
@@ -39,6 +41,11 @@ def import_module(module: torch.nn.Module, example_inputs: Any, method: str = "a
     for code fx cannot trace, e.g. Python control flow over shapes) or "auto" (fx, then
     export if fx fails). Raises UnsupportedModelError listing every node that has no
     parallel operator, with its name, target and source location.
+
+    fuse_activations: fold each ReLU, GELU, tanh or sigmoid that alone reads the output
+    of a Conv2d, Linear or BatchNorm2d into that operator (parallel_ops/activation.py):
+    one launch instead of two, but the operator's reduction dim must then stay whole and
+    the activation has no operator (no name) of its own in strategies.
 
         imp = import_module(net, (torch.randn(8, 3, 32, 32),))
         imp.model.summary()
@@ -58,7 +65,7 @@ def import_module(module: torch.nn.Module, example_inputs: Any, method: str = "a
                     f"({type(e).__name__}: {e}). Use method='export' (or 'auto').") from e
             fx_error = e
         else:
-            return _convert(cap, module, model_name, seed, "fx")
+            return _convert(cap, module, model_name, seed, "fx", fuse_activations)
     try:
         cap = capture_export(module, args, kwargs)
     except Exception as e:
@@ -67,14 +74,18 @@ def import_module(module: torch.nn.Module, example_inputs: Any, method: str = "a
         raise UnsupportedModelError(
             f"import of {type(module).__name__}: torch.export failed ({type(e).__name__}: "
             f"{str(e).splitlines()[0] if str(e) else ''}){why}.") from e
-    return _convert(cap, module, model_name, seed, "export")
+    return _convert(cap, module, model_name, seed, "export", fuse_activations)
 
 
-def _convert(cap, module, name, seed, method) -> Imported:
+def _convert(cap, module, name, seed, method, fuse: bool) -> Imported:
     model = Model(name, seed=seed, dtype=_dtype(module))
     imp = Importer(cap, module, model)
     imp.run()
     if imp.problems:
         raise UnsupportedModelError(format_problems(module, method, imp.problems))
-    return Imported(model, module, imp.inputs(), imp.outputs(), imp.links, imp.counters,
-                    method, imp.op_paths)
+    inputs, outputs = imp.inputs(), imp.outputs()
+    if fuse:
+        for op_name in fuse_activations(model, keep=outputs):
+            imp.op_paths.pop(op_name, None)
+    return Imported(model, module, inputs, outputs, imp.links, imp.counters, method,
+                    imp.op_paths)

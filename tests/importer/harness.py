@@ -25,9 +25,10 @@ def torch_steps(net, inputs, labels, optimizer, steps):
     return losses, net.state_dict()
 
 
-def imported_steps(net, inputs, labels, strategy, machine, optimizer, steps, method="auto"):
+def imported_steps(net, inputs, labels, strategy, machine, optimizer, steps, method="auto",
+                   fuse_activations=True):
     """Losses per step and the written-back state dict of the imported model's training."""
-    imp = import_module(net, inputs, method=method)
+    imp = import_module(net, inputs, method=method, fuse_activations=fuse_activations)
     imp.add_cross_entropy()
     trainer = imp.model.compile(machine, strategy, optimizer)
     feeds = imp.feeds(*inputs, labels=labels)

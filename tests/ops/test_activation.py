@@ -100,7 +100,9 @@ def test_reduction_dim_stays_whole():
     assert not any(d.whole for d in conv_model(None)[0].op("conv").dims)
     with pytest.raises(ConfigError, match=r"conv2d 'conv'.*degree 2 on 'ci': it must stay "
                                           r"whole \(the fused activation 'relu' needs whole "
-                                          r"sums.*as its own operator\)"):
+                                          r"sums.*relu an operator of its own \(model.relu"
+                                          r"\(...\), or import_module\(..., "
+                                          r"fuse_activations=False\)\)"):
         m.compile(Machine.local(4), {"conv": ParallelConfig.of([0, 1], ci=2)})
     space = SearchSpace(m, 4)
     ci = [d.name for d in op.dims].index("ci")
