@@ -1,5 +1,5 @@
 """AlexNet as torchvision defines it (61,100,840 parameters at 1000 classes): five
-convolutions with ReLU and three max pools, adaptive average pooling to 6x6, and three fully
+convolutions with ReLU (fused into each convolution's launch) and three max pools, adaptive average pooling to 6x6, and three fully
 connected layers with dropout; the FlexFlow paper's 12-layer CNN benchmark.
 
     mpirun -np 2 python -m mpi4py apps/alexnet.py --small                 # 2 CPU ranks
@@ -30,14 +30,14 @@ def build(a) -> Network:
     m, x, labels = image_model("alexnet", a, size)
     convs = [(64, 11, 4, 2), (192, 5, 1, 2), (384, 3, 1, 1), (256, 3, 1, 1), (256, 3, 1, 1)]
     for k, (c, kernel, stride, pad) in enumerate(convs, start=1):
-        x = m.conv2d(x, c // div, kernel, stride=stride, padding=pad, name=f"conv{k}")
-        x = m.relu(x, name=f"relu{k}")
+        x = m.conv2d(x, c // div, kernel, stride=stride, padding=pad, name=f"conv{k}",
+                     activation="relu")
         if k in (1, 2, 5):
             x = m.max_pool2d(x, 3, stride=2, name=f"pool{k}")
     x = m.flat(m.adaptive_avg_pool2d(x, (6, 6), name="avgpool"), name="flat")
     for k in (6, 7):
         x = m.dropout(x, 0.5, name=f"drop{k}")
-        x = m.relu(m.linear(x, 4096 // div, name=f"fc{k}"), name=f"relu{k}")
+        x = m.linear(x, 4096 // div, name=f"fc{k}", activation="relu")
     logits = m.linear(x, classes, name="fc8")
     return image_network(m, logits, labels, classes)
 
@@ -45,13 +45,12 @@ def build(a) -> Network:
 def mixed_strategy(model: Model, n: int) -> dict:
     """Krizhevsky's "one weird trick": convolutions data parallel (the first split on image
     rows, attribute parallelism), fully connected layers split on their outputs (parameter),
-    the dropouts and ReLUs between them on features, the loss on classes."""
+    the dropouts between them on features, the loss on classes."""
     devs = list(range(n))
-    out = {"conv1": P(devs, h=n), "relu1": P(devs, a2=n)}
+    out = {"conv1": P(devs, h=n), "pool1": P(devs, c=n)}
     for k in (6, 7):
         out[f"drop{k}"] = P(devs, a1=n) if k == 7 else P(devs, n=n)
         out[f"fc{k}"] = P(devs, o=n)
-        out[f"relu{k}"] = P(devs, a1=n)
     out["fc8"] = P(devs, o=n)
     out["loss"] = P(devs, c=n)
     return out

@@ -32,7 +32,7 @@ def bottleneck(m: Model, x, planes: int, stride: int, name: str, project: bool):
     y = conv_bn(m, y, planes * 4, 1, f"{name}/3", relu=False)
     if project:
         x = conv_bn(m, x, planes * 4, 1, f"{name}/downsample", stride=stride, relu=False)
-    return m.relu(m.add(y, x, name=f"{name}/add"), name=f"{name}/relu")
+    return m.add(y, x, name=f"{name}/add", activation="relu")
 
 
 def build(a) -> Network:

@@ -55,8 +55,9 @@ def build(a) -> Network:
         y = m.multihead_attention(m.layernorm(x, name=f"{b}/ln_1"), s["heads"], causal=True,
                                   name=f"{b}/attn")
         x = m.add(x, y, name=f"{b}/add_1")
-        y = m.linear(m.layernorm(x, name=f"{b}/ln_2"), 4 * d, name=f"{b}/mlp_fc")
-        y = m.linear(m.gelu(y, name=f"{b}/mlp_gelu"), d, name=f"{b}/mlp_proj")
+        y = m.linear(m.layernorm(x, name=f"{b}/ln_2"), 4 * d, name=f"{b}/mlp_fc",
+                     activation="gelu")
+        y = m.linear(y, d, name=f"{b}/mlp_proj")
         x = m.add(x, y, name=f"{b}/add_2")
     logits = m.linear(m.layernorm(x, name="ln_f"), v, name="lm_head")
     m.softmax_cross_entropy(logits, targets, name="loss")
@@ -66,8 +67,8 @@ def build(a) -> Network:
 
 
 def mixed_strategy(model: Model, n: int) -> dict:
-    """Megatron-style: attention split over heads, the MLP's first layer on its outputs and
-    its second on its inputs (partial sums), the GELU between them on features; layernorms
+    """Megatron-style: attention split over heads, the MLP's first layer (with its fused
+    GELU) on its outputs and its second on its inputs (partial sums); layernorms
     and residual adds data parallel; sequence positions split in the first block's attention
     (attribute); the vocabulary split in the output layer and the loss."""
     devs = list(range(n))
@@ -78,8 +79,6 @@ def mixed_strategy(model: Model, n: int) -> dict:
             out[name] = P(devs, h=n) if name != "h0/attn" else P(devs, s=n)
         elif name.endswith("/mlp_fc"):
             out[name] = P(devs, o=n)
-        elif name.endswith("/mlp_gelu"):
-            out[name] = P(devs, a2=n)
         elif name.endswith("/mlp_proj"):
             out[name] = P(devs, i=n)
     out["lm_head"] = P(devs, o=n)

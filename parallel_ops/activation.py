@@ -1,10 +1,10 @@
 """Activations fused into the operator that produces their input (FlexFlow's ActiMode).
 
-conv2d, linear and batchnorm2d take `activation=` one of ACTIVATIONS: each part applies it
+conv2d, linear, batchnorm2d, add and multiply take `activation=` one of ACTIVATIONS: each part applies it
 to its own output block, so the activation costs no launch of its own (no task, no backward
 task, no region for the pre-activation values). A ReLU is applied in place: the producers'
-backward (convolution, matrix product, the normalization's affine step) does not read
-their output, and autograd's version counters would refuse it if one did.
+backward (convolution, matrix product, the normalization's affine step, a sum or
+product) does not read their output, and autograd's version counters would refuse it if one did.
 
 The activation of a sum cannot be taken part by part, so an operator with an activation
 keeps its reduction dim whole (Dim.whole); to split that dim, use a separate activation
@@ -59,7 +59,8 @@ def whole_reason(activation: str) -> str:
 
 class FusesActivation:
     """Mixin of operators that can apply an activation to their single output: conv2d,
-    linear, batchnorm2d. Their forward calls `activate(self.activation, y)`."""
+    linear, batchnorm2d, add and multiply. Their forward calls `activate(self.activation,
+    y)`."""
     activation: str | None = None
 
     def set_activation(self, activation: str | None) -> None:
@@ -73,6 +74,10 @@ class FusesActivation:
         self.params["activation"] = activation
         self.dims = tuple(replace(d, whole=whole_reason(activation)) if d.kind == REDUCTION
                           else d for d in self.dims)
+
+    def takes_activation(self) -> bool:
+        """Whether this operator may get an activation (all but some elementwise ones)."""
+        return True
 
     def output_writers(self) -> list:
         """The operator and stages whose outputs include the operator's output."""
@@ -99,7 +104,7 @@ def fusable(model, op, keep=()) -> bool:
     x = op.inputs[0]
     producer = x.producer
     return (isinstance(producer, FusesActivation) and producer.activation is None
-            and producer.outputs == [x] and all(t is not x for t in keep)
+            and producer.takes_activation() and producer.outputs == [x] and all(t is not x for t in keep)
             and model.consumers(x) == [op])
 
 

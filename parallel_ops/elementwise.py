@@ -13,7 +13,7 @@ from typing import Callable
 
 import torch
 
-from .activation import ACTIVATIONS
+from .activation import ACTIVATIONS, FusesActivation, activate, check_activation
 from .errors import ShapeError
 from .model import Model, builder
 from .op import ATTRIBUTE, SAMPLE, Dim, Op
@@ -35,14 +35,20 @@ def axis_dims(shape) -> tuple[Dim, ...]:
 _FUNCTIONS: dict[str, Callable] = {**ACTIVATIONS, "add": torch.add, "multiply": torch.mul}
 
 
-class Elementwise(Op):
-    """y = f(x) or y = f(a, b), computed part by part on equal blocks."""
+class Elementwise(FusesActivation, Op):
+    """y = f(x) or y = f(a, b), computed part by part on equal blocks; add and multiply may
+    apply a fused activation to y (relu(a + b): parallel_ops/activation.py)."""
 
     def __init__(self, model: Model, type: str, inputs: list[Tensor], name: str | None = None,
-                 **params):
+                 activation: str | None = None, **params):
         super().__init__(model.unique_name(type, name))
         self.type = type
-        self.params = params
+        self.kwargs = params             # the torch function's (params adds the activation)
+        self.params = dict(params)
+        check_activation(f"{type} '{self.name}'", activation)
+        if activation is not None and not self.takes_activation():
+            raise ShapeError(f"{type} '{self.name}': only add and multiply take a fused "
+                             f"activation; apply {activation} as an operator of its own.")
         x = inputs[0]
         if x.ndim < 1:
             raise ShapeError(f"{type} '{self.name}': input '{x.name}' is a scalar; it needs "
@@ -70,12 +76,20 @@ class Elementwise(Op):
         self.labels = {"inputs": tuple(labels[self.args.index(k)]
                                        for k in range(len(self.inputs))),
                        "weights": (), "outputs": (names,)}
+        self.set_activation(activation)
+
+    def takes_activation(self) -> bool:
+        """Only binary ones: a unary function's backward may read its output (tanh), which
+        an in-place activation would overwrite."""
+        return self.type in ("add", "multiply")
 
     def forward(self, spec, inputs, weights):
-        return [_FUNCTIONS[self.type](*(inputs[k] for k in self.args), **self.params)]
+        y = _FUNCTIONS[self.type](*(inputs[k] for k in self.args), **self.kwargs)
+        return [activate(self.activation, y)]
 
     def reference(self, inputs, weights):
-        return [_FUNCTIONS[self.type](*(inputs[k] for k in self.args), **self.params)]
+        y = _FUNCTIONS[self.type](*(inputs[k] for k in self.args), **self.kwargs)
+        return [ACTIVATIONS[self.activation](y) if self.activation else y]
 
 
 @builder
@@ -106,12 +120,16 @@ def sigmoid(model: Model, x: Tensor, name: str | None = None) -> Tensor:
 
 
 @builder
-def add(model: Model, a: Tensor, b: Tensor, name: str | None = None) -> Tensor:
-    """a + b, like torch.add(a, b); b has a's shape or its trailing axes."""
-    return model.add_op(Elementwise(model, "add", [a, b], name)).outputs[0]
+def add(model: Model, a: Tensor, b: Tensor, name: str | None = None,
+        activation: str | None = None) -> Tensor:
+    """a + b, like torch.add(a, b); b has a's shape or its trailing axes. `activation`
+    ("relu", ...) follows in the same launch (parallel_ops/activation.py)."""
+    return model.add_op(Elementwise(model, "add", [a, b], name, activation)).outputs[0]
 
 
 @builder
-def multiply(model: Model, a: Tensor, b: Tensor, name: str | None = None) -> Tensor:
-    """a * b, like torch.mul(a, b); b has a's shape or its trailing axes."""
-    return model.add_op(Elementwise(model, "multiply", [a, b], name)).outputs[0]
+def multiply(model: Model, a: Tensor, b: Tensor, name: str | None = None,
+             activation: str | None = None) -> Tensor:
+    """a * b, like torch.mul(a, b); b has a's shape or its trailing axes. `activation`
+    ("relu", ...) follows in the same launch (parallel_ops/activation.py)."""
+    return model.add_op(Elementwise(model, "multiply", [a, b], name, activation)).outputs[0]

@@ -23,14 +23,15 @@ def mlp(batch=8):
 
 
 def random_strategy(model, num_devices, seed):
-    """A random valid config for every operator (degrees <= extents, random devices)."""
+    """A random valid config for every operator (degrees <= extents, dims that must stay
+    whole unsplit, random devices)."""
     rng = random.Random(seed)
     out = {}
     for op in model.ops:
         degrees, parts = {}, 1
         for d in rng.sample(list(op.dims), len(op.dims)):
-            opts = [k for k in range(1, min(d.extent, num_devices) + 1)
-                    if parts * k <= num_devices]
+            top = 1 if d.whole else min(d.extent, num_devices)     # Dim.whole: unsplit
+            opts = [k for k in range(1, top + 1) if parts * k <= num_devices]
             k = rng.choice(opts)
             degrees[d.name] = k
             parts *= k

@@ -7,6 +7,7 @@ import torch
 
 import parallel_ops.batchnorm  # noqa: F401  (attaches model.batchnorm2d)
 import parallel_ops.conv2d  # noqa: F401  (attaches model.conv2d)
+import parallel_ops.elementwise
 from parallel_ops import ConfigError, Model, ParallelConfig, ShapeError
 from strategy.space import SearchSpace
 from strategy.standard import random_config
@@ -127,3 +128,28 @@ def test_unknown_activation_is_refused():
         m.linear(m.input("h", (2, 3)), 2, name="l", activation="Relu")
     with pytest.raises(ShapeError, match=r"batchnorm2d 'b': activation 1"):
         m.batchnorm2d(x, name="b", activation=1)
+
+
+def residual_model(activation, dtype="float64"):
+    m = Model("res_act", seed=1, dtype=dtype)
+    a = m.input("a", (4, 3, 5), requires_grad=True)
+    b = m.input("b", (4, 3, 5), requires_grad=True)
+    y = m.add(a, b, name="sum", activation=activation)
+    m.softmax_cross_entropy(y, m.input("labels", (4, 3), dtype="int64"), name="loss")
+    return m, random_feeds(m, 3, 5)
+
+
+@pytest.mark.parametrize("cfg", legal_configs(residual_model("relu")[0].op("sum"), 4,
+                                              max_configs=10), ids=str)
+def test_add_relu(cfg):
+    m, feeds = residual_model("relu")
+    assert_matches(m, feeds, {"sum": cfg})
+
+
+def test_only_add_and_multiply_take_an_activation():
+    m = Model()
+    x = m.input("x", (2, 3))
+    m.multiply(x, x, name="sq", activation="tanh")
+    with pytest.raises(ShapeError, match=r"tanh 't': only add and multiply take a fused "
+                                         r"activation; apply relu as an operator of its own"):
+        m.add_op(parallel_ops.elementwise.Elementwise(m, "tanh", [x], "t", "relu"))

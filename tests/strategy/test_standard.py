@@ -75,8 +75,8 @@ def test_fallbacks_respect_extents():
     att = standard.attribute_parallel(model, devices)
     pool = next(op for op in model.ops if op.type == "max_pool2d" and op.dims[2].extent == 3)
     assert att[pool.name] == ParallelConfig.of([0, 1, 2], h=3)       # fewer devices
-    relu = next(op for op in model.ops if op.type == "relu")
-    assert par[relu.name] == ParallelConfig.of(devices, n=4)          # no parameter dim: DP
+    drop = next(op for op in model.ops if op.type == "dropout")
+    assert par[drop.name] == ParallelConfig.of(devices, n=4)          # no parameter dim: DP
     fc = next(op for op in model.ops if op.type == "linear")
     assert par[fc.name] == ParallelConfig.of(devices, o=4)
 
