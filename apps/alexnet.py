@@ -1,6 +1,7 @@
 """AlexNet as torchvision defines it (61,100,840 parameters at 1000 classes): five
-convolutions with ReLU (fused into each convolution's launch) and three max pools, adaptive average pooling to 6x6, and three fully
-connected layers with dropout; the FlexFlow paper's 12-layer CNN benchmark.
+convolutions with ReLU and three max pools, adaptive average pooling to 6x6, and three fully
+connected layers with dropout; the FlexFlow paper's 12-layer CNN benchmark. Each ReLU runs in
+the launch of the convolution or fully connected layer before it (activation="relu").
 
     mpirun -np 2 python -m mpi4py apps/alexnet.py --small                 # 2 CPU ranks
     mpirun -np 4 python -m mpi4py apps/alexnet.py                         # 4 GPUs, 1 per rank

@@ -1,10 +1,11 @@
 """Activations fused into the operator that produces their input (FlexFlow's ActiMode).
 
-conv2d, linear, batchnorm2d, add and multiply take `activation=` one of ACTIVATIONS: each part applies it
-to its own output block, so the activation costs no launch of its own (no task, no backward
-task, no region for the pre-activation values). A ReLU is applied in place: the producers'
-backward (convolution, matrix product, the normalization's affine step, a sum or
-product) does not read their output, and autograd's version counters would refuse it if one did.
+conv2d, linear, batchnorm2d, add and multiply take `activation=` one of ACTIVATIONS: each
+part applies it to its own output block, so the activation costs no launch of its own (no
+task, no backward task, no region for the pre-activation values). A ReLU is applied in
+place: those producers' backward (convolution, matrix product, the normalization's affine
+step, a sum or product) does not read their output, and autograd's version counters would
+refuse it if one did.
 
 The activation of a sum cannot be taken part by part, so an operator with an activation
 keeps its reduction dim whole (Dim.whole); to split that dim, use a separate activation
@@ -48,6 +49,11 @@ def activate(activation: str | None, y: torch.Tensor) -> torch.Tensor:
     if activation == "relu":
         return y.relu_()
     return ACTIVATIONS[activation](y)
+
+
+def activated(activation: str | None, y: torch.Tensor) -> torch.Tensor:
+    """y after the activation, out of place (the operators' whole-tensor references)."""
+    return y if activation is None else ACTIVATIONS[activation](y)
 
 
 def whole_reason(activation: str) -> str:
@@ -104,8 +110,8 @@ def fusable(model, op, keep=()) -> bool:
     x = op.inputs[0]
     producer = x.producer
     return (isinstance(producer, FusesActivation) and producer.activation is None
-            and producer.takes_activation() and producer.outputs == [x] and all(t is not x for t in keep)
-            and model.consumers(x) == [op])
+            and producer.takes_activation() and producer.outputs == [x]
+            and all(t is not x for t in keep) and model.consumers(x) == [op])
 
 
 def fuse_activations(model, keep=()) -> list[str]:

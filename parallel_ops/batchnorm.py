@@ -26,7 +26,7 @@ import torch.nn.functional as F
 
 from taskrt.geometry import Rect
 
-from .activation import ACTIVATIONS, FusesActivation, activate, check_activation
+from .activation import FusesActivation, activate, activated, check_activation
 from .errors import ShapeError
 from .model import Model, builder
 from .nchw import check_nchw
@@ -137,7 +137,7 @@ class BatchNorm2d(FusesActivation, Op):
         m = 1.0 / self.model.step_count if m is None and self.training else m
         y = F.batch_norm(inputs[0], weights[-2], weights[-1], gamma, beta, self.training,
                          0.0 if m is None else m, pr["eps"])
-        return [ACTIVATIONS[self.activation](y) if self.activation else y]
+        return [activated(self.activation, y)]
 
     def init_weights(self, generator):
         c = self.dims[1].extent

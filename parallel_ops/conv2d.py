@@ -27,7 +27,7 @@ import torch.nn.functional as F
 
 from taskrt.geometry import Rect
 
-from .activation import ACTIVATIONS, FusesActivation, activate, check_activation
+from .activation import FusesActivation, activate, activated, check_activation
 from .errors import ShapeError
 from .model import Model, builder
 from .nchw import check_nchw, halo, out_size, pair, split_padding
@@ -139,7 +139,7 @@ class Conv2d(FusesActivation, Op):
         pr = self.params
         y = F.conv2d(inputs[0], weights[0], weights[1] if len(weights) > 1 else None,
                      pr["stride"], pr["padding"], pr["dilation"], pr["groups"])
-        return [ACTIVATIONS[self.activation](y) if self.activation else y]
+        return [activated(self.activation, y)]
 
     def init_weights(self, generator):
         shape = self.weights[0].shape

@@ -13,7 +13,7 @@ from typing import Callable
 
 import torch
 
-from .activation import ACTIVATIONS, FusesActivation, activate, check_activation
+from .activation import ACTIVATIONS, FusesActivation, activate, activated, check_activation
 from .errors import ShapeError
 from .model import Model, builder
 from .op import ATTRIBUTE, SAMPLE, Dim, Op
@@ -89,7 +89,7 @@ class Elementwise(FusesActivation, Op):
 
     def reference(self, inputs, weights):
         y = _FUNCTIONS[self.type](*(inputs[k] for k in self.args), **self.kwargs)
-        return [ACTIVATIONS[self.activation](y) if self.activation else y]
+        return [activated(self.activation, y)]
 
 
 @builder

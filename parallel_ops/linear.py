@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from taskrt.geometry import Rect
 
-from .activation import ACTIVATIONS, FusesActivation, activate, check_activation
+from .activation import FusesActivation, activate, activated, check_activation
 from .errors import ShapeError
 from .model import Model, builder
 from .op import ATTRIBUTE, PARAMETER, REDUCTION, SAMPLE, Dim, Op, PartSpec
@@ -63,7 +63,7 @@ class Linear(FusesActivation, Op):
 
     def reference(self, inputs, weights):
         y = F.linear(inputs[0], *weights)
-        return [ACTIVATIONS[self.activation](y) if self.activation else y]
+        return [activated(self.activation, y)]
 
     def init_weights(self, generator):
         fout, fin = self.weights[0].shape

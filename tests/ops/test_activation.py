@@ -153,3 +153,16 @@ def test_only_add_and_multiply_take_an_activation():
     with pytest.raises(ShapeError, match=r"tanh 't': only add and multiply take a fused "
                                          r"activation; apply relu as an operator of its own"):
         m.add_op(parallel_ops.elementwise.Elementwise(m, "tanh", [x], "t", "relu"))
+
+
+@pytest.mark.parametrize("cfg", [ParallelConfig.of([0, 1], c=2),
+                                 ParallelConfig.of([2, 0, 1], c=3),
+                                 ParallelConfig.of([0, 1, 2, 3], c=2, h=2)], ids=str)
+def test_conv_relu_parts_straddling_groups(cfg):
+    """Parts whose output channels span groups slice their convolution's output: the
+    in-place ReLU then runs on a view."""
+    m = Model("groups_act", seed=1, dtype="float64")
+    x = m.input("x", (2, 6, 5, 5), requires_grad=True)
+    y = m.conv2d(x, 9, 3, padding=1, groups=3, name="conv", activation="relu")
+    m.softmax_cross_entropy(y, m.input("labels", y.shape[:3], dtype="int64"), name="loss")
+    assert_matches(m, random_feeds(m, 3, y.shape[3]), {"conv": cfg})
