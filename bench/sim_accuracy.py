@@ -14,7 +14,10 @@ logical devices (--devices-per-rank 2) and `mpirun -np 2` with one device per ra
   torch thread as the apps use).
 
 Reported: median and worst relative error, Spearman rank correlation of predicted vs
-measured (per app and layout, and overall); `results["cases"]` lists every case.
+measured (per app and layout, and overall); `results["cases"]` lists every case. The 2-rank
+cases are also predicted with task costs taken in situ (strategy.replay.profile_from_trace)
+from a traced 1-process run of the same app and strategy: what is left of the error then is
+the model of communication and of the executor, not the task costs.
 """
 from __future__ import annotations
 
@@ -120,6 +123,8 @@ def worker(argv=None) -> dict:
     ap.add_argument("--devices-per-rank", type=int, default=1)
     ap.add_argument("--iterations", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--trace-dir", default=None,
+                    help="also write each case's --trace there (APP_STRATEGY.json)")
     a = ap.parse_args(argv)
     from apps.common import run
     from strategy.costs.app_profile import find_apps, load_app
@@ -135,6 +140,8 @@ def worker(argv=None) -> dict:
             argv = app_argv() + ["--strategy", path, "--iterations", str(a.iterations),
                                       "--warmup", str(a.warmup), "--quiet", "--json",
                                       "--devices-per-rank", str(a.devices_per_rank)]
+            if a.trace_dir:
+                argv += ["--trace", os.path.join(a.trace_dir, f"{app_name}_{name}.json")]
             res = run(app, argv, out=None)
             out["cases"].append({"app": app_name, "strategy": name,
                                  "measured_s": res.iteration_time,
@@ -143,9 +150,11 @@ def worker(argv=None) -> dict:
 
 
 def run_worker(ranks: int, per_rank: int, folder: str, apps: list[str], iterations: int,
-               warmup: int) -> dict:
+               warmup: int, trace_dir: str | None = None) -> dict:
     args = [folder, "--apps", ",".join(apps), "--devices-per-rank", str(per_rank),
             "--iterations", str(iterations), "--warmup", str(warmup)]
+    if trace_dir:
+        args += ["--trace-dir", trace_dir]
     if ranks > 1:
         return run_mpi_worker(ranks, "sim_accuracy.py", args)
     path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
@@ -190,6 +199,8 @@ def run(quick: bool = False) -> dict:
     from strategy.costs import CostModel
     from strategy.machines.fileformat import from_dict
     from strategy.logical_devices import shared as shared_devices
+    from strategy.costs.profile import merged
+    from strategy.replay import profile_from_trace
     from strategy.simulator import simulate
     apps = ["alexnet", "rnnlm"] if quick else ["alexnet", "inception", "rnnlm"]
     iterations, warmup = (2, 1) if quick else (5, 2)
@@ -205,6 +216,12 @@ def run(quick: bool = False) -> dict:
             t = time.perf_counter()
             measured[ranks_] = run_worker(ranks_, per, folder, apps, iterations, warmup)
             timing[f"measure_{ranks_}_rank_s"] = round(time.perf_counter() - t, 1)
+        # traced 1-process runs, apart from the timed ones (tracing costs a little per node)
+        t = time.perf_counter()
+        traces = os.path.join(folder, "traces")
+        os.makedirs(traces)
+        run_worker(1, DEVICES, folder, apps, 2, 1, trace_dir=traces)
+        timing["trace_1_rank_s"] = round(time.perf_counter() - t, 1)
         profile_s = 0.0
         for a in apps:
             for ranks_, per in LAYOUTS:
@@ -219,12 +236,19 @@ def run(quick: bool = False) -> dict:
                     res = simulate(g, model, costs)
                     c = runs[(a, name)]
                     fastest = min(c["times_s"])
-                    cases.append({"app": a, "ranks": ranks_, "devices_per_rank": per,
-                                  "strategy": name, "measured_s": c["measured_s"],
-                                  "predicted_s": res.makespan,
-                                  "error": (res.makespan - c["measured_s"]) / c["measured_s"],
-                                  "min_error": (res.makespan - fastest) / fastest,
-                                  "nodes": len(g.nodes), "times_s": c["times_s"]})
+                    case = {"app": a, "ranks": ranks_, "devices_per_rank": per,
+                            "strategy": name, "measured_s": c["measured_s"],
+                            "predicted_s": res.makespan,
+                            "error": (res.makespan - c["measured_s"]) / c["measured_s"],
+                            "min_error": (res.makespan - fastest) / fastest,
+                            "nodes": len(g.nodes), "times_s": c["times_s"]}
+                    if ranks_ > 1:
+                        insitu = profile_from_trace(os.path.join(traces, f"{a}_{name}.json"))
+                        p = simulate(g, model, CostModel(merged([costs.profile, insitu]))
+                                     ).makespan
+                        case["predicted_in_situ_s"] = p
+                        case["error_in_situ"] = (p - c["measured_s"]) / c["measured_s"]
+                    cases.append(case)
         timing["profile_s"] = round(profile_s, 1)
         machines = {r: measured[r]["machine"].get("calibration", {}) for r, _ in LAYOUTS}
     timing["total_s"] = round(time.perf_counter() - t0, 1)
@@ -247,6 +271,19 @@ def report(cases: list[dict], timing: dict, machines: dict, quick: bool) -> dict
         rows.append((f"{name}: median / worst error, Spearman",
                      f"{100 * s['median_error']:.0f}% / {100 * s['worst_error']:.0f}%, "
                      f"{s['spearman']:.2f}", f"{s['cases']} strategies"))
+    in_situ = [dict(c, error=c["error_in_situ"], predicted_s=c["predicted_in_situ_s"])
+               for c in cases if "error_in_situ" in c]
+    if in_situ:
+        s = summary(in_situ)
+        per_app = ", ".join(
+            f"{a} {100 * statistics.median(abs(c['error']) for c in in_situ if c['app'] == a):.0f}%"
+            for a in dict.fromkeys(c["app"] for c in in_situ))
+        rows.append(("2 ranks, task costs in situ (from traced 1-process runs): median / worst "
+                     "error, Spearman", f"{100 * s['median_error']:.0f}% / "
+                     f"{100 * s['worst_error']:.0f}%, {s['spearman']:.2f}",
+                     f"{s['cases']} cases; median per app: {per_app}; what is left is the "
+                     "model of communication and of the executor"))
+        per_group["2 ranks, in situ"] = s
     return {"title": "simulator accuracy (predicted vs measured iteration time)", "rows": rows,
             "results": {"cases": cases, "overall": overall, "groups": per_group,
                         "timing": timing, "calibration": machines, "quick": quick}}

@@ -19,6 +19,7 @@ from __future__ import annotations
 import importlib
 import json
 import math
+import statistics
 import warnings
 from dataclasses import dataclass, field
 
@@ -28,6 +29,7 @@ from taskrt.trace import node_label, to_chrome
 
 from . import files as strategy_files
 from .costs import CostModel, CostWarning, Profile
+from .costs.profile import Measurement, device_kind
 from .costs.app_profile import find_apps
 from .logical_devices import shared
 from .machines import machine_model
@@ -241,11 +243,9 @@ def _check_same_graph(graph, run: dict, events: list[dict], path: str) -> None:
                               "from another graph")
 
 
-def replay(app_name: str | None, argv, trace_path: str, machine_spec="local",
-           profile: str | None = None) -> ReplayReport:
-    """Simulate the graph of a recorded run and compare it with the run's trace. `app_name`
-    and `argv` default to what the trace records; `machine_spec` is a preset, a file,
-    'local', or a MachineModel."""
+def _recorded(app_name, argv, trace_path):
+    """(app, argv, (ranks, devices per rank, kind), network, graph, events) of a recorded
+    run, its graph rebuilt and checked against the trace."""
     events, run = read_trace(trace_path)
     app_name = app_name or run.get("app")
     argv = list(run.get("argv", []) if argv is None else argv)
@@ -260,7 +260,54 @@ def replay(app_name: str | None, argv, trace_path: str, machine_spec="local",
     kind = run.get("device_kind", "cpu")
     a, machine, net, graph = _rebuild(app, argv, run, trace_path, (ranks, per_rank, kind))
     _check_same_graph(graph, run, events, trace_path)
+    return app, argv, (ranks, per_rank, kind), net, graph, events
 
+
+def profile_from_trace(trace_path: str, app_name: str | None = None, argv=None,
+                       kind: str | None = None) -> Profile:
+    """Task costs measured in situ: per cost key, the median duration of the recorded run's
+    task nodes with that key (every rank's events). A task runs slower inside an iteration
+    than in the profiler's repeats of it alone (docs/simulator.md), so these are the costs
+    to simulate that run's graph, or graphs sharing its parts, with. `kind` files them under
+    a device kind (default: "cpu", or this machine's GPU family for a run on CUDA).
+
+        prof = profile_from_trace("run.json"); prof.save("run.profile")
+    """
+    app, argv, (ranks, per_rank, run_kind), net, graph, events = _recorded(
+        app_name, argv, trace_path)
+    if kind is None:
+        if run_kind == "cpu":
+            kind = "cpu"
+        else:
+            import torch
+            if not torch.cuda.is_available():
+                raise ReplayError(f"trace {trace_path}: recorded on {run_kind} devices; pass "
+                                  "the GPU kind to file the costs under (e.g. kind='H100')")
+            kind = device_kind("cuda:0")
+    durations: dict = {}
+    for e in events:
+        if e.get("ph") == "X" and "node" in (e.get("args") or {}):
+            node = graph.nodes[int(e["args"]["node"])]
+            if node.kind == "task":
+                durations.setdefault(node.cost_key, []).append(e["dur"] / 1e6)
+    if not durations:
+        raise ReplayError(f"trace {trace_path}: no task events to take costs from")
+    prof = Profile(meta={"runs": [{"source": "trace", "trace": str(trace_path),
+                                   "app": app.name, "argv": list(argv), "kind": kind,
+                                   "layout": f"{ranks}x{per_rank}"}]})
+    for key, ts in durations.items():
+        prof.add(key, kind, Measurement(statistics.median(ts), len(ts), min(ts), max(ts)))
+    return prof
+
+
+def replay(app_name: str | None, argv, trace_path: str, machine_spec="local",
+           profile: str | None = None) -> ReplayReport:
+    """Simulate the graph of a recorded run and compare it with the run's trace. `app_name`
+    and `argv` default to what the trace records; `machine_spec` is a preset, a file,
+    'local', or a MachineModel."""
+    app, argv, (ranks, per_rank, _), net, graph, events = _recorded(app_name, argv,
+                                                                    trace_path)
+    machine = graph.machine
     model = machine_model(machine_spec) if isinstance(machine_spec, str) else machine_spec
     if model.num_devices == ranks and per_rank > 1:
         model = shared(model, per_rank)

@@ -65,3 +65,26 @@ def test_one_rank_runs_its_logical_devices_one_at_a_time():
     assert simulate(graph, m, costs).makespan == pytest.approx(total)
     two = cluster_model("two", SPEC, 2)            # two ranks overlap: faster
     assert simulate(graph, two, costs).makespan < 0.75 * total
+
+
+def test_report_has_the_in_situ_row_for_two_ranks():
+    from bench.sim_accuracy import report
+
+    def case(app, ranks, measured, predicted, in_situ=None):
+        c = {"app": app, "ranks": ranks, "strategy": "s", "measured_s": measured,
+             "predicted_s": predicted, "error": (predicted - measured) / measured}
+        if in_situ is not None:
+            c["predicted_in_situ_s"] = in_situ
+            c["error_in_situ"] = (in_situ - measured) / measured
+        return c
+    cases = [case("a", 1, 1.0, 0.9), case("a", 1, 2.0, 1.8),
+             case("a", 2, 1.0, 0.5, 0.8), case("a", 2, 2.0, 1.0, 1.9),
+             case("b", 2, 4.0, 2.0, 3.0)]
+    out = report(cases, {}, {}, quick=True)
+    rows = {metric: (value, note) for metric, value, note in out["rows"]}
+    value, note = rows["2 ranks, task costs in situ (from traced 1-process runs): median / "
+                       "worst error, Spearman"]
+    assert value == "20% / 25%, 1.00"                 # errors 0.2, 0.05, 0.25
+    assert note.startswith("3 cases; median per app: a 12%, b 25%")
+    assert out["results"]["groups"]["2 ranks, in situ"]["cases"] == 3
+    assert "2 ranks, task costs in situ" not in str(report(cases[:2], {}, {}, True)["rows"])

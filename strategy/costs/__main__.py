@@ -2,11 +2,14 @@
 
     python -m strategy.costs profile APP [APP FLAGS] [--devices N] [--device cpu|cuda]
                                    [--repeats R] [--warmup W] [-o FILE]
+    python -m strategy.costs from-trace TRACE [-o FILE] [--kind KIND]
     python -m strategy.costs show FILE [--top K] [--json]
 
 `profile` measures every cost key a search on up to N devices may need for the app built
 with its own flags (e.g. --small), skipping keys FILE already holds for this device kind,
-and merges the result into FILE. `show` summarizes a profile (JSON view with --json).
+and merges the result into FILE. `from-trace` takes the task costs of a real run's --trace
+(in situ: a task inside an iteration runs slower than alone) and merges them into FILE,
+replacing the keys it measured. `show` summarizes a profile (JSON view with --json).
 """
 from __future__ import annotations
 
@@ -34,6 +37,12 @@ def _parser() -> argparse.ArgumentParser:
                     help="profile file to merge into (default APP.<kind>.profile)")
     pr.add_argument("--threads", type=int, default=1, help="torch threads (default 1, as the "
                     "apps use per rank)")
+    ft = sub.add_parser("from-trace", help="task costs from a real run's --trace file")
+    ft.add_argument("trace")
+    ft.add_argument("-o", "--output", default=None,
+                    help="profile file to merge into (default TRACE.profile)")
+    ft.add_argument("--kind", default=None, help="device kind to file them under (default "
+                    "cpu, or this machine's GPU for a run on CUDA)")
     sh = sub.add_parser("show", help="summarize a profile file")
     sh.add_argument("file")
     sh.add_argument("--top", type=int, default=10, help="slowest K entries per kind")
@@ -75,6 +84,21 @@ def _profile(a, app_argv, out) -> int:
     return 0
 
 
+def _from_trace(a, out) -> int:
+    import os
+
+    from ..replay import profile_from_trace
+    prof = profile_from_trace(a.trace, kind=a.kind)
+    output = a.output or f"{os.path.splitext(a.trace)[0]}.profile"
+    if os.path.exists(output):
+        prof = Profile.load(output).merge(prof)
+    prof.save(output)
+    run = prof.meta["runs"][-1]
+    print(f"{a.trace}: {len(prof.keys(run['kind']))} cost keys on {run['kind']} in {output} "
+          f"({run['app']} {' '.join(run['argv'])}, {run['layout']} devices)", file=out)
+    return 0
+
+
 def _show(a, out) -> int:
     prof = Profile.load(a.file)
     if a.json:
@@ -106,6 +130,8 @@ def main(argv=None, out=None) -> int:
         if rest:
             print(f"unknown arguments {rest}", file=sys.stderr)
             return 2
+        if a.command == "from-trace":
+            return _from_trace(a, out)
         return _show(a, out)
     except (ProfileError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -99,3 +99,41 @@ def test_a_trace_of_another_graph_is_refused(recorded, tmp_path):
     with pytest.raises(ReplayError, match="not JSON"):
         (tmp_path / "junk.json").write_text("{")
         replay(None, None, str(tmp_path / "junk.json"))
+
+
+def test_profile_from_the_trace_holds_in_situ_task_costs(recorded, tmp_path):
+    """Per cost key, the median of the run's task durations; replayed with it, every task
+    whose key is unique in the graph is predicted exactly as measured."""
+    import statistics
+
+    from strategy.costs.__main__ import main as costs_main
+    from strategy.costs.profile import Profile
+    from strategy.replay import profile_from_trace
+    res, path, _ = recorded
+    graph = res.trainer.graph
+    measured = {e.node: e.duration for e in res.trainer.executor.trace}
+    by_key: dict = {}
+    for n in graph.nodes:
+        if n.kind == "task":
+            by_key.setdefault(n.cost_key, []).append(measured[n.id])
+    prof = profile_from_trace(path)
+    assert set(prof.keys("cpu")) == set(by_key)
+    for key, ts in by_key.items():
+        m = prof.get(key, "cpu")
+        assert m.seconds == pytest.approx(statistics.median(ts), abs=1e-9) and m.repeats == len(ts)
+    assert prof.meta["runs"][0]["source"] == "trace"
+    out = tmp_path / "insitu.profile"
+    assert costs_main(["from-trace", path, "-o", str(out)], out=open(tmp_path / "log", "w")) == 0
+    assert set(Profile.load(str(out)).keys("cpu")) == set(by_key)
+    rep = replay(None, None, path, profile=str(out))
+    unique = {k for k, ts in by_key.items() if len(ts) == 1}
+    tasks = [n for n in rep.nodes if n.kind == "task" and graph.nodes[n.id].cost_key in unique]
+    assert tasks and all(n.predicted_s == pytest.approx(n.measured_s, abs=1e-9) for n in tasks)
+
+
+def test_profile_from_a_bad_trace_is_refused(tmp_path):
+    from strategy.replay import profile_from_trace
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    with pytest.raises(ReplayError, match="not JSON"):
+        profile_from_trace(str(bad))
