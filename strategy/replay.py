@@ -29,7 +29,7 @@ from taskrt.trace import node_label, to_chrome
 
 from . import files as strategy_files
 from .costs import CostModel, CostWarning, Profile
-from .costs.profile import Measurement, device_kind
+from .costs.profile import Measurement
 from .costs.app_profile import find_apps
 from .logical_devices import shared
 from .machines import machine_model
@@ -263,27 +263,24 @@ def _recorded(app_name, argv, trace_path):
     return app, argv, (ranks, per_rank, kind), net, graph, events
 
 
-def profile_from_trace(trace_path: str, app_name: str | None = None, argv=None,
-                       kind: str | None = None) -> Profile:
+def profile_from_trace(trace_path: str, app_name: str | None = None, argv=None) -> Profile:
     """Task costs measured in situ: per cost key, the median duration of the recorded run's
-    task nodes with that key (every rank's events). A task runs slower inside an iteration
-    than in the profiler's repeats of it alone (docs/simulator.md), so these are the costs
-    to simulate that run's graph, or graphs sharing its parts, with. `kind` files them under
-    a device kind (default: "cpu", or this machine's GPU family for a run on CUDA).
+    task nodes with that key (every rank's events), filed under "cpu". A task runs slower
+    inside an iteration than in the profiler's repeats of it alone (docs/simulator.md), so
+    these are the costs to simulate that run's graph, or graphs sharing its parts, with.
+    Only CPU runs: on a GPU the executor records the host's time to issue a task, not the
+    kernel's.
 
         prof = profile_from_trace("run.json"); prof.save("run.profile")
     """
     app, argv, (ranks, per_rank, run_kind), net, graph, events = _recorded(
         app_name, argv, trace_path)
-    if kind is None:
-        if run_kind == "cpu":
-            kind = "cpu"
-        else:
-            import torch
-            if not torch.cuda.is_available():
-                raise ReplayError(f"trace {trace_path}: recorded on {run_kind} devices; pass "
-                                  "the GPU kind to file the costs under (e.g. kind='H100')")
-            kind = device_kind("cuda:0")
+    if run_kind != "cpu":
+        raise ReplayError(f"trace {trace_path}: recorded on {run_kind} devices, whose events "
+                          "time the host's issue of each task, not the kernels; take in-situ "
+                          "costs from a CPU run, or profile the GPU (python -m strategy.costs "
+                          "profile APP --device cuda)")
+    kind = "cpu"
     durations: dict = {}
     for e in events:
         if e.get("ph") == "X" and "node" in (e.get("args") or {}):

@@ -2,14 +2,14 @@
 
     python -m strategy.costs profile APP [APP FLAGS] [--devices N] [--device cpu|cuda]
                                    [--repeats R] [--warmup W] [-o FILE]
-    python -m strategy.costs from-trace TRACE [-o FILE] [--kind KIND]
+    python -m strategy.costs from-trace TRACE [-o FILE]
     python -m strategy.costs show FILE [--top K] [--json]
 
 `profile` measures every cost key a search on up to N devices may need for the app built
 with its own flags (e.g. --small), skipping keys FILE already holds for this device kind,
-and merges the result into FILE. `from-trace` takes the task costs of a real run's --trace
-(in situ: a task inside an iteration runs slower than alone) and merges them into FILE,
-replacing the keys it measured. `show` summarizes a profile (JSON view with --json).
+and merges the result into FILE. `from-trace` takes the task costs of a real CPU run's
+--trace (in situ: a task inside an iteration runs slower than alone) and merges them into
+FILE, replacing the keys it measured. `show` summarizes a profile (JSON view with --json).
 """
 from __future__ import annotations
 
@@ -41,8 +41,6 @@ def _parser() -> argparse.ArgumentParser:
     ft.add_argument("trace")
     ft.add_argument("-o", "--output", default=None,
                     help="profile file to merge into (default TRACE.profile)")
-    ft.add_argument("--kind", default=None, help="device kind to file them under (default "
-                    "cpu, or this machine's GPU for a run on CUDA)")
     sh = sub.add_parser("show", help="summarize a profile file")
     sh.add_argument("file")
     sh.add_argument("--top", type=int, default=10, help="slowest K entries per kind")
@@ -88,7 +86,7 @@ def _from_trace(a, out) -> int:
     import os
 
     from ..replay import profile_from_trace
-    prof = profile_from_trace(a.trace, kind=a.kind)
+    prof = profile_from_trace(a.trace)
     output = a.output or f"{os.path.splitext(a.trace)[0]}.profile"
     if os.path.exists(output):
         prof = Profile.load(output).merge(prof)

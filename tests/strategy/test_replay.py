@@ -137,3 +137,15 @@ def test_profile_from_a_bad_trace_is_refused(tmp_path):
     bad.write_text("{")
     with pytest.raises(ReplayError, match="not JSON"):
         profile_from_trace(str(bad))
+
+
+def test_profile_from_a_gpu_trace_is_refused(recorded, tmp_path):
+    from strategy.replay import profile_from_trace
+    _, path, _ = recorded
+    data = json.load(open(path))
+    data["otherData"]["soapflow"]["device_kind"] = "cuda"
+    gpu = tmp_path / "gpu.json"
+    gpu.write_text(json.dumps(data))
+    with pytest.raises(ReplayError, match="recorded on cuda devices, whose events time the "
+                                          "host's issue"):
+        profile_from_trace(str(gpu))
