@@ -132,7 +132,7 @@ class Model:
                  f"{self.num_parameters} parameters"]
         for o in self.ops:
             outs = ", ".join(str(t) for t in o.outputs)
-            lines.append(f"  {o.type:<12} {o.name:<20} -> {outs}")
+            lines.append(f"  {o.display_type:<12} {o.name:<20} -> {outs}")
         return "\n".join(lines)
 
     def compile(self, machine=None, strategy=None, optimizer=None, **kw):

@@ -152,6 +152,12 @@ class Op:
         return spec.partial[index] if isinstance(spec.partial, tuple) else spec.partial
 
     @property
+    def display_type(self) -> str:
+        """The type as reports show it: with a fused activation, e.g. "conv2d+relu"."""
+        activation = getattr(self, "activation", None)
+        return f"{self.type}+{activation}" if activation else self.type
+
+    @property
     def cost_tag(self) -> tuple:
         return (self.type, tuple(sorted((k, repr(v)) for k, v in self.params.items())))
 

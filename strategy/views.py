@@ -50,8 +50,8 @@ def _fold_rows(ops: list, key_of, fold: bool) -> list[tuple[object, list]]:
 def _row_name(ops: list) -> tuple[str, str]:
     """(operator, type) cells of a row: one operator, or 'first .. last (N ops)'."""
     if len(ops) == 1:
-        return ops[0].name, ops[0].type
-    types = sorted({o.type for o in ops})
+        return ops[0].name, ops[0].display_type
+    types = sorted({o.display_type for o in ops})
     t = ",".join(types) if len(types) <= 3 else f"{len(types)} types"
     return f"{ops[0].name} .. {ops[-1].name} ({len(ops)} ops)", t
 
@@ -265,7 +265,7 @@ def to_dot(model, configs: Mapping[str, ParallelConfig], machine=None) -> str:
     for op in model.ops:
         cfg, default = filled[op.name]
         text = NOT_SET if cfg is None else str(cfg) + (" (default)" if default else "")
-        label = _quote("\n".join((op.name, op.type, text)))
+        label = _quote("\n".join((op.name, op.display_type, text)))
         lines.append(f"  {node[op.name]} [label={label}, "
                      f"fillcolor=\"{colour[device_set(cfg)]}\"];")
     for (src, dst), tensors in edges(model).items():

@@ -62,8 +62,8 @@ def test_summary_lists_every_operator(alexnet):
     assert rows[0] == ["operator", "type", "config", "devices", "parts"]
     assert [r[0] for r in rows[1:]] == [op.name for op in model.ops]
     by_name = {r[0]: r for r in rows[1:]}
-    assert by_name["fc6"] == ["fc6", "linear", "o=4", "0-3", "4"]
-    assert by_name["conv1"] == ["conv1", "conv2d", "h=4", "0-3", "4"]
+    assert by_name["fc6"] == ["fc6", "linear+relu", "o=4", "0-3", "4"]    # its fused ReLU
+    assert by_name["conv1"] == ["conv1", "conv2d+relu", "h=4", "0-3", "4"]
     assert by_name["conv2"][2] == "n=4 *"           # not in the mixed strategy: the default
     assert "* not in the strategy: data parallel by default" in text
     devices = section(text, "Per device:")
