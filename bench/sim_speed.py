@@ -35,10 +35,10 @@ APPS = ("inception", "nmt", "resnet")
 
 def random_config(op, num_devices: int, rng: random.Random) -> ParallelConfig:
     """A uniformly drawn valid config: random degrees per dim (product <= devices, each <= its
-    extent) on distinct random devices, like the search's proposal."""
+    Dim.max_degree) on distinct random devices, like the search's proposal."""
     degrees, parts = {}, 1
     for d in rng.sample(list(op.dims), len(op.dims)):
-        k = rng.choice([k for k in range(1, min(d.extent, num_devices) + 1)
+        k = rng.choice([k for k in range(1, min(d.max_degree, num_devices) + 1)
                         if parts * k <= num_devices])
         degrees[d.name] = k
         parts *= k

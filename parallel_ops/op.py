@@ -33,8 +33,13 @@ KINDS = (SAMPLE, ATTRIBUTE, PARAMETER, REDUCTION)
 class Dim:
     name: str
     kind: str
-    extent: int          # the largest legal degree
+    extent: int          # its length
     whole: str = ""      # if set, why this dim must not be split (its degree stays 1)
+
+    @property
+    def max_degree(self) -> int:
+        """The largest legal degree: the extent, or 1 for a dim that must stay whole."""
+        return 1 if self.whole else self.extent
 
     def __str__(self) -> str:
         return f"{self.name}:{self.kind}"

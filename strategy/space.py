@@ -75,8 +75,8 @@ class SearchSpace:
     def _enumerate_degrees(self, op) -> list[tuple[int, ...]]:
         out = [()]
         for d in op.dims:
-            top = 1 if d.whole or (self.kinds is not None and d.kind not in self.kinds) \
-                else min(d.extent, self.n)
+            top = 1 if self.kinds is not None and d.kind not in self.kinds else \
+                min(d.max_degree, self.n)
             choices = [k for k in range(1, top + 1) if not self.pow2 or k & (k - 1) == 0]
             out = [t + (k,) for t in out for k in choices if prod(t) * k <= self.n]
         if self.max_split is not None:

@@ -32,11 +32,11 @@ def _devices(devices: Sequence[int]) -> list[int]:
 
 
 def split(op: Op, dim: Dim | None, devices: Sequence[int]) -> ParallelConfig:
-    """`op` split on `dim` over as many of `devices` as its extent allows (whole on the
+    """`op` split on `dim` over as many of `devices` as it allows (whole on the
     first device when dim is None)."""
     if dim is None:
         return ParallelConfig((), (devices[0],))
-    n = min(len(devices), dim.extent)
+    n = min(len(devices), dim.max_degree)
     return ParallelConfig(((dim.name, n),), tuple(devices[:n]))
 
 
@@ -152,10 +152,10 @@ def random_config(op: Op, devices: Sequence[int], rng: random.Random) -> Paralle
     of degrees is at most len(devices)), on a random choice of distinct devices."""
     budget = len(devices)
     degrees = {}
-    dims = [d for d in op.dims if rng.random() < 0.5 and not d.whole]
+    dims = [d for d in op.dims if rng.random() < 0.5]
     rng.shuffle(dims)
     for d in dims:
-        top = min(d.extent, budget)
+        top = min(d.max_degree, budget)
         if top < 2:
             continue
         g = rng.randint(1, top)

@@ -30,8 +30,8 @@ def random_strategy(model, num_devices, seed):
     for op in model.ops:
         degrees, parts = {}, 1
         for d in rng.sample(list(op.dims), len(op.dims)):
-            top = 1 if d.whole else min(d.extent, num_devices)     # Dim.whole: unsplit
-            opts = [k for k in range(1, top + 1) if parts * k <= num_devices]
+            opts = [k for k in range(1, min(d.max_degree, num_devices) + 1)
+                    if parts * k <= num_devices]
             k = rng.choice(opts)
             degrees[d.name] = k
             parts *= k

@@ -152,7 +152,7 @@ def legal_configs(op, num_devices=4, max_configs=None, seed=0):
     import random
     rng = random.Random(seed)
     dims = op.dims
-    choices = [range(1, 1 + (1 if d.whole else min(d.extent, num_devices))) for d in dims]
+    choices = [range(1, min(d.max_degree, num_devices) + 1) for d in dims]
     out = []
     for degs in itertools.product(*choices):
         n = prod(degs)
