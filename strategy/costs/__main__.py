@@ -2,14 +2,15 @@
 
     python -m strategy.costs profile APP [APP FLAGS] [--devices N] [--device cpu|cuda]
                                    [--repeats R] [--warmup W] [-o FILE]
-    python -m strategy.costs from-trace TRACE [-o FILE]
+    python -m strategy.costs from-trace TRACE [-o FILE] [--app APP [APP FLAGS]]
     python -m strategy.costs show FILE [--top K] [--json]
 
 `profile` measures every cost key a search on up to N devices may need for the app built
 with its own flags (e.g. --small), skipping keys FILE already holds for this device kind,
 and merges the result into FILE. `from-trace` takes the task costs of a real CPU run's
 --trace (in situ: a task inside an iteration runs slower than alone) and merges them into
-FILE, replacing the keys it measured. `show` summarizes a profile (JSON view with --json).
+FILE, replacing the keys it measured (the app and its flags come from the trace; give them
+for a trace that does not record them). `show` summarizes a profile (JSON view with --json).
 """
 from __future__ import annotations
 
@@ -41,6 +42,8 @@ def _parser() -> argparse.ArgumentParser:
     ft.add_argument("trace")
     ft.add_argument("-o", "--output", default=None,
                     help="profile file to merge into (default TRACE.profile)")
+    ft.add_argument("--app", default=None, help="the app that ran, when the trace does not "
+                    "say (its flags follow)")
     sh = sub.add_parser("show", help="summarize a profile file")
     sh.add_argument("file")
     sh.add_argument("--top", type=int, default=10, help="slowest K entries per kind")
@@ -82,11 +85,11 @@ def _profile(a, app_argv, out) -> int:
     return 0
 
 
-def _from_trace(a, out) -> int:
+def _from_trace(a, app_argv, out) -> int:
     import os
 
     from ..replay import profile_from_trace
-    prof = profile_from_trace(a.trace)
+    prof = profile_from_trace(a.trace, a.app, app_argv or None)
     output = a.output or f"{os.path.splitext(a.trace)[0]}.profile"
     if os.path.exists(output):
         prof = Profile.load(output).merge(prof)
@@ -125,11 +128,11 @@ def main(argv=None, out=None) -> int:
     try:
         if a.command == "profile":
             return _profile(a, rest, out)
+        if a.command == "from-trace":
+            return _from_trace(a, rest, out)
         if rest:
             print(f"unknown arguments {rest}", file=sys.stderr)
             return 2
-        if a.command == "from-trace":
-            return _from_trace(a, out)
         return _show(a, out)
     except (ProfileError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -125,6 +125,11 @@ def test_profile_from_the_trace_holds_in_situ_task_costs(recorded, tmp_path):
     out = tmp_path / "insitu.profile"
     assert costs_main(["from-trace", path, "-o", str(out)], out=open(tmp_path / "log", "w")) == 0
     assert set(Profile.load(str(out)).keys("cpu")) == set(by_key)
+    # the app and flags given, as for a trace that does not record them
+    named = tmp_path / "named.profile"
+    assert costs_main(["from-trace", path, "-o", str(named), "--app", "rnnlm", *ARGV],
+                      out=open(tmp_path / "log2", "w")) == 0
+    assert set(Profile.load(str(named)).keys("cpu")) == set(by_key)
     rep = replay(None, None, path, profile=str(out))
     unique = {k for k, ts in by_key.items() if len(ts) == 1}
     tasks = [n for n in rep.nodes if n.kind == "task" and graph.nodes[n.id].cost_key in unique]
