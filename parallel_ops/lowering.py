@@ -25,7 +25,7 @@ from .errors import ConfigError
 from .model import Model
 from .op import Op
 from .tasks import (DIN, DOUT, DW, IN, OUT, W, StageArgs, backward_task, forward_task,
-                    read_task, update_task)
+                    read_task, update_batch, update_task)
 from .tensor import Tensor
 
 
@@ -231,7 +231,8 @@ class _Lowering:
         return IndexLaunch(f"{w.name}/update", update_task, (len(pieces),), projection,
                            devices=[d for _, d in pieces], args=self.optimizer,
                            cost_tag=(type(self.optimizer).__name__.lower(), "update"),
-                           replicas=True)
+                           replicas=True, batch=update_batch
+                           if callable(getattr(self.optimizer, "update_many", None)) else None)
 
     def op(self, op: Op, cfg: ParallelConfig) -> OpLaunches:
         """The launches of one operator under `cfg`."""

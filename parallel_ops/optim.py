@@ -2,7 +2,9 @@
 
 Each replica of a weight part applies the same update to the same all-reduced gradient,
 so replicas stay identical without a broadcast. `step_count` is advanced by the trainer
-before each iteration; every rank advances it alike.
+before each iteration; every rank advances it alike. `update_many` does `update` for many
+parts in multi-tensor calls (the local executor batches a device's updates:
+taskrt.launch, IndexLaunch.batch); an optimizer without it runs one task per part.
 """
 from __future__ import annotations
 
@@ -38,6 +40,21 @@ class SGD:
             g = g.add(buf, alpha=self.momentum) if self.nesterov else buf
         p.add_(g, alpha=-self.lr)
 
+    def update_many(self, ps: list, gs: list, states: list) -> None:
+        """`update` of many parts with multi-tensor (torch._foreach_*) calls: the same
+        element-wise operations in the same order, so the same bits."""
+        if self.weight_decay:
+            gs = torch._foreach_add(gs, ps, alpha=self.weight_decay)
+        if self.momentum:
+            bufs = [s[0] for s in states]
+            if self.step_count <= 1:
+                torch._foreach_copy_(bufs, gs)
+            else:
+                torch._foreach_mul_(bufs, self.momentum)
+                torch._foreach_add_(bufs, gs, alpha=1 - self.dampening)
+            gs = torch._foreach_add(gs, bufs, alpha=self.momentum) if self.nesterov else bufs
+        torch._foreach_add_(ps, gs, alpha=-self.lr)
+
     def __repr__(self) -> str:
         return (f"SGD(lr={self.lr}, momentum={self.momentum}, "
                 f"weight_decay={self.weight_decay})")
@@ -71,6 +88,21 @@ class Adam:
         step_size = self.lr / (1 - b1 ** t)
         denom = (v.sqrt() / math.sqrt(1 - b2 ** t)).add_(self.eps)
         p.addcdiv_(m, denom, value=-step_size)
+
+    def update_many(self, ps: list, gs: list, states: list) -> None:
+        """`update` of many parts with multi-tensor calls (same operations, same bits)."""
+        ms, vs = [s[0] for s in states], [s[1] for s in states]
+        b1, b2 = self.betas
+        t = self.step_count
+        if self.weight_decay:
+            gs = torch._foreach_add(gs, ps, alpha=self.weight_decay)
+        torch._foreach_lerp_(ms, gs, 1 - b1)
+        torch._foreach_mul_(vs, b2)
+        torch._foreach_addcmul_(vs, gs, [g.conj() for g in gs], value=1 - b2)
+        denom = torch._foreach_sqrt(vs)
+        torch._foreach_div_(denom, math.sqrt(1 - b2 ** t))
+        torch._foreach_add_(denom, self.eps)
+        torch._foreach_addcdiv_(ps, ms, denom, value=-(self.lr / (1 - b1 ** t)))
 
     def __repr__(self) -> str:
         return f"Adam(lr={self.lr}, betas={self.betas}, eps={self.eps})"

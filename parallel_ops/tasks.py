@@ -214,6 +214,13 @@ def update_task(ctx, weight, grad, *states):
     return (None,) * (1 + len(states))
 
 
+def update_batch(ctxs, tensors):
+    """update_task of several weight parts at once: one multi-tensor optimizer call
+    (`update_many`, equal to `update` on each part in turn)."""
+    ctxs[0].args.update_many([t[0] for t in tensors], [t[1] for t in tensors],
+                             [t[2:] for t in tensors])
+
+
 def read_task(ctx, *views):
     """A task that only reads: it moves a value to a device (e.g. the loss to device 0)."""
     return ()

@@ -4,6 +4,14 @@ The projection maps a color to the region requirements of that point task. Task 
 follow one calling convention (see taskrt.executor.local): `fn(ctx, *tensors)` gets one tensor
 per requirement and returns one tensor (or None when it wrote in place) per writing
 requirement (WD, RW, Red+), in requirement order.
+
+`batch` (optional) runs the point tasks of several launches in one call: `batch(ctxs,
+tensors)` with one TaskContext and one tuple of requirement tensors per point, in node
+order. It must do exactly what calling `task` on each point in turn would, for tasks that
+only write in place (they return None per writing requirement). An executor that runs nodes
+in a fixed order may use it for consecutive points on one device whose launches have the
+same `batch` and the same `args` (taskrt.executor.local: the optimizer's updates, one
+multi-tensor call instead of a task per weight); others call `task` per point.
 """
 from __future__ import annotations
 
@@ -29,6 +37,7 @@ class IndexLaunch:
     state_from: str | None = None                             # launch whose per-point state we get
     replicas: bool = False                                    # points writing one rect on several
     #                                                           devices compute the same value
+    batch: Callable[..., None] | None = None                  # runs many points at once (above)
     colors: tuple[Color, ...] = field(init=False)
 
     def __post_init__(self):

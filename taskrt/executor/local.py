@@ -2,6 +2,8 @@
 
 Nodes run one at a time in id order (a topological order). The graph is compiled once into
 steps with pre-sliced views (Legion-style tracing), so `run()` replays it without planning;
+consecutive independent points of launches with one `batch` function and args (the
+optimizer's updates) run as one batch per device, except when tracing (taskrt.launch);
 temporaries (taskrt.liveness) are allocated before their first user and released after their
 last, and `keep` names the regions to read after run() ("all": nothing is freed).
 `write`/`read` move whole tensors in and out of the graph's regions.
@@ -16,7 +18,8 @@ from ..errors import PlanError
 from ..trace import TraceEvent, node_label, node_track
 from ..region import Region
 from .instances import InstanceStore
-from .steps import local_allreduce_step, local_copy_step, reduce_step, task_step
+from .steps import (batch_key, batchable, batches_step, local_allreduce_step, local_copy_step,
+                    reduce_step, task_step)
 
 
 class LocalExecutor:
@@ -34,17 +37,39 @@ class LocalExecutor:
                 self.steps.append(reduce_step(node, self.store))
             else:
                 self.steps.append(local_allreduce_step(node, self.store))
-        # Nodes run in id order, so each temporary's first and last user are known: per node
-        # (step, temporaries to allocate before it, temporaries to release after it).
+        self.record_trace = record_trace
+        # What run() calls: per entry, the ids of its nodes (one node, or consecutive
+        # batchable nodes run as one batch; not when tracing, which times every node).
+        self.entries = self._entries(record_trace)
+        # Nodes run in id order, so each temporary's first and last user are known: per
+        # entry (step, temporaries to allocate before it, temporaries to release after it).
         first: dict[int, list] = {}
         last: dict[int, list] = {}
         for buf, users in zip(self.store.temporaries, self.store.liveness.users):
             first.setdefault(users[0], []).append(buf)
             last.setdefault(users[-1], []).append(buf)
-        self.plan = [(step, tuple(first.get(i, ())), tuple(last.get(i, ())))
-                     for i, step in enumerate(self.steps)]
-        self.record_trace = record_trace
+        self.plan = []
+        for ids in self.entries:
+            step = self.steps[ids[0]] if len(ids) == 1 else \
+                batches_step([graph.nodes[i] for i in ids], self.store, self.contexts)
+            self.plan.append((step, tuple(b for i in ids for b in first.get(i, ())),
+                              tuple(b for i in ids for b in last.get(i, ()))))
         self.trace: list[TraceEvent] = []
+
+    def _entries(self, record_trace: bool) -> list[range]:
+        """Node ids per entry: a run of consecutive batchable nodes with one batch key and
+        no edge among them (they may run in any order: one batch per device), else one."""
+        nodes, preds, out, i = self.graph.nodes, self.graph.preds, [], 0
+        while i < len(nodes):
+            j = i + 1
+            if not record_trace and batchable(nodes[i]):
+                key = batch_key(nodes[i])
+                while (j < len(nodes) and batchable(nodes[j]) and batch_key(nodes[j]) == key
+                       and all(p < i for p in preds[j])):
+                    j += 1
+            out.append(range(i, j))
+            i = j
+        return out
 
     # -- data in and out -----------------------------------------------------------------
     def _region(self, region) -> Region:

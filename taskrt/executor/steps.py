@@ -74,14 +74,21 @@ def _fail(node, device, exc: BaseException) -> ExecutionError:
                           f"{type(exc).__name__}: {exc}")
 
 
-def task_step(node, store: InstanceStore, contexts: dict) -> Callable[[], None]:
-    """A callable that runs one point task and stores what it returns."""
-    dev = node.device
+def _context(node, store, contexts: dict) -> TaskContext:
+    """The node's TaskContext, registered for launches that take state from it."""
     source = None
     if node.launch.state_from is not None:
         source = contexts.get((node.launch.state_from, node.color))
-    ctx = TaskContext(node.launch, node.color, dev, store.torch_device[dev], source)
+    ctx = TaskContext(node.launch, node.color, node.device, store.torch_device[node.device],
+                      source)
     contexts[node.launch.name, node.color] = ctx
+    return ctx
+
+
+def task_step(node, store: InstanceStore, contexts: dict) -> Callable[[], None]:
+    """A callable that runs one point task and stores what it returns."""
+    dev = node.device
+    ctx = _context(node, store, contexts)
     args = []
     # Per writing requirement: (view, mode, pieces). Mode 0 stores into the instance view
     # (pieces: the Buffer when the view is all of it, to adopt the value; else None);
@@ -137,6 +144,55 @@ def task_step(node, store: InstanceStore, contexts: dict) -> Callable[[], None]:
             raise
         except Exception as exc:
             raise _fail(node, dev, exc) from exc
+    return run
+
+
+def batchable(node) -> bool:
+    """Whether a task node may run in a batch (taskrt.launch: IndexLaunch.batch)."""
+    return node.kind == "task" and node.launch.batch is not None and not any(
+        r.privilege is _RED for r in node.requirements)
+
+
+def batch_key(node):
+    """Batchable nodes with equal keys may run in batches (one per device)."""
+    return node.launch.batch, id(node.launch.args)
+
+
+def batches_step(nodes, store: InstanceStore, contexts: dict) -> Callable[[], None]:
+    """A callable that runs the point tasks of `nodes` (batchable, one batch_key, no edge
+    among them) as one batch per device."""
+    per_device: dict[int, list] = {}
+    for n in nodes:
+        per_device.setdefault(n.device, []).append(n)
+    steps = [batch_step(ns, store, contexts) for ns in per_device.values()]
+    if len(steps) == 1:
+        return steps[0]
+
+    def run() -> None:
+        for step in steps:
+            step()
+    return run
+
+
+def batch_step(nodes, store: InstanceStore, contexts: dict) -> Callable[[], None]:
+    """A callable that runs the point tasks of `nodes` (batchable, one batch_key, one
+    device) with one call of their launches' `batch`."""
+    ctxs = [_context(n, store, contexts) for n in nodes]
+    views = [[view_of(store, False, r.region.name, n.device, r.rect) for r in n.requirements]
+             for n in nodes]
+    fn = nodes[0].launch.batch
+
+    def run() -> None:
+        try:
+            fn(ctxs, [[v.t for v in vs] for vs in views])
+        except ExecutionError:
+            raise
+        except Exception as exc:
+            names = ", ".join(n.launch.name for n in nodes[:3])
+            more = f" and {len(nodes) - 3} more" if len(nodes) > 3 else ""
+            raise ExecutionError(f"batch of {len(nodes)} tasks ({names}{more}) failed on "
+                                 f"device {nodes[0].device}: {type(exc).__name__}: "
+                                 f"{exc}") from exc
     return run
 
 

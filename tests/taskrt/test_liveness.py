@@ -55,11 +55,13 @@ def test_each_temporary_lives_from_its_first_user_to_its_last(build, strategies,
     first = {id(store.buffer(k)): u[0] for k, u in zip(live.keys, live.users)}
     last = {id(store.buffer(k)): u[-1] for k, u in zip(live.keys, live.users)}
     store.start_iteration()
-    with torch.no_grad():                # LocalExecutor.run's loop, checked at every node
-        for i, (step, allocate, free) in enumerate(ex.plan):
+    assert any(len(ids) > 1 for ids in ex.entries)      # the updates run as batches
+    with torch.no_grad():                # LocalExecutor.run's loop, checked at every entry
+        for ids, (step, allocate, free) in zip(ex.entries, ex.plan):
             store.begin(allocate)
             allocated = {id(b) for b in store.temporaries if b.tensor is not None}
-            assert allocated == {k for k in first if first[k] <= i <= last[k]}, i
+            assert allocated == {k for k in first
+                                 if first[k] <= ids[-1] and ids[0] <= last[k]}, ids
             step()
             store.release(free)
     assert all(b.tensor is None for b in store.temporaries)
