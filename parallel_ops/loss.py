@@ -6,7 +6,9 @@ operator lowers to three launches, none needing autograd (its backward is closed
   sumexp   each part reads the Kc maxima of its rows, takes the global max m, and
            contributes sum(exp(x - m)) to `<name>.sumexp` (partial sums over c);
   loss     each part writes d(loss)/d(logits) = (softmax - onehot) / count straight into
-           the logits' gradient region, and contributes its samples' -log p to the loss.
+           the logits' gradient region, and contributes its samples' -log p to the loss
+           (with every class in one part, in fewer operations). Labels outside [0, C) are
+           an error, as in torch.
 """
 from __future__ import annotations
 
@@ -89,9 +91,25 @@ class SoftmaxCrossEntropy(Op):
 
         count = self.count
 
+        def bad_labels(y) -> ShapeError:
+            return ShapeError(f"softmax_ce '{self.name}': labels must be in [0, {classes}); "
+                              f"got values from {int(y.min())} to {int(y.max())}.")
+
         def loss_fwd(spec, ins, ws):
             x, m, s, y = ins
             c0, c1 = spec.info
+            if m.shape[-1] == 1 and c1 - c0 == classes:     # one part has every class
+                lse = m + torch.log(s)
+                idx = y.unsqueeze(-1)
+                try:
+                    picked = torch.gather(x, -1, idx)
+                except RuntimeError:
+                    raise bad_labels(y) from None
+                grad = torch.exp(x - lse)
+                grad.scatter_add_(-1, idx, torch.full_like(lse, -1.0))
+                return [grad.div_(count), (lse - picked).sum().reshape(1).div_(count)]
+            if int(y.min()) < 0 or int(y.max()) >= classes:
+                raise bad_labels(y)
             m = m.amax(dim=-1, keepdim=True)
             lse = m + torch.log(s)
             grad = torch.exp(x - lse)

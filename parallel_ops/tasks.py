@@ -132,8 +132,11 @@ class StageArgs:
 class _Plan:
     """A part's layout as positions: `ins`/`ws` per input/weight, the index of its view or
     None; `douts` (output index, view index); `targets`: (IN or W, index) per DIN/DW view
-    in order; `kept`: per output, whether the part has it (a non-empty rect)."""
-    __slots__ = ("ins", "ws", "douts", "targets", "kept")
+    in order; `kept`: per output, whether the part has it (a non-empty rect). Also what a
+    task needs every iteration, looked up once: the part's spec, whether it keeps every
+    output, and the weights' autograd leaves (`_weight_leaves`)."""
+    __slots__ = ("ins", "ws", "douts", "targets", "kept", "spec", "all_kept", "input_grads",
+                 "weight_grads", "weight_views", "weight_leaves")
 
     def __init__(self, a: StageArgs, color):
         stage = a.stage
@@ -152,14 +155,32 @@ class _Plan:
                 targets.append((W, idx))
         self.ins, self.ws, self.douts, self.targets = tuple(ins), tuple(ws), tuple(douts), \
             tuple(targets)
-        self.kept = tuple(not r.empty for r in a.specs[color].outputs)
+        self.spec = a.specs[color]
+        self.kept = tuple(not r.empty for r in self.spec.outputs)
+        self.all_kept = all(self.kept)
+        self.input_grads = tuple(zip(self.ins, a.input_grads))
+        self.weight_grads = tuple(zip(self.ws, a.weight_grads))
+        self.weight_views: tuple = ()
+        self.weight_leaves: list = []
 
 
-def _leaves(views, positions, wanted):
-    """Autograd leaves for the views at `positions` (None where absent): `.data` aliases
+def _leaves(views, positions_wanted):
+    """Autograd leaves for the views at the positions (None where absent): `.data` aliases
     that require grad where wanted."""
     return [None if k is None or views[k] is None else views[k].data.requires_grad_(g)
-            for k, g in zip(positions, wanted)]
+            for k, g in positions_wanted]
+
+
+def _weight_leaves(plan: _Plan, views) -> list:
+    """The weights' leaves, made again only when a weight's view is a new tensor: weights
+    are persistent instances updated in place, so their views (and leaves, as a module's
+    parameters are) stay the same from one iteration to the next."""
+    ws = tuple(None if k is None else views[k] for k in plan.ws)
+    if len(ws) != len(plan.weight_views) or any(
+            v is not old for v, old in zip(ws, plan.weight_views)):
+        plan.weight_views = ws
+        plan.weight_leaves = _leaves(views, plan.weight_grads)
+    return plan.weight_leaves.copy()
 
 
 def _picked(views, positions):
@@ -170,21 +191,21 @@ def forward_task(ctx, *views):
     a: StageArgs = ctx.args
     stage = a.stage
     stage.training = a.training
-    color = ctx.color
-    plan = a.plans.get(color) or a.plan(color)
-    spec = a.specs[color]
+    plan = a.plans.get(ctx.color) or a.plan(ctx.color)
     if not a.grad:
-        outs = stage.forward(spec, _picked(views, plan.ins), _picked(views, plan.ws))
+        outs = stage.forward(plan.spec, _picked(views, plan.ins), _picked(views, plan.ws))
         return tuple(o for o, keep in zip(outs, plan.kept) if keep)
-    ins = _leaves(views, plan.ins, a.input_grads)
-    ws = _leaves(views, plan.ws, a.weight_grads)
+    ins = _leaves(views, plan.input_grads)
+    ws = _weight_leaves(plan, views)
     was_enabled = _grad_enabled()
     _set_grad_enabled(True)
     try:
-        outs = stage.forward(spec, ins, ws)
+        outs = stage.forward(plan.spec, ins, ws)
     finally:
         _set_grad_enabled(was_enabled)
     ctx.saved = (ins, ws, outs)
+    if plan.all_kept:
+        return outs[0].detach() if len(outs) == 1 else tuple(o.detach() for o in outs)
     return tuple(o.detach() for o, keep in zip(outs, plan.kept) if keep)
 
 
@@ -201,11 +222,13 @@ def backward_task(ctx, *views):
         if y.requires_grad:
             ys.append(y)
             dys.append(views[k])
-    if ys:
-        grads = _grads(ys, targets, dys)
-    else:
-        grads = (None,) * len(targets)
-    return tuple(torch.zeros_like(t) if g is None else g for g, t in zip(grads, targets))
+    if not ys:
+        return tuple(torch.zeros_like(t) for t in targets)
+    grads = _grads(ys, targets, dys)
+    out = []
+    for g, t in zip(grads, targets):
+        out.append(torch.zeros_like(t) if g is None else g)
+    return out
 
 
 def update_task(ctx, weight, grad, *states):

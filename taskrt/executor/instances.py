@@ -99,17 +99,31 @@ class Buffer:
         """Make `value` (a task's output for the whole buffer) the buffer's storage, instead
         of copying it in; False (nothing changed) unless the buffer is allocated and `value`
         is a contiguous tensor of the buffer's shape, dtype and device, not requiring grad,
-        that owns its whole storage and shares it with no buffer of the store."""
-        if (self.tensor is None or value.dtype != self.dtype or value.requires_grad
-                or value.storage_offset() or value.shape != self.shaped.shape
+        that owns its whole storage and shares it with no buffer of the store. (attach()
+        inlined: this runs for most task outputs.)"""
+        shaped = self.tensor
+        if (shaped is None or value.requires_grad or value.dtype != self.dtype
+                or value.storage_offset() or value.shape != shaped.shape
                 or not value.is_contiguous() or value.device != self.device_obj):
             return False
         storage = value.untyped_storage()
-        if storage.nbytes() != self.nbytes or storage.data_ptr() in self.owners:
+        address = storage.data_ptr()
+        owners = self.owners
+        if storage.nbytes() != self.nbytes or address in owners:
             return False
         if self.temporary and self.spare is None:
             self.spare = self.flat
-        self.attach(value, value)           # never reused as a flat buffer (see detach)
+        if self.address is not None:
+            del owners[self.address]
+        if self.numel:
+            owners[address] = self
+            self.address = address
+        else:
+            self.address = None
+        # never reused as a flat buffer (see detach)
+        self.flat = self.sliced_for = self.shaped = self.tensor = value
+        for v in self.views.values():
+            v.t = value if v.slices is None else value[v.slices]
         return True
 
     def detach(self) -> torch.Tensor:

@@ -72,3 +72,19 @@ def test_float32_bit_identical_runs():
     assert runs[0][0] == runs[1][0]
     for k in runs[0][1]:
         assert torch.equal(runs[0][1][k], runs[1][1][k])
+
+
+@pytest.mark.parametrize("cfg", [None, ParallelConfig.of([0, 1], c=2),
+                                  ParallelConfig.of([0, 1], n=2)], ids=str)
+@pytest.mark.parametrize("label", [5, -1])
+def test_labels_out_of_range_are_an_error(cfg, label):
+    from taskrt import Machine
+    from taskrt.errors import ExecutionError
+    m, feeds = mlp()
+    tr = m.compile(Machine.local(2), {"loss": cfg} if cfg else {}, SGD(lr=0.1))
+    y = feeds["y"].clone()
+    y[-1] = label
+    seen = "from -1 to" if label < 0 else "to 5."
+    with pytest.raises(ExecutionError, match=r"loss/loss/fwd.*labels must be in \[0, 5\); "
+                                             rf"got values .*{seen}"):
+        tr.step({**feeds, "y": y})
