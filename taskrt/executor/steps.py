@@ -177,7 +177,10 @@ def batches_step(nodes, store: InstanceStore, contexts: dict) -> Callable[[], No
 def batch_step(nodes, store: InstanceStore, contexts: dict) -> Callable[[], None]:
     """A callable that runs the point tasks of `nodes` (batchable, one batch_key, one
     device) with one call of their launches' `batch`."""
-    ctxs = [_context(n, store, contexts) for n in nodes]
+    # The nodes' own contexts where their single steps made them (a later launch may take
+    # state from one).
+    ctxs = [contexts.get((n.launch.name, n.color)) or _context(n, store, contexts)
+            for n in nodes]
     views = [[view_of(store, False, r.region.name, n.device, r.rect) for r in n.requirements]
              for n in nodes]
     fn = nodes[0].launch.batch
