@@ -62,6 +62,15 @@ def test_messages_sent_equal_graph_copies(mpi_results, model, strategy):
         assert rec["sent"] == rec["expected_sent"], f"rank {r}"
 
 
+@pytest.mark.parametrize("model", list(MODELS))
+def test_ready_updates_run_in_batches(mpi_results, model):
+    """Under data parallelism a bucket's all-reduce readies several updates at once; the
+    executor runs them as one batch (their numbers are checked above)."""
+    n, per_rank = mpi_results
+    for r in range(n):
+        assert per_rank[r][f"{model}/data_parallel"]["batched"] > 1, f"rank {r}"
+
+
 @pytest.mark.parametrize("mode", ["raise", "hang"])
 def test_failing_rank_brings_all_ranks_down(mode):
     env = {"TASKRT_WATCHDOG_S": "3"}

@@ -34,7 +34,8 @@ from ..errors import ExecutionError, PlanError
 from .collectives import Collectives, completed, rank_group
 from .instances import TORCH_DTYPES, InstanceStore
 from .scheduler import (COLLECT, POST_RECV, RECV, RUN, SEND, START, UNPACK, RankScheduler)
-from .steps import local_copy_step, reduce_step, task_step, view_of
+from .steps import (BatchMember, batch_key, batchable, local_copy_step, reduce_step,
+                    run_batches, task_step, view_of)
 from ..settings import env_number
 from ..trace import TraceEvent, node_label, node_track
 
@@ -110,6 +111,7 @@ class MPIExecutor:
         self.trace: list[TraceEvent] = []
         self.sent: list[tuple[int, int, int]] = []   # (node id, destination rank, bytes)
         self.wait_s = 0.0        # last run(): seconds with nothing runnable (awaiting messages)
+        self.batched = 0         # last run(): tasks that ran in batches of two or more
         self.sched = RankScheduler(graph, self.rank)
         owned = machine.devices_of_rank(self.rank)
         self.store = InstanceStore(graph, owned, keep)
@@ -151,12 +153,19 @@ class MPIExecutor:
         devs = g.machine.devices
         self.steps = {}
         self.send_bufs, self.recv_bufs, self.unpack_to = {}, {}, {}
+        # Batchable tasks (the optimizer's updates) that are ready together run as one
+        # batch per device (taskrt.launch, IndexLaunch.batch); not when tracing.
+        self.batch_members: dict[int, BatchMember] = {}
+        self.batch_keys: dict[int, object] = {}
         contexts: dict = {}
         for i, role in sorted(self.sched.roles.items()):
             n = g.nodes[i]
             if role == RUN:
                 if n.kind == "task":
                     self.steps[i] = task_step(n, store, contexts)
+                    if not self.record_trace and batchable(n):
+                        self.batch_members[i] = BatchMember(n, store, contexts)
+                        self.batch_keys[i] = batch_key(n)
                 elif n.kind == "copy":
                     self.steps[i] = local_copy_step(n, store)
                 else:
@@ -265,6 +274,7 @@ class MPIExecutor:
         store = self.store
         store.start_iteration()
         temps = store.node_temps
+        members = self.batch_members
         g = self.graph
         todo = deque(sched.start())
         recv_reqs, recv_ids = [], []
@@ -273,6 +283,7 @@ class MPIExecutor:
         gpu_sends = []                    # (event, node): device-to-host copies in flight
         self.sent = []
         self.wait_s = 0.0
+        self.batched = 0
         clock = time.perf_counter
         t0 = clock()
         trace = [] if self.record_trace else None
@@ -309,7 +320,19 @@ class MPIExecutor:
                 i = ins.node
                 start = clock()
                 used = temps.get(i)
-                if ins.op == RUN:
+                if ins.op == RUN and i in members:
+                    batch = self._ready_batch(i, todo)
+                    if len(batch) > 1:
+                        self.batched += len(batch)
+                    for j in batch:
+                        if j in temps:
+                            store.begin(temps[j])
+                    run_batches([members[j] for j in batch])
+                    for j in batch:
+                        if j in temps:
+                            store.end(temps[j])
+                        todo.extend(sched.node_done(j))
+                elif ins.op == RUN:
                     if used:
                         store.begin(used)
                     self.steps[i]()
@@ -394,6 +417,21 @@ class MPIExecutor:
             torch.cuda.synchronize(dev)
         if trace is not None:
             self.trace = trace
+
+    def _ready_batch(self, i: int, todo: deque) -> list[int]:
+        """Batchable node i and the ready RUN instructions in `todo` with its batch key
+        (taken out of todo): ready together, so no edge among them."""
+        key, keys = self.batch_keys[i], self.batch_keys
+        batch, rest = [i], []
+        for ins in todo:
+            if ins.op == RUN and keys.get(ins.node, None) == key:
+                batch.append(ins.node)
+            else:
+                rest.append(ins)
+        if len(batch) > 1:
+            todo.clear()
+            todo.extend(rest)
+        return batch
 
     def _isend(self, i: int):
         """Send copy i's packed buffer (its packing has finished)."""

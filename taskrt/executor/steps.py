@@ -15,6 +15,7 @@ after such a writer; autograd's version counter reports it for saved outputs.
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable
 
 import torch
@@ -158,45 +159,52 @@ def batch_key(node):
     return node.launch.batch, id(node.launch.args)
 
 
+class BatchMember:
+    """One batchable point task, ready to join a batch: its node, context and views."""
+    __slots__ = ("node", "ctx", "views")
+
+    def __init__(self, node, store: InstanceStore, contexts: dict):
+        self.node = node
+        # The node's own context where its single step made it (a later launch may take
+        # state from it).
+        self.ctx = contexts.get((node.launch.name, node.color)) or _context(node, store,
+                                                                             contexts)
+        self.views = [view_of(store, False, r.region.name, node.device, r.rect)
+                      for r in node.requirements]
+
+
+def run_batch(members: list) -> None:
+    """Run point tasks of one batch_key and one device with one call of their `batch`."""
+    nodes = [m.node for m in members]
+    try:
+        nodes[0].launch.batch([m.ctx for m in members], [[v.t for v in m.views]
+                                                         for m in members])
+    except ExecutionError:
+        raise
+    except Exception as exc:
+        names = ", ".join(n.launch.name for n in nodes[:3])
+        more = f" and {len(nodes) - 3} more" if len(nodes) > 3 else ""
+        raise ExecutionError(f"batch of {len(nodes)} tasks ({names}{more}) failed on "
+                             f"device {nodes[0].device}: {type(exc).__name__}: "
+                             f"{exc}") from exc
+
+
+def run_batches(members: list) -> None:
+    """Run point tasks of one batch_key (no edge among them) as one batch per device."""
+    per_device: dict[int, list] = {}
+    for m in members:
+        per_device.setdefault(m.node.device, []).append(m)
+    for group in per_device.values():
+        run_batch(group)
+
+
 def batches_step(nodes, store: InstanceStore, contexts: dict) -> Callable[[], None]:
     """A callable that runs the point tasks of `nodes` (batchable, one batch_key, no edge
     among them) as one batch per device."""
-    per_device: dict[int, list] = {}
-    for n in nodes:
-        per_device.setdefault(n.device, []).append(n)
-    steps = [batch_step(ns, store, contexts) for ns in per_device.values()]
-    if len(steps) == 1:
-        return steps[0]
-
-    def run() -> None:
-        for step in steps:
-            step()
-    return run
-
-
-def batch_step(nodes, store: InstanceStore, contexts: dict) -> Callable[[], None]:
-    """A callable that runs the point tasks of `nodes` (batchable, one batch_key, one
-    device) with one call of their launches' `batch`."""
-    # The nodes' own contexts where their single steps made them (a later launch may take
-    # state from one).
-    ctxs = [contexts.get((n.launch.name, n.color)) or _context(n, store, contexts)
-            for n in nodes]
-    views = [[view_of(store, False, r.region.name, n.device, r.rect) for r in n.requirements]
-             for n in nodes]
-    fn = nodes[0].launch.batch
-
-    def run() -> None:
-        try:
-            fn(ctxs, [[v.t for v in vs] for vs in views])
-        except ExecutionError:
-            raise
-        except Exception as exc:
-            names = ", ".join(n.launch.name for n in nodes[:3])
-            more = f" and {len(nodes) - 3} more" if len(nodes) > 3 else ""
-            raise ExecutionError(f"batch of {len(nodes)} tasks ({names}{more}) failed on "
-                                 f"device {nodes[0].device}: {type(exc).__name__}: "
-                                 f"{exc}") from exc
-    return run
+    members = [BatchMember(n, store, contexts) for n in nodes]
+    if len({n.device for n in nodes}) == 1:
+        return functools.partial(run_batch, members)
+    return functools.partial(run_batches, members)
 
 
 def local_copy_step(node, store: InstanceStore) -> Callable[[], None]:

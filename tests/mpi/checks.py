@@ -51,6 +51,7 @@ def main():
                 "strategy": {k: str(v) for k, v in strategy.items()},
                 "sent": sorted(list(s) for s in trainer.executor.sent),
                 "expected_sent": [list(e) for e in expected],
+                "batched": trainer.executor.batched,
             }
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
         json.dump(results, f)
