@@ -62,15 +62,21 @@ def alternating(makers: dict, blocks: int, per_block: int = 3, warmup: int = 1) 
                             daemon=True)
             p.start()
             procs[name] = (p, here)
+        def receive(name, conn):
+            try:
+                return conn.recv()
+            except EOFError:
+                raise RuntimeError(f"timing worker '{name}' exited (its output is above)") \
+                    from None
         for name, (p, conn) in procs.items():
-            msg = conn.recv()
+            msg = receive(name, conn)
             if msg != "ready":
                 raise RuntimeError(f"timing worker '{name}' failed to start: {msg}")
         times = {name: [] for name in procs}
         for block in range(warmup + blocks):
             for name, (p, conn) in procs.items():
                 conn.send(per_block)
-                got = conn.recv()
+                got = receive(name, conn)
                 if block >= warmup:
                     times[name] += got
         return {name: statistics.median(v) for name, v in times.items()}
