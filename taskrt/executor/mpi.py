@@ -13,7 +13,9 @@ anything is in flight (at most every POLL_BUSY_S), and never spins against other
 a rank that runs out of work polls with sched_yield for TASKRT_SPIN_S (1 ms; awaited
 statistics and buckets often come within microseconds, and time.sleep sleeps 50 us at
 least), then sleeps with a short, growing back-off (up to TASKRT_POLL_MAX_S: 200 us when
-each rank of the node can have its own core, else 1 ms).
+each rank of the node can have its own core, else 1 ms). Batchable tasks that are ready
+together (the optimizer's updates once a bucket's all-reduce is done) run as one batch per
+device (taskrt.launch, IndexLaunch.batch), except when tracing.
 
 Failures: an exception on any rank prints the rank, the node and the error and aborts every
 rank; the watchdog aborts with the list of awaited messages when nothing happened for
