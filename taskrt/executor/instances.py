@@ -99,8 +99,8 @@ class Buffer:
         """Make `value` (a task's output for the whole buffer) the buffer's storage, instead
         of copying it in; False (nothing changed) unless the buffer is allocated and `value`
         is a contiguous tensor of the buffer's shape, dtype and device, not requiring grad,
-        that owns its whole storage and shares it with no buffer of the store. (attach()
-        inlined: this runs for most task outputs.)"""
+        that owns its whole storage and shares it with no buffer of the store. (What attach()
+        does, with the checks' results reused: this runs for most task outputs.)"""
         shaped = self.tensor
         if (shaped is None or value.requires_grad or value.dtype != self.dtype
                 or value.storage_offset() or value.shape != shaped.shape
@@ -113,13 +113,7 @@ class Buffer:
             return False
         if self.temporary and self.spare is None:
             self.spare = self.flat
-        if self.address is not None:
-            del owners[self.address]
-        if self.numel:
-            owners[address] = self
-            self.address = address
-        else:
-            self.address = None
+        self._own(address if self.numel else None)
         # never reused as a flat buffer (see detach)
         self.flat = self.sliced_for = self.shaped = self.tensor = value
         for v in self.views.values():
