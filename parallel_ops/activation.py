@@ -51,6 +51,47 @@ def activate(activation: str | None, y: torch.Tensor) -> torch.Tensor:
     return ACTIVATIONS[activation](y)
 
 
+# name -> (what its derivative reads: the activation's "output" or its "input", the
+# derivative as autograd computes it: f(output gradient, what it reads, **torch kwargs))
+_DERIVATIVES: dict[str, tuple[str, Callable]] = {
+    "relu": ("output", lambda dy, y: torch.ops.aten.threshold_backward(dy, y, 0)),
+    "tanh": ("output", torch.ops.aten.tanh_backward),
+    "sigmoid": ("output", torch.ops.aten.sigmoid_backward),
+    "gelu": ("input", lambda dy, x, approximate="none":
+             torch.ops.aten.gelu_backward(dy, x, approximate=approximate)),
+}
+
+
+def activation_saved(activation: str | None, x: torch.Tensor, y: torch.Tensor):
+    """What `activation_backward` needs of y = activation(x), for operators with their own
+    backward (Op.explicit_backward)."""
+    if activation is None:
+        return None
+    kept = y if _DERIVATIVES[activation][0] == "output" else x
+    return kept, kept._version
+
+
+def activate_saving(activation: str | None, y: torch.Tensor):
+    """(y after the activation as `activate` computes it, what `activation_backward`
+    needs)."""
+    out = activate(activation, y)
+    return out, activation_saved(activation, y, out)
+
+
+def activation_backward(activation: str | None, dy: torch.Tensor, saved, op,
+                        **kwargs) -> torch.Tensor:
+    """The gradient of the activation's input from its output's: the operations autograd
+    runs for it (same results, bit for bit). Like autograd, refuses a saved output that was
+    changed in place since forward (the error names `op`)."""
+    if activation is None:
+        return dy
+    kept, version = saved
+    if kept._version != version:
+        raise RuntimeError(f"{op}: the output of its {activation} was changed in place "
+                           "after forward; backward needs it as forward left it.")
+    return _DERIVATIVES[activation][1](dy, kept, **kwargs)
+
+
 def activated(activation: str | None, y: torch.Tensor) -> torch.Tensor:
     """y after the activation, out of place (the operators' whole-tensor references)."""
     return y if activation is None else ACTIVATIONS[activation](y)

@@ -27,7 +27,8 @@ import torch.nn.functional as F
 
 from taskrt.geometry import Rect
 
-from .activation import FusesActivation, activate, activated, check_activation
+from .activation import (FusesActivation, activate, activate_saving, activated,
+                         activation_backward, check_activation)
 from .errors import ShapeError
 from .model import Model, builder
 from .nchw import check_nchw, halo, out_size, pair, split_padding
@@ -134,6 +135,32 @@ class Conv2d(FusesActivation, Op):
         if info.span > 1:
             y = y[:, info.front:y.shape[1] - info.back]
         return [activate(self.activation, y)]
+
+    explicit_backward = True
+
+    def forward_saving(self, spec, inputs, weights):
+        """forward() without autograd for a part that is one plain convolution (no explicit
+        padding, within one group, reading some input), saving what backward() needs."""
+        x, info = inputs[0], spec.info
+        if x is None or info.span > 1 or info.group_in or any(info.explicit):
+            return None
+        w = weights[0]
+        b = weights[1] if len(weights) > 1 else None
+        pr = self.params
+        y, act = activate_saving(self.activation, F.conv2d(x, w, b, pr["stride"],
+                                                            info.padding, pr["dilation"]))
+        return [y], (x, w, b is not None, act)
+
+    def backward(self, spec, saved, output_grads, need_inputs, need_weights):
+        """The convolution's and the activation's derivatives as autograd runs them."""
+        x, w, has_bias, act = saved
+        dy = activation_backward(self.activation, output_grads[0], act, self)
+        pr = self.params
+        dx, dw, db = torch.ops.aten.convolution_backward(
+            dy, x, w, [w.shape[0]] if has_bias else None, pr["stride"], spec.info.padding,
+            pr["dilation"], False, (0, 0), 1,
+            [need_inputs[0], need_weights[0], has_bias and need_weights[1]])
+        return [dx], [dw, db]
 
     def reference(self, inputs, weights):
         pr = self.params

@@ -13,7 +13,8 @@ from typing import Callable
 
 import torch
 
-from .activation import ACTIVATIONS, FusesActivation, activate, activated, check_activation
+from .activation import (ACTIVATIONS, FusesActivation, activate, activated,
+                         activation_backward, activation_saved, check_activation)
 from .errors import ShapeError
 from .model import Model, builder
 from .op import ATTRIBUTE, SAMPLE, Dim, Op
@@ -86,6 +87,20 @@ class Elementwise(FusesActivation, Op):
     def forward(self, spec, inputs, weights):
         y = _FUNCTIONS[self.type](*(inputs[k] for k in self.args), **self.kwargs)
         return [activate(self.activation, y)]
+
+    @property
+    def explicit_backward(self) -> bool:
+        """The activations (relu, gelu, tanh, sigmoid) give their own derivatives."""
+        return self.type in ACTIVATIONS
+
+    def forward_saving(self, spec, inputs, weights):
+        x = inputs[0]
+        y = _FUNCTIONS[self.type](x, **self.kwargs)
+        return [y], activation_saved(self.type, x, y)
+
+    def backward(self, spec, saved, output_grads, need_inputs, need_weights):
+        return [activation_backward(self.type, output_grads[0], saved, self,
+                                    **self.kwargs)], []
 
     def reference(self, inputs, weights):
         y = _FUNCTIONS[self.type](*(inputs[k] for k in self.args), **self.kwargs)

@@ -15,7 +15,8 @@ import torch.nn.functional as F
 
 from taskrt.geometry import Rect
 
-from .activation import FusesActivation, activate, activated, check_activation
+from .activation import (FusesActivation, activate, activate_saving, activated,
+                         activation_backward, check_activation)
 from .errors import ShapeError
 from .model import Model, builder
 from .op import ATTRIBUTE, PARAMETER, REDUCTION, SAMPLE, Dim, Op, PartSpec
@@ -61,6 +62,34 @@ class Linear(FusesActivation, Op):
         w, b = (weights + [None])[:2]
         return [activate(self.activation, F.linear(x, w, b))]
 
+    explicit_backward = True
+
+    def forward_saving(self, spec, inputs, weights):
+        """forward() without autograd for a 2-d input part (one matrix product, addmm or mm),
+        saving what backward() needs."""
+        (x,) = inputs
+        w = weights[0]
+        if x is None or w is None or x.dim() != 2:
+            return None
+        b = weights[1] if len(weights) > 1 else None
+        y, act = activate_saving(self.activation, F.linear(x, w, b))
+        return [y], (x, w, b is not None, act)
+
+    def backward(self, spec, saved, output_grads, need_inputs, need_weights):
+        """addmm's (mm's) derivatives as autograd computes them for x and W^T, in the same
+        memory orders (torch's mm_mat1_backward / mm_mat2_backward), then the bias's sum."""
+        x, w, has_bias, act = saved
+        dy = activation_backward(self.activation, output_grads[0], act, self)
+        wt = w.t()
+        dx = dw = db = None
+        if need_inputs[0]:
+            dx = wt.mm(dy.t()).t() if _column_major(x) else dy.mm(wt.t())
+        if need_weights[0]:
+            dw = (dy.t().mm(x).t() if _column_major(wt) else x.t().mm(dy)).t()
+        if has_bias and need_weights[1]:
+            db = dy.sum(0)
+        return [dx], [dw, db]
+
     def reference(self, inputs, weights):
         y = F.linear(inputs[0], *weights)
         return [activated(self.activation, y)]
@@ -74,6 +103,11 @@ class Linear(FusesActivation, Op):
         bound = 1 / math.sqrt(fin) if fin > 0 else 0
         b = torch.empty(fout).uniform_(-bound, bound, generator=generator)
         return [w, b]
+
+
+def _column_major(m: torch.Tensor) -> bool:
+    """Whether matrix m is stored column by column (autograd then transposes its products)."""
+    return m.stride(0) == 1 and m.stride(1) == m.shape[0]
 
 
 @builder

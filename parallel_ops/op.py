@@ -8,8 +8,9 @@ An operator declares
   labels    per input, weight and output tensor, which dim splits each axis (None = whole);
   forward   a plain PyTorch function computing one part from its input and weight parts.
 From these, `part()` derives the rects each point reads and writes, and autograd on
-`forward` gives backward. Ops the labels cannot express (halos of conv and pooling, bias
-used by one reduction part) override `part()` only. Multi-launch operators (batch norm,
+`forward` gives backward (or the op's own: `explicit_backward`, conv2d's). Ops the labels
+cannot express (halos of conv and pooling, bias used by one reduction part) override
+`part()` only. Multi-launch operators (batch norm,
 softmax over split classes) return several stage Ops from `stages()`.
 """
 from __future__ import annotations
@@ -62,6 +63,8 @@ class Op:
     differentiable = True           # backward by autograd on forward
     replicated = False              # points with equal output rects on one device run once,
     #                                 and equal rects on several devices are replicas
+    explicit_backward = False       # forward_saving() and backward() give backward without
+    #                                 autograd (for the parts forward_saving accepts)
 
     def __init__(self, name: str):
         self.name = name
@@ -140,6 +143,21 @@ class Op:
     def forward(self, spec: PartSpec, inputs: list, weights: list) -> list[torch.Tensor]:
         """Compute the output parts from input and weight parts (None where a rect is empty)."""
         raise NotImplementedError(f"{self.type} '{self.name}' has no forward")
+
+    def forward_saving(self, spec: PartSpec, inputs: list, weights: list):
+        """With `explicit_backward`: (outputs, saved) computed without autograd, `saved`
+        being what backward() needs; None for a part that needs autograd (its backward is
+        then autograd's on forward). Saves the cost of recording and walking an autograd
+        graph per part, which shows on small layers (docs/design.md)."""
+        return None
+
+    def backward(self, spec: PartSpec, saved, output_grads: list, need_inputs: tuple,
+                 need_weights: tuple) -> tuple[list, list]:
+        """With `explicit_backward`: (input gradients, weight gradients) of a part from what
+        forward_saving saved and its output gradients (None where an output has none), as
+        lists aligned with inputs and weights, a tensor wherever need_inputs/need_weights
+        says so (None elsewhere). Must equal autograd's gradients of forward."""
+        raise NotImplementedError(f"{self.type} '{self.name}' has no explicit backward")
 
     def reference(self, inputs: list, weights: list) -> list[torch.Tensor]:
         """Whole-tensor computation in plain PyTorch, the oracle for tests and reference runs."""

@@ -1,5 +1,8 @@
 """The task functions every lowered launch runs: forward with autograd, backward, update.
 
+Ops with their own backward (Op.explicit_backward) run forward without autograd where
+their forward_saving() accepts the part, and backward calls theirs (`_Explicit` state).
+
 Instance views are handed to autograd through `.data` aliases: they share storage but not
 the version counter, so later copies into other parts of the same instance do not trip
 autograd's saved-tensor checks (activations are written once per iteration, so what a
@@ -134,9 +137,11 @@ class _Plan:
     None; `douts` (output index, view index); `targets`: (IN or W, index) per DIN/DW view
     in order; `kept`: per output, whether the part has it (a non-empty rect). Also what a
     task needs every iteration, looked up once: the part's spec, whether it keeps every
-    output, and the weights' autograd leaves (`_weight_leaves`)."""
+    output, the weights' autograd leaves (`_weight_leaves`), and for an explicit backward
+    which gradients it must give (`need_inputs`, `need_weights`)."""
     __slots__ = ("ins", "ws", "douts", "targets", "kept", "spec", "all_kept", "input_grads",
-                 "weight_grads", "weight_views", "weight_leaves")
+                 "weight_grads", "weight_views", "weight_leaves", "need_inputs",
+                 "need_weights")
 
     def __init__(self, a: StageArgs, color):
         stage = a.stage
@@ -162,6 +167,16 @@ class _Plan:
         self.weight_grads = tuple(zip(self.ws, a.weight_grads))
         self.weight_views: tuple = ()
         self.weight_leaves: list = []
+        self.need_inputs = tuple((IN, i) in targets for i in range(len(stage.inputs)))
+        self.need_weights = tuple((W, i) in targets for i in range(len(stage.weights)))
+
+
+class _Explicit:
+    """What a forward part saved for its op's own backward (Op.explicit_backward)."""
+    __slots__ = ("saved",)
+
+    def __init__(self, saved):
+        self.saved = saved
 
 
 def _leaves(views, positions_wanted):
@@ -195,6 +210,14 @@ def forward_task(ctx, *views):
     if not a.grad:
         outs = stage.forward(plan.spec, _picked(views, plan.ins), _picked(views, plan.ws))
         return tuple(o for o, keep in zip(outs, plan.kept) if keep)
+    if stage.explicit_backward:
+        got = stage.forward_saving(plan.spec, _picked(views, plan.ins), _picked(views, plan.ws))
+        if got is not None:
+            outs, saved = got
+            ctx.saved = _Explicit(saved)
+            if plan.all_kept:
+                return outs[0] if len(outs) == 1 else tuple(outs)
+            return tuple(o for o, keep in zip(outs, plan.kept) if keep)
     ins = _leaves(views, plan.input_grads)
     ws = _weight_leaves(plan, views)
     was_enabled = _grad_enabled()
@@ -212,9 +235,12 @@ def forward_task(ctx, *views):
 def backward_task(ctx, *views):
     a: StageArgs = ctx.args
     plan = a.plans.get(ctx.color) or a.plan(ctx.color)
-    ins, ws, outs = ctx.take_state()
+    state = ctx.take_state()
     if not plan.targets:
         return ()
+    if type(state) is _Explicit:
+        return _explicit_grads(a.stage, plan, state.saved, views, ctx.torch_device)
+    ins, ws, outs = state
     targets = [ins[idx] if group == IN else ws[idx] for group, idx in plan.targets]
     ys, dys = [], []
     for idx, k in plan.douts:
@@ -229,6 +255,21 @@ def backward_task(ctx, *views):
     for g, t in zip(grads, targets):
         out.append(torch.zeros_like(t) if g is None else g)
     return out
+
+
+def _explicit_grads(stage, plan: _Plan, saved, views, device) -> list:
+    """backward_task's result from the op's own backward (Op.explicit_backward)."""
+    douts = [None] * len(stage.outputs)
+    for idx, k in plan.douts:
+        douts[idx] = views[k]
+    if all(d is None for d in douts):               # nothing flows back: zero gradients
+        spec = plan.spec
+        return [torch.zeros((spec.inputs if group == IN else spec.weights)[idx].shape,
+                            dtype=getattr(torch, (stage.inputs if group == IN
+                                                  else stage.weights)[idx].dtype),
+                            device=device) for group, idx in plan.targets]
+    din, dw = stage.backward(plan.spec, saved, douts, plan.need_inputs, plan.need_weights)
+    return [din[idx] if group == IN else dw[idx] for group, idx in plan.targets]
 
 
 def update_task(ctx, weight, grad, *states):

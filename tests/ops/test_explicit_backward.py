@@ -1,0 +1,171 @@
+"""Ops with their own backward (Op.explicit_backward: conv2d, linear, the activation
+operators) give the same bits as autograd on their forward: conv2d for every activation,
+with and without bias, on parts that take the explicit path and parts that fall back to
+autograd (halo padding, straddled groups); linear under sample, output and input-feature
+splits, with and without bias and activation, 3-d inputs falling back; relu, gelu, tanh
+and sigmoid operators under several splits.
+A saved output changed in place is refused, as autograd refuses it."""
+import pytest
+import torch
+
+import parallel_ops.conv2d  # noqa: F401  (attaches model.conv2d)
+from parallel_ops import Model, ParallelConfig
+from parallel_ops.conv2d import Conv2d
+from parallel_ops.elementwise import Elementwise
+from parallel_ops.linear import Linear
+from oracle import parallel_steps, random_feeds
+
+
+def conv_stack(activation, bias=True, groups=1):
+    m = Model("explicit", seed=3, dtype="float32")
+    x = m.input("x", (4, 6, 9, 8), requires_grad=True)
+    h = m.conv2d(x, 6, 3, padding=1, name="c1", activation=activation, bias=bias,
+                 groups=groups)
+    h = m.conv2d(h, 6, (3, 2), stride=(2, 1), padding=(1, 0), name="c2",
+                 activation=activation, bias=bias)
+    labels = m.input("labels", h.shape[:3], dtype="int64")
+    m.softmax_cross_entropy(h, labels, name="loss")
+    return m, random_feeds(m, 5, h.shape[3])
+
+
+STRATEGIES = {
+    "data parallel": {"c1": ParallelConfig.of([0, 1, 2, 3], n=4),
+                      "c2": ParallelConfig.of([0, 1, 2, 3], n=4)},
+    "halos and channels": {"c1": ParallelConfig.of([2, 0, 1, 3], h=2, c=2),
+                           "c2": ParallelConfig.of([1, 3], w=2)},
+    "channels straddling groups": {"c1": ParallelConfig.of([0, 1, 2, 3], c=4)},
+}
+
+
+# per strategy: backward calls of the explicit path in 2 steps, per conv
+EXPLICIT_PARTS = {"data parallel": {"c1": 8, "c2": 8},
+                  "halos and channels": {"c2": 4},
+                  "channels straddling groups": {"c1": 6, "c2": 8}}
+
+
+def _run(model, feeds, strategy, explicit: bool, monkeypatch, counts=None, cls=Conv2d):
+    if not explicit:
+        monkeypatch.setattr(cls, "explicit_backward", False)
+    if counts is not None:
+        real = cls.backward
+
+        def counted(self, *args, **kwargs):
+            counts[self.name] = counts.get(self.name, 0) + 1
+            return real(self, *args, **kwargs)
+        monkeypatch.setattr(cls, "backward", counted)
+    records, _ = parallel_steps(model, feeds, strategy, steps=2)
+    monkeypatch.undo()
+    return records
+
+
+def _assert_same_bits(a, b):
+    for step, (x, y) in enumerate(zip(a, b)):
+        assert x["loss"] == y["loss"], f"step {step}: loss"
+        for group in ("values", "grads", "weights"):
+            assert x[group].keys() == y[group].keys()
+            for name in x[group]:
+                assert torch.equal(x[group][name], y[group][name]), \
+                    f"step {step}: {group} of {name} differ"
+
+
+@pytest.mark.parametrize("activation", [None, "relu", "gelu", "tanh", "sigmoid"])
+@pytest.mark.parametrize("strategy", STRATEGIES, ids=str)
+def test_same_bits_as_autograd(activation, strategy, monkeypatch):
+    groups = 2 if strategy == "channels straddling groups" else 1
+    m, feeds = conv_stack(activation, bias=activation != "tanh", groups=groups)
+    counts: dict = {}
+    explicit = _run(m, feeds, STRATEGIES[strategy], True, monkeypatch, counts)
+    m2, _ = conv_stack(activation, bias=activation != "tanh", groups=groups)
+    autograd = _run(m2, feeds, STRATEGIES[strategy], False, monkeypatch)
+    _assert_same_bits(explicit, autograd)
+    # Parts that are one plain convolution took the explicit path (2 steps x parts), the
+    # others autograd's.
+    assert counts == EXPLICIT_PARTS[strategy]
+
+
+def activation_stack(kind, **kwargs):
+    m = Model("explicit_act", seed=3, dtype="float32")
+    x = m.input("x", (4, 3, 5, 6), requires_grad=True)
+    h = getattr(m, kind)(x, name="act", **kwargs)
+    h = m.conv2d(h, 3, 1, name="mix")
+    labels = m.input("labels", h.shape[:3], dtype="int64")
+    m.softmax_cross_entropy(h, labels, name="loss")
+    return m, random_feeds(m, 5, h.shape[3])
+
+
+@pytest.mark.parametrize("kind,kwargs", [("relu", {}), ("gelu", {}),
+                                         ("gelu", {"approximate": "tanh"}), ("tanh", {}),
+                                         ("sigmoid", {})], ids=str)
+@pytest.mark.parametrize("config", [ParallelConfig.of([0, 1, 2, 3], n=4),
+                                    ParallelConfig.of([3, 1, 0], a1=3),
+                                    ParallelConfig.of([0, 2], a2=2)], ids=str)
+def test_activation_operators_same_bits_as_autograd(kind, kwargs, config, monkeypatch):
+    m, feeds = activation_stack(kind, **kwargs)
+    counts: dict = {}
+    explicit = _run(m, feeds, {"act": config}, True, monkeypatch, counts, Elementwise)
+    m2, _ = activation_stack(kind, **kwargs)
+    autograd = _run(m2, feeds, {"act": config}, False, monkeypatch, cls=Elementwise)
+    _assert_same_bits(explicit, autograd)
+    assert counts == {"act": 2 * len(config.devices)}
+
+
+def linear_stack(activation, bias, lead=(6,)):
+    m = Model("explicit_fc", seed=3, dtype="float32")
+    x = m.input("x", (*lead, 7), requires_grad=True)
+    h = m.linear(x, 5, name="fc1", activation=activation, bias=bias)
+    h = m.linear(h, 4, name="fc2", bias=bias)
+    labels = m.input("labels", lead, dtype="int64")
+    m.softmax_cross_entropy(h, labels, name="loss")
+    return m, random_feeds(m, 5, 4)
+
+
+# (activation, bias, lead axes, strategy, explicit backward calls in 2 steps per op)
+LINEAR_CASES = [
+    ("relu", True, (6,), {"fc1": ParallelConfig.of([0, 1, 2, 3], n=4),
+                          "fc2": ParallelConfig.of([0, 1, 2, 3], n=4)},
+     {"fc1": 8, "fc2": 8}),
+    ("gelu", False, (6,), {"fc1": ParallelConfig.of([2, 0], o=2),
+                           "fc2": ParallelConfig.of([0, 1, 2], i=3)}, {"fc1": 4, "fc2": 6}),
+    (None, True, (6,), {"fc1": ParallelConfig.of([1, 3, 0, 2], n=2, i=2),
+                        "fc2": ParallelConfig.of([3, 2], o=2)}, {"fc1": 8, "fc2": 4}),
+    ("tanh", True, (3, 2), {"fc1": ParallelConfig.of([0, 1], n=2)}, {}),   # 3-d: autograd
+]
+
+
+@pytest.mark.parametrize("case", LINEAR_CASES, ids=lambda c: f"{c[0]}-bias{c[1]}-{c[2]}")
+def test_linear_same_bits_as_autograd(case, monkeypatch):
+    activation, bias, lead, strategy, calls = case
+    m, feeds = linear_stack(activation, bias, lead)
+    counts: dict = {}
+    explicit = _run(m, feeds, strategy, True, monkeypatch, counts, Linear)
+    m2, _ = linear_stack(activation, bias, lead)
+    autograd = _run(m2, feeds, strategy, False, monkeypatch, cls=Linear)
+    _assert_same_bits(explicit, autograd)
+    assert counts == calls
+
+
+def test_saved_output_changed_in_place_is_refused():
+    m = Model("inplace", seed=1)
+    x = m.input("x", (2, 3, 5, 5))
+    m.conv2d(x, 4, 3, name="c", activation="relu")
+    op = m.op("c")
+    spec = op.part((1, 1, 1, 1, 1), (0, 0, 0, 0, 0))
+    w, b = (torch.randn(4, 3, 3, 3, dtype=torch.float64),
+            torch.randn(4, dtype=torch.float64))
+    (y,), saved = op.forward_saving(spec, [torch.randn(2, 3, 5, 5, dtype=torch.float64)],
+                                    [w, b])
+    y.add_(1)
+    with pytest.raises(RuntimeError, match=r"conv2d 'c': the output of its relu was "
+                                           r"changed in place after forward"):
+        op.backward(spec, saved, [torch.ones_like(y)], (True,), (True, True))
+
+
+def test_unsupported_part_falls_back_to_autograd():
+    m = Model("fallback", seed=1)
+    x = m.input("x", (2, 4, 6, 6))
+    m.conv2d(x, 6, 3, padding=1, groups=2, name="c")
+    op = m.op("c")
+    straddling = op.part((1, 3, 1, 1, 1), (0, 1, 0, 0, 0))     # channels 2-3: two groups
+    assert straddling.info.span == 2
+    assert op.forward_saving(straddling, [torch.randn(2, 4, 6, 6)],
+                             [torch.randn(2, 2, 3, 3), torch.randn(2)]) is None
