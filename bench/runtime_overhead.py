@@ -131,7 +131,7 @@ def run(quick: bool = False) -> dict:
         # Each in a process of its own, taking turns (the headline: as a user runs one).
         t = alternating({"ours": (__name__, "ours_step", (name, fused, quick)),
                          "pytorch": (__name__, "eager_step", (name, quick))},
-                        blocks=3 if quick else 15)
+                        blocks=3 if quick else 40)
         # Both in this process, interleaved call by call (their caches and heap shared).
         step_ours, step_eager = ours_step(name, fused, quick), eager_step(name, quick)
         t1 = interleaved({"ours": step_ours, "pytorch": step_eager}, 3 if quick else 15)
