@@ -94,11 +94,13 @@ class Elementwise(FusesActivation, Op):
         return self.type in ACTIVATIONS
 
     def forward_saving(self, spec, inputs, weights):
+        """forward() of an activation without autograd, saving what its derivative reads."""
         x = inputs[0]
         y = _FUNCTIONS[self.type](x, **self.kwargs)
         return [y], activation_saved(self.type, x, y)
 
     def backward(self, spec, saved, output_grads, need_inputs, need_weights):
+        """The activation's derivative as autograd computes it."""
         return [activation_backward(self.type, output_grads[0], saved, self,
                                     **self.kwargs)], []
 

@@ -8,10 +8,10 @@ An operator declares
   labels    per input, weight and output tensor, which dim splits each axis (None = whole);
   forward   a plain PyTorch function computing one part from its input and weight parts.
 From these, `part()` derives the rects each point reads and writes, and autograd on
-`forward` gives backward (or the op's own: `explicit_backward`, conv2d's). Ops the labels
-cannot express (halos of conv and pooling, bias used by one reduction part) override
-`part()` only. Multi-launch operators (batch norm,
-softmax over split classes) return several stage Ops from `stages()`.
+`forward` gives backward (or the op's own, `explicit_backward`: conv2d, linear and the
+activation operators). Ops the labels cannot express (halos of conv and pooling, bias used
+by one reduction part) override `part()` only. Multi-launch operators (batch norm, softmax
+over split classes) return several stage Ops from `stages()`.
 """
 from __future__ import annotations
 
