@@ -37,24 +37,34 @@ STRATEGIES = {
 }
 
 
+@pytest.fixture(autouse=True)
+def deterministic_kernels(monkeypatch):
+    """On a GPU (SOAPFLOW_TEST_DEVICE=cuda) cuDNN may pick non-deterministic algorithms;
+    two runs must differ only by the path under test."""
+    monkeypatch.setattr(torch.backends.cudnn, "deterministic", True)
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", False)
+
+
 # per strategy: backward calls of the explicit path in 2 steps, per conv
 EXPLICIT_PARTS = {"data parallel": {"c1": 8, "c2": 8},
                   "halos and channels": {"c2": 4},
                   "channels straddling groups": {"c1": 6, "c2": 8}}
 
 
-def _run(model, feeds, strategy, explicit: bool, monkeypatch, counts=None, cls=Conv2d):
-    if not explicit:
-        monkeypatch.setattr(cls, "explicit_backward", False)
-    if counts is not None:
-        real = cls.backward
+def _run(model, feeds, strategy, explicit: bool, counts=None, cls=Conv2d):
+    """Two training steps; with explicit=False the op's own backward is switched off (its
+    parts go through autograd); `counts` gets the op's backward() calls per op name."""
+    with pytest.MonkeyPatch.context() as mp:
+        if not explicit:
+            mp.setattr(cls, "explicit_backward", False)
+        if counts is not None:
+            real = cls.backward
 
-        def counted(self, *args, **kwargs):
-            counts[self.name] = counts.get(self.name, 0) + 1
-            return real(self, *args, **kwargs)
-        monkeypatch.setattr(cls, "backward", counted)
-    records, _ = parallel_steps(model, feeds, strategy, steps=2)
-    monkeypatch.undo()
+            def counted(self, *args, **kwargs):
+                counts[self.name] = counts.get(self.name, 0) + 1
+                return real(self, *args, **kwargs)
+            mp.setattr(cls, "backward", counted)
+        records, _ = parallel_steps(model, feeds, strategy, steps=2)
     return records
 
 
@@ -70,13 +80,13 @@ def _assert_same_bits(a, b):
 
 @pytest.mark.parametrize("activation", [None, "relu", "gelu", "tanh", "sigmoid"])
 @pytest.mark.parametrize("strategy", STRATEGIES, ids=str)
-def test_same_bits_as_autograd(activation, strategy, monkeypatch):
+def test_same_bits_as_autograd(activation, strategy):
     groups = 2 if strategy == "channels straddling groups" else 1
     m, feeds = conv_stack(activation, bias=activation != "tanh", groups=groups)
     counts: dict = {}
-    explicit = _run(m, feeds, STRATEGIES[strategy], True, monkeypatch, counts)
+    explicit = _run(m, feeds, STRATEGIES[strategy], True, counts)
     m2, _ = conv_stack(activation, bias=activation != "tanh", groups=groups)
-    autograd = _run(m2, feeds, STRATEGIES[strategy], False, monkeypatch)
+    autograd = _run(m2, feeds, STRATEGIES[strategy], False)
     _assert_same_bits(explicit, autograd)
     # Parts that are one plain convolution took the explicit path (2 steps x parts), the
     # others autograd's.
@@ -99,12 +109,12 @@ def activation_stack(kind, **kwargs):
 @pytest.mark.parametrize("config", [ParallelConfig.of([0, 1, 2, 3], n=4),
                                     ParallelConfig.of([3, 1, 0], a1=3),
                                     ParallelConfig.of([0, 2], a2=2)], ids=str)
-def test_activation_operators_same_bits_as_autograd(kind, kwargs, config, monkeypatch):
+def test_activation_operators_same_bits_as_autograd(kind, kwargs, config):
     m, feeds = activation_stack(kind, **kwargs)
     counts: dict = {}
-    explicit = _run(m, feeds, {"act": config}, True, monkeypatch, counts, Elementwise)
+    explicit = _run(m, feeds, {"act": config}, True, counts, Elementwise)
     m2, _ = activation_stack(kind, **kwargs)
-    autograd = _run(m2, feeds, {"act": config}, False, monkeypatch, cls=Elementwise)
+    autograd = _run(m2, feeds, {"act": config}, False, cls=Elementwise)
     _assert_same_bits(explicit, autograd)
     assert counts == {"act": 2 * len(config.devices)}
 
@@ -133,13 +143,13 @@ LINEAR_CASES = [
 
 
 @pytest.mark.parametrize("case", LINEAR_CASES, ids=lambda c: f"{c[0]}-bias{c[1]}-{c[2]}")
-def test_linear_same_bits_as_autograd(case, monkeypatch):
+def test_linear_same_bits_as_autograd(case):
     activation, bias, lead, strategy, calls = case
     m, feeds = linear_stack(activation, bias, lead)
     counts: dict = {}
-    explicit = _run(m, feeds, strategy, True, monkeypatch, counts, Linear)
+    explicit = _run(m, feeds, strategy, True, counts, Linear)
     m2, _ = linear_stack(activation, bias, lead)
-    autograd = _run(m2, feeds, strategy, False, monkeypatch, cls=Linear)
+    autograd = _run(m2, feeds, strategy, False, cls=Linear)
     _assert_same_bits(explicit, autograd)
     assert counts == calls
 
