@@ -259,15 +259,15 @@ def backward_task(ctx, *views):
 
 def _explicit_grads(stage, plan: _Plan, saved, views, device) -> list:
     """backward_task's result from the op's own backward (Op.explicit_backward)."""
-    douts = [None] * len(stage.outputs)
-    for idx, k in plan.douts:
-        douts[idx] = views[k]
-    if all(d is None for d in douts):               # nothing flows back: zero gradients
+    if not plan.douts:                              # nothing flows back: zero gradients
         spec = plan.spec
         return [torch.zeros((spec.inputs if group == IN else spec.weights)[idx].shape,
                             dtype=getattr(torch, (stage.inputs if group == IN
                                                   else stage.weights)[idx].dtype),
                             device=device) for group, idx in plan.targets]
+    douts = [None] * len(stage.outputs)
+    for idx, k in plan.douts:
+        douts[idx] = views[k]
     din, dw = stage.backward(plan.spec, saved, douts, plan.need_inputs, plan.need_weights)
     return [din[idx] if group == IN else dw[idx] for group, idx in plan.targets]
 

@@ -16,6 +16,7 @@ after such a writer; autograd's version counter reports it for saved outputs.
 from __future__ import annotations
 
 import functools
+import operator
 from typing import Any, Callable
 
 import torch
@@ -86,38 +87,50 @@ def _context(node, store, contexts: dict) -> TaskContext:
     return ctx
 
 
+_NO_VIEW = View(None)                 # the argument of a Red+ requirement: None
+_tensor_of = operator.attrgetter("t")
+_STORE, _CONTRIBUTE, _SPLIT = 0, 1, 2  # kinds of write (see task_step)
+
+
 def task_step(node, store: InstanceStore, contexts: dict) -> Callable[[], None]:
     """A callable that runs one point task and stores what it returns."""
     dev = node.device
     ctx = _context(node, store, contexts)
     args = []
-    # Per writing requirement: (view, mode, pieces). Mode 0 stores into the instance view
-    # (pieces: the Buffer when the view is all of it, to adopt the value; else None);
-    # mode 1 sends a Red+ contribution to its pieces: (target view, slices of the
-    # contribution or None for all of it, accumulate?, the Buffer to adopt it or None).
+    # Per writing requirement (kind, view, buffer, pieces):
+    #   _STORE       store into the instance view (buffer: the Buffer when the view is all
+    #                of it, to adopt the value; else None);
+    #   _CONTRIBUTE  a Red+ contribution that is a single piece covering the requirement,
+    #                not accumulated: adopted by the buffer (if whole) or copied into view;
+    #   _SPLIT       any other Red+ contribution: pieces are (target view, slices of the
+    #                contribution or None for all of it, accumulate?, Buffer to adopt it).
     writes = []
     for req, targets in zip(node.requirements, node.targets):
         name = req.region.name
         if req.privilege is _RED:
-            args.append(None)
+            args.append(_NO_VIEW)
             pieces = []
             for piece, partial, accumulate in targets:
                 sl = None if piece == req.rect else piece.slices_within(req.rect)
                 whole = whole_buffer(store, partial, name, dev, piece) \
                     if sl is None and not accumulate else None
                 pieces.append((view_of(store, partial, name, dev, piece), sl, accumulate, whole))
-            writes.append((None, 1, tuple(pieces)))
+            if len(pieces) == 1 and pieces[0][1] is None and not pieces[0][2]:
+                writes.append((_CONTRIBUTE, pieces[0][0], pieces[0][3], None))
+            else:
+                writes.append((_SPLIT, None, None, tuple(pieces)))
         else:
             view = view_of(store, False, name, dev, req.rect)
             args.append(view)
             if req.privilege.writes:
-                writes.append((view, 0, whole_buffer(store, False, name, dev, req.rect)))
+                writes.append((_STORE, view, whole_buffer(store, False, name, dev, req.rect),
+                               None))
     fn = node.launch.task
     nwrites = len(writes)
 
     def run() -> None:
         try:
-            out = fn(ctx, *[None if v is None else v.t for v in args])
+            out = fn(ctx, *map(_tensor_of, args))
             if nwrites == 0:
                 return
             if nwrites == 1 and not isinstance(out, (tuple, list)):
@@ -126,15 +139,19 @@ def task_step(node, store: InstanceStore, contexts: dict) -> Callable[[], None]:
                 raise TypeError(f"task returned {type(out).__name__}"
                                 f"{'' if out is None else f' of length {len(out)}'}; expected "
                                 f"{nwrites} value(s), one per WD/RW/Red+ requirement")
-            for value, (view, mode, pieces) in zip(out, writes):
-                if mode == 0:
+            for value, (kind, view, buf, pieces) in zip(out, writes):
+                if kind == _STORE:
                     if value is not None and value is not view.t and (
-                            pieces is None or not pieces.adopt(value)):
+                            buf is None or not buf.adopt(value)):
                         view.t.copy_(value)
                     continue
                 if value is None:
                     raise TypeError("task returned None for a Red+ requirement; return its "
                                     "contribution tensor")
+                if kind == _CONTRIBUTE:
+                    if buf is None or not buf.adopt(value):
+                        view.t.copy_(value)
+                    continue
                 for target, sl, accumulate, whole in pieces:
                     part = value if sl is None else value[sl]
                     if accumulate:

@@ -179,3 +179,34 @@ def test_unsupported_part_falls_back_to_autograd():
     assert straddling.info.span == 2
     assert op.forward_saving(straddling, [torch.randn(2, 4, 6, 6)],
                              [torch.randn(2, 2, 3, 3), torch.randn(2)]) is None
+
+
+class _Launch:
+    def __init__(self, name, args, state_from=None):
+        self.name, self.args, self.state_from = name, args, state_from
+
+
+def test_part_without_output_gradient_gives_zero_gradients():
+    """A backward part that reads no output gradient (none flows back to it) returns zero
+    gradients of its inputs' and weights' part shapes, as the autograd path does."""
+    from parallel_ops.tasks import DIN, DW, IN, W, StageArgs, backward_task, forward_task
+    from taskrt.executor.steps import TaskContext
+    m = Model("zero", seed=1, dtype="float64")
+    x = m.input("x", (2, 3, 5, 5), requires_grad=True)
+    m.conv2d(x, 4, 3, name="c", activation="relu")
+    op, color = m.op("c"), (0, 0, 0, 0, 0)
+    spec = op.part((1, 1, 1, 1, 1), color)
+    xv, wv, bv = torch.randn(2, 3, 5, 5, dtype=torch.float64), \
+        torch.randn(4, 3, 3, 3, dtype=torch.float64), torch.randn(4, dtype=torch.float64)
+    fwd = StageArgs(op, {color: spec}, {color: ((IN, 0), (W, 0), (W, 1))}, True, (True,),
+                    (True, True))
+    ctx = TaskContext(_Launch("c/fwd", fwd), color, 0, "cpu")
+    forward_task(ctx, xv, wv, bv)
+    assert type(ctx.saved).__name__ == "_Explicit"          # the op's own backward's state
+    bwd = StageArgs(op, {color: spec}, {color: ((IN, 0), (W, 0), (W, 1), (DIN, 0), (DW, 0),
+                                                (DW, 1))}, True, (True,), (True, True))
+    bctx = TaskContext(_Launch("c/bwd", bwd, "c/fwd"), color, 0, "cpu", source=ctx)
+    grads = backward_task(bctx, xv, wv, bv, None, None, None)
+    assert [tuple(g.shape) for g in grads] == [(2, 3, 5, 5), (4, 3, 3, 3), (4,)]
+    assert all(g.dtype == torch.float64 and not g.any() for g in grads)
+    assert ctx.saved is None                       # the saved state was taken
