@@ -202,22 +202,26 @@ def _picked(views, positions):
     return [None if k is None else views[k] for k in positions]
 
 
+def _returned(outs, plan: _Plan):
+    """The outputs a part returns: those it has (a single one bare)."""
+    if plan.all_kept:
+        return outs[0] if len(outs) == 1 else tuple(outs)
+    return tuple(o for o, keep in zip(outs, plan.kept) if keep)
+
+
 def forward_task(ctx, *views):
     a: StageArgs = ctx.args
     stage = a.stage
     stage.training = a.training
     plan = a.plans.get(ctx.color) or a.plan(ctx.color)
     if not a.grad:
-        outs = stage.forward(plan.spec, _picked(views, plan.ins), _picked(views, plan.ws))
-        return tuple(o for o, keep in zip(outs, plan.kept) if keep)
+        return _returned(stage.forward(plan.spec, _picked(views, plan.ins),
+                                       _picked(views, plan.ws)), plan)
     if stage.explicit_backward:
         got = stage.forward_saving(plan.spec, _picked(views, plan.ins), _picked(views, plan.ws))
         if got is not None:
-            outs, saved = got
-            ctx.saved = _Explicit(saved)
-            if plan.all_kept:
-                return outs[0] if len(outs) == 1 else tuple(outs)
-            return tuple(o for o, keep in zip(outs, plan.kept) if keep)
+            ctx.saved = _Explicit(got[1])
+            return _returned(got[0], plan)
     ins = _leaves(views, plan.input_grads)
     ws = _weight_leaves(plan, views)
     was_enabled = _grad_enabled()

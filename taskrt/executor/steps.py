@@ -147,7 +147,9 @@ def task_step(node, store: InstanceStore, contexts: dict) -> Callable[[], None]:
                     continue
                 if value is None:
                     raise TypeError("task returned None for a Red+ requirement; return its "
-                                    "contribution tensor")
+                                    "contribution tensor (an op's own backward() must "
+                                    "give every gradient need_inputs / need_weights ask "
+                                    "for)")
                 if kind == _CONTRIBUTE:
                     if buf is None or not buf.adopt(value):
                         view.t.copy_(value)

@@ -13,6 +13,7 @@ from parallel_ops import Model, ParallelConfig
 from parallel_ops.conv2d import Conv2d
 from parallel_ops.elementwise import Elementwise
 from parallel_ops.linear import Linear
+from taskrt.errors import ExecutionError
 from oracle import parallel_steps, random_feeds
 
 
@@ -210,3 +211,20 @@ def test_part_without_output_gradient_gives_zero_gradients():
     assert [tuple(g.shape) for g in grads] == [(2, 3, 5, 5), (4, 3, 3, 3), (4,)]
     assert all(g.dtype == torch.float64 and not g.any() for g in grads)
     assert ctx.saved is None                       # the saved state was taken
+
+
+def test_backward_missing_a_needed_gradient_is_a_clear_error():
+    """An op's own backward that returns None for a gradient it was asked for: the task
+    fails naming itself, its device and what backward() must give."""
+    m, feeds = conv_stack("relu")
+    real = Conv2d.backward
+
+    def lazy(self, spec, saved, output_grads, need_inputs, need_weights):
+        din, dw = real(self, spec, saved, output_grads, need_inputs, need_weights)
+        return din, [dw[0], None]                    # the bias gradient left out
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Conv2d, "backward", lazy)
+        with pytest.raises(ExecutionError, match=r"c2/bwd.* failed on device \d+: TypeError: "
+                           r"task returned None for a Red\+ requirement.*need_inputs / "
+                           r"need_weights"):
+            parallel_steps(m, feeds, STRATEGIES["data parallel"], steps=1)
