@@ -1,7 +1,7 @@
 """Data parallelism over MPI ranks on this machine.
 
 - ours vs torch DistributedDataParallel (gloo) on 2 ranks: the same CNN, global batch and
-  weights, iterations interleaved (target: ratio at most 1.0);
+  weights, iterations interleaved, each first in turn (target: ratio at most 1.0);
 - scaling: 1 vs 2 ranks at a fixed per-rank batch, and the time a rank waits on messages per
   iteration (executor.wait_s: the progress loop had nothing to run).
 Both run under a real mpirun (bench/_dist_worker.py).
@@ -12,7 +12,7 @@ from bench._common import run_mpi_worker
 
 
 def run(quick: bool = False) -> dict:
-    per_rank, iters = (4, 2) if quick else (16, 8)
+    per_rank, iters = (4, 2) if quick else (16, 20)
     ddp = run_mpi_worker(2, "_dist_worker.py", [str(per_rank), str(iters), "ddp"])
     one = run_mpi_worker(1, "_dist_worker.py", [str(per_rank), str(iters)])
     two = run_mpi_worker(2, "_dist_worker.py", [str(per_rank), str(iters)])
