@@ -1,9 +1,10 @@
 """Helpers shared by the benchmarks: interleaved timing (in one process, or alternating
-between processes) and launching MPI workers."""
+between processes or between MPI jobs) and launching MPI workers."""
 from __future__ import annotations
 
 import json
 import os
+import signal
 import statistics
 import sys
 import time
@@ -24,6 +25,12 @@ def interleaved(fns: dict, repeats: int, warmup: int = 2) -> dict:
             f()
             times[k].append(time.perf_counter() - t)
     return {k: statistics.median(v) for k, v in times.items()}
+
+
+def _turn_order(names: list, block: int) -> list:
+    """Who runs when in a block of turns: in order, and backwards every other block, so that
+    each runs after each of the others alike (one fixed order moved a ratio by up to 5%)."""
+    return names if block % 2 == 0 else names[::-1]
 
 
 def _timing_worker(conn, module: str, factory: str, args: tuple) -> None:
@@ -49,7 +56,7 @@ def _timing_worker(conn, module: str, factory: str, args: tuple) -> None:
 def alternating(makers: dict, blocks: int, per_block: int = 3, warmup: int = 1) -> dict:
     """Median seconds per call of each step, each built and run in a process of its own
     (makers: name -> (module, factory, args); factory(*args) returns the step), the processes
-    taking turns in blocks of `per_block` calls. As a user runs one or the other: neither
+    taking turns in blocks of `per_block` calls (_turn_order). As a user runs one or the other: neither
     warms or fragments the other's caches and heap, while turns spread load changes of a
     shared machine over all of them alike."""
     import multiprocessing as mp
@@ -74,7 +81,8 @@ def alternating(makers: dict, blocks: int, per_block: int = 3, warmup: int = 1) 
                 raise RuntimeError(f"timing worker '{name}' failed to start: {msg}")
         times = {name: [] for name in procs}
         for block in range(warmup + blocks):
-            for name, (p, conn) in procs.items():
+            for name in _turn_order(list(procs), block):
+                p, conn = procs[name]
                 conn.send(per_block)
                 got = receive(name, conn)
                 if block >= warmup:
@@ -91,18 +99,119 @@ def alternating(makers: dict, blocks: int, per_block: int = 3, warmup: int = 1) 
                 p.kill()
 
 
-def run_mpi_worker(np_: int, script: str, args: list[str], timeout: float = 900) -> dict:
-    """Run bench/<script> under mpirun -np N; it prints one JSON object as its last line."""
-    import subprocess
+def _mpi_job(np_: int, script: str, args: list[str]) -> tuple[list[str], dict]:
+    """The command and environment that run bench/<script> under mpirun -np N."""
     here = os.path.dirname(sys.executable)
     mpirun = os.environ.get("SOAPFLOW_MPIRUN") or os.path.join(here, "mpirun")
     cmd = [mpirun, "-np", str(np_), sys.executable, "-m", "mpi4py",
            os.path.join(ROOT, "bench", script), *args]
     path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
-    env = dict(os.environ, PYTHONPATH=path, OMP_NUM_THREADS="1")
+    return cmd, dict(os.environ, PYTHONPATH=path, OMP_NUM_THREADS="1")
+
+
+def run_mpi_worker(np_: int, script: str, args: list[str], timeout: float = 900) -> dict:
+    """Run bench/<script> under mpirun -np N; it prints one JSON object as its last line."""
+    import subprocess
+    cmd, env = _mpi_job(np_, script, args)
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout,
                        start_new_session=True)
     if p.returncode != 0:
         raise RuntimeError(f"{script} under mpirun -np {np_} failed:\n{p.stdout[-2000:]}"
                            f"\n{p.stderr[-2000:]}")
     return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+# -- MPI jobs taking turns ----------------------------------------------------------------
+# `alternating` for whole mpirun jobs: the parent writes whose turn it is into a file of a
+# directory both sides know ("<job> <block> <count>", or "stop"); every rank of that job
+# runs the block, and its rank 0 writes the block's rows to <job>.<block>.json. Ranks of the
+# jobs not running sleep between looks at the file (no core taken from the running job).
+
+_TURN_POLL_S = 0.02
+
+
+def _write_atomically(path: str, text: str) -> None:
+    with open(path + ".tmp", "w") as f:
+        f.write(text)
+    os.replace(path + ".tmp", path)
+
+
+def take_turns(comm, turns: str, job: str, run_block) -> None:
+    """Worker side: announce readiness, then run `run_block(count)` (a list of JSON-able
+    rows, the same on every rank) whenever it is this job's turn, until told to stop."""
+    if comm.Get_rank() == 0:
+        _write_atomically(os.path.join(turns, f"{job}.ready"), "")
+    seen = None
+    while True:
+        try:
+            with open(os.path.join(turns, "turn")) as f:
+                turn = f.read().split()
+        except FileNotFoundError:
+            turn = []
+        if turn == ["stop"]:
+            return
+        if len(turn) != 3 or turn[0] != job or turn[1] == seen:
+            time.sleep(_TURN_POLL_S)
+            continue
+        seen = turn[1]
+        rows = run_block(int(turn[2]))
+        if comm.Get_rank() == 0:
+            _write_atomically(os.path.join(turns, f"{job}.{seen}.json"), json.dumps(rows))
+
+
+def alternating_mpi(jobs: dict, blocks: int, per_block: int, warmup: int = 1,
+                    timeout: float = 900) -> dict:
+    """Run MPI jobs (name -> (ranks, script, args); the script calls `take_turns` with the
+    directory and name appended to its args) side by side, taking turns in blocks of
+    `per_block` iterations, as `alternating` does for processes; returns name -> the rows of
+    its blocks after the first `warmup`, in order."""
+    import subprocess
+    import tempfile
+    deadline = time.monotonic() + timeout
+    procs = {}
+    with tempfile.TemporaryDirectory(prefix="soapflow-turns-") as turns:
+        def wait_for(path: str, what: str) -> str:
+            while not os.path.exists(path):
+                for name, (p, log) in procs.items():
+                    if p.poll() is not None:
+                        log.seek(0)
+                        raise RuntimeError(f"{jobs[name][1]} ({name}) under mpirun exited "
+                                           f"with {p.returncode} while waiting for {what}:\n"
+                                           f"{log.read()[-3000:]}")
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"alternating_mpi: no {what} within {timeout:.0f} s")
+                time.sleep(0.01)
+            with open(path) as f:
+                return f.read()
+        try:
+            for name, (np_, script, args) in jobs.items():
+                cmd, env = _mpi_job(np_, script, [*args, turns, name])
+                log = tempfile.TemporaryFile("w+")
+                procs[name] = (subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                                text=True, env=env, start_new_session=True),
+                               log)
+            for name in jobs:
+                wait_for(os.path.join(turns, f"{name}.ready"), f"job '{name}' to start")
+            rows = {name: [] for name in jobs}
+            for block in range(warmup + blocks):
+                for name in _turn_order(list(jobs), block):
+                    _write_atomically(os.path.join(turns, "turn"),
+                                      f"{name} {block} {per_block}")
+                    got = json.loads(wait_for(os.path.join(turns, f"{name}.{block}.json"),
+                                              f"block {block} of job '{name}'"))
+                    if block >= warmup:
+                        rows[name] += got
+            _write_atomically(os.path.join(turns, "turn"), "stop")
+            for name, (p, log) in procs.items():
+                p.wait(timeout=max(10.0, deadline - time.monotonic()))
+                if p.returncode != 0:
+                    log.seek(0)
+                    raise RuntimeError(f"{jobs[name][1]} ({name}) under mpirun failed:\n"
+                                       f"{log.read()[-3000:]}")
+            return rows
+        finally:
+            for p, log in procs.values():
+                if p.poll() is None:
+                    os.killpg(p.pid, signal.SIGKILL)
+                    p.wait()
+                log.close()

@@ -1,6 +1,8 @@
 """The benchmark harness runs every benchmark module and writes its two result files."""
 import json
 
+import pytest
+
 from bench.__main__ import benchmark_modules, main
 
 
@@ -47,3 +49,23 @@ def test_bench_merges_entries_of_another_run(tmp_path):
     doc = json.loads((out / "results.json").read_text())
     assert set(doc["benchmarks"]) == {"planner_scaling", "executor_overhead"}
     assert main(["--out", str(out), "--merge", str(other / "results.json")]) == 2
+
+
+def test_data_parallel_jobs_take_turns():
+    # Three mpirun jobs (ours and DDP on 2 ranks, ours on 1) alternate in blocks; every block
+    # after the warm-up one comes back from each, in the same number of iterations.
+    from bench.data_parallel import run
+    res = run(quick=True)
+    its = res["data"]["iterations"]
+    assert set(its) == {"ours", "ddp", "one_rank"}
+    assert all(len(rows) == 2 and all(t > 0 for t, _ in rows) for rows in its.values())
+    assert all(w == 0 for _, w in its["ddp"] + its["one_rank"])   # only ours waits on MPI
+    assert [r[0] for r in res["rows"]][0] == "2 ranks: ours / torch DDP (gloo)"
+
+
+def test_alternating_mpi_reports_a_job_that_dies():
+    from bench._common import alternating_mpi
+    with pytest.raises(RuntimeError, match=r"(?s)_dist_worker.py \(bad\) under mpirun exited.*"
+                                           r"side 'nope'; expected ours or ddp"):
+        alternating_mpi({"bad": (1, "_dist_worker.py", ["2", "nope"])}, blocks=1,
+                        per_block=1, timeout=120)
