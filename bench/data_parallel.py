@@ -16,7 +16,7 @@ from bench._common import alternating_mpi
 
 
 def run(quick: bool = False) -> dict:
-    per_rank, blocks, per_block = (4, 1, 2) if quick else (16, 8, 3)
+    per_rank, blocks, per_block = (4, 1, 2) if quick else (16, 12, 3)
     script, pr = "_dist_worker.py", str(per_rank)
     rows = alternating_mpi({"ours": (2, script, [pr, "ours"]), "ddp": (2, script, [pr, "ddp"]),
                             "one_rank": (1, script, [pr, "ours"])}, blocks, per_block)

@@ -3,6 +3,7 @@
 Importing the package attaches every operator's builder (model.conv2d, model.linear, ...)
 to Model.
 """
+from .activation import fuse_activations
 from .config import ParallelConfig, data_parallel, validate
 from .errors import (CheckpointError, ConfigError, OperatorError, ShapeError,
                      UnsupportedModelError)
@@ -19,4 +20,4 @@ from . import (linear, loss, elementwise, dropout, shape, softmax, layernorm,  #
 __all__ = ["ParallelConfig", "data_parallel", "validate", "CheckpointError", "ConfigError",
            "OperatorError", "ShapeError", "UnsupportedModelError", "Lowered", "lower", "Model",
            "builder", "ATTRIBUTE", "PARAMETER", "REDUCTION", "SAMPLE", "Dim", "Op", "PartSpec",
-           "Stage", "SGD", "Adam", "Tensor", "Weight", "Trainer"]
+           "Stage", "SGD", "Adam", "Tensor", "Weight", "Trainer", "fuse_activations"]
