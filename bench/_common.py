@@ -56,9 +56,9 @@ def _timing_worker(conn, module: str, factory: str, args: tuple) -> None:
 def alternating(makers: dict, blocks: int, per_block: int = 3, warmup: int = 1) -> dict:
     """Median seconds per call of each step, each built and run in a process of its own
     (makers: name -> (module, factory, args); factory(*args) returns the step), the processes
-    taking turns in blocks of `per_block` calls (_turn_order). As a user runs one or the other: neither
-    warms or fragments the other's caches and heap, while turns spread load changes of a
-    shared machine over all of them alike."""
+    taking turns in blocks of `per_block` calls (_turn_order). As a user runs one or the
+    other: neither warms or fragments the other's caches and heap, while turns spread load
+    changes of a shared machine over all of them alike."""
     import multiprocessing as mp
     ctx = mp.get_context("spawn")
     procs = {}

@@ -53,7 +53,7 @@ def main():
         port = comm.bcast(29500 + os.getpid() % 1000 if rank == 0 else None, root=0)
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                                 world_size=size)
-        net, opt = eager(batch, cin, hw, layers, classes, "cpu")
+        net, _ = eager(batch, cin, hw, layers, classes, "cpu")
         ddp = torch.nn.parallel.DistributedDataParallel(net)
         opt = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9, foreach=False)
         mine = slice(rank * per_rank, (rank + 1) * per_rank)
@@ -70,7 +70,7 @@ def main():
             comm.Barrier()
             t = time.perf_counter()
             waited = step()
-            rows.append(comm.allreduce((time.perf_counter() - t, waited), op=_max_pair))
+            rows.append(comm.allreduce((time.perf_counter() - t, waited), op=_MAX_PAIR))
         return rows
     step()
     take_turns(comm, turns, job, block)
@@ -80,7 +80,7 @@ def _max_pair(a, b, _datatype=None):
     return tuple(max(x, y) for x, y in zip(a, b))
 
 
-_max_pair = MPI.Op.Create(_max_pair, commute=True)
+_MAX_PAIR = MPI.Op.Create(_max_pair, commute=True)     # element-wise max of (seconds, wait)
 
 
 if __name__ == "__main__":
