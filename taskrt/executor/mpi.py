@@ -36,7 +36,7 @@ from ..errors import ExecutionError, PlanError
 from .collectives import Collectives, completed, rank_group
 from .instances import TORCH_DTYPES, InstanceStore
 from .scheduler import (COLLECT, POST_RECV, RECV, RUN, SEND, START, UNPACK, RankScheduler)
-from .steps import (BatchMember, batch_key, batchable, local_copy_step, reduce_step,
+from .steps import (BatchMember, batchable, local_copy_step, reduce_step,
                     run_batches, task_step, view_of)
 from ..settings import env_number
 from ..trace import TraceEvent, node_label, node_track
@@ -158,7 +158,6 @@ class MPIExecutor:
         # Batchable tasks (the optimizer's updates) that are ready together run as one
         # batch per device (taskrt.launch, IndexLaunch.batch); not when tracing.
         self.batch_members: dict[int, BatchMember] = {}
-        self.batch_keys: dict[int, object] = {}
         contexts: dict = {}
         for i, role in sorted(self.sched.roles.items()):
             n = g.nodes[i]
@@ -167,7 +166,6 @@ class MPIExecutor:
                     self.steps[i] = task_step(n, store, contexts)
                     if not self.record_trace and batchable(n):
                         self.batch_members[i] = BatchMember(n, store, contexts)
-                        self.batch_keys[i] = batch_key(n)
                 elif n.kind == "copy":
                     self.steps[i] = local_copy_step(n, store)
                 else:
@@ -423,10 +421,12 @@ class MPIExecutor:
     def _ready_batch(self, i: int, todo: deque) -> list[int]:
         """Batchable node i and the ready RUN instructions in `todo` with its batch key
         (taken out of todo): ready together, so no edge among them."""
-        key, keys = self.batch_keys[i], self.batch_keys
+        members = self.batch_members
+        key = members[i].key
         batch, rest = [i], []
         for ins in todo:
-            if ins.op == RUN and keys.get(ins.node, None) == key:
+            m = members.get(ins.node) if ins.op == RUN else None
+            if m is not None and m.key == key:
                 batch.append(ins.node)
             else:
                 rest.append(ins)

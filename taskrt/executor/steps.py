@@ -179,11 +179,13 @@ def batch_key(node):
 
 
 class BatchMember:
-    """One batchable point task, ready to join a batch: its node, context and views."""
-    __slots__ = ("node", "ctx", "views")
+    """One batchable point task, ready to join a batch: its node, batch_key, context and
+    views."""
+    __slots__ = ("node", "key", "ctx", "views")
 
     def __init__(self, node, store: InstanceStore, contexts: dict):
         self.node = node
+        self.key = batch_key(node)
         # The node's own context where its single step made it (a later launch may take
         # state from it).
         self.ctx = contexts.get((node.launch.name, node.color)) or _context(node, store,
