@@ -67,11 +67,26 @@ def _chain(y):
     return nodes
 
 
+def _fitted(g, nxt, nr):
+    """g as the engine hands it to input `nr` of node `nxt`: summed down to the shape that
+    input was recorded with where the forward broadcast it (x * x.sum(-1, keepdim=True)),
+    and in its dtype. The engine does this between any two nodes (validate_outputs); a
+    direct node call does not, so skipping it gives silently wrong gradients."""
+    meta = nxt._input_metadata[nr]
+    shape = meta.shape
+    if len(shape) != g.dim() or any(a != b for a, b in zip(shape, g.shape)):
+        g = g.sum_to_size(shape)
+    if g.dtype != meta.dtype:
+        g = g.to(meta.dtype)
+    return g
+
+
 def _chain_grads(y, dy, xs):
     """Gradients of y w.r.t. xs by calling y's autograd nodes one after the other when they
     form a chain (`_chain`): the engine's set-up costs ~25 us per call, as much as a small
-    kernel. Without grad mode, as the engine runs them; a leaf reached twice (x * x) gets
-    the sum, and a broadcast input its gradient summed to its shape, as the engine does.
+    kernel. Without grad mode, as the engine runs them; between nodes each gradient is
+    fitted to the shape and dtype its next node recorded (`_fitted`, a broadcast summed
+    back), and a leaf reached twice (x * x) gets the sum, as the engine does.
     None when the graph is not a chain, or on a GPU (the engine then runs: direct calls are
     not checked on GPU streams yet). Tensor hooks registered inside a forward do not run
     (docs/custom_ops.md)."""
@@ -89,9 +104,10 @@ def _chain_grads(y, dy, xs):
             if not isinstance(out, tuple):
                 out = (out,)
             dy = None
-            for (nxt, _), g in zip(node.next_functions, out):
+            for (nxt, nr), g in zip(node.next_functions, out):
                 if g is None or nxt is None:
                     continue
+                g = _fitted(g, nxt, nr)
                 if type(nxt) is _ACCUMULATE:
                     key = id(nxt.variable)
                     found[key] = g if key not in found else found[key] + g
@@ -101,13 +117,7 @@ def _chain_grads(y, dy, xs):
                 break
     finally:
         _set_grad_enabled(was_enabled)
-    grads = []
-    for x in xs:
-        g = None if x is None else found.get(id(x))
-        if g is not None and (g.shape != x.shape or g.dtype != x.dtype):
-            g = g.sum_to_size(x.shape).to(x.dtype)
-        grads.append(g)
-    return grads
+    return [None if x is None else found.get(id(x)) for x in xs]
 
 
 @dataclass
