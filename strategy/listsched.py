@@ -6,22 +6,18 @@ for dur[i]. Predecessors and resources are in CSR form (ptr, flat ids). The loop
 same floating-point operations in the same order as the Python loop it replaced, so its
 times are the same bits.
 
-numba compiles the loop on first use (about a second; the machine code is cached next to
-this file, so later processes load it in milliseconds). Without numba the same function
-runs as plain Python: correct, about 100x slower.
+numba compiles the loop on first use in a process that simulates (a few seconds once; the
+machine code is cached in __pycache__ next to this file, and later processes pay about a
+second to import numba and load it). Without numba the same function runs as plain Python:
+correct, about 100x slower.
 """
 from __future__ import annotations
 
 import numpy as np
 
-try:
-    from numba import njit
-except ImportError:                       # pragma: no cover - numba is a dependency
-    def njit(*args, **kwargs):
-        return (lambda f: f) if not args or not callable(args[0]) else args[0]
+_SIGNATURE = "void(f8[::1], i8[::1], i8[::1], i8[::1], i8[::1], i8, f8[::1], f8[::1], f8[::1])"
 
 
-@njit(cache=True, nogil=True)
 def _schedule(dur, res_ptr, res_ids, pred_ptr, preds, num_resources, start, end, busy):
     free = np.zeros(num_resources)
     for i in range(dur.shape[0]):
@@ -44,12 +40,29 @@ def _schedule(dur, res_ptr, res_ids, pred_ptr, preds, num_resources, start, end,
         end[i] = e
 
 
+_compiled = None
+
+
+def _kernel():
+    """The compiled loop, made on first use (numba is imported only by processes that
+    simulate), or the Python loop without numba."""
+    global _compiled
+    if _compiled is None:
+        try:
+            from numba import njit
+        except ImportError:                   # pragma: no cover - numba is a dependency
+            _compiled = _schedule
+        else:
+            _compiled = njit(_SIGNATURE, cache=True, nogil=True)(_schedule)
+    return _compiled
+
+
 def list_schedule(dur, res_ptr, res_ids, pred_ptr, preds, num_resources: int):
     """(start, end, busy): per node its start and end time, per resource its busy seconds."""
     n = len(dur)
     start, end = np.zeros(n), np.zeros(n)
     busy = np.zeros(num_resources)
-    _schedule(np.ascontiguousarray(dur, dtype=np.float64),
+    _kernel()(np.ascontiguousarray(dur, dtype=np.float64),
               np.ascontiguousarray(res_ptr, dtype=np.int64),
               np.ascontiguousarray(res_ids, dtype=np.int64),
               np.ascontiguousarray(pred_ptr, dtype=np.int64),

@@ -407,8 +407,8 @@ class Planner:
                 self._mark((li, None))
         for name in touched:
             self._replan_region(name)
-        if self._undo is not None:
-            self._undo.marked = set(self._marked)
+        if self._undo is not None:        # the groups of before, to put back on undo
+            self._undo.groups = {key: self._groups.get(key) for key in self._marked}
         return touched
 
     @property
@@ -447,9 +447,9 @@ class _Undo:
     (given initial data, used by a replaced launch before or after), its planner, log,
     initial data and finish() info, and, for each launch in its log, the read nodes and the
     tasks' preds and Red+ targets for it; the task nodes, state sources and dirty set; and
-    the node groups the replace made stale (`marked`), rebuilt from the restored state."""
+    the node groups the replace made stale, with the set of stale groups before it."""
     __slots__ = ("launches", "regions", "per_region", "pred_entries", "target_entries",
-                 "tasks", "state_src", "dirty", "region_names", "marked")
+                 "tasks", "state_src", "dirty", "region_names", "groups", "stale")
 
     @classmethod
     def record(cls, p: "Planner", expanded, initial, region_names: set) -> "_Undo":
@@ -476,7 +476,8 @@ class _Undo:
                 for pi, k, _ in accesses:
                     u.pred_entries[li, pi, name] = preds[pi].get(name)
                     u.target_entries[li, pi, k] = targets[pi][k]
-        u.marked = set()
+        u.groups = {}
+        u.stale = set(p._stale)
         u.tasks = dict(p._tasks)
         u.state_src = list(p.state_src)
         u.dirty = set(p._dirty)
@@ -507,7 +508,9 @@ class _Undo:
         p._dirty = self.dirty
         for name in set(p.regions) - self.region_names:
             del p.regions[name]
-        p._stale |= self.marked
+        for key, group in self.groups.items():
+            _put(p._groups, key, group)
+        p._stale = set(self.stale)
 
 
 def _put(d: dict, key, value) -> None:
