@@ -41,7 +41,7 @@ class _GroupSim:
     buf_counts: np.ndarray
     buf_ids: np.ndarray
     read_by_writers: frozenset     # regions read (R, RW) by tasks that write something
-    writer_reads: tuple            # (regions written, regions read) per writing task
+    reads_of_writers: dict         # region written -> regions read by the tasks writing it
 
 
 class SimulationSession:
@@ -161,7 +161,7 @@ class SimulationSession:
         res_counts = np.empty(n, dtype=np.int64)
         buf_counts = np.empty(n, dtype=np.int64)
         res_ids, buf_ids = [], []
-        read_by_writers, writer_reads = set(), []
+        read_by_writers, reads_of_writers = set(), {}
         staged = group.staged
         for k, node in enumerate(group.nodes):
             t = timing.get(node)
@@ -184,10 +184,11 @@ class SimulationSession:
                         writes.append(req.region.name)
                 if writes:
                     read_by_writers.update(reads)
-                    writer_reads.append((frozenset(writes), tuple(reads)))
+                    for w in writes:
+                        reads_of_writers.setdefault(w, set()).update(reads)
         return _GroupSim(dur, res_counts, np.array(res_ids, dtype=np.int64), buf_counts,
                          np.array(buf_ids, dtype=np.int64), frozenset(read_by_writers),
-                         tuple(writer_reads))
+                         reads_of_writers)
 
     def _region_buffer_arrays(self, name: str) -> tuple:
         rp = self.planner.planners[name]
@@ -233,9 +234,9 @@ class SimulationSession:
         sinks = set(self.planner.regions) - read_by_writers
         kept = sinks | {name for name, pieces in self.planner.initial.items() if pieces}
         for s in per:
-            for writes, reads in s.writer_reads:
-                if not writes.isdisjoint(sinks):
-                    kept.update(reads)
+            for written, reads in s.reads_of_writers.items():
+                if written in sinks:
+                    kept |= reads
         return kept
 
     def _memory(self, per, touched, start, end) -> dict[int, int]:
