@@ -14,6 +14,7 @@ object view (`graph`) is built only when asked for.
 """
 from __future__ import annotations
 
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,6 +31,23 @@ from .listsched import csr
 from .simulator import NodeTimer, Resources, SimResult, result_of, timeline
 
 _READ, _RW = Privilege.READ, Privilege.READ_WRITE
+
+
+class _Column:
+    """A list of numbers that also hands them out as a numpy array, converting only what
+    was appended since the last call."""
+    __slots__ = ("items", "_array")
+
+    def __init__(self, dtype):
+        self.items: list = []
+        self._array = np.zeros(0, dtype=dtype)
+
+    def array(self) -> np.ndarray:
+        done = len(self._array)
+        if len(self.items) > done:
+            self._array = np.concatenate([self._array, np.array(self.items[done:],
+                                                                dtype=self._array.dtype)])
+        return self._array
 
 
 @dataclass(eq=False, slots=True)
@@ -61,11 +79,13 @@ class SimulationSession:
             self._sims: dict = {}            # NodeGroup -> _GroupSim
             # Buffers (taskrt.liveness keys) as dense ids: device, region index, bytes.
             self._buffer_ids: dict = {}
-            self._buf_dev: list[int] = []
-            self._buf_region: list[int] = []
-            self._buf_bytes: list[int] = []
-            self._buf_staging: list[bool] = []
+            self._buf_dev, self._buf_region = _Column(np.int64), _Column(np.int64)
+            self._buf_bytes, self._buf_staging = _Column(np.int64), _Column(bool)
             self._region_index: dict[str, int] = {}
+            # The groups counted in these, for the regions kept (see _kept_regions).
+            self._counted: set = set()
+            self._read_by_writers: Counter = Counter()
+            self._writers_of: dict = defaultdict(dict)   # region -> {group sim: its reads}
             # Per region: its instance and partial-sum buffers as (ids, devices, bytes).
             self._region_buffers: dict[str, tuple] = {}
             self._graph = None
@@ -142,15 +162,15 @@ class SimulationSession:
     def _buffer(self, key, nbytes: int) -> int:
         b = self._buffer_ids.get(key)
         if b is None:
-            b = self._buffer_ids[key] = len(self._buf_dev)
-            self._buf_dev.append(key[2])
+            b = self._buffer_ids[key] = len(self._buf_dev.items)
+            self._buf_dev.items.append(key[2])
             name = key[1]
             r = self._region_index.get(name)
             if r is None:
                 r = self._region_index[name] = len(self._region_index)
-            self._buf_region.append(r)
-            self._buf_bytes.append(nbytes)
-            self._buf_staging.append(key[0] == STAGING)
+            self._buf_region.items.append(r)
+            self._buf_bytes.items.append(nbytes)
+            self._buf_staging.items.append(key[0] == STAGING)
         return b
 
     def _group_sim(self, group) -> _GroupSim:
@@ -228,15 +248,22 @@ class SimulationSession:
         """Regions whose buffers persist (taskrt.liveness.Liveness.of with keep=None): initial
         data, the graph's results (regions no writing task reads) and what the tasks writing
         a result read."""
-        read_by_writers = set()
-        for s in per:
-            read_by_writers |= s.read_by_writers
-        sinks = set(self.planner.regions) - read_by_writers
-        kept = sinks | {name for name, pieces in self.planner.initial.items() if pieces}
-        for s in per:
+        current = set(per)
+        counts, writers = self._read_by_writers, self._writers_of
+        for s in self._counted - current:
+            counts.subtract(s.read_by_writers)
+            for written in s.reads_of_writers:
+                del writers[written][s]
+        for s in current - self._counted:
+            counts.update(s.read_by_writers)
             for written, reads in s.reads_of_writers.items():
-                if written in sinks:
-                    kept |= reads
+                writers[written][s] = reads
+        self._counted = current
+        sinks = {name for name in self.planner.regions if counts[name] <= 0}
+        kept = sinks | {name for name, pieces in self.planner.initial.items() if pieces}
+        for name in sinks:
+            for reads in writers.get(name, {}).values():
+                kept |= reads
         return kept
 
     def _memory(self, per, touched, start, end) -> dict[int, int]:
@@ -249,18 +276,18 @@ class SimulationSession:
         index = self._region_index
         kept_mask = np.zeros(len(index) + 1, dtype=bool)
         kept_mask[[index[name] for name in kept if name in index]] = True
-        nbytes = np.array(self._buf_bytes, dtype=np.int64)
+        nbytes = self._buf_bytes.array().copy()
         ids = np.concatenate([e[0] for e in region_buffers.values()])
         nbytes[ids] = np.concatenate([e[2] for e in region_buffers.values()])
-        buf_dev = np.array(self._buf_dev, dtype=np.int64)
-        region = np.array(self._buf_region, dtype=np.int64)
+        buf_dev = self._buf_dev.array()
+        region = self._buf_region.array()
         persistent_mask = kept_mask[region] | (nbytes < liveness.MIN_TEMPORARY_BYTES)
         # Users: (buffer, node id) for every buffer each node uses.
         counts = np.concatenate([s.buf_counts for s in per])
         users_buf = np.concatenate([s.buf_ids for s in per])
         users_node = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
         # Persistent: every instance and partial buffer, and the staging buffers in use.
-        staged = np.unique(users_buf[np.array(self._buf_staging, dtype=bool)[users_buf]])
+        staged = np.unique(users_buf[self._buf_staging.array()[users_buf]])
         persistent: dict[int, int] = {}
         for group_ids in (ids, staged):
             keep = group_ids[persistent_mask[group_ids]]
