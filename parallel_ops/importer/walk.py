@@ -462,6 +462,7 @@ class Importer:
                 continue
             args.append(v)
         self.path, self.submodule, self.whole_module = path, m, True
+        self._aux = None              # the module's operator takes the module's path
         try:
             if any(isinstance(v, Poison) for v in args):
                 raise _Skip()
@@ -469,6 +470,11 @@ class Importer:
             result = MODULES[type(m)](self, m, *args)
             results = [r for r in (result if isinstance(result, tuple) else (result,))
                        if r is not None]
+            for n in [n for n in outs if self._copy_of_outside(n, names)]:
+                # x.to(its own dtype) inside the module is x: a later `x + residual`
+                # reads that node, which is the module's input, not a result.
+                self.values[n.name] = self.values[n.args[0].name]
+                outs = [o for o in outs if o is not n]
             if len(outs) > len(results):
                 raise Unsupported(f"{len(outs)} results of the call are used; only "
                                   f"{len(results)} are supported")
@@ -487,6 +493,16 @@ class Importer:
             self.grouped = False
         for n in members:
             self.values.setdefault(n.name, Poison(first.name))
+
+    def _copy_of_outside(self, node: fx.Node, members: set) -> bool:
+        """A copy-like node (to, alias, contiguous) whose value is a node outside the
+        group with the same shape and dtype."""
+        src = node.args[0] if node.args else None
+        if not isinstance(src, fx.Node) or src.name in members or not self._is_copy(node):
+            return False
+        a, b = node.meta.get("val"), src.meta.get("val")
+        return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and \
+            a.shape == b.shape and a.dtype == b.dtype
 
     # -- result ------------------------------------------------------------------------------
     def outputs(self) -> list:
