@@ -44,6 +44,8 @@ def replayed_dropout(model, step):
                              **kw)
         op = next(ops)
         assert op.type == "sdpa" and op.params["dropout_p"] == dropout_p, (op, dropout_p)
+        if kw.get("enable_gqa"):        # eager Llama shares key/value heads this way
+            k, v = (t.repeat_interleave(q.shape[1] // t.shape[1], dim=1) for t in (k, v))
         scale = q.shape[-1] ** -0.5 if scale is None else scale
         scores = q @ k.transpose(-2, -1) * scale
         if is_causal:           # eager HF skips an all-ones mask and says is_causal
