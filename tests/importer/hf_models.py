@@ -136,3 +136,8 @@ def llama_strategies(n):
 
 HF_MODELS = {"gpt2": (gpt2, gpt2_strategies), "bert": (bert, bert_strategies),
              "llama": (llama, llama_strategies)}
+
+# What tests/importer/test_hf_mpi.py trains over `mpirun -np 2` (one job for all).
+CASES_MPI = [(m, "sdpa", s) for m in HF_MODELS for s in ("data_parallel", "mixed",
+                                                          "attention")] + \
+            [("gpt2", "eager", "mixed")]
