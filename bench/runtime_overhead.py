@@ -159,7 +159,8 @@ def _imported_gpt2_row(quick: bool, rows: list, data: dict) -> None:
                      "pytorch": ("bench._imported_gpt2", "eager_step", (quick,))},
                     blocks=3 if quick else 40)
     ratio = t["ours"] / t["pytorch"]
-    label = "imported HF GPT-2 (2 layers, width 64, seq 32, batch 8)"
+    label = "imported HF GPT-2 (" + ("1 layer, width 16" if quick else "2 layers, width 64") + \
+        ", seq 32, batch 8)"
     data[label] = {"ours_ms": 1e3 * t["ours"], "pytorch_ms": 1e3 * t["pytorch"],
                    "ratio": ratio}
     rows.append((f"{label}: ours / PyTorch eager", f"{ratio:.2f}x",
