@@ -74,6 +74,18 @@ def llama(dtype=torch.float64, dropout=0.0, attn="sdpa"):
     return net, {"input_ids": ids, "attention_mask": mask, "labels": ids.clone()}
 
 
+def llama_like(cls_name, dtype=torch.float64):
+    """A Qwen2 (q/k/v biases) or Mistral causal LM with padded rows: the Llama code paths
+    with what they add."""
+    cfg = getattr(transformers, cls_name.replace("ForCausalLM", "Config"))(
+        vocab_size=19, hidden_size=8, intermediate_size=12, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=16)
+    torch.manual_seed(16)
+    net = getattr(transformers, cls_name)(cfg).to(dtype)
+    ids, mask = _tokens(19, 17, pad_from=[SEQ, 4, SEQ, 5])
+    return net, {"input_ids": ids, "attention_mask": mask, "labels": ids.clone()}
+
+
 def torch_steps(net, inputs, optimizer, steps):
     """Losses per step and the final state dict of eager training on the model's own loss
     (a copy of net)."""

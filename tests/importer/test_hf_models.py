@@ -19,7 +19,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from harness import assert_state_close  # noqa: E402
-from hf_models import HF_MODELS, transformers, torch_steps  # noqa: E402
+from hf_models import HF_MODELS, llama_like, transformers, torch_steps  # noqa: E402
 from hf_replay import dropping_ops, torch_steps_replayed  # noqa: E402
 from parallel_ops import SGD  # noqa: E402
 from parallel_ops.importer import import_module  # noqa: E402
@@ -120,3 +120,14 @@ def test_dropout_trains_with_split_independent_masks(name, attn):
     assert_state_close(state, want_state, rtol=tol, atol=tol * 1e-2, where=f"{name} dropout")
     no_drop, _ = torch_steps(net, inputs, copy.deepcopy(opt), 1)
     assert abs(no_drop[0] - losses[0]) > 1e-6          # dropout did something
+
+
+@pytest.mark.parametrize("cls_name", ["Qwen2ForCausalLM", "MistralForCausalLM"])
+def test_qwen2_and_mistral_with_padding_equal_eager(cls_name):
+    net, inputs = llama_like(cls_name)
+    opt = SGD(lr=0.1, momentum=0.9)
+    want, want_state = torch_steps(net, inputs, copy.deepcopy(opt), 2)
+    strategy = HF_MODELS["llama"][1](DEVICES)["mixed"]
+    losses, state, imp, _ = _train(net, inputs, strategy, copy.deepcopy(opt))
+    assert losses == pytest.approx(want, rel=1e-6)
+    assert_state_close(state, want_state, rtol=1e-6, atol=1e-8, where=cls_name)
