@@ -7,11 +7,11 @@ keyword arguments users pass (input_ids, attention_mask, labels); strategies(n) 
 """
 from __future__ import annotations
 
-import copy
 import os
 
 import torch
 
+from harness import eager_steps
 from parallel_ops import ParallelConfig
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -89,17 +89,7 @@ def llama_like(cls_name, dtype=torch.float64):
 def torch_steps(net, inputs, optimizer, steps):
     """Losses per step and the final state dict of eager training on the model's own loss
     (a copy of net)."""
-    net = copy.deepcopy(net)
-    net.train()
-    opt = optimizer.torch_optimizer([p for p in net.parameters() if p.requires_grad])
-    losses = []
-    for _ in range(steps):
-        opt.zero_grad()
-        loss = net(**inputs).loss
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    return losses, net.state_dict()
+    return eager_steps(net, lambda net, step: net(**inputs).loss, optimizer, steps)
 
 
 def _cfg(devs, **deg):

@@ -8,13 +8,13 @@ records calls in program order), at the trainer's step number.
 """
 from __future__ import annotations
 
-import copy
 from contextlib import contextmanager
 from unittest import mock
 
 import torch
 import torch.nn.functional as F
 
+from harness import eager_steps
 from parallel_ops.dropout import keep_mask
 from taskrt.geometry import Rect
 
@@ -66,15 +66,7 @@ def replayed_dropout(model, step):
 
 def torch_steps_replayed(net, inputs, model, optimizer, steps):
     """Eager training on the model's own loss with the imported model's dropout masks."""
-    net = copy.deepcopy(net)
-    net.train()
-    opt = optimizer.torch_optimizer([p for p in net.parameters() if p.requires_grad])
-    losses = []
-    for step in range(1, steps + 1):
-        opt.zero_grad()
+    def loss_of(net, step):
         with replayed_dropout(model, step):
-            loss = net(**inputs).loss
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    return losses, net.state_dict()
+            return net(**inputs).loss
+    return eager_steps(net, loss_of, optimizer, steps)

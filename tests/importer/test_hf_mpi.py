@@ -2,7 +2,6 @@
 parallel and two model-parallel strategies equal to eager PyTorch on their own loss; every
 rank writes the same trained weights back into its module (one mpirun for all).
 Tolerances as in test_hf_models.py (float64; GPT-2's and Llama's loss is float32)."""
-import json
 import os
 import sys
 
@@ -13,7 +12,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
-from harness import assert_state_close, run_mpi  # noqa: E402
+from harness import assert_state_close, mpi_results  # noqa: E402
 from hf_models import CASES_MPI, HF_MODELS, transformers, torch_steps  # noqa: E402
 from parallel_ops import SGD  # noqa: E402
 
@@ -25,10 +24,7 @@ pytestmark = pytest.mark.skipif(transformers is None, reason="transformers is no
 
 @pytest.fixture(scope="module")
 def per_rank(tmp_path_factory):
-    out = tmp_path_factory.mktemp("hf_mpi")
-    rc, text = run_mpi(RANKS, [os.path.join(HERE, "mpi_run_hf.py"), str(out)], 400, ROOT)
-    assert rc == 0, text[-4000:]
-    return [json.load(open(out / f"rank{r}.json")) for r in range(RANKS)]
+    return mpi_results(tmp_path_factory, RANKS, ["hf"], 400, ROOT)
 
 
 @pytest.mark.parametrize("name,attn,strategy", CASES_MPI, ids=["-".join(c) for c in CASES_MPI])
