@@ -23,6 +23,9 @@ setup(
     ],
     # scikit-learn ships the digits images of the apps' real-data path (--data digits).
     # matplotlib draws bench/figure6.png (bench/search_quality.py); without it, no picture.
-    extras_require={"test": ["pytest>=8", "hypothesis>=6", "scikit-learn"],
+    # transformers is pinned so that installing it never moves torch off 2.13 (its real GPT-2,
+    # BERT and Llama classes are imported by tests/importer; it does not require torch).
+    extras_require={"test": ["pytest>=8", "hypothesis>=6", "scikit-learn",
+                             "transformers==5.18.0"],
                     "plots": ["matplotlib"]},
 )
