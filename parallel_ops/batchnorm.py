@@ -2,15 +2,19 @@
 
 Dims: n (sample), c (parameter: channels; splits gamma, beta and the running statistics),
 h, w (attribute). Training statistics cover the whole batch and spatial extent whatever
-the split, so in training the operator lowers to four launches:
-  stats          each part sums x and x*x per channel into `<name>.stats` (2, C); n, h
-                 and w are reduction dims of this stage, so split parts give partial sums;
+the split, so in training the operator lowers to five launches:
+  stats          each part sums x per channel into `<name>.stats` (1, C); n, h and w are
+                 reduction dims of this stage, so split parts give partial sums;
+  centered       each part sums (x - mean)^2 per channel into `<name>.centered` (1, C),
+                 with the mean from the summed stats. Two passes, as torch's own
+                 statistics are centred: the variance as E[x^2] - E[x]^2 cancels
+                 catastrophically in float32 when the mean is large against the spread;
   normalize      y = (x - mean) / sqrt(var + eps) * gamma + beta from the summed stats
-                 (biased variance). Autograd flows through both stages: this stage's
-                 backward gives the gradient of the stats, the first stage's turns it
-                 into dx;
+                 (biased variance). Autograd flows back through all three stages: this
+                 stage's backward gives the gradients of the sums, the first two stages'
+                 turn them into dx;
   running_next   (replicated) the new running mean and unbiased running variance into
-                 `<name>.running_next` (2, C), from the stats and the current buffers;
+                 `<name>.running_next` (2, C), from the sums and the current buffers;
   running_write  (replicated) copies them into the buffers running_mean / running_var.
 The last two are separate launches because a launch cannot both read a buffer as a
 weight and write it: the second writes with RW what the first computed. Each device
@@ -73,17 +77,25 @@ class BatchNorm2d(FusesActivation, Op):
         self.labels = {"inputs": (NCHW,), "weights": (("c",),) * len(self.weights),
                        "outputs": (NCHW,)}
         self.check_declaration()     # the evaluation launch; Model.add checks the others
-        stats = Tensor(f"{self.name}.stats", (2, c), x.dtype, producer=self,
+        stats = Tensor(f"{self.name}.stats", (1, c), x.dtype, producer=self,
                        requires_grad=x.requires_grad)
+        centered = Tensor(f"{self.name}.centered", (1, c), x.dtype, producer=self,
+                          requires_grad=x.requires_grad)
         nxt = Tensor(f"{self.name}.running_next", (2, c), x.dtype, producer=self)
+        reduced = {"n": REDUCTION, "h": REDUCTION, "w": REDUCTION}
+        per_channel = (None, "c")
         self._training_stages = [
             Stage(self, "stats", [x], [stats], self._stats,
-                  labels={"inputs": (NCHW,), "weights": (), "outputs": ((None, "c"),)},
-                  kinds={"n": REDUCTION, "h": REDUCTION, "w": REDUCTION}),
-            Stage(self, "normalize", [x, stats], [y], self._normalize, weights=affine_w,
-                  labels={"inputs": (NCHW, (None, "c")), "weights": (("c",),) * len(affine_w),
-                          "outputs": (NCHW,)}),
-            Stage(self, "running_next", [stats], [nxt], self._running_next,
+                  labels={"inputs": (NCHW,), "weights": (), "outputs": (per_channel,)},
+                  kinds=reduced),
+            Stage(self, "centered", [x, stats], [centered], self._centered,
+                  labels={"inputs": (NCHW, per_channel), "weights": (),
+                          "outputs": (per_channel,)}, kinds=reduced),
+            Stage(self, "normalize", [x, stats, centered], [y], self._normalize,
+                  weights=affine_w,
+                  labels={"inputs": (NCHW, per_channel, per_channel),
+                          "weights": (("c",),) * len(affine_w), "outputs": (NCHW,)}),
+            Stage(self, "running_next", [stats, centered], [nxt], self._running_next,
                   weights=running, part=_channels_part, differentiable=False,
                   replicated=True),
             Stage(self, "running_write", [nxt], list(running), _split_rows,
@@ -91,28 +103,31 @@ class BatchNorm2d(FusesActivation, Op):
         ]
 
     def output_writers(self):
-        return [self, self._training_stages[1]]          # evaluation, normalize
+        return [self, self._training_stages[2]]          # evaluation, normalize
 
     def stages(self):
-        """Four launches in training (see the module docstring); itself in evaluation."""
+        """Five launches in training (see the module docstring); itself in evaluation."""
         return self._training_stages if self.training else [self]
 
-    def _mean_var(self, stats):
-        mean = stats[0] / self.count
-        return mean, (stats[1] / self.count - mean * mean).clamp_min(0)
+    def _mean_var(self, stats, centered):
+        return stats[0] / self.count, centered[0] / self.count
 
     def _stats(self, spec, inputs, weights):
-        x = inputs[0]
-        return [torch.stack((x.sum((0, 2, 3)), (x * x).sum((0, 2, 3))))]
+        return [inputs[0].sum((0, 2, 3))[None]]
+
+    def _centered(self, spec, inputs, weights):
+        x, stats = inputs
+        d = x - _bc(stats[0] / self.count)
+        return [(d * d).sum((0, 2, 3))[None]]
 
     def _normalize(self, spec, inputs, weights):
-        x, stats = inputs
-        mean, var = self._mean_var(stats)
+        x, stats, centered = inputs
+        mean, var = self._mean_var(stats, centered)
         y = self._affine((x - _bc(mean)) * _bc(torch.rsqrt(var + self.params["eps"])), weights)
         return [activate(self.activation, y)]
 
     def _running_next(self, spec, inputs, weights):
-        mean, var = self._mean_var(inputs[0])
+        mean, var = self._mean_var(*inputs)
         rm, rv = weights
         m = self.params["momentum"]
         m = 1.0 / self.model.step_count if m is None else m
@@ -153,10 +168,12 @@ def _bc(v: torch.Tensor) -> torch.Tensor:
 def _channels_part(stage, degrees, color) -> PartSpec:
     """A replicated stage's part: its channel block of the stats and buffers."""
     c0, c1 = stage.ranges(degrees, color)["c"]
-    cols, rows = Rect((c0,), (c1,)), Rect((0, c0), (2, c1))
-    return PartSpec(tuple(rows if t.ndim == 2 else cols for t in stage.inputs),
-                    (cols,) * len(stage.weights),
-                    tuple(rows if t.ndim == 2 else cols for t in stage.outputs))
+    cols = Rect((c0,), (c1,))
+
+    def rect(t):
+        return Rect((0, c0), (t.shape[0], c1)) if t.ndim == 2 else cols
+    return PartSpec(tuple(rect(t) for t in stage.inputs), (cols,) * len(stage.weights),
+                    tuple(rect(t) for t in stage.outputs))
 
 
 def _split_rows(spec, inputs, weights):
