@@ -1,5 +1,21 @@
 """soapflow: FlexFlow-style SOAP parallel training in Python on PyTorch and MPI."""
+import ast
+import os
+
 from setuptools import find_packages, setup
+
+
+def app_names() -> tuple:
+    """apps/__init__.py's APPS, read without importing the package (it needs torch)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "apps", "__init__.py")
+    with open(path) as f:
+        tree = ast.parse(f.read())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "APPS"
+                                                for t in node.targets):
+            return ast.literal_eval(node.value)
+    raise RuntimeError("apps/__init__.py defines no APPS")
+
 
 setup(
     name="soapflow",
@@ -7,7 +23,7 @@ setup(
     description="Legion-style task runtime, SOAP-partitioned operators, simulator and MCMC "
                 "strategy search for training deep networks on many devices",
     packages=find_packages(include=["taskrt", "taskrt.*", "parallel_ops", "parallel_ops.*",
-                               "strategy", "strategy.*"]),
+                                    "strategy", "strategy.*", "apps"]),
     python_requires=">=3.10",
     install_requires=[
         # The CPU wheel on these machines is 2.13.0; a CUDA build of the same release works
@@ -17,9 +33,15 @@ setup(
         "mpi4py>=4",
         "mpich",        # an MPI from the package index: mpirun/mpiexec and libmpi
         "msgpack>=1.0",
+        # Pinned so that nothing moves torch or numpy (checked with pip install --dry-run):
+        # matplotlib draws `python -m strategy show --graph` without Graphviz and the
+        # benchmark's Figure 6; tqdm shows progress of slow phases on a terminal.
+        "matplotlib==3.11.2",
+        "tqdm==4.70.1",
     ],
     # scikit-learn ships the digits images of the apps' real-data path (--data digits).
-    # matplotlib draws bench/figure6.png (bench/search_quality.py); without it, no picture.
-    extras_require={"test": ["pytest>=8", "hypothesis>=6", "scikit-learn"],
-                    "plots": ["matplotlib"]},
+    extras_require={"test": ["pytest>=8", "hypothesis>=6", "scikit-learn"]},
+    # The strategy tools find apps here (strategy/workload.py), never by importing apps.
+    entry_points={"soapflow.workloads": [f"{name} = apps.{name}:APP"
+                                         for name in app_names()]},
 )
