@@ -1,20 +1,27 @@
 """Progress bars for the phases of a run that can take more than a few seconds (building a
-graph, writing a checkpoint): tqdm on rank 0's terminal, nothing when the output is not a
-terminal (logs, pipes, tests) or with --quiet.
+graph, simulating it, writing a checkpoint): tqdm on rank 0's terminal, nothing when the
+output is not a terminal (logs, pipes, tests) or with --quiet.
 
     bar = progress_bar(out, quiet, "graph", total=len(launches), unit="launch")
     for launch in counted(launches, bar): ...
     bar.close()
+    with elapsed(out, quiet, "simulating"):     # no steps to count: the time it has taken
+        ...
 """
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
+from contextlib import contextmanager
 
 
 class _NoBar:
     """What progress_bar returns when no bar is shown."""
 
     def update(self, n: int = 1) -> None:
+        pass
+
+    def refresh(self) -> None:
         pass
 
     def close(self) -> None:
@@ -28,13 +35,13 @@ def shows_progress(out, quiet: bool) -> bool:
 
 
 def progress_bar(out, quiet: bool, desc: str, total: int | None = None, unit: str = "it",
-                 unit_scale: bool = False):
+                 unit_scale: bool = False, bar_format: str | None = None):
     """A tqdm bar on `out`, or an object with the same update/close that shows nothing."""
     if not shows_progress(out, quiet):
         return _NoBar()
     from tqdm import tqdm
     return tqdm(total=total, desc=desc, unit=unit, unit_scale=unit_scale, file=out,
-                leave=False, dynamic_ncols=True, mininterval=0.5)
+                leave=False, dynamic_ncols=True, mininterval=0.5, bar_format=bar_format)
 
 
 class counted(Sequence):
@@ -53,6 +60,27 @@ class counted(Sequence):
         for x in self.items:
             yield x
             self.bar.update(1)
+
+
+@contextmanager
+def elapsed(out, quiet: bool, desc: str, every_s: float = 0.5):
+    """A bar showing the seconds a phase without countable steps has taken so far."""
+    bar = progress_bar(out, quiet, desc, bar_format="{desc} ... {elapsed}")
+    stop = threading.Event()
+
+    def tick() -> None:
+        while not stop.wait(every_s):
+            bar.refresh()
+    ticker = None if isinstance(bar, _NoBar) else threading.Thread(target=tick, daemon=True)
+    if ticker is not None:
+        ticker.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        if ticker is not None:
+            ticker.join()
+        bar.close()
 
 
 def bytes_progress(bar):

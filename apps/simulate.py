@@ -23,7 +23,7 @@ from taskrt.trace import to_chrome
 
 from .app import App, Network
 from .errors import UsageError
-from .progress import counted, progress_bar
+from .progress import counted, elapsed, progress_bar
 from .report import machine_text, parameters
 from .runconfig import RunConfig
 
@@ -107,9 +107,12 @@ def predict(app: App, setup, optimizer, out=None) -> Prediction:
         f"{len(graph.nodes):,} nodes, built in {time.perf_counter() - t:.1f} s")
     costs = cost_model(config, net)
     timer = NodeTimer(mm, costs)
-    with warnings.catch_warnings():
+    t = time.perf_counter()
+    with warnings.catch_warnings(), \
+            elapsed(out if setup.rank == 0 else None, config.quiet, "simulating"):
         warnings.simplefilter("ignore", CostWarning)   # the report says where costs come from
         result = simulate(graph, mm, costs, timer)
+    say(f"simulated in {time.perf_counter() - t:.1f} s")
     return Prediction(app, config, net, machine, mm, graph, result, timer, costs,
                       setup.strategy_name, setup.rank, setup.search)
 

@@ -182,6 +182,13 @@ def test_progress_bars_only_on_a_terminal_and_not_when_quiet():
     assert "planning" in tty.getvalue()
     quiet = progress.progress_bar(tty, True, "planning", total=3)
     assert list(progress.counted([1, 2], quiet)) == [1, 2]
+    with progress.elapsed(tty, False, "simulating"):
+        pass
+    assert "simulating ... 00:00" in tty.getvalue()
+    pipe = io.StringIO()
+    with progress.elapsed(pipe, False, "simulating"):
+        pass
+    assert pipe.getvalue() == ""
 
 
 def test_checkpoint_time_is_reported_apart_from_the_iterations(tmp_path, capsys):
