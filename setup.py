@@ -38,6 +38,9 @@ setup(
         # benchmark's Figure 6; tqdm shows progress of slow phases on a terminal.
         "matplotlib==3.11.2",
         "tqdm==4.70.1",
+        # Compiles the simulator's list scheduler (strategy/listsched.py); pinned because its
+        # releases track numpy's closely.
+        "numba==0.68.0",
     ],
     # scikit-learn ships the digits images of the apps' real-data path (--data digits).
     extras_require={"test": ["pytest>=8", "hypothesis>=6", "scikit-learn"]},
