@@ -124,20 +124,23 @@ def simulate_run(app: App, setup, out=None):
         if out is not None:
             print(p.text(), file=out, flush=True)
         if config.trace:
-            keep_output(config.trace, lambda path: write_prediction_trace(path, p, config.argv),
-                        "simulated timeline", out)
+            where = keep_output(config.trace,
+                                lambda path: write_prediction_trace(path, p, config.argv),
+                                "simulated timeline", warn=out is not None)
+            if out is not None:
+                print(f"simulated timeline written to {where}", file=out, flush=True)
     return p
 
 
-def keep_output(path: str, write, what: str, out) -> str:
+def keep_output(path: str, write, what: str, warn: bool = True) -> str:
     """Write an output at the end of the work (write(path)); when that fails, keep it where
-    parallel_ops.outputs.write_keeping can, and say where it went."""
+    parallel_ops.outputs.write_keeping can and warn (on stderr) where it went. Returns the
+    path written."""
     from parallel_ops.outputs import write_keeping
     try:
         where, note = write_keeping(path, write)
     except OSError as e:
         raise UsageError(f"{what}: {e}") from None
-    if out is not None:
-        print(f"{what} written to {where}" if note is None else f"warning: {what}: {note}",
-              file=out if note is None else sys.stderr, flush=True)
+    if note is not None and warn:
+        print(f"warning: {what}: {note}", file=sys.stderr, flush=True)
     return where

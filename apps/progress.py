@@ -88,7 +88,8 @@ def bytes_progress(bar):
     state = {"done": 0}
 
     def progress(done: int, total: int) -> None:
-        if getattr(bar, "total", None) != total and hasattr(bar, "reset"):
+        if (getattr(bar, "total", None) != total or done < state["done"]) and \
+                hasattr(bar, "reset"):             # a new file (or a retried write)
             bar.reset(total=total)
             state["done"] = 0
         bar.update(done - state["done"])

@@ -47,9 +47,10 @@ def _export(s: Setup, configs, out) -> None:
     """--export FILE on rank 0 (kept elsewhere, and said, when the write fails)."""
     if s.config.export and s.rank == 0:
         model = s.network.model
-        keep_output(s.config.export,
-                    lambda path: strategy_files.save(path, configs, model, s.machine),
-                    "strategy", out)
+        where = keep_output(s.config.export,
+                            lambda path: strategy_files.save(path, configs, model, s.machine),
+                            "strategy", warn=out is not None)
+        _say(0, out)(f"strategy written to {where}")
 
 
 def run(app: App, argv=None, out=...) -> Result:
@@ -130,21 +131,30 @@ def _watched(trainer, what: str):
 
 class _Checkpoints:
     """--checkpoint-dir/--checkpoint-every: saves with a progress bar on rank 0's terminal,
-    their time counted apart from the iterations' (Result.checkpoint_s)."""
+    their time counted apart from the iterations' (Result.checkpoint_s). A save that fails
+    (the disk filled, the directory went away) goes to a directory of the same name in the
+    working directory, or the temporary one, with a warning, and later saves follow it."""
 
     def __init__(self, trainer, config: RunConfig, rank: int, out, res: Result):
         self.trainer, self.config, self.rank, self.out, self.res = trainer, config, rank, out, res
+        self.directory = config.checkpoint_dir
         # what a resumed run needs before it builds its model (startup.py)
         self.extra = {"batch_size": config.batch_size, "seed": config.seed}
 
-    def _save(self, step: int, save) -> None:
+    def _save(self, step: int) -> None:
         bar = progress_bar(self.out if self.rank == 0 else None, self.config.quiet,
                            f"checkpoint {step}", unit="B", unit_scale=True)
+
+        def write(directory: str) -> None:       # collective: every rank tries alike
+            try:
+                checkpoint.save_to_dir(self.trainer, directory, step, extra=self.extra,
+                                       progress=bytes_progress(bar))
+            except checkpoint.CheckpointError as e:
+                raise OSError(str(e)) from None
         t = time.perf_counter()
         try:
-            save(bytes_progress(bar))
-        except checkpoint.CheckpointError as e:
-            raise UsageError(f"--checkpoint-dir {self.config.checkpoint_dir}: {e}") from None
+            self.directory = keep_output(self.directory, write, "checkpoint",
+                                         warn=self.rank == 0 and self.out is not None)
         finally:
             bar.close()
         self.res.checkpoint_s += time.perf_counter() - t
@@ -153,17 +163,15 @@ class _Checkpoints:
     def maybe(self, step: int) -> None:
         c = self.config
         if c.checkpoint_dir and c.checkpoint_every and step % c.checkpoint_every == 0:
-            self._save(step, lambda p: checkpoint.save_to_dir(
-                self.trainer, c.checkpoint_dir, step, extra=self.extra, progress=p))
+            self._save(step)
 
     def final(self, total: int) -> None:
         c = self.config
         if not c.checkpoint_dir:
             return
         if not c.checkpoint_every or total % c.checkpoint_every:
-            self._save(total, lambda p: checkpoint.save_to_dir(
-                self.trainer, c.checkpoint_dir, total, extra=self.extra, progress=p))
-        _say(self.rank, self.out)(f"checkpoints in {c.checkpoint_dir} (latest: step {total})")
+            self._save(total)
+        _say(self.rank, self.out)(f"checkpoints in {self.directory} (latest: step {total})")
 
 
 def _resume(trainer, a: RunConfig, total: int, rank: int, say) -> int:
@@ -219,7 +227,8 @@ def write_trace(path: str, trainer, machine: Machine, mpi: bool, rank: int,
         with open(where, "w") as f:
             json.dump({"traceEvents": merged, "displayTimeUnit": "ms",
                        "otherData": {"soapflow": run}}, f)
-    keep_output(path, write, "trace of the last iteration", out)
+    where = keep_output(path, write, "trace of the last iteration", warn=out is not None)
+    _say(0, out)(f"trace of the last iteration written to {where}")
 
 
 def main(app: App, argv=None) -> int:

@@ -13,7 +13,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import tiny_app  # noqa: E402
-from app_cases import app_module  # noqa: E402
 from apps import progress  # noqa: E402
 from apps.common import main, run  # noqa: E402
 from test_app_flags import cli, fails  # noqa: E402
@@ -56,13 +55,20 @@ def test_a_write_that_fails_at_the_end_keeps_the_result(tmp_path, capsys, monkey
     monkeypatch.setattr(apps.startup, "check_outputs", lambda a: None)
     monkeypatch.chdir(tmp_path)
     gone = tmp_path / "gone"
+    (tmp_path / "a_file").write_text("x")
     code, out, err = cli(capsys, TINY, BASE + ["--trace", str(gone / "t.json"),
-                                               "--export", str(gone / "s.json")])
+                                               "--export", str(gone / "s.json"),
+                                               "--checkpoint-dir", str(tmp_path / "a_file" / "ck")])
     assert code == 0, err
     for name, what in (("t.json", "trace of the last iteration"), ("s.json", "strategy")):
         assert f"warning: {what}: could not write {gone / name} (No such file or directory); " \
                f"written to {tmp_path / name} instead" in err
+        assert f"{what} written to {tmp_path / name}" in out
         assert (tmp_path / name).exists()
+    assert f"warning: checkpoint: could not write {tmp_path / 'a_file' / 'ck'} (" in err
+    assert f"written to {tmp_path / 'ck'} instead" in err
+    assert f"checkpoints in {tmp_path / 'ck'} (latest: step 2)" in out
+    assert os.path.exists(tmp_path / "ck" / "step-00000002.ckpt")
     assert "Done: Tiny MLP" in out
     assert json.load(open(tmp_path / "t.json"))["otherData"]["soapflow"]["app"] == "tiny"
 
@@ -153,16 +159,14 @@ def test_resume_keeps_the_checkpoints_global_batch_and_says_so(tmp_path, capsys)
 # -- simulate, progress, checkpoint time, help ------------------------------------------------------
 
 def test_simulating_a_strategy_that_leaves_most_devices_idle_warns(tmp_path, capsys):
-    rnnlm = app_module("rnnlm").APP
     path = str(tmp_path / "four.json")
-    assert run(rnnlm, ["--small", "--batch-size", "8", "--iterations", "1", "--quiet",
-                       "--devices-per-rank", "4", "--export", path], out=None)
-    code, out, _ = cli(capsys, rnnlm, ["--small", "--batch-size", "8", "--simulate",
-                                       "--machine", "p100", "--strategy", path])
+    assert run(TINY, ["--batch-size", "16", "--iterations", "1", "--quiet",
+                      "--devices-per-rank", "4", "--export", path], out=None)
+    code, out, _ = cli(capsys, TINY, ["--batch-size", "16", "--simulate", "--machine", "p100",
+                                      "--strategy", path])
     assert code == 0
     assert "warning: the strategy uses 4 of the 16 devices; the other 12 stay idle" in out
-    code, out, _ = cli(capsys, rnnlm, ["--small", "--batch-size", "16", "--simulate",
-                                       "--machine", "p100"])
+    code, out, _ = cli(capsys, TINY, ["--batch-size", "16", "--simulate", "--machine", "p100"])
     assert code == 0 and "stay idle" not in out                 # data parallel uses all 16
 
 

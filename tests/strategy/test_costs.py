@@ -453,7 +453,7 @@ def test_flop_counter_totals_as_torch_flop_counter_mode(monkeypatch):
 
     models = [tiny_cnn(), _mlp(8, 12, 10, True)]
     for name in ("transformer", "nmt"):
-        _, net, _, _ = load_app(name, ["--small", "--batch-size", "4"], devices=2)
+        net = load_app(name, ["--small", "--batch-size", "4"], devices=2)
         models.append(net.model)
     checked = 0
     for model in models:
