@@ -6,15 +6,17 @@ from setuptools import find_packages, setup
 
 
 def app_names() -> tuple:
-    """apps/__init__.py's APPS, read without importing the package (it needs torch)."""
+    """apps/__init__.py's APPS and LARGE, read without importing the package (it needs
+    torch)."""
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "apps", "__init__.py")
     with open(path) as f:
         tree = ast.parse(f.read())
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "APPS"
-                                                for t in node.targets):
-            return ast.literal_eval(node.value)
-    raise RuntimeError("apps/__init__.py defines no APPS")
+    lists = {t.id: ast.literal_eval(node.value) for node in tree.body
+             if isinstance(node, ast.Assign) for t in node.targets
+             if getattr(t, "id", None) in ("APPS", "LARGE")}
+    if "APPS" not in lists:
+        raise RuntimeError("apps/__init__.py defines no APPS")
+    return lists["APPS"] + lists.get("LARGE", ())
 
 
 setup(
@@ -43,7 +45,10 @@ setup(
         "numba==0.68.0",
     ],
     # scikit-learn ships the digits images of the apps' real-data path (--data digits).
-    extras_require={"test": ["pytest>=8", "hypothesis>=6", "scikit-learn"]},
+    # transformers is pinned so that installing it never moves torch off 2.13 (its real GPT-2,
+    # BERT and Llama classes are imported by tests/importer; it does not require torch).
+    extras_require={"test": ["pytest>=8", "hypothesis>=6", "scikit-learn",
+                             "transformers==5.18.0"]},
     # The strategy tools find apps here (strategy/workload.py), never by importing apps.
     entry_points={"soapflow.workloads": [f"{name} = apps.{name}:APP"
                                          for name in app_names()]},

@@ -54,6 +54,7 @@ class App:
     expert: str | None = None                  # the paper's expert: strategy/experts.py
     lr: float = 0.01
     image: bool = False                        # takes --data digits
+    model_flops: Callable[["RunConfig"], float] | None = None   # FLOPs per iteration
 
     def main(self, argv=None) -> int:
         """The app's command line (apps/training.py main); the exit status."""

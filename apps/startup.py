@@ -55,11 +55,13 @@ def comm_world():
 
 
 def optimizer(config: RunConfig):
-    """--optimizer with the learning rate in force."""
+    """--optimizer with the learning rate in force; float32 master weights and state under
+    --dtype bfloat16 (mixed precision)."""
     from parallel_ops import SGD, Adam
+    master = config.dtype == "bfloat16"
     if config.optimizer == "adam":
-        return Adam(lr=config.lr)
-    return SGD(lr=config.lr, momentum=0.9)
+        return Adam(lr=config.lr, master_weights=master)
+    return SGD(lr=config.lr, momentum=0.9, master_weights=master)
 
 
 def _machine(a: argparse.Namespace, mpi: bool) -> Machine:

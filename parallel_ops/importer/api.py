@@ -8,6 +8,7 @@ import torch
 from ..activation import fuse_activations
 from ..errors import UnsupportedModelError
 from ..model import Model
+from . import hf
 from .capture import capture_export, capture_fx
 from .imported import Imported
 from .registry import MODULES
@@ -53,6 +54,8 @@ def import_module(module: torch.nn.Module, example_inputs: Any, method: str = "a
     if method not in ("auto", "fx", "export"):
         raise ValueError(f"import_module: method '{method}'; use 'auto', 'fx' or 'export'.")
     args, kwargs = _example(example_inputs)
+    kwargs = hf.call_kwargs(module, kwargs)
+    hf.register_modules(module)
     model_name = name or type(module).__name__
     fx_error = None
     if method in ("auto", "fx"):

@@ -9,20 +9,28 @@ import torch.nn.functional as F
 from parallel_ops.importer import import_module
 
 
-def torch_steps(net, inputs, labels, optimizer, steps):
-    """Losses per step and the final state dict of plain PyTorch training (a copy of net)."""
+def eager_steps(net, loss_of, optimizer, steps):
+    """Losses per step and the final state dict of plain PyTorch training of a copy of net;
+    loss_of(net, step) gives step's loss (steps count from 1, as the trainer's)."""
     net = copy.deepcopy(net)
     net.train()
     opt = optimizer.torch_optimizer([p for p in net.parameters() if p.requires_grad])
     losses = []
-    for _ in range(steps):
+    for step in range(1, steps + 1):
         opt.zero_grad()
-        out = net(*inputs)
-        loss = F.cross_entropy(out.reshape(-1, out.shape[-1]), labels.reshape(-1))
+        loss = loss_of(net, step)
         loss.backward()
         opt.step()
         losses.append(loss.item())
     return losses, net.state_dict()
+
+
+def torch_steps(net, inputs, labels, optimizer, steps):
+    """eager_steps on cross-entropy of the module's output against labels."""
+    def loss_of(net, step):
+        out = net(*inputs)
+        return F.cross_entropy(out.reshape(-1, out.shape[-1]), labels.reshape(-1))
+    return eager_steps(net, loss_of, optimizer, steps)
 
 
 def imported_steps(net, inputs, labels, strategy, machine, optimizer, steps, method="auto",
@@ -46,6 +54,17 @@ def assert_state_close(got, want, rtol=1e-8, atol=1e-10, where=""):
             assert torch.allclose(g, w, rtol=rtol, atol=atol), f"{where}: {k} max err {err:.3e}"
         else:
             assert torch.equal(g, w), f"{where}: {k} {g} vs {w}"
+
+
+def mpi_results(tmp_path_factory, ranks, args, timeout, root):
+    """Run tests/importer/mpi_run.py ARGS OUT under mpirun; each rank's results (json)."""
+    import json
+    import os
+    out = tmp_path_factory.mktemp("import_mpi")
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mpi_run.py")
+    rc, text = run_mpi(ranks, [script, str(out), *args], timeout, root)
+    assert rc == 0, text[-4000:]
+    return [json.load(open(out / f"rank{r}.json")) for r in range(ranks)]
 
 
 def run_mpi(np_, args, timeout, root):
