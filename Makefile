@@ -8,9 +8,14 @@ MPIRUN := $(VENV)/bin/mpirun
 NP     ?= 2
 
 $(VENV)/.installed: setup.py
+	@echo "Setting up $(VENV) (first use only; about 1-2 minutes): torch 2.13 CPU, numpy, mpi4py"
+	@echo "with the mpich wheel, msgpack, matplotlib, tqdm, pytest, hypothesis, scikit-learn."
 	python3 -m venv $(VENV)
+	@echo "[1/2] torch 2.13 (the largest download) ..."
 	$(PIP) install -q --only-binary=mpi4py "torch==2.13.0"
+	@echo "[2/2] soapflow and the rest ..."
 	$(PIP) install -q --only-binary=mpi4py -e ".[test]"
+	@echo "$(VENV) is ready. To run the commands of README.md by hand: . $(VENV)/bin/activate"
 	touch $@
 
 venv: $(VENV)/.installed

@@ -16,14 +16,11 @@ reports the accuracy of every batch (measured before training on it) and, at the
 """
 from __future__ import annotations
 
-import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from apps.cnn import add_image_arguments, image_model, image_network, image_sizes  # noqa: E402
-from apps.common import App, Network, P, main  # noqa: E402
-from parallel_ops import Model  # noqa: E402
+from apps.cnn import add_image_arguments, image_model, image_network, image_sizes
+from apps.common import App, Network, P, main
+from parallel_ops import Model
 
 
 def build(a) -> Network:

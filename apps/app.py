@@ -1,7 +1,10 @@
 """What an app declares: its `App` record (name, builder, flags, mixed strategy) and the
 `Network` its builder returns (the model plus what the data feeder needs to know).
 
-Owns no command line and no training loop (apps/flags.py, apps/training.py).
+An App is also what the strategy tools take (strategy/workload.py's Workload: `main` and
+`build_from_flags`), so `python -m strategy` runs apps, and user files defining an APP,
+without importing this package. Owns no command line and no training loop (apps/flags.py,
+apps/training.py).
 """
 from __future__ import annotations
 
@@ -43,7 +46,7 @@ class Network:
 class App:
     name: str                                  # command name, e.g. "inception"
     title: str                                 # e.g. "Inception-v3"
-    build: Callable[[argparse.Namespace], Network]
+    build: Callable[["RunConfig"], Network]   # apps/runconfig.py
     per_device_batch: int                      # the paper's per-GPU batch
     small_per_device_batch: int = 8
     add_arguments: Callable[[argparse.ArgumentParser], None] | None = None
@@ -51,4 +54,15 @@ class App:
     expert: str | None = None                  # the paper's expert: strategy/experts.py
     lr: float = 0.01
     image: bool = False                        # takes --data digits
-    model_flops: Callable[[argparse.Namespace], float] | None = None   # FLOPs per iteration
+    model_flops: Callable[["RunConfig"], float] | None = None   # FLOPs per iteration
+
+    def main(self, argv=None) -> int:
+        """The app's command line (apps/training.py main); the exit status."""
+        from .training import main
+        return main(self, argv)
+
+    def build_from_flags(self, argv, devices: int, batch_size: int | None = None):
+        """The model these flags build on `devices` devices, as strategy.workload's
+        BuiltWorkload; a UsageError (a WorkloadError) for flags the app refuses."""
+        from .startup import built_workload
+        return built_workload(self, argv, devices, batch_size)

@@ -11,17 +11,14 @@ the end samples/s; the graph's copies and all-reduces are what moves data betwee
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import torch
 
-import torch  # noqa: E402
-
-from taskrt import Machine  # noqa: E402
-from taskrt.discovery import discover_machine, launched_by_mpi  # noqa: E402
-from parallel_ops import SGD, Model, ParallelConfig  # noqa: E402
+from taskrt import Machine
+from taskrt.discovery import discover_machine, launched_by_mpi
+from parallel_ops import SGD, Model, ParallelConfig
 
 
 def build(batch: int, features: int, hidden: int, classes: int) -> Model:

@@ -3,8 +3,6 @@ digits, scaled up to the model's input size, with train and held-out accuracy.
 """
 from __future__ import annotations
 
-import argparse
-
 import torch
 
 from parallel_ops import Model
@@ -30,7 +28,7 @@ class DigitsFeeder:
     """1797 8x8 digits: 1500 for training in seeded shuffled epochs, 297 held out. Images
     are standardized, resized to the model's input size and repeated over its channels."""
 
-    def __init__(self, net: Network, a: argparse.Namespace):
+    def __init__(self, net: Network, a):
         images, labels = digits_tensors()
         g = torch.Generator().manual_seed(a.seed)
         perm = torch.randperm(len(labels), generator=g)

@@ -1,14 +1,20 @@
-"""The flags every app shares (`make_parser`) and the checks that need no machine or model
-(`check_args`). Flag mistakes raise UsageError, with the usage line for argparse's own.
+"""The flags every app shares (`make_parser`) and the checks that need no machine or model:
+values (`check_args`), the files a run reads (`check_inputs`) and the places it writes
+(`check_outputs`, before any work). Flag mistakes raise UsageError, with the usage line for
+argparse's own.
 
 Owns neither the machine nor the model: apps/startup.py uses the parsed flags to build them.
 """
 from __future__ import annotations
 
 import argparse
+import math
 import os
 
 import torch
+
+from parallel_ops.outputs import output_problem
+from strategy.machines import presets_text
 
 from .app import App
 from .errors import UsageError
@@ -44,6 +50,10 @@ def make_parser(app: App) -> argparse.ArgumentParser:
                    help="SGD with momentum 0.9 (default), or Adam")
     g.add_argument("--lr", type=float, default=None,
                    help=f"learning rate (default {app.lr} for SGD, 0.001 for Adam)")
+    g.add_argument("--continue-on-nan", action="store_true",
+                   help="keep training when the loss becomes nan or inf (default: stop, "
+                        "naming the iteration and the first operator whose output is not "
+                        "finite)")
     g.add_argument("--small", action="store_true",
                    help="scaled-down widths and sizes, same topology (CPU demos, tests)")
     if app.image:
@@ -71,9 +81,9 @@ def make_parser(app: App) -> argparse.ArgumentParser:
                         "by proposals repeats exactly with the same --seed: use a large "
                         "SECONDS)")
     s.add_argument("--machine", metavar="PRESET|FILE",
-                   help="the machine model to simulate/search for: a preset (p100, k80:2, "
-                        "dgx-h100, ...), a machine file, or local (this job, calibrated; "
-                        "the default)")
+                   help=f"the machine model to simulate/search for: a preset, "
+                        f"{presets_text()}; NAME:NODES for another node count (p100:2 is 8 "
+                        "GPUs); a machine file; or local (this job, calibrated; the default)")
     s.add_argument("--simulate", action="store_true",
                    help="do not train: predict one iteration on --machine (docs/simulator.md)")
     s.add_argument("--profile", metavar="FILE",
@@ -90,7 +100,9 @@ def make_parser(app: App) -> argparse.ArgumentParser:
     o.add_argument("--trace", metavar="FILE", help="Chrome/Perfetto trace of the last iteration")
     o.add_argument("--json", action="store_true",
                    help="rank 0 prints one JSON object with the results as its last line")
-    o.add_argument("--quiet", action="store_true", help="no per-iteration lines")
+    o.add_argument("--quiet", action="store_true",
+                   help="no per-iteration lines and no progress bars (progress bars show only "
+                        "on a terminal)")
     if app.add_arguments is not None:
         a = p.add_argument_group(f"{app.title}")
         app.add_arguments(a)
@@ -99,13 +111,16 @@ def make_parser(app: App) -> argparse.ArgumentParser:
 
 def check_args(app: App, a: argparse.Namespace) -> None:
     """Refuse values no run can use (counts below their minimum, flags missing their
-    partner, a GPU that is not there, a strategy file that does not exist)."""
+    partner, a learning rate that is not a positive number)."""
     if a.iterations < 1:
         raise UsageError(f"--iterations {a.iterations}: run at least 1 iteration.")
     if a.warmup < 0:
         raise UsageError(f"--warmup {a.warmup}: use 0 or more warm-up iterations.")
     if a.batch_size is not None and a.batch_size < 1:
         raise UsageError(f"--batch-size {a.batch_size}: use a positive global batch size.")
+    if a.lr is not None and not (math.isfinite(a.lr) and a.lr > 0):
+        raise UsageError(f"--lr {a.lr:g}: use a positive, finite learning rate (e.g. "
+                         f"{app.lr:g}, the app's default for SGD).")
     if a.devices_per_rank < 1:
         raise UsageError(f"--devices-per-rank {a.devices_per_rank}: use 1 or more.")
     if a.checkpoint_every < 0:
@@ -119,6 +134,13 @@ def check_args(app: App, a: argparse.Namespace) -> None:
                          "seconds.")
     if a.threads is not None and a.threads < 1:
         raise UsageError(f"--threads {a.threads}: use 1 or more.")
+    if a.search_proposals is not None and (a.search is None or a.search_proposals < 1):
+        raise UsageError(f"--search-proposals {a.search_proposals}: give a positive count, "
+                         "with --search SECONDS.")
+
+
+def check_inputs(a: argparse.Namespace) -> None:
+    """The files a run reads exist and are used, and the GPU it asks for is there."""
     if a.device == "cuda" and not torch.cuda.is_available():
         raise UsageError("--device cuda: torch sees no GPU here. Use --device cpu, or install "
                          "a CUDA build of torch 2.13 (README, GPUs).")
@@ -132,6 +154,16 @@ def check_args(app: App, a: argparse.Namespace) -> None:
         raise UsageError(f"--profile {a.profile}: task costs are for --simulate and --search; "
                          "a real run measures its own. Add --simulate, or leave out "
                          "--profile.")
-    if a.search_proposals is not None and (a.search is None or a.search_proposals < 1):
-        raise UsageError(f"--search-proposals {a.search_proposals}: give a positive count, "
-                         "with --search SECONDS.")
+
+
+def check_outputs(a: argparse.Namespace) -> None:
+    """Every place the run writes can be written, before any work starts (rank 0 writes)."""
+    if a.checkpoint_dir:
+        problem = output_problem(a.checkpoint_dir, directory=True)
+        if problem:
+            raise UsageError(f"--checkpoint-dir {a.checkpoint_dir}: {problem}")
+    for flag in ("export", "trace"):
+        path = getattr(a, flag)
+        problem = output_problem(path) if path else None
+        if problem:
+            raise UsageError(f"--{flag} {path}: {problem}")

@@ -13,14 +13,11 @@ sequence 16, vocabulary 256.
 """
 from __future__ import annotations
 
-import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from apps.common import App, UsageError, main  # noqa: E402
-from apps.sizes import add_size_arguments  # noqa: E402
-from apps.transformer import SMALL, gpt_network, mixed_strategy  # noqa: E402
+from apps.common import App, UsageError, main
+from apps.sizes import add_size_arguments
+from apps.transformer import SMALL, gpt_network, mixed_strategy
 
 VOCAB, SEQ = 51200, 2048
 # name -> (heads, width, layers); GPT-3's 13B has width 5140 in its paper, 5120 here (a

@@ -1,5 +1,5 @@
-"""Where the simulator (strategy/simulator, issue 6) and the search (strategy/search,
-issue 7) plug into the command line: --machine, --simulate and --search.
+"""Where the simulator (strategy/simulator.py) and the search (strategy/search.py) plug into
+the command line: --machine, --simulate and --search.
 
 --machine names a machine model (a preset, NAME:NODES, a machine file, or `local`,
 calibrated now); it is for --simulate and --search only: a real run trains on the devices
@@ -9,7 +9,6 @@ MCMC search (strategy/search.py) and then trains with it, or predicts it with --
 """
 from __future__ import annotations
 
-import argparse
 import sys
 import warnings
 
@@ -27,27 +26,27 @@ def machine_model(spec: str):
         raise UsageError(f"--machine {spec}: {e}") from None
 
 
-def search_strategy(app: App, a: argparse.Namespace, machine, net, strategy: dict,
-                    strategy_name: str, rank: int = 0, mpi: bool = False, out=None):
+def search_strategy(app: App, config, mm, machine, net, strategy: dict, strategy_name: str,
+                    rank: int = 0, mpi: bool = False, out=None) -> tuple:
     """--search SECONDS: the best strategy the MCMC search (strategy/search.py) finds for
-    --machine's model (with --simulate or when given), else for this job's own devices,
-    calibrated (`local`, every rank takes part). Rank 0 searches, starting from data
-    parallelism, the app's expert strategy and the --strategy file if any; every rank gets
-    its result. Returns (configs, name) and keeps the SearchResult in a.search_result."""
+    the machine model `mm` (--simulate's), else for --machine's model when given, else for
+    this job's own devices, calibrated (`local`, every rank takes part). Rank 0 searches,
+    starting from data parallelism, the app's expert strategy and the --strategy file if
+    any; every rank gets its result. Returns (configs, name, SearchResult or None on the
+    ranks that did not search)."""
     from strategy.files import from_dict
     from strategy.logical_devices import shared
-    mm = a.machine_model
     if mm is None:
-        mm = shared(machine_model(a.machine or "local"), a.devices_per_rank)
+        mm = shared(machine_model(config.machine or "local"), config.devices_per_rank)
         if mm.num_devices != len(machine):
-            raise UsageError(f"--machine {a.machine}: its model has {mm.num_devices} devices and "
-                             f"this job runs on {len(machine)}; search for a machine like "
-                             "this one (leave out --machine), or add --simulate.")
-    a.machine_model = mm
-    payload = None
+            raise UsageError(f"--machine {config.machine}: its model has {mm.num_devices} "
+                             f"devices and this job runs on {len(machine)}; search for a "
+                             "machine like this one (leave out --machine), or add --simulate.")
+    payload, found = None, None
     if rank == 0:
         try:
-            payload = ("ok", _search(app, a, mm, machine, net, strategy, strategy_name, out))
+            found = _search(app, config, mm, net, strategy, strategy_name, out)
+            payload = ("ok", to_file_object(found, net))
         except UsageError as e:           # every rank must hear of it, or they wait forever
             payload = ("error", str(e))
         except Exception as e:
@@ -60,46 +59,48 @@ def search_strategy(app: App, a: argparse.Namespace, machine, net, strategy: dic
         payload = MPI.COMM_WORLD.bcast(payload, root=0)
     status, value = payload
     if status == "error":
-        raise UsageError(f"--search {a.search:g}: {value}")
-    return from_dict(value).configs, f"searched ({a.search:g} s)"
+        raise UsageError(f"--search {config.search:g}: {value}")
+    return from_dict(value).configs, f"searched ({config.search:g} s)", found
 
 
-def _search(app: App, a: argparse.Namespace, mm, machine, net, strategy: dict,
-            strategy_name: str, out) -> dict:
-    """Rank 0's part of --search: run it, print its report, return the strategy file's
-    object of the best strategy (what is broadcast to the other ranks)."""
+def to_file_object(found, net) -> dict:
+    """The strategy file's object of a search's best strategy (what rank 0 broadcasts)."""
     from strategy.files import to_dict
+    return to_dict(found.configs, net.model)
+
+
+def _search(app: App, config, mm, net, strategy: dict, strategy_name: str, out):
+    """Rank 0's part of --search: run it, print its report, return the SearchResult."""
     from strategy.costs import CostWarning
     from strategy.experts import expert_for
     from strategy.search import search
 
     from .simulate import cost_model
-    from .training import optimizer
+    from .startup import optimizer
 
     def say(*x):
         if out is not None:
             print(*x, file=out, flush=True)
     expert = expert_for(app, net.model, mm)
-    opt, costs = optimizer(app, a), cost_model(a, net)
+    opt, costs = optimizer(config), cost_model(config, net)
 
     def progress(p):
-        if not a.quiet:
+        if not config.quiet:
             say(f"  search {p['elapsed']:6.1f} s  {p['proposals']:6d} proposals "
                 f"({p['rate']:.1f}/s)  from {p['candidate']:<13} current "
                 f"{p['current'] * 1e3:.4g} ms  best {p['best'] * 1e3:.4g} ms")
-    say(f"searching a strategy for {a.search:g} s on {mm} ...")
+    say(f"searching a strategy for {config.search:g} s on {mm} ...")
     with warnings.catch_warnings():      # the report says where the costs come from
         warnings.simplefilter("ignore", CostWarning)
-        res = search(net.model, mm, costs, budget_s=a.search, proposals=a.search_proposals,
-                     seed=a.seed, expert=expert,
+        res = search(net.model, mm, costs, budget_s=config.search,
+                     proposals=config.search_proposals, seed=config.seed, expert=expert,
                      optimizer=opt, progress=progress, progress_every=2.0,
                      starts={strategy_name: strategy} if strategy else None)
-    a.search_result = res
     say(res.text())
     say(res.explain(net.model).text())
-    if not a.profile:
+    if not config.profile:
         say(ANALYTIC_NOTE)
-    return to_dict(res.configs, net.model)
+    return res
 
 
 # Without --profile, predicted times come from the analytic cost model, which ranks
@@ -112,18 +113,34 @@ ANALYTIC_NOTE = ("note: these times come from the analytic cost model (no --prof
                  "python -m strategy.costs profile APP (docs/costs.md), then --profile FILE.")
 
 
-def simulate_run(app: App, a: argparse.Namespace, machine, net, strategy: dict,
-                 strategy_name: str, rank: int = 0, out=None):
-    """The predicted iteration of --simulate on a.machine_model (set up by startup.py):
-    prints its report on rank 0, writes --trace, and returns the Prediction."""
+def simulate_run(app: App, setup, out=None):
+    """The predicted iteration of --simulate on the setup's machine model: prints its report
+    on rank 0, writes --trace, and returns the Prediction."""
     from .simulate import predict, write_prediction_trace
-    from .training import optimizer
-    p = predict(app, a, machine, net, strategy, strategy_name, optimizer(app, a), rank)
-    if rank == 0:
-        if a.trace:
-            write_prediction_trace(a.trace, p, getattr(a, "argv", sys.argv[1:]))
+    from .startup import optimizer
+    config = setup.config
+    p = predict(app, setup, optimizer(config), out)
+    if setup.rank == 0:
         if out is not None:
             print(p.text(), file=out, flush=True)
-            if a.trace:
-                print(f"simulated timeline written to {a.trace}", file=out, flush=True)
+        if config.trace:
+            where = keep_output(config.trace,
+                                lambda path: write_prediction_trace(path, p, config.argv),
+                                "simulated timeline", warn=out is not None)
+            if out is not None:
+                print(f"simulated timeline written to {where}", file=out, flush=True)
     return p
+
+
+def keep_output(path: str, write, what: str, warn: bool = True) -> str:
+    """Write an output at the end of the work (write(path)); when that fails, keep it where
+    parallel_ops.outputs.write_keeping can and warn (on stderr) where it went. Returns the
+    path written."""
+    from parallel_ops.outputs import write_keeping
+    try:
+        where, note = write_keeping(path, write)
+    except OSError as e:
+        raise UsageError(f"{what}: {e}") from None
+    if note is not None and warn:
+        print(f"warning: {what}: {note}", file=sys.stderr, flush=True)
+    return where

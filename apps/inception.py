@@ -15,15 +15,12 @@ divided by 8, 75x75 images (the smallest the strided layers allow), 10 classes, 
 """
 from __future__ import annotations
 
-import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from apps.cnn import (add_image_arguments, conv_bn, image_model, image_network,  # noqa: E402
+from apps.cnn import (add_image_arguments, conv_bn, image_model, image_network,
                       image_sizes)
-from apps.common import App, Network, P, main  # noqa: E402
-from parallel_ops import Model  # noqa: E402
+from apps.common import App, Network, P, main
+from parallel_ops import Model
 
 EPS = 0.001
 

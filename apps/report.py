@@ -6,7 +6,6 @@ Owns no MPI and no training: apps/training.py fills the Result and prints these.
 """
 from __future__ import annotations
 
-import argparse
 import math
 import statistics
 from dataclasses import dataclass, field
@@ -16,13 +15,14 @@ from strategy.views import strategy_table  # noqa: F401  (re-exported: the apps 
 from taskrt import Machine
 
 from .app import App, Network
+from .runconfig import RunConfig
 
 
 @dataclass
 class Result:
     """One run: its set-up, the loss of every iteration and the time of each timed one."""
     app: App
-    args: argparse.Namespace
+    config: RunConfig
     network: Network
     machine: Machine
     trainer: object
@@ -32,6 +32,10 @@ class Result:
     accuracies: list[float] = field(default_factory=list)
     test_accuracy: float | None = None
     rank: int = 0
+    search: object | None = None       # the SearchResult of --search
+    checkpoints: int = 0               # checkpoints written ...
+    checkpoint_s: float = 0.0          # ... and their time, apart from the iterations'
+    nonfinite_from: int | None = None  # first iteration with a nan/inf loss (--continue-on-nan)
 
     @property
     def iteration_time(self) -> float:
@@ -39,7 +43,7 @@ class Result:
 
     @property
     def samples_per_s(self) -> float:
-        return self.args.batch_size / self.iteration_time
+        return self.config.batch_size / self.iteration_time
 
     def json(self) -> dict:
         return result_json(self)
@@ -59,7 +63,7 @@ def parameters(model: Model) -> int:
 
 def report(res: Result) -> str:
     """The end report rank 0 prints: times, throughput, loss, graph counts, accuracy."""
-    a, g = res.args, res.trainer.graph
+    a, g = res.config, res.trainer.graph
     c = g.count()
     lo, hi = min(res.times), max(res.times)
     lines = [f"Done: {res.app.title}{' --small' if a.small else ''} on "
@@ -68,9 +72,14 @@ def report(res: Result) -> str:
              f"max {1e3 * hi:.1f}) over {len(res.times)} iterations after {a.warmup} warm-up",
              f"  throughput      {res.samples_per_s:.1f} samples/s, "
              f"{res.samples_per_s / len(res.machine):.1f} per device",
-             f"  loss            {res.losses[0]:.5f} (first) -> {res.losses[-1]:.5f} (last)",
+             f"  loss            {res.losses[0]:.5f} (first) -> {res.losses[-1]:.5f} (last)"
+             + (f", not finite from iteration {res.nonfinite_from}"
+                if res.nonfinite_from else ""),
              f"  per iteration   {c['task']} tasks, {c['copy']} copies, {c['reduce']} "
              f"reductions, {c['allreduce']} all-reduces, {g.bytes_moved() / 1e6:.3f} MB moved"]
+    if res.checkpoints:
+        lines.append(f"  checkpoints     {res.checkpoints} written in {res.checkpoint_s:.2f} s "
+                     "(not in the iteration times)")
     if res.accuracies:
         lines.append(f"  train accuracy  {res.accuracies[0]:.3f} (first batch) -> "
                      f"{res.accuracies[-1]:.3f} (last batch)")
@@ -84,11 +93,12 @@ def _finite(x):
 
 
 def result_json(res: Result) -> dict:
-    """The --json object: the keys of issue 5 first, then details. A --simulate
-    Prediction (apps/simulate.py) gives its own object with the same first keys."""
+    """The --json object: the keys every result has first (through "strategy"), then
+    details. A --simulate Prediction (apps/simulate.py) gives its own object with the same
+    first keys."""
     if getattr(res, "simulated", False):
         return res.json()
-    a = res.args
+    a = res.config
     out = {"app": res.app.name,
            "parameters": parameters(res.network.model),
            "batch_size": a.batch_size,
@@ -109,12 +119,14 @@ def result_json(res: Result) -> dict:
            "warmup": a.warmup,
            "losses": [_finite(x) for x in res.losses],
            "iteration_times_s": res.times,
+           "checkpoints": res.checkpoints,
+           "checkpoint_s": res.checkpoint_s,
            "operators": len(res.network.model.ops),
            "graph": dict(res.trainer.graph.count(),
                          bytes_moved=res.trainer.graph.bytes_moved())}
     if res.accuracies:
         out["accuracies"] = res.accuracies
         out["test_accuracy"] = res.test_accuracy
-    if getattr(a, "search_result", None) is not None:
-        out["search"] = a.search_result.to_dict()
+    if res.search is not None:
+        out["search"] = res.search.to_dict()
     return out

@@ -12,16 +12,13 @@ next tokens.
 """
 from __future__ import annotations
 
-import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import torch
 
-import torch  # noqa: E402
-
-from apps.common import App, Network, P, main  # noqa: E402
-from apps.sizes import add_size_arguments, sizes, stream  # noqa: E402
-from parallel_ops import Model  # noqa: E402
+from apps.common import App, Network, P, main
+from apps.sizes import add_size_arguments, sizes, stream
+from parallel_ops import Model
 
 FULL = dict(vocab=20480, embed=2048, hidden=2048, layers=2, seq_len=40)
 SMALL = dict(vocab=256, embed=32, hidden=32, layers=2, seq_len=8)

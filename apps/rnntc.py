@@ -13,14 +13,11 @@ by --seed. Each LSTM layer is one operator (`rnn_l0` ..
 """
 from __future__ import annotations
 
-import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from apps.common import App, Network, P, main  # noqa: E402
-from apps.sizes import add_size_arguments, sizes  # noqa: E402
-from parallel_ops import Model  # noqa: E402
+from apps.common import App, Network, P, main
+from apps.sizes import add_size_arguments, sizes
+from parallel_ops import Model
 
 FULL = dict(vocab=20480, embed=1024, hidden=1024, layers=4, seq_len=40, classes=10)
 SMALL = dict(vocab=256, embed=32, hidden=32, layers=4, seq_len=8, classes=10)

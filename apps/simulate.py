@@ -8,10 +8,10 @@ where it holds enough measurements). Owns no simulation and no machine models.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import statistics
+import time
 import warnings
 from dataclasses import dataclass
 
@@ -23,14 +23,16 @@ from taskrt.trace import to_chrome
 
 from .app import App, Network
 from .errors import UsageError
+from .progress import counted, elapsed, progress_bar
 from .report import machine_text, parameters
+from .runconfig import RunConfig
 
 
 @dataclass
 class Prediction:
     """One simulated iteration of an app on a machine model."""
     app: App
-    args: argparse.Namespace
+    config: RunConfig
     network: Network
     machine: Machine                  # the runtime's devices (ids as in the graph)
     machine_model: object             # MachineModel, or its SharedDevices view
@@ -40,6 +42,7 @@ class Prediction:
     costs: CostModel
     strategy_name: str
     rank: int = 0
+    search: object | None = None      # the SearchResult of --search
     simulated = True                  # result_json tells predictions from runs by this
 
     @property
@@ -49,12 +52,12 @@ class Prediction:
     @property
     def samples_per_s(self) -> float:
         t = self.result.makespan
-        return self.args.batch_size / t if 0 < t < math.inf else 0.0
+        return self.config.batch_size / t if 0 < t < math.inf else 0.0
 
     @property
     def model_flops(self) -> float | None:
         """The app's count of FLOPs per iteration (None when the app has none)."""
-        return self.app.model_flops(self.args) if self.app.model_flops else None
+        return self.app.model_flops(self.config) if self.app.model_flops else None
 
     @property
     def tflops_per_device(self) -> float | None:
@@ -65,6 +68,10 @@ class Prediction:
     def compute_resources(self) -> list[str]:
         """The compute resource of every device, in device order, without repeats."""
         return list(dict.fromkeys(self.timer.compute(d) for d in range(len(self.machine))))
+
+    def devices_used(self) -> int:
+        """Devices some task of the graph runs on."""
+        return len({n.device for n in self.graph.nodes if n.kind == "task"})
 
     def communication_bytes(self) -> dict[str, int]:
         """Bytes of copies between devices and of all-reduces (each counted once)."""
@@ -83,28 +90,42 @@ class Prediction:
         return prediction_json(self)
 
 
-def cost_model(a: argparse.Namespace, net: Network) -> CostModel:
+def cost_model(config: RunConfig, net: Network) -> CostModel:
     """The cost model of --simulate and --search: --profile FILE's measurements, else analytic."""
-    if not a.profile:
+    if not config.profile:
         return CostModel(int_ranges=net.int_ranges)
     try:
-        return CostModel(Profile.load(a.profile), int_ranges=net.int_ranges)
+        return CostModel(Profile.load(config.profile), int_ranges=net.int_ranges)
     except ProfileError as e:
-        raise UsageError(f"--profile {a.profile}: {e}") from None
+        raise UsageError(f"--profile {config.profile}: {e}") from None
 
 
-def predict(app: App, a: argparse.Namespace, machine: Machine, net: Network, strategy: dict,
-            strategy_name: str, optimizer, rank: int = 0) -> Prediction:
-    """Lower, plan and simulate one iteration on a.machine_model (set up by startup.py)."""
-    lowered = lower(net.model, strategy, machine, optimizer)
-    graph = plan(lowered.launches, machine, initial=lowered.initial)
-    costs = cost_model(a, net)
-    timer = NodeTimer(a.machine_model, costs)
-    with warnings.catch_warnings():
+def predict(app: App, setup, optimizer, out=None) -> Prediction:
+    """Lower, plan and simulate one iteration on the setup's machine model (a progress bar
+    on `out` while the graph is planned, and its size and time once done)."""
+    config, net, machine, mm = setup.config, setup.network, setup.machine, setup.machine_model
+    say = (lambda text: print(text, file=out, flush=True)) \
+        if out is not None and setup.rank == 0 and not config.quiet else (lambda text: None)
+    t = time.perf_counter()
+    lowered = lower(net.model, setup.strategy, machine, optimizer)
+    bar = progress_bar(out if setup.rank == 0 else None, config.quiet, "planning the graph",
+                       total=len(lowered.launches), unit="launch")
+    try:
+        graph = plan(counted(lowered.launches, bar), machine, initial=lowered.initial)
+    finally:
+        bar.close()
+    say(f"graph of {len(net.model.ops)} operators on {len(machine)} devices: "
+        f"{len(graph.nodes):,} nodes, built in {time.perf_counter() - t:.1f} s")
+    costs = cost_model(config, net)
+    timer = NodeTimer(mm, costs)
+    t = time.perf_counter()
+    with warnings.catch_warnings(), \
+            elapsed(out if setup.rank == 0 else None, config.quiet, "simulating"):
         warnings.simplefilter("ignore", CostWarning)   # the report says where costs come from
-        result = simulate(graph, a.machine_model, costs, timer)
-    return Prediction(app, a, net, machine, a.machine_model, graph, result, timer, costs,
-                      strategy_name, rank)
+        result = simulate(graph, mm, costs, timer)
+    say(f"simulated in {time.perf_counter() - t:.1f} s")
+    return Prediction(app, config, net, machine, mm, graph, result, timer, costs,
+                      setup.strategy_name, setup.rank, setup.search)
 
 
 def _ms(s: float) -> str:
@@ -113,7 +134,7 @@ def _ms(s: float) -> str:
 
 def prediction_report(p: Prediction) -> str:
     """What --simulate prints: time, throughput, devices, links, communication, memory."""
-    a, r, c = p.args, p.result, p.graph.count()
+    a, r, c = p.config, p.result, p.graph.count()
     span = r.span                 # the timeline, also when invalid
     n = len(p.machine)
     lines = [f"Predicted: {p.app.title}{' --small' if a.small else ''} on "
@@ -135,6 +156,11 @@ def prediction_report(p: Prediction) -> str:
     comm = p.communication_bytes()
     lines.append(f"  communication   {comm['copy'] / 1e6:.3f} MB in copies, "
                  f"{comm['allreduce'] / 1e6:.3f} MB all-reduced")
+    used = p.devices_used()
+    if used <= n // 2:
+        lines.append(f"  warning: the strategy uses {used} of the {n} devices; the other "
+                     f"{n - used} stay idle. Search a strategy for this machine (--search "
+                     "SECONDS), or simulate on a machine of the size the strategy was made for.")
     computes = p.compute_resources()
     busy = [r.busy.get(name, 0.0) for name in computes]
     util = [b / span if span else 0.0 for b in busy]
@@ -162,7 +188,7 @@ def prediction_report(p: Prediction) -> str:
 
 def prediction_json(p: Prediction) -> dict:
     """The --json object: the keys of a real run's (apps/report.py), with predictions."""
-    a, r = p.args, p.result
+    a, r = p.config, p.result
     t = r.makespan if r.valid else None
     computes = p.compute_resources()
     span = r.span
@@ -199,9 +225,9 @@ def prediction_json(p: Prediction) -> dict:
             "memory_capacity_bytes": {str(d): p.machine_model.device(d).memory_capacity
                                       for d in sorted(r.memory)},
             "over_capacity_bytes": {str(d): b for d, b in sorted(r.over_capacity.items())},
+            "devices_used": p.devices_used(),
             "cost_sources": p.costs.summary(),
-            **({"search": a.search_result.to_dict()}
-               if getattr(a, "search_result", None) is not None else {})}
+            **({"search": p.search.to_dict()} if p.search is not None else {})}
 
 
 def write_prediction_trace(path: str, p: Prediction, argv) -> None:

@@ -1,30 +1,36 @@
 """The run: compile, resume, the training loop with its per-iteration lines, checkpoints,
 the trace and the end report (`run`), and the command-line entry point (`main`).
 
-Set-up is apps/startup.py; the report's text is apps/report.py.
+Set-up is apps/startup.py; the report's text is apps/report.py. A loss that becomes nan or
+inf stops the run with apps/nonfinite.py's message unless --continue-on-nan. Outputs whose
+write fails at the end are kept elsewhere (apps/hooks.py keep_output), never lost.
 """
 from __future__ import annotations
 
-import argparse
+import contextlib
 import json
+import math
 import os
 import sys
 import time
 
 import torch
 
-from parallel_ops import SGD, Adam, checkpoint
+from parallel_ops import checkpoint
+from strategy import files as strategy_files
 from taskrt import Machine
 from taskrt.discovery import launched_by_mpi
 from taskrt.trace import to_chrome
-from strategy import files as strategy_files
 
 from .app import App
 from .digits import DigitsFeeder
 from .errors import EXIT_USAGE, UsageError
-from .hooks import simulate_run
+from .hooks import keep_output, simulate_run
+from .nonfinite import nonfinite_report
+from .progress import bytes_progress, progress_bar
 from .report import Result, machine_text, parameters, report, result_json, strategy_table
-from .startup import comm_world, setup
+from .runconfig import RunConfig
+from .startup import Setup, comm_world, optimizer, setup
 
 
 def _say(rank: int, out):
@@ -37,18 +43,26 @@ def _say(rank: int, out):
     return say
 
 
+def _export(s: Setup, configs, out) -> None:
+    """--export FILE on rank 0 (kept elsewhere, and said, when the write fails)."""
+    if s.config.export and s.rank == 0:
+        model = s.network.model
+        where = keep_output(s.config.export,
+                            lambda path: strategy_files.save(path, configs, model, s.machine),
+                            "strategy", warn=out is not None)
+        _say(0, out)(f"strategy written to {where}")
+
+
 def run(app: App, argv=None, out=...) -> Result:
     """Everything an app does; raises UsageError for mistakes the user can fix. Rank 0's
     report goes to `out` (default: sys.stdout; None: silent)."""
     out = sys.stdout if out is ... else out
-    a, machine, net, strategy, strategy_name, rank, mpi = setup(app, argv)
+    s = setup(app, argv)
+    a, machine, net, rank, mpi = s.config, s.machine, s.network, s.rank, s.mpi
     if a.simulate:
-        if a.export and rank == 0:
-            from parallel_ops.lowering import resolve_configs
-            strategy_files.save(a.export, resolve_configs(net.model, strategy, machine),
-                                net.model, machine)
-            _say(rank, out)(f"strategy written to {a.export}")
-        return simulate_run(app, a, machine, net, strategy, strategy_name, rank, out)
+        from parallel_ops.lowering import resolve_configs
+        _export(s, resolve_configs(net.model, s.strategy, machine), out)
+        return simulate_run(app, s, out)
     say = _say(rank, out)
     model = net.model
     size = " --small" if a.small else ""
@@ -56,30 +70,40 @@ def run(app: App, argv=None, out=...) -> Result:
         f"{len(model.weights)} weights; {machine_text(machine)}, torch threads per rank "
         f"{torch.get_num_threads()}")
     say(f"batch {a.batch_size} ({a.batch_size / len(machine):g} per device), {a.dtype}, "
-        f"seed {a.seed}, data {getattr(a, 'data', 'synthetic')}, strategy {strategy_name}")
+        f"seed {a.seed}, data {a.data}, strategy {s.strategy_name}")
+    for note in s.notes:
+        say(note)
     t = time.perf_counter()
-    trainer = model.compile(machine, strategy, optimizer(app, a),
+    trainer = model.compile(machine, s.strategy, optimizer(a),
                             record_trace=bool(a.trace), executor="mpi" if mpi else "local")
     say(f"compiled in {time.perf_counter() - t:.2f} s: {trainer.graph.summary()}")
     say(strategy_table(model, trainer.configs))
-    if a.export and rank == 0:
-        strategy_files.save(a.export, trainer.configs, model, machine)
-        say(f"strategy written to {a.export}")
-    data = DigitsFeeder(net, a) if getattr(a, "data", "synthetic") == "digits" else None
-    res = Result(app, a, net, machine, trainer, strategy_name, [], [], rank=rank)
+    _export(s, trainer.configs, out)
+    data = DigitsFeeder(net, a) if a.data == "digits" else None
+    res = Result(app, a, net, machine, trainer, s.strategy_name, [], [], rank=rank,
+                 search=s.search)
     total = a.warmup + a.iterations
     start = _resume(trainer, a, total, rank, say)
+    saver = _Checkpoints(trainer, a, rank, out, res)
     for it in range(start, total):
         feeds = data.train_batch(it) if data else net.synthetic(a.seed, it)
         if mpi and it == a.warmup:
-            comm_world().Barrier()
+            with _watched(trainer, "the barrier before the timed iterations"):
+                comm_world().Barrier()
         t = time.perf_counter()
         loss = trainer.step(feeds)
         dt = time.perf_counter() - t
         res.losses.append(loss)
         if it >= a.warmup:
             res.times.append(dt)
-        checkpoint.maybe_save(trainer, a.checkpoint_dir, a.checkpoint_every, step=it + 1)
+        if loss is not None and not math.isfinite(loss):
+            if not a.continue_on_nan:
+                raise UsageError(nonfinite_report(trainer, feeds, it + 1, loss))
+            if res.nonfinite_from is None:
+                res.nonfinite_from = it + 1
+                say(f"warning: the loss is {loss} at iteration {it + 1}; training goes on "
+                    "(--continue-on-nan)")
+        saver.maybe(it + 1)
         acc = ""
         if data:
             res.accuracies.append(data.accuracy(trainer.read(net.logits), feeds))
@@ -90,20 +114,67 @@ def run(app: App, argv=None, out=...) -> Result:
             say(f"iter {it + 1:>{len(str(total))}}/{total} {_bar(it + 1, total)} "
                 f"{1e3 * dt:8.1f} ms  {sps:9.1f} samples/s ({sps / len(machine):.1f}/device)  "
                 f"loss {loss:.5f}{acc}{tag}")
-    if a.checkpoint_dir and (not a.checkpoint_every or total % a.checkpoint_every):
-        checkpoint.save_to_dir(trainer, a.checkpoint_dir, total)
-    if a.checkpoint_dir:
-        say(f"checkpoints in {a.checkpoint_dir} (latest: step {total})")
+    saver.final(total)
     if data:
         res.test_accuracy = data.test_accuracy(model, trainer, machine, mpi)
     if a.trace:
-        write_trace(a.trace, trainer, machine, mpi, rank, app, a)
-        say(f"trace of the last iteration written to {a.trace}")
+        write_trace(a.trace, trainer, machine, mpi, rank, app, a, out)
     say(report(res))
     return res
 
 
-def _resume(trainer, a: argparse.Namespace, total: int, rank: int, say) -> int:
+def _watched(trainer, what: str):
+    """The executor's watchdog guard for a blocking call of the app's own (MPI only)."""
+    dog = getattr(trainer.executor, "watchdog", None)
+    return dog.watch(what) if dog is not None else contextlib.nullcontext()
+
+
+class _Checkpoints:
+    """--checkpoint-dir/--checkpoint-every: saves with a progress bar on rank 0's terminal,
+    their time counted apart from the iterations' (Result.checkpoint_s). A save that fails
+    (the disk filled, the directory went away) goes to a directory of the same name in the
+    working directory, or the temporary one, with a warning, and later saves follow it."""
+
+    def __init__(self, trainer, config: RunConfig, rank: int, out, res: Result):
+        self.trainer, self.config, self.rank, self.out, self.res = trainer, config, rank, out, res
+        self.directory = config.checkpoint_dir
+        # what a resumed run needs before it builds its model (startup.py)
+        self.extra = {"batch_size": config.batch_size, "seed": config.seed}
+
+    def _save(self, step: int) -> None:
+        bar = progress_bar(self.out if self.rank == 0 else None, self.config.quiet,
+                           f"checkpoint {step}", unit="B", unit_scale=True)
+
+        def write(directory: str) -> None:       # collective: every rank tries alike
+            try:
+                checkpoint.save_to_dir(self.trainer, directory, step, extra=self.extra,
+                                       progress=bytes_progress(bar))
+            except checkpoint.CheckpointError as e:
+                raise OSError(str(e)) from None
+        t = time.perf_counter()
+        try:
+            self.directory = keep_output(self.directory, write, "checkpoint",
+                                         warn=self.rank == 0 and self.out is not None)
+        finally:
+            bar.close()
+        self.res.checkpoint_s += time.perf_counter() - t
+        self.res.checkpoints += 1
+
+    def maybe(self, step: int) -> None:
+        c = self.config
+        if c.checkpoint_dir and c.checkpoint_every and step % c.checkpoint_every == 0:
+            self._save(step)
+
+    def final(self, total: int) -> None:
+        c = self.config
+        if not c.checkpoint_dir:
+            return
+        if not c.checkpoint_every or total % c.checkpoint_every:
+            self._save(total)
+        _say(self.rank, self.out)(f"checkpoints in {self.directory} (latest: step {total})")
+
+
+def _resume(trainer, a: RunConfig, total: int, rank: int, say) -> int:
     """The iteration to start from: 0, or the step of the checkpoint --resume loaded."""
     if not a.resume:
         return 0
@@ -124,25 +195,17 @@ def _resume(trainer, a: argparse.Namespace, total: int, rank: int, say) -> int:
     return step
 
 
-def optimizer(app: App, a: argparse.Namespace):
-    """--optimizer with --lr, or the app's default learning rate; float32 master weights
-    and state under --dtype bfloat16 (mixed precision)."""
-    master = a.dtype == "bfloat16"
-    if a.optimizer == "adam":
-        return Adam(lr=0.001 if a.lr is None else a.lr, master_weights=master)
-    return SGD(lr=app.lr if a.lr is None else a.lr, momentum=0.9, master_weights=master)
-
-
 def _bar(done: int, total: int, width: int = 20) -> str:
     k = round(width * done / total)
     return "[" + "#" * k + "-" * (width - k) + "]"
 
 
 def write_trace(path: str, trainer, machine: Machine, mpi: bool, rank: int,
-                app: App | None = None, a: argparse.Namespace | None = None) -> None:
+                app: App | None = None, a: RunConfig | None = None, out=None) -> None:
     """One Chrome trace file: a process per rank, a track per device and link. Its
     "otherData" records what ran (app, flags, layout, strategy, graph fingerprint) so that
-    strategy/replay.py can rebuild exactly this graph."""
+    strategy/replay.py can rebuild exactly this graph. Rank 0 writes it (kept elsewhere,
+    and said, when the write fails)."""
     events = getattr(trainer.executor, "trace", [])
     mine = to_chrome(events, process_name=f"rank {rank}")["traceEvents"]
     everyone = comm_world().gather(mine, root=0) if mpi else [mine]
@@ -158,10 +221,14 @@ def write_trace(path: str, trainer, machine: Machine, mpi: bool, rank: int,
            "strategy": strategy_files.to_dict(trainer.configs, trainer.model, machine),
            "fingerprint": trainer.graph.fingerprint(), "nodes": len(trainer.graph.nodes)}
     if app is not None and a is not None:
-        run.update(app=app.name, argv=list(getattr(a, "argv", [])), batch_size=a.batch_size)
-    with open(path, "w") as f:
-        json.dump({"traceEvents": merged, "displayTimeUnit": "ms",
-                   "otherData": {"soapflow": run}}, f)
+        run.update(app=app.name, argv=list(a.argv), batch_size=a.batch_size)
+
+    def write(where: str) -> None:
+        with open(where, "w") as f:
+            json.dump({"traceEvents": merged, "displayTimeUnit": "ms",
+                       "otherData": {"soapflow": run}}, f)
+    where = keep_output(path, write, "trace of the last iteration", warn=out is not None)
+    _say(0, out)(f"trace of the last iteration written to {where}")
 
 
 def main(app: App, argv=None) -> int:
@@ -180,6 +247,6 @@ def main(app: App, argv=None) -> int:
             MPI.Finalize()
             os._exit(EXIT_USAGE)
         return EXIT_USAGE
-    if res.args.json and res.rank == 0:
+    if res.config.json and res.rank == 0:
         print(json.dumps(result_json(res)), flush=True)
     return 0

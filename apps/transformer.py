@@ -14,16 +14,13 @@ Synthetic token streams following a learnable rule (apps/sizes.py), deterministi
 """
 from __future__ import annotations
 
-import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import torch
 
-import torch  # noqa: E402
-
-from apps.common import App, Network, P, UsageError, main  # noqa: E402
-from apps.sizes import add_size_arguments, sizes, stream  # noqa: E402
-from parallel_ops import Model  # noqa: E402
+from apps.common import App, Network, P, UsageError, main
+from apps.sizes import add_size_arguments, sizes, stream
+from parallel_ops import Model
 
 FULL = dict(vocab=50257, width=768, heads=12, layers=12, seq_len=1024)
 SMALL = dict(vocab=256, width=32, heads=4, layers=2, seq_len=16)

@@ -22,16 +22,18 @@ QUICK_ROWS = [("1.7b", 1, 8, 16, 137)]
 
 def predict_row(config: str, t: int, gpus: int, batch: int):
     """The Prediction of Megatron's strategy for one row on selene:gpus/8."""
+    from dataclasses import replace
+
     from apps.gpt import APP
     from apps.simulate import predict
-    from apps.startup import setup
-    from apps.training import optimizer
+    from apps.startup import optimizer, setup
     from strategy.experts import megatron
     argv = ["--config", config, "--machine", f"selene:{gpus // 8}", "--batch-size",
             str(batch), "--dtype", "bfloat16", "--optimizer", "adam", "--simulate"]
-    a, machine, net, _, _, rank, _ = setup(APP, argv)
-    strategy = megatron(net.model, len(machine), 8, tensor_parallel=t)
-    return predict(APP, a, machine, net, strategy, f"megatron t={t}", optimizer(APP, a), rank)
+    s = setup(APP, argv)
+    strategy = megatron(s.network.model, len(s.machine), 8, tensor_parallel=t)
+    return predict(APP, replace(s, strategy=strategy, strategy_name=f"megatron t={t}"),
+                   optimizer(s.config))
 
 
 def run(quick: bool = False) -> dict:

@@ -42,7 +42,7 @@ def lenet(batch: int = 64) -> Model:
 
 
 def rnnlm_2step(devices: int) -> Model:
-    _, net, _, _ = load_app("rnnlm", ["--small", "--seq-len", "2"], devices)
+    net = load_app("rnnlm", ["--small", "--seq-len", "2"], devices)
     return net.model
 
 

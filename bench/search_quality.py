@@ -6,8 +6,8 @@ the K80 model at 4, 8, 16 (and 64 for AlexNet and ResNet-101), the predicted sam
 parallelism, the app's expert strategy and the searched one (strategy/search.py, seed 0, DP +
 expert + one random start), their ratios, a one-line "why" (strategy/explain.py: compute,
 transfers, synchronization of the searched strategy minus data parallel's) and the paper's
-qualitative findings checked on the searched strategies. figure6.png draws it when
-matplotlib is importable (optional: pip install .[plots]).
+qualitative findings checked on the searched strategies. figure6.png draws it (matplotlib,
+part of the install).
 
 Time: the whole benchmark fits a total budget, SOAPFLOW_SEARCH_BENCH_S seconds (default 1200),
 or run(budget_s=...). Delta vs full (the same seeded single-chain search with a fixed number of
@@ -209,13 +209,13 @@ def _setup(app_name: str, preset: str, small: bool, cost_models: dict | None):
     from strategy.machines import machine_model
     mm = machine_model(preset)
     gpus = len(mm.taskrt_machine())
-    app, net, args, opt = load_app(app_name, ["--small"] if small else [], gpus)
+    net = load_app(app_name, ["--small"] if small else [], gpus)
     cost_models = {} if cost_models is None else cost_models
     costs = cost_models.get((app_name, small))
     if costs is None:
         costs = cost_models[app_name, small] = CostModel(int_ranges=net.int_ranges,
                                                          max_nodes=200_000)
-    return app, net, args, opt, mm, gpus, costs
+    return net, mm, gpus, costs
 
 
 
@@ -229,19 +229,20 @@ def search_cell(cell: Cell, *, small: bool = False, budget_s: float | None = Non
     from strategy.experts import expert_for
     from strategy.explain import Breakdown, compare
     from strategy.search import search
-    app, net, args, opt, mm, gpus, costs = _setup(cell.app, cell.preset, small, cost_models)
+    net, mm, gpus, costs = _setup(cell.app, cell.preset, small, cost_models)
+    opt = net.optimizer
     model = net.model
     t = time.perf_counter()
     dp = SimulationSession(model, mm, costs, None, opt)
     if budget_s is not None:      # the best strategy's session comes on top
         budget_s = max(budget_s - 2 * (time.perf_counter() - t), 0.5)
-    expert = expert_for(app, model, mm)
+    expert = expert_for(net, model, mm)
     res = search(model, mm, costs, budget_s=budget_s, proposals=proposals, seed=seed,
                  expert=expert, optimizer=opt, random_starts=1)
     best = SimulationSession(model, mm, costs, res.configs, opt)
     assert best.result.makespan == res.predicted, (cell, best.result.makespan, res.predicted)
     cmp = compare(model, dp.configs, Breakdown.of(dp), best.configs, Breakdown.of(best))
-    batch = args.batch_size
+    batch = net.batch_size
     times = {"dp": res.baselines.get("data_parallel"), "expert": res.baselines.get("expert"),
              "searched": res.predicted}           # seconds; inf: over memory; None: none
     out = {"app": cell.app, "cluster": cell.cluster, "gpus": gpus, "preset": cell.preset,
@@ -280,7 +281,8 @@ def delta_vs_full(app_name: str, preset: str, *, small: bool = False,
     simulation; proposals fixed (or chosen to fit share_s), results must be identical."""
     from strategy.delta import SimulationSession
     from strategy.search import search
-    _, net, _, opt, mm, gpus, costs = _setup(app_name, preset, small, cost_models)
+    net, mm, gpus, costs = _setup(app_name, preset, small, cost_models)
+    opt = net.optimizer
     SimulationSession(net.model, mm, costs, None, opt)       # warms the cost model
     t = time.perf_counter()
     SimulationSession(net.model, mm, costs, None, opt)
@@ -384,12 +386,9 @@ def delta_rows(runs: list[dict]) -> list[tuple]:
 def draw_figure(cells: list[dict], path: str) -> str:
     """Figure 6's bars (samples/s of DP, expert, searched per GPU count; one panel per app
     and cluster) as a PNG; returns a note (what was written, or why nothing was)."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return "figure skipped: matplotlib is not installed (pip install .[plots])"
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
     ok = [c for c in cells if c["status"] == "ok"]
     if not ok:
         return "figure skipped: no cell was searched"

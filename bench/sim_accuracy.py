@@ -107,7 +107,7 @@ def write_strategies(app_name: str, argv: list[str], folder: str) -> dict:
     from strategy import files
     from strategy.costs.app_profile import load_app
     from taskrt import Machine
-    _, net, _, _ = load_app(app_name, argv, DEVICES)
+    net = load_app(app_name, argv, DEVICES)
     paths = {}
     for name, s in strategies(net.model).items():
         paths[name] = os.path.join(folder, f"{app_name}_{name}.json")
@@ -127,14 +127,13 @@ def worker(argv=None) -> dict:
                     help="also write each case's --trace there (APP_STRATEGY.json)")
     a = ap.parse_args(argv)
     from apps.common import run
-    from strategy.costs.app_profile import find_apps, load_app
+    from strategy.workload import load_workload
     from strategy.machines.calibrate import calibrate_local
     from strategy.machines.fileformat import to_dict
-    find_apps()
     machine = calibrate_local()
     out = {"machine": to_dict(machine), "cases": []}
     for app_name in a.apps.split(","):
-        app = load_app(app_name, ["--small"], DEVICES)[0]
+        app = load_workload(app_name)
         for name in STRATEGIES:
             path = os.path.join(a.folder, f"{app_name}_{name}.json")
             argv = app_argv() + ["--strategy", path, "--iterations", str(a.iterations),
@@ -173,7 +172,8 @@ def graphs(app_name: str, argv: list[str], machine_model) -> tuple[dict, object]
     from parallel_ops.lowering import lower
     from strategy.costs.app_profile import load_app
     from taskrt import plan
-    _, net, _, opt = load_app(app_name, argv, DEVICES)
+    net = load_app(app_name, argv, DEVICES)
+    opt = net.optimizer
     machine = machine_model.taskrt_machine()
     out = {}
     for name, s in strategies(net.model).items():

@@ -69,7 +69,8 @@ def measure(app: str, gpus: int, small: bool, changes: int, rebuilds: int, seed:
     from strategy.delta import SimulationSession
     from strategy.machine_model import machine_model
     from strategy.simulator import simulate
-    _, net, _, opt = load_app(app, ["--small"] if small else [], devices=gpus)
+    net = load_app(app, ["--small"] if small else [], devices=gpus)
+    opt = net.optimizer
     model = net.model
     mm = machine_model(f"p100:{max(1, gpus // 4)}")
     machine = mm.taskrt_machine()

@@ -28,6 +28,7 @@ import re
 import struct
 import sys
 from dataclasses import dataclass
+from typing import Callable
 
 import msgpack
 import numpy as np
@@ -52,8 +53,10 @@ def _raw(t: torch.Tensor) -> bytes:
     return t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
 
 
-def write_file(path: str, header: dict, tensors: dict[str, torch.Tensor]) -> None:
-    """Write header + tensors atomically: a temporary file, fsync, rename, fsync the dir."""
+def write_file(path: str, header: dict, tensors: dict[str, torch.Tensor],
+               progress: Callable[[int, int], None] | None = None) -> None:
+    """Write header + tensors atomically: a temporary file, fsync, rename, fsync the dir.
+    `progress(bytes written, total bytes)` is called after each tensor."""
     entries, blobs, offset = [], [], 0
     for name, t in tensors.items():
         b = _raw(t)
@@ -69,8 +72,12 @@ def write_file(path: str, header: dict, tensors: dict[str, torch.Tensor]) -> Non
         with open(tmp, "wb") as f:
             f.write(_PREFIX.pack(MAGIC, len(head), hashlib.sha256(head).digest()))
             f.write(head)
+            done = 0
             for b in blobs:
                 f.write(b)
+                done += len(b)
+                if progress is not None:
+                    progress(done, offset)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -105,50 +112,69 @@ class Checkpoint:
         return int(self.header["model"]["step_count"])
 
 
-def read_file(path: str) -> Checkpoint:
-    """Read and verify a checkpoint (sizes and SHA-256 of the header and every tensor)."""
+def _read_header(f, path: str, size: int) -> dict:
+    """The verified header of an open checkpoint file (positioned at its start)."""
+    prefix = f.read(_PREFIX.size)
+    if prefix[:len(MAGIC)] != MAGIC[:len(prefix)] or not prefix:
+        raise CheckpointError(f"checkpoint '{path}': not a soapflow checkpoint (it "
+                              f"starts with {prefix[:8]!r}, not {MAGIC!r}).")
+    if len(prefix) < _PREFIX.size:
+        raise CheckpointError(f"checkpoint '{path}': truncated ({size} bytes, shorter "
+                              "than its fixed prefix).")
+    magic, hlen, hsum = _PREFIX.unpack(prefix)
+    head = f.read(hlen)
+    if len(head) < hlen:
+        raise CheckpointError(f"checkpoint '{path}': truncated inside the header "
+                              f"({size} bytes).")
+    if hashlib.sha256(head).digest() != hsum:
+        raise CheckpointError(f"checkpoint '{path}': header checksum mismatch (the "
+                              "file is corrupted).")
+    header = msgpack.unpackb(head, raw=False, strict_map_key=False)
+    if header.get("version") != VERSION:
+        raise CheckpointError(f"checkpoint '{path}': format version "
+                              f"{header.get('version')}; this code reads {VERSION}.")
+    expected = _PREFIX.size + hlen + header["data_bytes"]
+    if size != expected:
+        raise CheckpointError(f"checkpoint '{path}': {size} bytes, expected {expected} "
+                              "(truncated or appended to).")
+    return header
+
+
+def _opened(path: str, read):
+    """read(file, size) on `path`, with the file's problems as CheckpointErrors."""
     try:
         size = os.path.getsize(path)
         with open(path, "rb") as f:
-            prefix = f.read(_PREFIX.size)
-            if prefix[:len(MAGIC)] != MAGIC[:len(prefix)] or not prefix:
-                raise CheckpointError(f"checkpoint '{path}': not a soapflow checkpoint (it "
-                                      f"starts with {prefix[:8]!r}, not {MAGIC!r}).")
-            if len(prefix) < _PREFIX.size:
-                raise CheckpointError(f"checkpoint '{path}': truncated ({size} bytes, shorter "
-                                      "than its fixed prefix).")
-            magic, hlen, hsum = _PREFIX.unpack(prefix)
-            head = f.read(hlen)
-            if len(head) < hlen:
-                raise CheckpointError(f"checkpoint '{path}': truncated inside the header "
-                                      f"({size} bytes).")
-            if hashlib.sha256(head).digest() != hsum:
-                raise CheckpointError(f"checkpoint '{path}': header checksum mismatch (the "
-                                      "file is corrupted).")
-            header = msgpack.unpackb(head, raw=False, strict_map_key=False)
-            if header.get("version") != VERSION:
-                raise CheckpointError(f"checkpoint '{path}': format version "
-                                      f"{header.get('version')}; this code reads {VERSION}.")
-            expected = _PREFIX.size + hlen + header["data_bytes"]
-            if size != expected:
-                raise CheckpointError(f"checkpoint '{path}': {size} bytes, expected {expected} "
-                                      "(truncated or appended to).")
-            tensors = {}
-            for e in header["tensors"]:
-                data = bytearray(f.read(e["nbytes"]))
-                if hashlib.sha256(data).hexdigest() != e["sha256"]:
-                    raise CheckpointError(f"checkpoint '{path}': tensor '{e['name']}' fails "
-                                          "its checksum (the file is corrupted).")
-                dtype = getattr(torch, e["dtype"])
-                t = torch.frombuffer(data, dtype=dtype) if data else torch.empty(0, dtype=dtype)
-                tensors[e["name"]] = t.reshape(e["shape"])
+            return read(f, size)
     except FileNotFoundError:
         raise CheckpointError(f"checkpoint '{path}' does not exist.") from None
     except (ValueError, KeyError, TypeError) as e:
         if isinstance(e, CheckpointError):
             raise
         raise CheckpointError(f"checkpoint '{path}': unreadable header ({e}).") from None
-    return Checkpoint(path, header, tensors)
+
+
+def read_header(path: str) -> dict:
+    """The verified header of a checkpoint without reading its tensors (what it was saved
+    from: model, strategy, machine, step and `extra`)."""
+    return _opened(path, lambda f, size: _read_header(f, path, size))
+
+
+def read_file(path: str) -> Checkpoint:
+    """Read and verify a checkpoint (sizes and SHA-256 of the header and every tensor)."""
+    def read(f, size):
+        header = _read_header(f, path, size)
+        tensors = {}
+        for e in header["tensors"]:
+            data = bytearray(f.read(e["nbytes"]))
+            if hashlib.sha256(data).hexdigest() != e["sha256"]:
+                raise CheckpointError(f"checkpoint '{path}': tensor '{e['name']}' fails "
+                                      "its checksum (the file is corrupted).")
+            dtype = getattr(torch, e["dtype"])
+            t = torch.frombuffer(data, dtype=dtype) if data else torch.empty(0, dtype=dtype)
+            tensors[e["name"]] = t.reshape(e["shape"])
+        return Checkpoint(path, header, tensors)
+    return _opened(path, read)
 
 
 # -- collectives (no-ops in one process) -----------------------------------------------------
@@ -236,10 +262,12 @@ def state_tensors(trainer) -> dict[str, torch.Tensor]:
 
 
 # -- save / load ---------------------------------------------------------------------------------
-def save(trainer, path: str, extra: dict | None = None) -> str:
+def save(trainer, path: str, extra: dict | None = None,
+         progress: Callable[[int, int], None] | None = None) -> str:
     """Write the training state of `trainer` to `path` (atomically). Collective under MPI:
     every rank calls it; parts are gathered and rank 0 writes. `extra` is any msgpack-able
-    dict stored with it (e.g. the data position), returned by load."""
+    dict stored with it (e.g. the data position), returned by load; `progress` as in
+    write_file (rank 0)."""
     comm = _comm(trainer)
     tensors = state_tensors(trainer)
     meta, rng = _rng_state()
@@ -257,7 +285,7 @@ def save(trainer, path: str, extra: dict | None = None) -> str:
                 header["rng"].append(m)
                 for k, b in raw.items():
                     tensors[f"rng/rank{r}/{k}"] = torch.frombuffer(bytearray(b), dtype=torch.uint8)
-            write_file(path, header, tensors)
+            write_file(path, header, tensors, progress)
         except (OSError, TypeError, ValueError) as e:
             error = f"checkpoint '{path}': could not be written ({type(e).__name__}: {e})."
     _agree(comm, error)
@@ -392,6 +420,25 @@ def latest(directory: str) -> str | None:
     return found[0][1] if found else None
 
 
+def _candidates(directory: str) -> list[str]:
+    """The checkpoints `resume` tries, in its order: `latest`, then the others newest first."""
+    first = latest(directory)
+    rest = [p for _, p in list_checkpoints(directory) if p != first]
+    return ([first] if first else []) + rest
+
+
+def newest_header(directory: str) -> dict | None:
+    """The header of the checkpoint `resume` would load first (of those whose header reads),
+    or None: what a run needs to know before building its model (its `extra`, such as the
+    global batch). Not a collective call: the caller shares it."""
+    for path in _candidates(directory) if os.path.isdir(directory) else []:
+        try:
+            return read_header(path)
+        except CheckpointError:
+            continue
+    return None
+
+
 def _point_latest(directory: str, path: str) -> None:
     pointer = os.path.join(directory, LATEST)
     tmp = f"{pointer}.tmp.{os.getpid()}"
@@ -404,7 +451,8 @@ def _point_latest(directory: str, path: str) -> None:
 
 
 def save_to_dir(trainer, directory: str, step: int | None = None, keep: int = 3,
-                extra: dict | None = None) -> str:
+                extra: dict | None = None,
+                progress: Callable[[int, int], None] | None = None) -> str:
     """Save as `<directory>/step-<step>.ckpt`, then point `latest` at it and remove all but
     the newest `keep` checkpoints. Collective under MPI."""
     comm = _comm(trainer)
@@ -420,7 +468,7 @@ def save_to_dir(trainer, directory: str, step: int | None = None, keep: int = 3,
         except OSError as e:
             error = f"checkpoint directory '{directory}': {e}."
     _agree(comm, error)
-    save(trainer, path, extra)
+    save(trainer, path, extra, progress)
     if _rank(comm) == 0:
         try:
             _point_latest(directory, path)
@@ -433,13 +481,14 @@ def save_to_dir(trainer, directory: str, step: int | None = None, keep: int = 3,
 
 
 def maybe_save(trainer, directory: str | None, every: int, step: int | None = None,
-               keep: int = 3, extra: dict | None = None) -> str | None:
+               keep: int = 3, extra: dict | None = None,
+               progress: Callable[[int, int], None] | None = None) -> str | None:
     """For apps' --checkpoint-dir/--checkpoint-every: save when `step` (default: iterations
     run so far) is a positive multiple of `every`. Returns the path written, or None."""
     step = trainer.model.step_count if step is None else int(step)
     if not directory or not every or every < 0 or step <= 0 or step % every:
         return None
-    return save_to_dir(trainer, directory, step, keep, extra)
+    return save_to_dir(trainer, directory, step, keep, extra, progress)
 
 
 def resume(trainer, directory: str | None, restore_rng: bool = True, fallback: bool = True,
@@ -452,9 +501,7 @@ def resume(trainer, directory: str | None, restore_rng: bool = True, fallback: b
     comm = _comm(trainer)
     candidates, error = [], None
     if _rank(comm) == 0 and directory:
-        first = latest(directory)
-        rest = [p for _, p in list_checkpoints(directory) if p != first]
-        candidates = ([first] if first else []) + rest
+        candidates = _candidates(directory)
     if comm is not None:
         candidates = comm.bcast(candidates, root=0)
     if not candidates:

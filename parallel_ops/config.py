@@ -18,9 +18,15 @@ from .op import SAMPLE, Op
 
 def format_devices(devices: Sequence[int]) -> str:
     devices = list(devices)
-    if len(devices) > 1 and devices == list(range(devices[0], devices[0] + len(devices))):
+    if len(devices) > 1 and all(_is_int(d) for d in devices) and \
+            devices == list(range(devices[0], devices[0] + len(devices))):
         return f"{devices[0]}-{devices[-1]}"
     return ",".join(map(str, devices))
+
+
+def _is_int(x) -> bool:
+    """A whole number, not a bool (JSON's true is not a degree or a device id)."""
+    return isinstance(x, int) and not isinstance(x, bool)
 
 
 @dataclass(frozen=True)
@@ -50,8 +56,8 @@ class ParallelConfig:
         return f"[{degs}]@{format_devices(self.devices)}"
 
 
-def validate(op: Op, cfg: ParallelConfig, machine: Machine) -> None:
-    """Raise ConfigError listing every problem of `cfg` for `op` on `machine`."""
+def config_problems(op: Op, cfg: ParallelConfig, num_devices: int) -> list[str]:
+    """Every problem of `cfg` for `op` on a machine of `num_devices` devices (empty: none)."""
     problems = []
     dims = {d.name: d for d in op.dims}
     for name, deg in cfg.degrees:
@@ -59,7 +65,7 @@ def validate(op: Op, cfg: ParallelConfig, machine: Machine) -> None:
             problems.append(f"unknown dim '{name}'; {op.type} has dims "
                             f"{', '.join(str(d) for d in op.dims) or 'none'}")
             continue
-        if not isinstance(deg, int) or deg < 1:
+        if not _is_int(deg) or deg < 1:
             problems.append(f"degree {deg!r} on '{name}' must be a positive integer")
         elif deg > 1 and dims[name].whole:
             problems.append(f"degree {deg} on '{name}': it must stay whole ({dims[name].whole})")
@@ -69,13 +75,23 @@ def validate(op: Op, cfg: ParallelConfig, machine: Machine) -> None:
     names = [n for n, _ in cfg.degrees]
     if len(set(names)) != len(names):
         problems.append(f"dims named twice in {names}")
-    parts = prod(d for _, d in cfg.degrees if isinstance(d, int) and d > 0)
+    parts = prod(d for _, d in cfg.degrees if _is_int(d) and d > 0)
     if len(cfg.devices) != parts:
         problems.append(f"{len(cfg.devices)} devices {list(cfg.devices)} for {parts} parts; "
                         "give exactly one device per part")
-    bad = [d for d in cfg.devices if not (isinstance(d, int) and 0 <= d < len(machine))]
+    wrong = [d for d in cfg.devices if not _is_int(d)]
+    if wrong:
+        problems.append(f"device ids {wrong} are not whole numbers; write devices as "
+                        "numbers, e.g. [0, 1]")
+    bad = [d for d in cfg.devices if _is_int(d) and not 0 <= d < num_devices]
     if bad:
-        problems.append(f"devices {bad} do not exist (machine has 0..{len(machine) - 1})")
+        problems.append(f"devices {bad} do not exist (machine has 0..{num_devices - 1})")
+    return problems
+
+
+def validate(op: Op, cfg: ParallelConfig, machine: Machine) -> None:
+    """Raise ConfigError listing every problem of `cfg` for `op` on `machine`."""
+    problems = config_problems(op, cfg, len(machine))
     if problems:
         raise ConfigError(f"{op.type} '{op.name}' config {cfg}: " + "; ".join(problems) + ".")
 

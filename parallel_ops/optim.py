@@ -20,6 +20,14 @@ import math
 import torch
 
 
+def _check_hyper(owner: str, example: dict, **values: float) -> None:
+    """Every hyperparameter a finite number >= 0 (nan or inf trains to nan silently)."""
+    for name, v in values.items():
+        if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+            raise ValueError(f"{owner}: {name} {v!r} must be a finite number >= 0; use e.g. "
+                             f"{name}={example[name]}.")
+
+
 class _Optimizer:
     """What SGD and Adam share: state names and dtypes, master weights. Subclasses define
     `_names` (their own states), `_step(p, g, states)` and `_step_many(ps, gs, states)`."""
@@ -61,9 +69,8 @@ class SGD(_Optimizer):
 
     def __init__(self, lr: float = 0.01, momentum: float = 0.0, weight_decay: float = 0.0,
                  dampening: float = 0.0, nesterov: bool = False, master_weights: bool = False):
-        if lr < 0 or momentum < 0 or weight_decay < 0:
-            raise ValueError(f"SGD: lr {lr}, momentum {momentum} and weight_decay "
-                             f"{weight_decay} must be non-negative.")
+        _check_hyper("SGD", {"lr": 0.01, "momentum": 0.9, "weight_decay": 0.0}, lr=lr,
+                     momentum=momentum, weight_decay=weight_decay)
         if nesterov and (momentum <= 0 or dampening != 0):
             raise ValueError("SGD: nesterov needs momentum > 0 and dampening 0.")
         self.lr, self.momentum, self.weight_decay = lr, momentum, weight_decay
@@ -112,8 +119,10 @@ class Adam(_Optimizer):
 
     def __init__(self, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
                  weight_decay: float = 0.0, master_weights: bool = False):
-        if lr < 0 or eps < 0 or not all(0 <= b < 1 for b in betas):
-            raise ValueError(f"Adam: lr {lr}, eps {eps} must be >= 0 and betas {betas} in [0, 1).")
+        _check_hyper("Adam", {"lr": 0.001, "eps": 1e-8, "weight_decay": 0.0}, lr=lr, eps=eps,
+                     weight_decay=weight_decay)
+        if not all(0 <= b < 1 for b in betas):
+            raise ValueError(f"Adam: betas {betas} must be in [0, 1); use e.g. (0.9, 0.999).")
         self.lr, self.betas, self.eps, self.weight_decay = lr, tuple(betas), eps, weight_decay
         self._names = ("exp_avg", "exp_avg_sq")
         self._init_precision(master_weights)

@@ -1,18 +1,22 @@
 """`python -m strategy`: search, simulate, replay, profile, show and diff strategies.
 
-search and simulate run an app (by name, or a Python file defining an `APP` record like
-apps/*.py) with its own flags plus --simulate (and --search): the same code path, flags, report
-and --json object as `python apps/NAME.py --simulate ...`. replay, profile, show and diff work
-on files. Exit status: 0 done, 2 a usage or input error (said on stderr).
+search and simulate run a workload (an app by name, or a Python file defining an `APP`
+record like apps/*.py; strategy/workload.py finds it) through its own command line with its
+own flags plus --simulate (and --search): the same code path, flags, report and --json
+object as `python apps/NAME.py --simulate ...`. replay, profile, show and diff work on files.
+This module never imports the apps. Exit status: 0 done, 2 a usage or input error (said on
+stderr).
 """
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.util
 import json
 import os
 import sys
+
+from parallel_ops.outputs import output_problem
+
+from .workload import WorkloadError, load_workload, workload_names
 
 EXAMPLES = """examples:
   python -m strategy search --app alexnet --small --machine p100 --budget 30 -o alexnet.json
@@ -25,8 +29,10 @@ EXAMPLES = """examples:
   python -m strategy diff data_parallel.json searched.json
 
 App flags (--small, --batch-size, --seed, --strategy, --machine, --devices-per-rank,
---profile, --trace, --json, ...) are the apps' own: see python apps/NAME.py --help.
+--profile, --trace, --json, ...) are the apps' own: python -m strategy simulate --app NAME
+--help lists them.
 """
+APP_HELP = "app name ({}) or a Python file defining APP; its own flags follow"
 
 
 class CliError(Exception):
@@ -34,26 +40,11 @@ class CliError(Exception):
 
 
 def find_app(name: str):
-    """The App record of apps/<name>.py, or of a Python file defining APP."""
-    if name.endswith(".py"):
-        if not os.path.isfile(name):
-            raise CliError(f"--app {name}: no such file")
-        spec = importlib.util.spec_from_file_location(
-            "user_app_" + os.path.basename(name)[:-3], name)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    else:
-        from .costs.app_profile import find_apps
-        find_apps()
-        try:
-            module = importlib.import_module(f"apps.{name}")
-        except ModuleNotFoundError:
-            raise CliError(f"--app {name}: no such app; use alexnet, inception, resnet, rnntc, "
-                           "rnnlm, nmt, transformer, or a Python file defining APP") from None
-    app = getattr(module, "APP", None)
-    if app is None:
-        raise CliError(f"--app {name}: the module defines no APP record (see apps/alexnet.py)")
-    return app
+    """The workload of an app name or a Python file defining APP (strategy/workload.py)."""
+    try:
+        return load_workload(name)
+    except WorkloadError as e:
+        raise CliError(f"--app {name}: {e}") from None
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -61,8 +52,13 @@ def _parser() -> argparse.ArgumentParser:
                                 description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    s = sub.add_parser("search", help="MCMC search of a strategy for an app on a machine")
-    s.add_argument("--app", required=True, help="app name or file (with its own flags)")
+    app_help = APP_HELP.format(", ".join(workload_names()) or "none installed")
+    s = sub.add_parser("search", help="MCMC search of a strategy for an app on a machine",
+                       add_help=False, epilog=RUN_EPILOG,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    s.add_argument("-h", "--help", action="store_true", help="this help, and with --app "
+                   "the app's own flags")
+    s.add_argument("--app", help=app_help)
     s.add_argument("--budget", type=float, default=30.0, metavar="SECONDS",
                    help="search time (default 30)")
     s.add_argument("--proposals", type=int, metavar="N",
@@ -70,10 +66,14 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("-o", "--output", metavar="FILE",
                    help="write the best strategy here (.json for people, else msgpack)")
     m = sub.add_parser("simulate", help="predict an app's iteration time under a strategy "
-                       "(data parallel without --strategy)")
-    m.add_argument("--app", required=True, help="app name or file (with its own flags)")
+                       "(data parallel without --strategy)", add_help=False,
+                       epilog=RUN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    m.add_argument("-h", "--help", action="store_true", help="this help, and with --app "
+                   "the app's own flags")
+    m.add_argument("--app", help=app_help)
     r = sub.add_parser("replay", help="simulate a recorded real run's graph and compare")
-    r.add_argument("--app", required=True, help="the app the run trained (with its flags)")
+    r.add_argument("--app", help="the app the run trained, with its flags (default: what the "
+                   "trace records)")
     r.add_argument("--run-trace", required=True, metavar="FILE",
                    help="the --trace file of the real run")
     r.add_argument("-o", "--output", metavar="FILE",
@@ -84,8 +84,8 @@ def _parser() -> argparse.ArgumentParser:
     w = sub.add_parser("show", help="a strategy file as a table (and a graph picture)")
     w.add_argument("file")
     w.add_argument("--app", help="check against this app (with its flags) and name types")
-    w.add_argument("--graph", metavar="PATH", help="write PATH.dot (and PATH.svg when "
-                   "Graphviz's dot is installed): the model coloured by devices")
+    w.add_argument("--graph", metavar="PATH", help="write PATH.dot and a picture of the "
+                   "model coloured by devices: PATH.svg with Graphviz's dot, else PATH.png")
     w.add_argument("--json", action="store_true", help="print the file's JSON view")
     d = sub.add_parser("diff", help="operators whose configs differ between two files")
     d.add_argument("a")
@@ -93,11 +93,53 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+RUN_EPILOG = """The app's own flags follow --app NAME (python -m strategy simulate --app NAME
+--help lists them): --small, --batch-size N, --seed S, --strategy FILE, --machine
+PRESET|FILE (presets with their sizes in that list), --devices-per-rank K, --profile FILE,
+--trace FILE, --json, --quiet, ...
+"""
+
+
 def _run_app(app_name: str, argv: list[str]) -> int:
-    """The app's own main with these flags (its report goes to stdout)."""
-    app = find_app(app_name)
-    from apps.training import main as app_main
-    return app_main(app, argv)
+    """The app's own command line with these flags (its report goes to stdout)."""
+    return find_app(app_name).main(argv)
+
+
+def _app_help(parser, a, out) -> int:
+    """search/simulate --help: the command's flags, then the app's own when --app is given."""
+    sub = parser._subparsers._group_actions[0].choices[a.command]
+    print(sub.format_help(), file=out)
+    if not a.app:
+        print("Add --app NAME to see the app's own flags.", file=out)
+        return 0
+    print(f"Flags of --app {a.app} (python -m strategy passes them to it):", file=out, flush=True)
+    try:
+        return find_app(a.app).main(["--help"])
+    except SystemExit as e:                  # argparse's --help exits
+        return int(e.code or 0)
+
+
+def _search_flags(a, rest: list[str]) -> list[str]:
+    """The app flags of `search`: its budget, proposals and output checked first, under the
+    names the user gave them."""
+    if not a.budget > 0:
+        raise CliError(f"--budget {a.budget:g}: give the search a positive number of seconds.")
+    if a.proposals is not None and a.proposals < 1:
+        raise CliError(f"--proposals {a.proposals}: give a positive number of proposals.")
+    if a.output:
+        problem = output_problem(a.output)
+        if problem:
+            raise CliError(f"-o {a.output}: {problem}")
+    flags = rest + ["--search", f"{a.budget:g}"]
+    if a.proposals is not None:
+        flags += ["--search-proposals", str(a.proposals)]
+    if "--train" not in rest:
+        flags.append("--simulate")
+    else:
+        flags.remove("--train")
+    if a.output:
+        flags += ["--export", a.output]
+    return flags
 
 
 def main(argv=None, out=None) -> int:
@@ -106,19 +148,16 @@ def main(argv=None, out=None) -> int:
     if argv[:1] == ["profile"]:
         from .costs.__main__ import main as costs_main
         return costs_main(argv, out)
-    a, rest = _parser().parse_known_args(argv)
+    parser = _parser()
+    a, rest = parser.parse_known_args(argv)
     try:
+        if a.command in ("search", "simulate") and a.help:
+            return _app_help(parser, a, out)
+        if a.command in ("search", "simulate") and not a.app:
+            raise CliError("--app NAME is required (an app name or a Python file defining "
+                           f"APP; apps: {', '.join(workload_names())})")
         if a.command == "search":
-            flags = rest + ["--search", f"{a.budget:g}"]
-            if a.proposals is not None:
-                flags += ["--search-proposals", str(a.proposals)]
-            if "--train" not in rest:
-                flags.append("--simulate")
-            else:
-                flags.remove("--train")
-            if a.output:
-                flags += ["--export", a.output]
-            return _run_app(a.app, flags)
+            return _run_app(a.app, _search_flags(a, rest))
         if a.command == "simulate":
             return _run_app(a.app, rest + ["--simulate"])
         if a.command == "replay":
@@ -167,25 +206,24 @@ def _show(a, app_flags, out) -> int:
     if a.graph:
         if model is None:
             raise CliError("--graph needs --app (the operator graph comes from the model)")
+        problem = output_problem(a.graph + ".dot")
+        if problem:
+            raise CliError(f"--graph {a.graph}: {problem}")
         files = write_graph(a.graph, model, f.configs)
         print("wrote " + ", ".join(files), file=out)
-        if not any(x.endswith(".svg") for x in files):
-            print("(no SVG: install Graphviz for the `dot` program, or render the .dot "
-                  "file elsewhere)", file=out)
+        if any(x.endswith(".png") for x in files):
+            print("(drawn with matplotlib: Graphviz's `dot` is not installed; it would draw "
+                  "an SVG from the .dot file)", file=out)
     return 0
 
 
 def _app_model(app_name: str, flags: list[str], f):
     """The app's model built for the device count the strategy file was made for."""
-    from .costs.app_profile import load_app
     devices = int(f.machine.get("devices", 1)) if f is not None else 1
-    find_app(app_name)
-    from apps.errors import UsageError
     try:
-        _, net, _, _ = load_app(app_name, flags, devices)
-    except (UsageError, ValueError) as e:      # bad flags; an app file rather than a name
+        return find_app(app_name).build_from_flags(flags, devices).model
+    except WorkloadError as e:                 # flags the app refuses
         raise CliError(f"--app {app_name} {' '.join(flags)}: {e}") from None
-    return net.model
 
 
 def _diff(a, out) -> int:
@@ -199,8 +237,10 @@ def _diff(a, out) -> int:
 
 def _replay(a, rest, out) -> int:
     from .replay import ReplayError, replay
+    if a.output and output_problem(a.output):
+        raise CliError(f"-o {a.output}: {output_problem(a.output)}")
     try:
-        report = replay(a.app, rest, a.run_trace)
+        report = replay(a.app, rest if a.app else None, a.run_trace)
     except ReplayError as e:
         raise CliError(str(e)) from None
     print(report.text(a.top), file=out)

@@ -28,7 +28,7 @@ megatron         Megatron-LM's tensor parallelism of degree t inside a node, dat
 
 All take (model, number of devices, devices per node) and return a config for every
 operator; where a dim is shorter than the device count, fewer devices are used (as in
-strategy/standard.py). Apps name theirs in App.expert_strategy.
+strategy/standard.py). Apps name theirs in App.expert (`expert_for`).
 
     expert = layer_per_device(model, 16, 4)    # 4 nodes x 4 GPUs
 """

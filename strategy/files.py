@@ -16,7 +16,9 @@ back the configs, in order, and writing them again gives the same bytes.
 
 `load` checks a file against a model and a machine and reports every problem at once
 (another model, unknown operators, operator types, unknown dims, degrees above an extent,
-device counts, devices out of range), each with a fix. This module owns the format only:
+device counts, devices out of range: one line when the file was made for a bigger machine),
+each with a fix. Values of the wrong type (a device id "1", a degree true) are refused when
+the file is read, naming the operator. This module owns the format only:
 searching and simulating strategies belong to other modules.
 
     save("s.json", trainer.configs, model, machine)
@@ -31,7 +33,7 @@ from typing import Mapping
 
 import msgpack
 
-from parallel_ops.config import ParallelConfig, validate
+from parallel_ops.config import ParallelConfig, config_problems
 from parallel_ops.errors import ConfigError
 
 FORMAT = "soapflow-strategy"
@@ -130,7 +132,7 @@ def from_bytes(raw: bytes, path: str = "<bytes>") -> StrategyFile:
     if not raw:
         raise StrategyFileError(f"strategy file {path}: the file is empty. Export a strategy "
                                 "with an app's --export FILE.")
-    is_json = raw.lstrip()[:1] == b"{"
+    is_json = _looks_like_json(raw)
     try:
         if is_json:
             data = json.loads(raw.decode("utf-8"))
@@ -145,10 +147,53 @@ def from_bytes(raw: bytes, path: str = "<bytes>") -> StrategyFile:
     return from_dict(data, path)
 
 
+def _looks_like_json(raw: bytes) -> bool:
+    """JSON text (any top-level value) rather than msgpack: msgpack's maps and arrays start
+    with bytes that cannot start UTF-8 text."""
+    try:
+        text = raw.decode("utf-8").lstrip()
+    except UnicodeDecodeError:
+        return False
+    return text[:1] in set('{["-0123456789tfn')
+
+
+_KIND = {dict: "an object", list: "a list", str: "a string", int: "a number",
+         float: "a number", bool: "a boolean", type(None): "null"}
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _entry_problems(name: str, entry) -> list[str]:
+    """What is wrong with the types of one operator's entry (values are checked against a
+    model later, by `problems`)."""
+    shape = '{"degrees": {dim: degree}, "devices": [ids]}'
+    if not isinstance(entry, dict) or not isinstance(entry.get("degrees", {}), dict) \
+            or not isinstance(entry.get("devices"), list):
+        return [f"operator '{name}': expected {shape}, got {entry!r}"]
+    out = []
+    for dim, deg in entry.get("degrees", {}).items():
+        if not _is_int(deg):
+            out.append(f"operator '{name}': degree {json.dumps(deg)} on '{dim}' is "
+                       f"{_KIND.get(type(deg), type(deg).__name__)}; write a whole number "
+                       "(1 for no split)")
+    wrong = [d for d in entry["devices"] if not _is_int(d)]
+    if wrong:
+        out.append(f"operator '{name}': device ids {json.dumps(wrong)} are not whole numbers; "
+                   "write them as numbers, e.g. [0, 1]")
+    return out
+
+
 def from_dict(data, path: str = "<data>") -> StrategyFile:
     """Check the structure of a file's object and build its configs."""
     where = f"strategy file {path}"
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
+    if not isinstance(data, dict):
+        raise StrategyFileError(f"{where}: not a strategy file (its top level is "
+                                f"{_KIND.get(type(data), type(data).__name__)}; a strategy "
+                                f"file is an object with \"format\": \"{FORMAT}\" and "
+                                "\"operators\"). Export one with an app's --export FILE.")
+    if data.get("format") != FORMAT:
         raise StrategyFileError(f"{where}: not a strategy file (no \"format\": \"{FORMAT}\" "
                                 "field). Export one with an app's --export FILE.")
     version = data.get("version")
@@ -162,17 +207,17 @@ def from_dict(data, path: str = "<data>") -> StrategyFile:
                                 "{\"degrees\": {...}, \"devices\": [...]}.")
     problems, configs, types = [], {}, {}
     for name, entry in ops.items():
-        if not isinstance(entry, dict) or not isinstance(entry.get("degrees", {}), dict) \
-                or not isinstance(entry.get("devices"), list):
-            problems.append(f"operator '{name}': expected {{\"degrees\": {{dim: degree}}, "
-                            f"\"devices\": [ids]}}, got {entry!r}")
+        found = _entry_problems(name, entry)
+        if found:
+            problems += found
             continue
         if "type" in entry:
             types[name] = entry["type"]
         degrees = tuple(entry.get("degrees", {}).items())
         configs[name] = ParallelConfig(degrees, tuple(entry["devices"]))
     if problems:
-        raise StrategyFileError(f"{where}: {len(problems)} malformed entries:\n  - " +
+        raise StrategyFileError(f"{where}: {len(problems)} malformed "
+                                f"entr{'ies' if len(problems) > 1 else 'y'}:\n  - " +
                                 "\n  - ".join(problems))
     machine = data.get("machine") if isinstance(data.get("machine"), dict) else {}
     return StrategyFile(str(data.get("model", "")), machine, configs, types, version)
@@ -185,6 +230,19 @@ def problems(sf: StrategyFile, model, machine) -> list[str]:
         out.append(f"the file is for model '{sf.model}', this model is '{model.name}'; use a "
                    f"strategy exported from this model (--export FILE)")
     ops = {op.name: op for op in model.ops}
+    # A file made for a bigger machine: one line for the devices this one lacks, not one
+    # per operator (devices beyond what the file was made for are still listed per operator)
+    made_for = sf.machine.get("devices")
+    size = made_for if _is_int(made_for) and made_for > len(machine) else len(machine)
+    beyond = [name for name, c in sf.configs.items() if name in ops
+              and any(len(machine) <= d < size for d in c.devices)]
+    if beyond:
+        n = len(beyond)
+        out.append(f"the file was made for {size} devices; this machine has {len(machine)} "
+                   f"(0..{len(machine) - 1}), so {n} operator{'s' if n > 1 else ''} ("
+                   f"{', '.join(beyond[:3])}{', ...' if n > 3 else ''}) use devices it lacks. "
+                   "Use a strategy made for this machine: search one (--search SECONDS) or "
+                   "export one here (--export FILE)")
     for name, cfg in sf.configs.items():
         op = ops.get(name)
         if op is None:
@@ -197,10 +255,9 @@ def problems(sf: StrategyFile, model, machine) -> list[str]:
             out.append(f"operator '{name}' is a {op.type} in the model but a "
                        f"{sf.types[name]} in the file; the file was made for another model")
             continue
-        try:
-            validate(op, cfg, machine)
-        except ConfigError as e:
-            out.append(str(e).rstrip("."))
+        found = config_problems(op, cfg, size)
+        if found:
+            out.append(f"{op.type} '{op.name}' config {cfg}: " + "; ".join(found))
     return out
 
 

@@ -1,4 +1,5 @@
-"""Machine models, by the name issue 6 gives them; the code lives in strategy/machines/."""
+"""Machine models under a short import path (strategy.machine_model); the code lives in
+strategy/machines/."""
 from .machines import (DEVICE_SPECS, LINK_KINDS, PRESETS, DeviceSpec, Link, LinkSpec,
                        MachineFileError, MachineModel, MachineModelError, NodeType,
                        calibrate_local, cluster_model, from_bytes, from_dict, load,

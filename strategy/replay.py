@@ -9,14 +9,14 @@ planner), refuses a trace whose fingerprint or node names differ, and simulates 
 a machine model (default `local`, calibrated now; a model with one device per rank gets the
 run's devices per rank as logical devices on it, see logical_devices.py; a bigger model
 lends its first devices) with the cost model
-(measured times from a profile when given). Apps are imported by name only when asked for.
+(measured times from a profile when given). The workload (an app's name, or a file defining
+APP) is found through strategy/workload.py, as the other tools find it.
 
     rep = replay(None, None, "run.json")          # app and flags from the trace
     print(rep.text()); rep.write_chrome("both.json")
 """
 from __future__ import annotations
 
-import importlib
 import json
 import math
 import statistics
@@ -30,10 +30,10 @@ from taskrt.trace import node_label, to_chrome
 from . import files as strategy_files
 from .costs import CostModel, CostWarning, Profile
 from .costs.profile import Measurement
-from .costs.app_profile import find_apps
 from .logical_devices import shared
 from .machines import machine_model
 from .simulator import NodeTimer, simulate, trace_of
+from .workload import WorkloadError, load_workload
 
 
 class ReplayError(ValueError):
@@ -160,47 +160,36 @@ def read_trace(path: str) -> tuple[list[dict], dict]:
     return events, run
 
 
-def _app(name: str):
-    find_apps()
+def _workload(name: str):
     try:
-        return importlib.import_module(f"apps.{name}").APP
-    except ModuleNotFoundError as e:
-        raise ReplayError(f"replay: no app '{name}' ({e})") from None
+        return load_workload(name)
+    except WorkloadError as e:
+        raise ReplayError(f"replay: app '{name}': {e}") from None
 
 
-def _rebuild(app, argv, run, path, layout):
-    """(flags, runtime machine, network, graph) of the recorded run."""
-    from apps.errors import UsageError
-    from apps.flags import check_args, make_parser
-    from apps.startup import build_network
-    from apps.training import optimizer
+def _rebuild(workload, argv, run, path, layout):
+    """(built workload, runtime machine, graph) of the recorded run."""
+    ranks, per_rank, kind = layout
+    machine = Machine.grid(ranks, per_rank, kind)
     try:
-        a = make_parser(app).parse_args(list(argv))
-        strategy_path = a.strategy
-        # what does not change the graph, and files that may be gone, are left out
-        a.strategy = a.profile = a.machine = a.search = a.checkpoint_dir = None
-        a.resume, a.simulate, a.checkpoint_every, a.device = False, False, 0, "auto"
-        check_args(app, a)
-        if run.get("batch_size"):
-            a.batch_size = int(run["batch_size"])
-        ranks, per_rank, kind = layout
-        machine = Machine.grid(ranks, per_rank, kind)
-        net, _, _ = build_network(app, a, machine)
+        built = workload.build_from_flags(list(argv), len(machine),
+                                          int(run["batch_size"]) if run.get("batch_size")
+                                          else None)
         if "strategy" in run:
             sf = strategy_files.from_dict(run["strategy"], f"trace {path}")
-            found = strategy_files.problems(sf, net.model, machine)
+            found = strategy_files.problems(sf, built.model, machine)
             if found:
-                raise ReplayError(f"trace {path}: its strategy does not fit {app.name} built "
-                                  "with these flags:\n  - " + "\n  - ".join(found))
+                raise ReplayError(f"trace {path}: its strategy does not fit {workload.name} "
+                                  "built with these flags:\n  - " + "\n  - ".join(found))
             strategy = dict(sf.configs)
         else:
-            strategy = strategy_files.load(strategy_path, net.model, machine) \
-                if strategy_path else {}
-    except (UsageError, strategy_files.StrategyFileError) as e:
-        raise ReplayError(f"trace {path}: cannot rebuild {app.name} {' '.join(argv)}: {e}") \
-            from None
-    lowered = lower(net.model, strategy, machine, optimizer(app, a))
-    return a, machine, net, plan(lowered.launches, machine, initial=lowered.initial)
+            strategy = strategy_files.load(built.strategy_file, built.model, machine) \
+                if built.strategy_file else {}
+    except (WorkloadError, strategy_files.StrategyFileError) as e:
+        raise ReplayError(f"trace {path}: cannot rebuild {workload.name} {' '.join(argv)}: "
+                          f"{e}") from None
+    lowered = lower(built.model, strategy, machine, built.optimizer)
+    return built, machine, plan(lowered.launches, machine, initial=lowered.initial)
 
 
 def _operator(node) -> str:
@@ -244,23 +233,23 @@ def _check_same_graph(graph, run: dict, events: list[dict], path: str) -> None:
 
 
 def _recorded(app_name, argv, trace_path):
-    """(app, argv, (ranks, devices per rank, kind), network, graph, events) of a recorded
-    run, its graph rebuilt and checked against the trace."""
+    """(workload, argv, (ranks, devices per rank, kind), built workload, graph, events) of a
+    recorded run, its graph rebuilt and checked against the trace."""
     events, run = read_trace(trace_path)
     app_name = app_name or run.get("app")
     argv = list(run.get("argv", []) if argv is None else argv)
     if not app_name:
         raise ReplayError(f"trace {trace_path}: it does not say which app ran; pass the app's "
                           "name and flags")
-    app = _app(app_name)
+    workload = _workload(app_name)
     ranks = int(run.get("ranks") or len({e.get("pid", 0) for e in events if e.get("ph") == "X"})
                 or 1)
     per_rank = int(run.get("devices_per_rank") or
-                   _devices_per_rank(app, argv))
+                   _devices_per_rank(workload, argv, ranks, trace_path))
     kind = run.get("device_kind", "cpu")
-    a, machine, net, graph = _rebuild(app, argv, run, trace_path, (ranks, per_rank, kind))
+    built, machine, graph = _rebuild(workload, argv, run, trace_path, (ranks, per_rank, kind))
     _check_same_graph(graph, run, events, trace_path)
-    return app, argv, (ranks, per_rank, kind), net, graph, events
+    return workload, argv, (ranks, per_rank, kind), built, graph, events
 
 
 def profile_from_trace(trace_path: str, app_name: str | None = None, argv=None) -> Profile:
@@ -273,7 +262,7 @@ def profile_from_trace(trace_path: str, app_name: str | None = None, argv=None) 
 
         prof = profile_from_trace("run.json"); prof.save("run.profile")
     """
-    app, argv, (ranks, per_rank, run_kind), net, graph, events = _recorded(
+    workload, argv, (ranks, per_rank, run_kind), _, graph, events = _recorded(
         app_name, argv, trace_path)
     if run_kind != "cpu":
         raise ReplayError(f"trace {trace_path}: recorded on {run_kind} devices, whose events "
@@ -290,7 +279,7 @@ def profile_from_trace(trace_path: str, app_name: str | None = None, argv=None) 
     if not durations:
         raise ReplayError(f"trace {trace_path}: no task events to take costs from")
     prof = Profile(meta={"runs": [{"source": "trace", "trace": str(trace_path),
-                                   "app": app.name, "argv": list(argv), "kind": kind,
+                                   "app": workload.name, "argv": list(argv), "kind": kind,
                                    "layout": f"{ranks}x{per_rank}"}]})
     for key, ts in durations.items():
         prof.add(key, kind, Measurement(statistics.median(ts), len(ts), min(ts), max(ts)))
@@ -302,7 +291,7 @@ def replay(app_name: str | None, argv, trace_path: str, machine_spec="local",
     """Simulate the graph of a recorded run and compare it with the run's trace. `app_name`
     and `argv` default to what the trace records; `machine_spec` is a preset, a file,
     'local', or a MachineModel."""
-    app, argv, (ranks, per_rank, _), net, graph, events = _recorded(app_name, argv,
+    workload, argv, (ranks, per_rank, _), built, graph, events = _recorded(app_name, argv,
                                                                     trace_path)
     machine = graph.machine
     model = machine_model(machine_spec) if isinstance(machine_spec, str) else machine_spec
@@ -313,7 +302,7 @@ def replay(app_name: str | None, argv, trace_path: str, machine_spec="local",
                           f"'{model.name}' has {model.num_devices} device(s). Give a model with "
                           f"one device per rank ({ranks}: 'local' under mpirun -np {ranks}, or "
                           f"a file saved from it) or at least one per device ({len(machine)}).")
-    costs = CostModel(Profile.load(profile) if profile else None, int_ranges=net.int_ranges)
+    costs = CostModel(Profile.load(profile) if profile else None, int_ranges=built.int_ranges)
     timer = NodeTimer(model, costs)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", CostWarning)
@@ -333,14 +322,17 @@ def replay(app_name: str | None, argv, trace_path: str, machine_spec="local",
     measured_chrome = [dict(e, args={"name": f"measured rank {e.get('pid', 0)}"})
                        if e.get("ph") == "M" and e.get("name") == "process_name" else e
                        for e in events]
-    return ReplayReport(app.name, argv, f"{ranks} rank{'s' if ranks > 1 else ''} x "
+    return ReplayReport(workload.name, argv, f"{ranks} rank{'s' if ranks > 1 else ''} x "
                         f"{per_rank} device{'s' if per_rank > 1 else ''}", str(model),
                         graph.fingerprint(), nodes, measured_total,
                         result.makespan if result.valid else result.span,
                         result.valid, measured_chrome, predicted)
 
 
-def _devices_per_rank(app, argv) -> int:
+def _devices_per_rank(workload, argv, ranks: int, path: str) -> int:
     """--devices-per-rank of a run's flags (traces without a record of the layout)."""
-    from apps.flags import make_parser
-    return make_parser(app).parse_known_args(list(argv))[0].devices_per_rank
+    try:
+        return workload.build_from_flags(list(argv), ranks).devices_per_rank
+    except WorkloadError as e:
+        raise ReplayError(f"trace {path}: cannot rebuild {workload.name} {' '.join(argv)}: "
+                          f"{e}") from None

@@ -1,8 +1,9 @@
 """MCMC strategy search (paper §6): Metropolis-Hastings over strategies, delta-simulated.
 
 The cost of a strategy is its simulated iteration time on a machine model. Each proposal
-gives one operator another config (strategy/space.py: half uniformly random, half a neighbor
-of its config); strategy/delta.py re-simulates only what changed. A proposal that is
+gives one operator another config (strategy/space.py SearchSpace.propose: 40% uniformly
+random, 40% a neighbor of its config, 20% a regular config of the restricted space);
+strategy/delta.py re-simulates only what changed. A proposal that is
 `cost(new) - cost(cur)` slower is accepted with probability exp(-beta * that); rejected ones
 are undone (SimulationSession.undo: the graph before is re-assembled from saved state, nothing
 is re-planned or re-simulated). With delta=False every proposal (and undo) is a rebuild and

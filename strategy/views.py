@@ -1,7 +1,8 @@
 """Views of a strategy for people: the table the apps print (`strategy_table`), a summary with
 per-device totals (`summary`), the difference of two strategies (`diff`, `diff_text`) and the
 operator graph coloured by device set as Graphviz DOT (`to_dot`), drawn to SVG where the
-`dot` program is installed (`write_graph`).
+`dot` program is installed and to PNG with matplotlib where it is not (`write_graph`,
+strategy/graph_picture.py).
 
 A strategy here is what the rest of the code passes around: operator name -> ParallelConfig
 (a dict from `strategy.files.load`, a search, or an app's mixed strategy). Operators it does
@@ -11,7 +12,7 @@ loading and checking strategies is strategy/files.py's job.
 
     print(summary(model, configs, machine))
     print(diff_text(diff(a, b, model), "a.json", "b.json"))
-    write_graph("alexnet_mixed", model, configs, machine)   # alexnet_mixed.dot (+ .svg)
+    write_graph("alexnet_mixed", model, configs, machine)   # .dot, and .svg or .png
 """
 from __future__ import annotations
 
@@ -248,55 +249,73 @@ def edges(model) -> dict[tuple[str, str], list]:
     return out
 
 
-def to_dot(model, configs: Mapping[str, ParallelConfig], machine=None) -> str:
-    """Graphviz DOT of the operator graph: a box per operator (name, type, config) filled
-    with the colour of its device set, an edge per producer -> consumer pair labelled with
-    the tensors' shapes, and a legend cluster of device sets and colours."""
+@dataclass
+class GraphStyle:
+    """What both pictures of the graph show: per operator its box text and fill colour, and
+    the legend (device set text, operator count, colour)."""
+    text: dict[str, str]
+    fill: dict[str, str]
+    legend: list[tuple[str, int, str]]
+
+
+def graph_style(model, configs: Mapping[str, ParallelConfig], machine=None) -> GraphStyle:
+    """Box texts (name, type, config), fill colours by device set, and the legend."""
     filled = _filled(model, configs, machine)
     sets = sorted({device_set(c) for c, _ in filled.values() if c is not None},
                   key=lambda s: (len(s), s))
     colour = dict(zip(sets, colours(len(sets))))
     colour[None] = "#ffffff"
+    text, fill, counts = {}, {}, {}
+    for op in model.ops:
+        cfg, default = filled[op.name]
+        state = NOT_SET if cfg is None else str(cfg) + (" (default)" if default else "")
+        text[op.name] = "\n".join((op.name, op.display_type, state))
+        fill[op.name] = colour[device_set(cfg)]
+        counts[device_set(cfg)] = counts.get(device_set(cfg), 0) + 1
+    legend = []
+    for s in sets + ([None] if None in counts else []):
+        name = NOT_SET if s is None else f"device{'s' if len(s) > 1 else ''} " \
+            f"{format_devices(s)}"
+        legend.append((name, counts[s], colour[s]))
+    return GraphStyle(text, fill, legend)
+
+
+def to_dot(model, configs: Mapping[str, ParallelConfig], machine=None) -> str:
+    """Graphviz DOT of the operator graph: a box per operator (name, type, config) filled
+    with the colour of its device set, an edge per producer -> consumer pair labelled with
+    the tensors' shapes, and a legend cluster of device sets and colours."""
+    style = graph_style(model, configs, machine)
     node = {op.name: f"n{i}" for i, op in enumerate(model.ops)}
     lines = [f"digraph {_quote(model.name)} {{",
              "  rankdir=TB;",
              '  node [shape=box, style="filled,rounded", fontname="Helvetica", fontsize=10];',
              '  edge [fontname="Helvetica", fontsize=8];']
     for op in model.ops:
-        cfg, default = filled[op.name]
-        text = NOT_SET if cfg is None else str(cfg) + (" (default)" if default else "")
-        label = _quote("\n".join((op.name, op.display_type, text)))
-        lines.append(f"  {node[op.name]} [label={label}, "
-                     f"fillcolor=\"{colour[device_set(cfg)]}\"];")
+        lines.append(f"  {node[op.name]} [label={_quote(style.text[op.name])}, "
+                     f"fillcolor=\"{style.fill[op.name]}\"];")
     for (src, dst), tensors in edges(model).items():
         shapes = ", ".join("x".join(map(str, t.shape)) for t in tensors)
         names = ", ".join(t.name for t in tensors)
         lines.append(f"  {node[src]} -> {node[dst]} [label={_quote(shapes)}, "
                      f"tooltip={_quote(names)}];")
-    counts: dict = {}
-    for cfg, _ in filled.values():
-        counts[device_set(cfg)] = counts.get(device_set(cfg), 0) + 1
     lines += ["  subgraph cluster_legend {", '    label="devices";', "    rank=sink;"]
-    for i, s in enumerate(sets + ([None] if None in counts else [])):
-        name = NOT_SET if s is None else f"device{'s' if len(s) > 1 else ''} " \
-            f"{format_devices(s)}"
-        n = counts[s]
+    for i, (name, n, fill) in enumerate(style.legend):
         label = _quote(f"{name}: {n} op" + ("s" if n > 1 else ""))
-        lines.append(f"    legend{i} [label={label}, fillcolor=\"{colour[s]}\"];")
+        lines.append(f"    legend{i} [label={label}, fillcolor=\"{fill}\"];")
     lines += ["  }", "}"]
     return "\n".join(lines) + "\n"
 
 
 def write_graph(path: str, model, configs: Mapping[str, ParallelConfig],
                 machine=None) -> list[str]:
-    """Write `path`.dot and, where Graphviz's `dot` is installed, `path`.svg (a .dot or .svg
-    ending of `path` is dropped first); returns the files written. Telling the user that
-    dot is missing (one file came back) is the caller's job.
+    """Write `path`.dot and a picture: `path`.svg where Graphviz's `dot` is installed, else
+    `path`.png drawn with matplotlib (strategy/graph_picture.py); a .dot, .svg or .png
+    ending of `path` is dropped first. Returns the files written.
 
         write_graph("out/alexnet", model, configs)   # ['out/alexnet.dot', 'out/alexnet.svg']
     """
     base = str(path)
-    if base.lower().endswith((".dot", ".svg")):
+    if base.lower().endswith((".dot", ".svg", ".png")):
         base = base[:-4]
     dot_path, svg_path = base + ".dot", base + ".svg"
     with open(dot_path, "w") as f:
@@ -304,7 +323,9 @@ def write_graph(path: str, model, configs: Mapping[str, ParallelConfig],
     written = [dot_path]
     program = shutil.which("dot")
     if program is None:
-        return written
+        from .graph_picture import draw_png
+        draw_png(base + ".png", model, graph_style(model, configs, machine), edges(model))
+        return written + [base + ".png"]
     done = subprocess.run([program, "-Tsvg", dot_path, "-o", svg_path],
                           capture_output=True, text=True)
     if done.returncode != 0:

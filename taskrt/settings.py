@@ -16,7 +16,9 @@ from .errors import PlanError
 
 # name -> (default, integer, minimum): every TASKRT_* number the runtime reads.
 SETTINGS = {
-    "TASKRT_WATCHDOG_S": (300.0, False, 0),
+    "TASKRT_WATCHDOG_S": (0.0, False, 0),          # set: a fixed limit (0: off)
+    "TASKRT_WATCHDOG_FLOOR_S": (60.0, False, 0),
+    "TASKRT_WATCHDOG_START_S": (600.0, False, 0),
     "TASKRT_POLL_MAX_S": (1e-3, False, 0),
     "TASKRT_POLL_BUSY_S": (2e-4, False, None),
     "TASKRT_SPIN_S": (1e-3, False, 0),

@@ -1,8 +1,9 @@
 """Start a real `mpirun -np N python -m mpi4py ...` job from a test, safely.
 
-The job runs in its own session so a timeout kills every rank; only then are the shared-
-memory files it left removed (new ones that no process holds open: other MPI jobs may be
-running on this machine, and a normal exit cleans up by itself).
+The job runs in its own session so a timeout kills every rank; after a timeout or a job that
+ended in error (MPI_Abort leaves them too) the shared-memory files it left are removed (new
+ones that no process holds open or mapped: other MPI jobs may be running on this machine,
+and a normal exit cleans up by itself).
 """
 from __future__ import annotations
 
@@ -27,14 +28,36 @@ def mpirun_path() -> str:
 
 
 def _open_files() -> set[str]:
-    """Paths some process holds open (from /proc; best effort)."""
+    """Paths some process holds open or has mapped (from /proc; best effort)."""
     held = set()
     for fd in glob.glob("/proc/[0-9]*/fd/*"):
         try:
             held.add(os.readlink(fd))
         except OSError:
             pass
+    for maps in glob.glob("/proc/[0-9]*/maps"):
+        try:
+            with open(maps) as f:
+                held.update(line.split(None, 5)[-1].strip() for line in f if "/dev/shm/" in line)
+        except OSError:
+            pass
     return held
+
+
+def _remove_left_shm(before: set[str], wait_s: float = 3.0) -> None:
+    """Remove the new files nobody holds; the job's killed ranks may take a moment to go."""
+    left = set(glob.glob("/dev/shm/mpich_shm_*")) - before
+    deadline = time.monotonic() + wait_s
+    while left:
+        for f in left - _open_files():
+            try:
+                os.unlink(f)
+            except OSError:
+                pass
+        left = {f for f in left if os.path.exists(f)}
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
 
 
 def run_mpi(np_: int, args, timeout: float, env=None, cwd=ROOT):
@@ -51,11 +74,8 @@ def run_mpi(np_: int, args, timeout: float, env=None, cwd=ROOT):
     except subprocess.TimeoutExpired:
         os.killpg(p.pid, signal.SIGKILL)
         out, _ = p.communicate()
-        held = _open_files()
-        for f in set(glob.glob("/dev/shm/mpich_shm_*")) - before - held:
-            try:
-                os.unlink(f)
-            except OSError:
-                pass
+        _remove_left_shm(before)
         pytest.fail(f"mpirun {args} did not finish in {timeout} s:\n{out[-3000:]}")
+    if p.returncode != 0:
+        _remove_left_shm(before)
     return p.returncode, out, time.perf_counter() - start

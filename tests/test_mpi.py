@@ -71,9 +71,13 @@ def test_ready_updates_run_in_batches(mpi_results, model):
         assert per_rank[r][f"{model}/data_parallel"]["batched"] > 1, f"rank {r}"
 
 
-@pytest.mark.parametrize("mode", ["raise", "hang"])
+@pytest.mark.parametrize("mode", ["raise", "stop"])
 def test_failing_rank_brings_all_ranks_down(mode):
-    env = {"TASKRT_WATCHDOG_S": "3"}
+    """A rank that raises ends the job at once; a rank stopped with SIGSTOP (it can neither
+    work nor exit) is found by the watchdog, which is on by default with a limit derived
+    from the measured iterations (here its floor, lowered to 2 s), names the rank that waits
+    and for what, and ends the job."""
+    env = {"TASKRT_WATCHDOG_FLOOR_S": "2"}
     rc, out, secs = run_mpi(2, [os.path.join(ROOT, "tests", "mpi", "failing.py"), mode], 90,
                             env=env)
     what = f"exit status {rc} after {secs:.1f} s, output:\n{out[-3000:]}"
@@ -82,5 +86,7 @@ def test_failing_rank_brings_all_ranks_down(mode):
     if mode == "raise":
         assert "[rank 1]" in out and "boom in the demo task" in out and "produce" in out, what
     else:
-        assert "no progress" in out and "message from rank 1" in out, what
+        assert "[rank 0] watchdog: an iteration still waits after" in out, what
+        assert "TASKRT_WATCHDOG_FLOOR_S" in out, what
+        assert "rank 0 is waiting for:" in out and "message from rank 1" in out, what
     assert secs < 60, what

@@ -54,7 +54,8 @@ SPEC = DeviceSpec("cpu", 1e11, 1e9, 5e10, 1e10, 1 << 34, 5e-6)
 def test_one_rank_runs_its_logical_devices_one_at_a_time():
     base = cluster_model("one", SPEC, 1)
     m = shared_devices(base, 2)
-    _, net, _, opt = load_app("rnnlm", ["--small"], 2)
+    net = load_app("rnnlm", ["--small"], 2)
+    opt = net.optimizer
     s = standard.data_parallel(net.model, [0, 1])
     machine = m.taskrt_machine()
     lowered = lower(net.model, s, machine, opt)

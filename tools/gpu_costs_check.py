@@ -44,7 +44,8 @@ def main(out, app="alexnet", *argv):
                         / m.seconds for (k, d), m in prof.times.items() if d == kind)
         print(f"analytic/measured over {len(ratios)} keys: median {statistics.median(ratios):.2f}"
               f", p10 {ratios[len(ratios) // 10]:.2f}, p90 {ratios[9 * len(ratios) // 10]:.2f}")
-    _, net, _, opt = load_app(app, argv, 2)
+    net = load_app(app, argv, 2)
+    opt = net.optimizer
     trainer = net.model.compile(Machine.local(2, "cuda", num_gpus=1), {}, opt,
                                 record_trace=True, executor="local")
     runs = {}

@@ -27,7 +27,8 @@ def _parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
     pr = sub.add_parser("profile", help="measure an app's task costs on this machine")
-    pr.add_argument("app", help="alexnet, inception, resnet, rnntc, rnnlm, nmt, transformer")
+    pr.add_argument("app", help="an app's name (alexnet, inception, resnet, ...) or a Python "
+                    "file defining APP, followed by its own flags")
     pr.add_argument("--devices", type=int, default=4, metavar="N",
                     help="largest degree a search may use (default 4)")
     pr.add_argument("--device", default="cpu", help="torch device to measure on (cpu, cuda, "
@@ -54,7 +55,8 @@ def _parser() -> argparse.ArgumentParser:
 def _profile(a, app_argv, out) -> int:
     import torch
 
-    from .app_profile import find_apps, profile_app
+    from ..workload import WorkloadError
+    from .app_profile import profile_app
     from .profile import device_kind
     if a.devices < 1:
         print(f"--devices {a.devices}: use 1 or more.", file=sys.stderr)
@@ -69,13 +71,11 @@ def _profile(a, app_argv, out) -> int:
         if now - last[0] > 5 or done == total:
             last[0] = now
             print(f"  {done}/{total} keys, {now - t:.0f} s", file=out, flush=True)
-    find_apps()
-    from apps.errors import UsageError
     try:
         prof = profile_app(a.app, app_argv, a.devices, a.device, a.repeats, a.warmup, output,
                            progress)
-    except UsageError as e:
-        print(f"error: {a.app} {' '.join(app_argv)}: {e}", file=sys.stderr)
+    except WorkloadError as e:
+        print(f"error: {' '.join([a.app, *app_argv])}: {e}", file=sys.stderr)
         return 2
     run = prof.meta["runs"][0]
     print(f"{a.app} {' '.join(app_argv)}: {run['keys']} cost keys from {run['graphs']} graphs "

@@ -9,50 +9,31 @@ their distinct cost keys are profiled once each. So every single-dim split of ev
 at degrees 1..N is measured; configs splitting several dims at once fall back to the
 analytic model unless the mixed strategy happens to use them.
 
-Apps are found by name (`apps.<name>`, its `APP` record), imported only when asked for:
-the strategy layer does not depend on the apps package otherwise.
+Workloads (an app's name, or a Python file defining APP) are found through
+strategy/workload.py; this package never imports the apps.
 """
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import os
-import sys
 import time
 
 from parallel_ops import ConfigError, ParallelConfig
 from parallel_ops.lowering import lower
 from taskrt import Machine, plan
 
+from ..workload import BuiltWorkload, load_workload
 from .profile import Profile
 from .profiler import distinct_nodes, profile_nodes
 
 
-def find_apps() -> None:
-    """Make `apps` importable: it is a folder of scripts beside the installed packages."""
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    if importlib.util.find_spec("apps") is None and root not in sys.path:
-        sys.path.insert(0, root)
+def load_app(app_name: str, argv=(), devices: int = 1) -> BuiltWorkload:
+    """The model (and optimizer, batch, ...) of workload `app_name` built with its flags
+    `argv` for a global batch of `devices` times its per-device batch. Raises
+    WorkloadError for an unknown workload or flags it refuses.
 
-
-def load_app(app_name: str, argv=(), devices: int = 1):
-    """(App, Network, parsed flags, optimizer) of `apps/<app_name>.py` built with `argv`
-    for a global batch of `devices` times the app's per-device batch."""
-    find_apps()
-    try:
-        module = importlib.import_module(f"apps.{app_name}")
-    except ModuleNotFoundError as e:
-        raise ValueError(f"profile_app: no app '{app_name}' (apps/{app_name}.py: {e}). Apps: "
-                         "alexnet, inception, resnet, rnntc, rnnlm, nmt, transformer.") from None
-    from apps.flags import check_args, make_parser
-    from apps.training import optimizer
-    app = module.APP
-    a = make_parser(app).parse_args(list(argv))
-    check_args(app, a)
-    if a.batch_size is None:
-        per = app.small_per_device_batch if a.small else app.per_device_batch
-        a.batch_size = per * devices
-    return app, app.build(a), a, optimizer(app, a)
+        built = load_app("alexnet", ["--small"], devices=4); built.model, built.optimizer
+    """
+    return load_workload(app_name).build_from_flags(list(argv), devices)
 
 
 def search_strategies(model, devices: int) -> list[dict]:
@@ -73,13 +54,14 @@ def search_strategies(model, devices: int) -> list[dict]:
 
 
 def app_graphs(app_name: str, argv=("--small",), devices: int = 2):
-    """(graphs, network) covering the configs a search on `devices` devices may propose."""
-    app, net, a, opt = load_app(app_name, argv, devices)
-    model = net.model
+    """(graphs, built workload) covering the configs a search on `devices` devices may
+    propose."""
+    built = load_app(app_name, argv, devices)
+    model, opt = built.model, built.optimizer
     machine = Machine.local(devices)
     strategies = [None]                       # data parallel
-    if app.mixed_strategy is not None:
-        strategies.append(app.mixed_strategy(model, devices))
+    if built.mixed_strategy is not None:
+        strategies.append(built.mixed_strategy(model, devices))
     strategies += search_strategies(model, devices)
     graphs = []
     for s in strategies:
@@ -88,7 +70,7 @@ def app_graphs(app_name: str, argv=("--small",), devices: int = 2):
         except ConfigError:                   # a mixed strategy not made for this count
             continue
         graphs.append(plan(lowered.launches, machine, initial=lowered.initial))
-    return graphs, net
+    return graphs, built
 
 
 def profile_app(app_name: str, argv=("--small",), devices: int = 2, device: str = "cpu",
@@ -100,11 +82,11 @@ def profile_app(app_name: str, argv=("--small",), devices: int = 2, device: str 
         prof = profile_app("alexnet", ["--small"], devices=4, output="alexnet.profile")
     """
     t0 = time.perf_counter()
-    graphs, net = app_graphs(app_name, argv, devices)
+    graphs, built = app_graphs(app_name, argv, devices)
     t_build = time.perf_counter() - t0
     nodes = distinct_nodes(graphs)
     old = Profile.load(output) if output is not None and os.path.exists(output) else None
-    prof = profile_nodes(nodes, device, repeats, warmup, net.int_ranges, skip=old,
+    prof = profile_nodes(nodes, device, repeats, warmup, built.int_ranges, skip=old,
                          progress=progress)
     run = prof.meta["runs"][0]
     run.update(app=app_name, argv=list(argv), devices=devices, graphs=len(graphs),

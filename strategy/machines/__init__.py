@@ -5,11 +5,11 @@ from .errors import MachineFileError, MachineModelError
 from .fileformat import from_bytes, from_dict, load, save, to_dict
 from .model import MachineModel
 from .presets import (PRESETS, cluster_model, dgx1, dgx_a100, dgx_h100, dgx_h200, k80_cluster,
-                      machine_model, p100_cluster)
+                      machine_model, p100_cluster, presets_text)
 from .specs import DEVICE_SPECS, LINK_KINDS, DeviceSpec, Link, LinkSpec, NodeType
 
 __all__ = ["calibrate_local", "MachineFileError", "MachineModelError", "from_bytes",
            "from_dict", "load", "save", "to_dict", "MachineModel", "PRESETS", "cluster_model",
            "dgx1", "dgx_a100", "dgx_h100", "dgx_h200", "k80_cluster", "machine_model",
-           "p100_cluster", "DEVICE_SPECS", "LINK_KINDS", "DeviceSpec", "Link", "LinkSpec",
+           "p100_cluster", "presets_text", "DEVICE_SPECS", "LINK_KINDS", "DeviceSpec", "Link", "LinkSpec",
            "NodeType"]

@@ -7,14 +7,14 @@ import argparse
 import sys
 
 from .errors import MachineModelError
-from .presets import PRESETS, machine_model
+from .presets import machine_model, presets_text
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m strategy.machines", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("machine", help=f"a preset ({', '.join(PRESETS)}; NAME:NODES), 'local' "
-                                   "or a machine file")
+    p.add_argument("machine", help=f"a preset: {presets_text()}; NAME:NODES for another "
+                                   "node count (p100:2 is 8 GPUs), 'local' or a machine file")
     p.add_argument("--save", metavar="FILE", help="write it (JSON for .json, else msgpack)")
     a = p.parse_args(argv)
     try:

@@ -160,6 +160,18 @@ ALIASES = {"p100-cluster": "p100", "p100x4": "p100", "k80-cluster": "k80", "k80x
            "h100": "dgx-h100", "h200": "dgx-h200"}
 
 
+def presets_text() -> str:
+    """The presets with their sizes, for help texts: 'p100 (16 GPUs: 4 nodes x 4 P100), ...'."""
+    out = []
+    for name, (build, nodes, _) in PRESETS.items():
+        m = build(nodes)
+        kinds = "/".join(sorted(m.device_specs))
+        shape = f"{nodes} nodes x {m.devices_per_node} {kinds}" if nodes > 1 else \
+            f"1 node of {m.devices_per_node} {kinds}"
+        out.append(f"{name} ({m.num_devices} GPUs: {shape})")
+    return ", ".join(out)
+
+
 def machine_model(spec: str) -> MachineModel:
     """A machine by preset name, NAME:NODES, 'local' (calibrated now) or a machine file.
 

@@ -18,8 +18,9 @@ together (the optimizer's updates once a bucket's all-reduce is done) run as one
 device (taskrt.launch, IndexLaunch.batch), except when tracing.
 
 Failures: an exception on any rank prints the rank, the node and the error and aborts every
-rank; the watchdog aborts with the list of awaited messages when nothing happened for
-`watchdog_s` seconds.
+rank. The watchdog (taskrt/executor/watchdog.py, on by default) guards each iteration and
+each collective read: one that outlasts 10x the slowest iteration so far (at least a floor)
+prints the rank and what it awaits (messages from which ranks, all-reduces) and aborts.
 """
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ from .instances import TORCH_DTYPES, InstanceStore
 from .scheduler import (COLLECT, POST_RECV, RECV, RUN, SEND, START, UNPACK, RankScheduler)
 from .steps import (BatchMember, batchable, local_copy_step, reduce_step,
                     run_batches, task_step, view_of)
+from .watchdog import Watchdog
 from ..settings import env_number
 from ..trace import TraceEvent, node_label, node_track
 
@@ -99,7 +101,8 @@ class MPIExecutor:
                             f"but MPI runs {self.comm.Get_size()}. Build the Machine with "
                             "taskrt.discover_machine() under the same mpirun.")
         self._check_same_graph()
-        self.watchdog_s = env_number("TASKRT_WATCHDOG_S", watchdog_s or 300.0, minimum=0)
+        self.watchdog = Watchdog(self.rank, self._abort_job, watchdog_s)
+        self._awaited: tuple[list, object] = ([], lambda: [])   # (receives, collectives)
         # Longest sleep between polls when nothing is runnable: short enough for MPI's
         # progress (some MPIs progress non-blocking collectives only inside MPI calls), long
         # enough that waiting ranks leave the cores to computing ones.
@@ -224,9 +227,16 @@ class MPIExecutor:
         reg = self.graph.regions[name]
         self.store.check_readable(name)      # on every rank alike: no rank enters Bcast alone
         devs = self.graph.machine.devices
-        out = None
         pieces = [(r, h[0], False, False) for r, h in self.graph.final_valid.get(name, [])]
         pieces += [(r, d, True, p) for r, d, p in self.graph.final_pending.get(name, [])]
+        roots = sorted({devs[dev].rank for _, dev, _, _ in pieces} - {self.rank})
+        with self.watchdog.watch(f"reading '{name}'", lambda: "  broadcasts of its parts "
+                                 f"from ranks {roots or [self.rank]}"):
+            return self._read(name, reg, pieces)
+
+    def _read(self, name, reg, pieces) -> torch.Tensor:
+        devs = self.graph.machine.devices
+        out = None
         for rect, dev, partial, in_partial in pieces:
             root = devs[dev].rank
             if dev in self.store.owned:
@@ -250,7 +260,8 @@ class MPIExecutor:
     def run(self) -> None:
         """Run this rank's nodes once; returns when they are all done."""
         try:
-            self._run()
+            with self.watchdog.watch("an iteration", self._waiting_report, iteration=True):
+                self._run()
         except BaseException as exc:
             if not self.abort_on_error:
                 raise
@@ -267,6 +278,14 @@ class MPIExecutor:
         time.sleep(0.5)
         self.comm.Abort(1)
 
+    def _abort_job(self) -> None:
+        """The watchdog's way out: end every rank of the job (never returns)."""
+        try:
+            time.sleep(0.5)              # let mpirun forward the report (see _abort)
+            self.comm.Abort(1)
+        finally:
+            os._exit(1)
+
     def _run(self) -> None:
         MPI = self.MPI
         sched = self.sched
@@ -281,6 +300,7 @@ class MPIExecutor:
         colls = self.collectives
         send_reqs = []
         gpu_sends = []                    # (event, node): device-to-host copies in flight
+        self._awaited = (recv_ids, colls.waiting)   # for the watchdog's report
         self.sent = []
         self.wait_s = 0.0
         self.batched = 0
@@ -399,8 +419,6 @@ class MPIExecutor:
                 sleep = 2e-5
                 continue
             now = clock()
-            if now - last_event > self.watchdog_s:
-                raise ExecutionError(self._stuck_report(recv_ids, colls.waiting()))
             if now - last_event < spin_s:
                 # Just idle: the awaited message or collective (a batch norm's statistics,
                 # a bucket) often comes within microseconds, and time.sleep sleeps 50 us at
@@ -441,17 +459,20 @@ class MPIExecutor:
         self.sent.append((i, dst, buf.numel() * buf.element_size()))
         return self.comm.Isend(_bytes(buf), dest=dst, tag=self.tags[i])
 
-    def _stuck_report(self, recv_ids, coll_ids) -> str:
+    def _waiting_report(self) -> str:
+        """What this rank's iteration awaits (called from the watchdog's thread)."""
         g = self.graph
         devs = g.machine.devices
-        lines = [f"rank {self.rank}: no progress for {self.watchdog_s:.0f} s "
-                 "(TASKRT_WATCHDOG_S sets the limit). Waiting on:"]
+        recv_ids, colls = self._awaited
+        recv_ids, coll_ids = list(recv_ids), list(colls())
+        lines = [f"rank {self.rank} is waiting for:"]
         for i in recv_ids[:20]:
             n = g.nodes[i]
             lines.append(f"  message from rank {devs[n.src].rank} (tag {self.tags[i]}): "
                          f"{n.describe()}")
         for i in coll_ids[:20]:
-            lines.append(f"  all-reduce: {g.nodes[i].describe()}")
+            lines.append(f"  all-reduce among ranks {list(rank_group(g.nodes[i], g.machine))}: "
+                         f"{g.nodes[i].describe()}")
         blocked = [i for i in self.sched.pending() if i not in recv_ids and i not in coll_ids]
         for i in blocked[:10]:
             lines.append(f"  not started: {g.nodes[i].describe()}")

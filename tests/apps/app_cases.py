@@ -9,7 +9,7 @@ import os
 
 import torch
 
-from apps.common import make_parser, run
+from apps.common import run
 from strategy import files
 from taskrt import Machine
 
@@ -33,7 +33,7 @@ def strategy_path(out_dir: str, name: str) -> str:
 def write_mixed(name: str, out_dir: str, devices: int = 2) -> str:
     """Write the app's mixed strategy for `devices` devices to a JSON strategy file."""
     app = app_module(name).APP
-    net = app.build(make_parser(app).parse_args(base_argv(name)))
+    net = app.build_from_flags(base_argv(name), devices)
     path = strategy_path(out_dir, name)
     files.save(path, app.mixed_strategy(net.model, devices), net.model, Machine.local(devices))
     return path

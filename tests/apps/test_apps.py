@@ -18,7 +18,7 @@ sys.path.insert(0, HERE)
 
 from app_cases import STRATEGIES, app_module, load_result, run_case, write_mixed  # noqa: E402
 from apps import APPS  # noqa: E402
-from apps.common import make_parser, parameters  # noqa: E402
+from apps.common import parameters  # noqa: E402
 from strategy import files  # noqa: E402
 from mpi_launch import run_mpi  # noqa: E402
 
@@ -136,7 +136,7 @@ def test_mixed_strategies_use_several_soap_kinds(cases_dir):
 ])
 def test_full_size_cnns_have_torchvision_parameter_counts(app, argv, expected):
     mod = app_module(app)
-    net = mod.APP.build(make_parser(mod.APP).parse_args(["--batch-size", "1", *argv]))
+    net = mod.APP.build_from_flags(["--batch-size", "1", *argv], devices=1)
     assert parameters(net.model) == expected
 
 

@@ -1,11 +1,12 @@
-"""Run under mpirun: rank 1 fails (mode "raise") or hangs (mode "hang") inside a task at
-iteration 2. Every rank must exit non-zero within seconds, and the error must be shown.
+"""Run under mpirun: rank 1 fails (mode "raise") or stops (mode "stop": SIGSTOP, as a rank
+stuck in a kernel or on a dead node) inside a task at iteration 2. Every rank must exit
+non-zero within seconds, and the error must be shown.
 
-    mpirun -np 2 python -m mpi4py tests/mpi/failing.py raise|hang
+    mpirun -np 2 python -m mpi4py tests/mpi/failing.py raise|stop
 """
 import os
+import signal
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
@@ -26,7 +27,7 @@ def produce(ctx, x, y):
     if ctx.device == 1 and ITER[0] == 2:
         if MODE == "raise":
             raise ValueError("boom in the demo task")
-        time.sleep(600)
+        os.kill(os.getpid(), signal.SIGSTOP)
     return x * 2
 
 

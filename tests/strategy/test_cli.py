@@ -79,8 +79,33 @@ def test_errors_are_clear_and_exit_2(tmp_path, capsys):
     bad.write_text("{not json")
     assert main(["diff", str(bad), str(bad)]) == 2
     assert "bad.json" in capsys.readouterr().err
-    assert main(["search"] + APP + ["--budget", "0"]) == 2
-    assert "--search 0" in capsys.readouterr().err
+    assert main(["search"] + APP + ["--budget", "0"]) == 2     # named as the user wrote it
+    assert "--budget 0: give the search a positive number of seconds" in \
+        capsys.readouterr().err
+
+
+def test_a_bad_output_path_is_refused_before_the_search(tmp_path, capsys):
+    """-o into a missing directory: refused at once (the search used to run, then fail
+    with a traceback and lose its result)."""
+    out = tmp_path / "missing" / "s.json"
+    assert main(["search"] + APP + ["--budget", "600", "-o", str(out)]) == 2
+    captured = capsys.readouterr()
+    assert f"-o {out}: the directory {out.parent} does not exist" in captured.err
+    assert "searching" not in captured.out and "Traceback" not in captured.err
+    assert main(["search"] + APP + ["--budget", "600", "-o", str(tmp_path)]) == 2
+    assert "is a directory" in capsys.readouterr().err
+
+
+def test_help_of_search_and_simulate_lists_the_app_flags(capsys):
+    assert main(["simulate", "--app", "rnnlm", "--help"]) == 0
+    out = capsys.readouterr().out
+    for flag in ("--app", "--small", "--strategy", "--machine", "--devices-per-rank",
+                 "--vocab", "p100 (16 GPUs: 4 nodes x 4 P100)"):
+        assert flag in " ".join(out.split()), flag
+    assert main(["search", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "--budget" in out and "Add --app NAME" in out
+    assert "alexnet" in out and "transformer" in out          # the registered apps
 
 
 def test_search_then_train_under_mpirun(tmp_path):
@@ -111,7 +136,24 @@ def test_a_proposal_bounded_search_repeats_exactly(tmp_path, capsys):
     assert "searched 30 proposals" in text
     assert outs[0].read_bytes() == outs[1].read_bytes()
     assert main(["search"] + APP + ["--budget", "5", "--proposals", "0"]) == 2
-    assert "--search-proposals 0: give a positive count" in capsys.readouterr().err
+    assert "--proposals 0: give a positive number of proposals" in capsys.readouterr().err
+
+
+def test_a_users_own_app_file_is_a_workload(tmp_path, capsys):
+    """A Python file defining APP (outside the apps package) works like a built-in app."""
+    import os
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "apps",
+                        "tiny_app.py")
+    assert main(["simulate", "--app", path, "--machine", "p100:1", "--json"]) == 0
+    res = last_json(capsys.readouterr().out)
+    assert res["app"] == "tiny" and res["devices"] == 4 and res["simulated"] is True
+    empty = tmp_path / "empty.py"
+    empty.write_text("X = 1\n")
+    assert main(["simulate", "--app", str(empty), "--machine", "p100:1"]) == 2
+    assert f"--app {empty}: the module defines no APP record" in capsys.readouterr().err
+    empty.write_text("APP = [1]\n")
+    assert main(["simulate", "--app", str(empty)]) == 2
+    assert "its APP (list) lacks main(argv) and build_from_flags" in capsys.readouterr().err
 
 
 def test_replay_of_a_missing_trace_is_a_clear_error(tmp_path, capsys):

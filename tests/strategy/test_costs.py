@@ -398,7 +398,8 @@ def test_profile_app_covers_every_single_dim_split(rnnlm_profile):
     path, report = rnnlm_profile
     prof = Profile.load(path)
     assert "0 failed" in report and f"{len(prof)} measured on cpu" in report
-    _, net, _, opt = load_app("rnnlm", TINY_RNNLM, 2)
+    net = load_app("rnnlm", TINY_RNNLM, 2)
+    opt = net.optimizer
     model, machine = net.model, Machine.local(2)
     for op in model.ops:
         for dim in op.dims:
@@ -424,7 +425,7 @@ def test_show_and_bad_app(rnnlm_profile, capsys):
     assert costs_cli.main(["show", str(path), "--top", "2"], out=out) == 0
     assert "cpu:" in out.getvalue() and "slowest" in out.getvalue()
     assert costs_cli.main(["profile", "nope"], out=out) == 2
-    assert "no app 'nope'" in capsys.readouterr().err
+    assert "error: nope: no such app 'nope'; use alexnet" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("entry", [[["k"], "X", -1.0, 3, 0.0, 0.0],
@@ -452,7 +453,7 @@ def test_flop_counter_totals_as_torch_flop_counter_mode(monkeypatch):
 
     models = [tiny_cnn(), _mlp(8, 12, 10, True)]
     for name in ("transformer", "nmt"):
-        _, net, _, _ = load_app(name, ["--small", "--batch-size", "4"], devices=2)
+        net = load_app(name, ["--small", "--batch-size", "4"], devices=2)
         models.append(net.model)
     checked = 0
     for model in models:

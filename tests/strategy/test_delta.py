@@ -1,6 +1,5 @@
 """Delta simulation equals full simulation, exactly, after random sequences of configuration
 changes on every app (and on the small test models), on a simulated 4-GPU P100 node."""
-import importlib
 import random
 import warnings
 
@@ -8,7 +7,7 @@ import numpy as np
 import pytest
 
 from apps import APPS
-from apps.common import make_parser
+from strategy.workload import load_workload
 from strategy.costs import CostModel
 from strategy.delta import SimulationSession
 from strategy.machine_model import machine_model
@@ -19,9 +18,7 @@ warnings.simplefilter("ignore")       # analytic-cost fallback warnings
 
 
 def app_model(name):
-    app = importlib.import_module(f"apps.{name}").APP
-    a = make_parser(app).parse_args(["--small", "--batch-size", "8"])
-    return app.build(a).model
+    return load_workload(name).build_from_flags(["--small", "--batch-size", "8"], 1).model
 
 
 def check_delta_equals_full(model, changes, seed):

@@ -14,14 +14,14 @@ from strategy.machines import machine_model
 @pytest.mark.parametrize("name", ["alexnet", "inception", "resnet", "rnntc", "rnnlm", "nmt"])
 def test_every_app_has_a_valid_expert_on_every_cluster_shape(name, preset):
     mm = machine_model(preset)
-    app, net, _, _ = load_app(name, ["--small"], mm.num_devices)
-    configs = expert_for(app, net.model, mm)
+    net = load_app(name, ["--small"], mm.num_devices)
+    configs = expert_for(net, net.model, mm)
     assert configs is not None and set(configs) == {op.name for op in net.model.ops}
     resolve_configs(net.model, configs, mm.taskrt_machine())     # raises if invalid
 
 
 def test_one_weird_trick_splits_fully_connected_layers_only():
-    _, net, _, _ = load_app("alexnet", ["--small"], 4)
+    net = load_app("alexnet", ["--small"], 4)
     cfg = one_weird_trick(net.model, 4, 4)
     for op in net.model.ops:
         degrees = dict(cfg[op.name].degrees)
@@ -36,7 +36,7 @@ def test_one_weird_trick_splits_fully_connected_layers_only():
 
 
 def test_layer_per_device_puts_layers_of_a_node_apart_and_replicates_across_nodes():
-    _, net, _, _ = load_app("rnntc", ["--small"], 16)
+    net = load_app("rnntc", ["--small"], 16)
     cfg = layer_per_device(net.model, 16, 4)
     lstm = [op.name for op in net.model.ops if op.type == "lstm"]
     slots = [cfg[name].devices[0] for name in lstm]

@@ -2,6 +2,7 @@
 once with a fix, clear errors for corrupt, truncated, empty and foreign files, no pickle."""
 import json
 import pickle
+import re
 
 import msgpack
 import pytest
@@ -101,15 +102,61 @@ def test_operator_type_mismatch_is_reported(tmp_path):
         files.load(path, mlp(), Machine.local(1))
 
 
-def test_hand_edited_values_of_wrong_types_are_problems_not_crashes(tmp_path):
+@pytest.mark.parametrize("old,new,message", [
+    ('"n": 2', '"n": "2"', "operator 'fc1': degree \"2\" on 'n' is a string; write a whole "
+                           "number (1 for no split)"),
+    ('"n": 2', '"n": true', "operator 'fc1': degree true on 'n' is a boolean"),
+    ('"n": 2', '"n": 2.0', "operator 'fc1': degree 2.0 on 'n' is a number"),
+    ('"devices": [0, 1]', '"devices": ["0", "1"]', "operator 'fc1': device ids [\"0\", \"1\"] "
+                                                  "are not whole numbers"),
+    ('"devices": [0, 1]', '"devices": [0, false]', "operator 'fc1': device ids [false]"),
+    ('"devices": [0, 1]', '"devices": 2', "operator 'fc1': expected"),
+])
+def test_hand_edited_values_of_wrong_types_are_refused_by_name(tmp_path, old, new, message):
+    """Strings and booleans in a hand-edited file: refused when read, naming the operator
+    (a device id "0" used to crash with a TypeError, a degree true was taken as 1)."""
     path = tmp_path / "s.json"
     files.save(path, {"fc1": P([0, 1], n=2)}, mlp(), Machine.local(2))
-    path.write_text(path.read_text().replace('"n": 2', '"n": "2"'))
-    with pytest.raises(StrategyFileError, match=r"degree '2' on 'n' must be a positive integer"):
+    path.write_text(path.read_text().replace(old, new))
+    with pytest.raises(StrategyFileError) as e:
         files.load(path, mlp(), Machine.local(2))
-    path.write_text(path.read_text().replace('"devices": [0, 1]', '"devices": 2'))
-    with pytest.raises(StrategyFileError, match=r"operator 'fc1': expected"):
+    assert message in str(e.value) and str(path) in str(e.value)
+
+
+def test_configs_of_wrong_types_are_problems_not_crashes():
+    """The same values given in code (not through a file) to the config check."""
+    from parallel_ops.config import validate
+    from parallel_ops.errors import ConfigError
+    fc1 = mlp().op("fc1")
+    for cfg, message in [(ParallelConfig((("n", True),), (0,)), "degree True on 'n' must be "
+                          "a positive integer"),
+                         (ParallelConfig((("n", 2),), ("0", "1")), "device ids ['0', '1'] are "
+                          "not whole numbers")]:
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            validate(fc1, cfg, Machine.local(2))
+
+
+def test_json_of_another_shape_is_called_json(tmp_path):
+    path = tmp_path / "s.json"
+    path.write_text('[{"format": "soapflow-strategy"}]')
+    with pytest.raises(StrategyFileError, match=r"not a strategy file \(its top level is a "
+                                                 r"list; a strategy file is an object"):
         files.read(path)
+    path.write_text('  "inception"')
+    with pytest.raises(StrategyFileError, match=r"its top level is a string"):
+        files.read(path)
+
+
+def test_a_file_for_a_bigger_machine_is_one_problem_not_one_per_operator(tmp_path):
+    path = tmp_path / "s.json"
+    files.save(path, {n: P(list(range(8)), n=8) for n in ("fc1", "act", "fc2", "loss")},
+               mlp(), Machine.local(8))
+    with pytest.raises(StrategyFileError) as e:
+        files.load(path, mlp(), Machine.local(2))
+    msg = str(e.value)
+    assert "1 problem:" in msg and msg.count("\n  - ") == 1
+    assert "the file was made for 8 devices; this machine has 2 (0..1), so 4 operators " \
+           "(fc1, act, fc2, ...) use devices it lacks" in msg
 
 
 @pytest.mark.parametrize("damage,match", [

@@ -33,7 +33,8 @@ def app(request):
 
 def test_every_strategy_is_valid_and_plans(app):
     name, built = app
-    for n, (_, net, _, opt) in built.items():
+    for n, net in built.items():
+        opt = net.optimizer
         machine = Machine.local(n)
         for s in NAMES:
             strategy = make(s, net.model, list(range(n)))
@@ -48,7 +49,7 @@ def test_every_strategy_is_valid_and_plans(app):
 
 def test_operation_parallel_spreads_ops_over_every_device(app):
     name, built = app
-    _, net, _, _ = built[4]
+    net = built[4]
     devices = [3, 1, 0, 2]
     s = standard.operation_parallel(net.model, devices)
     used = [s[op.name].devices[0] for op in net.model.ops]
@@ -68,7 +69,7 @@ def test_balanced_blocks_minimize_the_largest_block():
 
 
 def test_fallbacks_respect_extents():
-    _, net, _, _ = load_app("alexnet", ["--small"], 4)
+    net = load_app("alexnet", ["--small"], 4)
     model = net.model
     devices = [0, 1, 2, 3]
     par = standard.parameter_parallel(model, devices)
@@ -82,7 +83,7 @@ def test_fallbacks_respect_extents():
 
 
 def test_random_strategy_is_reproducible_and_varied():
-    _, net, _, _ = load_app("inception", ["--small"], 4)
+    net = load_app("inception", ["--small"], 4)
     a = standard.random_strategy(net.model, [0, 1, 2, 3], 7)
     b = standard.random_strategy(net.model, [0, 1, 2, 3], random.Random(7))
     c = standard.random_strategy(net.model, [0, 1, 2, 3], 8)
@@ -92,7 +93,7 @@ def test_random_strategy_is_reproducible_and_varied():
 
 
 def test_bad_device_lists_are_refused():
-    _, net, _, _ = load_app("rnnlm", ["--small"], 1)
+    net = load_app("rnnlm", ["--small"], 1)
     with pytest.raises(ValueError, match="empty device list"):
         standard.data_parallel(net.model, [])
     with pytest.raises(ValueError, match="repeat an id"):
@@ -103,7 +104,8 @@ def test_each_strategy_trains_alexnet_like_data_parallel():
     argv = ["--small", "--batch-size", "8", "--dtype", "float64"]
     results = {}
     for s in NAMES:
-        _, net, _, opt = load_app("alexnet", argv, 2)
+        net = load_app("alexnet", argv, 2)
+        opt = net.optimizer
         trainer = Trainer(net.model, Machine.local(2), make(s, net.model, [0, 1]), opt,
                           executor="local")
         loss = trainer.step(net.synthetic(0, 0))

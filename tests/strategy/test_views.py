@@ -17,8 +17,8 @@ P = ParallelConfig.of
 
 @pytest.fixture(scope="module")
 def alexnet():
-    app, net, _, _ = load_app("alexnet", ["--small"], 4)
-    return net.model, app.mixed_strategy(net.model, 4)
+    net = load_app("alexnet", ["--small"], 4)
+    return net.model, net.mixed_strategy(net.model, 4)
 
 
 def branchy():
@@ -198,13 +198,27 @@ def test_colours_are_distinct():
         assert all(re.fullmatch(r"#[0-9a-f]{6}", c) and c != "#ffffff" for c in cs)
 
 
-def test_write_graph_without_dot(tmp_path, monkeypatch, alexnet):
+def test_write_graph_without_dot_draws_a_png(tmp_path, monkeypatch, alexnet):
+    """Without Graphviz the picture is drawn with matplotlib (part of the install)."""
     monkeypatch.setenv("PATH", str(tmp_path))          # no `dot` on the path
     model, mixed = alexnet
     written = views.write_graph(tmp_path / "g.dot", model, mixed)
-    assert written == [str(tmp_path / "g.dot")]
+    assert written == [str(tmp_path / "g.dot"), str(tmp_path / "g.png")]
     assert (tmp_path / "g.dot").read_text() == views.to_dot(model, mixed)
     assert not (tmp_path / "g.svg").exists()
+    png = (tmp_path / "g.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
+    assert width > 200 and height > 200
+
+
+def test_graph_layers_follow_the_edges(alexnet):
+    model, _ = alexnet
+    from strategy.graph_picture import layers
+    depth = layers(model, views.edges(model))
+    for src, dst in views.edges(model):
+        assert depth[dst] > depth[src], (src, dst)
+    assert depth["conv1"] == 0 and depth["loss"] == max(depth.values())
 
 
 @pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz's dot is not installed")
