@@ -8,7 +8,7 @@ import torch
 from ..activation import fuse_activations
 from ..errors import UnsupportedModelError
 from ..model import Model
-from .capture import capture_export, capture_fx
+from .capture import capture_export, capture_fx, training_mode
 from .imported import Imported
 from .registry import MODULES
 from .values import format_problems
@@ -52,6 +52,11 @@ def import_module(module: torch.nn.Module, example_inputs: Any, method: str = "a
     """
     if method not in ("auto", "fx", "export"):
         raise ValueError(f"import_module: method '{method}'; use 'auto', 'fx' or 'export'.")
+    with training_mode(module):
+        return _import(module, example_inputs, method, name, seed, fuse_activations)
+
+
+def _import(module, example_inputs, method, name, seed, fuse_activations) -> Imported:
     args, kwargs = _example(example_inputs)
     model_name = name or type(module).__name__
     fx_error = None

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +32,20 @@ class Captured:
     params: dict[str, str] = field(default_factory=dict)       # placeholder -> state key
     constants: dict[str, torch.Tensor] = field(default_factory=dict)
     user_outputs: list | None = None            # output nodes/values given to the user
+
+
+@contextmanager
+def training_mode(module: torch.nn.Module):
+    """Within: `module` and its submodules in train() mode; afterwards each has its own
+    flag back. The import builds a training graph (dropout, batch statistics) whatever
+    the flag; Trainer(training=False) evaluates that graph as eval() would."""
+    flags = [(m, m.training) for m in module.modules()]
+    module.train()
+    try:
+        yield
+    finally:
+        for m, flag in flags:
+            m.training = flag
 
 
 class _LeafTracer(fx.Tracer):
