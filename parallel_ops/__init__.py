@@ -15,7 +15,7 @@ from .tensor import Tensor, Weight
 from .trainer import Trainer
 from . import (linear, loss, elementwise, dropout, shape, softmax, layernorm,  # noqa: F401
                conv2d, pool2d, batchnorm,
-               embedding, matmul, attention, lstm, seq_attention)
+               embedding, matmul, attention, lstm, seq_attention, expand, clamp)
 
 __all__ = ["ParallelConfig", "data_parallel", "validate", "CheckpointError", "ConfigError",
            "OperatorError", "ShapeError", "UnsupportedModelError", "Lowered", "lower", "Model",
