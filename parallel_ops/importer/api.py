@@ -10,7 +10,7 @@ from ..errors import UnsupportedModelError
 from ..model import Model
 from .capture import capture_export, capture_fx, training_mode
 from .imported import Imported
-from .registry import MODULES
+from .registry import module_converter
 from .values import format_problems
 from .walk import Importer
 
@@ -62,7 +62,7 @@ def _import(module, example_inputs, method, name, seed, fuse_activations) -> Imp
     fx_error = None
     if method in ("auto", "fx"):
         try:
-            cap = capture_fx(module, args, kwargs, tuple(MODULES))
+            cap = capture_fx(module, args, kwargs, module_converter)
         except Exception as e:          # fx cannot trace it: say why, or try export
             if method == "fx":
                 raise UnsupportedModelError(

@@ -140,8 +140,22 @@ def binary(ctx, kind: str, a, b) -> Tensor:
         if core != tuple(small.shape):
             small = reshape(ctx, small, core)
         return build(big, small, name=ctx.op_name())
-    raise Unsupported(f"broadcast of {a.shape} and {b.shape}: only a second operand equal "
-                      "to the other's trailing axes (after leading 1s) is supported")
+    # Any other broadcast: expand the operands that need it to the result's shape.
+    a, b = (expand(ctx, t, out) for t in (a, b))
+    return build(a, b, name=ctx.op_name())
+
+
+def expand(ctx, x, sizes) -> Tensor:
+    """x.expand(*sizes) (-1 keeps a size; sizes given for a parameter's stored shape)."""
+    shape = tuple(x.view.shape) if isinstance(x, Param) else tuple(ctx.tensor(x).shape)
+    x = ctx.tensor(x)
+    try:
+        target = builder_module("expand").expanded_shape("expand", shape, sizes)
+    except ValueError as e:
+        raise Unsupported(str(e)) from None
+    if target == tuple(x.shape):
+        return x
+    return ctx.model.expand(x, target, name=ctx.op_name())
 
 
 def add(ctx, a, b, alpha=1) -> Tensor:
