@@ -20,6 +20,11 @@ setup(
     ],
     # scikit-learn ships the digits images of the apps' real-data path (--data digits).
     # matplotlib draws bench/figure6.png (bench/search_quality.py); without it, no picture.
+    # timm: its model classes for tests/importer/test_import_vision*.py. torchvision 0.28.0
+    # is the release for torch 2.13 (it pins torch==2.13.0, so nothing moves torch), but its
+    # wheel needs CUDA libraries: with the CPU build of torch, timm cannot be imported and
+    # those tests run the same blocks in plain torch instead (docs/importer.md).
     extras_require={"test": ["pytest>=8", "hypothesis>=6", "scikit-learn"],
+                    "timm": ["timm==1.0.29", "torchvision==0.28.0"],
                     "plots": ["matplotlib"]},
 )
