@@ -17,6 +17,9 @@ setup(
         "mpi4py>=4",
         "mpich",        # an MPI from the package index: mpirun/mpiexec and libmpi
         "msgpack>=1.0",
+        # Compiles the simulator's list scheduler (strategy/listsched.py); pinned because its
+        # releases track numpy's closely.
+        "numba==0.68.0",
     ],
     # scikit-learn ships the digits images of the apps' real-data path (--data digits).
     # matplotlib draws bench/figure6.png (bench/search_quality.py); without it, no picture.

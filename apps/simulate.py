@@ -103,7 +103,7 @@ def _ms(s: float) -> str:
 def prediction_report(p: Prediction) -> str:
     """What --simulate prints: time, throughput, devices, links, communication, memory."""
     a, r, c = p.args, p.result, p.graph.count()
-    span = max(r.end, default=0.0)                 # the timeline, also when invalid
+    span = r.span                 # the timeline, also when invalid
     n = len(p.machine)
     lines = [f"Predicted: {p.app.title}{' --small' if a.small else ''} on "
              f"{p.machine_model.name}, {p.machine_model}, {n} device{'s' if n > 1 else ''}, "
@@ -150,7 +150,7 @@ def prediction_json(p: Prediction) -> dict:
     a, r = p.args, p.result
     t = r.makespan if r.valid else None
     computes = p.compute_resources()
-    span = max(r.end, default=0.0)
+    span = r.span
     return {"app": p.app.name,
             "parameters": parameters(p.network.model),
             "batch_size": a.batch_size,

@@ -9,13 +9,20 @@ simulated P100s (the paper's cluster with 1, 4 and 16 nodes), data parallel, ana
             over the changes; this is the search's inner loop, graph update included; the
             cost model has seen the configs' part shapes in an earlier pass);
   rebuild   the full alternative for the same changes: lower + plan + simulate from scratch.
-The paper's full/delta search-time ratios (Table 5) are 2.2-6.9x; issue 6's target is build
-+ full simulation of Inception-v3 on 16 GPUs in at most 0.1 s.
+  gpt       `apps/transformer.py --simulate` of GPT-3 2.7B's shape (32 layers, width 2560, 32
+            heads, sequence 2048, vocabulary 51200, batch 128) on 128 simulated H100s (16
+            DGX nodes), data parallel: wall time and peak RSS of the whole process.
+The paper's full/delta search-time ratios (Table 5) are 2.2-6.9x; the simulation-core
+issue's targets: build + full simulation of Inception-v3 on 16 GPUs in at most 0.1 s, a
+proposal in at most 10 ms at 16 GPUs, the GPT run in at most 3 s and 2 GB.
 """
 from __future__ import annotations
 
+import os
 import random
+import resource
 import statistics
+import subprocess
 import sys
 import time
 import warnings
@@ -126,4 +133,32 @@ def run(quick: bool = False) -> dict:
     rows.append((f"inception @{gpus} GPUs: build + full simulation", f"{total:.3f} s",
                  "target <= 0.1 s at 16 GPUs, paper size (issue 6)"))
     results["inception_build_plus_sim_s"] = total
+    for app in APPS:
+        r = results[f"{app}@{gpus}"]
+        rows.append((f"{app} @{gpus} GPUs: search proposals per second (one delta each)",
+                     f"{1 / r['delta_s']:.1f}", "target >= 100 (a proposal in <= 10 ms)"))
+    if not quick:
+        results["gpt"] = gpt = measure_gpt()
+        rows.append(("GPT-3 2.7B shape, 128 simulated H100s, data parallel: `apps/transformer.py "
+                     "--simulate`", f"{gpt['wall_s']:.1f} s, peak RSS "
+                     f"{gpt['peak_rss_gb']:.2f} GB", "target <= 3 s / <= 2 GB; whole process, "
+                     "torch import included"))
     return {"title": "simulator speed", "results": results, "rows": rows}
+
+
+GPT_FLAGS = ["--layers", "32", "--width", "2560", "--heads", "32", "--seq-len", "2048",
+             "--vocab", "51200", "--batch-size", "128"]
+
+
+def measure_gpt(machine: str = "dgx-h100:16") -> dict:
+    """Wall time and peak RSS of `apps/transformer.py --simulate` in a process of its own."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    t = time.perf_counter()
+    done = subprocess.run([sys.executable, os.path.join(root, "apps", "transformer.py"),
+                           "--simulate", "--machine", machine, *GPT_FLAGS],
+                          capture_output=True, text=True, cwd=root)
+    wall = time.perf_counter() - t
+    if done.returncode != 0:
+        raise RuntimeError(f"apps/transformer.py --simulate failed:\n{done.stderr[-2000:]}")
+    rss_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return {"wall_s": wall, "peak_rss_gb": rss_kb / 2 ** 20, "machine": machine}

@@ -1,13 +1,17 @@
 """Model: a graph of named operators and tensors, built by calls like model.conv2d(x, 64, 3).
 
 Operators are added in program order, which is a topological order. Names are given or
-made deterministically from the operator type ("conv2d_3"). Weights are initialized when
-their operator is added, from the model's seeded generator, in the order PyTorch's modules
-draw them, so `torch.manual_seed(s)` plus the same torch.nn layers gives the same values.
+made deterministically from the operator type ("conv2d_3"). Weights are drawn from the
+model's seeded generator in the order their operators were added, as PyTorch's modules draw
+them, so `torch.manual_seed(s)` plus the same torch.nn layers gives the same values. They
+are drawn on first use of `initial_values` (InitialValues), not when an operator is added:
+lowering, planning and simulation need shapes only, so a model of billions of parameters
+can be simulated without allocating them.
 Builder methods (conv2d, linear, ...) are attached by the operator modules via `builder`.
 """
 from __future__ import annotations
 
+from collections.abc import MutableMapping
 from typing import Callable
 
 import torch
@@ -26,8 +30,8 @@ class Model:
         self.tensors: dict[str, Tensor] = {}
         self.inputs: list[Tensor] = []
         self.weights: list[Weight] = []
-        self.initial_values: dict[str, torch.Tensor] = {}
         self.generator = torch.Generator().manual_seed(seed)
+        self.initial_values = InitialValues(self.generator)
         self.loss_op: Op | None = None
         self.step_count = 0     # iterations run so far (the trainer advances it; dropout
         #                         masks depend on it, so every rank advances it alike)
@@ -94,16 +98,7 @@ class Model:
             if self.tensors.get(t.name) is not t:
                 raise ShapeError(f"{op.type} '{op.name}': input '{t.name}' does not belong to "
                                  f"model '{self.name}'.")
-        new = [w for w in op.weights if w.owner is op]
-        values = op.init_weights(self.generator)
-        if len(values) != len(new):
-            raise ShapeError(f"{op.type} '{op.name}': init_weights gave {len(values)} tensors "
-                             f"for {len(new)} new weights.")
-        for w, v in zip(new, values):
-            if tuple(v.shape) != w.shape:
-                raise ShapeError(f"{op.type} '{op.name}': initial value of '{w.name}' has "
-                                 f"shape {tuple(v.shape)}, expected {w.shape}.")
-            self.initial_values[w.name] = v.to(getattr(torch, w.dtype)).contiguous()
+        self.initial_values.add(op)
         self.ops.append(op)
         return op
 
@@ -145,3 +140,49 @@ def builder(fn: Callable) -> Callable:
     """Attach `fn(model, ...)` to Model as a method named like the function."""
     setattr(Model, fn.__name__, fn)
     return fn
+
+
+class InitialValues(MutableMapping):
+    """Weight name -> initial value. Operators' weights are drawn (Op.init_weights, from the
+    model's generator, in the order the operators were added) on the first access of any
+    value, so that building, lowering and simulating a model allocate no weights."""
+
+    def __init__(self, generator: torch.Generator):
+        self._generator = generator
+        self._values: dict[str, torch.Tensor] = {}
+        self._pending: list[Op] = []
+
+    def add(self, op: Op) -> None:
+        """Draw `op`'s new weights when values are first needed."""
+        if any(w.owner is op for w in op.weights):
+            self._pending.append(op)
+
+    def _draw(self) -> dict[str, torch.Tensor]:
+        pending, self._pending = self._pending, []
+        for op in pending:
+            new = [w for w in op.weights if w.owner is op]
+            values = op.init_weights(self._generator)
+            if len(values) != len(new):
+                raise ShapeError(f"{op.type} '{op.name}': init_weights gave {len(values)} "
+                                 f"tensors for {len(new)} new weights.")
+            for w, v in zip(new, values):
+                if tuple(v.shape) != w.shape:
+                    raise ShapeError(f"{op.type} '{op.name}': initial value of '{w.name}' has "
+                                     f"shape {tuple(v.shape)}, expected {w.shape}.")
+                self._values[w.name] = v.to(getattr(torch, w.dtype)).contiguous()
+        return self._values
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        return (self._draw() if self._pending else self._values)[name]
+
+    def __setitem__(self, name: str, value: torch.Tensor) -> None:
+        (self._draw() if self._pending else self._values)[name] = value
+
+    def __delitem__(self, name: str) -> None:
+        del (self._draw() if self._pending else self._values)[name]
+
+    def __iter__(self):
+        return iter(self._draw() if self._pending else self._values)
+
+    def __len__(self) -> int:
+        return len(self._draw() if self._pending else self._values)

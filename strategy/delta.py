@@ -2,26 +2,46 @@
 when one operator's configuration changes (delta simulation, the search's inner loop).
 
 A change re-lowers only that operator (parallel_ops.lowering.IncrementalLowering), re-plans
-only the regions its launches touch (taskrt.Planner.replace), and re-times the graph reusing
-every unchanged node's duration and resources (unchanged nodes are the same objects) and
-every untouched region's memory. Times are then propagated in one pass over the nodes in
-program order; since each resource serves its nodes in program order (see
-simulator.py), the result is exactly what a full simulation of the new graph gives.
+only the regions its launches touch (taskrt.Planner.replace), which rebuilds only the node
+groups of the launches using those regions (taskrt/nodegroups.py). Everything the simulator
+needs per node (duration, resources, buffers used) is kept per group as arrays, so a new
+graph is the groups' arrays concatenated, its node ids resolved in bulk, and the whole
+timeline re-timed by the compiled list scheduler (strategy/listsched.py) and the memory peak
+by sorted allocation events (taskrt.liveness.peak_bytes_flat). No per-node Python runs for
+the groups a change did not touch, and the result is by construction what a full
+simulation of the new graph gives (tests/strategy/test_delta.py checks it). The TaskGraph
+object view (`graph`) is built only when asked for.
 """
 from __future__ import annotations
 
-from bisect import bisect_right
+from dataclasses import dataclass
+
+import numpy as np
 
 from parallel_ops.lowering import IncrementalLowering
 from parallel_ops.optim import SGD
-from taskrt import Planner
+from taskrt import Planner, liveness
 from taskrt.gcpause import gc_paused
-from taskrt.liveness import (INSTANCE, PARTIAL, STAGING, buffers_of, is_temporary, peak_bytes,
-                             results_of, task_reads_writes)
+from taskrt.liveness import INSTANCE, PARTIAL, STAGING, buffers_of, peak_bytes_flat
+from taskrt.nodegroups import assemble
+from taskrt.privilege import Privilege
 
-from .simulator import NodeTimer, SimResult, propagate, result_of
+from .listsched import csr
+from .simulator import NodeTimer, Resources, SimResult, result_of, timeline
 
-CHECKPOINT_EVERY = 256       # nodes between saved resource states (see _propagate)
+_READ, _RW = Privilege.READ, Privilege.READ_WRITE
+
+
+@dataclass(eq=False, slots=True)
+class _GroupSim:
+    """What the simulator needs of one node group, as arrays aligned with its nodes."""
+    dur: np.ndarray
+    res_counts: np.ndarray
+    res_ids: np.ndarray
+    buf_counts: np.ndarray
+    buf_ids: np.ndarray
+    read_by_writers: frozenset     # regions read (R, RW) by tasks that write something
+    reads_of_writers: dict         # region written -> regions read by the tasks writing it
 
 
 class SimulationSession:
@@ -35,26 +55,41 @@ class SimulationSession:
             self.planner = Planner(self.machine, initial=lowered.initial)
             for launch in lowered.launches:
                 self.planner.add_launch(launch)
-            self.graph = self.planner.finish()
             self.timer = NodeTimer(machine_model, costs)
-            # Node -> (duration, resources): nodes a re-plan did not touch are the same
-            # objects in the new graph, so only new nodes are timed.
-            self._timing: dict = {}
-            self._memory_of: dict[str, dict[int, int]] = {}     # region -> device -> bytes
-            self._checkpoints: list[tuple[int, dict, dict]] = []  # (node id, free, busy)
+            self.resources = Resources()
+            self._timing: dict = {}          # node -> (duration, resource ids)
+            self._sims: dict = {}            # NodeGroup -> _GroupSim
+            # Buffers (taskrt.liveness keys) as dense ids: device, region index, bytes.
+            self._buffer_ids: dict = {}
+            self._buf_dev: list[int] = []
+            self._buf_region: list[int] = []
+            self._buf_bytes: list[int] = []
+            self._buf_staging: list[bool] = []
+            self._region_index: dict[str, int] = {}
+            # Per region: its instance and partial-sum buffers as (ids, devices, bytes).
+            self._region_buffers: dict[str, tuple] = {}
+            self._graph = None
             self._undo: tuple | None = None       # what change() replaced, for undo()
-            self.result = self._propagate()
+            self.result = self._simulate(None)
 
     @property
     def configs(self):
         return self.lowering.configs
 
+    @property
+    def graph(self):
+        """The TaskGraph of the current strategy (built on first use after a change; node ids
+        index result.start and result.end)."""
+        if self._graph is None:
+            with gc_paused():
+                self._graph = self.planner.finish()
+        return self._graph
+
     def change(self, op_name: str, config) -> SimResult:
         """Give one operator another config and return the new simulation result. `undo()`
         takes it back. On an error (a config that does not fit) the session is as before."""
         lowering = self.lowering
-        before = (op_name, lowering.configs[op_name], lowering.parts[op_name], self.graph,
-                  self.result, list(self._checkpoints), dict(self._memory_of))
+        before = (op_name, lowering.configs[op_name], lowering.parts[op_name], self.result, {})
         self._undo = None
         replaced = False
         with gc_paused():
@@ -66,8 +101,9 @@ class SimulationSession:
                            if r.name in names}
                 replaced = True
                 touched = self.planner.replace(launches, initial, record_undo=True)
-                self.graph = self.planner.finish()
-                self.result = self._propagate(touched)
+                before[4].update((name, self._region_buffers.get(name)) for name in touched)
+                self._graph = None
+                self.result = self._simulate(touched)
             except BaseException:
                 self._restore(before, replaced)
                 raise
@@ -75,8 +111,7 @@ class SimulationSession:
         return self.result
 
     def undo(self) -> SimResult:
-        """Take back the last change(): the graph, result and configs before it (a search's
-        rejected proposal costs one re-assembly of the graph instead of a second change)."""
+        """Take back the last change(): the plan, result and configs before it."""
         if self._undo is None:
             raise ValueError("SimulationSession.undo: no change to take back (one level).")
         before, self._undo = self._undo, None
@@ -85,13 +120,17 @@ class SimulationSession:
         return self.result
 
     def _restore(self, before, replaced: bool) -> None:
-        op_name, cfg, part, graph, result, checkpoints, memory_of = before
+        op_name, cfg, part, result, region_buffers = before
         self.lowering.restore(op_name, cfg, part)
         if replaced and self.planner.can_undo:
             self.planner.undo()
-            graph = self.planner.finish()
-        self.graph, self.result = graph, result
-        self._checkpoints, self._memory_of = checkpoints, memory_of
+        for name, entry in region_buffers.items():
+            if entry is None:
+                self._region_buffers.pop(name, None)
+            else:
+                self._region_buffers[name] = entry
+        # The graph object of before is not reused: a later finish() gave its nodes new ids.
+        self.result, self._graph = result, None
 
     def full(self) -> SimResult:
         """A from-scratch simulation of the current graph (for checking delta results)."""
@@ -99,131 +138,141 @@ class SimulationSession:
         return simulate(self.graph, self.machine_model, self.costs,
                         NodeTimer(self.machine_model, self.costs))
 
-    def _region_memory(self, name: str, users=None, tasks=None) -> tuple:
-        """One region's part of the memory model (taskrt.liveness): its buffers as
-        [(key, bytes)] (instances and partial-sum buffers as the graph records them, see
-        Planner.finish, and its reduction copies' staging buffers), their users as node
-        objects (key -> list; ids change from graph to graph, objects do not), and the
-        regions written by the tasks that read it (None when no task reads or writes it).
-        `users` and `tasks` (those with a requirement on it): already collected from the
-        graph, else found here from the launches that use the region."""
-        planner, graph = self.planner, self.graph
-        rp = planner.planners[name]
-        if users is None:
-            users, tasks = {}, []
-            nodes = graph.nodes
-            for li, _, _ in planner.log.get(name, ()):
-                found = [n for n, _, _ in planner.region_nodes.get((li, name), ())]
-                for i in graph.launch_nodes.get(planner.launches[li].name, ()):
-                    n = nodes[i]
-                    if n.kind == "task" and any(r.region.name == name for r in n.requirements):
-                        found.append(n)
-                        tasks.append(n)
-                for n in found:
-                    for key in buffers_of(n, nodes):
-                        if key[1] == name:
-                            users.setdefault(key, []).append(n)
-        sizes = [((kind, name, dev, None), rp.region.nbytes(rect))
-                 for kind, rects in ((INSTANCE, rp.instance_rects), (PARTIAL, rp.partial_rects))
-                 for dev, rect in rects.items()]
-        sizes += [(key, key[3].nbytes) for key in users if key[0] == STAGING]
-        rw = set() if tasks else None
-        for n in tasks:
-            reads, writes = task_reads_writes(n)
-            if name in reads:
-                rw.update(writes)
-        return sizes, users, rw
+    # -- per group ---------------------------------------------------------------------------
+    def _buffer(self, key, nbytes: int) -> int:
+        b = self._buffer_ids.get(key)
+        if b is None:
+            b = self._buffer_ids[key] = len(self._buf_dev)
+            self._buf_dev.append(key[2])
+            name = key[1]
+            r = self._region_index.get(name)
+            if r is None:
+                r = self._region_index[name] = len(self._region_index)
+            self._buf_region.append(r)
+            self._buf_bytes.append(nbytes)
+            self._buf_staging.append(key[0] == STAGING)
+        return b
 
-    def _memory(self, touched, start, end) -> dict[int, int]:
-        """memory_per_device(self.graph, start, end), re-collecting only the regions in
-        `touched` (all regions, in one pass over the graph, when None)."""
-        per_region, graph = self._memory_of, self.graph
-        if touched is None:
-            by_region = {name: ({}, []) for name in self.planner.planners}
-            nodes = graph.nodes
-            for n in nodes:
-                for key in buffers_of(n, nodes):
-                    by_region[key[1]][0].setdefault(key, []).append(n)
-                if n.kind == "task":
-                    for name in dict.fromkeys(r.region.name for r in n.requirements):
-                        by_region[name][1].append(n)
-            for name, (users, tasks) in by_region.items():
-                per_region[name] = self._region_memory(name, users, tasks)
-        else:
-            for name in touched:
-                per_region[name] = self._region_memory(name)
-        # Users' ids in this graph, per region and buffer. A task of an unchanged launch is
-        # a new object when its Red+ targets changed: a region whose cached users are not
-        # all in this graph (at their ids) is collected again.
-        nodes = graph.nodes
-        at = nodes.__getitem__
-        names = self.planner.planners
-        ids_of: dict[str, dict] = {}
-        for name in names:
-            for attempt in (0, 1):
-                users = per_region[name][1]
-                ids = {key: [u.id for u in lst] for key, lst in users.items()}
-                try:
-                    if all(list(map(at, ids[key])) == lst for key, lst in users.items()):
-                        break
-                except IndexError:
-                    pass
-                per_region[name] = self._region_memory(name)
-            ids_of[name] = ids
-        kept = set(graph.initial_valid) | results_of(
-            {name: per_region[name][2] for name in names if per_region[name][2] is not None})
+    def _group_sim(self, group) -> _GroupSim:
+        timing, timer, rid, buffer = self._timing, self.timer.timing, self.resources.id, \
+            self._buffer
+        n = len(group.nodes)
+        dur = np.empty(n)
+        res_counts = np.empty(n, dtype=np.int64)
+        buf_counts = np.empty(n, dtype=np.int64)
+        res_ids, buf_ids = [], []
+        read_by_writers, reads_of_writers = set(), {}
+        staged = group.staged
+        for k, node in enumerate(group.nodes):
+            t = timing.get(node)
+            if t is None:
+                d, rs = timer(node)
+                t = timing[node] = (d, tuple(rid(r) for r in rs))
+            dur[k] = t[0]
+            res_counts[k] = len(t[1])
+            res_ids.extend(t[1])
+            keys = buffers_of(node, staged=None if staged is None else staged[k])
+            buf_counts[k] = len(keys)
+            buf_ids.extend(buffer(key, key[3].nbytes if key[0] == STAGING else 0)
+                           for key in keys)
+            if node.kind == "task":
+                reads, writes = [], []
+                for req in node.requirements:
+                    if req.privilege is _READ or req.privilege is _RW:
+                        reads.append(req.region.name)
+                    if req.privilege is not _READ:
+                        writes.append(req.region.name)
+                if writes:
+                    read_by_writers.update(reads)
+                    for w in writes:
+                        reads_of_writers.setdefault(w, set()).update(reads)
+        return _GroupSim(dur, res_counts, np.array(res_ids, dtype=np.int64), buf_counts,
+                         np.array(buf_ids, dtype=np.int64), frozenset(read_by_writers),
+                         reads_of_writers)
+
+    def _region_buffer_arrays(self, name: str) -> tuple:
+        rp = self.planner.planners[name]
+        ids, devs, sizes = [], [], []
+        for kind, rects in ((INSTANCE, rp.instance_rects), (PARTIAL, rp.partial_rects)):
+            for dev, rect in rects.items():
+                ids.append(self._buffer((kind, name, dev, None), 0))
+                devs.append(dev)
+                sizes.append(rp.region.nbytes(rect))
+        return (np.array(ids, dtype=np.int64), np.array(devs, dtype=np.int64),
+                np.array(sizes, dtype=np.int64))
+
+    # -- the simulation ------------------------------------------------------------------------
+    def _simulate(self, touched) -> SimResult:
+        groups = self.planner.groups()
+        sims = self._sims
+        if len(sims) > 2 * len(groups) + 1024:        # forget groups of older graphs
+            sims = self._sims = {g: sims[g] for g in groups if g in sims}
+            if len(self._timing) > 4 * sum(len(g.nodes) for g in groups) + 4096:
+                self._timing = {n: t for g in groups for n in g.nodes
+                                if (t := self._timing.get(n)) is not None}
+        per = []
+        for g in groups:
+            s = sims.get(g)
+            if s is None:
+                s = sims[g] = self._group_sim(g)
+            per.append(s)
+        asm = assemble(groups, self.planner.num_group_ids)
+        dur = np.concatenate([s.dur for s in per])
+        start, end, busy = timeline(dur, np.concatenate([s.res_counts for s in per]),
+                                    np.concatenate([s.res_ids for s in per]),
+                                    asm.pred_ptr, asm.preds, self.resources)
+        memory = self._memory(per, touched, start, end)
+        return result_of(self.machine_model, start, end, busy, memory)
+
+    def _kept_regions(self, per) -> set[str]:
+        """Regions whose buffers persist (taskrt.liveness.Liveness.of with keep=None): initial
+        data, the graph's results (regions no writing task reads) and what the tasks writing
+        a result read."""
+        read_by_writers = set()
+        for s in per:
+            read_by_writers |= s.read_by_writers
+        sinks = set(self.planner.regions) - read_by_writers
+        kept = sinks | {name for name, pieces in self.planner.initial.items() if pieces}
+        for s in per:
+            for written, reads in s.reads_of_writers.items():
+                if written in sinks:
+                    kept |= reads
+        return kept
+
+    def _memory(self, per, touched, start, end) -> dict[int, int]:
+        """memory_per_device(self.graph, start, end): taskrt.liveness's model over arrays."""
+        region_buffers = self._region_buffers
+        for name in (self.planner.planners if touched is None else touched):
+            if name in self.planner.planners:
+                region_buffers[name] = self._region_buffer_arrays(name)
+        kept = self._kept_regions(per)
+        index = self._region_index
+        kept_mask = np.zeros(len(index) + 1, dtype=bool)
+        kept_mask[[index[name] for name in kept if name in index]] = True
+        nbytes = np.array(self._buf_bytes, dtype=np.int64)
+        ids = np.concatenate([e[0] for e in region_buffers.values()])
+        nbytes[ids] = np.concatenate([e[2] for e in region_buffers.values()])
+        buf_dev = np.array(self._buf_dev, dtype=np.int64)
+        region = np.array(self._buf_region, dtype=np.int64)
+        persistent_mask = kept_mask[region] | (nbytes < liveness.MIN_TEMPORARY_BYTES)
+        # Users: (buffer, node id) for every buffer each node uses.
+        counts = np.concatenate([s.buf_counts for s in per])
+        users_buf = np.concatenate([s.buf_ids for s in per])
+        users_node = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
+        # Persistent: every instance and partial buffer, and the staging buffers in use.
+        staged = np.unique(users_buf[np.array(self._buf_staging, dtype=bool)[users_buf]])
         persistent: dict[int, int] = {}
-        device, nbytes, user_ids = [], [], []
-        for name in names:
-            sizes, users, _ = per_region[name]
-            if name in kept:
-                for key, b in sizes:
-                    persistent[key[2]] = persistent.get(key[2], 0) + b
-                continue
-            ids = ids_of[name]
-            for key, b in sizes:
-                lst = ids.get(key)
-                if not is_temporary(name, b, kept):     # a small buffer
-                    persistent[key[2]] = persistent.get(key[2], 0) + b
-                elif lst:
-                    device.append(key[2])
-                    nbytes.append(b)
-                    user_ids.append(lst)
-        return peak_bytes(device, nbytes, user_ids, start, end, persistent)
-
-    def _propagate(self, touched=None) -> SimResult:
-        """Time the graph. The first `planner.unchanged_nodes` nodes are those of the last
-        graph, so their times stand: propagation resumes at the last checkpoint (resource
-        state before a node, taken every CHECKPOINT_EVERY nodes) at or before the first node
-        that may differ."""
-        graph, timer, timing = self.graph, self.timer, self._timing
-        nodes = graph.nodes
-        n = len(nodes)
-        if len(timing) > 2 * n + 1024:          # forget the nodes of older graphs
-            timing = self._timing = {node: timing[node] for node in nodes if node in timing}
-        checkpoints = self._checkpoints
-        old = self.result if touched is not None else None
-        k = bisect_right(checkpoints, self.planner.unchanged_nodes, key=lambda c: c[0]) \
-            if old is not None else 0
-        del checkpoints[k:]
-        if k:
-            pos, free, busy = checkpoints[-1]
-            free, busy = dict(free), dict(busy)
-            start = old.start[:pos] + [0.0] * (n - pos)
-            end = old.end[:pos] + [0.0] * (n - pos)
-        else:
-            pos, free, busy = 0, {}, {}
-            start, end = [0.0] * n, [0.0] * n
-        next_checkpoint = pos if not k else pos + CHECKPOINT_EVERY
-        get = timing.get
-        timer_timing = timer.timing
-
-        def node_timing(node):
-            cached = get(node)
-            if cached is None:
-                cached = timing[node] = timer_timing(node)
-            return cached
-        propagate(nodes[pos:] if pos else nodes, graph.preds, node_timing, start, end, free,
-                  busy, checkpoints, CHECKPOINT_EVERY, next_checkpoint)
-        return result_of(self.machine_model, start, end, busy,
-                         self._memory(touched, start, end))
+        for group_ids in (ids, staged):
+            keep = group_ids[persistent_mask[group_ids]]
+            if len(keep):
+                sums = np.bincount(buf_dev[keep], weights=nbytes[keep])
+                for d in np.flatnonzero(np.bincount(buf_dev[keep])):
+                    persistent[int(d)] = persistent.get(int(d), 0) + int(sums[d])
+        # Temporaries with users: allocated from their first user to their last.
+        temp = ~persistent_mask[users_buf]
+        users_buf, users_node = users_buf[temp], users_node[temp]
+        order = np.argsort(users_buf, kind="stable")
+        users_buf, users_node = users_buf[order], users_node[order]
+        bufs, lengths = np.unique(users_buf, return_counts=True)
+        return peak_bytes_flat(buf_dev[bufs], nbytes[bufs], users_node, lengths, start, end,
+                               persistent)

@@ -336,7 +336,7 @@ def replay(app_name: str | None, argv, trace_path: str, machine_spec="local",
     return ReplayReport(app.name, argv, f"{ranks} rank{'s' if ranks > 1 else ''} x "
                         f"{per_rank} device{'s' if per_rank > 1 else ''}", str(model),
                         graph.fingerprint(), nodes, measured_total,
-                        result.makespan if result.valid else max(result.end, default=0.0),
+                        result.makespan if result.valid else result.span,
                         result.valid, measured_chrome, predicted)
 
 

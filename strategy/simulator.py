@@ -23,16 +23,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from taskrt.gcpause import gc_paused
 from taskrt.liveness import Liveness
 from taskrt.trace import TraceEvent, node_label
+
+from .listsched import csr, list_schedule
 
 
 @dataclass
 class SimResult:
     makespan: float                       # predicted iteration time, seconds (inf if invalid)
-    start: list[float]
-    end: list[float]
+    start: np.ndarray                     # per node id, seconds
+    end: np.ndarray
     busy: dict[str, float]                # resource name -> seconds busy
     memory: dict[int, int]                # device -> peak bytes live
     over_capacity: dict[int, int] = field(default_factory=dict)   # device -> bytes over
@@ -40,6 +44,11 @@ class SimResult:
     @property
     def valid(self) -> bool:
         return not self.over_capacity
+
+    @property
+    def span(self) -> float:
+        """When the last node ends (the makespan, also when memory makes it invalid)."""
+        return float(np.max(self.end)) if len(self.end) else 0.0
 
     def utilization(self) -> dict[str, float]:
         """Busy fraction of the iteration per resource."""
@@ -98,54 +107,65 @@ def resource_name(r) -> str:
     return r if isinstance(r, str) else str(getattr(r, "name", r))
 
 
-def propagate(nodes, preds, timing, start, end, free, busy, checkpoints=None,
-              every: int = 0, next_checkpoint: int = -1) -> None:
-    """Time `nodes` (in program order) into start/end: each starts when its predecessors
-    have ended and its resources are free (FIFO per resource in program order), and holds
-    them for its duration. `timing(node)` gives (duration, resources); `free` and `busy`
-    (resource -> seconds) carry the resources' state in and out. With `checkpoints`, the
-    state before node `next_checkpoint` and every `every` nodes after it is appended to it
-    (delta simulation resumes from there)."""
-    for node in nodes:
-        i = node.id
-        if i == next_checkpoint:
-            checkpoints.append((i, dict(free), dict(busy)))
-            next_checkpoint += every
-        dur, resources = timing(node)
-        t = 0.0
-        for p in preds[i]:
-            if end[p] > t:
-                t = end[p]
-        for r in resources:
-            f = free.get(r, 0.0)
-            if f > t:
-                t = f
-        e = t + dur
-        for r in resources:
-            free[r] = e
-            busy[r] = busy.get(r, 0.0) + dur
-        start[i], end[i] = t, e
+class Resources:
+    """Resources (device compute units, links) as dense ids for the list scheduler."""
+
+    def __init__(self):
+        self.ids: dict = {}
+        self.items: list = []
+
+    def id(self, r) -> int:
+        i = self.ids.get(r)
+        if i is None:
+            i = self.ids[r] = len(self.items)
+            self.items.append(r)
+        return i
+
+    def busy_by_name(self, busy, used) -> dict[str, float]:
+        """{resource name: busy seconds} of the resources some node used."""
+        return {resource_name(self.items[r]): float(busy[r]) for r in np.flatnonzero(used)}
+
+
+def timeline(dur, res_counts, res_ids, pred_ptr, preds, resources: Resources):
+    """(start, end, busy by resource name) of nodes in program order (strategy.listsched):
+    each starts when its predecessors have ended and its resources are free (FIFO per
+    resource in program order), and holds them for its duration."""
+    n = len(resources.items)
+    start, end, busy = list_schedule(dur, csr(res_counts), res_ids, pred_ptr, preds, n)
+    used = np.bincount(np.asarray(res_ids, dtype=np.int64), minlength=n) > 0
+    return start, end, resources.busy_by_name(busy, used)
 
 
 def result_of(model, start, end, busy, memory) -> SimResult:
-    """The SimResult of a propagated timeline and the devices' memory needs."""
+    """The SimResult of a timeline and the devices' memory needs."""
     over = {}
     for d, b in memory.items():
         cap = model.device(d).memory_capacity
         if b > cap:
             over[d] = b - cap
-    makespan = max(end, default=0.0) if not over else float("inf")
-    return SimResult(makespan, start, end, {resource_name(r): v for r, v in busy.items()},
-                     memory, over)
+    makespan = (float(end.max()) if len(end) else 0.0) if not over else float("inf")
+    return SimResult(makespan, start, end, busy, memory, over)
 
 
 def simulate(graph, model, costs, timer: NodeTimer | None = None) -> SimResult:
     """Full simulation of one iteration of `graph` (paper Algorithm 1, FIFO in program order)."""
     timer = timer or NodeTimer(model, costs)
     n = len(graph.nodes)
-    start, end = [0.0] * n, [0.0] * n
-    busy: dict = {}
-    propagate(graph.nodes, graph.preds, timer.timing, start, end, {}, busy)
+    resources = Resources()
+    dur = np.empty(n)
+    counts = np.empty(n, dtype=np.int64)
+    res_ids: list[int] = []
+    rid = resources.id
+    for node in graph.nodes:
+        d, rs = timer.timing(node)
+        dur[node.id] = d
+        counts[node.id] = len(rs)
+        res_ids.extend(rid(r) for r in rs)
+    pred_counts = np.fromiter((len(p) for p in graph.preds), dtype=np.int64, count=n)
+    preds = np.fromiter((p for ps in graph.preds for p in ps), dtype=np.int64,
+                        count=int(pred_counts.sum()))
+    start, end, busy = timeline(dur, counts, np.array(res_ids, dtype=np.int64),
+                                csr(pred_counts), preds, resources)
     return result_of(model, start, end, busy, memory_per_device(graph, start, end))
 
 

@@ -36,9 +36,11 @@ _READS = (Privilege.READ, Privilege.READ_WRITE)
 _READ, _RW = Privilege.READ, Privilege.READ_WRITE
 
 
-def buffers_of(node, nodes) -> tuple:
+def buffers_of(node, nodes=None, staged=None) -> tuple:
     """The buffers one node uses, each once: keys (kind, region name, device, copy node)
-    where the copy node is set only for a staging buffer (kind STAGING)."""
+    where the copy node is set only for a staging buffer (kind STAGING). A reduce finds the
+    copy behind each staged input in `staged` (per input, as its node group records it) or
+    else by id in `nodes`."""
     kind = node.kind
     if kind == "task":
         d = node.device
@@ -60,9 +62,10 @@ def buffers_of(node, nodes) -> tuple:
     if kind == "reduce":
         d = node.device
         out = [(INSTANCE, name, d, None)]
-        for inp in node.inputs:
+        for j, inp in enumerate(node.inputs):
             if inp.source == "staged":
-                out.append((STAGING, name, d, nodes[inp.copy_id]))
+                out.append((STAGING, name, d,
+                            staged[j] if staged is not None else nodes[inp.copy_id]))
             else:
                 out.append((PARTIAL if inp.source == "partial" else INSTANCE, name, d, None))
         return tuple(dict.fromkeys(out))
@@ -214,17 +217,26 @@ class Liveness:
 
 def peak_bytes(device, nbytes, users, start, end, persistent) -> dict[int, int]:
     """Persistent bytes plus the most temporaries live at once, per device. Temporary k lives
-    from the earliest start to the latest end of its users (node ids `users[k]`); at equal
-    times releases come first (a buffer freed as a node ends is reusable by the next one),
-    except where a user ending last takes no time: that one still needs the buffer then."""
+    from the earliest start to the latest end of its users (node ids `users[k]`); see
+    peak_bytes_flat."""
+    lengths = np.fromiter((len(u) for u in users), dtype=np.int64, count=len(users))
+    flat = np.fromiter((i for u in users for i in u), dtype=np.int64, count=int(lengths.sum()))
+    return peak_bytes_flat(device, nbytes, flat, lengths, start, end, persistent)
+
+
+def peak_bytes_flat(device, nbytes, flat, lengths, start, end, persistent) -> dict[int, int]:
+    """peak_bytes with the users of temporary k as flat[sum(lengths[:k]):][:lengths[k]] (each
+    non-empty). At equal times releases come first (a buffer freed as a node ends is
+    reusable by the next one), except where a user ending last takes no time: that one still
+    needs the buffer then."""
     out = dict(persistent)
-    if not users:
+    if not len(lengths):
         return out
     start = np.asarray(start, dtype=np.float64)
     end = np.asarray(end, dtype=np.float64)
-    lengths = np.fromiter((len(u) for u in users), dtype=np.int64, count=len(users))
-    flat = np.fromiter((i for u in users for i in u), dtype=np.int64, count=int(lengths.sum()))
-    offsets = np.zeros(len(users), dtype=np.int64)
+    lengths = np.asarray(lengths, dtype=np.int64)
+    flat = np.asarray(flat, dtype=np.int64)
+    offsets = np.zeros(len(lengths), dtype=np.int64)
     np.cumsum(lengths[:-1], out=offsets[1:])
     starts, ends = start[flat], end[flat]
     born = np.minimum.reduceat(starts, offsets)

@@ -5,11 +5,13 @@ interference; then every region it touches is planned by that region's RegionPla
 (coherence.py), independently of all other regions:
   Step 1: reads -- reduce pending partial sums, then copy in the pieces a reader lacks;
   Step 2: one TaskNode per point, with edges from the buffers' earlier accesses.
-`finish()` assembles the regions' nodes and the tasks into a TaskGraph: for each launch, the
-copies/reductions of its reads (regions in order of first read), then its tasks. Node ids
-are that order, a topological one. Because regions are planned independently, `replace()`
-re-plans only the regions that changed launches touch (the graph update delta simulation
-needs), and gives exactly the graph a full plan of the new launches gives.
+The nodes are kept as node groups (nodegroups.py): per launch, the copies/reductions of its
+reads of each region (regions in order of first read), then its tasks; node ids are that
+order, a topological one. Because regions are planned independently, `replace()` re-plans
+only the regions that changed launches touch and rebuilds only their launches' groups (the
+graph update delta simulation needs), giving exactly the graph a full plan of the new
+launches gives. `groups()` hands the groups to the simulator; `finish()` builds the
+TaskGraph object view the executors run from the same groups.
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from .gcpause import gc_paused
 from .geometry import Rect
 from .launch import IndexLaunch
 from .machine import DefaultMapper, Machine, Mapper
+from .nodegroups import NodeGroup, assemble
 from .rectindex import RectIndex
 from .region import Region
 from .taskgraph import ReduceInput, TaskGraph, TaskNode
@@ -50,19 +53,19 @@ class Planner:
         self.state_src: list[list] = []               # per launch, per point: task ref or None
         # Per region: the launches touching it, with what they ask of it, for re-planning.
         self.log: dict[str, list[tuple]] = defaultdict(list)
-        self._tasks: dict[tuple[int, int], TaskNode] = {}   # reused by finish() when unchanged
+        self._tasks: dict[tuple[int, int], TaskNode] = {}   # reused while targets are unchanged
         # Per region: what finish() copies into the graph, kept until the region is planned
         # again (names in _dirty).
         self._region_info: dict[str, tuple] = {}
         self._dirty: set[str] = set()
         # Per launch: the regions it touches.
         self.launch_regions: list[list[str]] = []
-        # What finish() may take over from the last graph (see there).
-        self._graph: TaskGraph | None = None
-        self._valid_prefix = 0                        # launches whose nodes are unchanged
-        self._node_base: list[int] = []               # per launch: id of its first node
-        self._task_base: list[int] = []               # per launch: id of its first task
-        self.unchanged_nodes = 0
+        # Node groups (nodegroups.py) by key: (launch index, region name) for a launch's
+        # read nodes of a region, (launch index, None) for its tasks; a stable id per key.
+        self._groups: dict[tuple, NodeGroup] = {}
+        self._gids: dict[tuple, int] = {}
+        self._stale: set[tuple] = set()               # keys of groups to rebuild
+        self._marked: set[tuple] = set()              # keys made stale since replace() began
         self._undo: _Undo | None = None               # see replace(record_undo=True)
         for region, pieces in (initial or {}).items():
             self._region(region)
@@ -100,6 +103,7 @@ class Planner:
             [None] * len(points)
         self.launches.append(launch)
         self.index[launch.name] = li
+        self._mark((li, None))
         self.points.append(points)
         self.colors.append({c: k for k, (c, _, _) in enumerate(points)})
         self.state_src.append(state_src)
@@ -116,12 +120,18 @@ class Planner:
         for name, acc in accesses.items():
             self._plan_accesses(self._planner(name), name, li, acc)
 
+    def _mark(self, key: tuple) -> None:
+        self._stale.add(key)
+        self._marked.add(key)
+
     def _plan_reads(self, rp: RegionPlanner, name: str, li: int, reads) -> None:
         self._dirty.add(name)
+        self._mark((li, name))
         self.region_nodes[li, name] = rp.plan_reads(self.launches[li], reads)
 
     def _plan_accesses(self, rp: RegionPlanner, name: str, li: int, accesses) -> None:
         self._dirty.add(name)
+        self._mark((li, None))
         launch = self.launches[li]
         points = self.points[li]
         replica_writes: set = set()
@@ -200,90 +210,123 @@ class Planner:
         return out
 
     # -- the graph ---------------------------------------------------------------------------
+    def _gid(self, key: tuple) -> int:
+        gid = self._gids.get(key)
+        if gid is None:
+            gid = self._gids[key] = len(self._gids)
+        return gid
+
+    @property
+    def num_group_ids(self) -> int:
+        return len(self._gids)
+
+    def _resolve(self, refs, own) -> list:
+        """Predecessor refs as (group id, index) pairs: a task ref (launch, point) is point
+        `point` of that launch's task group; a node is where its group put it."""
+        out = set()
+        gids = self._gids
+        for r in refs:
+            if r is None or r == own:
+                continue
+            if type(r) is tuple:
+                key = (r[0], None)
+                gid = gids.get(key)
+                out.add((self._gid(key) if gid is None else gid, r[1]))
+            else:
+                out.add(r.where)
+        return list(out)
+
+    def _build_reads(self, key: tuple) -> NodeGroup | None:
+        items = self.region_nodes.get(key)
+        if items is None:
+            return None
+        gid = self._gid(key)
+        for idx, item in enumerate(items):
+            item[0].where = (gid, idx)
+        staged = [item[2] for item in items]
+        return NodeGroup.of(key, gid, [item[0] for item in items],
+                            [self._resolve(refs, node) for node, refs, _ in items],
+                            staged if any(st is not None for st in staged) else None)
+
+    def _build_tasks(self, key: tuple) -> NodeGroup:
+        li = key[0]
+        launch, preds_of, targets_of = self.launches[li], self.task_preds[li], \
+            self.task_targets[li]
+        nodes, preds = [], []
+        for pi, (color, device, reqs) in enumerate(self.points[li]):
+            refs = set()
+            for p in preds_of[pi].values():
+                refs |= p
+            if self.state_src[li][pi] is not None:
+                refs.add(self.state_src[li][pi])
+            targets = tuple(targets_of[pi])
+            node = self._tasks.get((li, pi))
+            if node is None or node.targets != targets:
+                node = self._tasks[li, pi] = TaskNode(-1, launch, color, device, reqs, targets)
+            nodes.append(node)
+            preds.append(self._resolve(refs, (li, pi)))
+        return NodeGroup.of(key, self._gid(key), nodes, preds)
+
+    def groups(self) -> list[NodeGroup]:
+        """The graph's node groups in program order (nodegroups.py), rebuilding those that
+        changes made stale, in program order (a group resolves references to the groups
+        before it)."""
+        if self._stale:
+            for key in sorted(self._stale, key=lambda k: (k[0], k[1] is None)):
+                if key[0] >= len(self.launches):
+                    continue
+                group = self._build_reads(key) if key[1] is not None else \
+                    self._build_tasks(key)
+                if group is None:
+                    self._groups.pop(key, None)
+                else:
+                    self._groups[key] = group
+            self._stale.clear()
+        groups = self._groups
+        out = []
+        for li, names in enumerate(self.read_order):
+            for name in names:
+                out.append(groups[li, name])
+            out.append(groups[li, None])
+        return out
+
     def finish(self) -> TaskGraph:
-        """Assemble every region's nodes and the tasks into a TaskGraph. Nodes that did not
-        change are the same objects as in the previous graph (with new ids), so only the
-        latest graph of a planner is valid. The nodes of the launches before the first one
-        changed since the last finish() (by replace(), or launches added after it) are taken
-        over as they are: `unchanged_nodes` says how many leading nodes (with their ids and
-        predecessors) are those of the previous graph."""
-        old, keep = self._graph, min(self._valid_prefix, len(self.launches))
-        if old is None:
-            keep = 0
-        node_base, task_base = self._node_base[:keep], self._task_base[:keep]
-        b = self._node_base[keep] if keep < len(self._node_base) else \
-            (len(old.nodes) if old is not None else 0)
+        """The TaskGraph of the launches planned so far: the object view of `groups()`, with
+        ids, sorted predecessor and successor lists, and each region's buffers and valid
+        pieces. Node objects that did not change are the same as in the previous graph
+        (with their new ids), so only the latest graph of a planner is valid."""
+        groups = self.groups()
+        asm = assemble(groups, len(self._gids))
         g = TaskGraph(self.machine)
         g.regions = dict(self.regions)
-        pending: list = []          # (node, pred refs, staged_from) awaiting ids, in order
-        next_id = b
-        for li in range(keep, len(self.launches)):
-            node_base.append(next_id)
-            for name in self.read_order[li]:
-                for item in self.region_nodes.get((li, name), ()):
-                    item[0].id = next_id
-                    next_id += 1
-                    pending.append(item)
-            task_base.append(next_id)
-            for pi in range(len(self.points[li])):
-                pending.append(((li, pi), None, None))
-                next_id += 1
-        succs = []
-        if b:
-            g.nodes, g.preds = old.nodes[:b], old.preds[:b]
-            succs = old.succs[:b]
-            for p, s in enumerate(succs):
-                if s and s[-1] >= b:        # successors among the re-assembled nodes
-                    succs[p] = s[:bisect_left(s, b)]
-            g.launch_nodes = {o: ids for o, ids in old.launch_nodes.items() if ids[0] < b}
-        g.succs = succs
-        shared = old.succs if b else ()        # lists still shared with the old graph
-        nodes, all_preds, launch_nodes = g.nodes, g.preds, g.launch_nodes
-        for node, refs, staged in pending:       # g.add, inlined (the hot loop of a re-plan)
-            if refs is None:                              # a task
-                li, pi = node
-                color, device, reqs = self.points[li][pi]
-                refs = set()
-                for preds in self.task_preds[li][pi].values():
-                    refs |= preds
-                if self.state_src[li][pi] is not None:
-                    refs.add(self.state_src[li][pi])
-                targets = tuple(self.task_targets[li][pi])
-                nid = task_base[li] + pi
-                node = self._tasks.get((li, pi))
-                if node is None or node.targets != targets:
-                    node = self._tasks[li, pi] = TaskNode(nid, self.launches[li], color,
-                                                          device, reqs, targets)
-                else:               # the very same point task as in the last graph
-                    node.id = nid
-                owner = node.launch.name
-            else:
-                nid = node.id
-                if staged is not None:
-                    node.inputs = tuple(
-                        ReduceInput(i.source, i.rect, c.id) if c is not None else i
-                        for i, c in zip(node.inputs, staged))
-                owner = node.owner
-            ps = {(task_base[r[0]] + r[1]) if type(r) is tuple else r.id
-                  for r in refs if r is not None}
-            ps.discard(nid)
-            ps = sorted(ps)
-            nodes.append(node)
+        nodes, launch_nodes = g.nodes, g.launch_nodes
+        nid = 0
+        for group in groups:
+            for node in group.nodes:
+                node.id = nid
+                nodes.append(node)
+                owner = node.launch.name if node.kind == "task" else node.owner
+                ids_of_owner = launch_nodes.get(owner)
+                if ids_of_owner is None:
+                    launch_nodes[owner] = [nid]
+                else:
+                    ids_of_owner.append(nid)
+                nid += 1
+        for group in groups:
+            if group.staged is not None:
+                for node, staged in zip(group.nodes, group.staged):
+                    if staged is not None:
+                        node.inputs = tuple(
+                            ReduceInput(i.source, i.rect, c.id) if c is not None else i
+                            for i, c in zip(node.inputs, staged))
+        ptr, flat = asm.pred_ptr.tolist(), asm.preds.tolist()
+        all_preds = g.preds
+        succs = g.succs = [[] for _ in range(nid)]
+        for i in range(nid):
+            ps = sorted(flat[ptr[i]:ptr[i + 1]])
             all_preds.append(ps)
-            succs.append([])
             for p in ps:
-                s = succs[p]
-                if p < b and s is shared[p]:
-                    s = succs[p] = list(s)
-                s.append(nid)
-            ids_of_owner = launch_nodes.get(owner)
-            if ids_of_owner is None:
-                launch_nodes[owner] = [nid]
-            else:
-                ids_of_owner.append(nid)
-        self._graph, self._valid_prefix = g, len(self.launches)
-        self._node_base, self._task_base = node_base, task_base
-        self.unchanged_nodes = b
+                succs[p].append(i)
         for name, rp in self.planners.items():
             info = self._region_info.get(name) if name not in self._dirty else None
             if info is None:
@@ -312,6 +355,7 @@ class Planner:
         old or new. Returns those regions. With `record_undo`, `undo()` can then take the
         planner back to its state before this call (until the next replace or add_launch)."""
         self._undo = None
+        self._marked = set()
         region_names = set(self.regions) if record_undo else None
         expanded = []
         for launch in launches:
@@ -333,6 +377,9 @@ class Planner:
         for li, launch, points in expanded:
             old_regions = self.launch_regions[li]
             touched.update(old_regions)
+            self._mark((li, None))
+            for name in self.read_order[li]:
+                self._mark((li, name))
             self.launches[li] = launch
             for pi in range(len(self.points[li])):
                 self._tasks.pop((li, pi), None)
@@ -353,17 +400,15 @@ class Planner:
             self.state_src[li] = [None] * len(points)
         # Replaced launches, and launches whose state comes from one, get their sources again.
         replaced = {launch.name for launch in launches}
-        first = min((self.index[name] for name in replaced), default=len(self.launches))
         for li, launch in enumerate(self.launches):
             if launch.state_from is not None and (launch.name in replaced or
                                                   launch.state_from in replaced):
                 self.state_src[li] = self._state_sources(launch, self.points[li])
-                first = min(first, li)
+                self._mark((li, None))
         for name in touched:
             self._replan_region(name)
-            if self.log[name]:
-                first = min(first, self.log[name][0][0])
-        self._valid_prefix = min(self._valid_prefix, first)
+        if self._undo is not None:        # the groups of before, to put back on undo
+            self._undo.groups = {key: self._groups.get(key) for key in self._marked}
         return touched
 
     @property
@@ -384,6 +429,8 @@ class Planner:
         rp = self.planners[name] = RegionPlanner(region, self.machine, self.initial.get(name, ()))
         self._dirty.add(name)
         for li, reads, accesses in self.log[name]:
+            self._mark((li, name))
+            self._mark((li, None))
             for pi, _, _ in accesses:
                 self.task_preds[li][pi].pop(name, None)
             if reads:
@@ -399,11 +446,10 @@ class _Undo:
     Saved: the replaced launches' per-launch state; for every region the replace touches
     (given initial data, used by a replaced launch before or after), its planner, log,
     initial data and finish() info, and, for each launch in its log, the read nodes and the
-    tasks' preds and Red+ targets for it; the task nodes, state sources and dirty set. The
-    nodes before the first launch it re-planned are the same in the graphs before and after,
-    so finish() after undo re-assembles only the rest, from the restored state."""
+    tasks' preds and Red+ targets for it; the task nodes, state sources and dirty set; and
+    the node groups the replace made stale, with the set of stale groups before it."""
     __slots__ = ("launches", "regions", "per_region", "pred_entries", "target_entries",
-                 "tasks", "state_src", "dirty", "region_names", "first")
+                 "tasks", "state_src", "dirty", "region_names", "groups", "stale")
 
     @classmethod
     def record(cls, p: "Planner", expanded, initial, region_names: set) -> "_Undo":
@@ -430,11 +476,8 @@ class _Undo:
                 for pi, k, _ in accesses:
                     u.pred_entries[li, pi, name] = preds[pi].get(name)
                     u.target_entries[li, pi, k] = targets[pi][k]
-        # The first launch whose nodes may change: a replaced one, or an earlier user of a
-        # region they touch (replace() re-plans from there; so does finish() after undo).
-        u.first = min([li for li in replaced] +
-                      [log[0][0] for _, log, _, _, _ in u.regions.values() if log],
-                      default=len(p.launches))
+        u.groups = {}
+        u.stale = set(p._stale)
         u.tasks = dict(p._tasks)
         u.state_src = list(p.state_src)
         u.dirty = set(p._dirty)
@@ -465,7 +508,9 @@ class _Undo:
         p._dirty = self.dirty
         for name in set(p.regions) - self.region_names:
             del p.regions[name]
-        p._valid_prefix = min(p._valid_prefix, self.first)
+        for key, group in self.groups.items():
+            _put(p._groups, key, group)
+        p._stale = set(self.stale)
 
 
 def _put(d: dict, key, value) -> None:

@@ -73,6 +73,7 @@ class CopyNode:
     dst: int
     reduction: bool = False
     from_partial: bool = False     # a reduction copy's source: src's partial buffer
+    where: tuple | None = None     # (node group id, index): taskrt/nodegroups.py
     kind = "copy"
 
     @property
@@ -104,6 +105,7 @@ class ReduceNode:
     rect: Rect
     device: int
     inputs: tuple[ReduceInput, ...]
+    where: tuple | None = None     # (node group id, index): taskrt/nodegroups.py
     kind = "reduce"
 
     @property
@@ -127,6 +129,7 @@ class AllReduceNode:
     rect: Rect
     devices: tuple[int, ...]
     in_partial: tuple[bool, ...] = ()   # per device: its sums are in the partial buffer
+    where: tuple | None = None     # (node group id, index): taskrt/nodegroups.py
     kind = "allreduce"
 
     @property

@@ -1,7 +1,9 @@
 """The work of a task node, independent of any device: FLOPs, bytes and kernels.
 
-FLOPs come from torch.utils.flop_counter.FlopCounterMode around the node's own executor
-step (parts.node_steps) on meta tensors, which compute nothing: a forward node counts its
+FLOPs come from torch's FLOP formulas (torch.utils.flop_counter.flop_registry, counted as
+its FlopCounterMode counts them, by FlopCounter below, which does not import torch._dynamo:
+that import alone costs seconds) around the node's own executor step (parts.node_steps) on
+meta tensors, which compute nothing: a forward node counts its
 forward; a backward node runs its paired forward outside the counter and counts only the
 backward. An operator that needs real values (a data-dependent check such as `bool(t)`)
 is counted again on real CPU tensors of the same shapes: uninitialized floats and zero
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils.flop_counter import FlopCounterMode
+from torch.utils.flop_counter import flop_registry
 
 from .parts import SteadyStep, node_steps
 from .profile import Work
@@ -27,6 +29,41 @@ from .profile import Work
 _aten = torch.ops.aten
 _NO_KERNEL = {_aten.empty.memory_format, _aten.empty_strided.default, _aten.empty_like.default,
               _aten.detach.default, _aten.lift_fresh.default, _aten._local_scalar_dense.default}
+
+
+_SHAPE_QUERIES = {_aten.sym_is_contiguous.default, _aten.is_contiguous.default,
+                  _aten.is_contiguous.memory_format, _aten.is_strides_like_format.default,
+                  _aten.is_non_overlapping_and_dense.default, _aten.size.default,
+                  _aten.sym_size.default, _aten.stride.default, _aten.sym_stride.default,
+                  _aten.storage_offset.default, _aten.sym_storage_offset.default,
+                  _aten.numel.default, _aten.sym_numel.default, _aten.dim.default,
+                  torch.ops.prim.layout.default}
+
+
+class FlopCounter(TorchDispatchMode):
+    """Total FLOPs of the aten operators run inside it, by torch's formulas, as
+    torch.utils.flop_counter.FlopCounterMode totals them (an operator without a formula is
+    decomposed where it can be and its parts counted)."""
+
+    def __init__(self):
+        super().__init__()
+        self.total = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in _SHAPE_QUERIES:
+            return NotImplemented
+        packet = func._overloadpacket
+        if packet not in flop_registry and func is not torch.ops.prim.device.default:
+            with self:
+                r = func.decompose(*args, **kwargs)
+                if r is not NotImplemented:
+                    return r
+        out = func(*args, **kwargs)
+        formula = flop_registry.get(packet)
+        if formula is not None:
+            self.total += formula(*args, **kwargs, out_val=out)
+        return out
 
 
 class KernelCounter(TorchDispatchMode):
@@ -51,10 +88,10 @@ def _count(node, device: str, graph, int_ranges, values: bool = False) -> tuple[
     fwd, step = node_steps(node, device, graph, int_ranges, values)
     if fwd is not None:
         fwd()
-    flops, kernels = FlopCounterMode(display=False), KernelCounter()
+    flops, kernels = FlopCounter(), KernelCounter()
     with SteadyStep(node), flops, kernels:
         step()
-    return flops.get_total_flops(), kernels.kernels
+    return flops.total, kernels.kernels
 
 
 def _counts(node, graph, int_ranges) -> tuple[int, int]:

@@ -434,3 +434,38 @@ def test_profile_refuses_negative_or_non_finite_times(entry):
     from strategy.costs.profile import FORMAT, VERSION
     with pytest.raises(ProfileError, match=r"times entry 0 \('k' on X\).*finite and not negative"):
         Profile.from_dict({"format": FORMAT, "version": VERSION, "times": [entry]}, "p.json")
+
+
+def test_flop_counter_totals_as_torch_flop_counter_mode(monkeypatch):
+    """work.FlopCounter (no torch._dynamo import) gives FlopCounterMode's totals on every task
+    kind of the apps' operators: matmuls, convolutions, attention, LSTM steps, losses."""
+    from torch.utils.flop_counter import FlopCounterMode
+    from strategy.costs import work
+
+    class TorchCounter(FlopCounterMode):
+        def __init__(self):
+            super().__init__(display=False)
+
+        @property
+        def total(self):
+            return self.get_total_flops()
+
+    models = [tiny_cnn(), _mlp(8, 12, 10, True)]
+    for name in ("transformer", "nmt"):
+        _, net, _, _ = load_app(name, ["--small", "--batch-size", "4"], devices=2)
+        models.append(net.model)
+    checked = 0
+    for model in models:
+        graph = graph_of(model, {})
+        seen = set()
+        for node in graph.tasks():
+            if node.cost_key in seen:
+                continue
+            seen.add(node.cost_key)
+            ours = work._counts(node, graph, None)
+            with monkeypatch.context() as mp:
+                mp.setattr(work, "FlopCounter", TorchCounter)
+                theirs = work._counts(node, graph, None)
+            assert ours == theirs, node.describe()
+            checked += ours[0] > 0
+    assert checked >= 10

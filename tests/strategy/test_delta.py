@@ -4,6 +4,7 @@ import importlib
 import random
 import warnings
 
+import numpy as np
 import pytest
 
 from apps import APPS
@@ -35,8 +36,14 @@ def check_delta_equals_full(model, changes, seed):
         fresh = SimulationSession(model, mm, CostModel(), dict(strategy))
         assert session.graph.fingerprint() == fresh.graph.fingerprint(), f"change {k}"
         assert got.makespan == fresh.result.makespan, f"change {k}: {op.name}"
-        assert got.start == fresh.result.start and got.end == fresh.result.end
+        assert np.array_equal(got.start, fresh.result.start)
+        assert np.array_equal(got.end, fresh.result.end)
         assert got.memory == fresh.result.memory
+        # The object graph simulated on its own (taskrt.liveness over node objects) agrees.
+        full = session.full()
+        assert got.makespan == full.makespan
+        assert np.array_equal(got.start, full.start) and np.array_equal(got.end, full.end)
+        assert got.memory == full.memory and got.busy == full.busy
 
 
 @pytest.mark.parametrize("build", [mlp, cnn, lstm_model], ids=["mlp", "cnn", "lstm"])

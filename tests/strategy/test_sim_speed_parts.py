@@ -1,6 +1,7 @@
 """The shortcuts that make graph build and delta simulation fast keep results exact:
-propagation resumed from a checkpoint, graph prefixes taken over by Planner.finish(), the
-interference check's fast path, lazily hashed and shared Rects, and the paused GC."""
+the compiled list scheduler (equal to the Python loop it replaced, bit for bit), node groups
+that a change does not touch kept as they are, the interference check's fast path, lazily
+hashed and shared Rects, and the paused GC."""
 import gc
 import random
 import warnings
@@ -9,10 +10,10 @@ import pytest
 
 from parallel_ops import SGD
 from parallel_ops.lowering import IncrementalLowering
-from strategy import delta
 from strategy.costs import CostModel
 from strategy.delta import SimulationSession
 from strategy.machine_model import machine_model
+from strategy.simulator import resource_name
 from taskrt import R, RED, WD, IndexLaunch, Machine, Planner, Rect, Region, \
     RegionRequirement, plan
 from taskrt.errors import PrivilegeError
@@ -24,55 +25,73 @@ from mpi.models import cnn, lstm_model, random_strategy
 warnings.simplefilter("ignore")       # analytic-cost fallback warnings
 
 
+def python_schedule(graph, timer):
+    """The list scheduler as the Python loop it was before strategy/listsched.py (kept as the
+    oracle): FIFO per resource in program order."""
+    n = len(graph.nodes)
+    start, end, free, busy = [0.0] * n, [0.0] * n, {}, {}
+    for node in graph.nodes:
+        i = node.id
+        dur, resources = timer.timing(node)
+        t = 0.0
+        for p in graph.preds[i]:
+            if end[p] > t:
+                t = end[p]
+        for r in resources:
+            f = free.get(r, 0.0)
+            if f > t:
+                t = f
+        e = t + dur
+        for r in resources:
+            free[r] = e
+            busy[r] = busy.get(r, 0.0) + dur
+        start[i], end[i] = t, e
+    return start, end, {resource_name(r): v for r, v in busy.items()}
+
+
 @pytest.mark.parametrize("build", [cnn, lstm_model], ids=["cnn", "lstm"])
-def test_resumed_propagation_equals_full_with_dense_checkpoints(build, monkeypatch):
-    monkeypatch.setattr(delta, "CHECKPOINT_EVERY", 3)
+def test_compiled_schedule_equals_the_python_loop_bit_for_bit(build):
     model = build()[0]
-    mm = machine_model("p100:1")
-    strategy = random_strategy(model, 4, 5)
-    session = SimulationSession(model, mm, CostModel(), strategy)
-    rng = random.Random(5)
-    resumed = 0
-    for k in range(8):
-        op = rng.choice(model.ops)
-        strategy[op.name] = random_strategy(model, 4, 50 + k)[op.name]
-        got = session.change(op.name, strategy[op.name])
-        resumed += session.planner.unchanged_nodes >= 3
-        full = session.full()
-        assert got.start == full.start and got.end == full.end, f"change {k}: {op.name}"
-        assert got.busy == full.busy and got.memory == full.memory
-        assert got.makespan == full.makespan
-    assert resumed, "no change kept a prefix: the resume path was not exercised"
+    for gpus, preset in ((4, "p100:1"), (8, "p100:2")):
+        mm = machine_model(preset)
+        for seed in range(6):
+            session = SimulationSession(model, mm, CostModel(), random_strategy(model, gpus, seed))
+            start, end, busy = python_schedule(session.graph, session.timer)
+            assert list(session.result.start) == start and list(session.result.end) == end
+            assert session.result.busy == busy
+            assert session.result.makespan == max(end)
 
 
-def test_finish_keeps_the_prefix_before_the_first_changed_launch():
+def test_a_change_rebuilds_only_the_groups_of_launches_using_touched_regions():
     model = cnn()[0]
     machine = Machine.grid(4, 1)
-    strategy = random_strategy(model, 4, 2)
-    lowering = IncrementalLowering(model, strategy, machine, SGD(lr=0.1))
+    lowering = IncrementalLowering(model, random_strategy(model, 4, 2), machine, SGD(lr=0.1))
     low = lowering.lowered()
     planner = Planner(machine, initial=low.initial)
     for launch in low.launches:
         planner.add_launch(launch)
-    before = planner.finish()
-    old_nodes, old_preds = list(before.nodes), [list(p) for p in before.preds]
-    last = model.ops[-1]
-    part = lowering.change(last.name, random_strategy(model, 4, 9)[last.name])
-    new = lowering.lowered()
-    names = set(part.initial_forward) | set(part.initial_update)
-    planner.replace(part.forward + part.backward + list(part.updates.values()),
-                    {r: p for r, p in new.initial.items() if r.name in names})
-    after = planner.finish()
-    b = planner.unchanged_nodes
-    assert 0 < b < len(after)
-    assert all(after.nodes[i] is old_nodes[i] and after.preds[i] == old_preds[i]
-               for i in range(b))
-    fresh = plan(new.launches, machine, initial=new.initial)
-    assert after.fingerprint() == fresh.fingerprint()
-    assert after.succs == fresh.succs and after.launch_nodes == fresh.launch_nodes
-    assert after.instance_rects == fresh.instance_rects
-    assert after.final_valid == fresh.final_valid
-    assert planner.finish().fingerprint() == fresh.fingerprint()   # nothing changed: same
+    before = {g.key: g for g in planner.groups()}
+    rng = random.Random(4)
+    for k in range(6):
+        op = rng.choice(model.ops)
+        part = lowering.change(op.name, random_strategy(model, 4, 90 + k)[op.name])
+        new = lowering.lowered()
+        names = set(part.initial_forward) | set(part.initial_update)
+        touched = planner.replace(part.forward + part.backward + list(part.updates.values()),
+                                  {r: p for r, p in new.initial.items() if r.name in names})
+        users = {li for name in touched for li, _, _ in planner.log.get(name, ())}
+        after = planner.groups()
+        for g in after:
+            if g.key[0] not in users:
+                assert before.get(g.key) is g, f"change {k}: {g.key} rebuilt needlessly"
+        assert any(g.key[0] in users for g in after)
+        fresh = plan(new.launches, machine, initial=new.initial)
+        got = planner.finish()
+        assert got.fingerprint() == fresh.fingerprint(), f"change {k}: {op.name}"
+        assert got.succs == fresh.succs and got.launch_nodes == fresh.launch_nodes
+        assert got.instance_rects == fresh.instance_rects
+        assert got.final_valid == fresh.final_valid
+        before = {g.key: g for g in after}
 
 
 def _launch(name, rects, privilege, replicas=False, devices=None):

@@ -1,0 +1,84 @@
+"""Node groups: the planned graph kept in pieces that a re-plan replaces one at a time.
+
+A group is one launch's nodes for one region (the copies, reductions and all-reduces its
+reads need) or one launch's point tasks. Program order is the groups in launch order, each
+launch's region groups in the order it first reads them, then its tasks: exactly the
+TaskGraph's node order. A group records its predecessors as (group id, index in group)
+pairs, so a group that no re-plan touched stays valid however the groups before it grow or
+shrink: node ids are resolved in bulk, with arrays (`assemble`), whenever a whole graph is
+needed.
+
+Why this holds: a node's predecessors come from the regions it touches (the same region's
+earlier nodes, or tasks through a buffer of that region) or from the task a launch takes
+state from. Re-planning a region rebuilds every group of every launch that touches it, and
+a replaced launch's regions are all re-planned; so a group that is not rebuilt refers only
+to groups that were not rebuilt either, or to tasks by point index (stable while the
+launch's points are).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+_EMPTY = np.zeros(0, dtype=np.int64)
+
+
+@dataclass(eq=False, slots=True)
+class NodeGroup:
+    key: tuple                  # (launch index, region name), or (launch index, None): tasks
+    gid: int                    # stable per key: the id predecessors refer to
+    nodes: list
+    pred_count: np.ndarray      # per node, how many predecessors
+    pred_gid: np.ndarray        # flattened predecessors: their group id ...
+    pred_idx: np.ndarray        # ... and index in that group
+    staged: list | None = None  # per node: the copies behind a reduce's inputs (or None)
+
+    @classmethod
+    def of(cls, key, gid: int, nodes: list, preds: list, staged=None) -> "NodeGroup":
+        """`preds`: per node, a list of (group id, index) pairs."""
+        counts = np.fromiter((len(p) for p in preds), dtype=np.int64, count=len(preds))
+        flat = [x for p in preds for x in p]
+        if flat:
+            arr = np.array(flat, dtype=np.int64).reshape(-1, 2)
+            gids, idx = arr[:, 0].copy(), arr[:, 1].copy()
+        else:
+            gids = idx = _EMPTY
+        return cls(key, gid, nodes, counts, gids, idx, staged)
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+
+@dataclass(slots=True)
+class Assembled:
+    """Groups in program order with node ids resolved: node i of group k has id
+    base[k] + i; predecessors in CSR form (pred_ptr, preds), each node's in its group's
+    order (unsorted, no duplicates)."""
+    groups: list
+    base: np.ndarray            # per group in order: id of its first node
+    pred_ptr: np.ndarray
+    preds: np.ndarray
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.pred_ptr.shape[0] - 1)
+
+    def nodes(self) -> list:
+        return [n for g in self.groups for n in g.nodes]
+
+
+def assemble(groups: list, num_gids: int) -> Assembled:
+    """Resolve the groups' predecessor references into node ids, with arrays."""
+    sizes = np.fromiter((len(g.nodes) for g in groups), dtype=np.int64, count=len(groups))
+    base = np.zeros(len(groups), dtype=np.int64)
+    if len(groups) > 1:
+        np.cumsum(sizes[:-1], out=base[1:])
+    base_of_gid = np.zeros(num_gids, dtype=np.int64)
+    base_of_gid[np.fromiter((g.gid for g in groups), dtype=np.int64, count=len(groups))] = base
+    counts = np.concatenate([g.pred_count for g in groups]) if groups else _EMPTY
+    pred_ptr = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=pred_ptr[1:])
+    gids = np.concatenate([g.pred_gid for g in groups]) if groups else _EMPTY
+    idx = np.concatenate([g.pred_idx for g in groups]) if groups else _EMPTY
+    return Assembled(groups, base, pred_ptr, base_of_gid[gids] + idx)

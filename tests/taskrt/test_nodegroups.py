@@ -1,0 +1,94 @@
+"""Node groups (taskrt/nodegroups.py) give, node for node, the graph that the planner's state
+gives when assembled directly in program order, the way Planner.finish() did before groups
+(kept here as the oracle): after planning from scratch and after random sequences of
+changes and undos, on the test models and on random strategies."""
+import random
+import warnings
+
+import pytest
+
+from parallel_ops import SGD
+from parallel_ops.lowering import IncrementalLowering
+from taskrt import Machine, Planner
+from taskrt.nodegroups import assemble
+
+from mpi.models import cnn, lstm_model, mlp, random_strategy
+
+warnings.simplefilter("ignore")
+
+
+def direct_assembly(p: Planner):
+    """(nodes, sorted preds per node) straight from the planner's per-launch state: each
+    launch's read nodes region by region in first-read order, then its tasks, with
+    predecessor refs (task refs, node objects) turned into ids."""
+    ids, order = {}, []
+    task_id = {}
+    for li in range(len(p.launches)):
+        for name in p.read_order[li]:
+            for node, refs, _ in p.region_nodes.get((li, name), ()):
+                ids[id(node)] = len(order)
+                order.append(("node", node, refs))
+        for pi in range(len(p.points[li])):
+            task_id[li, pi] = len(order)
+            refs = set()
+            for s in p.task_preds[li][pi].values():
+                refs |= s
+            if p.state_src[li][pi] is not None:
+                refs.add(p.state_src[li][pi])
+            order.append(("task", (li, pi), refs))
+    preds = []
+    for i, (_, _, refs) in enumerate(order):
+        ps = {task_id[r] if type(r) is tuple else ids[id(r)] for r in refs if r is not None}
+        ps.discard(i)
+        preds.append(sorted(ps))
+    return order, preds
+
+
+def check(planner):
+    order, preds = direct_assembly(planner)
+    g = planner.finish()
+    assert len(g.nodes) == len(order)
+    for i, (kind, what, _) in enumerate(order):
+        node = g.nodes[i]
+        if kind == "node":
+            assert node is what, f"node {i}: {node.describe()}"
+        else:
+            assert node.kind == "task" and node.launch is planner.launches[what[0]] and \
+                node.color == planner.points[what[0]][what[1]][0], f"node {i}"
+        assert g.preds[i] == preds[i], f"node {i} ({node.describe()}): preds"
+    asm = assemble(planner.groups(), planner.num_group_ids)
+    assert asm.num_nodes == len(order)
+    assert [sorted(asm.preds[asm.pred_ptr[i]:asm.pred_ptr[i + 1]].tolist())
+            for i in range(len(order))] == preds
+
+
+@pytest.mark.parametrize("build", [mlp, cnn, lstm_model], ids=["mlp", "cnn", "lstm"])
+@pytest.mark.parametrize("seed", range(4))
+def test_groups_equal_the_direct_assembly_after_changes_and_undos(build, seed):
+    model = build()[0]
+    devices = 4 if seed % 2 else 8
+    machine = Machine.grid(devices, 1)
+    lowering = IncrementalLowering(model, random_strategy(model, devices, seed), machine,
+                                   SGD(lr=0.1, momentum=0.9))
+    low = lowering.lowered()
+    planner = Planner(machine, initial=low.initial)
+    for launch in low.launches:
+        planner.add_launch(launch)
+    check(planner)
+    rng = random.Random(seed)
+    for k in range(8):
+        op = rng.choice(model.ops)
+        before = (lowering.configs[op.name], lowering.parts[op.name])
+        part = lowering.change(op.name, random_strategy(model, devices, 100 * seed + k)[op.name])
+        new = lowering.lowered()
+        names = set(part.initial_forward) | set(part.initial_update)
+        planner.replace(part.forward + part.backward + list(part.updates.values()),
+                        {r: p for r, p in new.initial.items() if r.name in names},
+                        record_undo=True)
+        if rng.random() < 0.5:
+            planner.groups()                   # rebuilt, then put back by the undo
+        check(planner)
+        if rng.random() < 0.5:
+            planner.undo()
+            lowering.restore(op.name, *before)
+            check(planner)
