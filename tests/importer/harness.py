@@ -54,3 +54,12 @@ def run_mpi(np_, args, timeout, root):
     rc, out, _ = launch(np_, args, timeout, env={"TASKRT_WATCHDOG_S": str(max(30, timeout // 2))},
                         cwd=root)
     return rc, out
+
+
+def per_rank_results(tmp_dir, script, ranks, timeout, root):
+    """Run `script OUT_DIR` under mpirun with `ranks` ranks; each rank's rank<r>.json."""
+    import json
+    import os
+    rc, text = run_mpi(ranks, [script, str(tmp_dir)], timeout, root)
+    assert rc == 0, text[-4000:]
+    return [json.load(open(os.path.join(tmp_dir, f"rank{r}.json"))) for r in range(ranks)]

@@ -1,6 +1,5 @@
 """Imported models trained under mixed strategies over `mpirun -np 2` equal plain PyTorch;
 every rank writes the same trained weights back into its module (one mpirun for all)."""
-import json
 import os
 import sys
 
@@ -11,7 +10,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
-from harness import assert_state_close, run_mpi, torch_steps  # noqa: E402
+from harness import assert_state_close, per_rank_results, torch_steps  # noqa: E402
 from nets import NETS, gpt2  # noqa: E402
 from parallel_ops import SGD  # noqa: E402
 
@@ -20,10 +19,8 @@ RANKS = 2
 
 @pytest.fixture(scope="module")
 def per_rank(tmp_path_factory):
-    out = tmp_path_factory.mktemp("import_mpi")
-    rc, text = run_mpi(RANKS, [os.path.join(HERE, "mpi_run.py"), str(out)], 240, ROOT)
-    assert rc == 0, text[-4000:]
-    return [json.load(open(out / f"rank{r}.json")) for r in range(RANKS)]
+    return per_rank_results(tmp_path_factory.mktemp("import_mpi"),
+                            os.path.join(HERE, "mpi_run.py"), RANKS, 240, ROOT)
 
 
 def _build(name):

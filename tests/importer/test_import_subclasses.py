@@ -12,6 +12,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from examples.vision_blocks import LayerNorm2d  # noqa: E402  (timm's)
 from harness import assert_state_close, imported_steps, torch_steps  # noqa: E402
 from parallel_ops import SGD  # noqa: E402
 from parallel_ops.importer import import_module  # noqa: E402
@@ -31,15 +32,6 @@ class BatchNormAct(nn.BatchNorm2d):
         x = F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias,
                          self.training, self.momentum, self.eps)
         return self.act(x)
-
-
-class LayerNorm2d(nn.LayerNorm):
-    """timm's LayerNorm2d: normalizes the channels of NCHW."""
-
-    def forward(self, x):
-        x = x.permute(0, 2, 3, 1)
-        x = F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
-        return x.permute(0, 3, 1, 2)
 
 
 class Net(nn.Module):

@@ -1,7 +1,6 @@
 """The vision models of test_import_vision.py trained over `mpirun -np 2` under data
 parallel and two model-parallel strategies equal eager PyTorch (float64, 1e-9); every rank
 writes the same trained weights back into its module (one mpirun for all)."""
-import json
 import os
 import sys
 
@@ -12,7 +11,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
-from harness import assert_state_close, run_mpi, torch_steps  # noqa: E402
+from harness import assert_state_close, per_rank_results, torch_steps  # noqa: E402
 from vision_nets import MODELS, SOURCES, STRATEGIES, TIMM_SKIP, build  # noqa: E402
 from parallel_ops import SGD  # noqa: E402
 
@@ -21,10 +20,8 @@ RANKS = 2
 
 @pytest.fixture(scope="module")
 def per_rank(tmp_path_factory):
-    out = tmp_path_factory.mktemp("import_vision_mpi")
-    rc, text = run_mpi(RANKS, [os.path.join(HERE, "mpi_run_vision.py"), str(out)], 900, ROOT)
-    assert rc == 0, text[-4000:]
-    return [json.load(open(out / f"rank{r}.json")) for r in range(RANKS)]
+    return per_rank_results(tmp_path_factory.mktemp("import_vision_mpi"),
+                            os.path.join(HERE, "mpi_run_vision.py"), RANKS, 900, ROOT)
 
 
 CASES = [(m, s) for m in MODELS for s in SOURCES]
