@@ -11,7 +11,9 @@ full simulation instead: the same chain, for measuring what delta saves.
 Garbage collection. Every change allocates a graph's worth of long-lived objects, which sets
 off full collections of the whole heap many times per proposal (a tenth of the search time).
 The search runs with the collector paused (taskrt/gcpause.py) and collects every GC_EVERY
-proposals instead.
+proposals instead; a chain freezes the heap once its session is built (gc.freeze: torch,
+the model and the session's ~1M objects), so those collections walk only what proposals
+made (0.19 s instead of 1.6 s at Inception-v3 on 16 GPUs). The search unfreezes at the end.
 
 Temperature. The paper gives no beta, and a constant per millisecond means something else on
 every model and machine. Here beta = 1 / (temperature * cost of the first candidate): with the
@@ -192,7 +194,10 @@ class Search:
 
     def run(self, budget_s: float | None = None, proposals: int | None = None) -> SearchResult:
         with gc_paused():
-            return self._run(Budget(budget_s, proposals))
+            try:
+                return self._run(Budget(budget_s, proposals))
+            finally:
+                gc.unfreeze()
 
     def _run(self, budget: Budget) -> SearchResult:
         runs = []
@@ -247,6 +252,7 @@ class Search:
                cooling: float = 1.0) -> CandidateRun:
         t_start = time.perf_counter()
         session = self._session(strategy)
+        gc.freeze()             # the periodic collections skip what exists now (module doc)
         secs, props = budget.share(left)     # after the build: each chain gets to search
         t0 = time.perf_counter()
         cost = session.result.makespan
