@@ -42,7 +42,7 @@ def import_module(module: torch.nn.Module, example_inputs: Any, method: str = "a
     export if fx fails). Raises UnsupportedModelError listing every node that has no
     parallel operator, with its name, target and source location.
 
-    fuse_activations: fold each ReLU, GELU, tanh or sigmoid that alone reads the output
+    fuse_activations: fold each ReLU, ReLU6, GELU, tanh or sigmoid that alone reads the output
     of a Conv2d, Linear or BatchNorm2d into that operator (parallel_ops/activation.py):
     one launch instead of two, but the operator's reduction dim must then stay whole and
     the activation has no operator (no name) of its own in strategies.

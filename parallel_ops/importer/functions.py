@@ -23,7 +23,7 @@ import operator
 import torch
 import torch.nn.functional as F
 
-from .convert import (adaptive_avg_pool2d, add, avg_pool2d, axis, batch_norm, binary, cat,
+from .convert import (adaptive_avg_pool2d, add, avg_pool2d, axis, batch_norm, cat,
                       chunk, conv2d, cross_entropy, div, dropout, embedding, flatten, gelu,
                       getitem, identity, index, key_prefix, layer_norm, linear, matmul,
                       max_pool2d, mean, mul, need_param, neg, permute, power, relu, reshape,

@@ -15,7 +15,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from examples.vision_blocks import LayerNorm2d  # noqa: E402  (timm's)
 from harness import assert_state_close, imported_steps, torch_steps  # noqa: E402
 from parallel_ops import SGD  # noqa: E402
-from parallel_ops.importer import import_module  # noqa: E402
 from taskrt import Machine  # noqa: E402
 
 
