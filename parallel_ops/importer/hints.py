@@ -9,9 +9,9 @@ import torch.fx as fx
 
 from .registry import aten_name
 
-_RANDOM = ("random numbers drawn in forward (e.g. stochastic depth, timm's drop_path_rate "
-           "> 0): build the model with that rate 0; nn.Dropout and F.dropout are supported "
-           "(split-independent masks)")
+_RANDOM = ("random numbers drawn in forward, or a tensor made to hold them (e.g. "
+           "stochastic depth, timm's drop_path_rate > 0): build the model with that rate 0; "
+           "nn.Dropout and F.dropout are supported (split-independent masks)")
 _ORDER = ("a data-dependent order or selection: compute it outside the model, or write a "
           "custom operator that keeps this axis whole")
 _SCAN = "a scan along an axis: write a custom operator that keeps this axis whole"
@@ -20,7 +20,7 @@ _DYNAMIC = "a result whose shape depends on the data: only static shapes are sup
 KNOWN: dict[str, str] = {
     **{k: _RANDOM for k in ("bernoulli", "bernoulli_", "rand", "rand_like", "randn",
                             "randn_like", "randint", "uniform_", "normal_", "multinomial",
-                            "native_dropout")},
+                            "native_dropout", "new_empty", "empty_like")},
     **{k: _ORDER for k in ("sort", "argsort", "topk", "argmax", "argmin", "kthvalue",
                            "msort")},
     **{k: _SCAN for k in ("cumsum", "cumprod", "cummax", "cummin", "logcumsumexp")},
