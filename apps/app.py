@@ -51,3 +51,4 @@ class App:
     expert: str | None = None                  # the paper's expert: strategy/experts.py
     lr: float = 0.01
     image: bool = False                        # takes --data digits
+    model_flops: Callable[[argparse.Namespace], float] | None = None   # FLOPs per iteration

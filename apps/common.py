@@ -3,7 +3,7 @@
 An app module declares an `App` (its name, its builder, its own flags, a mixed strategy
 for demos and tests) and calls `main(APP)`. Everything else lives in this package, once:
 
-  --batch-size N (global)  --iterations N  --warmup N  --seed S  --dtype float32|float64
+  --batch-size N (global)  --iterations N  --warmup N  --seed S  --dtype float32|float64|bfloat16
   --strategy FILE (import)  --export FILE (the strategy used, data-parallel defaults filled)
   --search SECONDS  --machine PRESET|FILE  --simulate   (need the simulator/search: issues 6, 7)
   --trace FILE (Chrome/Perfetto timeline of the last iteration; one process track per rank)

@@ -37,7 +37,9 @@ def make_parser(app: App) -> argparse.ArgumentParser:
     g.add_argument("--warmup", type=int, default=1, metavar="N",
                    help="untimed iterations before them (default 1)")
     g.add_argument("--seed", type=int, default=0, help="weights and synthetic data seed")
-    g.add_argument("--dtype", choices=["float32", "float64"], default="float32")
+    g.add_argument("--dtype", choices=["float32", "float64", "bfloat16"], default="float32",
+                   help="bfloat16: mixed precision (bf16 weights, activations and gradients; "
+                        "float32 master weights and optimizer state)")
     g.add_argument("--optimizer", choices=["sgd", "adam"], default="sgd",
                    help="SGD with momentum 0.9 (default), or Adam")
     g.add_argument("--lr", type=float, default=None,

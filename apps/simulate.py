@@ -51,6 +51,17 @@ class Prediction:
         t = self.result.makespan
         return self.args.batch_size / t if 0 < t < math.inf else 0.0
 
+    @property
+    def model_flops(self) -> float | None:
+        """The app's count of FLOPs per iteration (None when the app has none)."""
+        return self.app.model_flops(self.args) if self.app.model_flops else None
+
+    @property
+    def tflops_per_device(self) -> float | None:
+        """Model FLOPs per second per device, in TFLOP/s (None without a count or a time)."""
+        f, t = self.model_flops, self.result.makespan
+        return f / t / len(self.machine) / 1e12 if f and 0 < t < math.inf else None
+
     def compute_resources(self) -> list[str]:
         """The compute resource of every device, in device order, without repeats."""
         return list(dict.fromkeys(self.timer.compute(d) for d in range(len(self.machine))))
@@ -115,6 +126,10 @@ def prediction_report(p: Prediction) -> str:
         lines.append(f"  INVALID: memory over capacity on {len(r.over_capacity)} device(s); "
                      f"predicted time is infinite (timeline without the memory rule: "
                      f"{_ms(span)})")
+    if p.tflops_per_device is not None:
+        lines.append(f"  model FLOPs     {p.model_flops:.4g} per iteration (forward and "
+                     f"backward, no recomputation): {p.tflops_per_device:.1f} TFLOP/s per "
+                     f"device")
     lines.append(f"  per iteration   {c['task']} tasks, {c['copy']} copies, {c['reduce']} "
                  f"reductions, {c['allreduce']} all-reduces")
     comm = p.communication_bytes()
@@ -166,6 +181,8 @@ def prediction_json(p: Prediction) -> dict:
             "valid": r.valid,
             "machine_model": p.machine_model.name,
             "samples_per_s_per_device": p.samples_per_s / len(p.machine) if t else None,
+            "model_flops": p.model_flops,
+            "tflops_per_device": p.tflops_per_device,
             "ranks": p.machine.num_ranks,
             "runtime_machine": machine_text(p.machine),
             "small": a.small,

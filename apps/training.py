@@ -125,10 +125,12 @@ def _resume(trainer, a: argparse.Namespace, total: int, rank: int, say) -> int:
 
 
 def optimizer(app: App, a: argparse.Namespace):
-    """--optimizer with --lr, or the app's default learning rate."""
+    """--optimizer with --lr, or the app's default learning rate; float32 master weights
+    and state under --dtype bfloat16 (mixed precision)."""
+    master = a.dtype == "bfloat16"
     if a.optimizer == "adam":
-        return Adam(lr=0.001 if a.lr is None else a.lr)
-    return SGD(lr=app.lr if a.lr is None else a.lr, momentum=0.9)
+        return Adam(lr=0.001 if a.lr is None else a.lr, master_weights=master)
+    return SGD(lr=app.lr if a.lr is None else a.lr, momentum=0.9, master_weights=master)
 
 
 def _bar(done: int, total: int, width: int = 20) -> str:

@@ -39,12 +39,16 @@ class GPTNetwork(Network):
 
 
 def build(a) -> Network:
-    s = sizes(a, FULL, SMALL)
-    n, t, d, v = a.batch_size, s["seq_len"], s["width"], s["vocab"]
+    return gpt_network(a, sizes(a, FULL, SMALL), a.batch_size)
+
+
+def gpt_network(a, s: dict, n: int, name: str = "transformer") -> Network:
+    """The GPT of sizes `s` (vocab, width, heads, layers, seq_len) at batch `n`, in a.dtype."""
+    t, d, v = s["seq_len"], s["width"], s["vocab"]
     if d % s["heads"]:
         raise UsageError(f"--width {d} is not a multiple of --heads {s['heads']}; "
                          "use a width divisible by the head count.")
-    m = Model("transformer", seed=a.seed, dtype=a.dtype)
+    m = Model(name, seed=a.seed, dtype=a.dtype)
     tokens = m.input("tokens", (n, t), dtype="int64")
     positions = m.input("positions", (n, t), dtype="int64")
     targets = m.input("targets", (n, t), dtype="int64")

@@ -147,10 +147,32 @@ def run(quick: bool = False) -> dict:
                      f"{1e3 * t['ours']:.1f} vs {1e3 * t['pytorch']:.1f} ms per iteration, "
                      f"each in its own process; {ratio1:.2f}x with both in one process; "
                      f"{_device()}, 1 thread, {step_ours.nodes} graph nodes; target <= 1.10"))
+    _imported_gpt2_row(quick, rows, data)
     label, entry, row = imported_resnet18_row(quick)
     data[label] = entry
     rows.append(row)
     return {"title": "runtime overhead (1 device)", "rows": rows, "data": data}
+
+
+def _imported_gpt2_row(quick: bool, rows: list, data: dict) -> None:
+    """A Hugging Face GPT-2 imported unchanged (bench/_imported_gpt2.py) vs its eager run."""
+    from bench import _imported_gpt2 as imported_gpt2
+    if not imported_gpt2.available():
+        rows.append(("imported HF GPT-2: ours / PyTorch eager", "skipped",
+                     "transformers is not installed (pip install -e '.[test]')"))
+        return
+    t = alternating({"ours": ("bench._imported_gpt2", "ours_step", (quick,)),
+                     "pytorch": ("bench._imported_gpt2", "eager_step", (quick,))},
+                    blocks=3 if quick else 40)
+    ratio = t["ours"] / t["pytorch"]
+    label = "imported HF GPT-2 (" + ("1 layer, width 16" if quick else "2 layers, width 64") + \
+        ", seq 32, batch 8)"
+    data[label] = {"ours_ms": 1e3 * t["ours"], "pytorch_ms": 1e3 * t["pytorch"],
+                   "ratio": ratio}
+    rows.append((f"{label}: ours / PyTorch eager", f"{ratio:.2f}x",
+                 f"{1e3 * t['ours']:.1f} vs {1e3 * t['pytorch']:.1f} ms per iteration, each "
+                 "in its own process; own causal-LM loss, default dropout; cpu, 1 thread; "
+                 "target <= 1.10"))
 
 
 def resnet18_step(side: str, quick: bool):

@@ -4,7 +4,7 @@ Dims: n (sample: the first index axis), s1.. (attribute: other index axes such a
 sequence), d (parameter: embedding features, splits the table's columns), v (reduction:
 vocabulary rows, splits the table's rows). A v-part looks up only the indices in its row
 range and contributes zeros for the others, so the parts' outputs are partial sums that
-the runtime adds.
+the runtime adds. With `padding_idx` the gradient of that row is zero, as in torch.
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ class Embedding(Op):
     type = "embedding"
 
     def __init__(self, model: Model, indices: Tensor, num_embeddings: int, embedding_dim: int,
-                 name: str | None = None):
+                 name: str | None = None, padding_idx: int | None = None):
         super().__init__(model.unique_name("embedding", name))
         if indices.ndim < 1:
             raise ShapeError(f"embedding '{self.name}': indices '{indices.name}' have shape "
@@ -32,8 +32,13 @@ class Embedding(Op):
         if num_embeddings < 1 or embedding_dim < 1:
             raise ShapeError(f"embedding '{self.name}': num_embeddings {num_embeddings} and "
                              f"embedding_dim {embedding_dim} must both be positive.")
+        if padding_idx is not None and not -num_embeddings <= padding_idx < num_embeddings:
+            raise ShapeError(f"embedding '{self.name}': padding_idx {padding_idx} is not a row "
+                             f"of the {num_embeddings}-row table.")
         lead = indices.shape
         self.params = {"num_embeddings": num_embeddings, "embedding_dim": embedding_dim}
+        if padding_idx is not None:
+            self.params["padding_idx"] = padding_idx % num_embeddings
         self.inputs = [indices]
         model.new_weight(self, "weight", (num_embeddings, embedding_dim))
         model.new_tensor(self, (*lead, embedding_dim))
@@ -52,15 +57,18 @@ class Embedding(Op):
             raise IndexError(f"embedding '{self.name}': indices must lie in [0, {vocab}) "
                              f"(got min {int(idx.min())}, max {int(idx.max())}). Check the "
                              "vocabulary size given to model.embedding.")
+        pad = self.params.get("padding_idx")
+        if pad is not None:
+            pad = pad - v0 if v0 <= pad < v1 else None
         if v0 == 0 and v1 == vocab:
-            return [F.embedding(idx, w)]
+            return [F.embedding(idx, w, padding_idx=pad)]
         local = idx - v0
         mine = (local >= 0) & (local < v1 - v0)
-        rows = F.embedding(local.clamp(0, v1 - v0 - 1), w)
+        rows = F.embedding(local.clamp(0, v1 - v0 - 1), w, padding_idx=pad)
         return [torch.where(mine.unsqueeze(-1), rows, rows.new_zeros(()))]
 
     def reference(self, inputs, weights):
-        return [F.embedding(inputs[0], weights[0])]
+        return [F.embedding(inputs[0], weights[0], padding_idx=self.params.get("padding_idx"))]
 
     def init_weights(self, generator):
         w = torch.empty(self.weights[0].shape)
@@ -70,8 +78,9 @@ class Embedding(Op):
 
 @builder
 def embedding(model: Model, indices: Tensor, num_embeddings: int, embedding_dim: int,
-              name: str | None = None) -> Tensor:
+              name: str | None = None, padding_idx: int | None = None) -> Tensor:
     """Rows of a (num_embeddings, embedding_dim) table picked by integer `indices` of shape
     (N, ...), giving (N, ..., embedding_dim); like torch.nn.Embedding(num_embeddings,
-    embedding_dim)(indices)."""
-    return model.add_op(Embedding(model, indices, num_embeddings, embedding_dim, name)).outputs[0]
+    embedding_dim, padding_idx)(indices)."""
+    return model.add_op(Embedding(model, indices, num_embeddings, embedding_dim, name,
+                                  padding_idx)).outputs[0]

@@ -9,6 +9,9 @@ operator lowers to three launches, none needing autograd (its backward is closed
            the logits' gradient region, and contributes its samples' -log p to the loss
            (with every class in one part, in fewer operations). Labels outside [0, C) are
            an error, as in torch.
+With `ignore_index` (HF's -100 for padding and the last position of a causal LM), samples
+with that label contribute nothing and the mean is over the others: each loss part then
+reads all labels (small integers) to count them.
 """
 from __future__ import annotations
 
@@ -29,7 +32,8 @@ class SoftmaxCrossEntropy(Op):
     type = "softmax_ce"
     differentiable = False
 
-    def __init__(self, model: Model, logits: Tensor, labels: Tensor, name: str | None = None):
+    def __init__(self, model: Model, logits: Tensor, labels: Tensor, name: str | None = None,
+                 ignore_index: int | None = None):
         super().__init__(model.unique_name("loss", name))
         *lead, classes = logits.shape
         if tuple(labels.shape) != tuple(lead):
@@ -42,6 +46,8 @@ class SoftmaxCrossEntropy(Op):
         self.inputs = [logits, labels]
         self.count = prod(lead)
         self.params = {"classes": classes}
+        if ignore_index is not None:
+            self.params["ignore_index"] = int(ignore_index)
         loss = model.new_tensor(self, (1,), logits.dtype)
         loss.requires_grad = False
         self.loss_tensor = loss
@@ -76,10 +82,11 @@ class SoftmaxCrossEntropy(Op):
             rows_lo = tuple(rg[l][0] for l in lead_l)
             rows_hi = tuple(rg[l][1] for l in lead_l)
             x = stage.rect_for(logits.shape, lead_l + ("c",), rg)
+            y = Rect(rows_lo, rows_hi) if ignore is None else Rect.from_shape(labels.shape)
             return PartSpec((x, Rect(rows_lo + (0,), rows_hi + (degrees[kc],)),
-                             Rect(rows_lo + (0,), rows_hi + (1,)), Rect(rows_lo, rows_hi)),
+                             Rect(rows_lo + (0,), rows_hi + (1,)), y),
                             (), (x, Rect((0,), (1,))),
-                            partial=(False, True), info=rg["c"])
+                            partial=(False, True), info=(rg["c"], rows_lo, rows_hi))
 
         def max_fwd(spec, ins, ws):
             return [ins[0].amax(dim=-1, keepdim=True)]
@@ -89,7 +96,7 @@ class SoftmaxCrossEntropy(Op):
             m = m.amax(dim=-1, keepdim=True)
             return [torch.exp(x - m).sum(dim=-1, keepdim=True)]
 
-        count = self.count
+        ignore = self.params.get("ignore_index")
 
         def bad_labels(y) -> ShapeError:
             return ShapeError(f"softmax_ce '{self.name}': labels must be in [0, {classes}); "
@@ -97,7 +104,13 @@ class SoftmaxCrossEntropy(Op):
 
         def loss_fwd(spec, ins, ws):
             x, m, s, y = ins
-            c0, c1 = spec.info
+            (c0, c1), rows_lo, rows_hi = spec.info
+            count, valid = self.count, None
+            if ignore is not None:          # y is every label: count, then take my rows
+                count = int((y != ignore).sum())
+                y = y[tuple(slice(lo, hi) for lo, hi in zip(rows_lo, rows_hi))]
+                valid = (y != ignore).unsqueeze(-1)
+                y = torch.where(valid.squeeze(-1), y, 0)
             if m.shape[-1] == 1 and c1 - c0 == classes:     # one part has every class
                 lse = m + torch.log(s)
                 idx = y.unsqueeze(-1)
@@ -107,7 +120,10 @@ class SoftmaxCrossEntropy(Op):
                     raise bad_labels(y) from None
                 grad = torch.exp(x - lse)
                 grad.scatter_add_(-1, idx, torch.full_like(lse, -1.0))
-                return [grad.div_(count), (lse - picked).sum().reshape(1).div_(count)]
+                terms = lse - picked
+                if valid is not None:
+                    grad, terms = grad * valid, terms * valid
+                return [grad.div_(count), terms.sum().reshape(1).div_(count)]
             if bool(((y < 0) | (y >= classes)).any()):      # one host sync, not two
                 raise bad_labels(y)
             m = m.amax(dim=-1, keepdim=True)
@@ -115,6 +131,8 @@ class SoftmaxCrossEntropy(Op):
             grad = torch.exp(x - lse)
             y = y.unsqueeze(-1) - c0
             mine = (y >= 0) & (y < c1 - c0)
+            if valid is not None:
+                mine, grad = mine & valid, grad * valid
             idx = y.clamp(0, c1 - c0 - 1)
             picked = torch.gather(x, -1, idx)
             loss = ((lse - picked) * mine).sum().reshape(1) / count
@@ -135,17 +153,19 @@ class SoftmaxCrossEntropy(Op):
     def reference(self, inputs, weights):
         logits, labels = inputs
         c = logits.shape[-1]
-        return [F.cross_entropy(logits.reshape(-1, c), labels.reshape(-1)).reshape(1)]
+        return [F.cross_entropy(logits.reshape(-1, c), labels.reshape(-1),
+                                ignore_index=self.params.get("ignore_index", -100)).reshape(1)]
 
 
 @builder
 def softmax_cross_entropy(model: Model, logits: Tensor, labels: Tensor,
-                          name: str | None = None) -> Tensor:
+                          name: str | None = None, ignore_index: int | None = None) -> Tensor:
     """Mean softmax cross-entropy of logits (..., C) against integer labels (...); sets the
-    model's loss. Like torch.nn.functional.cross_entropy on the flattened batch."""
+    model's loss. Like torch.nn.functional.cross_entropy on the flattened batch (labels
+    equal to `ignore_index` count for nothing)."""
     if model.loss_op is not None:
         raise ShapeError(f"Model '{model.name}' already has a loss "
                          f"('{model.loss_op.name}'); a model has one loss.")
-    op = model.add_op(SoftmaxCrossEntropy(model, logits, labels, name))
+    op = model.add_op(SoftmaxCrossEntropy(model, logits, labels, name, ignore_index))
     model.loss_op = op
     return op.loss_tensor

@@ -213,7 +213,8 @@ class _Lowering:
                 pieces.append((r, dev))
         states = self.state_regions.get(w.name)
         if states is None:
-            states = [Region(f"{w.name}@{s}", w.shape, w.dtype)
+            dtype = getattr(self.optimizer, "state_dtype", lambda d: d)(w.dtype)
+            states = [Region(f"{w.name}@{s}", w.shape, dtype)
                       for s in self.optimizer.state_names]
             self.state_regions[w.name] = states
             for s in states:

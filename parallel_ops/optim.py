@@ -5,6 +5,13 @@ so replicas stay identical without a broadcast. `step_count` is advanced by the 
 before each iteration; every rank advances it alike. `update_many` does `update` for many
 parts in multi-tensor calls (the local executor batches a device's updates:
 taskrt.launch, IndexLaunch.batch); an optimizer without it runs one task per part.
+
+Mixed precision (`master_weights=True`, what `--dtype bfloat16` chooses): the model's weights
+and gradients are bfloat16 (what forward and backward compute with); the optimizer keeps a
+float32 master copy of every weight part as its first state ("master") and its other states
+in float32 too; an update casts the gradient to float32, updates the master and writes it
+back rounded to the weight. States live in regions partitioned like their weight
+(parallel_ops/lowering.py), so the memory model counts them where the weight part lives.
 """
 from __future__ import annotations
 
@@ -13,11 +20,47 @@ import math
 import torch
 
 
-class SGD:
+class _Optimizer:
+    """What SGD and Adam share: state names and dtypes, master weights. Subclasses define
+    `_names` (their own states), `_step(p, g, states)` and `_step_many(ps, gs, states)`."""
+    _names: tuple = ()
+
+    def _init_precision(self, master_weights: bool) -> None:
+        self.master_weights = bool(master_weights)
+        self.step_count = 0
+        self.state_names = (("master",) if self.master_weights else ()) + self._names
+
+    def state_dtype(self, weight_dtype: str) -> str:
+        """The dtype of every state of a weight of `weight_dtype`."""
+        return "float32" if self.master_weights else weight_dtype
+
+    def initial_state(self, name: str, weight: torch.Tensor) -> torch.Tensor:
+        """The value state `name` of a weight starts from (the master copy: the weight)."""
+        dt = getattr(torch, self.state_dtype(str(weight.dtype).removeprefix("torch.")))
+        return weight.to(dt) if name == "master" else torch.zeros(weight.shape, dtype=dt)
+
+    def update(self, p: torch.Tensor, g: torch.Tensor, states) -> None:
+        if not self.master_weights:
+            return self._step(p, g, states)
+        master, *rest = states
+        self._step(master, g.float(), rest)
+        p.copy_(master)
+
+    def update_many(self, ps: list, gs: list, states: list) -> None:
+        """`update` of many parts with multi-tensor (torch._foreach_*) calls: the same
+        element-wise operations in the same order, so the same bits."""
+        if not self.master_weights:
+            return self._step_many(ps, gs, states)
+        masters = [s[0] for s in states]
+        self._step_many(masters, [g.float() for g in gs], [s[1:] for s in states])
+        torch._foreach_copy_(ps, masters)
+
+
+class SGD(_Optimizer):
     """torch.optim.SGD(lr, momentum, dampening, weight_decay, nesterov) on parts."""
 
     def __init__(self, lr: float = 0.01, momentum: float = 0.0, weight_decay: float = 0.0,
-                 dampening: float = 0.0, nesterov: bool = False):
+                 dampening: float = 0.0, nesterov: bool = False, master_weights: bool = False):
         if lr < 0 or momentum < 0 or weight_decay < 0:
             raise ValueError(f"SGD: lr {lr}, momentum {momentum} and weight_decay "
                              f"{weight_decay} must be non-negative.")
@@ -25,10 +68,10 @@ class SGD:
             raise ValueError("SGD: nesterov needs momentum > 0 and dampening 0.")
         self.lr, self.momentum, self.weight_decay = lr, momentum, weight_decay
         self.dampening, self.nesterov = dampening, nesterov
-        self.step_count = 0
-        self.state_names = ("momentum_buffer",) if momentum else ()
+        self._names = ("momentum_buffer",) if momentum else ()
+        self._init_precision(master_weights)
 
-    def update(self, p: torch.Tensor, g: torch.Tensor, states) -> None:
+    def _step(self, p: torch.Tensor, g: torch.Tensor, states) -> None:
         if self.weight_decay:
             g = g.add(p, alpha=self.weight_decay)
         if self.momentum:
@@ -40,9 +83,7 @@ class SGD:
             g = g.add(buf, alpha=self.momentum) if self.nesterov else buf
         p.add_(g, alpha=-self.lr)
 
-    def update_many(self, ps: list, gs: list, states: list) -> None:
-        """`update` of many parts with multi-tensor (torch._foreach_*) calls: the same
-        element-wise operations in the same order, so the same bits."""
+    def _step_many(self, ps: list, gs: list, states: list) -> None:
         if self.weight_decay:
             gs = torch._foreach_add(gs, ps, alpha=self.weight_decay)
         if self.momentum:
@@ -66,18 +107,18 @@ class SGD:
                                nesterov=self.nesterov, foreach=False)
 
 
-class Adam:
+class Adam(_Optimizer):
     """torch.optim.Adam(lr, betas, eps, weight_decay) on parts."""
 
     def __init__(self, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
-                 weight_decay: float = 0.0):
+                 weight_decay: float = 0.0, master_weights: bool = False):
         if lr < 0 or eps < 0 or not all(0 <= b < 1 for b in betas):
             raise ValueError(f"Adam: lr {lr}, eps {eps} must be >= 0 and betas {betas} in [0, 1).")
         self.lr, self.betas, self.eps, self.weight_decay = lr, tuple(betas), eps, weight_decay
-        self.step_count = 0
-        self.state_names = ("exp_avg", "exp_avg_sq")
+        self._names = ("exp_avg", "exp_avg_sq")
+        self._init_precision(master_weights)
 
-    def update(self, p: torch.Tensor, g: torch.Tensor, states) -> None:
+    def _step(self, p: torch.Tensor, g: torch.Tensor, states) -> None:
         m, v = states
         b1, b2 = self.betas
         t = self.step_count
@@ -89,8 +130,7 @@ class Adam:
         denom = (v.sqrt() / math.sqrt(1 - b2 ** t)).add_(self.eps)
         p.addcdiv_(m, denom, value=-step_size)
 
-    def update_many(self, ps: list, gs: list, states: list) -> None:
-        """`update` of many parts with multi-tensor calls (same operations, same bits)."""
+    def _step_many(self, ps: list, gs: list, states: list) -> None:
         ms, vs = [s[0] for s in states], [s[1] for s in states]
         b1, b2 = self.betas
         t = self.step_count

@@ -54,9 +54,10 @@ class Trainer:
             for w in model.weights:
                 if w.name in self.graph.initial_valid:
                     self.executor.write(w.name, model.initial_values[w.name])
-            for regions in self.lowered.state_regions.values():
-                for r in regions:
-                    self.executor.write(r.name, torch.zeros(r.shape, dtype=getattr(torch, r.dtype)))
+            for w, regions in self.lowered.state_regions.items():
+                for name, r in zip(optimizer.state_names, regions):
+                    self.executor.write(r.name, optimizer.initial_state(
+                        name, model.initial_values[w]))
 
     def _feed(self, feeds: Mapping[str, torch.Tensor]) -> None:
         names = {t.name for t in self.model.inputs}

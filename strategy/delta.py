@@ -14,6 +14,7 @@ object view (`graph`) is built only when asked for.
 """
 from __future__ import annotations
 
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,6 +31,24 @@ from .listsched import csr
 from .simulator import NodeTimer, Resources, SimResult, result_of, timeline
 
 _READ, _RW = Privilege.READ, Privilege.READ_WRITE
+TABLE_SLACK = 65536      # buffers the tables may hold beyond 4 per node before a restart
+
+
+class _Column:
+    """A list of numbers that also hands them out as a numpy array, converting only what
+    was appended since the last call."""
+    __slots__ = ("items", "_array")
+
+    def __init__(self, dtype):
+        self.items: list = []
+        self._array = np.zeros(0, dtype=dtype)
+
+    def array(self) -> np.ndarray:
+        done = len(self._array)
+        if len(self.items) > done:
+            self._array = np.concatenate([self._array, np.array(self.items[done:],
+                                                                dtype=self._array.dtype)])
+        return self._array
 
 
 @dataclass(eq=False, slots=True)
@@ -57,20 +76,31 @@ class SimulationSession:
                 self.planner.add_launch(launch)
             self.timer = NodeTimer(machine_model, costs)
             self.resources = Resources()
-            self._timing: dict = {}          # node -> (duration, resource ids)
-            self._sims: dict = {}            # NodeGroup -> _GroupSim
-            # Buffers (taskrt.liveness keys) as dense ids: device, region index, bytes.
-            self._buffer_ids: dict = {}
-            self._buf_dev: list[int] = []
-            self._buf_region: list[int] = []
-            self._buf_bytes: list[int] = []
-            self._buf_staging: list[bool] = []
-            self._region_index: dict[str, int] = {}
-            # Per region: its instance and partial-sum buffers as (ids, devices, bytes).
-            self._region_buffers: dict[str, tuple] = {}
+            self._epoch = 0
+            self._reset_tables()
             self._graph = None
             self._undo: tuple | None = None       # what change() replaced, for undo()
             self.result = self._simulate(None)
+
+    def _reset_tables(self) -> None:
+        """Empty the per-node, per-group and per-buffer tables. Every change makes new
+        staging buffers (keyed by their copy node), so the tables grow; _simulate starts
+        them again from the current graph when they hold several graphs' worth."""
+        self._epoch += 1
+        self._infos: dict = {}           # node -> what it adds to its group (_node_info)
+        self._sims: dict = {}            # NodeGroup -> _GroupSim
+        # Buffers (taskrt.liveness keys) as dense ids: device, region index, bytes.
+        self._buffer_ids: dict = {}
+        self._buf_dev, self._buf_region = _Column(np.int64), _Column(np.int64)
+        self._buf_bytes, self._buf_staging = _Column(np.int64), _Column(bool)
+        self._region_index: dict[str, int] = {}
+        # The groups counted in these, for the regions kept (see _kept_regions).
+        self._counted: set = set()
+        self._read_by_writers: Counter = Counter()
+        self._writers_of: dict = defaultdict(dict)   # region -> {group sim: its reads}
+        # Per region: its instance and partial-sum buffers as (ids, devices, bytes).
+        self._region_buffers: dict[str, tuple] = {}
+        self._live_nodes = 0
 
     @property
     def configs(self):
@@ -89,7 +119,8 @@ class SimulationSession:
         """Give one operator another config and return the new simulation result. `undo()`
         takes it back. On an error (a config that does not fit) the session is as before."""
         lowering = self.lowering
-        before = (op_name, lowering.configs[op_name], lowering.parts[op_name], self.result, {})
+        before = (op_name, lowering.configs[op_name], lowering.parts[op_name], self.result, {},
+                  self._epoch)
         self._undo = None
         replaced = False
         with gc_paused():
@@ -120,12 +151,15 @@ class SimulationSession:
         return self.result
 
     def _restore(self, before, replaced: bool) -> None:
-        op_name, cfg, part, result, region_buffers = before
+        op_name, cfg, part, result, region_buffers, epoch = before
         self.lowering.restore(op_name, cfg, part)
         if replaced and self.planner.can_undo:
             self.planner.undo()
         for name, entry in region_buffers.items():
-            if entry is None:
+            if epoch != self._epoch:            # the tables were started again since
+                if name in self.planner.planners:
+                    self._region_buffers[name] = self._region_buffer_arrays(name)
+            elif entry is None:
                 self._region_buffers.pop(name, None)
             else:
                 self._region_buffers[name] = entry
@@ -142,53 +176,60 @@ class SimulationSession:
     def _buffer(self, key, nbytes: int) -> int:
         b = self._buffer_ids.get(key)
         if b is None:
-            b = self._buffer_ids[key] = len(self._buf_dev)
-            self._buf_dev.append(key[2])
+            b = self._buffer_ids[key] = len(self._buf_dev.items)
+            self._buf_dev.items.append(key[2])
             name = key[1]
             r = self._region_index.get(name)
             if r is None:
                 r = self._region_index[name] = len(self._region_index)
-            self._buf_region.append(r)
-            self._buf_bytes.append(nbytes)
-            self._buf_staging.append(key[0] == STAGING)
+            self._buf_region.items.append(r)
+            self._buf_bytes.items.append(nbytes)
+            self._buf_staging.items.append(key[0] == STAGING)
         return b
 
+    def _node_info(self, node, staged) -> tuple:
+        """(duration, resource ids, buffer ids, regions read, regions written: a task's
+        writes, or None when it writes nothing): what a node adds to its group's arrays,
+        cached per node object (unchanged nodes are the same objects in the next graph)."""
+        d, rs = self.timer.timing(node)
+        keys = buffers_of(node, staged=staged)
+        bufs = tuple(self._buffer(key, key[3].nbytes if key[0] == STAGING else 0)
+                     for key in keys)
+        reads, writes = (), None
+        if node.kind == "task":
+            r, w = [], []
+            for req in node.requirements:
+                if req.privilege is _READ or req.privilege is _RW:
+                    r.append(req.region.name)
+                if req.privilege is not _READ:
+                    w.append(req.region.name)
+            if w:
+                reads, writes = tuple(r), tuple(w)
+        rid = self.resources.id
+        return d, tuple(rid(x) for x in rs), bufs, reads, writes
+
     def _group_sim(self, group) -> _GroupSim:
-        timing, timer, rid, buffer = self._timing, self.timer.timing, self.resources.id, \
-            self._buffer
-        n = len(group.nodes)
-        dur = np.empty(n)
-        res_counts = np.empty(n, dtype=np.int64)
-        buf_counts = np.empty(n, dtype=np.int64)
-        res_ids, buf_ids = [], []
-        read_by_writers, reads_of_writers = set(), {}
+        infos, make = self._infos, self._node_info
         staged = group.staged
+        rows = []
         for k, node in enumerate(group.nodes):
-            t = timing.get(node)
-            if t is None:
-                d, rs = timer(node)
-                t = timing[node] = (d, tuple(rid(r) for r in rs))
-            dur[k] = t[0]
-            res_counts[k] = len(t[1])
-            res_ids.extend(t[1])
-            keys = buffers_of(node, staged=None if staged is None else staged[k])
-            buf_counts[k] = len(keys)
-            buf_ids.extend(buffer(key, key[3].nbytes if key[0] == STAGING else 0)
-                           for key in keys)
-            if node.kind == "task":
-                reads, writes = [], []
-                for req in node.requirements:
-                    if req.privilege is _READ or req.privilege is _RW:
-                        reads.append(req.region.name)
-                    if req.privilege is not _READ:
-                        writes.append(req.region.name)
-                if writes:
-                    read_by_writers.update(reads)
-                    for w in writes:
-                        reads_of_writers.setdefault(w, set()).update(reads)
-        return _GroupSim(dur, res_counts, np.array(res_ids, dtype=np.int64), buf_counts,
-                         np.array(buf_ids, dtype=np.int64), frozenset(read_by_writers),
-                         reads_of_writers)
+            info = infos.get(node)
+            if info is None:
+                info = infos[node] = make(node, None if staged is None else staged[k])
+            rows.append(info)
+        n = len(rows)
+        read_by_writers, reads_of_writers = set(), {}
+        for _, _, _, reads, writes in rows:
+            if writes is not None:
+                read_by_writers.update(reads)
+                for w in writes:
+                    reads_of_writers.setdefault(w, set()).update(reads)
+        return _GroupSim(np.fromiter((r[0] for r in rows), dtype=np.float64, count=n),
+                         np.fromiter((len(r[1]) for r in rows), dtype=np.int64, count=n),
+                         np.fromiter((x for r in rows for x in r[1]), dtype=np.int64),
+                         np.fromiter((len(r[2]) for r in rows), dtype=np.int64, count=n),
+                         np.fromiter((x for r in rows for x in r[2]), dtype=np.int64),
+                         frozenset(read_by_writers), reads_of_writers)
 
     def _region_buffer_arrays(self, name: str) -> tuple:
         rp = self.planner.planners[name]
@@ -204,12 +245,15 @@ class SimulationSession:
     # -- the simulation ------------------------------------------------------------------------
     def _simulate(self, touched) -> SimResult:
         groups = self.planner.groups()
+        if len(self._buffer_ids) > 4 * self._live_nodes + TABLE_SLACK:
+            self._reset_tables()
+            touched = None
         sims = self._sims
         if len(sims) > 2 * len(groups) + 1024:        # forget groups of older graphs
             sims = self._sims = {g: sims[g] for g in groups if g in sims}
-            if len(self._timing) > 4 * sum(len(g.nodes) for g in groups) + 4096:
-                self._timing = {n: t for g in groups for n in g.nodes
-                                if (t := self._timing.get(n)) is not None}
+            if len(self._infos) > 4 * sum(len(g.nodes) for g in groups) + 4096:
+                self._infos = {n: t for g in groups for n in g.nodes
+                               if (t := self._infos.get(n)) is not None}
         per = []
         for g in groups:
             s = sims.get(g)
@@ -217,6 +261,7 @@ class SimulationSession:
                 s = sims[g] = self._group_sim(g)
             per.append(s)
         asm = assemble(groups, self.planner.num_group_ids)
+        self._live_nodes = asm.num_nodes
         dur = np.concatenate([s.dur for s in per])
         start, end, busy = timeline(dur, np.concatenate([s.res_counts for s in per]),
                                     np.concatenate([s.res_ids for s in per]),
@@ -228,15 +273,22 @@ class SimulationSession:
         """Regions whose buffers persist (taskrt.liveness.Liveness.of with keep=None): initial
         data, the graph's results (regions no writing task reads) and what the tasks writing
         a result read."""
-        read_by_writers = set()
-        for s in per:
-            read_by_writers |= s.read_by_writers
-        sinks = set(self.planner.regions) - read_by_writers
-        kept = sinks | {name for name, pieces in self.planner.initial.items() if pieces}
-        for s in per:
+        current = set(per)
+        counts, writers = self._read_by_writers, self._writers_of
+        for s in self._counted - current:
+            counts.subtract(s.read_by_writers)
+            for written in s.reads_of_writers:
+                del writers[written][s]
+        for s in current - self._counted:
+            counts.update(s.read_by_writers)
             for written, reads in s.reads_of_writers.items():
-                if written in sinks:
-                    kept |= reads
+                writers[written][s] = reads
+        self._counted = current
+        sinks = {name for name in self.planner.regions if counts[name] <= 0}
+        kept = sinks | {name for name, pieces in self.planner.initial.items() if pieces}
+        for name in sinks:
+            for reads in writers.get(name, {}).values():
+                kept |= reads
         return kept
 
     def _memory(self, per, touched, start, end) -> dict[int, int]:
@@ -249,18 +301,18 @@ class SimulationSession:
         index = self._region_index
         kept_mask = np.zeros(len(index) + 1, dtype=bool)
         kept_mask[[index[name] for name in kept if name in index]] = True
-        nbytes = np.array(self._buf_bytes, dtype=np.int64)
+        nbytes = self._buf_bytes.array().copy()
         ids = np.concatenate([e[0] for e in region_buffers.values()])
         nbytes[ids] = np.concatenate([e[2] for e in region_buffers.values()])
-        buf_dev = np.array(self._buf_dev, dtype=np.int64)
-        region = np.array(self._buf_region, dtype=np.int64)
+        buf_dev = self._buf_dev.array()
+        region = self._buf_region.array()
         persistent_mask = kept_mask[region] | (nbytes < liveness.MIN_TEMPORARY_BYTES)
         # Users: (buffer, node id) for every buffer each node uses.
         counts = np.concatenate([s.buf_counts for s in per])
         users_buf = np.concatenate([s.buf_ids for s in per])
         users_node = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
         # Persistent: every instance and partial buffer, and the staging buffers in use.
-        staged = np.unique(users_buf[np.array(self._buf_staging, dtype=bool)[users_buf]])
+        staged = np.unique(users_buf[self._buf_staging.array()[users_buf]])
         persistent: dict[int, int] = {}
         for group_ids in (ids, staged):
             keep = group_ids[persistent_mask[group_ids]]

@@ -11,7 +11,22 @@ layer_per_device GNMT-style for RNNs: inside a node, operators cut in program or
                  parallelism: every operator split on its sample dim over its device in each
                  node.
 
-Both take (model, number of devices, devices per node) and return a config for every
+And, for transformers (Shoeybi et al. 2019, Narayanan et al. SC'21):
+
+megatron         Megatron-LM's tensor parallelism of degree t inside a node, data parallelism
+                 over the N/t groups: attention split over its heads (column-parallel QKV,
+                 row-parallel output projection, reduced as partial sums), a linear column
+                 parallel (on its outputs) unless it consumes a column-parallel linear's output,
+                 then row parallel (on its inputs: the MLP's second matmul), embeddings split
+                 on the vocabulary (partial sums), the loss on the classes (vocabulary-parallel
+                 cross entropy). Other operators (layernorms, residual adds) are split on their
+                 sample dim over all N devices: Megatron replicates them over the t ranks of a
+                 group; here each rank takes 1/t of its group's samples, so the all-reduce of a
+                 row-parallel output becomes a reduce-scatter plus an all-gather (the same
+                 bytes, as in sequence parallelism). Part (i, j) of an op split (n=N/t, X=t)
+                 runs on device i*t + j: a group is t consecutive devices, inside a node.
+
+All take (model, number of devices, devices per node) and return a config for every
 operator; where a dim is shorter than the device count, fewer devices are used (as in
 strategy/standard.py). Apps name theirs in App.expert_strategy.
 
@@ -20,7 +35,7 @@ strategy/standard.py). Apps name theirs in App.expert_strategy.
 from __future__ import annotations
 
 from parallel_ops.config import ParallelConfig
-from parallel_ops.op import PARAMETER, SAMPLE
+from parallel_ops.op import PARAMETER, REDUCTION, SAMPLE
 
 from .standard import balanced_blocks, first_dim, op_work, split, split_on_sample
 
@@ -56,7 +71,52 @@ def layer_per_device(model, num_devices: int, devices_per_node: int | None = Non
     return out
 
 
-EXPERTS = {"one_weird_trick": one_weird_trick, "layer_per_device": layer_per_device}
+def megatron(model, num_devices: int, devices_per_node: int | None = None,
+             tensor_parallel: int | None = None) -> dict[str, ParallelConfig]:
+    """Megatron-LM's strategy (module doc); t = tensor_parallel, default devices_per_node.
+
+        megatron(gpt, 128, 8, tensor_parallel=4)     # t=4, 32 data-parallel groups
+    """
+    per_node = min(devices_per_node or num_devices, num_devices)
+    t = per_node if tensor_parallel is None else tensor_parallel
+    if t < 1 or per_node % t or num_devices % t:
+        raise ValueError(f"megatron: tensor-parallel degree {t} must divide the devices per "
+                         f"node ({per_node}) and the devices ({num_devices}); use one of "
+                         f"{[k for k in range(1, per_node + 1) if per_node % k == 0]}.")
+    devices, groups = tuple(range(num_devices)), num_devices // t
+    column_outputs, out = set(), {}
+
+    def tensor_parallel_on(op, dim: str) -> ParallelConfig:
+        sample = first_dim(op, SAMPLE)
+        extent = next(d.max_degree for d in op.dims if d.name == dim)
+        if sample is None or sample.max_degree < groups or extent < t:
+            raise ValueError(f"megatron: operator '{op.name}' ({op.type}) cannot take "
+                             f"{groups} data-parallel groups on '{sample and sample.name}' "
+                             f"and t={t} on '{dim}' (extents {sample and sample.max_degree}, "
+                             f"{extent}); use a batch of at least {groups} or a smaller t.")
+        return ParallelConfig(((sample.name, groups), (dim, t)), devices)
+
+    for op in model.ops:
+        if t == 1:
+            out[op.name] = split_on_sample(op, devices)
+        elif op.type == "multihead_attention":
+            out[op.name] = tensor_parallel_on(op, "h")
+        elif op.type == "linear":
+            row = any(x.name in column_outputs for x in op.inputs)
+            out[op.name] = tensor_parallel_on(op, "i" if row else "o")
+            if not row:
+                column_outputs.update(y.name for y in op.outputs)
+        elif op.type == "embedding":
+            out[op.name] = tensor_parallel_on(op, first_dim(op, REDUCTION).name)
+        elif op.type == "softmax_ce":
+            out[op.name] = tensor_parallel_on(op, op.dims[-1].name)
+        else:
+            out[op.name] = split_on_sample(op, devices)
+    return out
+
+
+EXPERTS = {"one_weird_trick": one_weird_trick, "layer_per_device": layer_per_device,
+           "megatron": megatron}
 """The expert strategies by the name an App gives in `expert`."""
 
 

@@ -70,6 +70,7 @@ class NodeTimer:
     def __init__(self, model, costs):
         self.model, self.costs = model, costs
         self._compute = {}
+        self._copies: dict = {}       # (src, dst, bytes) -> timing: a function of the model
 
     def compute(self, device: int):
         """The compute resource of a device (logical devices may share a physical one)."""
@@ -89,10 +90,18 @@ class NodeTimer:
             spec = self.model.device(node.device)
             return self.costs.task_time(node, spec), (self.compute(node.device),)
         if kind == "copy":
-            links = self.model.path(node.src, node.dst)
-            if not links:
-                return self._memory_time(node.src, 2 * node.nbytes), (self.compute(node.src),)
-            return self.model.transfer_time(node.nbytes, node.src, node.dst), tuple(links)
+            key = (node.src, node.dst, node.nbytes)
+            got = self._copies.get(key)
+            if got is None:
+                links = self.model.path(node.src, node.dst)
+                if not links:
+                    got = (self._memory_time(node.src, 2 * node.nbytes),
+                           (self.compute(node.src),))
+                else:
+                    got = (self.model.transfer_time(node.nbytes, node.src, node.dst),
+                           tuple(links))
+                self._copies[key] = got
+            return got
         if kind == "reduce":
             moved = node.nbytes + sum(node.region.nbytes(i.rect) for i in node.inputs)
             return self._memory_time(node.device, moved), (self.compute(node.device),)

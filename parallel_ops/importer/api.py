@@ -8,6 +8,7 @@ import torch
 from ..activation import fuse_activations
 from ..errors import UnsupportedModelError
 from ..model import Model
+from . import hf
 from .capture import capture_export, capture_fx, training_mode
 from .imported import Imported
 from .registry import module_converter
@@ -58,6 +59,8 @@ def import_module(module: torch.nn.Module, example_inputs: Any, method: str = "a
 
 def _import(module, example_inputs, method, name, seed, fuse_activations) -> Imported:
     args, kwargs = _example(example_inputs)
+    kwargs = hf.call_kwargs(module, kwargs)
+    hf.register_modules(module)
     model_name = name or type(module).__name__
     fx_error = None
     if method in ("auto", "fx"):

@@ -32,6 +32,7 @@ class Captured:
     params: dict[str, str] = field(default_factory=dict)       # placeholder -> state key
     constants: dict[str, torch.Tensor] = field(default_factory=dict)
     user_outputs: list | None = None            # output nodes/values given to the user
+    submodules: dict = field(default_factory=dict)   # export: graphs of higher-order ops
     mutated: dict[str, torch.Tensor] = field(default_factory=dict)  # fx: buffers the trace
     #                                             changed in place (key -> value before)
 
@@ -119,6 +120,7 @@ def capture_export(module: torch.nn.Module, args: tuple, kwargs: dict) -> Captur
     ep = export(module, args, kwargs)
     graph = ep.graph
     cap = Captured("export", graph, module)
+    cap.submodules = dict(ep.graph_module.named_children())
     flat, _ = torch.utils._pytree.tree_flatten((args, kwargs))
     user = iter(flat)
     for spec in ep.graph_signature.input_specs:

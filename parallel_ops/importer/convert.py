@@ -11,7 +11,7 @@ import torch
 
 from ..tensor import Tensor
 from . import extra_ops
-from .values import Param, Stacked, Unsupported
+from .values import Derived, Param, Stacked, Unsupported
 from .weights import same, transposed
 
 
@@ -140,22 +140,38 @@ def binary(ctx, kind: str, a, b) -> Tensor:
         if core != tuple(small.shape):
             small = reshape(ctx, small, core)
         return build(big, small, name=ctx.op_name())
-    # Any other broadcast: expand the operands that need it to the result's shape.
-    a, b = (expand(ctx, t, out) for t in (a, b))
-    return build(a, b, name=ctx.op_name())
+    if a.dtype != b.dtype:
+        raise Unsupported(f"{kind} of '{a.name}' ({a.dtype}) and '{b.name}' ({b.dtype})")
+    op = extra_ops.register(ctx.model, _broadcast().BroadcastBinary(ctx.model, kind, a, b,
+                                                                     name=ctx.op_name()))
+    return op.outputs[0]
 
 
-def expand(ctx, x, sizes) -> Tensor:
-    """x.expand(*sizes) (-1 keeps a size; sizes given for a parameter's stored shape)."""
-    shape = tuple(x.view.shape) if isinstance(x, Param) else tuple(ctx.tensor(x).shape)
+def _broadcast():
+    return builder_module("broadcast")
+
+
+def expand(ctx, x, *size, implicit=False) -> Tensor:
+    """x.expand(size) (a -1 keeps the axis; a parameter's axes are those it is stored with,
+    e.g. ViT's class token (1, 1, D), whose operator drops the leading 1s)."""
+    have = tuple(x.view.shape) if isinstance(x, Param) else tuple(ctx.tensor(x).shape)
     x = ctx.tensor(x)
-    try:
-        target = builder_module("expand").expanded_shape("expand", shape, sizes)
-    except ValueError as e:
-        raise Unsupported(str(e)) from None
-    if target == tuple(x.shape):
+    size = list(size[0] if len(size) == 1 and isinstance(size[0], (list, tuple, torch.Size))
+                else size)
+    lead = len(size) - len(have)
+    if lead < 0 or any(s == -1 for s in size[:lead]):
+        raise Unsupported(f"expand of {have} to {tuple(size)}")
+    shape = tuple(have[k - lead] if s == -1 else int(s) for k, s in enumerate(size))
+    if shape == tuple(x.shape):
         return x
-    return ctx.model.expand(x, target, name=ctx.op_name())
+    return ctx.model.expand(x, shape, name=ctx.op_name())
+
+
+def unary(ctx, fn: str, x) -> Tensor:
+    """silu, rsqrt, exp, ... (parallel_ops/unary.py)."""
+    x = ctx.tensor(x)
+    builder_module("unary")
+    return ctx.model.unary(fn, x, name=ctx.op_name())
 
 
 def add(ctx, a, b, alpha=1) -> Tensor:
@@ -394,9 +410,12 @@ def to(ctx, x, *args, **kwargs):
     for a in args:
         if isinstance(a, torch.dtype):
             dtype = a
-    if dtype is not None and dtype != getattr(torch, x.dtype):
-        raise Unsupported(f"a dtype conversion of '{x.name}' ({x.dtype}) to {dtype}")
-    return x
+    if dtype is None or dtype == getattr(torch, x.dtype):
+        return x
+    if not dtype.is_floating_point or not x.dtype.startswith("float"):
+        raise Unsupported(f"a dtype conversion of '{x.name}' ({x.dtype}) to {dtype} (only "
+                          "between floating dtypes, and of integer inputs to masks)")
+    return ctx.model.cast(x, str(dtype).replace("torch.", ""), name=ctx.op_name())
 
 
 def mean(ctx, x, dim=None, keepdim=False, dtype=None) -> Tensor:
@@ -500,11 +519,10 @@ def layer_norm(ctx, x, normalized_shape, w=None, b=None, eps=1e-5, name=None) ->
 
 def embedding(ctx, idx, w, padding_idx=None, name=None) -> Tensor:
     w = need_param(w, "the embedding table")
-    if padding_idx is not None and padding_idx >= 0:
-        raise Unsupported(f"embedding with padding_idx={padding_idx}")
     idx = ctx.tensor(idx, "indices")
     num, dim = w.value.shape
-    y = ctx.model.embedding(idx, num, dim, name=name or weighted_name(ctx, w))
+    y = ctx.model.embedding(idx, num, dim, name=name or weighted_name(ctx, w),
+                            padding_idx=padding_idx)
     ctx.bind(y.producer, [(w, None)])
     return y
 
@@ -519,7 +537,8 @@ def cross_entropy(ctx, logits, target, weight=None, size_average=None, ignore_in
     if logits.ndim != 2:
         raise Unsupported(f"cross_entropy of logits {logits.shape}: torch's class axis is 1; "
                           "flatten to (N, C) first (logits.view(-1, C))")
-    return ctx.model.softmax_cross_entropy(logits, target, name=name or ctx.op_name())
+    return ctx.model.softmax_cross_entropy(logits, target, name=name or ctx.op_name(),
+                                           ignore_index=ignore_index)
 
 
 def causal_mask(mask, s: int, bool_allows: bool = False):
@@ -551,9 +570,20 @@ def causal_mask(mask, s: int, bool_allows: bool = False):
 
 def sdpa(ctx, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
          enable_gqa=False) -> Tensor:
+    """A constant mask must be causal (or nothing); a mask computed from the inputs
+    (HF's from attention_mask) becomes an operand."""
     q, k, v = ctx.tensor(q), ctx.tensor(k), ctx.tensor(v)
-    if dropout_p:
-        raise Unsupported(f"attention dropout p={dropout_p}")
-    causal = bool(is_causal) or causal_mask(attn_mask, q.shape[2], bool_allows=True)
-    op = extra_ops.SDPA(ctx.model, q, k, v, causal, scale, name=ctx.op_name())
+    if enable_gqa:
+        raise Unsupported("scaled_dot_product_attention(enable_gqa=True): repeat the key "
+                          "and value heads (expand) first")
+    mask = None
+    if isinstance(attn_mask, (Tensor, Derived)):
+        mask = ctx.tensor(attn_mask)
+        if is_causal:
+            raise Unsupported("an attention mask and is_causal=True together")
+        causal = False
+    else:
+        causal = bool(is_causal) or causal_mask(attn_mask, q.shape[2], bool_allows=True)
+    op = extra_ops.SDPA(ctx.model, q, k, v, causal, scale, name=ctx.op_name(), mask=mask,
+                        dropout_p=dropout_p)
     return ctx.register(op).outputs[0]

@@ -11,10 +11,12 @@ torch function for one part.
   constant     a fixed tensor (a buffer or a folded expression) used as an activation;
                its value is a non-trainable weight. Dims as `parameter`.
   sdpa         scaled dot-product attention of q, k, v (N, H, S, D) -> (N, H, S, D),
-               like F.scaled_dot_product_attention with no mask or a causal one. Dims:
-               n (sample), h (attribute: heads), s (attribute: query positions; every part
-               reads the keys and values of all positions, or up to its last query when
-               causal).
+               like F.scaled_dot_product_attention: no mask, a causal one, or a mask
+               tensor (bool: True attends; float: added to the scores) broadcasting to
+               (N, H, S, S); dropout on the attention weights uses parallel_ops/dropout.py's
+               split-independent mask over (N, H, S, S). Dims: n (sample), h (attribute:
+               heads), s (attribute: query positions; every part reads the keys and values
+               of all positions, or up to its last query when causal).
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ import torch.nn.functional as F
 from taskrt.geometry import Rect
 
 from ..elementwise import axis_dims, axis_names
+from ..dropout import keep_mask
 from ..errors import ShapeError
 from ..model import Model
 from ..op import ATTRIBUTE, PARAMETER, SAMPLE, Dim, Op, PartSpec
@@ -121,38 +124,54 @@ class SDPA(Op):
     type = "sdpa"
 
     def __init__(self, model: Model, q: Tensor, k: Tensor, v: Tensor, causal: bool = False,
-                 scale: float | None = None, name: str | None = None):
+                 scale: float | None = None, name: str | None = None,
+                 mask: Tensor | None = None, dropout_p: float = 0.0):
         super().__init__(model.unique_name("sdpa", name))
         if q.ndim != 4 or k.shape != q.shape or v.shape != q.shape:
             raise ShapeError(f"sdpa '{self.name}': q {q.shape}, k {k.shape} and v {v.shape} "
                              "must all be (batch, heads, sequence, head_dim).")
         n, h, s, d = q.shape
-        self.params = {"causal": bool(causal), "scale": scale}
-        self.inputs = list(dict.fromkeys([q, k, v]))
+        if mask is not None and causal:
+            raise ShapeError(f"sdpa '{self.name}': give a mask or causal=True, not both.")
+        if not 0.0 <= dropout_p < 1.0:
+            raise ShapeError(f"sdpa '{self.name}': dropout_p={dropout_p}; use 0 <= p < 1.")
+        self.model = model
+        self.params = {"causal": bool(causal), "scale": scale, "dropout_p": float(dropout_p),
+                       "mask": None if mask is None else mask.dtype}
+        self.inputs = list(dict.fromkeys([q, k, v] + ([mask] if mask is not None else [])))
         self.args = tuple(self.inputs.index(t) for t in (q, k, v))
+        self.mask_arg = None if mask is None else self.inputs.index(mask)
         model.new_tensor(self, q.shape, q.dtype)
         self.dims = (Dim("n", SAMPLE, n), Dim("h", ATTRIBUTE, h), Dim("s", ATTRIBUTE, s))
         q_lab, kv_lab = ("n", "h", "s", None), ("n", "h", None, None)
-        self.labels = {"inputs": tuple(q_lab if j == self.args[0] else kv_lab
-                                       for j in range(len(self.inputs))),
-                       "weights": (), "outputs": (q_lab,)}
-        if len(self.inputs) < 3 and self.args[0] in self.args[1:]:
+        labels = [q_lab if j == self.args[0] else kv_lab for j in range(len(self.inputs))]
+        if len(set(self.args)) < 3 and self.args[0] in self.args[1:]:
             # q shares a tensor with k or v: that input must be read whole on the s axis.
-            self.labels["inputs"] = tuple(kv_lab for _ in self.inputs)
+            labels = [kv_lab for _ in self.inputs]
+        if mask is not None:
+            if mask.ndim > 4 or mask.shape[-1] != s or \
+                    torch.broadcast_shapes(mask.shape, (n, h, s, s)) != (n, h, s, s):
+                raise ShapeError(f"sdpa '{self.name}': mask '{mask.name}' {mask.shape} does "
+                                 f"not broadcast to the scores ({n}, {h}, {s}, {s}).")
+            full = ("n", "h", "s", None)[4 - mask.ndim:]
+            labels[self.mask_arg] = tuple(l if size != 1 else None
+                                          for l, size in zip(full, mask.shape))
+        self.labels = {"inputs": tuple(labels), "weights": (), "outputs": (q_lab,)}
 
     def part(self, degrees, color) -> PartSpec:
         spec = super().part(degrees, color)
         s0, s1 = self.ranges(degrees, color)["s"]
         ins = []
-        for r in spec.inputs:
-            if self.params["causal"] and r.hi[2] == self.inputs[0].shape[2] and r.lo[2] == 0:
+        for j, r in enumerate(spec.inputs):
+            if self.params["causal"] and j != self.mask_arg and r.lo[2] == 0 and \
+                    r.hi[2] == self.inputs[0].shape[2]:
                 r = Rect(r.lo, r.hi[:2] + (s1,) + r.hi[3:])   # later keys are masked out
             ins.append(r)
         return PartSpec(tuple(ins), (), spec.outputs, info=(s0, s1))
 
-    def forward(self, spec, inputs, weights):
-        s0, s1 = spec.info
-        q, k, v = (inputs[j] for j in self.args)
+    def _attend(self, q, k, v, mask, rows: Rect):
+        """softmax(q k^T * scale + mask) (dropped out) v for the query rows in `rows`."""
+        s0, s1 = rows.lo[2], rows.hi[2]
         if q.shape[2] != s1 - s0:
             q = q[:, :, s0:s1]
         scale = self.params["scale"]
@@ -162,9 +181,32 @@ class SDPA(Op):
             allowed = (torch.arange(k.shape[2], device=q.device).unsqueeze(0)
                        <= torch.arange(s0, s1, device=q.device).unsqueeze(1))
             scores = scores.masked_fill(~allowed, float("-inf"))
-        return [torch.matmul(torch.softmax(scores, dim=-1), v)]
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool \
+                else scores + mask
+        probs = torch.softmax(scores, dim=-1)
+        p = self.params["dropout_p"]
+        if p and self.training:
+            n, h, s, _ = self.inputs[self.args[0]].shape
+            keep = keep_mask(self.model.seed, self.model.step_count, self.name, p,
+                             (n, h, s, s), Rect(rows.lo[:3] + (0,),
+                                                rows.hi[:3] + (k.shape[2],)), q.device)
+            probs = probs * keep * (1.0 / (1.0 - p))
+        return torch.matmul(probs, v)
+
+    def forward(self, spec, inputs, weights):
+        q, k, v = (inputs[j] for j in self.args)
+        mask = None if self.mask_arg is None else inputs[self.mask_arg]
+        s0, s1 = spec.info
+        out = spec.outputs[0]
+        rows = Rect(out.lo[:2] + (s0,), out.hi[:2] + (s1,))
+        return [self._attend(q, k, v, mask, rows)]
 
     def reference(self, inputs, weights):
         q, k, v = (inputs[j] for j in self.args)
-        return [F.scaled_dot_product_attention(q, k, v, is_causal=self.params["causal"],
+        mask = None if self.mask_arg is None else inputs[self.mask_arg]
+        if self.params["dropout_p"] and self.training:
+            return [self._attend(q, k, v, mask, Rect.from_shape(q.shape))]
+        return [F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+                                               is_causal=self.params["causal"],
                                                scale=self.params["scale"])]

@@ -24,7 +24,8 @@ import torch
 import torch.nn.functional as F
 
 from .convert import (adaptive_avg_pool2d, add, avg_pool2d, axis, batch_norm, cat,
-                      chunk, conv2d, cross_entropy, div, dropout, embedding, flatten, gelu,
+                      chunk, conv2d, cross_entropy, div, dropout, embedding, expand, flatten,
+                      gelu, unary,
                       getitem, identity, index, key_prefix, layer_norm, linear, matmul,
                       max_pool2d, mean, mul, need_param, neg, permute, power, relu, reshape,
                       sdpa, sigmoid, softmax, split, squeeze, sub, tanh, to, transpose,
@@ -172,7 +173,7 @@ register_aten("scaled_dot_product_attention")(sdpa)
 register_aten("cross_entropy_loss")(
     lambda ctx, x, t, weight=None, reduction=1, ignore_index=-100, label_smoothing=0.0:
     cross_entropy(ctx, x, t, weight, reduction={0: "none", 1: "mean", 2: "sum"}[reduction],
-                  label_smoothing=label_smoothing))
+                  ignore_index=ignore_index, label_smoothing=label_smoothing))
 register_aten("_assert_tensor_metadata")(lambda ctx, *args, **kwargs: None)
 register_aten("add_")(lambda ctx, a, b, alpha=1: _add_inplace(ctx, a, b, alpha))
 register_method("add_")(lambda ctx, a, b, alpha=1: _add_inplace(ctx, a, b, alpha))
@@ -220,3 +221,16 @@ def _lstm_aten(ctx, x, hx, params, has_biases, num_layers, dropout_p, train, bid
     y, (h, c) = lstm_layers(ctx, x, hx, layers, hidden, batch_first, base)
     return y, h, c
 
+
+
+# -- broadcasting, expand and pointwise functions (parallel_ops/broadcast.py, unary.py) -----
+register_aten("expand")(expand)
+register_method("expand")(expand)
+register_aten("expand_as")(lambda ctx, x, other: expand(ctx, x, ctx.tensor(other).shape))
+for _fn in ("silu", "rsqrt", "sqrt", "exp", "log", "cos", "sin", "abs", "square"):
+    register_aten(_fn)(lambda ctx, x, _fn=_fn: unary(ctx, _fn, x))
+    register_method(_fn)(lambda ctx, x, _fn=_fn: unary(ctx, _fn, x))
+    if hasattr(torch, _fn):
+        register_function(getattr(torch, _fn))(lambda ctx, x, _fn=_fn: unary(ctx, _fn, x))
+register_function(F.silu)(lambda ctx, x, inplace=False: unary(ctx, "silu", x))
+register_aten("silu_")(lambda ctx, x: unary(ctx, "silu", x))

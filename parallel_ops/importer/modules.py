@@ -101,6 +101,11 @@ def softmax(ctx, m, x):
     return fn.softmax(ctx, x, m.dim if m.dim is not None else -1)
 
 
+@register_module(nn.SiLU)
+def silu(ctx, m, x):
+    return fn.unary(ctx, "silu", x)
+
+
 @register_module(nn.Dropout)
 def dropout(ctx, m, x):
     return fn.dropout(ctx, x, m.p, True)

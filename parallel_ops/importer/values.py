@@ -4,11 +4,15 @@
   Param         a parameter or buffer of the module not yet owned by an operator;
   Stacked       per-layer tensors torch returns stacked (LSTM's h_n, c_n);
   Poison        the node depends on an unsupported node (reported once, at the root);
+  Derived       a tensor computed without gradients from integer/bool model inputs (an
+                attention mask from `attention_mask`, labels shifted with `pad`): a function
+                of the inputs' values, run by an `input_function` operator where it is read;
   anything else a constant: shapes, ints, dtypes, constant tensors.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
@@ -36,6 +40,18 @@ class Param:
 class Stacked:
     """Tensors torch would return stacked on a new first axis (LSTM h_n of each layer)."""
     items: list
+
+
+@dataclass(eq=False)
+class Derived:
+    """fn(*values of sources) is the value; example is its value at the example inputs."""
+    sources: tuple                      # model input Tensors (integer or bool)
+    fn: Callable
+    example: torch.Tensor
+
+    @property
+    def shape(self):
+        return tuple(self.example.shape)
 
 
 @dataclass

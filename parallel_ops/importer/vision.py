@@ -1,7 +1,7 @@
 """Converters that vision models (timm's ResNet, ViT, ConvNeXt, MobileNetV2; torchvision's
 MobileNetV2) need beyond functions.py and modules.py:
 
-  x.expand(...), expand_as       expand (a class token (1, 1, D) -> (N, 1, D))
+  x.expand_as(y)                  expand (x.expand is in functions.py)
   unbind                          split + reshape (ViT's q, k, v = qkv.unbind(0))
   ReLU6, F.relu6, Hardtanh        relu6 (fuses into its producer), hardtanh
   clamp, clamp_min, clamp_max     clamp
@@ -18,16 +18,7 @@ from .registry import register_aten, register_function, register_method, registe
 from .values import Unsupported
 
 
-def _sizes(sizes):
-    """expand's sizes as given: x.expand(2, -1) or x.expand((2, -1)) or a torch.Size."""
-    if len(sizes) == 1 and isinstance(sizes[0], (list, tuple, torch.Size)):
-        return tuple(sizes[0])
-    return tuple(sizes)
-
-
-register_method("expand")(lambda ctx, x, *sizes: fn.expand(ctx, x, _sizes(sizes)))
 register_method("expand_as")(lambda ctx, x, other: fn.expand(ctx, x, ctx.tensor(other).shape))
-register_aten("expand")(lambda ctx, x, size, implicit=False: fn.expand(ctx, x, tuple(size)))
 
 
 def unbind(ctx, x, dim=0) -> list:

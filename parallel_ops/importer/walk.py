@@ -25,7 +25,8 @@ from .capture import Captured, buffers_kept, location, module_path, module_stack
 from .hints import hint
 from .registry import ATEN, FUNCTIONS, GROUPED, METHODS, MODULES, aten_name, \
     describe_target, module_converter
-from .values import (SHAPE_ATTRS, SHAPE_METHODS, Param, Poison, Problem, Stacked,
+from .input_function import InputFunction
+from .values import (SHAPE_ATTRS, SHAPE_METHODS, Derived, Param, Poison, Problem, Stacked,
                      Unsupported, any_value, MetaTensor, walk_values)
 from .weights import Link, same
 
@@ -47,6 +48,8 @@ class Importer:
         self.grouped = False               # ... rebuilt from export's nodes (see GROUPED)
         self._aux: str | None = None       # default name of helper ops (see naming)
         self.path = ""
+        self.examples: dict[str, torch.Tensor] = {}  # integer/bool input -> example value
+        self._materialized: dict[int, Tensor] = {}   # id(Derived) -> its input_function
         self._params = dict(module.named_parameters(remove_duplicate=False))
         self._buffers = dict(module.named_buffers(remove_duplicate=False))
 
@@ -147,6 +150,8 @@ class Importer:
             return value
         if isinstance(value, Stacked):
             return self.stack(value)
+        if isinstance(value, Derived):
+            return self._materialize(value)
         if isinstance(value, Param) and value.transposed:
             t = self.tensor(Param(value.key, value.value, value.trainable))
             return self.model.transpose(t, 0, 1, name=self.op_name(f"{t.name}_t"))
@@ -180,6 +185,15 @@ class Importer:
             raise Unsupported("a boolean tensor used as data")
         op.weights[0].dtype = dtype
         op.outputs[0].dtype = dtype
+
+    def _materialize(self, value: Derived) -> Tensor:
+        """The input_function operator computing a Derived value (one per value)."""
+        if id(value) not in self._materialized:
+            base = f"{self.node.name}_input" if self.node is not None else "input_function"
+            op = InputFunction(self.model, list(value.sources), value.fn, value.example,
+                               name=self.op_name(base))
+            self._materialized[id(value)] = self.register(op).outputs[0]
+        return self._materialized[id(value)]
 
     def stack(self, value: Stacked) -> Tensor:
         items = [self.model.reshape(t, (1, *t.shape), name=self.op_name(f"{t.name}_unsq"))
@@ -320,8 +334,8 @@ class Importer:
         return self._call(node, conv, args, kwargs, lambda a, k: node.target(*a, **k))
 
     def _call(self, node, conv, args, kwargs, evaluate):
-        live = any_value((args, kwargs), lambda v: isinstance(v, (Tensor, Stacked)) or (
-            isinstance(v, Param) and v.trainable))
+        live = any_value((args, kwargs), lambda v: isinstance(v, (Tensor, Stacked, Derived)) or
+                         (isinstance(v, Param) and v.trainable))
         inplace = (node.op == "call_method" and str(node.target).endswith("_")
                    and not str(node.target).startswith("__")) or (
             (aten_name(node.target) or "").endswith("_"))
@@ -333,11 +347,70 @@ class Importer:
             return evaluate(*self._constants((args, kwargs)))
         if self._shape_query(node, args):
             meta = walk_values(args, lambda v: MetaTensor(v) if isinstance(v, Tensor) else
-                         (v.view if isinstance(v, Param) else v))
+                               v.example if isinstance(v, Derived) else
+                               (v.view if isinstance(v, Param) else v))
             return evaluate(meta, kwargs)
+        if self._derivable(node, args, kwargs):
+            return self._derive(args, kwargs, evaluate)
         if conv is None:
             raise Unsupported(self._hint())
         return conv(self, *args, **kwargs)
+
+    def _derivable(self, node, args, kwargs) -> bool:
+        """Code on integer/bool inputs only (masks, shifted labels), not read as indices."""
+        def int_value(v):
+            return isinstance(v, Derived) or (isinstance(v, Tensor) and v.name in self.examples)
+        if not any_value((args, kwargs), int_value):
+            return False
+        if any_value((args, kwargs), lambda v: isinstance(v, (Stacked, Poison)) or (
+                isinstance(v, Tensor) and v.name not in self.examples) or (
+                isinstance(v, Param) and v.trainable)):
+            return False
+        return (aten_name(node.target) or getattr(node.target, "__name__", "")) \
+            not in _TAKES_INDICES
+
+    def _derive(self, args, kwargs, evaluate):
+        """The node's value as a function of the integer inputs it reads (a Derived)."""
+        sources: list[Tensor] = []
+
+        def collect(v):
+            for t in (v.sources if isinstance(v, Derived) else
+                      (v,) if isinstance(v, Tensor) else ()):
+                if t not in sources:
+                    sources.append(t)
+            return v
+        walk_values((args, kwargs), collect)
+        names = [t.name for t in sources]
+
+        def fn(*values):
+            env = dict(zip(names, values))
+
+            def value(v):
+                if isinstance(v, Derived):
+                    return v.fn(*(env[t.name] for t in v.sources))
+                if isinstance(v, Tensor):
+                    return env[v.name]
+                return v.view if isinstance(v, Param) else v
+            a, k = walk_values((args, kwargs), value)
+            return evaluate(a, k)
+        example = fn(*(self.examples[n] for n in names))
+        if example is None:
+            return None
+        if not isinstance(example, torch.Tensor):
+            raise Unsupported(f"a value computed from the inputs {names} that is not a "
+                              f"tensor ({type(example).__name__}): it would be fixed at "
+                              "import time")
+        one = [v for v in walk_values(args, lambda v: v) if isinstance(v, (Tensor, Derived))]
+        if len(one) == 1 and isinstance(one[0], Tensor) and self._is_copy(self.node) and \
+                tuple(one[0].shape) == tuple(example.shape) and \
+                self.examples[one[0].name].dtype == example.dtype:
+            return one[0]           # a view, copy or same-dtype cast of an input: itself
+        return Derived(tuple(sources), fn, example)
+
+    @staticmethod
+    def _is_copy(node) -> bool:
+        name = aten_name(node.target) or str(node.target)
+        return name in _COPIES
 
     def _constants(self, ak):
         args, kwargs = walk_values(ak, lambda v: v.view if isinstance(v, Param) else v)
@@ -369,12 +442,17 @@ class Importer:
         else:
             dtype = str(value.dtype).replace("torch.", "")
         name = node.target if cap.kind == "fx" else node.name
-        return self.model.input(name, tuple(value.shape), dtype=dtype)
+        t = self.model.input(name, tuple(value.shape), dtype=dtype)
+        if not value.is_floating_point():
+            self.examples[t.name] = value
+        return t
 
     def _get_attr(self, node: fx.Node):
         target = str(node.target)
         if target in self._params or target in self._buffers:
             return self.param(target)
+        if target in self.cap.submodules:       # export: a higher-order op's graph
+            return self.cap.submodules[target]
         obj = self.cap.root
         for part in target.split("."):
             obj = getattr(obj, part)
@@ -434,6 +512,7 @@ class Importer:
                 continue
             args.append(v)
         self.path, self.submodule, self.whole_module = path, m, True
+        self._aux = None              # the module's operator takes the module's path
         try:
             if any(isinstance(v, Poison) for v in args):
                 raise _Skip()
@@ -441,6 +520,11 @@ class Importer:
             result = MODULES[type(m)](self, m, *args)
             results = [r for r in (result if isinstance(result, tuple) else (result,))
                        if r is not None]
+            for n in [n for n in outs if self._copy_of_outside(n, names)]:
+                # x.to(its own dtype) inside the module is x: a later `x + residual`
+                # reads that node, which is the module's input, not a result.
+                self.values[n.name] = self.values[n.args[0].name]
+                outs = [o for o in outs if o is not n]
             if len(outs) > len(results):
                 raise Unsupported(f"{len(outs)} results of the call are used; only "
                                   f"{len(results)} are supported")
@@ -460,6 +544,16 @@ class Importer:
         for n in members:
             self.values.setdefault(n.name, Poison(first.name))
 
+    def _copy_of_outside(self, node: fx.Node, members: set) -> bool:
+        """A copy-like node (to, alias, contiguous) whose value is a node outside the
+        group with the same shape and dtype."""
+        src = node.args[0] if node.args else None
+        if not isinstance(src, fx.Node) or src.name in members or not self._is_copy(node):
+            return False
+        a, b = node.meta.get("val"), src.meta.get("val")
+        return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and \
+            a.shape == b.shape and a.dtype == b.dtype
+
     # -- result ------------------------------------------------------------------------------
     def outputs(self) -> list:
         out_node = next(n for n in self.cap.graph.nodes if n.op == "output")
@@ -473,6 +567,14 @@ class Importer:
     def inputs(self) -> list[Tensor]:
         return [v for n in self.cap.graph.nodes if n.op == "placeholder"
                 for v in [self.values.get(n.name)] if isinstance(v, Tensor)]
+
+
+# Operations that read integer tensors as indices: their integer operands stay operands.
+_TAKES_INDICES = {"embedding", "cross_entropy_loss", "cross_entropy", "nll_loss",
+                  "nll_loss_nd", "gather", "index_select"}
+# Operations whose result, at the operand's shape and dtype, is the operand's value.
+_COPIES = {"view", "reshape", "_unsafe_view", "contiguous", "clone", "alias", "to", "_to_copy",
+           "lift_fresh_copy", "type_as", "float", "long", "int", "expand", "expand_as"}
 
 
 class _Skip(Exception):

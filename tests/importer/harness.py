@@ -9,20 +9,28 @@ import torch.nn.functional as F
 from parallel_ops.importer import import_module
 
 
-def torch_steps(net, inputs, labels, optimizer, steps):
-    """Losses per step and the final state dict of plain PyTorch training (a copy of net)."""
+def eager_steps(net, loss_of, optimizer, steps):
+    """Losses per step and the final state dict of plain PyTorch training of a copy of net;
+    loss_of(net, step) gives step's loss (steps count from 1, as the trainer's)."""
     net = copy.deepcopy(net)
     net.train()
     opt = optimizer.torch_optimizer([p for p in net.parameters() if p.requires_grad])
     losses = []
-    for _ in range(steps):
+    for step in range(1, steps + 1):
         opt.zero_grad()
-        out = net(*inputs)
-        loss = F.cross_entropy(out.reshape(-1, out.shape[-1]), labels.reshape(-1))
+        loss = loss_of(net, step)
         loss.backward()
         opt.step()
         losses.append(loss.item())
     return losses, net.state_dict()
+
+
+def torch_steps(net, inputs, labels, optimizer, steps):
+    """eager_steps on cross-entropy of the module's output against labels."""
+    def loss_of(net, step):
+        out = net(*inputs)
+        return F.cross_entropy(out.reshape(-1, out.shape[-1]), labels.reshape(-1))
+    return eager_steps(net, loss_of, optimizer, steps)
 
 
 def imported_steps(net, inputs, labels, strategy, machine, optimizer, steps, method="auto",
@@ -48,6 +56,17 @@ def assert_state_close(got, want, rtol=1e-8, atol=1e-10, where=""):
             assert torch.equal(g, w), f"{where}: {k} {g} vs {w}"
 
 
+def mpi_results(tmp_path_factory, ranks, args, timeout, root, script="mpi_run.py"):
+    """Run tests/importer/SCRIPT OUT ARGS under mpirun; each rank's results (json)."""
+    import json
+    import os
+    out = tmp_path_factory.mktemp(script.replace(".py", ""))
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), script)
+    rc, text = run_mpi(ranks, [path, str(out), *args], timeout, root)
+    assert rc == 0, text[-4000:]
+    return [json.load(open(out / f"rank{r}.json")) for r in range(ranks)]
+
+
 def run_mpi(np_, args, timeout, root):
     """`mpirun -np N python -m mpi4py ARGS` (see tests/mpi_launch.py); (returncode, output)."""
     from mpi_launch import run_mpi as launch
@@ -55,11 +74,3 @@ def run_mpi(np_, args, timeout, root):
                         cwd=root)
     return rc, out
 
-
-def per_rank_results(tmp_dir, script, ranks, timeout, root):
-    """Run `script OUT_DIR` under mpirun with `ranks` ranks; each rank's rank<r>.json."""
-    import json
-    import os
-    rc, text = run_mpi(ranks, [script, str(tmp_dir)], timeout, root)
-    assert rc == 0, text[-4000:]
-    return [json.load(open(os.path.join(tmp_dir, f"rank{r}.json"))) for r in range(ranks)]

@@ -1,7 +1,9 @@
 """Run under mpirun: import each test net, train it under its mixed strategy over all ranks,
 write the weights back, and record per rank the losses and the written-back state dict.
 
-    mpirun -np 2 python -m mpi4py tests/importer/mpi_run.py OUT_DIR
+    mpirun -np 2 python -m mpi4py tests/importer/mpi_run.py OUT_DIR [hf]
+
+With `hf`: the Hugging Face models of hf_models.CASES_MPI on their own loss instead.
 """
 import json
 import os
@@ -21,27 +23,50 @@ from parallel_ops.importer import import_module  # noqa: E402
 from taskrt.discovery import discover_machine  # noqa: E402
 
 
+def _record(machine, module, example, strategy, feeds_of, named_loss):
+    """Import, train two steps, write back (collective); losses and the module's state."""
+    imp = import_module(module, example)
+    if named_loss:
+        imp.add_cross_entropy()
+    trainer = imp.model.compile(machine, strategy, SGD(lr=0.1, momentum=0.9))
+    feeds = feeds_of(imp)
+    losses = [trainer.step(feeds) for _ in range(2)]
+    imp.write_back(trainer)                      # collective: every rank
+    return {"losses": losses, "method": imp.method,
+            "state": {k: v.tolist() for k, v in module.state_dict().items()}}
+
+
+def _nets(machine):
+    """The test nets (and a wrapped GPT-2) under their mixed strategies, a loss named."""
+    cases = {name: (build(), strategies(len(machine))["mixed"])
+             for name, (build, strategies) in NETS.items()}
+    built = gpt2()
+    if built is not None:
+        cases["gpt2"] = (built, gpt2_strategies(len(machine))["mixed"])
+    for name, ((module, inputs, labels), strategy) in cases.items():
+        yield name, _record(machine, module, inputs, strategy,
+                            lambda imp: imp.feeds(*inputs, labels=labels), True)
+
+
+def _hf(machine):
+    """HF models called as users call them (hf_models.CASES_MPI), on their own loss."""
+    from hf_models import CASES_MPI, HF_MODELS
+    for name, attn, strategy in CASES_MPI:
+        build, strategies = HF_MODELS[name]
+        module, inputs = build(attn=attn)
+        yield f"{name}-{attn}-{strategy}", _record(
+            machine, module, inputs, strategies(len(machine))[strategy],
+            lambda imp: imp.feeds(**inputs), False)
+
+
 def main():
     warnings.filterwarnings("ignore")
     torch.set_num_threads(1)
     out_dir = sys.argv[1]
     rank = MPI.COMM_WORLD.Get_rank()
     machine = discover_machine()
-    cases = {name: (build(), strategies(len(machine))["mixed"])
-             for name, (build, strategies) in NETS.items()}
-    built = gpt2()
-    if built is not None:
-        cases["gpt2"] = (built, gpt2_strategies(len(machine))["mixed"])
-    results = {}
-    for name, ((module, inputs, labels), strategy) in cases.items():
-        imp = import_module(module, inputs)
-        imp.add_cross_entropy()
-        trainer = imp.model.compile(machine, strategy, SGD(lr=0.1, momentum=0.9))
-        feeds = imp.feeds(*inputs, labels=labels)
-        losses = [trainer.step(feeds) for _ in range(2)]
-        imp.write_back(trainer)                      # collective: every rank
-        results[name] = {"losses": losses, "method": imp.method,
-                         "state": {k: v.tolist() for k, v in module.state_dict().items()}}
+    cases = _hf if sys.argv[2:] == ["hf"] else _nets
+    results = dict(cases(machine))
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
         json.dump(results, f)
 

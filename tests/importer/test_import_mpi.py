@@ -10,7 +10,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
-from harness import assert_state_close, per_rank_results, torch_steps  # noqa: E402
+from harness import assert_state_close, mpi_results, torch_steps  # noqa: E402
 from nets import NETS, gpt2  # noqa: E402
 from parallel_ops import SGD  # noqa: E402
 
@@ -19,8 +19,7 @@ RANKS = 2
 
 @pytest.fixture(scope="module")
 def per_rank(tmp_path_factory):
-    return per_rank_results(tmp_path_factory.mktemp("import_mpi"),
-                            os.path.join(HERE, "mpi_run.py"), RANKS, 240, ROOT)
+    return mpi_results(tmp_path_factory, RANKS, [], 240, ROOT)
 
 
 def _build(name):

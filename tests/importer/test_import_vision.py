@@ -94,5 +94,5 @@ def test_the_operators_the_models_need():
     types = {n: {op.display_type for op in import_module(*build(n)[:2]).model.ops}
              for n in MODELS}
     assert {"expand", "split", "sdpa", "concat"} <= types["vit"]
-    assert {"expand", "multiply", "parameter", "linear+gelu"} <= types["convnext"]
+    assert {"broadcast_multiply", "parameter", "linear+gelu"} <= types["convnext"]
     assert "batchnorm2d+relu6" in types["mobilenetv2"]

@@ -11,7 +11,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
-from harness import assert_state_close, per_rank_results, torch_steps  # noqa: E402
+from harness import assert_state_close, mpi_results, torch_steps  # noqa: E402
 from vision_nets import MODELS, SOURCES, STRATEGIES, TIMM_SKIP, build  # noqa: E402
 from parallel_ops import SGD  # noqa: E402
 
@@ -20,8 +20,7 @@ RANKS = 2
 
 @pytest.fixture(scope="module")
 def per_rank(tmp_path_factory):
-    return per_rank_results(tmp_path_factory.mktemp("import_vision_mpi"),
-                            os.path.join(HERE, "mpi_run_vision.py"), RANKS, 900, ROOT)
+    return mpi_results(tmp_path_factory, RANKS, [], 900, ROOT, script="mpi_run_vision.py")
 
 
 CASES = [(m, s) for m in MODELS for s in SOURCES]

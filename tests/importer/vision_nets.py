@@ -18,11 +18,17 @@ def _timm():
     try:
         import timm
         return timm, None
-    except Exception as e:       # torchvision raises RuntimeError, not ImportError, there
+    except ModuleNotFoundError as e:
+        if e.name not in ("timm", "torchvision"):
+            raise
+        return None, ("timm is not installed (pip install -e '.[timm]', with a CUDA build "
+                      "of torch 2.13 only: see docs/importer.md). The same blocks run as "
+                      "plain-torch models.")
+    except RuntimeError as e:    # torchvision's C++ ops without CUDA libraries
         first = str(e).splitlines()[0] if str(e) else ""
-        return None, (f"timm cannot be imported here ({type(e).__name__}: {first}); timm "
-                      "imports torchvision, whose wheel for torch 2.13 needs CUDA libraries "
-                      "(see docs/importer.md). The same blocks run as plain-torch models.")
+        return None, (f"timm cannot be imported here (RuntimeError: {first}); timm imports "
+                      "torchvision, whose wheel for torch 2.13 needs CUDA libraries (see "
+                      "docs/importer.md). The same blocks run as plain-torch models.")
 
 
 TIMM, TIMM_SKIP = _timm()

@@ -8,6 +8,7 @@ import pytest
 from parallel_ops import SGD
 from parallel_ops.errors import ConfigError
 from strategy.costs import CostModel
+from strategy import delta
 from strategy.delta import SimulationSession
 from strategy.machines import machine_model
 from strategy.standard import random_config
@@ -23,7 +24,8 @@ def snapshot(session):
 
 
 @pytest.mark.parametrize("build", [mlp, cnn, lstm_model], ids=["mlp", "cnn", "lstm"])
-def test_undo_restores_graph_and_simulation_exactly(build):
+@pytest.mark.parametrize("restart_tables", [False, True], ids=["", "tables restarted"])
+def test_undo_restores_graph_and_simulation_exactly(build, restart_tables, monkeypatch):
     model, _ = build()
     mm = machine_model("p100:1")
     costs = CostModel()
@@ -32,6 +34,8 @@ def test_undo_restores_graph_and_simulation_exactly(build):
     rng = random.Random(3)
     undone = 0
     for step in range(12):
+        if restart_tables:      # the session's tables start again at every other change
+            monkeypatch.setattr(delta, "TABLE_SLACK", -10 ** 9 if step % 2 else 10 ** 9)
         op = rng.choice(model.ops)
         before = snapshot(session)
         try:
@@ -40,6 +44,9 @@ def test_undo_restores_graph_and_simulation_exactly(build):
             assert snapshot(session) == before, f"step {step}: a failed change left traces"
             continue
         changed = snapshot(session)
+        full = session.full()       # every change equals a full simulation, memory included
+        assert full.memory == session.result.memory, f"step {step}: memory after {op.name}"
+        assert full.makespan == session.result.makespan
         if rng.random() < 0.6:
             session.undo()
             undone += 1
@@ -48,12 +55,14 @@ def test_undo_restores_graph_and_simulation_exactly(build):
             # change after the undo matches a fresh session with the same configs.
             full = session.full()
             assert full.makespan == session.result.makespan
+            assert full.memory == session.result.memory
         else:
             assert snapshot(session) == changed
     assert undone >= 3
     fresh = SimulationSession(model, mm, costs, session.configs, SGD(lr=0.1))
     assert fresh.graph.fingerprint() == session.graph.fingerprint()
     assert fresh.result.makespan == session.result.makespan
+    assert fresh.result.memory == session.result.memory
 
 
 def test_undo_twice_or_before_any_change_is_an_error():

@@ -31,7 +31,8 @@ approx = pytest.approx
     ("p100", 4, 4, "P100"), ("p100-cluster", 4, 4, "P100"), ("P100x4", 4, 4, "P100"),
     ("p100:2", 2, 4, "P100"), ("k80", 16, 4, "K80"), ("k80:3", 3, 4, "K80"),
     ("dgx1", 1, 8, "V100"), ("v100:2", 2, 8, "V100"), ("a100", 1, 8, "A100"),
-    ("dgx-a100:2", 2, 8, "A100"), ("h100:4", 4, 8, "H100"), ("h200", 1, 8, "H200")])
+    ("dgx-a100:2", 2, 8, "A100"), ("h100:4", 4, 8, "H100"), ("h200", 1, 8, "H200"),
+    ("selene", 4, 8, "A100"), ("selene:16", 16, 8, "A100")])
 def test_preset_sizes(spec, nodes, per_node, kind):
     m = machine_model(spec)
     assert (m.num_nodes, m.devices_per_node, m.num_devices) == (nodes, per_node,
@@ -192,6 +193,19 @@ def test_hierarchical_closed_forms_and_choice_across_nodes():
     assert times["ring"] == approx(30 * 3e-6 + 30 / 16 * n / 25e9)
     assert "hierarchical" not in a.allreduce_times(n, range(8))      # one node
     assert "hierarchical" not in a.allreduce_times(n, [0, 8])        # one device per node
+
+
+def test_selene_from_datasheets():
+    # A100-SXM4-80GB: 312 TFLOP/s bf16 (tensor cores, dense), 19.5 fp32, 80 GiB; NVSwitch
+    # 600 GB/s per GPU both ways; across nodes PCIe 4.0, HDR 200 Gb/s out and in, PCIe 4.0
+    m = machine_model("selene:2")
+    spec = m.device(0)
+    assert (spec.peak_flops("bfloat16"), spec.peak_flops("float32")) == (312e12, 19.5e12)
+    assert spec.memory_capacity == 80 << 30
+    n = 1 << 30
+    inside = 7 * (1e-6 + n / 8 / 300e9)
+    across = 2 * (3e-6 + (n / 16) / 25e9)
+    assert m.allreduce_times(n, range(16))["hierarchical"] == approx(2 * inside + across)
 
 
 def test_allreduce_links_and_efficiency():

@@ -1,0 +1,89 @@
+"""GPT at real sizes: the Transformer app's network (apps/transformer.py: learned positions,
+pre-layernorm blocks, causal attention, GELU MLP of 4x width, untied output layer) with the
+sizes of the models people parallelize today, by name (--config) or by flag, and the model
+FLOPs of an iteration for the reports' TFLOP/s per device.
+
+    python apps/gpt.py --config 1.7b --machine selene:4 --batch-size 512 --dtype bfloat16 --simulate
+    mpirun -np 2 python -m mpi4py apps/gpt.py --small --optimizer adam
+
+Every config has vocabulary 51,200 and sequence 2,048 (Megatron-LM's, Narayanan et al.
+SC'21 Table 1); the output layer is NOT tied to the token embedding (the model has V*h more
+parameters than Megatron's; its FLOPs are the same). --small: 2 layers, width 32, 4 heads,
+sequence 16, vocabulary 256.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from apps.common import App, UsageError, main  # noqa: E402
+from apps.sizes import add_size_arguments  # noqa: E402
+from apps.transformer import SMALL, gpt_network, mixed_strategy  # noqa: E402
+
+VOCAB, SEQ = 51200, 2048
+# name -> (heads, width, layers); GPT-3's 13B has width 5140 in its paper, 5120 here (a
+# multiple of its 40 heads).
+CONFIGS = {"1.7b": (24, 2304, 24), "3.6b": (32, 3072, 30), "7.5b": (32, 4096, 36),
+           "18b": (48, 6144, 40), "gpt2-xl": (25, 1600, 48), "gpt3-2.7b": (32, 2560, 32),
+           "gpt3-6.7b": (32, 4096, 32), "gpt3-13b": (40, 5120, 40)}
+DEFAULT = "1.7b"
+
+
+def config_sizes(name: str) -> dict:
+    """The sizes (vocab, width, heads, layers, seq_len) of a named config."""
+    if name not in CONFIGS:
+        raise UsageError(f"--config {name}: not a known GPT; use one of {', '.join(CONFIGS)}.")
+    heads, width, layers = CONFIGS[name]
+    return dict(vocab=VOCAB, width=width, heads=heads, layers=layers, seq_len=SEQ)
+
+
+def model_flops(batch: int, seq: int, layers: int, width: int, vocab: int,
+                recompute: bool = False) -> float:
+    """FLOPs of one training iteration by Narayanan et al.'s count: 72 B s l h^2 (1 + s/(6h)
+    + V/(16 l h)) (forward 1x, backward 2x), 96 with full activation recomputation (one more
+    forward of the blocks; the logit layer is not recomputed, so it keeps the 72's weight).
+    The published TFLOP/s per GPU use the 96 form.
+
+        model_flops(512, 2048, 24, 2304, 51200, recompute=True)    # 1.7B row, ~1.1e18
+    """
+    b, s, l, h, v = batch, seq, layers, width, vocab
+    k = 96 if recompute else 72
+    return k * b * s * l * h * h * (1 + s / (6 * h) + v / (16 * l * h))
+
+
+def sizes_of(a) -> dict:
+    """--small, else --config's sizes, each overridden by its flag."""
+    base = SMALL if a.small else config_sizes(a.config or DEFAULT)
+    out = {}
+    for key, value in base.items():
+        v = getattr(a, key, None)
+        out[key] = value if v is None else v
+        if out[key] < 1:
+            raise UsageError(f"--{key.replace('_', '-')} {out[key]}: use a positive value.")
+    return out
+
+
+def build(a):
+    return gpt_network(a, sizes_of(a), a.batch_size, name="gpt")
+
+
+def iteration_flops(a) -> float:
+    """model_flops of the sizes in force (no recomputation: what this runtime does)."""
+    s = sizes_of(a)
+    return model_flops(a.batch_size, s["seq_len"], s["layers"], s["width"], s["vocab"])
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--config", choices=list(CONFIGS), default=None,
+                   help=f"named sizes (default {DEFAULT}); size flags override them")
+    add_size_arguments(p, config_sizes(DEFAULT), SMALL)
+
+
+APP = App("gpt", "GPT", build, per_device_batch=4, small_per_device_batch=4,
+          add_arguments=add_arguments, mixed_strategy=mixed_strategy, expert="megatron",
+          lr=0.05, model_flops=iteration_flops)
+
+if __name__ == "__main__":
+    sys.exit(main(APP))

@@ -1,0 +1,67 @@
+"""A tiny GPT-2 from Hugging Face transformers (random init from a config, default dropout),
+trained on its own causal-LM loss: the step of the model imported with
+parallel_ops.importer, and the same step in eager PyTorch, for bench/runtime_overhead.py.
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+
+from taskrt import Machine
+from taskrt.executor.cpumemory import retain_freed_memory
+
+BATCH, SEQ = 8, 32
+
+
+def _model_and_batch(quick: bool):
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import transformers
+    transformers.logging.set_verbosity_error()
+    layers, width = (1, 16) if quick else (2, 64)
+    cfg = transformers.GPT2Config(vocab_size=128, n_positions=SEQ, n_embd=width,
+                                  n_layer=layers, n_head=4, bos_token_id=0, eos_token_id=0)
+    torch.manual_seed(0)
+    net = transformers.GPT2LMHeadModel(cfg)
+    ids = torch.randint(0, 128, (BATCH, SEQ), generator=torch.Generator().manual_seed(0))
+    return net, {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids}
+
+
+def available() -> bool:
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def ours_step(quick: bool):
+    """One training iteration of the imported GPT-2 on one local device."""
+    from parallel_ops import SGD
+    from parallel_ops.importer import import_module
+    torch.set_num_threads(1)
+    net, inputs = _model_and_batch(quick)
+    imp = import_module(net, inputs, method="export")
+    trainer = imp.model.compile(Machine.local(1), None, SGD(lr=0.01, momentum=0.9),
+                                executor="local")
+    feeds = imp.feeds(**inputs)
+
+    def step():
+        trainer.step(feeds)
+    step.nodes = len(trainer.graph)
+    return step
+
+
+def eager_step(quick: bool):
+    """The same iteration in eager PyTorch (the malloc settings our executor uses)."""
+    torch.set_num_threads(1)
+    retain_freed_memory()
+    net, inputs = _model_and_batch(quick)
+    net.train()
+    opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9, foreach=False)
+
+    def step():
+        opt.zero_grad()
+        net(**inputs).loss.backward()
+        opt.step()
+    return step

@@ -1,0 +1,62 @@
+"""sdpa (the importer's scaled dot-product attention): every legal config (sample, heads,
+query positions) equals PyTorch with no mask, a causal one, a boolean key-padding mask
+(N, 1, S, S), an additive mask (N, H, S, S) and attention dropout; the dropout mask is the
+split-independent one of parallel_ops/dropout.py applied to the attention weights."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from parallel_ops import Model
+from parallel_ops.dropout import keep_mask
+from parallel_ops.importer.extra_ops import SDPA
+from taskrt import Rect
+from oracle import assert_matches, legal_configs
+
+N, H, S, D = 4, 2, 3, 2
+
+
+def net(mask=None, causal=False, dropout_p=0.0):
+    m = Model("att", seed=1, dtype="float64")
+    q, k, v = (m.input(t, (N, H, S, D), requires_grad=True) for t in "qkv")
+    y = m.input("y", (N,), dtype="int64")
+    g = torch.Generator().manual_seed(3)
+    feeds = {t: torch.randn(N, H, S, D, generator=g, dtype=torch.float64) for t in "qkv"}
+    feeds["y"] = torch.randint(0, 3, (N,), generator=g)
+    mt = None
+    if mask == "padding":           # HF: True attends; row 1 pads its last key
+        mt = m.input("mask", (N, 1, S, S), dtype="bool")
+        feeds["mask"] = torch.ones(N, 1, S, S, dtype=torch.bool)
+        feeds["mask"][1, :, :, -1] = False
+    elif mask == "additive":
+        mt = m.input("mask", (N, H, S, S))
+        feeds["mask"] = torch.randn(N, H, S, S, generator=g, dtype=torch.float64)
+    op = m.add_op(SDPA(m, q, k, v, causal, None, name="op", mask=mt, dropout_p=dropout_p))
+    flat = m.reshape(op.outputs[0], (N, H * S * D), name="r")
+    m.softmax_cross_entropy(m.linear(flat, 3, name="fc"), y, name="loss")
+    return m, feeds
+
+
+KINDS = {"none": {}, "causal": {"causal": True}, "padding": {"mask": "padding"},
+         "additive": {"mask": "additive"}, "dropout": {"mask": "padding", "dropout_p": 0.3}}
+CASES = [(k, cfg) for k in KINDS for cfg in legal_configs(net(**KINDS[k])[0].op("op"), 4,
+                                                          max_configs=10)]
+
+
+@pytest.mark.parametrize("kind,cfg", CASES, ids=[f"{k}-{c}" for k, c in CASES])
+def test_every_config(kind, cfg):
+    assert_matches(*net(**KINDS[kind]), {"op": cfg})
+
+
+def test_reference_is_torch_and_dropout_uses_the_hash_mask():
+    m, feeds = net(mask="padding", dropout_p=0.3)
+    op = m.op("op")
+    q, k, v, mask = (feeds[t] for t in ("q", "k", "v", "mask"))
+    op.training = False
+    assert torch.allclose(op.reference([q, k, v, mask], [])[0],
+                          F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
+    op.training, m.step_count = True, 2
+    probs = torch.softmax((q @ k.transpose(-2, -1) / D ** 0.5).masked_fill(~mask, -torch.inf),
+                          -1)
+    keep = keep_mask(m.seed, 2, "op", 0.3, (N, H, S, S), Rect.from_shape((N, H, S, S)))
+    assert 0 < int((~keep).sum()) < keep.numel()
+    assert torch.allclose(op.reference([q, k, v, mask], [])[0], probs * keep / 0.7 @ v)
