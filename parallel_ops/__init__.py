@@ -16,7 +16,7 @@ from .trainer import Trainer
 from . import (linear, loss, elementwise, dropout, shape, softmax, layernorm,  # noqa: F401
                conv2d, pool2d, batchnorm,
                embedding, matmul, attention, lstm, seq_attention)
-from . import broadcast, cast, clamp, rmsnorm, unary  # noqa: F401  (imported models' operators)
+from . import broadcast, cast, rmsnorm, unary  # noqa: F401  (imported models' operators)
 
 __all__ = ["ParallelConfig", "data_parallel", "validate", "CheckpointError", "ConfigError",
            "OperatorError", "ShapeError", "UnsupportedModelError", "Lowered", "lower", "Model",

@@ -1,5 +1,6 @@
-"""clamp, hardtanh and relu6: every legal config equals PyTorch, gradients at the bounds
-included (clamp passes them, hardtanh and relu6 do not); relu6 also fused into a conv."""
+"""clamp, hardtanh (parallel_ops/unary.py) and relu6: every legal config equals PyTorch,
+gradients at the bounds included (clamp passes them, hardtanh and relu6 do not); relu6 also
+fused into a conv."""
 import pytest
 import torch
 
