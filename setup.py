@@ -47,8 +47,14 @@ setup(
     # scikit-learn ships the digits images of the apps' real-data path (--data digits).
     # transformers is pinned so that installing it never moves torch off 2.13 (its real GPT-2,
     # BERT and Llama classes are imported by tests/importer; it does not require torch).
+    # timm: its model classes for tests/importer/test_import_vision*.py, with a CUDA build of
+    # torch only. torchvision 0.28.0 is the release for torch 2.13 (it pins torch==2.13.0, so
+    # nothing moves torch), but its wheel needs CUDA libraries: beside the CPU build it cannot
+    # be imported, and breaks transformers' imports too. Without it those tests run the same
+    # blocks in plain torch (docs/importer.md).
     extras_require={"test": ["pytest>=8", "hypothesis>=6", "scikit-learn",
-                             "transformers==5.18.0"]},
+                             "transformers==5.18.0"],
+                    "timm": ["timm==1.0.29", "torchvision==0.28.0"]},
     # The strategy tools find apps here (strategy/workload.py), never by importing apps.
     entry_points={"soapflow.workloads": [f"{name} = apps.{name}:APP"
                                          for name in app_names()]},

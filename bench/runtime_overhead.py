@@ -11,6 +11,9 @@ other's (torch.profiler showed the same convolution kernels ~4% slower in our it
 in the eager one there). Both processes get the same malloc settings. The ratio with both in
 one process, interleaved call by call, is reported beside it.
 
+An imported model is measured too: ResNet-18 (torchvision's layout, written in plain torch
+in examples/vision_blocks.py) through parallel_ops.importer against the same module eager.
+
 The optimizer is torch.optim.SGD with its default for CPU tensors (a loop over the
 parameters); our runtime runs a device's updates as one multi-tensor call
 (taskrt.launch: IndexLaunch.batch).
@@ -145,6 +148,9 @@ def run(quick: bool = False) -> dict:
                      f"each in its own process; {ratio1:.2f}x with both in one process; "
                      f"{_device()}, 1 thread, {step_ours.nodes} graph nodes; target <= 1.10"))
     _imported_gpt2_row(quick, rows, data)
+    label, entry, row = imported_resnet18_row(quick)
+    data[label] = entry
+    rows.append(row)
     return {"title": "runtime overhead (1 device)", "rows": rows, "data": data}
 
 
@@ -167,3 +173,47 @@ def _imported_gpt2_row(quick: bool, rows: list, data: dict) -> None:
                  f"{1e3 * t['ours']:.1f} vs {1e3 * t['pytorch']:.1f} ms per iteration, each "
                  "in its own process; own causal-LM loss, default dropout; cpu, 1 thread; "
                  "target <= 1.10"))
+
+
+def resnet18_step(side: str, quick: bool):
+    """One training iteration of ResNet-18 (batch 8, 32x32; a narrow one when quick):
+    imported and run by our runtime (side "ours") or eager ("pytorch"), as a callable."""
+    from examples.vision_blocks import ResNet
+    from parallel_ops.importer import import_module
+    torch.set_num_threads(1)
+    retain_freed_memory()
+    torch.manual_seed(0)
+    net = ResNet((1, 1, 1, 1), (8, 16, 24, 32), 10) if quick else ResNet(num_classes=10)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(8, 3, 16 if quick else 32, 16 if quick else 32, generator=g)
+    y = torch.randint(0, 10, (8,), generator=g)
+    if side == "ours":
+        imp = import_module(net, (x,))
+        imp.add_cross_entropy()
+        trainer = imp.model.compile(Machine.local(1), None, SGD(lr=0.01, momentum=0.9),
+                                    executor="local")
+        step = functools.partial(trainer.step, imp.feeds(x, labels=y))
+        step.nodes = len(trainer.graph)
+        return step
+    opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9, foreach=False)
+
+    def step():
+        opt.zero_grad()
+        F.cross_entropy(net(x), y).backward()
+        opt.step()
+    return step
+
+
+def imported_resnet18_row(quick: bool):
+    """(label, data, row) of the imported ResNet-18 against the same module eager, each in
+    a process of its own taking turns."""
+    label = "imported ResNet-18 (torchvision layout, batch 8, 32x32)"
+    t = alternating({"ours": (__name__, "resnet18_step", ("ours", quick)),
+                     "pytorch": (__name__, "resnet18_step", ("pytorch", quick))},
+                    blocks=3 if quick else 10)
+    ratio = t["ours"] / t["pytorch"]
+    entry = {"ours_ms": 1e3 * t["ours"], "pytorch_ms": 1e3 * t["pytorch"], "ratio": ratio}
+    row = (f"{label}: ours / PyTorch eager", f"{ratio:.2f}x",
+           f"{1e3 * t['ours']:.1f} vs {1e3 * t['pytorch']:.1f} ms per iteration, each in its "
+           "own process; cpu, 1 thread; target <= 1.10")
+    return label, entry, row

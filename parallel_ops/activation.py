@@ -31,6 +31,7 @@ ACTIVATIONS: dict[str, Callable] = {
     "gelu": F.gelu,
     "tanh": torch.tanh,
     "sigmoid": torch.sigmoid,
+    "relu6": F.relu6,
 }
 
 
@@ -59,6 +60,7 @@ _DERIVATIVES: dict[str, tuple[str, Callable]] = {
     "sigmoid": ("output", torch.ops.aten.sigmoid_backward),
     "gelu": ("input", lambda dy, x, approximate="none":
              torch.ops.aten.gelu_backward(dy, x, approximate=approximate)),
+    "relu6": ("input", lambda dy, x: torch.ops.aten.hardtanh_backward(dy, x, 0.0, 6.0)),
 }
 
 

@@ -235,11 +235,11 @@ def _describe(trainer) -> dict:
         hyper = {k: v for k, v in vars(opt).items()
                  if k not in ("step_count", "state_names") and isinstance(
                      v, (int, float, bool, str, tuple, list, type(None)))}
-        optimizer = {"type": type(opt).__name__, "step_count": opt.step_count,
+        optimizer = {"type": type(opt).__name__, "step_count": trainer.optimizer_steps,
                      "state_names": list(opt.state_names), "hyper": hyper}
     return {
         "model": {"name": model.name, "seed": model.seed, "dtype": model.dtype,
-                  "step_count": model.step_count, "ops": ops,
+                  "step_count": trainer.step_count, "ops": ops,
                   "weights": {w.name: {"shape": list(w.shape), "dtype": w.dtype,
                                        "trainable": bool(w.requires_grad)}
                               for w in model.weights}},
@@ -381,10 +381,11 @@ def apply(trainer, ckpt: Checkpoint, restore_rng: bool = True, rank: int = 0) ->
                     trainer.executor.write(r.name, ckpt.tensors[r.name].to(
                         getattr(torch, r.dtype)))
     model = trainer.model
-    model.step_count = int(h["model"]["step_count"])
+    trainer.step_count = model.step_count = int(h["model"]["step_count"])
     model.seed = int(h["model"]["seed"])
     if trainer.optimizer is not None and h.get("optimizer") is not None:
-        trainer.optimizer.step_count = int(h["optimizer"]["step_count"])
+        trainer.optimizer_steps = int(h["optimizer"]["step_count"])
+        trainer.optimizer.step_count = trainer.optimizer_steps
     if restore_rng and h.get("rng"):
         r = rank if rank < len(h["rng"]) else 0
         prefix = f"rng/rank{r}/"
@@ -456,7 +457,7 @@ def save_to_dir(trainer, directory: str, step: int | None = None, keep: int = 3,
     """Save as `<directory>/step-<step>.ckpt`, then point `latest` at it and remove all but
     the newest `keep` checkpoints. Collective under MPI."""
     comm = _comm(trainer)
-    step = trainer.model.step_count if step is None else int(step)
+    step = trainer.step_count if step is None else int(step)
     path = checkpoint_path(directory, step)
     error = None
     if _rank(comm) == 0:
@@ -485,7 +486,7 @@ def maybe_save(trainer, directory: str | None, every: int, step: int | None = No
                progress: Callable[[int, int], None] | None = None) -> str | None:
     """For apps' --checkpoint-dir/--checkpoint-every: save when `step` (default: iterations
     run so far) is a positive multiple of `every`. Returns the path written, or None."""
-    step = trainer.model.step_count if step is None else int(step)
+    step = trainer.step_count if step is None else int(step)
     if not directory or not every or every < 0 or step <= 0 or step % every:
         return None
     return save_to_dir(trainer, directory, step, keep, extra, progress)

@@ -184,7 +184,7 @@ def conv2d(model: Model, x: Tensor, out_channels: int, kernel_size, stride=1, pa
            dilation=1, groups: int = 1, bias: bool = True, name: str | None = None,
            activation: str | None = None) -> Tensor:
     """2-d convolution, like torch.nn.Conv2d(x.shape[1], out_channels, kernel_size, stride,
-    padding, dilation, groups, bias), followed by `activation` ("relu", "gelu", "tanh",
+    padding, dilation, groups, bias), followed by `activation` ("relu", "gelu", "tanh", "relu6",
     "sigmoid") when given: one operator, one launch (see parallel_ops/activation.py)."""
     return model.add_op(Conv2d(model, x, out_channels, kernel_size, stride, padding, dilation,
                             groups, bias, name, activation)).outputs[0]

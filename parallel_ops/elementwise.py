@@ -1,4 +1,4 @@
-"""Elementwise operators: relu, gelu, tanh, sigmoid (one input), add and multiply (two).
+"""Elementwise operators: relu, gelu, tanh, sigmoid, relu6 (one input), add and multiply (two).
 
 Dims: n (sample: axis 0) and a1, a2, ... (attribute: every other axis, named by its
 position). A part reads the same block of every input as it writes. The second input of
@@ -134,6 +134,12 @@ def tanh(model: Model, x: Tensor, name: str | None = None) -> Tensor:
 def sigmoid(model: Model, x: Tensor, name: str | None = None) -> Tensor:
     """Logistic sigmoid, like torch.sigmoid(x)."""
     return model.add_op(Elementwise(model, "sigmoid", [x], name)).outputs[0]
+
+
+@builder
+def relu6(model: Model, x: Tensor, name: str | None = None) -> Tensor:
+    """min(max(x, 0), 6), like F.relu6(x) (MobileNet's activation)."""
+    return model.add_op(Elementwise(model, "relu6", [x], name)).outputs[0]
 
 
 @builder

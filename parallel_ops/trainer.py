@@ -36,6 +36,12 @@ class Trainer:
         self.machine = machine or (discover_machine() if use_mpi else Machine.local(1))
         self.optimizer = optimizer
         self.training = training
+        # This trainer's own counts (a second compile of the same model starts a new run
+        # at 0; a checkpoint it loads sets them). step() hands them to the model (dropout
+        # masks, batch norm's cumulative average read model.step_count) and the optimizer
+        # (SGD's first step, Adam's bias correction), which trainers may share.
+        self.step_count = 0
+        self.optimizer_steps = 0
         self.lowered = lower(model, strategy, self.machine, optimizer, training)
         self.configs = self.lowered.configs
         self.graph = plan(self.lowered.launches, self.machine, initial=self.lowered.initial)
@@ -72,9 +78,11 @@ class Trainer:
     def step(self, feeds: Mapping[str, torch.Tensor]) -> float | None:
         """Run one iteration (forward, backward, update); returns the loss if there is one."""
         self._feed(feeds)
-        self.model.step_count += 1
+        self.step_count += 1
+        self.model.step_count = self.step_count
         if self.optimizer is not None:
-            self.optimizer.step_count += 1
+            self.optimizer_steps += 1
+            self.optimizer.step_count = self.optimizer_steps
         with torch.no_grad():
             self.executor.run()
         if self.lowered.loss_region is None:

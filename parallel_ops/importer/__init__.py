@@ -13,7 +13,7 @@ from .registry import register_aten, register_function, register_method, registe
 from ..errors import UnsupportedModelError
 from .values import Param, Stacked, Unsupported
 from .api import import_module
-from . import functions, modules  # noqa: F401  (register the converters)
+from . import functions, modules, vision  # noqa: F401  (register the converters)
 
 __all__ = ["import_module", "Imported", "UnsupportedModelError", "Unsupported", "Param",
            "Stacked", "register_module", "register_function", "register_method",

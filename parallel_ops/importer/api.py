@@ -9,9 +9,9 @@ from ..activation import fuse_activations
 from ..errors import UnsupportedModelError
 from ..model import Model
 from . import hf
-from .capture import capture_export, capture_fx
+from .capture import capture_export, capture_fx, training_mode
 from .imported import Imported
-from .registry import MODULES
+from .registry import module_converter
 from .values import format_problems
 from .walk import Importer
 
@@ -43,7 +43,7 @@ def import_module(module: torch.nn.Module, example_inputs: Any, method: str = "a
     export if fx fails). Raises UnsupportedModelError listing every node that has no
     parallel operator, with its name, target and source location.
 
-    fuse_activations: fold each ReLU, GELU, tanh or sigmoid that alone reads the output
+    fuse_activations: fold each ReLU, ReLU6, GELU, tanh or sigmoid that alone reads the output
     of a Conv2d, Linear or BatchNorm2d into that operator (parallel_ops/activation.py):
     one launch instead of two, but the operator's reduction dim must then stay whole and
     the activation has no operator (no name) of its own in strategies.
@@ -53,6 +53,11 @@ def import_module(module: torch.nn.Module, example_inputs: Any, method: str = "a
     """
     if method not in ("auto", "fx", "export"):
         raise ValueError(f"import_module: method '{method}'; use 'auto', 'fx' or 'export'.")
+    with training_mode(module):
+        return _import(module, example_inputs, method, name, seed, fuse_activations)
+
+
+def _import(module, example_inputs, method, name, seed, fuse_activations) -> Imported:
     args, kwargs = _example(example_inputs)
     kwargs = hf.call_kwargs(module, kwargs)
     hf.register_modules(module)
@@ -60,7 +65,7 @@ def import_module(module: torch.nn.Module, example_inputs: Any, method: str = "a
     fx_error = None
     if method in ("auto", "fx"):
         try:
-            cap = capture_fx(module, args, kwargs, tuple(MODULES))
+            cap = capture_fx(module, args, kwargs, module_converter)
         except Exception as e:          # fx cannot trace it: say why, or try export
             if method == "fx":
                 raise UnsupportedModelError(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,30 +33,67 @@ class Captured:
     constants: dict[str, torch.Tensor] = field(default_factory=dict)
     user_outputs: list | None = None            # output nodes/values given to the user
     submodules: dict = field(default_factory=dict)   # export: graphs of higher-order ops
+    mutated: dict[str, torch.Tensor] = field(default_factory=dict)  # fx: buffers the trace
+    #                                             changed in place (key -> value before)
+
+
+@contextmanager
+def training_mode(module: torch.nn.Module):
+    """Within: `module` and its submodules in train() mode; afterwards each has its own
+    flag back. The import builds a training graph (dropout, batch statistics) whatever
+    the flag; Trainer(training=False) evaluates that graph as eval() would."""
+    flags = [(m, m.training) for m in module.modules()]
+    module.train()
+    try:
+        yield
+    finally:
+        for m, flag in flags:
+            m.training = flag
+
+
+@contextmanager
+def buffers_kept(module: torch.nn.Module):
+    """Within: code may change `module`'s buffers in place; afterwards they hold their old
+    values again, and the dict yielded maps each changed buffer's key to that value."""
+    before = {k: b.detach().clone() for k, b in module.named_buffers()}
+    mutated: dict[str, torch.Tensor] = {}
+    try:
+        yield mutated
+    finally:
+        with torch.no_grad():
+            for k, b in module.named_buffers():
+                if k in before and not torch.equal(b, before[k]):
+                    mutated[k] = before[k]
+                    b.copy_(before[k])
 
 
 class _LeafTracer(fx.Tracer):
-    """Keeps modules of the given types whole; traces through all others."""
+    """Keeps modules that have a converter whole; traces through all others."""
 
-    def __init__(self, leaf_types):
+    def __init__(self, converter):
         super().__init__()
-        self.leaf_types = tuple(leaf_types)
+        self.converter = converter
         self.record_stack_traces = True
 
     def is_leaf_module(self, m, qualname):
-        # Known types, and torch.nn layers without a converter (reported as unsupported);
-        # containers and user modules are traced through.
-        if isinstance(m, self.leaf_types):
+        # Known modules, and torch.nn layers without a converter (reported as unsupported);
+        # containers and user modules (subclasses of known ones that redefine forward too)
+        # are traced through.
+        if self.converter(m) is not None:
             return True
         containers = (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict)
         return type(m).__module__.startswith("torch.nn") and not isinstance(m, containers)
 
 
-def capture_fx(module: torch.nn.Module, args: tuple, kwargs: dict, leaf_types) -> Captured:
-    """Symbolic trace with `leaf_types` kept as call_module nodes (raises on failure)."""
-    tracer = _LeafTracer(leaf_types)
-    graph = tracer.trace(module)
-    cap = Captured("fx", graph, module)
+def capture_fx(module: torch.nn.Module, args: tuple, kwargs: dict, converter) -> Captured:
+    """Symbolic trace keeping modules that `converter(m)` knows as call_module nodes
+    (raises on failure)."""
+    tracer = _LeafTracer(converter)
+    # fx runs in-place updates of buffers (timm's `num_batches_tracked.add_(1)`) on the
+    # real tensors without recording them: undo them and report which buffers changed.
+    with buffers_kept(module) as mutated:
+        graph = tracer.trace(module)
+    cap = Captured("fx", graph, module, mutated=mutated)
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     given = list(args)
     for k, node in enumerate(placeholders):

@@ -152,12 +152,16 @@ def _broadcast():
 
 
 def expand(ctx, x, *size, implicit=False) -> Tensor:
-    """x.expand(size) (a -1 keeps the axis)."""
+    """x.expand(size) (a -1 keeps the axis; a parameter's axes are those it is stored with,
+    e.g. ViT's class token (1, 1, D), whose operator drops the leading 1s)."""
+    have = tuple(x.view.shape) if isinstance(x, Param) else tuple(ctx.tensor(x).shape)
     x = ctx.tensor(x)
     size = list(size[0] if len(size) == 1 and isinstance(size[0], (list, tuple, torch.Size))
                 else size)
-    lead = len(size) - x.ndim
-    shape = tuple(x.shape[k - lead] if s == -1 else int(s) for k, s in enumerate(size))
+    lead = len(size) - len(have)
+    if lead < 0 or any(s == -1 for s in size[:lead]):
+        raise Unsupported(f"expand of {have} to {tuple(size)}")
+    shape = tuple(have[k - lead] if s == -1 else int(s) for k, s in enumerate(size))
     if shape == tuple(x.shape):
         return x
     return ctx.model.expand(x, shape, name=ctx.op_name())

@@ -23,13 +23,14 @@ import operator
 import torch
 import torch.nn.functional as F
 
-from .convert import (adaptive_avg_pool2d, add, avg_pool2d, axis, batch_norm, binary, cat,
+from .convert import (adaptive_avg_pool2d, add, avg_pool2d, axis, batch_norm, cat,
                       chunk, conv2d, cross_entropy, div, dropout, embedding, expand, flatten,
                       gelu, unary,
                       getitem, identity, index, key_prefix, layer_norm, linear, matmul,
                       max_pool2d, mean, mul, need_param, neg, permute, power, relu, reshape,
                       sdpa, sigmoid, softmax, split, squeeze, sub, tanh, to, transpose,
                       unflatten, unsqueeze)
+from ..tensor import Tensor
 from .registry import register_aten, register_function, register_method
 from .values import Param, Stacked, Unsupported
 
@@ -43,6 +44,7 @@ register_function(operator.neg, torch.neg)(neg)
 register_function(operator.pow, torch.pow)(power)
 register_function(operator.matmul, torch.matmul, torch.bmm)(matmul)
 register_function(operator.getitem)(getitem)
+register_function(getattr)(lambda ctx, obj, name, *default: _attribute(obj, name, *default))
 register_function(torch.cat, torch.concat)(
     lambda ctx, xs, dim=0, axis=None: cat(ctx, xs, dim if axis is None else axis))
 register_function(torch.flatten)(flatten)
@@ -84,7 +86,7 @@ def _embedding_f(ctx, x, weight, padding_idx, max_norm, scale_grad_by_freq, spar
 
 
 # -- Tensor methods ---------------------------------------------------------------------------
-register_method("add", "add_", "__add__", "__iadd__")(add)
+register_method("add", "__add__", "__iadd__")(add)
 register_method("mul", "mul_", "__mul__")(mul)
 register_method("sub", "sub_")(sub)
 register_method("div", "div_")(div)
@@ -173,11 +175,20 @@ register_aten("cross_entropy_loss")(
     cross_entropy(ctx, x, t, weight, reduction={0: "none", 1: "mean", 2: "sum"}[reduction],
                   ignore_index=ignore_index, label_smoothing=label_smoothing))
 register_aten("_assert_tensor_metadata")(lambda ctx, *args, **kwargs: None)
-register_aten("add_")(lambda ctx, a, b, alpha=1: _add_inplace(ctx, a, b))
+register_aten("add_")(lambda ctx, a, b, alpha=1: _add_inplace(ctx, a, b, alpha))
+register_method("add_")(lambda ctx, a, b, alpha=1: _add_inplace(ctx, a, b, alpha))
 register_aten("lstm")(
     lambda ctx, x, hx, params, has_biases, num_layers, dropout_p, train, bidirectional,
     batch_first: _lstm_aten(ctx, x, hx, params, has_biases, num_layers, dropout_p, train,
                             bidirectional, batch_first))
+
+
+def _attribute(obj, name, *default):
+    """A field of a tuple-like result (`torch.max(x, 1).values`); shape queries of tensors
+    are answered before converters (walk.py)."""
+    if isinstance(obj, (Tensor, Param)):
+        raise Unsupported(f"attribute '{name}' of a tensor")
+    return getattr(obj, name, *default)
 
 
 def _addmm(ctx, bias, x, w, beta, alpha):
@@ -186,13 +197,13 @@ def _addmm(ctx, bias, x, w, beta, alpha):
     return linear(ctx, x, w, bias, transpose_w=True)
 
 
-def _add_inplace(ctx, a, b):
+def _add_inplace(ctx, a, b, alpha=1):
     if isinstance(a, Param) and a.key.endswith("num_batches_tracked"):
         ctx.count_steps(a.key, a.value)
         return None
     if isinstance(a, Param):
         raise Unsupported(f"an in-place update of buffer '{a.key}'")
-    return binary(ctx, "add", a, b)         # x += y on an activation: its new value
+    return add(ctx, a, b, alpha)            # x += y on an activation: its new value
 
 
 def _lstm_aten(ctx, x, hx, params, has_biases, num_layers, dropout_p, train, bidirectional,

@@ -54,6 +54,8 @@ class Imported:
         """Load the trainer's current weights into `module` (default: the imported one),
         so training can continue in plain PyTorch. Under MPI every rank must call it."""
         module = module if module is not None else self.module
-        sd = self.state_dict(trainer.weights())
+        # Step counters advance by the steps this trainer trained (an evaluating one
+        # counts no batches, as a module in eval() does not).
+        sd = self.state_dict(trainer.weights(), trainer.step_count if trainer.training else 0)
         module.load_state_dict(sd, strict=True)
         return module

@@ -47,9 +47,14 @@ def register_aten(*names):
 
 
 def module_converter(m: torch.nn.Module):
+    """The converter of m's type or of the nearest base class that has one, unless a class
+    between them redefines forward (timm's BatchNormAct2d is a BatchNorm2d that also
+    applies an activation; LayerNorm2d normalizes channels): that call is traced through."""
     for cls in type(m).__mro__:
         if cls in MODULES:
             return MODULES[cls]
+        if "forward" in vars(cls):
+            return None
     return None
 
 

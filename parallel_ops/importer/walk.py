@@ -3,7 +3,9 @@
 Every graph node gets a value (values.py). Nodes whose arguments are all constants (and
 buffers) are evaluated with torch right away, so `x.shape[0] * 2`, `torch.arange(S)` or a
 causal mask cost nothing. Converters (registry.py) turn the rest into operators.
-Unsupported nodes are collected and reported together at the end.
+Unsupported nodes are collected and reported together at the end; each gets a stand-in
+value of its result's shape (from torch.export's metadata, or computed on fake tensors for
+torch.fx), so the walk goes on and reports the unsupported nodes after it too.
 """
 from __future__ import annotations
 
@@ -19,7 +21,8 @@ from ..model import Model
 from ..op import Op
 from ..tensor import Tensor, Weight
 from . import extra_ops
-from .capture import Captured, location, module_path, module_stack
+from .capture import Captured, buffers_kept, location, module_path, module_stack
+from .hints import hint
 from .registry import ATEN, FUNCTIONS, GROUPED, METHODS, MODULES, aten_name, \
     describe_target, module_converter
 from .input_function import InputFunction
@@ -203,6 +206,13 @@ class Importer:
     def run(self) -> None:
         """Convert every node in order; problems are collected, not raised."""
         cap = self.cap
+        for key, value in cap.mutated.items():
+            if key.rsplit(".", 1)[-1] == "num_batches_tracked":
+                self.count_steps(key, value)
+            else:
+                self.problems.append(Problem(key, "buffer", "in-place update", "forward", "",
+                                             "forward changes this buffer in place, which "
+                                             "torch.fx does not record; use method='export'"))
         groups = self._export_groups() if cap.kind == "export" else {}
         skip: set[str] = set()
         for node in cap.graph.nodes:
@@ -247,7 +257,47 @@ class Importer:
     def _problem(self, node: fx.Node, reason: str) -> None:
         self.problems.append(Problem(node.name, node.op, describe_target(node, self.cap.root),
                                      location(node), module_path(node), reason))
-        self.values[node.name] = Poison(node.name)
+        self.values[node.name] = self._stand_in(node)
+
+    def _stand_in(self, node: fx.Node):
+        """Model inputs shaped like the node's result (a tensor, or a tuple of them), so the
+        nodes after an unsupported one are converted and reported too; Poison where the
+        result's shape is unknown. The model is never used: the import fails."""
+        value = node.meta.get("val")
+        if value is None and self.cap.kind == "fx":
+            value = self._fake_result(node)
+        if value is None:
+            return Poison(node.name)
+        made = []
+
+        def stand_in(v):
+            if not isinstance(v, torch.Tensor):
+                return v
+            dtype = self.model.dtype if v.is_floating_point() else \
+                str(v.dtype).replace("torch.", "")
+            made.append(self.model.input(f"unsupported.{node.name}.{len(made)}",
+                                         tuple(v.shape), dtype=dtype))
+            return made[-1]
+        return walk_values(value, stand_in)
+
+    def _fake_result(self, node: fx.Node):
+        """The node's result computed on fake tensors (shapes only), or None."""
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        args, kwargs = self._arg(node.args), self._arg(node.kwargs)
+        if any_value((args, kwargs), lambda v: isinstance(v, Poison)):
+            return None
+        try:
+            with buffers_kept(self.cap.root), FakeTensorMode(allow_non_fake_inputs=True):
+                args, kwargs = walk_values((args, kwargs), lambda v: torch.empty(
+                    v.shape, dtype=getattr(torch, v.dtype)) if isinstance(v, Tensor) else
+                    (v.view if isinstance(v, Param) else v))
+                if node.op == "call_module":
+                    return self.cap.root.get_submodule(node.target)(*args, **kwargs)
+                if node.op == "call_method":
+                    return getattr(args[0], node.target)(*args[1:], **kwargs)
+                return node.target(*args, **kwargs)
+        except Exception:          # its shape stays unknown: dependents are not reported
+            return None
 
     def _arg(self, a):
         return walk_values(a, lambda v: self.values[v.name] if isinstance(v, fx.Node) else v)
@@ -376,7 +426,7 @@ class Importer:
         return name in ("sym_size", "sym_numel", "sym_stride")
 
     def _hint(self) -> str:
-        return "no converter"
+        return hint(self.node, self.cap.root)
 
     def _placeholder(self, node: fx.Node):
         cap = self.cap
@@ -488,7 +538,7 @@ class Importer:
                                          f"{type(m).__qualname__}", location(first), path,
                                          str(e)))
             for n in outs:
-                self.values[n.name] = Poison(first.name)
+                self.values[n.name] = self._stand_in(n)
         finally:
             self.grouped = False
         for n in members:

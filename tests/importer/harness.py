@@ -56,13 +56,13 @@ def assert_state_close(got, want, rtol=1e-8, atol=1e-10, where=""):
             assert torch.equal(g, w), f"{where}: {k} {g} vs {w}"
 
 
-def mpi_results(tmp_path_factory, ranks, args, timeout, root):
-    """Run tests/importer/mpi_run.py ARGS OUT under mpirun; each rank's results (json)."""
+def mpi_results(tmp_path_factory, ranks, args, timeout, root, script="mpi_run.py"):
+    """Run tests/importer/SCRIPT OUT ARGS under mpirun; each rank's results (json)."""
     import json
     import os
-    out = tmp_path_factory.mktemp("import_mpi")
-    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mpi_run.py")
-    rc, text = run_mpi(ranks, [script, str(out), *args], timeout, root)
+    out = tmp_path_factory.mktemp(script.replace(".py", ""))
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), script)
+    rc, text = run_mpi(ranks, [path, str(out), *args], timeout, root)
     assert rc == 0, text[-4000:]
     return [json.load(open(out / f"rank{r}.json")) for r in range(ranks)]
 
@@ -73,3 +73,4 @@ def run_mpi(np_, args, timeout, root):
     rc, out, _ = launch(np_, args, timeout, env={"TASKRT_WATCHDOG_S": str(max(30, timeout // 2))},
                         cwd=root)
     return rc, out
+

@@ -232,21 +232,51 @@ def _line(tag):
         return next(k for k, line in enumerate(f, 1) if tag in line and "def " not in line)
 
 
-def test_every_unsupported_node_is_listed_once():
+@pytest.mark.parametrize("method", ["fx", "export"])
+def test_every_unsupported_node_is_listed_once(method):
     x = torch.randn(2, 4)
     with pytest.raises(UnsupportedModelError) as info:
-        import_module(Unsupported3(), (x,))
+        import_module(Unsupported3(), (x,), method=method)
     msg = str(info.value)
-    assert "3 operations have no parallel operator" in msg
     here = os.path.basename(__file__)
-    assert "node 'cumsum': call_function torch.cumsum at" in msg
-    assert f"{here}:{_line('UNSUPPORTED-1')} in forward" in msg
-    assert "node 'lrn': call_module torch.nn.modules.normalization.LocalResponseNorm " \
-           "in module 'lrn'" in msg and f"{here}:{_line('UNSUPPORTED-2')}" in msg
-    assert "node 'truediv': call_function operator.truediv" in msg, msg
-    assert "division of two tensors" in msg and f"{here}:{_line('UNSUPPORTED-3')}" in msg
-    assert "sort" not in msg and "mul" not in msg      # dependents are not listed
+    assert f"{here}:{_line('UNSUPPORTED-1')} in forward: no converter; a scan along an axis" \
+        in msg
+    assert f"{here}:{_line('UNSUPPORTED-3')} in forward: division of two tensors" in msg
+    # sort reads only unsupported results: it is listed too (with a stand-in input), once.
+    assert msg.count("node 'sort'") == 1 and "data-dependent order" in msg
+    assert "node 'mul" not in msg and "getattr" not in msg   # supported ones are not
     assert "docs/custom_ops.md" in msg and "register_module" in msg
+    if method == "fx":
+        assert "4 operations have no parallel operator" in msg
+        assert "node 'cumsum': call_function torch.cumsum at" in msg
+        assert "node 'lrn': call_module torch.nn.modules.normalization.LocalResponseNorm " \
+               f"in module 'lrn' at {os.path.dirname(__file__)}/{here}:" \
+               f"{_line('UNSUPPORTED-2')} in forward: no converter; write one " \
+               "(@register_module(LocalResponseNorm), docs/importer.md)" in msg
+        assert "node 'truediv': call_function operator.truediv" in msg, msg
+    else:                    # export decomposes LocalResponseNorm: its gaps are listed
+        assert "node 'pad': call_function torch.ops.aten.pad in module 'lrn'" in msg
+        assert "(@register_aten('pad'), docs/importer.md)" in msg
+
+
+class Gaps(nn.Module):
+    """Three gaps in a row: each reads the one before."""
+
+    def forward(self, x):
+        y = torch.cumsum(x, dim=1)
+        z = torch.rand_like(y) * y
+        return torch.einsum("ij,kj->ik", z, x).argmax(dim=1)
+
+
+@pytest.mark.parametrize("method", ["fx", "export"])
+def test_gaps_after_gaps_are_listed_with_their_hints(method):
+    with pytest.raises(UnsupportedModelError) as info:
+        import_module(Gaps(), (torch.randn(3, 4),), method=method)
+    msg = str(info.value)
+    assert "4 operations have no parallel operator" in msg, msg
+    for hint in ("a scan along an axis", "random numbers drawn in forward",
+                 "rewrite it with matmul", "a data-dependent order"):
+        assert msg.count(hint) == 1, (hint, msg)
 
 
 class Swish(nn.Module):
