@@ -22,10 +22,10 @@ from __future__ import annotations
 import gc
 import os
 import random
-import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import warnings
 
@@ -166,14 +166,33 @@ GPT_FLAGS = ["--layers", "32", "--width", "2560", "--heads", "32", "--seq-len", 
 
 
 def measure_gpt(machine: str = "dgx-h100:16") -> dict:
-    """Wall time and peak RSS of `apps/transformer.py --simulate` in a process of its own."""
+    """Wall time and peak RSS of `apps/transformer.py --simulate` in a process of its own.
+    The peak is the child's own high-water mark (VmHWM, polled): getrusage's figure for
+    children also counts the bench process's pages that the child held between fork and
+    exec."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    t = time.perf_counter()
-    done = subprocess.run([sys.executable, os.path.join(root, "apps", "transformer.py"),
-                           "--simulate", "--machine", machine, *GPT_FLAGS],
-                          capture_output=True, text=True, cwd=root)
-    wall = time.perf_counter() - t
-    if done.returncode != 0:
-        raise RuntimeError(f"apps/transformer.py --simulate failed:\n{done.stderr[-2000:]}")
-    rss_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    return {"wall_s": wall, "peak_rss_gb": rss_kb / 2 ** 20, "machine": machine}
+    with tempfile.TemporaryFile("w+") as err:
+        t = time.perf_counter()
+        child = subprocess.Popen([sys.executable, os.path.join(root, "apps", "transformer.py"),
+                                  "--simulate", "--machine", machine, *GPT_FLAGS],
+                                 stdout=subprocess.DEVNULL, stderr=err, cwd=root)
+        peak_kb = 0
+        while child.poll() is None:
+            peak_kb = max(peak_kb, _high_water_kb(child.pid))
+            time.sleep(0.1)
+        wall = time.perf_counter() - t
+        if child.returncode != 0:
+            err.seek(0)
+            raise RuntimeError(f"apps/transformer.py --simulate failed:\n{err.read()[-2000:]}")
+    return {"wall_s": wall, "peak_rss_gb": peak_kb / 2 ** 20, "machine": machine}
+
+
+def _high_water_kb(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
