@@ -21,16 +21,15 @@ import numpy as np
 
 from parallel_ops.lowering import IncrementalLowering
 from parallel_ops.optim import SGD
-from taskrt import Planner, liveness
+from taskrt import Planner
 from taskrt.gcpause import gc_paused
-from taskrt.liveness import INSTANCE, PARTIAL, STAGING, buffers_of, peak_bytes_flat
+from taskrt.liveness import (INSTANCE, PARTIAL, STAGING, buffers_of, is_small, peak_bytes_flat,
+                             results_of, task_reads_writes)
 from taskrt.nodegroups import assemble
-from taskrt.privilege import Privilege
 
 from .listsched import csr
 from .simulator import NodeTimer, Resources, SimResult, result_of, timeline
 
-_READ, _RW = Privilege.READ, Privilege.READ_WRITE
 TABLE_SLACK = 65536      # buffers the tables may hold beyond 4 per node before a restart
 
 
@@ -197,14 +196,9 @@ class SimulationSession:
                      for key in keys)
         reads, writes = (), None
         if node.kind == "task":
-            r, w = [], []
-            for req in node.requirements:
-                if req.privilege is _READ or req.privilege is _RW:
-                    r.append(req.region.name)
-                if req.privilege is not _READ:
-                    w.append(req.region.name)
+            r, w = task_reads_writes(node)
             if w:
-                reads, writes = tuple(r), tuple(w)
+                reads, writes = r, w
         rid = self.resources.id
         return d, tuple(rid(x) for x in rs), bufs, reads, writes
 
@@ -284,12 +278,9 @@ class SimulationSession:
             for written, reads in s.reads_of_writers.items():
                 writers[written][s] = reads
         self._counted = current
-        sinks = {name for name in self.planner.regions if counts[name] <= 0}
-        kept = sinks | {name for name, pieces in self.planner.initial.items() if pieces}
-        for name in sinks:
-            for reads in writers.get(name, {}).values():
-                kept |= reads
-        return kept
+        kept = results_of(self.planner.regions, +counts,
+                          lambda name: writers[name].values() if name in writers else ())
+        return kept | {name for name, pieces in self.planner.initial.items() if pieces}
 
     def _memory(self, per, touched, start, end) -> dict[int, int]:
         """memory_per_device(self.graph, start, end): taskrt.liveness's model over arrays."""
@@ -306,7 +297,7 @@ class SimulationSession:
         nbytes[ids] = np.concatenate([e[2] for e in region_buffers.values()])
         buf_dev = self._buf_dev.array()
         region = self._buf_region.array()
-        persistent_mask = kept_mask[region] | (nbytes < liveness.MIN_TEMPORARY_BYTES)
+        persistent_mask = kept_mask[region] | is_small(nbytes)
         # Users: (buffer, node id) for every buffer each node uses.
         counts = np.concatenate([s.buf_counts for s in per])
         users_buf = np.concatenate([s.buf_ids for s in per])

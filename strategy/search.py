@@ -5,8 +5,8 @@ gives one operator another config (strategy/space.py SearchSpace.propose: 40% un
 random, 40% a neighbor of its config, 20% a regular config of the restricted space);
 strategy/delta.py re-simulates only what changed. A proposal that is
 `cost(new) - cost(cur)` slower is accepted with probability exp(-beta * that); rejected ones
-are undone (SimulationSession.undo: the graph before is re-assembled from saved state, nothing
-is re-planned or re-simulated). With delta=False every proposal (and undo) is a rebuild and
+are undone (SimulationSession.undo: the planner's saved state and node groups are put back,
+nothing is re-planned or re-simulated). With delta=False every proposal (and undo) is a rebuild and
 full simulation instead: the same chain, for measuring what delta saves.
 
 Garbage collection. Every change allocates a graph's worth of long-lived objects, which sets

@@ -31,7 +31,12 @@ MIN_TEMPORARY_BYTES = env_number("TASKRT_MIN_TEMPORARY_BYTES", strict=False)
 
 def is_temporary(region_name: str, nbytes: int, kept) -> bool:
     """Whether a buffer of `nbytes` of region `region_name` is freed after its last use."""
-    return region_name not in kept and nbytes >= MIN_TEMPORARY_BYTES
+    return region_name not in kept and not is_small(nbytes)
+
+
+def is_small(nbytes):
+    """Whether a buffer of `nbytes` (a number or an array of them) is too small to free."""
+    return nbytes < MIN_TEMPORARY_BYTES
 _READS = (Privilege.READ, Privilege.READ_WRITE)
 _READ, _RW = Privilege.READ, Privilege.READ_WRITE
 
@@ -95,14 +100,18 @@ def task_reads_writes(node) -> tuple[tuple[str, ...], tuple[str, ...]]:
     return tuple(reads), tuple(writes)
 
 
-def results_of(readers_write: dict[str, set]) -> set[str]:
+def results_of(regions, read_by_writers, reads_of_writers) -> set[str]:
     """The regions kept by default: the graph's results (regions no writing task reads: the
     loss, an inference model's outputs) and what the tasks writing them read (the logits and
-    labels the loss is computed from). `readers_write`: region -> regions written by the
-    tasks that read it, for every region a task uses. (Liveness.of computes the same set in
-    its one pass over the graph.)"""
-    sinks = {name for name, w in readers_write.items() if not w}
-    return sinks | {name for name, w in readers_write.items() if w & sinks}
+    labels the loss is computed from). `read_by_writers`: the regions that tasks writing
+    something read; `reads_of_writers(name)`: the collections of regions read by the tasks
+    that write region `name`."""
+    sinks = {name for name in regions if name not in read_by_writers}
+    results = set(sinks)
+    for name in sinks:
+        for reads in reads_of_writers(name):
+            results.update(reads)
+    return results
 
 
 def resolve_keep(graph, keep, results: set[str]) -> set[str]:
@@ -142,18 +151,19 @@ class Liveness:
         nodes = graph.nodes
         users: dict = {}
         read_by_writer: set[str] = set()
+        reads_of_writers: dict[str, list] = {}
         for node in nodes:
             i = node.id
             if node.kind == "task":             # buffers_of and task_reads_writes, inlined
                 d = node.device
-                keys, reads, writes = [], [], False
+                keys, reads, writes = [], [], []
                 for req, targets in zip(node.requirements, node.targets):
                     name = req.region.name
                     priv = req.privilege
                     if priv is _READ:
                         reads.append(name)
                     else:
-                        writes = True
+                        writes.append(name)
                         if priv is _RW:
                             reads.append(name)
                     if targets is None:
@@ -163,6 +173,8 @@ class Liveness:
                             keys.append((PARTIAL if partial else INSTANCE, name, d, None))
                 if writes:
                     read_by_writer.update(reads)
+                    for name in writes:
+                        reads_of_writers.setdefault(name, []).append(reads)
             else:
                 keys = buffers_of(node, nodes)
             for key in keys:
@@ -171,15 +183,8 @@ class Liveness:
                     users[key] = [i]
                 elif lst[-1] != i:              # a node uses a buffer once
                     lst.append(i)
-        sinks = set(graph.regions) - read_by_writer
-        results = set(sinks)
-        for key, lst in users.items():          # what the tasks writing a result read
-            if key[1] in sinks:
-                for i in lst:
-                    reads, writes = task_reads_writes(nodes[i]) if nodes[i].kind == "task" \
-                        else ((), ())
-                    if key[1] in writes:
-                        results.update(reads)
+        results = results_of(graph.regions, read_by_writer,
+                             lambda name: reads_of_writers.get(name, ()))
         kept = resolve_keep(graph, keep, results)
         owned = None if devices is None else set(devices)
         live = cls([], [], [], [], {}, kept)
