@@ -56,12 +56,12 @@ def assert_state_close(got, want, rtol=1e-8, atol=1e-10, where=""):
             assert torch.equal(g, w), f"{where}: {k} {g} vs {w}"
 
 
-def mpi_results(tmp_path_factory, ranks, args, timeout, root, script="mpi_run.py"):
-    """Run tests/importer/SCRIPT OUT ARGS under mpirun; each rank's results (json)."""
+def mpi_results(tmp_path_factory, ranks, args, timeout, root):
+    """Run tests/importer/mpi_run.py OUT ARGS under mpirun; each rank's results (json)."""
     import json
     import os
-    out = tmp_path_factory.mktemp(script.replace(".py", ""))
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), script)
+    out = tmp_path_factory.mktemp("mpi_run")
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mpi_run.py")
     rc, text = run_mpi(ranks, [path, str(out), *args], timeout, root)
     assert rc == 0, text[-4000:]
     return [json.load(open(out / f"rank{r}.json")) for r in range(ranks)]

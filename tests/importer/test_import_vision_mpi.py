@@ -20,7 +20,7 @@ RANKS = 2
 
 @pytest.fixture(scope="module")
 def per_rank(tmp_path_factory):
-    return mpi_results(tmp_path_factory, RANKS, [], 900, ROOT, script="mpi_run_vision.py")
+    return mpi_results(tmp_path_factory, RANKS, ["vision"], 900, ROOT)
 
 
 CASES = [(m, s) for m in MODELS for s in SOURCES]
