@@ -24,6 +24,7 @@ from .config import ParallelConfig, data_parallel, validate
 from .errors import ConfigError
 from .model import Model
 from .op import Op
+from .recompute import recomputed_name
 from .tasks import (DIN, DOUT, DW, IN, OUT, W, StageArgs, backward_task, forward_task,
                     read_task, update_batch, update_task)
 from .tensor import Tensor
@@ -47,6 +48,7 @@ class OpLaunches:
     updates: dict[str, IndexLaunch]             # weight name -> its update launch
     initial_forward: dict[str, dict]            # tensor -> {(rect, device): None}, forward
     initial_update: dict[str, dict]             # weights and optimizer state at updates
+    recompute: list[IndexLaunch] = field(default_factory=list)  # also first in `backward`
 
 
 def resolve_configs(model: Model, strategy, machine: Machine) -> dict[str, ParallelConfig]:
@@ -80,6 +82,11 @@ class _Lowering:
                 stage.training = training
         self.has_grad = self._gradients()
         self.model_inputs = {t.name for t in model.inputs}
+        # Recomputation (parallel_ops/recompute.py): op name -> its segment, and which op
+        # makes each activation (a segment's own activations are read as `<t>@re`).
+        self.segment_of: dict[str, int] = dict(getattr(model, "recompute", {}))
+        self.producer = {t.name: op.name for op in model.ops for stage in op.stages()
+                         for t in stage.outputs}
 
     def _gradients(self) -> set[str]:
         """Names of the tensors that get a gradient (depends on the graph, not on configs):
@@ -114,13 +121,26 @@ class _Lowering:
     def _initial(into: dict, name: str, rect: Rect, device: int) -> None:
         into.setdefault(name, {})[(rect, device)] = None
 
+    def recomputed(self, t: Tensor, segment: int | None) -> Region:
+        """The region a launch of `segment` (None: not recomputing) reads for `t`: `<t>@re`
+        when an operator of the same segment makes t, else t's own."""
+        if segment is None or self.segment_of.get(self.producer.get(t.name)) != segment:
+            return self.region(t)
+        name = recomputed_name(t.name)
+        r = self.regions.get(name)
+        if r is None:
+            r = self.regions[name] = Region(name, t.shape, t.dtype)
+        return r
+
     def _require(self, reqs: list, layout: list, tensors, rects, slot: str, privilege,
-                 grad: bool = False, only=None) -> None:
+                 grad: bool = False, only=None, segment: int | None = None) -> None:
         """Append, in order, a requirement on each tensor's non-empty rect (its gradient with
-        `grad`; only where only[i] is true, when given) and the task argument slot it fills."""
+        `grad`; only where only[i] is true, when given; as read when recomputing `segment`)
+        and the task argument slot it fills."""
         for i, (t, r) in enumerate(zip(tensors, rects)):
             if not r.empty and (only is None or only[i]):
-                reqs.append(RegionRequirement(self.region(t, grad=grad), r, privilege))
+                region = self.region(t, grad=True) if grad else self.recomputed(t, segment)
+                reqs.append(RegionRequirement(region, r, privilege))
                 layout.append((slot, i))
 
     # -- forward ---------------------------------------------------------------------------
@@ -140,7 +160,10 @@ class _Lowering:
                 keep_devs.append(d)
         return (len(keep_specs),), keep_specs, keep_devs
 
-    def lower_forward(self, stage: Op, cfg: ParallelConfig, initial: dict) -> IndexLaunch:
+    def lower_forward(self, stage: Op, cfg: ParallelConfig, initial: dict,
+                      recompute: int | None = None) -> IndexLaunch:
+        """The forward launch of `stage`; with `recompute` (its segment), the launch that
+        runs it again in backward, from and to the segment's recomputed regions."""
         domain, specs, devices = self._points(stage, cfg)
         grad = self.training and stage.differentiable and (
             any(t.requires_grad for t in stage.inputs + stage.weights))
@@ -152,7 +175,7 @@ class _Lowering:
             reqs, layout = [], []
             for i, (t, r) in enumerate(zip(stage.inputs, spec.inputs)):
                 if not r.empty:
-                    reqs.append(RegionRequirement(self.region(t), r, R))
+                    reqs.append(RegionRequirement(self.recomputed(t, recompute), r, R))
                     layout.append((IN, i))
                     if t.name in self.model_inputs:
                         self._initial(initial, t.name, r, dev)
@@ -161,19 +184,28 @@ class _Lowering:
                 if not r.empty:
                     priv = (RW if (stage.replicated and t.is_weight)
                             else RED if stage.output_partial(spec, i) else WD)
-                    reqs.append(RegionRequirement(self.region(t), r, priv))
+                    region = self.region(t) if recompute is None else \
+                        self.recomputed(t, recompute)
+                    reqs.append(RegionRequirement(region, r, priv))
                     layout.append((OUT, i))
                     if t.is_weight:
                         self._initial(initial, t.name, r, dev)
             spec_of[c], layout_of[c], reqs_of[c] = spec, tuple(layout), tuple(reqs)
-        args = StageArgs(stage, spec_of, layout_of, grad, input_grads, weight_grads,
+        # A recomputed stage keeps nothing in its forward; its recompute launch keeps it.
+        keep = grad and (recompute is not None or self.segment_of.get(
+            (stage.parent or stage).name) is None)
+        args = StageArgs(stage, spec_of, layout_of, keep, input_grads, weight_grads,
                          self.training)
-        return IndexLaunch(f"{stage.name}/fwd", forward_task, domain, reqs_of.__getitem__,
+        kind = "fwd" if recompute is None else "recompute"
+        return IndexLaunch(f"{stage.name}/{kind}", forward_task, domain, reqs_of.__getitem__,
                            devices=devices, args=args, cost_tag=stage.cost_tag + ("fwd",),
                            replicas=stage.replicated)
 
     # -- backward --------------------------------------------------------------------------
-    def lower_backward(self, stage: Op, fwd: IndexLaunch) -> IndexLaunch | None:
+    def lower_backward(self, stage: Op, fwd: IndexLaunch,
+                       recompute: int | None = None) -> IndexLaunch | None:
+        """The backward launch of `stage`, with its state from `fwd` (the recompute launch
+        of `recompute`, the stage's segment, when it has one)."""
         a: StageArgs = fwd.args
         if not a.grad:
             return None
@@ -188,7 +220,7 @@ class _Lowering:
                           only=outs_with_grad)
             # Reads of the saved inputs and weights: no data moves (they are already on
             # this device), but later writers must wait for this task.
-            self._require(reqs, layout, stage.inputs, spec.inputs, IN, R)
+            self._require(reqs, layout, stage.inputs, spec.inputs, IN, R, segment=recompute)
             self._require(reqs, layout, stage.weights, spec.weights, W, R)
             self._require(reqs, layout, stage.inputs, spec.inputs, DIN, RED, grad=True,
                           only=a.input_grads)
@@ -244,8 +276,14 @@ class _Lowering:
             forward[stage.name] = launch
             out.forward.append(launch)
         if self.training:
+            segment = self.segment_of.get(op.name)
+            if segment is not None:
+                out.recompute = [self.lower_forward(stage, cfg, {}, recompute=segment)
+                                 for stage in op.stages()]
+                out.backward += out.recompute
+                forward = {launch.args.stage.name: launch for launch in out.recompute}
             for stage in reversed(op.stages()):
-                launch = self.lower_backward(stage, forward[stage.name])
+                launch = self.lower_backward(stage, forward[stage.name], segment)
                 if launch is not None:
                     out.backward.append(launch)
             if self.optimizer is not None:
@@ -266,7 +304,7 @@ class _Lowering:
                 "loss/read", read_task, (1,),
                 lambda c: (RegionRequirement(loss_region, loss_region.rect, R),),
                 devices=[0], cost_tag=("read",)))
-        launches += [l for op in reversed(model.ops) for l in parts[op.name].backward]
+        launches += self._backward_phase(parts)
         updates = {}
         for part in parts.values():
             updates.update(part.updates)
@@ -284,6 +322,21 @@ class _Lowering:
         states = {w: s for w, s in self.state_regions.items() if w in updates}
         return Lowered(launches, {self.regions[n]: list(p) for n, p in initial.items()},
                        self.regions, dict(configs), loss_region, states)
+
+    def _backward_phase(self, parts: dict[str, OpLaunches]) -> list[IndexLaunch]:
+        """Backward launches in reverse program order, each segment's recompute launches (in
+        program order) before the first backward launch of the segment."""
+        out, started = [], set()
+        for op in reversed(self.model.ops):
+            part = parts[op.name]
+            segment = self.segment_of.get(op.name)
+            if segment is not None and segment not in started:
+                started.add(segment)
+                for other in self.model.ops:
+                    if self.segment_of.get(other.name) == segment:
+                        out += parts[other.name].recompute
+            out += part.backward[len(part.recompute):]
+        return out
 
     def _weights_home(self, launches, initial: dict) -> None:
         """Weights nobody updates live where their first user reads them."""

@@ -36,6 +36,7 @@ class Model:
         self.step_count = 0     # iterations run so far (the trainer advances it; dropout
         #                         masks depend on it, so every rank advances it alike)
         self._counts: dict[str, int] = {}
+        self.recompute: dict[str, int] = {}   # op name -> segment (parallel_ops/recompute.py)
 
     # -- naming ------------------------------------------------------------------------------
     def unique_name(self, base: str, given: str | None = None) -> str:
