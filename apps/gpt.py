@@ -10,6 +10,11 @@ Every config has vocabulary 51,200 and sequence 2,048 (Megatron-LM's, Narayanan 
 SC'21 Table 1); the output layer is NOT tied to the token embedding (the model has V*h more
 parameters than Megatron's; its FLOPs are the same). --small: 2 layers, width 32, 4 heads,
 sequence 16, vocabulary 256.
+
+--recompute (parallel_ops/recompute.py): `full` recomputes every block in backward from its
+input (Megatron-LM's full activation recomputation: only the blocks' inputs are kept),
+`selective` only the attention operators (their inputs and outputs are kept), `none` (the
+default) nothing.
 """
 from __future__ import annotations
 
@@ -18,6 +23,7 @@ import sys
 from apps.common import App, UsageError, main
 from apps.sizes import add_size_arguments
 from apps.transformer import SMALL, gpt_network, mixed_strategy
+from parallel_ops.recompute import per_block, per_op, set_recompute
 
 VOCAB, SEQ = 51200, 2048
 # name -> (heads, width, layers); GPT-3's 13B has width 5140 in its paper, 5120 here (a
@@ -26,6 +32,7 @@ CONFIGS = {"1.7b": (24, 2304, 24), "3.6b": (32, 3072, 30), "7.5b": (32, 4096, 36
            "18b": (48, 6144, 40), "gpt2-xl": (25, 1600, 48), "gpt3-2.7b": (32, 2560, 32),
            "gpt3-6.7b": (32, 4096, 32), "gpt3-13b": (40, 5120, 40)}
 DEFAULT = "1.7b"
+RECOMPUTE = ("none", "selective", "full")
 
 
 def config_sizes(name: str) -> dict:
@@ -62,19 +69,42 @@ def sizes_of(a) -> dict:
     return out
 
 
+def block_of(op) -> str | None:
+    """The transformer block an operator of gpt_network belongs to (`h<k>`), or None."""
+    head, _, rest = op.name.partition("/")
+    return head if rest and head[:1] == "h" and head[1:].isdigit() else None
+
+
+def recompute_segments(model, kind: str) -> list[list[str]]:
+    """The segments of --recompute `kind` (RECOMPUTE) for a gpt_network model."""
+    if kind == "full":
+        return per_block(model, block_of)
+    if kind == "selective":
+        return per_op(model, "multihead_attention")
+    if kind == "none":
+        return []
+    raise UsageError(f"--recompute {kind}: use one of {', '.join(RECOMPUTE)}.")
+
+
 def build(a):
-    return gpt_network(a, sizes_of(a), a.batch_size, name="gpt")
+    net = gpt_network(a, sizes_of(a), a.batch_size, name="gpt")
+    set_recompute(net.model, recompute_segments(net.model, getattr(a, "recompute", "none")))
+    return net
 
 
 def iteration_flops(a) -> float:
-    """model_flops of the sizes in force (no recomputation: what this runtime does)."""
+    """model_flops of the sizes in force, with --recompute full's extra forward counted."""
     s = sizes_of(a)
-    return model_flops(a.batch_size, s["seq_len"], s["layers"], s["width"], s["vocab"])
+    return model_flops(a.batch_size, s["seq_len"], s["layers"], s["width"], s["vocab"],
+                       recompute=getattr(a, "recompute", "none") == "full")
 
 
 def add_arguments(p) -> None:
     p.add_argument("--config", choices=list(CONFIGS), default=None,
                    help=f"named sizes (default {DEFAULT}); size flags override them")
+    p.add_argument("--recompute", choices=RECOMPUTE, default="none",
+                   help="activation recomputation in backward: every block (full), the "
+                        "attention operators (selective) or none (default)")
     add_size_arguments(p, config_sizes(DEFAULT), SMALL)
 
 

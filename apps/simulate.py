@@ -149,7 +149,7 @@ def prediction_report(p: Prediction) -> str:
                      f"{_ms(span)})")
     if p.tflops_per_device is not None:
         lines.append(f"  model FLOPs     {p.model_flops:.4g} per iteration (forward and "
-                     f"backward, no recomputation): {p.tflops_per_device:.1f} TFLOP/s per "
+                     f"backward, recomputation counted): {p.tflops_per_device:.1f} TFLOP/s per "
                      f"device")
     lines.append(f"  per iteration   {c['task']} tasks, {c['copy']} copies, {c['reduce']} "
                  f"reductions, {c['allreduce']} all-reduces")

@@ -226,6 +226,12 @@ class _Lowering:
                           only=a.input_grads)
             self._require(reqs, layout, stage.weights, spec.weights, DW, RED, grad=True,
                           only=a.weight_grads)
+            if recompute is not None:
+                # The recomputed outputs too: autograd may keep them (an activation's
+                # output), and a recomputed output nobody else reads would otherwise be a
+                # result of the graph, kept for good.
+                self._require(reqs, layout, stage.outputs, spec.outputs, OUT, R,
+                              segment=recompute)
             reqs_of[c], layout_of[c] = tuple(reqs), tuple(layout)
         args = StageArgs(stage, a.specs, layout_of, True, a.input_grads, a.weight_grads,
                          self.training)
