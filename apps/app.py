@@ -54,7 +54,11 @@ class App:
     expert: str | None = None                  # the paper's expert: strategy/experts.py
     lr: float = 0.01
     image: bool = False                        # takes --data digits
-    model_flops: Callable[["RunConfig"], float] | None = None   # FLOPs per iteration
+    # FLOPs per iteration of the config's model (as built, or as the search left it)
+    model_flops: Callable[["RunConfig", Model], float] | None = None
+    # name -> activation-recomputation segments the search may choose among (its --recompute
+    # flag's choices; parallel_ops/recompute.py)
+    recompute_plans: Callable[[Model], dict] | None = None
 
     def main(self, argv=None) -> int:
         """The app's command line (apps/training.py main); the exit status."""

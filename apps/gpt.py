@@ -86,17 +86,26 @@ def recompute_segments(model, kind: str) -> list[list[str]]:
     raise UsageError(f"--recompute {kind}: use one of {', '.join(RECOMPUTE)}.")
 
 
+def search_plans(model) -> dict:
+    """What the search chooses among: no recomputation or every block's. (Selective
+    recomputation saves only operator-internal state, which the memory model does not
+    count: the simulator would see its cost and no gain.)"""
+    return {kind: recompute_segments(model, kind) for kind in ("none", "full")}
+
+
 def build(a):
     net = gpt_network(a, sizes_of(a), a.batch_size, name="gpt")
     set_recompute(net.model, recompute_segments(net.model, getattr(a, "recompute", "none")))
     return net
 
 
-def iteration_flops(a) -> float:
-    """model_flops of the sizes in force, with --recompute full's extra forward counted."""
+def iteration_flops(a, model) -> float:
+    """model_flops of the sizes in force; the 96 form when every block of `model` is
+    recomputed (--recompute full, or the search chose it)."""
     s = sizes_of(a)
+    full = {name for seg in recompute_segments(model, "full") for name in seg}
     return model_flops(a.batch_size, s["seq_len"], s["layers"], s["width"], s["vocab"],
-                       recompute=getattr(a, "recompute", "none") == "full")
+                       recompute=bool(full) and full <= set(model.recompute))
 
 
 def add_arguments(p) -> None:
@@ -110,7 +119,7 @@ def add_arguments(p) -> None:
 
 APP = App("gpt", "GPT", build, per_device_batch=4, small_per_device_batch=4,
           add_arguments=add_arguments, mixed_strategy=mixed_strategy, expert="megatron",
-          lr=0.05, model_flops=iteration_flops)
+          lr=0.05, model_flops=iteration_flops, recompute_plans=search_plans)
 
 if __name__ == "__main__":
     sys.exit(main(APP))

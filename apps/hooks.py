@@ -34,6 +34,7 @@ def search_strategy(app: App, config, mm, machine, net, strategy: dict, strategy
     starting from data parallelism, the app's expert strategy and the --strategy file if
     any; every rank gets its result. Returns (configs, name, SearchResult or None on the
     ranks that did not search)."""
+    from parallel_ops.recompute import set_recompute
     from strategy.files import from_dict
     from strategy.logical_devices import shared
     if mm is None:
@@ -46,7 +47,8 @@ def search_strategy(app: App, config, mm, machine, net, strategy: dict, strategy
     if rank == 0:
         try:
             found = _search(app, config, mm, net, strategy, strategy_name, out)
-            payload = ("ok", to_file_object(found, net))
+            payload = ("ok", to_file_object(found, net), found.recompute,
+                       found.recompute_segments)
         except UsageError as e:           # every rank must hear of it, or they wait forever
             payload = ("error", str(e))
         except Exception as e:
@@ -57,9 +59,12 @@ def search_strategy(app: App, config, mm, machine, net, strategy: dict, strategy
         from taskrt.discovery import idle_barrier
         idle_barrier(MPI.COMM_WORLD)          # the others sleep while rank 0 searches
         payload = MPI.COMM_WORLD.bcast(payload, root=0)
-    status, value = payload
+    status, value = payload[:2]
     if status == "error":
         raise UsageError(f"--search {config.search:g}: {value}")
+    plan, segments = payload[2:]
+    if plan is not None:              # the recomputation searched with the strategy
+        set_recompute(net.model, segments)
     return from_dict(value).configs, f"searched ({config.search:g} s)", found
 
 
@@ -95,7 +100,9 @@ def _search(app: App, config, mm, net, strategy: dict, strategy_name: str, out):
         res = search(net.model, mm, costs, budget_s=config.search,
                      proposals=config.search_proposals, seed=config.seed, expert=expert,
                      optimizer=opt, progress=progress, progress_every=2.0,
-                     starts={strategy_name: strategy} if strategy else None)
+                     starts={strategy_name: strategy} if strategy else None,
+                     recompute=app.recompute_plans(net.model) if app.recompute_plans
+                     else None)
     say(res.text())
     say(res.explain(net.model).text())
     if not config.profile:

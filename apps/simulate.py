@@ -57,7 +57,8 @@ class Prediction:
     @property
     def model_flops(self) -> float | None:
         """The app's count of FLOPs per iteration (None when the app has none)."""
-        return self.app.model_flops(self.config) if self.app.model_flops else None
+        return self.app.model_flops(self.config, self.network.model) \
+            if self.app.model_flops else None
 
     @property
     def tflops_per_device(self) -> float | None:

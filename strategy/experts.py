@@ -73,12 +73,21 @@ def layer_per_device(model, num_devices: int, devices_per_node: int | None = Non
 
 def megatron(model, num_devices: int, devices_per_node: int | None = None,
              tensor_parallel: int | None = None) -> dict[str, ParallelConfig]:
-    """Megatron-LM's strategy (module doc); t = tensor_parallel, default devices_per_node.
+    """Megatron-LM's strategy (module doc); t = tensor_parallel, default the largest
+    divisor of devices_per_node that the model's heads, widths and batch allow.
 
         megatron(gpt, 128, 8, tensor_parallel=4)     # t=4, 32 data-parallel groups
     """
     per_node = min(devices_per_node or num_devices, num_devices)
-    t = per_node if tensor_parallel is None else tensor_parallel
+    if tensor_parallel is None:
+        for t in range(per_node, 0, -1):
+            if per_node % t == 0 and num_devices % t == 0:
+                try:
+                    return megatron(model, num_devices, per_node, t)
+                except ValueError:
+                    if t == 1:
+                        raise
+    t = tensor_parallel
     if t < 1 or per_node % t or num_devices % t:
         raise ValueError(f"megatron: tensor-parallel degree {t} must divide the devices per "
                          f"node ({per_node}) and the devices ({num_devices}); use one of "

@@ -22,6 +22,13 @@ default temperature 0.01 a proposal 1% slower than the starting point is accepte
 probability 1/e, a 5% slower one with 0.7%. Strategies that do not fit in memory cost
 infinity and are never accepted.
 
+Recomputation. With `recompute` (named plans of activation-recomputation segments,
+parallel_ops/recompute.py, e.g. {"none": [], "full": one segment per block}), each candidate
+is simulated under every plan and its chain runs under the fastest plan that fits in memory
+(a plan changes which launches exist, which a delta change cannot; restarts from the best keep
+its plan). The result names the plan and leaves it set on the model, so the model trains
+with what was searched.
+
 Candidates. The search starts from data parallelism, then the expert strategy when one is
 given, then any other named `starts` (a strategy file), then `random_starts` random ones, and searches each in turn with an even share
 of what is left of the budget (time in seconds and/or number of proposals). A candidate stops
@@ -44,6 +51,7 @@ from dataclasses import dataclass, field
 
 from parallel_ops.errors import ConfigError
 from parallel_ops.lowering import resolve_configs
+from parallel_ops.recompute import set_recompute
 from taskrt.errors import PlanError
 from taskrt.gcpause import gc_paused
 
@@ -84,6 +92,9 @@ class SearchResult:
     errors: list = field(default_factory=list)    # first few unplannable proposals
     breakdowns: dict = field(default_factory=dict)  # "data_parallel", "best" -> Breakdown
     baseline_configs: dict = field(default_factory=dict)   # data parallelism's configs
+    recompute: str | None = None   # the recomputation plan of the best strategy (by name)
+    recompute_segments: list = field(default_factory=list)  # ... and its segments
+    peak_memory: dict = field(default_factory=dict)   # device -> bytes, best strategy
 
     def explain(self, model) -> Comparison:
         """Where the best strategy's iteration differs from data parallelism's (from the
@@ -110,7 +121,11 @@ class SearchResult:
             lines.append(f"  {name.replace('_', ' '):<14} {_ms(t)}")
         lines.append(f"  {'best found':<14} {_ms(self.predicted)}  ("
                      + ", ".join(f"{self.speedup(k):.2f}x vs {k.replace('_', ' ')}"
-                                 for k in self.baselines) + ")")
+                                 for k in self.baselines) + ")"
+                     + (f", recomputation: {self.recompute}" if self.recompute else ""))
+        if self.peak_memory:
+            lines.append(f"  {'peak memory':<14} {max(self.peak_memory.values()) / 1e9:.2f} GB "
+                         "on the fullest device")
         for c in self.candidates:
             lines.append(f"    from {c.name:<13} {_ms(c.start)} -> {_ms(c.best)}: "
                          f"{c.proposals} proposals, {c.accepted} accepted, {c.improved} "
@@ -126,7 +141,8 @@ class SearchResult:
                 "proposals_per_s": self.proposals_per_second, "seed": self.seed,
                 "beta_per_s": self.beta,
                 "candidates": [vars(c) for c in self.candidates],
-                "history": [list(h) for h in self.history]}
+                "history": [list(h) for h in self.history], "recompute": self.recompute,
+                "peak_memory_bytes": {str(d): b for d, b in self.peak_memory.items()}}
 
 
 class Budget:
@@ -162,7 +178,7 @@ class Search:
                  expert: dict | None = None, random_starts: int = 1,
                  temperature: float = DEFAULT_TEMPERATURE, space: SearchSpace | None = None,
                  progress=None, progress_every: float = 1.0, delta: bool = True,
-                 starts: dict | None = None):
+                 starts: dict | None = None, recompute: dict | None = None):
         if temperature <= 0:
             raise ValueError(f"search: temperature {temperature}; use a positive fraction "
                              "of the starting cost (default 0.01)")
@@ -181,6 +197,11 @@ class Search:
         self.beta = None
         self.breakdowns: dict = {}
         self.baseline_configs: dict = {}
+        # name -> segments; None: the model's own recomputation, unchanged
+        self.plans = dict(recompute) if recompute else None
+        self.plan: str | None = None              # the plan of the session being searched
+        self.best_plan: str | None = None
+        self.best_memory: dict = {}
 
     def candidates(self) -> list[tuple[str, dict | None]]:
         out = [("data_parallel", None)]
@@ -225,10 +246,15 @@ class Search:
                 runs.append(self._chain(f"random, restart {restarts}",
                                         {op.name: self.space.random_config(op, self.rng)
                                          for op in ops}, budget, 1))
+        segments = []
+        if self.plans is not None:
+            segments = self.plans[self.best_plan]
+            set_recompute(self.model, segments)
         return SearchResult(dict(self.best_configs), self.best, dict(self.baselines), runs,
                             budget.used, time.perf_counter() - budget.t0, self.seed,
                             self.beta, self.history, self.errors, self.breakdowns,
-                            self.baseline_configs)
+                            self.baseline_configs, self.best_plan, segments,
+                            self.best_memory)
 
     def _fits(self, name: str, strategy: dict) -> bool:
         """Whether a given candidate (an expert strategy, a file) fits this model and machine;
@@ -241,18 +267,33 @@ class Search:
         return True
 
     def _baseline(self, name: str, strategy, budget: Budget) -> None:
-        session = self._session(strategy)
+        session = self._session(strategy, list(self.plans or ()))
         self.baselines[name] = session.result.makespan
         self._offer(session.result.makespan, session, budget)
 
-    def _session(self, strategy) -> SimulationSession:
-        return SimulationSession(self.model, self.machine_model, self.costs, strategy,
-                                 self.optimizer)
+    def _session(self, strategy, plans=None) -> SimulationSession:
+        """A session of `strategy`; with recomputation plans, under the fastest of `plans`
+        (default all) that fits, which becomes self.plan."""
+        if self.plans is None:
+            return SimulationSession(self.model, self.machine_model, self.costs, strategy,
+                                     self.optimizer)
+        best = None
+        for name in plans or ([self.plan] if self.plan else list(self.plans)):
+            set_recompute(self.model, self.plans[name])
+            session = SimulationSession(self.model, self.machine_model, self.costs, strategy,
+                                        self.optimizer)
+            if best is None or session.result.makespan < best[1].result.makespan:
+                best = (name, session)
+        self.plan = best[0]
+        set_recompute(self.model, self.plans[self.plan])
+        return best[1]
 
     def _chain(self, name: str, strategy, budget: Budget, left: int,
                cooling: float = 1.0) -> CandidateRun:
         t_start = time.perf_counter()
-        session = self._session(strategy)
+        # every plan for a new candidate, the best's plan for a restart from the best
+        session = self._session(strategy, [self.best_plan] if name.startswith("best")
+                                else list(self.plans or ()))
         gc.freeze()             # the periodic collections skip what exists now (module doc)
         secs, props = budget.share(left)     # after the build: each chain gets to search
         t0 = time.perf_counter()
@@ -327,6 +368,7 @@ class Search:
     def _offer(self, t: float, session, budget: Budget) -> None:
         if t < self.best or self.best_configs is None:
             self.best, self.best_configs = t, dict(session.configs)
+            self.best_plan, self.best_memory = self.plan, dict(session.result.memory or {})
             self.breakdowns["best"] = Breakdown.of(session)
             self.history.append((time.perf_counter() - budget.t0, budget.used, t))
 

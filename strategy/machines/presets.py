@@ -90,6 +90,12 @@ def dgx_a100(nodes: int = 1) -> MachineModel:
                          "NVSwitch 600 GB/s, 8x200 Gb/s HDR")
 
 
+def dgx_a100_40gb(nodes: int = 1) -> MachineModel:
+    """The first DGX A100: 8 A100-SXM4-40GB (1,555 GB/s HBM2), otherwise as dgx-a100."""
+    return _dgx_nvswitch("dgx-a100-40gb", "A100-40GB", nodes, 300e9, PCIE4, 200,
+                         "A100 40GB, NVSwitch 600 GB/s, 8x200 Gb/s HDR")
+
+
 def selene(nodes: int = 4) -> MachineModel:
     """NVIDIA Selene as in Narayanan et al. (SC'21): DGX A100 nodes of 8 A100-SXM4-80GB on
     NVSwitch (600 GB/s per GPU both ways), 8 compute ConnectX-6 HDR NICs (200 Gb/s each,
@@ -151,6 +157,8 @@ PRESETS: dict[str, tuple[Callable[[int], MachineModel], int, str]] = {
     "k80": (k80_cluster, 16, "the paper's K80 cluster: 16 nodes x 4 K80, PCIe, FDR"),
     "dgx1": (dgx1, 1, "DGX-1: 8 V100, NVLink, 4 EDR NICs per node"),
     "dgx-a100": (dgx_a100, 1, "DGX A100: 8 A100, NVSwitch, 8 HDR NICs per node"),
+    "dgx-a100-40gb": (dgx_a100_40gb, 1, "DGX A100 40GB: 8 A100-40GB, NVSwitch, 8 HDR NICs "
+                      "per node"),
     "selene": (selene, 4, "Selene (Megatron-LM's cluster): DGX A100 80GB nodes, 8 HDR each"),
     "dgx-h100": (dgx_h100, 1, "DGX H100: 8 H100, NVSwitch, 8 NDR NICs per node"),
     "dgx-h200": (dgx_h200, 1, "DGX H200: 8 H200, NVSwitch, 8 NDR NICs per node"),
