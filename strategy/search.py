@@ -19,8 +19,15 @@ made (0.19 s instead of 1.6 s at Inception-v3 on 16 GPUs). The search unfreezes 
 Temperature. The paper gives no beta, and a constant per millisecond means something else on
 every model and machine. Here beta = 1 / (temperature * cost of the first candidate): with the
 default temperature 0.01 a proposal 1% slower than the starting point is accepted with
-probability 1/e, a 5% slower one with 0.7%. Strategies that do not fit in memory cost
-infinity and are never accepted.
+probability 1/e, a 5% slower one with 0.7%.
+
+Memory is a hard constraint: a strategy that does not fit is never a result (its predicted
+time is infinite). So that a chain that starts out of memory (data parallelism of a model
+whose weights and Adam state do not fit one device) can find its way into memory, the chain
+itself ranks such a strategy by `ranked`: its time without the memory rule times
+OVER_MEMORY_FACTOR plus the bytes over capacity as a fraction of all devices' memory
+(times OVER_MEMORY_WEIGHT): every step that frees memory is a step down, and every strategy
+that fits ranks below the ones that do not of a similar time.
 
 Recomputation. With `recompute` (named plans of activation-recomputation segments,
 parallel_ops/recompute.py, e.g. {"none": [], "full": one segment per block}), each candidate
@@ -60,6 +67,8 @@ from .explain import Breakdown, Comparison, compare
 from .space import SearchSpace
 
 DEFAULT_TEMPERATURE = 0.01
+OVER_MEMORY_FACTOR = 4.0     # see `ranked`
+OVER_MEMORY_WEIGHT = 20.0
 GC_EVERY = 32               # proposals between garbage collections (see the module doc)
 MIN_PROPOSALS = 50           # the stop rule waits for this many proposals, or one per
                              # searchable operator when there are more
@@ -202,6 +211,8 @@ class Search:
         self.plan: str | None = None              # the plan of the session being searched
         self.best_plan: str | None = None
         self.best_memory: dict = {}
+        self.capacity = float(sum(machine_model.device(d).memory_capacity
+                                  for d in range(machine_model.num_devices)))
 
     def candidates(self) -> list[tuple[str, dict | None]]:
         out = [("data_parallel", None)]
@@ -282,8 +293,8 @@ class Search:
             set_recompute(self.model, self.plans[name])
             session = SimulationSession(self.model, self.machine_model, self.costs, strategy,
                                         self.optimizer)
-            if best is None or session.result.makespan < best[1].result.makespan:
-                best = (name, session)
+            if best is None or ranked(session.result, self.capacity) < best[2]:
+                best = (name, session, ranked(session.result, self.capacity))
         self.plan = best[0]
         set_recompute(self.model, self.plans[self.plan])
         return best[1]
@@ -300,15 +311,16 @@ class Search:
         cost = session.result.makespan
         if name in ("data_parallel", "expert"):
             self.baselines[name] = cost
+        cur = ranked(session.result, self.capacity)
         if self.beta is None:
-            ref = cost if math.isfinite(cost) and cost > 0 else 1.0
+            ref = cur if math.isfinite(cur) and cur > 0 else 1.0
             self.beta = 1.0 / (self.temperature * ref)
         run = CandidateRun(name, cost, cost)
         if name == "data_parallel":
             self.breakdowns[name] = Breakdown.of(session)
             self.baseline_configs = dict(session.configs)
         self._offer(cost, session, budget)
-        cur = cost
+        lowest = cur                     # the stop rule's measure: the chain's own ranking
         best_at_t, best_at_p = 0.0, 0
         patience = max(MIN_PROPOSALS, len(self.space.searchable()))
         last_report = time.perf_counter()
@@ -332,10 +344,11 @@ class Search:
                 gc.collect()
             try:
                 if self.delta:
-                    t = session.change(op_name, new).makespan
+                    result = session.change(op_name, new)
                 else:
                     session = self._session(_with(session.configs, op_name, new))
-                    t = session.result.makespan
+                    result = session.result
+                t, r = result.makespan, ranked(result, self.capacity)
             except (ConfigError, PlanError) as e:
                 run.failed += 1
                 if len(self.errors) < 5:
@@ -343,14 +356,16 @@ class Search:
                 if not self.delta:        # a failed change() leaves the session as it was
                     session = self._session(_with(session.configs, op_name, old))
                 continue
-            if t <= cur or (math.isfinite(t) and
-                            self.rng.random() < math.exp(-self.beta / cooling * (t - cur))):
-                cur = t
+            if r <= cur or (math.isfinite(r) and
+                            self.rng.random() < math.exp(-self.beta / cooling * (r - cur))):
+                cur = r
                 run.accepted += 1
                 if t < run.best:
                     run.best, run.improved = t, run.improved + 1
-                    best_at_t, best_at_p = time.perf_counter() - t0, run.proposals
                     self._offer(t, session, budget)
+                if r < lowest:
+                    lowest = r
+                    best_at_t, best_at_p = time.perf_counter() - t0, run.proposals
             elif self.delta:
                 session.undo()
             else:
@@ -371,6 +386,16 @@ class Search:
             self.best_plan, self.best_memory = self.plan, dict(session.result.memory or {})
             self.breakdowns["best"] = Breakdown.of(session)
             self.history.append((time.perf_counter() - budget.t0, budget.used, t))
+
+
+def ranked(result, capacity: float) -> float:
+    """What a chain minimizes (module doc): the makespan of a strategy that fits; for one
+    that does not, its time without the memory rule times OVER_MEMORY_FACTOR plus
+    OVER_MEMORY_WEIGHT times its bytes over capacity / `capacity` (all devices' bytes)."""
+    if result.valid:
+        return result.makespan
+    over = sum(result.over_capacity.values()) / capacity
+    return result.span * (OVER_MEMORY_FACTOR + OVER_MEMORY_WEIGHT * over)
 
 
 def _ms(t: float) -> str:
