@@ -19,28 +19,90 @@ import warnings
 ROWS = [("1.7b", 1, 32, 512, 137), ("7.5b", 4, 128, 512, 142), ("3.6b", 2, 64, 512, 138),
         ("18b", 8, 256, 1024, 135)]
 QUICK_ROWS = [("1.7b", 1, 8, 16, 137)]
+# The search against Megatron's strategy on the same machine, from data parallelism and a
+# random start (no expert start): config, machine, global batch, Megatron's t, seconds.
+# 7.5B on 16 A100-40GB does not fit data parallelism (16 bytes per parameter: 120 GB).
+SEARCH_ROWS = [("7.5b", "dgx-a100-40gb:2", 64, 8, 540), ("1.7b", "selene:4", 512, 1, 540)]
+QUICK_SEARCH_ROWS = [("1.7b", "selene:1", 16, 1, 30)]
 
 
-def predict_row(config: str, t: int, gpus: int, batch: int, recompute: str = "full"):
-    """The Prediction of Megatron's strategy for one row on selene:gpus/8."""
+def _setup(config: str, machine: str, batch: int, recompute: str):
+    from apps.gpt import APP
+    from apps.startup import setup
+    return setup(APP, ["--config", config, "--machine", machine, "--batch-size", str(batch),
+                       "--dtype", "bfloat16", "--optimizer", "adam", "--recompute", recompute,
+                       "--simulate"])
+
+
+def predict_row(config: str, t: int, gpus: int, batch: int, recompute: str = "full",
+                machine: str | None = None):
+    """The Prediction of Megatron's strategy for one row on selene:gpus/8 (or `machine`)."""
     from dataclasses import replace
 
     from apps.gpt import APP
     from apps.simulate import predict
-    from apps.startup import optimizer, setup
+    from apps.startup import optimizer
     from strategy.experts import megatron
-    argv = ["--config", config, "--machine", f"selene:{gpus // 8}", "--batch-size",
-            str(batch), "--dtype", "bfloat16", "--optimizer", "adam", "--recompute", recompute,
-            "--simulate"]
-    s = setup(APP, argv)
+    s = _setup(config, machine or f"selene:{gpus // 8}", batch, recompute)
     strategy = megatron(s.network.model, len(s.machine), 8, tensor_parallel=t)
     return predict(APP, replace(s, strategy=strategy, strategy_name=f"megatron t={t}"),
                    optimizer(s.config))
 
 
+def found_text(configs: dict, model) -> str:
+    """What a strategy does, by operator type: its most common split and how many have it."""
+    from collections import Counter
+    by_type: dict = {}
+    for op in model.ops:
+        cfg = configs[op.name]
+        split = ",".join(f"{n}={d}" for n, d in cfg.degrees if d > 1) or "1 device"
+        by_type.setdefault(op.type, Counter())[f"[{split}] on {len(set(cfg.devices))}"] += 1
+    parts = []
+    for kind, counts in by_type.items():
+        split, n = counts.most_common(1)[0]
+        parts.append(f"{kind} {split} ({n}/{sum(counts.values())})")
+    return "; ".join(parts)
+
+
+def search_row(config: str, machine: str, batch: int, t: int, budget_s: float) -> dict:
+    """The search (data-parallel and one random start, no expert; recomputation none or
+    full) against Megatron's strategy with full recomputation, on the same machine model."""
+    from apps.gpt import search_plans
+    from apps.simulate import cost_model
+    from apps.startup import optimizer
+    from strategy.search import search
+    s = _setup(config, machine, batch, "none")
+    model = s.network.model
+    res = search(model, s.machine_model, cost_model(s.config, s.network), budget_s=budget_s,
+                 seed=0, optimizer=optimizer(s.config), random_starts=1,
+                 recompute=search_plans(model))
+    mega = predict_row(config, t, 0, batch, "full", machine)
+    mem = max(res.peak_memory.values()) if res.peak_memory else 0
+    return {"config": config, "machine": machine, "batch": batch, "budget_s": budget_s,
+            "searched_s": res.predicted, "megatron_s": mega.iteration_time,
+            "megatron_t": t, "data_parallel_s": res.baselines.get("data_parallel"),
+            "ratio_vs_megatron": mega.iteration_time / res.predicted,
+            "recompute": res.recompute, "peak_memory_gb": mem / 1e9,
+            "megatron_peak_memory_gb": max(mega.result.memory.values()) / 1e9,
+            "proposals": res.proposals, "seconds": res.seconds,
+            "found": found_text(res.configs, model), "text": res.text()}
+
+
 def run(quick: bool = False) -> dict:
     warnings.simplefilter("ignore")
     results, rows = {}, []
+    for config, machine, batch, t, budget in QUICK_SEARCH_ROWS if quick else SEARCH_ROWS:
+        r = search_row(config, machine, batch, t, budget)
+        results[f"search {config}@{machine}"] = r
+        print(r["text"], file=sys.stderr)
+        rows.append((f"GPT {config} on {machine}, batch {batch}: search (data-parallel and "
+                     f"random starts, {budget:.0f} s) vs Megatron t={t} + full recompute",
+                     f"{r['ratio_vs_megatron']:.2f}x ({r['searched_s']:.3f} s vs "
+                     f"{r['megatron_s']:.3f} s per iteration); data parallel "
+                     f"{r['data_parallel_s']:.3f} s; searched peak {r['peak_memory_gb']:.1f} "
+                     f"GB per GPU (Megatron {r['megatron_peak_memory_gb']:.1f})",
+                     f"target >= 1.0x and valid (issue 20); recompute chosen: "
+                     f"{r['recompute']}; {r['proposals']} proposals; found: {r['found']}"))
     for config, t, gpus, batch, published in QUICK_ROWS if quick else ROWS:
         start = time.perf_counter()
         p = predict_row(config, t, gpus, batch)

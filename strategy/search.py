@@ -27,7 +27,8 @@ whose weights and Adam state do not fit one device) can find its way into memory
 itself ranks such a strategy by `ranked`: its time without the memory rule times
 OVER_MEMORY_FACTOR plus the bytes over capacity as a fraction of all devices' memory
 (times OVER_MEMORY_WEIGHT): every step that frees memory is a step down, and every strategy
-that fits ranks below the ones that do not of a similar time.
+that fits ranks below the ones that do not of a similar time. Out of memory a chain accepts
+only steps down; once in memory it is MCMC again.
 
 Recomputation. With `recompute` (named plans of activation-recomputation segments,
 parallel_ops/recompute.py, e.g. {"none": [], "full": one segment per block}), each candidate
@@ -321,6 +322,7 @@ class Search:
             self.baseline_configs = dict(session.configs)
         self._offer(cost, session, budget)
         lowest = cur                     # the stop rule's measure: the chain's own ranking
+        fits = session.result.valid
         best_at_t, best_at_p = 0.0, 0
         patience = max(MIN_PROPOSALS, len(self.space.searchable()))
         last_report = time.perf_counter()
@@ -356,9 +358,10 @@ class Search:
                 if not self.delta:        # a failed change() leaves the session as it was
                     session = self._session(_with(session.configs, op_name, old))
                 continue
-            if r <= cur or (math.isfinite(r) and
+            # Out of memory the chain only goes downhill (into memory); in memory, MCMC.
+            if r <= cur or (fits and math.isfinite(r) and
                             self.rng.random() < math.exp(-self.beta / cooling * (r - cur))):
-                cur = r
+                cur, fits = r, result.valid
                 run.accepted += 1
                 if t < run.best:
                     run.best, run.improved = t, run.improved + 1
