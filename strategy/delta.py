@@ -87,6 +87,7 @@ class SimulationSession:
         them again from the current graph when they hold several graphs' worth."""
         self._epoch += 1
         self._infos: dict = {}           # node -> what it adds to its group (_node_info)
+        self._copy_infos: dict = {}      # copy key -> the same, shared (_copy_info)
         self._sims: dict = {}            # NodeGroup -> _GroupSim
         # Buffers (taskrt.liveness keys) as dense ids: device, region index, bytes.
         self._buffer_ids: dict = {}
@@ -189,7 +190,11 @@ class SimulationSession:
     def _node_info(self, node, staged) -> tuple:
         """(duration, resource ids, buffer ids, regions read, regions written: a task's
         writes, or None when it writes nothing): what a node adds to its group's arrays,
-        cached per node object (unchanged nodes are the same objects in the next graph)."""
+        cached per node object (unchanged nodes are the same objects in the next graph).
+        Copies, most of the nodes a change makes, differ only in their region, devices and
+        size: what those determine is computed once per such key (_copy_info)."""
+        if node.kind == "copy":
+            return self._copy_info(node)
         d, rs = self.timer.timing(node)
         keys = buffers_of(node, staged=staged)
         bufs = tuple(self._buffer(key, key[3].nbytes if key[0] == STAGING else 0)
@@ -201,6 +206,23 @@ class SimulationSession:
                 reads, writes = r, w
         rid = self.resources.id
         return d, tuple(rid(x) for x in rs), bufs, reads, writes
+
+    def _copy_info(self, node) -> tuple:
+        key = (node.region.name, node.src, node.dst, node.nbytes, node.reduction,
+               node.from_partial)
+        info = self._copy_infos.get(key)
+        if info is None:
+            d, rs = self.timer.timing(node)
+            bufs = buffers_of(node)
+            if node.reduction:         # the staging buffer (last) is the node's own
+                bufs = bufs[:-1]
+            info = self._copy_infos[key] = (
+                d, tuple(self.resources.id(x) for x in rs),
+                tuple(self._buffer(b, 0) for b in bufs), (), None)
+        if node.reduction:
+            staging = self._buffer((STAGING, key[0], node.dst, node), key[3])
+            return info[0], info[1], info[2] + (staging,), (), None
+        return info
 
     def _group_sim(self, group) -> _GroupSim:
         infos, make = self._infos, self._node_info
