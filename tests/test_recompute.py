@@ -149,3 +149,4 @@ def test_recompute_refuses_the_loss_and_unknown_ops():
     with pytest.raises(ConfigError, match=r"'fc1' is in segments 0 and 1"):
         set_recompute(m, [["fc1"], ["fc1"]])
     assert per_block(m, lambda op: "all") == [[f"fc{k}" for k in range(1, LAYERS + 1)]]
+
