@@ -28,6 +28,9 @@ from .tensor import Tensor
 
 class MultiheadAttention(Op):
     type = "multihead_attention"
+    # Its scores and probabilities (batch x heads x s x s) pass through memory several times
+    # inside the part: the cost model counts its kernels' bytes (strategy/costs/work.py).
+    kernel_traffic = True
 
     def __init__(self, model: Model, x: Tensor, num_heads: int, causal: bool = False,
                  name: str | None = None):

@@ -15,12 +15,16 @@ such parts to the memory term of the analytic model.
 Kernels are the aten operators the same run dispatches, less views and allocations (which
 launch nothing): what a device's per-kernel launch overhead multiplies.
 
-Bytes are the sum of the sizes of the parts the node touches (every requirement once).
+Bytes are the sum of the sizes of the parts the node touches (every requirement once); for an
+operator that says `kernel_traffic = True` (attention: its s x s scores and probabilities,
+written and read by several kernels, dwarf its inputs and outputs), the bytes every kernel it
+dispatches reads and writes, when that is more.
 """
 from __future__ import annotations
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import flop_registry
 
 from .parts import SteadyStep, node_steps
@@ -67,16 +71,21 @@ class FlopCounter(TorchDispatchMode):
 
 
 class KernelCounter(TorchDispatchMode):
-    """Counts the aten operators that launch a kernel (not views, not allocations)."""
+    """Counts the aten operators that launch a kernel (not views, not allocations) and, with
+    `traffic`, the bytes of the tensors they read and write."""
 
-    def __init__(self):
+    def __init__(self, traffic: bool = False):
         super().__init__()
-        self.kernels = 0
+        self.kernels, self.traffic, self._traffic = 0, 0, traffic
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
         if not func.is_view and func not in _NO_KERNEL:
             self.kernels += 1
-        return func(*args, **(kwargs or {}))
+            if self._traffic:
+                self.traffic += sum(t.nbytes for t in tree_leaves((args, kwargs, out))
+                                    if isinstance(t, torch.Tensor))
+        return out
 
 
 def node_bytes(node) -> int:
@@ -84,17 +93,23 @@ def node_bytes(node) -> int:
     return sum(r.region.nbytes(r.rect) for r in node.requirements)
 
 
-def _count(node, device: str, graph, int_ranges, values: bool = False) -> tuple[int, int]:
+def _kernel_traffic(node) -> bool:
+    """Whether the node's operator asks for its kernels' bytes (module doc)."""
+    return bool(getattr(getattr(node.launch.args, "stage", None), "kernel_traffic", False))
+
+
+def _count(node, device: str, graph, int_ranges, values: bool = False
+           ) -> tuple[int, int, int]:
     fwd, step = node_steps(node, device, graph, int_ranges, values)
     if fwd is not None:
         fwd()
-    flops, kernels = FlopCounter(), KernelCounter()
+    flops, kernels = FlopCounter(), KernelCounter(_kernel_traffic(node))
     with SteadyStep(node), flops, kernels:
         step()
-    return flops.total, kernels.kernels
+    return flops.total, kernels.kernels, kernels.traffic
 
 
-def _counts(node, graph, int_ranges) -> tuple[int, int]:
+def _counts(node, graph, int_ranges) -> tuple[int, int, int]:
     try:
         return _count(node, "meta", graph, int_ranges)
     except Exception:            # data-dependent code cannot run on meta tensors
@@ -112,5 +127,5 @@ def node_flops(node, graph=None, int_ranges=None) -> int:
 
 def node_work(node, graph=None, int_ranges=None) -> Work:
     """FLOPs, bytes and kernels of one run of the node."""
-    flops, kernels = _counts(node, graph, int_ranges)
-    return Work(float(flops), node_bytes(node), kernels)
+    flops, kernels, traffic = _counts(node, graph, int_ranges)
+    return Work(float(flops), max(node_bytes(node), traffic), kernels)
