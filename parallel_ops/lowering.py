@@ -332,15 +332,16 @@ class _Lowering:
     def _backward_phase(self, parts: dict[str, OpLaunches]) -> list[IndexLaunch]:
         """Backward launches in reverse program order, each segment's recompute launches (in
         program order) before the first backward launch of the segment."""
-        out, started = [], set()
+        members: dict[int, list[str]] = {}
+        for op in self.model.ops:
+            segment = self.segment_of.get(op.name)
+            if segment is not None:
+                members.setdefault(segment, []).append(op.name)
+        out = []
         for op in reversed(self.model.ops):
             part = parts[op.name]
-            segment = self.segment_of.get(op.name)
-            if segment is not None and segment not in started:
-                started.add(segment)
-                for other in self.model.ops:
-                    if self.segment_of.get(other.name) == segment:
-                        out += parts[other.name].recompute
+            for name in members.pop(self.segment_of.get(op.name), ()):
+                out += parts[name].recompute
             out += part.backward[len(part.recompute):]
         return out
 
