@@ -151,8 +151,7 @@ class SimulationSession:
                 part = lowering.change(op_name, config)
                 launches = part.forward + part.backward + list(part.updates.values())
                 names = set(part.initial_forward) | set(part.initial_update)
-                initial = {r: p for r, p in lowering.lowered().initial.items()
-                           if r.name in names}
+                initial = lowering.initial_of(names)
                 replaced = True
                 touched = self.planner.replace(launches, initial, record_undo=True)
                 before[4].update((name, self._region_buffers.get(name)) for name in touched)
