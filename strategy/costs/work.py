@@ -43,7 +43,10 @@ _SHAPE_QUERIES = {_aten.sym_is_contiguous.default, _aten.is_contiguous.default,
 class FlopCounter(TorchDispatchMode):
     """Total FLOPs of the aten operators run inside it, by torch's formulas, as
     torch.utils.flop_counter.FlopCounterMode totals them (an operator without a formula is
-    decomposed where it can be and its parts counted)."""
+    decomposed where it can be and its parts counted). Pointwise operators are not
+    decomposed: their parts are pointwise too, without formulas, and decomposing them on
+    meta tensors runs torch's Python reference implementations, which made counting a
+    task 5x slower (18.6 -> 3.6 ms per cost key on Inception-v3 --small)."""
 
     def __init__(self):
         super().__init__()
@@ -54,7 +57,8 @@ class FlopCounter(TorchDispatchMode):
         if func in _SHAPE_QUERIES:
             return NotImplemented
         packet = func._overloadpacket
-        if packet not in flop_registry and func is not torch.ops.prim.device.default:
+        if packet not in flop_registry and func is not torch.ops.prim.device.default \
+                and torch.Tag.pointwise not in func.tags:
             with self:
                 r = func.decompose(*args, **kwargs)
                 if r is not NotImplemented:
