@@ -4,8 +4,10 @@ when one operator's configuration changes (delta simulation, the search's inner 
 A change re-lowers only that operator (parallel_ops.lowering.IncrementalLowering), re-plans
 only the regions its launches touch (taskrt.Planner.replace), which rebuilds only the node
 groups of the launches using those regions (taskrt/nodegroups.py). Everything the simulator
-needs per node (duration, resources, buffers used) is kept per group as arrays, so a new
-graph is the groups' arrays concatenated, its node ids resolved in bulk, and the whole
+needs per node (duration, resources, buffers used) is kept per group as arrays, joined per
+launch (a block, rebuilt when the planner gives the launch a new version) and over all
+launches (spliced where blocks changed), so a new graph's arrays cost O(changed launches) of
+Python, its node ids are resolved in bulk, and the whole
 timeline re-timed by the compiled list scheduler (strategy/listsched.py) and the memory peak
 by sorted allocation events (taskrt.liveness.peak_bytes_flat). No per-node Python runs for
 the groups a change did not touch, and the result is by construction what a full
