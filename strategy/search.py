@@ -24,11 +24,11 @@ probability 1/e, a 5% slower one with 0.7%.
 Memory is a hard constraint: a strategy that does not fit is never a result (its predicted
 time is infinite). So that a chain that starts out of memory (data parallelism of a model
 whose weights and Adam state do not fit one device) can find its way into memory, the chain
-itself ranks such a strategy by `ranked`: its time without the memory rule times
-OVER_MEMORY_FACTOR plus the bytes over capacity as a fraction of all devices' memory
-(times OVER_MEMORY_WEIGHT): every step that frees memory is a step down, and every strategy
-that fits ranks below the ones that do not of a similar time. Out of memory a chain accepts
-only steps down; once in memory it is MCMC again.
+itself ranks such a strategy by `ranked`: OVER_MEMORY_RANK seconds times one plus its bytes
+over capacity as a fraction of all devices' memory, plus its time without the memory rule:
+every step that frees memory is a step down whatever it does to the time (time breaks ties),
+and every strategy that fits ranks below every one that does not. Out of memory a chain
+accepts only steps that are not up; once in memory it is MCMC again.
 
 Recomputation. With `recompute` (named plans of activation-recomputation segments,
 parallel_ops/recompute.py, e.g. {"none": [], "full": one segment per block}), each candidate
@@ -68,8 +68,7 @@ from .explain import Breakdown, Comparison, compare
 from .space import SearchSpace
 
 DEFAULT_TEMPERATURE = 0.01
-OVER_MEMORY_FACTOR = 4.0     # see `ranked`
-OVER_MEMORY_WEIGHT = 20.0
+OVER_MEMORY_RANK = 1e6       # seconds; see `ranked`
 GC_EVERY = 32               # proposals between garbage collections (see the module doc)
 MIN_PROPOSALS = 50           # the stop rule waits for this many proposals, or one per
                              # searchable operator when there are more
@@ -313,9 +312,9 @@ class Search:
         if name in ("data_parallel", "expert"):
             self.baselines[name] = cost
         cur = ranked(session.result, self.capacity)
-        if self.beta is None:
-            ref = cur if math.isfinite(cur) and cur > 0 else 1.0
-            self.beta = 1.0 / (self.temperature * ref)
+        if self.beta is None:         # the scale of times, also when the start does not fit
+            ref = session.result.span
+            self.beta = 1.0 / (self.temperature * (ref if ref > 0 else 1.0))
         run = CandidateRun(name, cost, cost)
         if name == "data_parallel":
             self.breakdowns[name] = Breakdown.of(session)
@@ -393,12 +392,12 @@ class Search:
 
 def ranked(result, capacity: float) -> float:
     """What a chain minimizes (module doc): the makespan of a strategy that fits; for one
-    that does not, its time without the memory rule times OVER_MEMORY_FACTOR plus
-    OVER_MEMORY_WEIGHT times its bytes over capacity / `capacity` (all devices' bytes)."""
+    that does not, OVER_MEMORY_RANK * (1 + bytes over capacity / `capacity`, all devices'
+    bytes) + its time without the memory rule."""
     if result.valid:
         return result.makespan
     over = sum(result.over_capacity.values()) / capacity
-    return result.span * (OVER_MEMORY_FACTOR + OVER_MEMORY_WEIGHT * over)
+    return OVER_MEMORY_RANK * (1.0 + over) + result.span
 
 
 def _ms(t: float) -> str:

@@ -57,5 +57,6 @@ def test_ranking_of_strategies_over_memory():
     dp = simulated(m, mm, {})
     capacity = 4 * CAPACITY
     over = sum(dp.over_capacity.values()) / capacity
-    assert ranked(dp, capacity) == pytest.approx(dp.span * (4 + 20 * over))
-    assert ranked(dp, capacity) > 4 * dp.span
+    assert ranked(dp, capacity) == pytest.approx(1e6 * (1 + over) + dp.span)
+    fits = simulated(m, lab(uniform=True, capacity=10 * CAPACITY), {})
+    assert fits.valid and ranked(fits, capacity) == fits.makespan
