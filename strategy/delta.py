@@ -25,7 +25,7 @@ from taskrt import Planner
 from taskrt.gcpause import gc_paused
 from taskrt.liveness import (INSTANCE, PARTIAL, STAGING, buffers_of, is_small, peak_bytes_flat,
                              results_of, task_reads_writes)
-from taskrt.nodegroups import assemble
+from taskrt.nodegroups import GroupRun, assemble_runs
 
 from .listsched import csr
 from .simulator import NodeTimer, Resources, SimResult, result_of, timeline
@@ -62,6 +62,28 @@ class _GroupSim:
     reads_of_writers: dict         # region written -> regions read by the tasks writing it
 
 
+_SIM_ARRAYS = ("dur", "res_counts", "res_ids", "buf_counts", "buf_ids")
+
+
+def _join(arrays: list) -> np.ndarray:
+    return np.concatenate(arrays) if len(arrays) != 1 else arrays[0]
+
+
+@dataclass(eq=False, slots=True)
+class _LaunchBlock:
+    """One launch's groups (Planner.launch_groups) and their _GroupSim arrays joined: the
+    unit _simulate reuses while the launch's version is unchanged."""
+    version: int
+    groups: list
+    sims: list
+    run: GroupRun
+    dur: np.ndarray
+    res_counts: np.ndarray
+    res_ids: np.ndarray
+    buf_counts: np.ndarray
+    buf_ids: np.ndarray
+
+
 class SimulationSession:
     def __init__(self, model, machine_model, costs, strategy=None, optimizer=None):
         self.model, self.machine_model, self.costs = model, machine_model, costs
@@ -87,14 +109,16 @@ class SimulationSession:
         them again from the current graph when they hold several graphs' worth."""
         self._epoch += 1
         self._infos: dict = {}           # node -> what it adds to its group (_node_info)
+        self._copy_infos: dict = {}      # copy key -> the same, shared (_copy_info)
         self._sims: dict = {}            # NodeGroup -> _GroupSim
         # Buffers (taskrt.liveness keys) as dense ids: device, region index, bytes.
         self._buffer_ids: dict = {}
         self._buf_dev, self._buf_region = _Column(np.int64), _Column(np.int64)
         self._buf_bytes, self._buf_staging = _Column(np.int64), _Column(bool)
         self._region_index: dict[str, int] = {}
-        # The groups counted in these, for the regions kept (see _kept_regions).
-        self._counted: set = set()
+        # Per launch, its groups' arrays joined (_LaunchBlock), and over all of them the
+        # counts of regions read by writing tasks (see _kept_regions).
+        self._blocks: list[_LaunchBlock] = []
         self._read_by_writers: Counter = Counter()
         self._writers_of: dict = defaultdict(dict)   # region -> {group sim: its reads}
         # Per region: its instance and partial-sum buffers as (ids, devices, bytes).
@@ -127,8 +151,7 @@ class SimulationSession:
                 part = lowering.change(op_name, config)
                 launches = part.forward + part.backward + list(part.updates.values())
                 names = set(part.initial_forward) | set(part.initial_update)
-                initial = {r: p for r, p in lowering.lowered().initial.items()
-                           if r.name in names}
+                initial = lowering.initial_of(names)
                 replaced = True
                 touched = self.planner.replace(launches, initial, record_undo=True)
                 before[4].update((name, self._region_buffers.get(name)) for name in touched)
@@ -189,7 +212,11 @@ class SimulationSession:
     def _node_info(self, node, staged) -> tuple:
         """(duration, resource ids, buffer ids, regions read, regions written: a task's
         writes, or None when it writes nothing): what a node adds to its group's arrays,
-        cached per node object (unchanged nodes are the same objects in the next graph)."""
+        cached per node object (unchanged nodes are the same objects in the next graph).
+        Copies, most of the nodes a change makes, differ only in their region, devices and
+        size: what those determine is computed once per such key (_copy_info)."""
+        if node.kind == "copy":
+            return self._copy_info(node)
         d, rs = self.timer.timing(node)
         keys = buffers_of(node, staged=staged)
         bufs = tuple(self._buffer(key, key[3].nbytes if key[0] == STAGING else 0)
@@ -201,6 +228,23 @@ class SimulationSession:
                 reads, writes = r, w
         rid = self.resources.id
         return d, tuple(rid(x) for x in rs), bufs, reads, writes
+
+    def _copy_info(self, node) -> tuple:
+        key = (node.region.name, node.src, node.dst, node.nbytes, node.reduction,
+               node.from_partial)
+        info = self._copy_infos.get(key)
+        if info is None:
+            d, rs = self.timer.timing(node)
+            bufs = buffers_of(node)
+            if node.reduction:         # the staging buffer (last) is the node's own
+                bufs = bufs[:-1]
+            info = self._copy_infos[key] = (
+                d, tuple(self.resources.id(x) for x in rs),
+                tuple(self._buffer(b, 0) for b in bufs), (), None)
+        if node.reduction:
+            staging = self._buffer((STAGING, key[0], node.dst, node), key[3])
+            return info[0], info[1], info[2] + (staging,), (), None
+        return info
 
     def _group_sim(self, group) -> _GroupSim:
         infos, make = self._infos, self._node_info
@@ -237,58 +281,79 @@ class SimulationSession:
                 np.array(sizes, dtype=np.int64))
 
     # -- the simulation ------------------------------------------------------------------------
-    def _simulate(self, touched) -> SimResult:
-        groups = self.planner.groups()
-        if len(self._buffer_ids) > 4 * self._live_nodes + TABLE_SLACK:
-            self._reset_tables()
-            touched = None
+    def _block(self, li: int, version: int) -> _LaunchBlock:
         sims = self._sims
-        if len(sims) > 2 * len(groups) + 1024:        # forget groups of older graphs
-            sims = self._sims = {g: sims[g] for g in groups if g in sims}
-            if len(self._infos) > 4 * sum(len(g.nodes) for g in groups) + 4096:
-                self._infos = {n: t for g in groups for n in g.nodes
-                               if (t := self._infos.get(n)) is not None}
+        groups = self.planner.launch_groups(li)
         per = []
         for g in groups:
             s = sims.get(g)
             if s is None:
                 s = sims[g] = self._group_sim(g)
             per.append(s)
-        asm = assemble(groups, self.planner.num_group_ids)
+        return _LaunchBlock(version, groups, per, GroupRun.of(groups),
+                            *(_join([getattr(s, f) for s in per]) for f in _SIM_ARRAYS))
+
+    def _blocks_now(self) -> list:
+        """The current graph's launch blocks, rebuilt for the launches whose groups changed,
+        with the counts _kept_regions needs updated for the groups that came and went."""
+        planner = self.planner
+        planner.refresh()
+        blocks = self._blocks
+        counts, writers = self._read_by_writers, self._writers_of
+        for li, version in enumerate(planner.versions):
+            if li < len(blocks) and blocks[li].version == version:
+                continue
+            new = self._block(li, version)
+            if li < len(blocks):
+                for s in blocks[li].sims:
+                    counts.subtract(s.read_by_writers)
+                    for written in s.reads_of_writers:
+                        del writers[written][s]
+                blocks[li] = new
+            else:
+                blocks.append(new)
+            for s in new.sims:
+                counts.update(s.read_by_writers)
+                for written, reads in s.reads_of_writers.items():
+                    writers[written][s] = reads
+        return blocks
+
+    def _simulate(self, touched) -> SimResult:
+        if len(self._buffer_ids) > 4 * self._live_nodes + TABLE_SLACK:
+            self._reset_tables()
+            touched = None
+        blocks = self._blocks_now()
+        if len(self._sims) > 2 * sum(len(b.sims) for b in blocks) + 1024:
+            # Forget the groups (and nodes) of older graphs.
+            self._sims = {g: sim for b in blocks for g, sim in zip(b.groups, b.sims)}
+            if len(self._infos) > 4 * sum(len(b.dur) for b in blocks) + 4096:
+                self._infos = {n: t for b in blocks for g in b.groups for n in g.nodes
+                               if (t := self._infos.get(n)) is not None}
+        asm = assemble_runs([b.run for b in blocks], self.planner.num_group_ids)
         self._live_nodes = asm.num_nodes
-        dur = np.concatenate([s.dur for s in per])
-        start, end, busy = timeline(dur, np.concatenate([s.res_counts for s in per]),
-                                    np.concatenate([s.res_ids for s in per]),
+        dur = np.concatenate([b.dur for b in blocks])
+        start, end, busy = timeline(dur, np.concatenate([b.res_counts for b in blocks]),
+                                    np.concatenate([b.res_ids for b in blocks]),
                                     asm.pred_ptr, asm.preds, self.resources)
-        memory = self._memory(per, touched, start, end)
+        memory = self._memory(blocks, touched, start, end)
         return result_of(self.machine_model, start, end, busy, memory)
 
-    def _kept_regions(self, per) -> set[str]:
+    def _kept_regions(self) -> set[str]:
         """Regions whose buffers persist (taskrt.liveness.Liveness.of with keep=None): initial
         data, the graph's results (regions no writing task reads) and what the tasks writing
-        a result read."""
-        current = set(per)
-        counts, writers = self._read_by_writers, self._writers_of
-        for s in self._counted - current:
-            counts.subtract(s.read_by_writers)
-            for written in s.reads_of_writers:
-                del writers[written][s]
-        for s in current - self._counted:
-            counts.update(s.read_by_writers)
-            for written, reads in s.reads_of_writers.items():
-                writers[written][s] = reads
-        self._counted = current
-        kept = results_of(self.planner.regions, +counts,
+        a result read (from the counts _blocks_now keeps)."""
+        writers = self._writers_of
+        kept = results_of(self.planner.regions, +self._read_by_writers,
                           lambda name: writers[name].values() if name in writers else ())
         return kept | {name for name, pieces in self.planner.initial.items() if pieces}
 
-    def _memory(self, per, touched, start, end) -> dict[int, int]:
+    def _memory(self, blocks, touched, start, end) -> dict[int, int]:
         """memory_per_device(self.graph, start, end): taskrt.liveness's model over arrays."""
         region_buffers = self._region_buffers
         for name in (self.planner.planners if touched is None else touched):
             if name in self.planner.planners:
                 region_buffers[name] = self._region_buffer_arrays(name)
-        kept = self._kept_regions(per)
+        kept = self._kept_regions()
         index = self._region_index
         kept_mask = np.zeros(len(index) + 1, dtype=bool)
         kept_mask[[index[name] for name in kept if name in index]] = True
@@ -299,8 +364,8 @@ class SimulationSession:
         region = self._buf_region.array()
         persistent_mask = kept_mask[region] | is_small(nbytes)
         # Users: (buffer, node id) for every buffer each node uses.
-        counts = np.concatenate([s.buf_counts for s in per])
-        users_buf = np.concatenate([s.buf_ids for s in per])
+        counts = np.concatenate([b.buf_counts for b in blocks])
+        users_buf = np.concatenate([b.buf_ids for b in blocks])
         users_node = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
         # Persistent: every instance and partial buffer, and the staging buffers in use.
         staged = np.unique(users_buf[self._buf_staging.array()[users_buf]])
