@@ -316,7 +316,7 @@ class MPIExecutor:
                 start = clock()
                 handlers[ins.op](ins.node)
                 now = clock()
-                if trace is not None:
+                if trace is not None and ins.op != POST_RECV:     # one event per node
                     n = nodes[ins.node]
                     trace.append(TraceEvent(n.id, n.kind, node_label(n), node_track(n),
                                             start - t0, now - t0, getattr(n, "nbytes", 0)))
