@@ -1,6 +1,7 @@
 """The explicit backward (Op.explicit_backward) of the operators the importer produces most:
 add and multiply (broadcast per-feature operand, a tensor given twice, a fused activation),
-reshape, transpose, split (an output without a gradient) and the scalar operators. Under
+reshape, transpose, split (an output without a gradient), the scalar operators, bmm and
+embedding (parts of the whole vocabulary; a vocabulary split keeps autograd). Under
 every legal config (float64) they give the same bits as the autograd path, and the explicit
 path was taken (its backward calls counted)."""
 import pytest
@@ -10,6 +11,8 @@ import parallel_ops.shape  # noqa: F401  (attaches the builders)
 from parallel_ops import Model
 from parallel_ops.elementwise import Elementwise
 from parallel_ops.importer.extra_ops import ScalarOp
+from parallel_ops.embedding import Embedding
+from parallel_ops.matmul import BatchMatmul
 from parallel_ops.shape import Reshape, Split, Transpose
 from oracle import legal_configs, parallel_steps, random_feeds
 
@@ -52,6 +55,17 @@ CASES = {
     "split": (lambda m, x, y, b: m.concat(list(m.split(x, [2, 4], axis=2, name="op")), 2),
               Split),
     "split, one output used": (_split_one_used, Split),
+    "bmm": (lambda m, x, y, b: m.bmm(x, m.transpose(y, 1, 2), name="op"), BatchMatmul),
+    "bmm, a tensor given twice": (lambda m, x, y, b: m.bmm(x, m.transpose(x, 1, 2),
+                                                          name="op"), BatchMatmul),
+    "embedding": (lambda m, x, y, b: m.add(x, m.embedding(m.input("ids", SHAPE[:2],
+                                                                  dtype="int64"),
+                                                          5, SHAPE[2], name="op"), "sum"),
+                  Embedding),
+    "embedding with padding_idx": (
+        lambda m, x, y, b: m.add(x, m.embedding(m.input("ids", SHAPE[:2], dtype="int64"),
+                                                5, SHAPE[2], name="op", padding_idx=1),
+                                 "sum"), Embedding),
     **{f"scalar {fn}": (_scalar(fn, c), ScalarOp)
        for fn, c in (("add", 2.0), ("sub", 1.5), ("mul", -3.0), ("div", 4.0), ("pow", 3),
                      ("pow", 0.5), ("pow", 0))},
@@ -85,8 +99,11 @@ def test_same_bits_as_autograd_every_config(case):
         autograd = _run(build, cls, cfg, False)
         # (a part of split holding only the unused output gets no gradient: zeros, no call)
         taken = counts.get("op", 0)
-        assert taken == 2 * cfg.num_parts or (case == "split, one output used" and taken), \
-            f"{cfg}: explicit path not taken"
+        if case.startswith("embedding") and cfg.degree("v") > 1:
+            assert taken == 0, f"{cfg}: a vocabulary split takes autograd"
+        else:
+            assert taken == 2 * cfg.num_parts or (case == "split, one output used" and taken), \
+                f"{cfg}: explicit path not taken"
         for step, (a, b) in enumerate(zip(explicit, autograd)):
             assert a["loss"] == b["loss"], f"{cfg} step {step}: loss"
             for group in ("values", "grads", "weights"):
