@@ -4,8 +4,10 @@ when one operator's configuration changes (delta simulation, the search's inner 
 A change re-lowers only that operator (parallel_ops.lowering.IncrementalLowering), re-plans
 only the regions its launches touch (taskrt.Planner.replace), which rebuilds only the node
 groups of the launches using those regions (taskrt/nodegroups.py). Everything the simulator
-needs per node (duration, resources, buffers used) is kept per group as arrays, so a new
-graph is the groups' arrays concatenated, its node ids resolved in bulk, and the whole
+needs per node (duration, resources, buffers used) is kept per group as arrays, joined per
+launch (a block, rebuilt when the planner gives the launch a new version) and over all
+launches (spliced where blocks changed), so a new graph's arrays cost O(changed launches) of
+Python, its node ids are resolved in bulk, and the whole
 timeline re-timed by the compiled list scheduler (strategy/listsched.py) and the memory peak
 by sorted allocation events (taskrt.liveness.peak_bytes_flat). No per-node Python runs for
 the groups a change did not touch, and the result is by construction what a full
@@ -25,7 +27,7 @@ from taskrt import Planner
 from taskrt.gcpause import gc_paused
 from taskrt.liveness import (INSTANCE, PARTIAL, STAGING, buffers_of, is_small, peak_bytes_flat,
                              results_of, task_reads_writes)
-from taskrt.nodegroups import GroupRun, assemble_runs
+from taskrt.nodegroups import GroupRun, resolve
 
 from .listsched import csr
 from .simulator import NodeTimer, Resources, SimResult, result_of, timeline
@@ -63,6 +65,7 @@ class _GroupSim:
 
 
 _SIM_ARRAYS = ("dur", "res_counts", "res_ids", "buf_counts", "buf_ids")
+_RUN_ARRAYS = ("gids", "offsets", "pred_count", "pred_gid", "pred_idx")
 
 
 def _join(arrays: list) -> np.ndarray:
@@ -71,17 +74,50 @@ def _join(arrays: list) -> np.ndarray:
 
 @dataclass(eq=False, slots=True)
 class _LaunchBlock:
-    """One launch's groups (Planner.launch_groups) and their _GroupSim arrays joined: the
-    unit _simulate reuses while the launch's version is unchanged."""
+    """One launch's groups (Planner.launch_groups), their _GroupSim arrays and their
+    predecessor references (nodegroups.GroupRun) joined: the unit _simulate reuses while
+    the launch's version is unchanged."""
     version: int
     groups: list
     sims: list
-    run: GroupRun
     dur: np.ndarray
     res_counts: np.ndarray
     res_ids: np.ndarray
     buf_counts: np.ndarray
     buf_ids: np.ndarray
+    gids: np.ndarray
+    offsets: np.ndarray
+    pred_count: np.ndarray
+    pred_gid: np.ndarray
+    pred_idx: np.ndarray
+
+
+class _Joined:
+    """Every launch block's arrays joined in program order, per field, kept up to date by
+    splicing in the blocks that changed (a proposal changes a few launches of thousands)."""
+    __slots__ = ("arrays", "lens")
+
+    def __init__(self, blocks: list):
+        self.arrays = {f: _join([getattr(b, f) for b in blocks])
+                       for f in _SIM_ARRAYS + _RUN_ARRAYS}
+        self.lens = {f: np.fromiter((len(getattr(b, f)) for b in blocks), dtype=np.int64,
+                                    count=len(blocks)) for f in self.arrays}
+
+    def splice(self, blocks: list, changed: list[int]) -> None:
+        """Put in the arrays of blocks[i] for each i in `changed` (ascending)."""
+        for f, arr in self.arrays.items():
+            lens = self.lens[f]
+            starts = np.zeros(len(lens) + 1, dtype=np.int64)
+            np.cumsum(lens, out=starts[1:])
+            pieces, prev = [], 0
+            for i in changed:
+                new = getattr(blocks[i], f)
+                pieces.append(arr[starts[prev]:starts[i]])
+                pieces.append(new)
+                lens[i] = len(new)
+                prev = i + 1
+            pieces.append(arr[starts[prev]:])
+            self.arrays[f] = np.concatenate(pieces)
 
 
 class SimulationSession:
@@ -119,6 +155,7 @@ class SimulationSession:
         # Per launch, its groups' arrays joined (_LaunchBlock), and over all of them the
         # counts of regions read by writing tasks (see _kept_regions).
         self._blocks: list[_LaunchBlock] = []
+        self._joined: _Joined | None = None
         self._read_by_writers: Counter = Counter()
         self._writers_of: dict = defaultdict(dict)   # region -> {group sim: its reads}
         # Per region: its instance and partial-sum buffers as (ids, devices, bytes).
@@ -290,21 +327,27 @@ class SimulationSession:
             if s is None:
                 s = sims[g] = self._group_sim(g)
             per.append(s)
-        return _LaunchBlock(version, groups, per, GroupRun.of(groups),
-                            *(_join([getattr(s, f) for s in per]) for f in _SIM_ARRAYS))
+        run = GroupRun.of(groups)
+        return _LaunchBlock(version, groups, per,
+                            *(_join([getattr(s, f) for s in per]) for f in _SIM_ARRAYS),
+                            *(getattr(run, f) for f in _RUN_ARRAYS))
 
     def _blocks_now(self) -> list:
         """The current graph's launch blocks, rebuilt for the launches whose groups changed,
-        with the counts _kept_regions needs updated for the groups that came and went."""
+        with their arrays joined (self._joined) and the counts _kept_regions needs updated
+        for the groups that came and went."""
         planner = self.planner
         planner.refresh()
         blocks = self._blocks
+        known = len(blocks)
+        changed = []
         counts, writers = self._read_by_writers, self._writers_of
         for li, version in enumerate(planner.versions):
-            if li < len(blocks) and blocks[li].version == version:
+            if li < known and blocks[li].version == version:
                 continue
             new = self._block(li, version)
-            if li < len(blocks):
+            if li < known:
+                changed.append(li)
                 for s in blocks[li].sims:
                     counts.subtract(s.read_by_writers)
                     for written in s.reads_of_writers:
@@ -316,6 +359,10 @@ class SimulationSession:
                 counts.update(s.read_by_writers)
                 for written, reads in s.reads_of_writers.items():
                     writers[written][s] = reads
+        if self._joined is None or len(blocks) != known or 4 * len(changed) > len(blocks):
+            self._joined = _Joined(blocks)
+        elif changed:
+            self._joined.splice(blocks, changed)
         return blocks
 
     def _simulate(self, touched) -> SimResult:
@@ -329,13 +376,13 @@ class SimulationSession:
             if len(self._infos) > 4 * sum(len(b.dur) for b in blocks) + 4096:
                 self._infos = {n: t for b in blocks for g in b.groups for n in g.nodes
                                if (t := self._infos.get(n)) is not None}
-        asm = assemble_runs([b.run for b in blocks], self.planner.num_group_ids)
+        a, lens = self._joined.arrays, self._joined.lens
+        asm = resolve(a["gids"], a["offsets"], lens["gids"], lens["dur"], a["pred_count"],
+                      a["pred_gid"], a["pred_idx"], self.planner.num_group_ids)
         self._live_nodes = asm.num_nodes
-        dur = np.concatenate([b.dur for b in blocks])
-        start, end, busy = timeline(dur, np.concatenate([b.res_counts for b in blocks]),
-                                    np.concatenate([b.res_ids for b in blocks]),
+        start, end, busy = timeline(a["dur"], a["res_counts"], a["res_ids"],
                                     asm.pred_ptr, asm.preds, self.resources)
-        memory = self._memory(blocks, touched, start, end)
+        memory = self._memory(touched, start, end)
         return result_of(self.machine_model, start, end, busy, memory)
 
     def _kept_regions(self) -> set[str]:
@@ -347,7 +394,7 @@ class SimulationSession:
                           lambda name: writers[name].values() if name in writers else ())
         return kept | {name for name, pieces in self.planner.initial.items() if pieces}
 
-    def _memory(self, blocks, touched, start, end) -> dict[int, int]:
+    def _memory(self, touched, start, end) -> dict[int, int]:
         """memory_per_device(self.graph, start, end): taskrt.liveness's model over arrays."""
         region_buffers = self._region_buffers
         for name in (self.planner.planners if touched is None else touched):
@@ -364,8 +411,8 @@ class SimulationSession:
         region = self._buf_region.array()
         persistent_mask = kept_mask[region] | is_small(nbytes)
         # Users: (buffer, node id) for every buffer each node uses.
-        counts = np.concatenate([b.buf_counts for b in blocks])
-        users_buf = np.concatenate([b.buf_ids for b in blocks])
+        counts = self._joined.arrays["buf_counts"]
+        users_buf = self._joined.arrays["buf_ids"]
         users_node = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
         # Persistent: every instance and partial buffer, and the staging buffers in use.
         staged = np.unique(users_buf[self._buf_staging.array()[users_buf]])

@@ -99,16 +99,22 @@ def assemble_runs(runs: list, num_gids: int) -> Assembled:
     """assemble() over runs of groups (GroupRun) in program order."""
     if not runs:
         return Assembled(np.zeros(1, dtype=np.int64), _EMPTY)
-    sizes = np.fromiter((r.size for r in runs), dtype=np.int64, count=len(runs))
-    starts = np.zeros(len(runs), dtype=np.int64)
-    np.cumsum(sizes[:-1], out=starts[1:])
-    per_run = np.fromiter((len(r.gids) for r in runs), dtype=np.int64, count=len(runs))
+    return resolve(_join([r.gids for r in runs]), _join([r.offsets for r in runs]),
+                   np.fromiter((len(r.gids) for r in runs), dtype=np.int64, count=len(runs)),
+                   np.fromiter((r.size for r in runs), dtype=np.int64, count=len(runs)),
+                   _join([r.pred_count for r in runs]), _join([r.pred_gid for r in runs]),
+                   _join([r.pred_idx for r in runs]), num_gids)
+
+
+def resolve(gids, offsets, groups_per_run, run_sizes, pred_count, pred_gid, pred_idx,
+            num_gids: int) -> Assembled:
+    """assemble_runs() with the runs' arrays already joined: their groups' ids and
+    offsets, how many groups and nodes each run has, and their predecessor arrays."""
+    starts = np.zeros(len(run_sizes), dtype=np.int64)
+    if len(run_sizes) > 1:
+        np.cumsum(run_sizes[:-1], out=starts[1:])
     base_of_gid = np.zeros(num_gids, dtype=np.int64)
-    base_of_gid[_join([r.gids for r in runs])] = \
-        np.repeat(starts, per_run) + _join([r.offsets for r in runs])
-    counts = _join([r.pred_count for r in runs])
-    pred_ptr = np.zeros(len(counts) + 1, dtype=np.int64)
-    np.cumsum(counts, out=pred_ptr[1:])
-    gids = _join([r.pred_gid for r in runs])
-    idx = _join([r.pred_idx for r in runs])
-    return Assembled(pred_ptr, base_of_gid[gids] + idx)
+    base_of_gid[gids] = np.repeat(starts, groups_per_run) + offsets
+    pred_ptr = np.zeros(len(pred_count) + 1, dtype=np.int64)
+    np.cumsum(pred_count, out=pred_ptr[1:])
+    return Assembled(pred_ptr, base_of_gid[pred_gid] + pred_idx)
