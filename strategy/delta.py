@@ -60,6 +60,19 @@ class _GroupSim:
     buf_ids: np.ndarray
     read_by_writers: frozenset     # regions read (R, RW) by tasks that write something
     reads_of_writers: dict         # region written -> regions read by the tasks writing it
+    host: tuple | None             # host phases as simulator.timeline takes them, or None
+
+
+def _host_arrays(phases) -> tuple:
+    """Per-node host phases (seconds, ids, seconds, ids) as the six arrays of
+    simulator.timeline's `host`."""
+    n = len(phases)
+    return (np.fromiter((p[0] for p in phases), dtype=np.float64, count=n),
+            np.fromiter((len(p[1]) for p in phases), dtype=np.int64, count=n),
+            np.fromiter((x for p in phases for x in p[1]), dtype=np.int64),
+            np.fromiter((p[2] for p in phases), dtype=np.float64, count=n),
+            np.fromiter((len(p[3]) for p in phases), dtype=np.int64, count=n),
+            np.fromiter((x for p in phases for x in p[3]), dtype=np.int64))
 
 
 class SimulationSession:
@@ -188,9 +201,11 @@ class SimulationSession:
 
     def _node_info(self, node, staged) -> tuple:
         """(duration, resource ids, buffer ids, regions read, regions written: a task's
-        writes, or None when it writes nothing): what a node adds to its group's arrays,
-        cached per node object (unchanged nodes are the same objects in the next graph)."""
+        writes, or None when it writes nothing, host phases: (seconds, resource ids) before
+        and after): what a node adds to its group's arrays, cached per node object
+        (unchanged nodes are the same objects in the next graph)."""
         d, rs = self.timer.timing(node)
+        hd, hr, pd, pr = self.timer.host_phases(node)
         keys = buffers_of(node, staged=staged)
         bufs = tuple(self._buffer(key, key[3].nbytes if key[0] == STAGING else 0)
                      for key in keys)
@@ -200,7 +215,8 @@ class SimulationSession:
             if w:
                 reads, writes = r, w
         rid = self.resources.id
-        return d, tuple(rid(x) for x in rs), bufs, reads, writes
+        return (d, tuple(rid(x) for x in rs), bufs, reads, writes,
+                (hd, tuple(rid(x) for x in hr), pd, tuple(rid(x) for x in pr)))
 
     def _group_sim(self, group) -> _GroupSim:
         infos, make = self._infos, self._node_info
@@ -213,7 +229,7 @@ class SimulationSession:
             rows.append(info)
         n = len(rows)
         read_by_writers, reads_of_writers = set(), {}
-        for _, _, _, reads, writes in rows:
+        for _, _, _, reads, writes, _ in rows:
             if writes is not None:
                 read_by_writers.update(reads)
                 for w in writes:
@@ -223,7 +239,8 @@ class SimulationSession:
                          np.fromiter((x for r in rows for x in r[1]), dtype=np.int64),
                          np.fromiter((len(r[2]) for r in rows), dtype=np.int64, count=n),
                          np.fromiter((x for r in rows for x in r[2]), dtype=np.int64),
-                         frozenset(read_by_writers), reads_of_writers)
+                         frozenset(read_by_writers), reads_of_writers,
+                         _host_arrays([r[5] for r in rows]) if self.timer.host_costs else None)
 
     def _region_buffer_arrays(self, name: str) -> tuple:
         rp = self.planner.planners[name]
@@ -257,11 +274,14 @@ class SimulationSession:
         asm = assemble(groups, self.planner.num_group_ids)
         self._live_nodes = asm.num_nodes
         dur = np.concatenate([s.dur for s in per])
-        start, end, busy = timeline(dur, np.concatenate([s.res_counts for s in per]),
-                                    np.concatenate([s.res_ids for s in per]),
-                                    asm.pred_ptr, asm.preds, self.resources)
+        host = None
+        if self.timer.host_costs:
+            host = tuple(np.concatenate([s.host[k] for s in per]) for k in range(6))
+        start, run, end, busy = timeline(dur, np.concatenate([s.res_counts for s in per]),
+                                         np.concatenate([s.res_ids for s in per]),
+                                         asm.pred_ptr, asm.preds, self.resources, host)
         memory = self._memory(per, touched, start, end)
-        return result_of(self.machine_model, start, end, busy, memory)
+        return result_of(self.machine_model, start, end, busy, memory, run)
 
     def _kept_regions(self, per) -> set[str]:
         """Regions whose buffers persist (taskrt.liveness.Liveness.of with keep=None): initial
