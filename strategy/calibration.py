@@ -9,7 +9,7 @@ What a trace determines (docs/simulator.md):
                 fitted line in-situ = a + f * alone, so a strategy never run is costed alike;
   host costs    per node kind (simulator.py's host model): the executor's time between one
                 event and the next on a rank (taking the next instruction, polling MPI,
-                allocating) is the median gap before events of that kind; for nodes whose
+                allocating) is the typical gap before events of that kind (_typical_gap); for nodes whose
                 whole event is host work (send = pack + Isend, recv = unpack, an
                 all-reduce's start = pack + Iallreduce) the event itself, fitted as
                 seconds + per_byte * bytes; for local copies and reductions, what the event
@@ -67,7 +67,7 @@ class Fit:
     residuals: list = field(default_factory=list)   # (run, measured s, predicted s)
 
     def text(self) -> str:
-        lines = ["host costs per node kind (median gap before its events + event host work):"]
+        lines = ["host costs per node kind (typical gap before its events + event host work):"]
         for kind in HOST_KINDS:
             c = self.host_costs.get(kind)
             if c is None:
@@ -150,9 +150,11 @@ def host_samples(run: RecordedRun, device_time) -> dict:
             gap = max(0.0, start - prev_end) if prev_end is not None else None
             prev_end = start + dur
             kind = host_kind(node, rank, g.machine)
+            one_rank = kind == "allreduce_start" and len(
+                {g.machine.devices[d].rank for d in node.devices}) == 1
             if kind == "task":
                 extra = 0.0                       # the event is the task's in-situ time
-            elif kind in ALL_HOST:
+            elif kind in ALL_HOST and not one_rank:
                 extra = dur
             else:
                 extra = dur - device_time(node)
@@ -180,12 +182,22 @@ def _line(xs, ys) -> tuple[float, float]:
     return max(0.0, float(a)), float(b)
 
 
+def _typical_gap(gaps) -> float:
+    """The mean of the gaps at most 10x their median: the executor's own time per node,
+    without the waits for a message and the preemptions (a 12 ms gap among 15 us ones on a
+    shared machine) that a plain mean would spread over every node."""
+    if not gaps:
+        return 0.0
+    cut = 10 * statistics.median(gaps)
+    kept = [g for g in gaps if g <= cut]
+    return statistics.fmean(kept) if kept else 0.0
+
+
 def fit_host_costs(samples: dict) -> tuple[dict, dict, dict]:
     """(kind -> HostCost, kind -> sample count, kind -> (25%, 75%) of per-node cost)."""
     costs, counts, spread = {}, {}, {}
     for kind, rows in samples.items():
-        gaps = [g for g, _, _ in rows if g is not None]
-        gap = statistics.median(gaps) if gaps else 0.0
+        gap = _typical_gap([g for g, _, _ in rows if g is not None])
         if kind == "task":
             a, b = 0.0, 0.0
         else:
