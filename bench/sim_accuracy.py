@@ -10,8 +10,9 @@ not measured: this machine has 2 cores, and 4 ranks would time the OS's schedule
 - measured: the apps themselves train with --strategy FILE, untraced (median of their timed
   iterations, with the spread: 25th-75th percentile), run by this file as a worker (a
   plain process for 1 rank, mpirun for 2), which also calibrates the local machine model
-  (calibrate_local: device speeds, ping-pongs, all-reduce) for its layout; each case is
-  also run once more with --trace;
+  (calibrate_local: device speeds, ping-pongs, all-reduce) for its layout; just before its
+  timed run each case runs once more with --trace (one warm-up, one traced iteration), so
+  that traces and timings see the same load on a shared machine;
 - calibrated (cross-validated): the strategies are split in two folds; the traces of one
   fold (every app) calibrate the layout's model (strategy/calibration.py: host costs per
   node kind, in-situ task times, the profiler's times scaled to in situ for keys not seen)
@@ -137,20 +138,23 @@ def worker(argv=None) -> dict:
     from strategy.machines.calibrate import calibrate_local
     from strategy.machines.fileformat import to_dict
     machine = calibrate_local()
-    out = {"machine": to_dict(machine), "cases": []}
+    out = {"machine": to_dict(machine), "cases": [], "load": [os.getloadavg()[0]]}
     for app_name in a.apps.split(","):
         app = load_workload(app_name)
         for name in STRATEGIES:
             path = os.path.join(a.folder, f"{app_name}_{name}.json")
-            argv = app_argv() + ["--strategy", path, "--iterations", str(a.iterations),
-                                      "--warmup", str(a.warmup), "--quiet", "--json",
-                                      "--devices-per-rank", str(a.devices_per_rank)]
-            if a.trace_dir:
-                argv += ["--trace", os.path.join(a.trace_dir, f"{app_name}_{name}.json")]
-            res = run(app, argv, out=None)
+            argv = app_argv() + ["--strategy", path, "--quiet", "--json",
+                                 "--devices-per-rank", str(a.devices_per_rank)]
+            if a.trace_dir:        # traced just before the timed run: under the same load
+                run(app, argv + ["--iterations", "1", "--warmup", "1", "--trace",
+                                 os.path.join(a.trace_dir, f"{app_name}_{name}.json")],
+                    out=None)
+            res = run(app, argv + ["--iterations", str(a.iterations), "--warmup",
+                                   str(a.warmup)], out=None)
             out["cases"].append({"app": app_name, "strategy": name,
                                  "measured_s": res.iteration_time,
                                  "times_s": res.times})
+    out["load"].append(os.getloadavg()[0])
     return out
 
 
@@ -251,13 +255,11 @@ def run(quick: bool = False) -> dict:
         measured, traces = {}, {}
         for ranks_, per in LAYOUTS:
             t = time.perf_counter()
-            measured[ranks_] = run_worker(ranks_, per, folder, apps, iterations, warmup)
-            timing[f"measure_{ranks_}_rank_s"] = round(time.perf_counter() - t, 1)
-            t = time.perf_counter()
             traces[ranks_] = os.path.join(folder, f"traces{ranks_}")
             os.makedirs(traces[ranks_])
-            run_worker(ranks_, per, folder, apps, 1, 1, trace_dir=traces[ranks_])
-            timing[f"trace_{ranks_}_rank_s"] = round(time.perf_counter() - t, 1)
+            measured[ranks_] = run_worker(ranks_, per, folder, apps, iterations, warmup,
+                                          trace_dir=traces[ranks_])
+            timing[f"measure_and_trace_{ranks_}_rank_s"] = round(time.perf_counter() - t, 1)
         # every graph, and the profiler's times of their distinct task nodes (one thread)
         t = time.perf_counter()
         graphs_of, nets, base_profiles = {}, {}, None
@@ -299,6 +301,7 @@ def run(quick: bool = False) -> dict:
                             "nodes": len(g.nodes), "times_s": c["times_s"]})
         timing["calibrate_predict_s"] = round(time.perf_counter() - t, 1)
         machines = {r: measured[r]["machine"].get("calibration", {}) for r, _ in LAYOUTS}
+        timing["load_average"] = {r: measured[r]["load"] for r, _ in LAYOUTS}
     timing["total_s"] = round(time.perf_counter() - t0, 1)
     return report(cases, timing, machines, quick, residuals)
 

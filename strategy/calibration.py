@@ -2,14 +2,18 @@
 task times, fitted to the `--trace` files of real runs (`python -m strategy calibrate`).
 
 What a trace determines (docs/simulator.md):
-  task times    per cost key, the median (and min, max) of its task events in the runs: a
+  task times    per cost key, the mean (and min, max) of its task events in the runs: a
                 task inside an iteration runs slower than alone in the profiler, so these
-                are the times to simulate with. With a base profile (the profiler's times,
+                are the times to simulate with. The mean, not the median: on a shared
+                machine some instances of a key are preempted (0.4 ms steps that took 9 ms
+                at a load of 5 on 2 cores), and what an iteration pays is the expected time. With a base profile (the profiler's times,
                 alone), the keys the runs did not see get the profiler's time scaled by the
                 fitted line in-situ = a + f * alone, so a strategy never run is costed alike;
   host costs    per node kind (simulator.py's host model): the executor's time between one
                 event and the next on a rank (taking the next instruction, polling MPI,
-                allocating) is the typical gap before events of that kind (_typical_gap); for nodes whose
+                allocating) is the mean gap before events of that kind (with several
+                ranks, of the gaps at most 10x their median: longer ones are waits for a
+                message, which the simulator models itself); for nodes whose
                 whole event is host work (send = pack + Isend, recv = unpack, an
                 all-reduce's start = pack + Iallreduce) the event itself, fitted as
                 seconds + per_byte * bytes; for local copies and reductions, what the event
@@ -67,7 +71,7 @@ class Fit:
     residuals: list = field(default_factory=list)   # (run, measured s, predicted s)
 
     def text(self) -> str:
-        lines = ["host costs per node kind (typical gap before its events + event host work):"]
+        lines = ["host costs per node kind (mean gap before its events + event host work):"]
         for kind in HOST_KINDS:
             c = self.host_costs.get(kind)
             if c is None:
@@ -162,24 +166,21 @@ def host_samples(run: RecordedRun, device_time) -> dict:
     return out
 
 
-def _line(xs, ys) -> tuple[float, float]:
-    """(a, b) >= 0 of y = a + b x by least squares, refitted once without the points more
-    than 3 median absolute deviations off (a message that waited, a preempted task)."""
+def _line(xs, ys, most: int = 400) -> tuple[float, float]:
+    """(a, b) >= 0 of y = a + b x, robustly (Theil-Sen: b the median slope of the pairs of
+    points of different x, a the median of y - b x), so that a message that waited or a
+    preempted event does not tilt it; at most `most` points (evenly spaced) are paired."""
     x, y = np.asarray(xs, dtype=float), np.asarray(ys, dtype=float)
-    if len(set(xs)) < 2:
+    if len(x) > most:
+        pick = np.linspace(0, len(x) - 1, most).astype(int)
+        x, y = x[pick], y[pick]
+    i, j = np.triu_indices(len(x), 1)
+    dx = x[j] - x[i]
+    ok = dx != 0
+    if not ok.any():
         return max(0.0, float(np.median(y))), 0.0
-    keep = np.ones(len(x), dtype=bool)
-    for _ in range(2):
-        A = np.stack([np.ones(keep.sum()), x[keep]], axis=1)
-        (a, b), *_ = np.linalg.lstsq(A, y[keep], rcond=None)
-        r = y - (a + b * x)
-        mad = float(np.median(np.abs(r - np.median(r)))) or 1e-12
-        keep = np.abs(r - np.median(r)) <= 3 * mad
-        if keep.sum() < 2:
-            break
-    if b < 0:
-        return max(0.0, float(np.median(y))), 0.0
-    return max(0.0, float(a)), float(b)
+    b = max(0.0, float(np.median((y[j] - y[i])[ok] / dx[ok])))
+    return max(0.0, float(np.median(y - b * x))), b
 
 
 def _typical_gap(gaps) -> float:
@@ -193,11 +194,14 @@ def _typical_gap(gaps) -> float:
     return statistics.fmean(kept) if kept else 0.0
 
 
-def fit_host_costs(samples: dict) -> tuple[dict, dict, dict]:
-    """(kind -> HostCost, kind -> sample count, kind -> (25%, 75%) of per-node cost)."""
+def fit_host_costs(samples: dict, waits: bool = True) -> tuple[dict, dict, dict]:
+    """(kind -> HostCost, kind -> sample count, kind -> (25%, 75%) of per-node cost).
+    `waits`: whether a gap may be a wait for another rank (several ranks), else every gap
+    is the executor's or the OS's time and counts in full."""
     costs, counts, spread = {}, {}, {}
     for kind, rows in samples.items():
-        gap = _typical_gap([g for g, _, _ in rows if g is not None])
+        gaps = [g for g, _, _ in rows if g is not None]
+        gap = _typical_gap(gaps) if waits else (statistics.fmean(gaps) if gaps else 0.0)
         if kind == "task":
             a, b = 0.0, 0.0
         else:
@@ -221,7 +225,7 @@ def insitu_profile(runs, base: Profile | None = None) -> tuple[Profile, tuple | 
                                    "argv": r.argv, "kind": "cpu",
                                    "layout": f"{r.ranks}x{r.per_rank}"} for r in runs]})
     for key, ts in durations.items():
-        prof.add(key, "cpu", Measurement(statistics.median(ts), len(ts), min(ts), max(ts)))
+        prof.add(key, "cpu", Measurement(statistics.fmean(ts), len(ts), min(ts), max(ts)))
     if base is None:
         return prof, None, 0
     common = [(base.get(k, "cpu").seconds, prof.get(k, "cpu").seconds)
@@ -264,7 +268,7 @@ def calibrate(paths, base_model, base_profile: Profile | None = None):
     for r in runs:
         for kind, rows in host_samples(r, lambda n: plain.timing(n)[0]).items():
             samples.setdefault(kind, []).extend(rows)
-    host_costs, counts, spread = fit_host_costs(samples)
+    host_costs, counts, spread = fit_host_costs(samples, waits=ranks > 1)
     record = dict(base_model.calibration)
     record["from_traces"] = {"traces": [r.path for r in runs], "layout": [ranks, per_rank],
                              "events": counts}

@@ -118,10 +118,11 @@ def test_bad_host_costs_are_named(bad, message):
     assert message in str(e.value) and "m.json" in str(e.value)
 
 
-def test_line_fit_recovers_seconds_and_per_byte_despite_an_outlier():
+def test_line_fit_recovers_seconds_and_per_byte_despite_outliers():
     xs = [1000 * k for k in range(1, 21)]
     ys = [5e-6 + 2e-10 * x for x in xs]
     ys[7] += 1e-2                                 # a message that waited
+    ys[3] += 5e-3                                 # a preempted pack
     a, b = _line(xs, ys)
     assert a == pytest.approx(5e-6, rel=1e-6) and b == pytest.approx(2e-10, rel=1e-6)
     assert _line([8, 8, 8], [1.0, 2.0, 3.0]) == (2.0, 0.0)      # one size: the median
