@@ -42,6 +42,11 @@ class SharedDevices:
     def num_devices(self) -> int:
         return self.model.num_devices * self.per_device
 
+    @property
+    def devices_per_node(self) -> int:
+        """Logical devices per node (what the experts place by)."""
+        return self.model.devices_per_node * self.per_device
+
     def host(self, i: int) -> int:
         """The model device logical device i runs on."""
         if not 0 <= i < self.num_devices:
