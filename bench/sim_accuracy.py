@@ -17,6 +17,8 @@ not measured: this machine has 2 cores, and 4 ranks would time the OS's schedule
   fold (every app) calibrate the layout's model (strategy/calibration.py: host costs per
   node kind, in-situ task times, the profiler's times scaled to in situ for keys not seen)
   and predict the strategies of the other fold, which it never saw;
+- without the iteration factor: the same calibration without its last step (a factor on
+  task times and host costs fitted to the calibrating runs' iteration times);
 - uncalibrated: the same graphs on calibrate_local's model with the profiler's times (one
   torch thread, every graph's distinct task nodes), as before calibration existed.
 
@@ -287,6 +289,8 @@ def run(quick: bool = False) -> dict:
                         ints = nets[a].int_ranges
                         pred = simulate(g, shared_devices(model, per),
                                         CostModel(profile, int_ranges=ints))
+                        plain = simulate(g, shared_devices(fit.unscaled[0], per),
+                                         CostModel(fit.unscaled[1], int_ranges=ints))
                         before = simulate(g, shared_devices(base, per),
                                           CostModel(base_profiles, int_ranges=ints))
                         c = runs[(a, name)]
@@ -296,6 +300,8 @@ def run(quick: bool = False) -> dict:
                             "strategy": name, "calibrated_on": list(fold),
                             "measured_s": m, "spread_s": spread(c["times_s"]),
                             "predicted_s": pred.makespan, "error": (pred.makespan - m) / m,
+                            "without_factor_s": plain.makespan,
+                            "iteration_factor": fit.factor,
                             "uncalibrated_s": before.makespan,
                             "uncalibrated_error": (before.makespan - m) / m,
                             "nodes": len(g.nodes), "times_s": c["times_s"]})
@@ -310,6 +316,7 @@ def report(cases: list[dict], timing: dict, machines: dict, quick: bool,
            residuals: dict | None = None) -> dict:
     overall = summary(cases)
     before = summary([dict(c, predicted_s=c["uncalibrated_s"]) for c in cases])
+    plain = summary([dict(c, predicted_s=c["without_factor_s"]) for c in cases])
     groups = {}
     for c in cases:
         groups.setdefault((c["app"], c["ranks"]), []).append(c)
@@ -325,6 +332,11 @@ def report(cases: list[dict], timing: dict, machines: dict, quick: bool,
             ("clearly separated pairs ordered right", f"{right} of {total}",
              "pairs of one app and layout whose measured medians differ by more than their "
              "spreads" + (f"; wrong: {', '.join(wrong)}" if wrong else "")),
+            ("calibrated without the iteration factor: median / worst error",
+             f"{100 * plain['median_error']:.1f}% / {100 * plain['worst_error']:.1f}%",
+             "host costs and in-situ task times only; factors fitted: " +
+             ", ".join(sorted({f"{c['ranks']} rank{'s' if c['ranks'] > 1 else ''} "
+                               f"{c['iteration_factor']:.2f}" for c in cases}))),
             ("uncalibrated (profiler times, no host costs): median / worst error",
              f"{100 * before['median_error']:.1f}% / {100 * before['worst_error']:.1f}%",
              "the same cases, as the simulator predicted before calibration")]
@@ -345,6 +357,7 @@ def report(cases: list[dict], timing: dict, machines: dict, quick: bool,
                      f"{100 * max(errs):.1f}%", f"{len(errs)} traced runs"))
     return {"title": "simulator accuracy (predicted vs measured iteration time)", "rows": rows,
             "results": {"cases": cases, "overall": overall, "uncalibrated": before,
+                        "without_factor": plain,
                         "pairs": {"separated": total, "ordered": right, "wrong": wrong},
                         "groups": per_group, "residuals": residuals or {}, "timing": timing,
                         "calibration": machines, "quick": quick}}

@@ -18,6 +18,13 @@ What a trace determines (docs/simulator.md):
                 all-reduce's start = pack + Iallreduce) the event itself, fitted as
                 seconds + per_byte * bytes; for local copies and reductions, what the event
                 takes beyond the device model's memory time.
+  the iteration factor  what the recorded iterations still take beyond the simulation of
+                them with the above (the median of measured / predicted over the runs,
+                refined once), applied to task times and host costs. It stands for what
+                the model leaves out: when MPI progresses messages, and on a shared machine
+                preemption, which two ranks that synchronize pay at every exchange (one
+                rank's delay stalls the other). Near 1 for one process; `factor=False`
+                (--no-factor) leaves it out.
 What it does not: link latency and bandwidth (a message's arrival is seen only when the
 receiving thread next polls, so the traces bound them loosely) and the end of an all-reduce
 (no event marks it); those stay the base machine's (calibrate_local's ping-pongs and
@@ -69,6 +76,8 @@ class Fit:
     scaled_keys: int = 0            # keys of the base profile scaled to in-situ
     scale: tuple | None = None      # (a, f): in-situ = a + f * alone, from the common keys
     residuals: list = field(default_factory=list)   # (run, measured s, predicted s)
+    factor: float = 1.0             # the iteration factor (1: none fitted)
+    unscaled: tuple | None = None   # (model, profile) before the iteration factor
 
     def text(self) -> str:
         lines = ["host costs per node kind (mean gap before its events + event host work):"]
@@ -85,6 +94,9 @@ class Fit:
             a, f = self.scale
             lines.append(f"  + {self.scaled_keys} keys of the base profile scaled: in-situ = "
                          f"{a * 1e6:.1f} us + {f:.3f} x alone")
+        if self.factor != 1.0:
+            lines.append(f"iteration factor {self.factor:.3f} (task times and host costs; "
+                         "what the runs take beyond their simulation)")
         if self.residuals:
             lines.append("residuals (the recorded runs simulated with this calibration):")
             for name, m, p in self.residuals:
@@ -250,10 +262,22 @@ def insitu_profile(runs, base: Profile | None = None) -> tuple[Profile, tuple | 
 
 
 # -- the whole calibration ----------------------------------------------------------------------
-def calibrate(paths, base_model, base_profile: Profile | None = None):
+def with_factor(model, profile: Profile, k: float) -> tuple:
+    """(model, profile) with host costs and task times multiplied by k."""
+    prof = Profile(meta=dict(profile.meta, iteration_factor=k))
+    for (key, kind), m in profile.times.items():
+        prof.add(key, kind, Measurement(m.seconds * k, m.repeats, m.min_s * k, m.max_s * k))
+    prof.work.update(profile.work)
+    costs = {kind: HostCost(c.seconds * k, c.per_byte * k) for kind, c in model.host_costs.items()}
+    record = dict(model.calibration)
+    record["from_traces"] = dict(record.get("from_traces", {}), iteration_factor=k)
+    return model.with_host_costs(costs, record), prof
+
+
+def calibrate(paths, base_model, base_profile: Profile | None = None, factor: bool = True):
     """(machine model with host costs, in-situ profile, Fit) from trace files. `base_model`
     is a MachineModel with one device per rank of the runs (or one per device): its devices
-    and links are kept, its host costs replaced."""
+    and links are kept, its host costs replaced. `factor`: fit the iteration factor."""
     runs = load_runs(paths)
     if not runs:
         raise CalibrationError("calibrate: give at least one trace file (a run with --trace)")
@@ -275,6 +299,14 @@ def calibrate(paths, base_model, base_profile: Profile | None = None):
     model = base_model.with_host_costs(host_costs, record)
     fit = Fit(host_costs, counts, spread, len(profile.keys("cpu")) - scaled, scaled, scale)
     fit.residuals = residuals(runs, model, profile)
+    fit.unscaled = (model, profile)
+    if factor:
+        k = 1.0
+        for _ in range(2):                  # the simulation is nearly linear in k
+            k *= statistics.median(m / p for _, m, p in fit.residuals if p > 0)
+            model, profile = with_factor(*fit.unscaled, k)
+            fit.residuals = residuals(runs, model, profile)
+        fit.factor = k
     return model, profile, fit
 
 

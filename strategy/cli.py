@@ -94,6 +94,8 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--base-profile", metavar="FILE",
                    help="the profiler's task times (python -m strategy.costs profile): keys "
                    "the runs did not time get these, scaled to in situ")
+    c.add_argument("--no-factor", action="store_true",
+                   help="do not fit the iteration factor (docs/simulator.md)")
     sub.add_parser("profile", help="measure an app's task costs (python -m strategy.costs "
                    "profile --help)", add_help=False)
     w = sub.add_parser("show", help="a strategy file as a table (and a graph picture)")
@@ -291,7 +293,7 @@ def _calibrate(a, out) -> int:
             print(f"note: --machine {a.machine} has one device; using it for each of the "
                   f"{ranks} ranks with default links (save 'local' under mpirun -np {ranks} "
                   "for measured ones)", file=out)
-        model, profile, fit = calibrate(a.traces, base, base_profile)
+        model, profile, fit = calibrate(a.traces, base, base_profile, not a.no_factor)
     except (CalibrationError, ReplayError, MachineModelError, ProfileError) as e:
         raise CliError(str(e)) from None
     print(fit.text(), file=out)

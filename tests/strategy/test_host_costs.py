@@ -141,3 +141,16 @@ def test_fit_host_costs_adds_the_gap_to_the_host_work():
     assert costs["send"].seconds == pytest.approx(1.2e-5)
     assert costs["send"].per_byte == pytest.approx(1e-9)
     assert counts == {"task": 3, "send": 3}
+
+
+def test_iteration_factor_scales_task_times_and_host_costs():
+    from strategy.calibration import with_factor
+    from strategy.costs import Measurement, Profile
+    prof = Profile()
+    prof.add(("k",), "cpu", Measurement(2e-3, 3, 1e-3, 4e-3))
+    m = cluster_model("two", CPU, 2).with_host_costs(COSTS)
+    m2, p2 = with_factor(m, prof, 1.5)
+    assert p2.get(("k",), "cpu") == Measurement(3e-3, 3, 1.5e-3, 6e-3)
+    assert m2.host_costs["send"] == HostCost(1.5e-5, 3e-10)
+    assert m2.calibration["from_traces"]["iteration_factor"] == 1.5
+    assert m2.device(0) == m.device(0) and m2.links == m.links
