@@ -150,7 +150,10 @@ def test_iteration_factor_scales_task_times_and_host_costs():
     prof.add(("k",), "cpu", Measurement(2e-3, 3, 1e-3, 4e-3))
     m = cluster_model("two", CPU, 2).with_host_costs(COSTS)
     m2, p2 = with_factor(m, prof, 1.5)
-    assert p2.get(("k",), "cpu") == Measurement(3e-3, 3, 1.5e-3, 6e-3)
-    assert m2.host_costs["send"] == HostCost(1.5e-5, 3e-10)
+    got = p2.get(("k",), "cpu")
+    assert (got.seconds, got.repeats, got.min_s, got.max_s) == \
+        pytest.approx((3e-3, 3, 1.5e-3, 6e-3), rel=1e-12)
+    send = m2.host_costs["send"]
+    assert (send.seconds, send.per_byte) == pytest.approx((1.5e-5, 3e-10), rel=1e-12)
     assert m2.calibration["from_traces"]["iteration_factor"] == 1.5
     assert m2.device(0) == m.device(0) and m2.links == m.links
