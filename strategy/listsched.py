@@ -24,6 +24,21 @@ _SIGNATURE = ("void(f8[::1], i8[::1], i8[::1], i8[::1], i8[::1], i8, f8[::1], i8
               "i8[::1], f8[::1], i8[::1], i8[::1], f8[::1], f8[::1], f8[::1], f8[::1])")
 
 
+def _hold(free, busy, ptr, ids, i, t, d):
+    """(start, end): node i's resources ids[ptr[i]:ptr[i + 1]] held for d from when they
+    are all free, at t the earliest."""
+    for k in range(ptr[i], ptr[i + 1]):
+        f = free[ids[k]]
+        if f > t:
+            t = f
+    e = t + d
+    for k in range(ptr[i], ptr[i + 1]):
+        r = ids[k]
+        free[r] = e
+        busy[r] += d
+    return t, e
+
+
 def _schedule(dur, res_ptr, res_ids, pred_ptr, preds, num_resources, pre_dur, pre_ptr,
               pre_ids, post_dur, post_ptr, post_ids, start, run, end, busy):
     free = np.zeros(num_resources)
@@ -33,44 +48,14 @@ def _schedule(dur, res_ptr, res_ids, pred_ptr, preds, num_resources, pre_dur, pr
             e = end[preds[k]]
             if e > t:
                 t = e
-        first = t
+        first = -1.0
         if pre_ptr[i + 1] > pre_ptr[i]:              # the issuing host threads
-            for k in range(pre_ptr[i], pre_ptr[i + 1]):
-                f = free[pre_ids[k]]
-                if f > t:
-                    t = f
-            first = t
-            h = pre_dur[i]
-            t = t + h
-            for k in range(pre_ptr[i], pre_ptr[i + 1]):
-                r = pre_ids[k]
-                free[r] = t
-                busy[r] += h
-        for k in range(res_ptr[i], res_ptr[i + 1]):
-            f = free[res_ids[k]]
-            if f > t:
-                t = f
-        d = dur[i]
-        e = t + d
-        for k in range(res_ptr[i], res_ptr[i + 1]):
-            r = res_ids[k]
-            free[r] = e
-            busy[r] += d
-        if pre_ptr[i + 1] == pre_ptr[i]:
-            first = t
+            first, t = _hold(free, busy, pre_ptr, pre_ids, i, t, pre_dur[i])
+        t, e = _hold(free, busy, res_ptr, res_ids, i, t, dur[i])
         run[i] = t
+        start[i] = t if first < 0 else first
         if post_ptr[i + 1] > post_ptr[i]:            # the receiving host threads
-            for k in range(post_ptr[i], post_ptr[i + 1]):
-                f = free[post_ids[k]]
-                if f > e:
-                    e = f
-            h = post_dur[i]
-            e = e + h
-            for k in range(post_ptr[i], post_ptr[i + 1]):
-                r = post_ids[k]
-                free[r] = e
-                busy[r] += h
-        start[i] = first
+            _, e = _hold(free, busy, post_ptr, post_ids, i, e, post_dur[i])
         end[i] = e
 
 
@@ -87,6 +72,8 @@ def _kernel():
         except ImportError:                   # pragma: no cover - numba is a dependency
             _compiled = _schedule
         else:
+            global _hold
+            _hold = njit(cache=True, nogil=True, inline="always")(_hold)
             _compiled = njit(_SIGNATURE, cache=True, nogil=True)(_schedule)
     return _compiled
 
