@@ -1,8 +1,10 @@
 """Simulator accuracy: predicted vs measured iteration time of real training runs, with the
 simulator calibrated on some strategies and asked about others it never saw.
 
-Apps at --small (AlexNet, Inception-v3, RNNLM, Transformer) x six strategies (data,
-parameter, attribute and operation parallel, two random ones: strategy/standard.py) x two
+Apps at --small (AlexNet, Inception-v3, RNNLM, Transformer) x seven strategies (data,
+parameter, attribute and operation parallel, two random ones: strategy/standard.py, and the
+best of a seeded MCMC search of 300 proposals on the uncalibrated local model with analytic
+costs, as a user without a calibration would search) x two
 layouts of 2 devices: one process driving 2 logical devices (--devices-per-rank 2, taskrt's
 LocalExecutor) and `mpirun -np 2` with one device per rank (the MPIExecutor). 4 ranks are
 not measured: this machine has 2 cores, and 4 ranks would time the OS's scheduler.
@@ -42,8 +44,10 @@ if __package__ in (None, ""):            # run as a worker script
 
 from bench._common import ROOT, run_mpi_worker  # noqa: E402
 
-STRATEGIES = ("data", "parameter", "attribute", "operation", "random0", "random1")
-FOLDS = (("data", "attribute", "random0"), ("parameter", "operation", "random1"))
+STRATEGIES = ("data", "parameter", "attribute", "operation", "random0", "random1",
+              "searched")
+FOLDS = (("data", "attribute", "random0"), ("parameter", "operation", "random1", "searched"))
+SEARCH_PROPOSALS = 300            # the searched strategy: seed 0, analytic costs
 DEVICES = 2
 LAYOUTS = ((1, 2), (2, 1))                # (ranks, devices per rank)
 
@@ -102,23 +106,36 @@ def app_argv() -> list[str]:
     return ["--small", "--batch-size", str(8 * DEVICES)]
 
 
-def strategies(model) -> dict:
+def strategies(model, machine_model=None, quick: bool = False) -> dict:
+    """The standard strategies, two random ones and, given a machine model, the best the
+    MCMC search finds on it (seed 0, analytic costs: what a user searching without a
+    calibration would get)."""
     from strategy import standard
     devices = list(range(DEVICES))
     out = {name: fn(model, devices) for name, fn in standard.STANDARD.items()}
     for seed in (0, 1):
         out[f"random{seed}"] = standard.random_strategy(model, devices, seed)
+    if machine_model is not None:
+        import warnings
+        from strategy.costs import CostModel, CostWarning
+        from strategy.search import search
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", CostWarning)
+            found = search(model, machine_model, CostModel(), budget_s=60,
+                           proposals=30 if quick else SEARCH_PROPOSALS, seed=0)
+        out["searched"] = found.configs
     return out
 
 
-def write_strategies(app_name: str, argv: list[str], folder: str) -> dict:
+def write_strategies(app_name: str, argv: list[str], folder: str, machine_model,
+                     quick: bool = False) -> dict:
     """Strategy files of app_name in folder; returns {strategy: path}."""
     from strategy import files
     from strategy.costs.app_profile import load_app
     from taskrt import Machine
     net = load_app(app_name, argv, DEVICES)
     paths = {}
-    for name, s in strategies(net.model).items():
+    for name, s in strategies(net.model, machine_model, quick).items():
         paths[name] = os.path.join(folder, f"{app_name}_{name}.json")
         files.save(paths[name], s, net.model, Machine.local(DEVICES))
     return paths
@@ -178,17 +195,20 @@ def run_worker(ranks: int, per_rank: int, folder: str, apps: list[str], iteratio
 
 
 # -- prediction --------------------------------------------------------------------------
-def graphs(app_name: str, argv: list[str], machine_model) -> tuple[dict, object]:
-    """{strategy: TaskGraph} of the app on the machine model's taskrt machine, and the
-    network (for its int ranges)."""
+def graphs(app_name: str, argv: list[str], machine_model, folder: str
+           ) -> tuple[dict, object]:
+    """{strategy: TaskGraph} of the app's strategy files in folder on the machine model's
+    taskrt machine, and the network (for its int ranges)."""
     from parallel_ops.lowering import lower
+    from strategy import files
     from strategy.costs.app_profile import load_app
     from taskrt import plan
     net = load_app(app_name, argv, DEVICES)
     opt = net.optimizer
     machine = machine_model.taskrt_machine()
     out = {}
-    for name, s in strategies(net.model).items():
+    for name in STRATEGIES:
+        s = files.load(os.path.join(folder, f"{app_name}_{name}.json"), net.model, machine)
         lowered = lower(net.model, s, machine, opt)
         out[name] = plan(lowered.launches, machine, initial=lowered.initial)
     return out, net
@@ -252,8 +272,12 @@ def run(quick: bool = False) -> dict:
     cases, timing, residuals = [], {}, {}
     with tempfile.TemporaryDirectory(prefix="simacc-") as folder:
         argv = app_argv()
+        from strategy.machines import calibrate_local
+        search_on = shared_devices(calibrate_local(), DEVICES)
+        t = time.perf_counter()
         for a in apps:
-            write_strategies(a, argv, folder)
+            write_strategies(a, argv, folder, search_on, quick)
+        timing["search_s"] = round(time.perf_counter() - t, 1)
         measured, traces = {}, {}
         for ranks_, per in LAYOUTS:
             t = time.perf_counter()
@@ -268,7 +292,7 @@ def run(quick: bool = False) -> dict:
         for ranks_, per in LAYOUTS:
             model = shared_devices(from_dict(measured[ranks_]["machine"]), per)
             for a in apps:
-                graphs_of[ranks_, a], nets[a] = graphs(a, argv, model)
+                graphs_of[ranks_, a], nets[a] = graphs(a, argv, model, folder)
         from strategy.costs.profile import merged
         base_profiles = merged([measure_profile(graphs_of[1, a], nets[a].int_ranges, repeats, 2)
                                 for a in apps])
