@@ -13,7 +13,7 @@ from parallel_ops import SGD, Adam, ConfigError, Model
 from parallel_ops.recompute import per_block, set_recompute
 from strategy.experts import megatron
 from strategy.simulator import memory_per_device
-from taskrt import Machine, liveness
+from taskrt import Machine
 from taskrt.liveness import Liveness
 
 WIDTH, BATCH, LAYERS = 32, 256, 8
@@ -111,7 +111,7 @@ def _live_at(live: Liveness, node_id: int) -> int:
 
 
 def test_activations_dropped_by_hand(monkeypatch):
-    monkeypatch.setattr(liveness, "MIN_TEMPORARY_BYTES", 0)
+    monkeypatch.setenv("TASKRT_MIN_TEMPORARY_BYTES", "0")      # every buffer a temporary
     counts = {}
     for label, segs in (("keep", []), ("recompute", SEGMENTS)):
         tr = chain(segs).compile(Machine.local(1), {}, SGD(lr=0.1), executor="local")
@@ -124,7 +124,7 @@ def test_activations_dropped_by_hand(monkeypatch):
 
 
 def test_measured_peak_equals_the_model_and_drops(monkeypatch):
-    monkeypatch.setattr(liveness, "MIN_TEMPORARY_BYTES", 0)
+    monkeypatch.setenv("TASKRT_MIN_TEMPORARY_BYTES", "0")      # every buffer a temporary
     peaks = {}
     for label, segs in (("keep", []), ("recompute", SEGMENTS)):
         m = chain(segs)
