@@ -271,19 +271,29 @@ class _Lowering:
         for part in parts.values():
             updates.update(part.updates)
         launches += [updates[w.name] for w in backward_order(model) if w.name in updates]
-        initial: dict[str, dict] = {}
-        for op in model.ops:
-            for name, pieces in parts[op.name].initial_forward.items():
-                initial.setdefault(name, {}).update(pieces)
-        for w in model.weights:
-            if w.name in updates:
-                owner = parts[w.owner.name].initial_update
-                for name in [w.name] + [s.name for s in self.state_regions.get(w.name, ())]:
-                    initial.setdefault(name, {}).update(owner.get(name, {}))
+        initial = self.merged_initial(parts)
         self._weights_home(launches, initial)
         states = {w: s for w, s in self.state_regions.items() if w in updates}
         return Lowered(launches, {self.regions[n]: list(p) for n, p in initial.items()},
                        self.regions, dict(configs), loss_region, states)
+
+    def merged_initial(self, parts: dict[str, OpLaunches], names=None) -> dict[str, dict]:
+        """Where data starts, per region name: every operator's forward pieces, then the
+        pieces of updated weights and their optimizer state at their updates (for the
+        regions in the set `names` only, when given)."""
+        initial: dict[str, dict] = {}
+        for op in self.model.ops:
+            fwd = parts[op.name].initial_forward
+            for name in (fwd if names is None else [n for n in fwd if n in names]):
+                initial.setdefault(name, {}).update(fwd[name])
+        for w in self.model.weights:
+            owner = parts[w.owner.name]
+            if w.name not in owner.updates:
+                continue
+            for name in [w.name] + [s.name for s in self.state_regions.get(w.name, ())]:
+                if names is None or name in names:
+                    initial.setdefault(name, {}).update(owner.initial_update.get(name, {}))
+        return initial
 
     def _weights_home(self, launches, initial: dict) -> None:
         """Weights nobody updates live where their first user reads them."""
@@ -332,6 +342,13 @@ class IncrementalLowering:
 
     def lowered(self) -> Lowered:
         return self.lowering.assemble(self.parts, self.configs)
+
+    def initial_of(self, names: set[str]) -> dict:
+        """lowered().initial for the regions named in `names` that an operator's launches
+        (OpLaunches.initial_forward / initial_update) name, without lowering the rest."""
+        merged = self.lowering.merged_initial(self.parts, names)
+        regions = self.lowering.regions
+        return {regions[name]: list(pieces) for name, pieces in merged.items()}
 
     def change(self, op_name: str, cfg: ParallelConfig) -> OpLaunches:
         """Give one operator a new config; returns its new launches."""

@@ -4,8 +4,10 @@ when one operator's configuration changes (delta simulation, the search's inner 
 A change re-lowers only that operator (parallel_ops.lowering.IncrementalLowering), re-plans
 only the regions its launches touch (taskrt.Planner.replace), which rebuilds only the node
 groups of the launches using those regions (taskrt/nodegroups.py). Everything the simulator
-needs per node (duration, resources, buffers used) is kept per group as arrays, so a new
-graph is the groups' arrays concatenated, its node ids resolved in bulk, and the whole
+needs per node (duration, resources, buffers used) is kept per group as arrays, joined per
+launch (a block, rebuilt when the planner gives the launch a new version) and over all
+launches (spliced where blocks changed), so a new graph's arrays cost O(changed launches) of
+Python, its node ids are resolved in bulk, and the whole
 timeline re-timed by the compiled list scheduler (strategy/listsched.py) and the memory peak
 by sorted allocation events (taskrt.liveness.peak_bytes_flat). No per-node Python runs for
 the groups a change did not touch, and the result is by construction what a full
@@ -25,7 +27,7 @@ from taskrt import Planner
 from taskrt.gcpause import gc_paused
 from taskrt.liveness import (INSTANCE, PARTIAL, STAGING, buffers_of, is_small, peak_bytes_flat,
                              results_of, task_reads_writes)
-from taskrt.nodegroups import assemble
+from taskrt.nodegroups import GroupRun, resolve
 
 from .listsched import csr
 from .simulator import NodeTimer, Resources, SimResult, result_of, timeline
@@ -62,6 +64,62 @@ class _GroupSim:
     reads_of_writers: dict         # region written -> regions read by the tasks writing it
 
 
+_SIM_ARRAYS = ("dur", "res_counts", "res_ids", "buf_counts", "buf_ids")
+_RUN_ARRAYS = ("gids", "offsets", "pred_count", "pred_gid", "pred_idx")
+
+
+def _join(arrays: list) -> np.ndarray:
+    return np.concatenate(arrays) if len(arrays) != 1 else arrays[0]
+
+
+@dataclass(eq=False, slots=True)
+class _LaunchBlock:
+    """One launch's groups (Planner.launch_groups), their _GroupSim arrays and their
+    predecessor references (nodegroups.GroupRun) joined: the unit _simulate reuses while
+    the launch's version is unchanged."""
+    version: int
+    groups: list
+    sims: list
+    dur: np.ndarray
+    res_counts: np.ndarray
+    res_ids: np.ndarray
+    buf_counts: np.ndarray
+    buf_ids: np.ndarray
+    gids: np.ndarray
+    offsets: np.ndarray
+    pred_count: np.ndarray
+    pred_gid: np.ndarray
+    pred_idx: np.ndarray
+
+
+class _Joined:
+    """Every launch block's arrays joined in program order, per field, kept up to date by
+    splicing in the blocks that changed (a proposal changes a few launches of thousands)."""
+    __slots__ = ("arrays", "lens")
+
+    def __init__(self, blocks: list):
+        self.arrays = {f: _join([getattr(b, f) for b in blocks])
+                       for f in _SIM_ARRAYS + _RUN_ARRAYS}
+        self.lens = {f: np.fromiter((len(getattr(b, f)) for b in blocks), dtype=np.int64,
+                                    count=len(blocks)) for f in self.arrays}
+
+    def splice(self, blocks: list, changed: list[int]) -> None:
+        """Put in the arrays of blocks[i] for each i in `changed` (ascending)."""
+        for f, arr in self.arrays.items():
+            lens = self.lens[f]
+            starts = np.zeros(len(lens) + 1, dtype=np.int64)
+            np.cumsum(lens, out=starts[1:])
+            pieces, prev = [], 0
+            for i in changed:
+                new = getattr(blocks[i], f)
+                pieces.append(arr[starts[prev]:starts[i]])
+                pieces.append(new)
+                lens[i] = len(new)
+                prev = i + 1
+            pieces.append(arr[starts[prev]:])
+            self.arrays[f] = np.concatenate(pieces)
+
+
 class SimulationSession:
     def __init__(self, model, machine_model, costs, strategy=None, optimizer=None):
         self.model, self.machine_model, self.costs = model, machine_model, costs
@@ -87,14 +145,17 @@ class SimulationSession:
         them again from the current graph when they hold several graphs' worth."""
         self._epoch += 1
         self._infos: dict = {}           # node -> what it adds to its group (_node_info)
+        self._copy_infos: dict = {}      # copy key -> the same, shared (_copy_info)
         self._sims: dict = {}            # NodeGroup -> _GroupSim
         # Buffers (taskrt.liveness keys) as dense ids: device, region index, bytes.
         self._buffer_ids: dict = {}
         self._buf_dev, self._buf_region = _Column(np.int64), _Column(np.int64)
         self._buf_bytes, self._buf_staging = _Column(np.int64), _Column(bool)
         self._region_index: dict[str, int] = {}
-        # The groups counted in these, for the regions kept (see _kept_regions).
-        self._counted: set = set()
+        # Per launch, its groups' arrays joined (_LaunchBlock), and over all of them the
+        # counts of regions read by writing tasks (see _kept_regions).
+        self._blocks: list[_LaunchBlock] = []
+        self._joined: _Joined | None = None
         self._read_by_writers: Counter = Counter()
         self._writers_of: dict = defaultdict(dict)   # region -> {group sim: its reads}
         # Per region: its instance and partial-sum buffers as (ids, devices, bytes).
@@ -127,8 +188,7 @@ class SimulationSession:
                 part = lowering.change(op_name, config)
                 launches = part.forward + part.backward + list(part.updates.values())
                 names = set(part.initial_forward) | set(part.initial_update)
-                initial = {r: p for r, p in lowering.lowered().initial.items()
-                           if r.name in names}
+                initial = lowering.initial_of(names)
                 replaced = True
                 touched = self.planner.replace(launches, initial, record_undo=True)
                 before[4].update((name, self._region_buffers.get(name)) for name in touched)
@@ -189,7 +249,11 @@ class SimulationSession:
     def _node_info(self, node, staged) -> tuple:
         """(duration, resource ids, buffer ids, regions read, regions written: a task's
         writes, or None when it writes nothing): what a node adds to its group's arrays,
-        cached per node object (unchanged nodes are the same objects in the next graph)."""
+        cached per node object (unchanged nodes are the same objects in the next graph).
+        Copies, most of the nodes a change makes, differ only in their region, devices and
+        size: what those determine is computed once per such key (_copy_info)."""
+        if node.kind == "copy":
+            return self._copy_info(node)
         d, rs = self.timer.timing(node)
         keys = buffers_of(node, staged=staged)
         bufs = tuple(self._buffer(key, key[3].nbytes if key[0] == STAGING else 0)
@@ -201,6 +265,23 @@ class SimulationSession:
                 reads, writes = r, w
         rid = self.resources.id
         return d, tuple(rid(x) for x in rs), bufs, reads, writes
+
+    def _copy_info(self, node) -> tuple:
+        key = (node.region.name, node.src, node.dst, node.nbytes, node.reduction,
+               node.from_partial)
+        info = self._copy_infos.get(key)
+        if info is None:
+            d, rs = self.timer.timing(node)
+            bufs = buffers_of(node)
+            if node.reduction:         # the staging buffer (last) is the node's own
+                bufs = bufs[:-1]
+            info = self._copy_infos[key] = (
+                d, tuple(self.resources.id(x) for x in rs),
+                tuple(self._buffer(b, 0) for b in bufs), (), None)
+        if node.reduction:
+            staging = self._buffer((STAGING, key[0], node.dst, node), key[3])
+            return info[0], info[1], info[2] + (staging,), (), None
+        return info
 
     def _group_sim(self, group) -> _GroupSim:
         infos, make = self._infos, self._node_info
@@ -237,58 +318,89 @@ class SimulationSession:
                 np.array(sizes, dtype=np.int64))
 
     # -- the simulation ------------------------------------------------------------------------
-    def _simulate(self, touched) -> SimResult:
-        groups = self.planner.groups()
-        if len(self._buffer_ids) > 4 * self._live_nodes + TABLE_SLACK:
-            self._reset_tables()
-            touched = None
+    def _block(self, li: int, version: int) -> _LaunchBlock:
         sims = self._sims
-        if len(sims) > 2 * len(groups) + 1024:        # forget groups of older graphs
-            sims = self._sims = {g: sims[g] for g in groups if g in sims}
-            if len(self._infos) > 4 * sum(len(g.nodes) for g in groups) + 4096:
-                self._infos = {n: t for g in groups for n in g.nodes
-                               if (t := self._infos.get(n)) is not None}
+        groups = self.planner.launch_groups(li)
         per = []
         for g in groups:
             s = sims.get(g)
             if s is None:
                 s = sims[g] = self._group_sim(g)
             per.append(s)
-        asm = assemble(groups, self.planner.num_group_ids)
+        run = GroupRun.of(groups)
+        return _LaunchBlock(version, groups, per,
+                            *(_join([getattr(s, f) for s in per]) for f in _SIM_ARRAYS),
+                            *(getattr(run, f) for f in _RUN_ARRAYS))
+
+    def _blocks_now(self) -> list:
+        """The current graph's launch blocks, rebuilt for the launches whose groups changed,
+        with their arrays joined (self._joined) and the counts _kept_regions needs updated
+        for the groups that came and went."""
+        planner = self.planner
+        planner.refresh()
+        blocks = self._blocks
+        known = len(blocks)
+        changed = []
+        counts, writers = self._read_by_writers, self._writers_of
+        for li, version in enumerate(planner.versions):
+            if li < known and blocks[li].version == version:
+                continue
+            new = self._block(li, version)
+            if li < known:
+                changed.append(li)
+                for s in blocks[li].sims:
+                    counts.subtract(s.read_by_writers)
+                    for written in s.reads_of_writers:
+                        del writers[written][s]
+                blocks[li] = new
+            else:
+                blocks.append(new)
+            for s in new.sims:
+                counts.update(s.read_by_writers)
+                for written, reads in s.reads_of_writers.items():
+                    writers[written][s] = reads
+        if self._joined is None or len(blocks) != known or 4 * len(changed) > len(blocks):
+            self._joined = _Joined(blocks)
+        elif changed:
+            self._joined.splice(blocks, changed)
+        return blocks
+
+    def _simulate(self, touched) -> SimResult:
+        if len(self._buffer_ids) > 4 * self._live_nodes + TABLE_SLACK:
+            self._reset_tables()
+            touched = None
+        blocks = self._blocks_now()
+        if len(self._sims) > 2 * sum(len(b.sims) for b in blocks) + 1024:
+            # Forget the groups (and nodes) of older graphs.
+            self._sims = {g: sim for b in blocks for g, sim in zip(b.groups, b.sims)}
+            if len(self._infos) > 4 * sum(len(b.dur) for b in blocks) + 4096:
+                self._infos = {n: t for b in blocks for g in b.groups for n in g.nodes
+                               if (t := self._infos.get(n)) is not None}
+        a, lens = self._joined.arrays, self._joined.lens
+        asm = resolve(a["gids"], a["offsets"], lens["gids"], lens["dur"], a["pred_count"],
+                      a["pred_gid"], a["pred_idx"], self.planner.num_group_ids)
         self._live_nodes = asm.num_nodes
-        dur = np.concatenate([s.dur for s in per])
-        start, end, busy = timeline(dur, np.concatenate([s.res_counts for s in per]),
-                                    np.concatenate([s.res_ids for s in per]),
+        start, end, busy = timeline(a["dur"], a["res_counts"], a["res_ids"],
                                     asm.pred_ptr, asm.preds, self.resources)
-        memory = self._memory(per, touched, start, end)
+        memory = self._memory(touched, start, end)
         return result_of(self.machine_model, start, end, busy, memory)
 
-    def _kept_regions(self, per) -> set[str]:
+    def _kept_regions(self) -> set[str]:
         """Regions whose buffers persist (taskrt.liveness.Liveness.of with keep=None): initial
         data, the graph's results (regions no writing task reads) and what the tasks writing
-        a result read."""
-        current = set(per)
-        counts, writers = self._read_by_writers, self._writers_of
-        for s in self._counted - current:
-            counts.subtract(s.read_by_writers)
-            for written in s.reads_of_writers:
-                del writers[written][s]
-        for s in current - self._counted:
-            counts.update(s.read_by_writers)
-            for written, reads in s.reads_of_writers.items():
-                writers[written][s] = reads
-        self._counted = current
-        kept = results_of(self.planner.regions, +counts,
+        a result read (from the counts _blocks_now keeps)."""
+        writers = self._writers_of
+        kept = results_of(self.planner.regions, +self._read_by_writers,
                           lambda name: writers[name].values() if name in writers else ())
         return kept | {name for name, pieces in self.planner.initial.items() if pieces}
 
-    def _memory(self, per, touched, start, end) -> dict[int, int]:
+    def _memory(self, touched, start, end) -> dict[int, int]:
         """memory_per_device(self.graph, start, end): taskrt.liveness's model over arrays."""
         region_buffers = self._region_buffers
         for name in (self.planner.planners if touched is None else touched):
             if name in self.planner.planners:
                 region_buffers[name] = self._region_buffer_arrays(name)
-        kept = self._kept_regions(per)
+        kept = self._kept_regions()
         index = self._region_index
         kept_mask = np.zeros(len(index) + 1, dtype=bool)
         kept_mask[[index[name] for name in kept if name in index]] = True
@@ -299,8 +411,8 @@ class SimulationSession:
         region = self._buf_region.array()
         persistent_mask = kept_mask[region] | is_small(nbytes)
         # Users: (buffer, node id) for every buffer each node uses.
-        counts = np.concatenate([s.buf_counts for s in per])
-        users_buf = np.concatenate([s.buf_ids for s in per])
+        counts = self._joined.arrays["buf_counts"]
+        users_buf = self._joined.arrays["buf_ids"]
         users_node = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
         # Persistent: every instance and partial buffer, and the staging buffers in use.
         staged = np.unique(users_buf[self._buf_staging.array()[users_buf]])

@@ -50,13 +50,38 @@ class NodeGroup:
         return len(self.nodes)
 
 
+@dataclass(eq=False, slots=True)
+class GroupRun:
+    """Consecutive groups (e.g. one launch's) joined into one set of arrays, so that a
+    graph is assembled from a few runs rather than many small groups, and a run that no
+    change touched is reused as it is."""
+    gids: np.ndarray            # per group: its id ...
+    offsets: np.ndarray         # ... and the index of its first node within the run
+    size: int                   # nodes in the run
+    pred_count: np.ndarray
+    pred_gid: np.ndarray
+    pred_idx: np.ndarray
+
+    @classmethod
+    def of(cls, groups: list) -> "GroupRun":
+        sizes = np.fromiter((len(g.nodes) for g in groups), dtype=np.int64, count=len(groups))
+        offsets = np.zeros(len(groups), dtype=np.int64)
+        if len(groups) > 1:
+            np.cumsum(sizes[:-1], out=offsets[1:])
+        return cls(np.fromiter((g.gid for g in groups), dtype=np.int64, count=len(groups)),
+                   offsets, int(sizes.sum()), _join([g.pred_count for g in groups]),
+                   _join([g.pred_gid for g in groups]), _join([g.pred_idx for g in groups]))
+
+
+def _join(arrays: list) -> np.ndarray:
+    return np.concatenate(arrays) if len(arrays) != 1 else arrays[0]
+
+
 @dataclass(slots=True)
 class Assembled:
-    """Groups in program order with node ids resolved: node i of group k has id
-    base[k] + i; predecessors in CSR form (pred_ptr, preds), each node's in its group's
-    order (unsorted, no duplicates)."""
-    groups: list
-    base: np.ndarray            # per group in order: id of its first node
+    """Runs of groups in program order with node ids resolved: node i of a group has id
+    (its run's first id) + (the group's offset in its run) + i; predecessors in CSR form
+    (pred_ptr, preds), each node's in its group's order (unsorted, no duplicates)."""
     pred_ptr: np.ndarray
     preds: np.ndarray
 
@@ -64,21 +89,32 @@ class Assembled:
     def num_nodes(self) -> int:
         return int(self.pred_ptr.shape[0] - 1)
 
-    def nodes(self) -> list:
-        return [n for g in self.groups for n in g.nodes]
-
 
 def assemble(groups: list, num_gids: int) -> Assembled:
     """Resolve the groups' predecessor references into node ids, with arrays."""
-    sizes = np.fromiter((len(g.nodes) for g in groups), dtype=np.int64, count=len(groups))
-    base = np.zeros(len(groups), dtype=np.int64)
-    if len(groups) > 1:
-        np.cumsum(sizes[:-1], out=base[1:])
+    return assemble_runs([GroupRun.of(groups)] if groups else [], num_gids)
+
+
+def assemble_runs(runs: list, num_gids: int) -> Assembled:
+    """assemble() over runs of groups (GroupRun) in program order."""
+    if not runs:
+        return Assembled(np.zeros(1, dtype=np.int64), _EMPTY)
+    return resolve(_join([r.gids for r in runs]), _join([r.offsets for r in runs]),
+                   np.fromiter((len(r.gids) for r in runs), dtype=np.int64, count=len(runs)),
+                   np.fromiter((r.size for r in runs), dtype=np.int64, count=len(runs)),
+                   _join([r.pred_count for r in runs]), _join([r.pred_gid for r in runs]),
+                   _join([r.pred_idx for r in runs]), num_gids)
+
+
+def resolve(gids, offsets, groups_per_run, run_sizes, pred_count, pred_gid, pred_idx,
+            num_gids: int) -> Assembled:
+    """assemble_runs() with the runs' arrays already joined: their groups' ids and
+    offsets, how many groups and nodes each run has, and their predecessor arrays."""
+    starts = np.zeros(len(run_sizes), dtype=np.int64)
+    if len(run_sizes) > 1:
+        np.cumsum(run_sizes[:-1], out=starts[1:])
     base_of_gid = np.zeros(num_gids, dtype=np.int64)
-    base_of_gid[np.fromiter((g.gid for g in groups), dtype=np.int64, count=len(groups))] = base
-    counts = np.concatenate([g.pred_count for g in groups]) if groups else _EMPTY
-    pred_ptr = np.zeros(len(counts) + 1, dtype=np.int64)
-    np.cumsum(counts, out=pred_ptr[1:])
-    gids = np.concatenate([g.pred_gid for g in groups]) if groups else _EMPTY
-    idx = np.concatenate([g.pred_idx for g in groups]) if groups else _EMPTY
-    return Assembled(groups, base, pred_ptr, base_of_gid[gids] + idx)
+    base_of_gid[gids] = np.repeat(starts, groups_per_run) + offsets
+    pred_ptr = np.zeros(len(pred_count) + 1, dtype=np.int64)
+    np.cumsum(pred_count, out=pred_ptr[1:])
+    return Assembled(pred_ptr, base_of_gid[pred_gid] + pred_idx)

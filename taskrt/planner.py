@@ -67,6 +67,10 @@ class Planner:
         self._stale: set[tuple] = set()               # keys of groups to rebuild
         self._marked: set[tuple] = set()              # keys made stale since replace() began
         self._undo: _Undo | None = None               # see replace(record_undo=True)
+        # Per launch: a number that changes whenever one of its groups is rebuilt or put
+        # back, so a consumer caching per-launch results (delta.py) sees what changed.
+        self.versions: list[int] = []
+        self._next_version = 0
         for region, pieces in (initial or {}).items():
             self._region(region)
             self.initial[region.name] = list(pieces)
@@ -103,6 +107,7 @@ class Planner:
             [None] * len(points)
         self.launches.append(launch)
         self.index[launch.name] = li
+        self.versions.append(-1)
         self._mark((li, None))
         self.points.append(points)
         self.colors.append({c: k for k, (c, _, _) in enumerate(points)})
@@ -267,27 +272,39 @@ class Planner:
             preds.append(self._resolve(refs, (li, pi)))
         return NodeGroup.of(key, self._gid(key), nodes, preds)
 
-    def groups(self) -> list[NodeGroup]:
-        """The graph's node groups in program order (nodegroups.py), rebuilding those that
-        changes made stale, in program order (a group resolves references to the groups
-        before it)."""
-        if self._stale:
-            for key in sorted(self._stale, key=lambda k: (k[0], k[1] is None)):
-                if key[0] >= len(self.launches):
-                    continue
-                group = self._build_reads(key) if key[1] is not None else \
-                    self._build_tasks(key)
-                if group is None:
-                    self._groups.pop(key, None)
-                else:
-                    self._groups[key] = group
-            self._stale.clear()
+    def _new_version(self, li: int) -> None:
+        self.versions[li] = self._next_version
+        self._next_version += 1
+
+    def refresh(self) -> None:
+        """Rebuild the groups that changes made stale, in program order (a group resolves
+        references to the groups before it), giving their launches new versions."""
+        if not self._stale:
+            return
+        for key in sorted(self._stale, key=lambda k: (k[0], k[1] is None)):
+            if key[0] >= len(self.launches):
+                continue
+            group = self._build_reads(key) if key[1] is not None else self._build_tasks(key)
+            if group is None:
+                self._groups.pop(key, None)
+            else:
+                self._groups[key] = group
+            self._new_version(key[0])
+        self._stale.clear()
+
+    def launch_groups(self, li: int) -> list[NodeGroup]:
+        """Launch `li`'s non-empty groups in program order (after refresh())."""
         groups = self._groups
+        out = [g for name in self.read_order[li] if (g := groups[li, name]).nodes]
+        out.append(groups[li, None])
+        return out
+
+    def groups(self) -> list[NodeGroup]:
+        """The graph's non-empty node groups in program order (nodegroups.py)."""
+        self.refresh()
         out = []
-        for li, names in enumerate(self.read_order):
-            for name in names:
-                out.append(groups[li, name])
-            out.append(groups[li, None])
+        for li in range(len(self.launches)):
+            out += self.launch_groups(li)
         return out
 
     def finish(self) -> TaskGraph:
@@ -510,6 +527,8 @@ class _Undo:
             del p.regions[name]
         for key, group in self.groups.items():
             _put(p._groups, key, group)
+            if key[0] < len(p.versions):
+                p._new_version(key[0])
         p._stale = set(self.stale)
 
 

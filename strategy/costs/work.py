@@ -40,10 +40,25 @@ _SHAPE_QUERIES = {_aten.sym_is_contiguous.default, _aten.is_contiguous.default,
                   torch.ops.prim.layout.default}
 
 
-class FlopCounter(TorchDispatchMode):
+class _Mode(TorchDispatchMode):
+    """A dispatch mode that opts out of torch wrapping its __torch_dispatch__ in
+    torch._disable_dynamo (our modes never run under torch.compile, so there is nothing to
+    disable): the wrapper costs a frame-evaluation switch per dispatched operator, 9% of
+    counting a task. (torch._dynamo is still imported once per process, by the Python
+    reference kernels some operators use on meta tensors.)"""
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        return False
+
+
+class FlopCounter(_Mode):
     """Total FLOPs of the aten operators run inside it, by torch's formulas, as
     torch.utils.flop_counter.FlopCounterMode totals them (an operator without a formula is
-    decomposed where it can be and its parts counted)."""
+    decomposed where it can be and its parts counted). Pointwise operators are not
+    decomposed: their parts are pointwise too, without formulas, and decomposing them on
+    meta tensors runs torch's Python reference implementations, which made counting a
+    task 5x slower (18.6 -> 3.6 ms per cost key on Inception-v3 --small)."""
 
     def __init__(self):
         super().__init__()
@@ -54,7 +69,8 @@ class FlopCounter(TorchDispatchMode):
         if func in _SHAPE_QUERIES:
             return NotImplemented
         packet = func._overloadpacket
-        if packet not in flop_registry and func is not torch.ops.prim.device.default:
+        if packet not in flop_registry and func is not torch.ops.prim.device.default \
+                and torch.Tag.pointwise not in func.tags:
             with self:
                 r = func.decompose(*args, **kwargs)
                 if r is not NotImplemented:
@@ -66,7 +82,7 @@ class FlopCounter(TorchDispatchMode):
         return out
 
 
-class KernelCounter(TorchDispatchMode):
+class KernelCounter(_Mode):
     """Counts the aten operators that launch a kernel (not views, not allocations)."""
 
     def __init__(self):

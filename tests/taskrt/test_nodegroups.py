@@ -82,8 +82,9 @@ def test_groups_equal_the_direct_assembly_after_changes_and_undos(build, seed):
         part = lowering.change(op.name, random_strategy(model, devices, 100 * seed + k)[op.name])
         new = lowering.lowered()
         names = set(part.initial_forward) | set(part.initial_update)
-        planner.replace(part.forward + part.backward + list(part.updates.values()),
-                        {r: p for r, p in new.initial.items() if r.name in names},
+        initial = {r: p for r, p in new.initial.items() if r.name in names}
+        assert lowering.initial_of(names) == initial     # what delta.py passes instead
+        planner.replace(part.forward + part.backward + list(part.updates.values()), initial,
                         record_undo=True)
         if rng.random() < 0.5:
             planner.groups()                   # rebuilt, then put back by the undo
