@@ -80,6 +80,10 @@ def make_parser(app: App) -> argparse.ArgumentParser:
                    help="with --search: also stop after N proposals (a search bounded only "
                         "by proposals repeats exactly with the same --seed: use a large "
                         "SECONDS)")
+    s.add_argument("--check-prediction", type=int, metavar="N",
+                   help="with --search (a real run): first train the searched strategy and "
+                        "data parallelism N iterations each and print their predicted and "
+                        "measured iteration times (docs/simulator.md)")
     s.add_argument("--machine", metavar="PRESET|FILE",
                    help=f"the machine model to simulate/search for: a preset, "
                         f"{presets_text()}; NAME:NODES for another node count (p100:2 is 8 "
@@ -134,6 +138,11 @@ def check_args(app: App, a: argparse.Namespace) -> None:
                          "seconds.")
     if a.threads is not None and a.threads < 1:
         raise UsageError(f"--threads {a.threads}: use 1 or more.")
+    if a.check_prediction is not None and (a.search is None or a.simulate or
+                                           a.check_prediction < 1):
+        raise UsageError(f"--check-prediction {a.check_prediction}: give a positive number of "
+                         "iterations, with --search SECONDS and without --simulate (it "
+                         "trains both strategies for real).")
     if a.search_proposals is not None and (a.search is None or a.search_proposals < 1):
         raise UsageError(f"--search-proposals {a.search_proposals}: give a positive count, "
                          "with --search SECONDS.")

@@ -37,6 +37,7 @@ class RunConfig:
     export: str | None
     search: float | None
     search_proposals: int | None
+    check_prediction: int | None       # --check-prediction N: run best and data parallel
     machine: str | None
     simulate: bool
     profile: str | None

@@ -73,6 +73,9 @@ def run(app: App, argv=None, out=...) -> Result:
         f"seed {a.seed}, data {a.data}, strategy {s.strategy_name}")
     for note in s.notes:
         say(note)
+    if a.check_prediction:
+        from .predictcheck import check_prediction
+        check_prediction(s, optimizer, say)
     t = time.perf_counter()
     trainer = model.compile(machine, s.strategy, optimizer(a),
                             record_trace=bool(a.trace), executor="mpi" if mpi else "local")

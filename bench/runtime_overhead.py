@@ -11,8 +11,9 @@ other's (torch.profiler showed the same convolution kernels ~4% slower in our it
 in the eager one there). Both processes get the same malloc settings. The ratio with both in
 one process, interleaved call by call, is reported beside it.
 
-An imported model is measured too: ResNet-18 (torchvision's layout, written in plain torch
-in examples/vision_blocks.py) through parallel_ops.importer against the same module eager.
+Imported models are measured too: ResNet-18 (torchvision's layout, written in plain torch
+in examples/vision_blocks.py) and tiny Hugging Face GPT-2 and BERT (bench/_imported_hf.py)
+through parallel_ops.importer against the same modules eager.
 
 The optimizer is torch.optim.SGD with its default for CPU tensors (a loop over the
 parameters); our runtime runs a device's updates as one multi-tensor call
@@ -147,32 +148,34 @@ def run(quick: bool = False) -> dict:
                      f"{1e3 * t['ours']:.1f} vs {1e3 * t['pytorch']:.1f} ms per iteration, "
                      f"each in its own process; {ratio1:.2f}x with both in one process; "
                      f"{_device()}, 1 thread, {step_ours.nodes} graph nodes; target <= 1.10"))
-    _imported_gpt2_row(quick, rows, data)
+    _imported_hf_rows(quick, rows, data)
     label, entry, row = imported_resnet18_row(quick)
     data[label] = entry
     rows.append(row)
     return {"title": "runtime overhead (1 device)", "rows": rows, "data": data}
 
 
-def _imported_gpt2_row(quick: bool, rows: list, data: dict) -> None:
-    """A Hugging Face GPT-2 imported unchanged (bench/_imported_gpt2.py) vs its eager run."""
-    from bench import _imported_gpt2 as imported_gpt2
-    if not imported_gpt2.available():
-        rows.append(("imported HF GPT-2: ours / PyTorch eager", "skipped",
-                     "transformers is not installed (pip install -e '.[test]')"))
-        return
-    t = alternating({"ours": ("bench._imported_gpt2", "ours_step", (quick,)),
-                     "pytorch": ("bench._imported_gpt2", "eager_step", (quick,))},
-                    blocks=3 if quick else 40)
-    ratio = t["ours"] / t["pytorch"]
-    label = "imported HF GPT-2 (" + ("1 layer, width 16" if quick else "2 layers, width 64") + \
-        ", seq 32, batch 8)"
-    data[label] = {"ours_ms": 1e3 * t["ours"], "pytorch_ms": 1e3 * t["pytorch"],
-                   "ratio": ratio}
-    rows.append((f"{label}: ours / PyTorch eager", f"{ratio:.2f}x",
-                 f"{1e3 * t['ours']:.1f} vs {1e3 * t['pytorch']:.1f} ms per iteration, each "
-                 "in its own process; own causal-LM loss, default dropout; cpu, 1 thread; "
-                 "target <= 1.10"))
+def _imported_hf_rows(quick: bool, rows: list, data: dict) -> None:
+    """Hugging Face GPT-2 and BERT imported unchanged (bench/_imported_hf.py) vs their eager
+    runs, each in a process of its own taking turns."""
+    from bench import _imported_hf as imported
+    for kind in imported.KINDS:
+        name = {"gpt2": "GPT-2", "bert": "BERT"}[kind]
+        if not imported.available():
+            rows.append((f"imported HF {name}: ours / PyTorch eager", "skipped",
+                         "transformers is not installed (pip install -e '.[test]')"))
+            continue
+        t = alternating({"ours": ("bench._imported_hf", "ours_step", (kind, quick)),
+                         "pytorch": ("bench._imported_hf", "eager_step", (kind, quick))},
+                        blocks=3 if quick else 40)
+        ratio = t["ours"] / t["pytorch"]
+        label = f"imported HF {name} ({imported.describe(kind, quick)})"
+        data[label] = {"ours_ms": 1e3 * t["ours"], "pytorch_ms": 1e3 * t["pytorch"],
+                       "ratio": ratio}
+        rows.append((f"{label}: ours / PyTorch eager", f"{ratio:.2f}x",
+                     f"{1e3 * t['ours']:.1f} vs {1e3 * t['pytorch']:.1f} ms per iteration, "
+                     "each in its own process; own loss, default dropout; cpu, 1 thread; "
+                     "target <= 1.10"))
 
 
 def resnet18_step(side: str, quick: bool):

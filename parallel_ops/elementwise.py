@@ -13,7 +13,7 @@ from typing import Callable
 
 import torch
 
-from .activation import (ACTIVATIONS, FusesActivation, activate, activated,
+from .activation import (ACTIVATIONS, FusesActivation, activate, activate_saving, activated,
                          activation_backward, activation_saved, check_activation)
 from .errors import ShapeError
 from .model import Model, builder
@@ -34,6 +34,7 @@ def axis_dims(shape) -> tuple[Dim, ...]:
 
 # type -> the torch function; a part applies it to its blocks, the oracle to whole tensors.
 _FUNCTIONS: dict[str, Callable] = {**ACTIVATIONS, "add": torch.add, "multiply": torch.mul}
+_BINARY = ("add", "multiply")
 
 
 class Elementwise(FusesActivation, Op):
@@ -88,21 +89,43 @@ class Elementwise(FusesActivation, Op):
         y = _FUNCTIONS[self.type](*(inputs[k] for k in self.args), **self.kwargs)
         return [activate(self.activation, y)]
 
-    @property
-    def explicit_backward(self) -> bool:
-        """The activations (relu, gelu, tanh, sigmoid) give their own derivatives."""
-        return self.type in ACTIVATIONS
+    # Every type gives its own derivative: the activations theirs, add and multiply (with any
+    # fused activation) the gradients autograd gives (AddBackward0, MulBackward0, summed to
+    # a broadcast input's shape as the engine does).
+    explicit_backward = True
 
     def forward_saving(self, spec, inputs, weights):
-        """forward() of an activation without autograd, saving what its derivative reads."""
-        x = inputs[0]
-        y = _FUNCTIONS[self.type](x, **self.kwargs)
-        return [y], activation_saved(self.type, x, y)
+        """forward() without autograd, saving what the derivative reads."""
+        if self.type not in _BINARY:
+            x = inputs[0]
+            y = _FUNCTIONS[self.type](x, **self.kwargs)
+            return [y], activation_saved(self.type, x, y)
+        args = [inputs[k] for k in self.args]
+        if any(a is None for a in args):
+            return None
+        y, act = activate_saving(self.activation, _FUNCTIONS[self.type](*args))
+        return [y], (args if self.type == "multiply" else [a.shape for a in args], act)
 
     def backward(self, spec, saved, output_grads, need_inputs, need_weights):
-        """The activation's derivative as autograd computes it."""
-        return [activation_backward(self.type, output_grads[0], saved, self,
-                                    **self.kwargs)], []
+        """The activation's derivative as autograd computes it; for add and multiply, the
+        gradient of each argument (of a tensor given twice, their sum)."""
+        if self.type not in _BINARY:
+            return [activation_backward(self.type, output_grads[0], saved, self,
+                                        **self.kwargs)], []
+        kept, act = saved
+        dy = activation_backward(self.activation, output_grads[0], act, self)
+        grads = [None] * len(self.inputs)
+        for pos, k in enumerate(self.args):
+            if not need_inputs[k]:
+                continue
+            if self.type == "multiply":
+                g, shape = dy * kept[1 - pos], kept[pos].shape
+            else:
+                g, shape = dy, kept[pos]
+            if g.shape != shape:
+                g = g.sum_to_size(shape)
+            grads[k] = g if grads[k] is None else grads[k] + g
+        return grads, []
 
     def reference(self, inputs, weights):
         y = _FUNCTIONS[self.type](*(inputs[k] for k in self.args), **self.kwargs)

@@ -67,6 +67,27 @@ class Embedding(Op):
         rows = F.embedding(local.clamp(0, v1 - v0 - 1), w, padding_idx=pad)
         return [torch.where(mine.unsqueeze(-1), rows, rows.new_zeros(()))]
 
+    explicit_backward = True      # for parts of the whole vocabulary (autograd for v splits)
+
+    def forward_saving(self, spec, inputs, weights):
+        """forward() of a part holding the whole table's rows, saving the indices."""
+        (idx,), (w,) = inputs, weights
+        if idx is None or w is None or spec.weights[0].lo[0] != 0 or \
+                spec.weights[0].hi[0] != self.params["num_embeddings"]:
+            return None
+        return self.forward(spec, inputs, weights), (idx, w.shape[0])
+
+    def backward(self, spec, saved, output_grads, need_inputs, need_weights):
+        """The table's gradient as autograd computes it (embedding_dense_backward, rows at
+        padding_idx zero); indices have none."""
+        idx, rows = saved
+        dw = None
+        if need_weights[0]:
+            pad = self.params.get("padding_idx")
+            dw = torch.ops.aten.embedding_dense_backward(
+                output_grads[0], idx, rows, -1 if pad is None else pad, False)
+        return [None], [dw]
+
     def reference(self, inputs, weights):
         return [F.embedding(inputs[0], weights[0], padding_idx=self.params.get("padding_idx"))]
 

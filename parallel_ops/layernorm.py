@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from .errors import ShapeError
 from .model import Model, builder
 from .op import PARAMETER, Op
-from .softmax import row_dims, row_stat_stages
+from .softmax import row_dims, row_stat_stages, zero_stats_grad
 from .tensor import Tensor
 
 
@@ -47,7 +47,9 @@ class LayerNorm(Op):
             model.new_weight(self, "weight", (feat,))
             model.new_weight(self, "bias", (feat,))
         y = model.new_tensor(self, x.shape, x.dtype)
-        self._stages = row_stat_stages(self, x, y, _stats, self._normalize, self.weights)
+        self._stages = row_stat_stages(self, x, y, _stats, self._normalize, self.weights,
+                                       whole_saving=self._whole_saving,
+                                       whole_backward=self._whole_backward)
 
     def _normalize(self, spec, inputs, weights):
         x, stats = inputs
@@ -61,6 +63,26 @@ class LayerNorm(Op):
             gamma, beta = weights
             y = y * gamma + beta
         return [y]
+
+    def _whole_saving(self, spec, inputs, weights):
+        """Normalize of whole rows: torch's fused layer norm, saving what its derivative
+        reads (the part's mean and 1/std)."""
+        x = inputs[0]
+        gamma, beta = weights if weights else (None, None)
+        y, mean, rstd = torch.native_layer_norm(x, (x.shape[-1],), gamma, beta,
+                                                self.params["eps"])
+        return [y], (x, mean, rstd, gamma, beta)
+
+    def _whole_backward(self, spec, saved, output_grads, need_inputs, need_weights):
+        """torch's layer norm derivative (what autograd runs for F.layer_norm)."""
+        x, mean, rstd, gamma, beta = saved
+        affine = gamma is not None
+        mask = [bool(need_inputs[0]), affine and bool(need_weights[0]),
+                affine and bool(need_weights[1])]
+        dx, dgamma, dbeta = torch.ops.aten.native_layer_norm_backward(
+            output_grads[0], x, [x.shape[-1]], mean, rstd, gamma, beta, mask)
+        return [dx, zero_stats_grad(spec, x, need_inputs[1])], \
+            ([dgamma, dbeta] if affine else [])
 
     def stages(self):
         return self._stages

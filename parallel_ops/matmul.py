@@ -49,6 +49,22 @@ class BatchMatmul(Op):
         a, b = inputs
         return [torch.matmul(a, b)]
 
+    explicit_backward = True
+
+    def forward_saving(self, spec, inputs, weights):
+        a, b = inputs
+        if a is None or b is None:
+            return None
+        return self.forward(spec, inputs, weights), (a, b)
+
+    def backward(self, spec, saved, output_grads, need_inputs, need_weights):
+        """dA = dC B^T and dB = A^T dC, the products autograd's bmm backward takes."""
+        a, b = saved
+        dc = output_grads[0]
+        da = torch.matmul(dc, b.transpose(-2, -1)) if need_inputs[0] else None
+        db = torch.matmul(a.transpose(-2, -1), dc) if need_inputs[1] else None
+        return [da, db], []
+
     def reference(self, inputs, weights):
         a, b = inputs
         lead = a.shape[:-2]

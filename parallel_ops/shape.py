@@ -114,6 +114,16 @@ class Reshape(Op):
     def forward(self, spec, inputs, weights):
         return [inputs[0].reshape(spec.outputs[0].shape)]
 
+    explicit_backward = True      # autograd's: the gradient reshaped back (ViewBackward0)
+
+    def forward_saving(self, spec, inputs, weights):
+        if inputs[0] is None:
+            return None
+        return self.forward(spec, inputs, weights), inputs[0].shape
+
+    def backward(self, spec, saved, output_grads, need_inputs, need_weights):
+        return [output_grads[0].reshape(saved) if need_inputs[0] else None], []
+
     def reference(self, inputs, weights):
         if self.type == "flat":
             return [torch.flatten(inputs[0], 1)]
@@ -141,6 +151,18 @@ class Transpose(Op):
 
     def forward(self, spec, inputs, weights):
         return [inputs[0].transpose(self.params["d0"], self.params["d1"])]
+
+    explicit_backward = True      # autograd's: the gradient transposed back
+
+    def forward_saving(self, spec, inputs, weights):
+        if inputs[0] is None:
+            return None
+        return self.forward(spec, inputs, weights), None
+
+    def backward(self, spec, saved, output_grads, need_inputs, need_weights):
+        dy = output_grads[0]
+        return [dy.transpose(self.params["d0"], self.params["d1"]) if need_inputs[0]
+                else None], []
 
     def reference(self, inputs, weights):
         return [torch.transpose(inputs[0], self.params["d0"], self.params["d1"])]
@@ -254,6 +276,31 @@ class Split(Op):
         axis = self.params["axis"]
         return [None if s is None else inputs[0].narrow(axis, s[0], s[1] - s[0])
                 for s in spec.info]
+
+    explicit_backward = True
+
+    def forward_saving(self, spec, inputs, weights):
+        x = inputs[0]
+        if x is None:
+            return None
+        return self.forward(spec, inputs, weights), (x.shape, x.dtype, x.device)
+
+    def backward(self, spec, saved, output_grads, need_inputs, need_weights):
+        """The part's input gradient: its outputs' gradients side by side (zeros for an
+        output without one), the values autograd sums from the narrows' SliceBackward."""
+        if not need_inputs[0]:
+            return [None], []
+        shape, dtype, device = saved
+        axis = self.params["axis"]
+        pieces = []
+        for s, dy in zip(spec.info, output_grads):
+            if s is not None:
+                if dy is None:
+                    size = list(shape)
+                    size[axis] = s[1] - s[0]
+                    dy = torch.zeros(size, dtype=dtype, device=device)
+                pieces.append(dy)
+        return [pieces[0] if len(pieces) == 1 else torch.cat(pieces, axis)], []
 
     def reference(self, inputs, weights):
         return list(torch.split(inputs[0], list(self.params["sizes"]), self.params["axis"]))

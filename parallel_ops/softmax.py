@@ -38,9 +38,55 @@ def row_dims(op_desc: str, x: Tensor, last: str, last_kind: str) -> tuple[Dim, .
             Dim(last, last_kind, feat))
 
 
+class _RowStage(Stage):
+    """A stage of row_stat_stages with an explicit backward (Op.explicit_backward) for the
+    parts that hold whole rows (the last axis unsplit, the common case): normalize then
+    computes y from x alone with torch's fused kernel (`whole_saving`, `whole_backward`:
+    torch's own derivative), and gives the statistics a zero gradient; the stats stage's
+    backward gives x a zero gradient. Their sum is the exact gradient (the statistics of a
+    whole row are a function of x that normalize's derivative already accounts for). Parts
+    of split rows run autograd through both stages as before."""
+
+    def __init__(self, *args, feat: int, whole_saving=None, whole_backward=None, **kw):
+        super().__init__(*args, **kw)
+        self.feat, self._saving, self._backward = feat, whole_saving, whole_backward
+        self.explicit_backward = whole_saving is not None
+
+    def forward_saving(self, spec, inputs, weights):
+        block = spec.inputs[0]
+        if inputs[0] is None or block.hi[-1] - block.lo[-1] != self.feat:
+            return None
+        return self._saving(spec, inputs, weights)
+
+    def backward(self, spec, saved, output_grads, need_inputs, need_weights):
+        return self._backward(spec, saved, output_grads, need_inputs, need_weights)
+
+
+def _stats_saving(stats_fwd):
+    """The stats stage's whole-row forward: the statistics, saving what a zero gradient
+    for x needs."""
+    def saving(spec, inputs, weights):
+        x = inputs[0]
+        return stats_fwd(spec, inputs, weights), (x.shape, x.dtype, x.device)
+    return saving
+
+
+def _stats_backward(spec, saved, output_grads, need_inputs, need_weights):
+    shape, dtype, device = saved
+    return [torch.zeros(shape, dtype=dtype, device=device) if need_inputs[0] else None], []
+
+
+def zero_stats_grad(spec, x: torch.Tensor, need: bool):
+    """Normalize's (zero) gradient for the statistics of whole rows (see _RowStage)."""
+    return torch.zeros(spec.inputs[1].shape, dtype=x.dtype, device=x.device) if need else None
+
+
 def row_stat_stages(op: Op, x: Tensor, y: Tensor, stats_fwd: Callable, norm_fwd: Callable,
-                    weights: Sequence[Tensor] = ()) -> list[Stage]:
-    """The stats and normalize stages of `op` (dims from row_dims) computing y from x."""
+                    weights: Sequence[Tensor] = (), whole_saving: Callable | None = None,
+                    whole_backward: Callable | None = None) -> list[Stage]:
+    """The stats and normalize stages of `op` (dims from row_dims) computing y from x; with
+    `whole_saving`/`whole_backward` (normalize's forward_saving/backward for parts of whole
+    rows), an explicit backward for such parts (_RowStage)."""
     # norm_fwd gets the sizes of a row's Kc pieces as spec.info; weights split with the
     # last dim.
     *lead, feat = x.shape
@@ -65,8 +111,13 @@ def row_stat_stages(op: Op, x: Tensor, y: Tensor, stats_fwd: Callable, norm_fwd:
                         tuple(stage.rect_for(w.shape, x_labels[-1:], rg) for w in weights),
                         (block,), info=sizes)
 
-    return [Stage(op, "stats", [x], [stats], stats_fwd, part=stats_part),
-            Stage(op, "normalize", [x, stats], [y], norm_fwd, weights=weights, part=norm_part)]
+    explicit = whole_saving is not None
+    return [_RowStage(op, "stats", [x], [stats], stats_fwd, part=stats_part, feat=feat,
+                      whole_saving=_stats_saving(stats_fwd) if explicit else None,
+                      whole_backward=_stats_backward),
+            _RowStage(op, "normalize", [x, stats], [y], norm_fwd, weights=weights,
+                      part=norm_part, feat=feat, whole_saving=whole_saving,
+                      whole_backward=whole_backward)]
 
 
 def _softmax_stats(spec, inputs, weights):
@@ -83,6 +134,20 @@ def _softmax_normalize(spec, inputs, weights):
     return [torch.exp(x - m) / s]
 
 
+def _softmax_saving(spec, inputs, weights):
+    """Normalize of whole rows: torch's softmax, saving its output (what its derivative
+    reads)."""
+    y = torch.softmax(inputs[0], dim=-1)
+    return [y], y
+
+
+def _softmax_backward(spec, saved, output_grads, need_inputs, need_weights):
+    y = saved
+    dx = torch._softmax_backward_data(output_grads[0], y, -1, y.dtype) if need_inputs[0] \
+        else None
+    return [dx, zero_stats_grad(spec, y, need_inputs[1])], []
+
+
 class Softmax(Op):
     type = "softmax"
 
@@ -96,7 +161,9 @@ class Softmax(Op):
         self.params = {"classes": x.shape[-1]}
         self.inputs = [x]
         y = model.new_tensor(self, x.shape, x.dtype)
-        self._stages = row_stat_stages(self, x, y, _softmax_stats, _softmax_normalize)
+        self._stages = row_stat_stages(self, x, y, _softmax_stats, _softmax_normalize,
+                                       whole_saving=_softmax_saving,
+                                       whole_backward=_softmax_backward)
 
     def stages(self):
         return self._stages

@@ -25,6 +25,7 @@ EXAMPLES = """examples:
   python -m strategy simulate --app my_app.py --machine dgx-h100:2 --trace predicted.json
   python -m strategy replay --app alexnet --small --devices-per-rank 2 --run-trace run.json
   python -m strategy profile alexnet --small --devices 4 -o alexnet.cpu.profile
+  python -m strategy calibrate run1.json run2.json --machine local2.json -o mine
   python -m strategy show alexnet.json --app alexnet --small --graph alexnet-strategy
   python -m strategy diff data_parallel.json searched.json
 
@@ -79,6 +80,22 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("-o", "--output", metavar="FILE",
                    help="Chrome trace with the measured and predicted timelines")
     r.add_argument("--top", type=int, default=15, help="nodes listed (default 15)")
+    c = sub.add_parser("calibrate", help="fit host costs and in-situ task times to recorded "
+                       "runs (--trace files); write a machine file and a profile")
+    c.add_argument("traces", nargs="+", metavar="RUN_TRACE",
+                   help="--trace files of real CPU runs, all of one layout")
+    c.add_argument("-o", "--output", required=True, metavar="NAME",
+                   help="write NAME.machine.json (for --machine) and NAME.profile (for "
+                   "--profile)")
+    c.add_argument("--machine", default="local", metavar="PRESET|FILE",
+                   help="base model whose devices and links are kept: a file saved under "
+                   "the runs' mpirun (mpirun -np R python -m mpi4py -m strategy.machines "
+                   "local --save FILE); default 'local' measured now, one device per rank")
+    c.add_argument("--base-profile", metavar="FILE",
+                   help="the profiler's task times (python -m strategy.costs profile): keys "
+                   "the runs did not time get these, scaled to in situ")
+    c.add_argument("--no-factor", action="store_true",
+                   help="do not fit the iteration factor (docs/simulator.md)")
     sub.add_parser("profile", help="measure an app's task costs (python -m strategy.costs "
                    "profile --help)", add_help=False)
     w = sub.add_parser("show", help="a strategy file as a table (and a graph picture)")
@@ -162,6 +179,10 @@ def main(argv=None, out=None) -> int:
             return _run_app(a.app, rest + ["--simulate"])
         if a.command == "replay":
             return _replay(a, rest, out)
+        if a.command == "calibrate":
+            if rest:
+                raise CliError(f"unknown arguments {rest} for calibrate")
+            return _calibrate(a, out)
         if a.command == "show":
             return _show(a, rest, out)
         if rest:
@@ -247,4 +268,36 @@ def _replay(a, rest, out) -> int:
     if a.output:
         report.write_chrome(a.output)
         print(f"measured and predicted timelines written to {a.output}", file=out)
+    return 0
+
+
+def _calibrate(a, out) -> int:
+    from .calibration import CalibrationError, calibrate
+    from .costs.profile import Profile, ProfileError
+    from .machines import MachineModelError, cluster_model, machine_model
+    from .replay import ReplayError, read_trace
+    paths = (f"{a.output}.machine.json", f"{a.output}.profile")
+    for path in paths:
+        if output_problem(path):
+            raise CliError(f"-o {a.output}: {path}: {output_problem(path)}")
+    try:
+        base_profile = Profile.load(a.base_profile) if a.base_profile else None
+        base = machine_model(a.machine)
+        ranks = int(read_trace(a.traces[0])[1].get("ranks") or 1)
+        if base.num_devices == 1 and ranks > 1:
+            # One process measured: its device for every rank, links as the cluster
+            # preset's defaults (say so: a file saved under mpirun measures them).
+            base = cluster_model("local", base.device(0), ranks,
+                                 summary="one process's device x ranks, default shm links",
+                                 calibration=base.calibration)
+            print(f"note: --machine {a.machine} has one device; using it for each of the "
+                  f"{ranks} ranks with default links (save 'local' under mpirun -np {ranks} "
+                  "for measured ones)", file=out)
+        model, profile, fit = calibrate(a.traces, base, base_profile, not a.no_factor)
+    except (CalibrationError, ReplayError, MachineModelError, ProfileError) as e:
+        raise CliError(str(e)) from None
+    print(fit.text(), file=out)
+    model.save(paths[0])
+    profile.save(paths[1])
+    print(f"wrote {paths[0]} (--machine) and {paths[1]} (--profile)", file=out)
     return 0

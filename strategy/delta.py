@@ -30,7 +30,7 @@ from taskrt.liveness import (INSTANCE, PARTIAL, STAGING, buffers_of, is_small, p
 from taskrt.nodegroups import GroupRun, resolve
 
 from .listsched import csr
-from .simulator import NodeTimer, Resources, SimResult, result_of, timeline
+from .simulator import NO_HOST, NodeTimer, Resources, SimResult, result_of, timeline
 
 TABLE_SLACK = 65536      # buffers the tables may hold beyond 4 per node before a restart
 
@@ -62,10 +62,24 @@ class _GroupSim:
     buf_ids: np.ndarray
     read_by_writers: frozenset     # regions read (R, RW) by tasks that write something
     reads_of_writers: dict         # region written -> regions read by the tasks writing it
+    host: tuple | None             # _HOST_ARRAYS of its nodes, or None without host costs
 
 
 _SIM_ARRAYS = ("dur", "res_counts", "res_ids", "buf_counts", "buf_ids")
 _RUN_ARRAYS = ("gids", "offsets", "pred_count", "pred_gid", "pred_idx")
+# Host phases (simulator.timeline's `host`), only when the machine model has host costs.
+_HOST_ARRAYS = ("pre_dur", "pre_counts", "pre_ids", "post_dur", "post_counts", "post_ids")
+
+
+def _host_arrays(phases) -> tuple:
+    """Per-node host phases (seconds, ids, seconds, ids) as the six _HOST_ARRAYS."""
+    n = len(phases)
+    return (np.fromiter((p[0] for p in phases), dtype=np.float64, count=n),
+            np.fromiter((len(p[1]) for p in phases), dtype=np.int64, count=n),
+            np.fromiter((x for p in phases for x in p[1]), dtype=np.int64),
+            np.fromiter((p[2] for p in phases), dtype=np.float64, count=n),
+            np.fromiter((len(p[3]) for p in phases), dtype=np.int64, count=n),
+            np.fromiter((x for p in phases for x in p[3]), dtype=np.int64))
 
 
 def _join(arrays: list) -> np.ndarray:
@@ -90,6 +104,12 @@ class _LaunchBlock:
     pred_count: np.ndarray
     pred_gid: np.ndarray
     pred_idx: np.ndarray
+    pre_dur: np.ndarray | None = None       # _HOST_ARRAYS: None without host costs
+    pre_counts: np.ndarray | None = None
+    pre_ids: np.ndarray | None = None
+    post_dur: np.ndarray | None = None
+    post_counts: np.ndarray | None = None
+    post_ids: np.ndarray | None = None
 
 
 class _Joined:
@@ -97,9 +117,8 @@ class _Joined:
     splicing in the blocks that changed (a proposal changes a few launches of thousands)."""
     __slots__ = ("arrays", "lens")
 
-    def __init__(self, blocks: list):
-        self.arrays = {f: _join([getattr(b, f) for b in blocks])
-                       for f in _SIM_ARRAYS + _RUN_ARRAYS}
+    def __init__(self, blocks: list, fields: tuple):
+        self.arrays = {f: _join([getattr(b, f) for b in blocks]) for f in fields}
         self.lens = {f: np.fromiter((len(getattr(b, f)) for b in blocks), dtype=np.int64,
                                     count=len(blocks)) for f in self.arrays}
 
@@ -248,13 +267,15 @@ class SimulationSession:
 
     def _node_info(self, node, staged) -> tuple:
         """(duration, resource ids, buffer ids, regions read, regions written: a task's
-        writes, or None when it writes nothing): what a node adds to its group's arrays,
-        cached per node object (unchanged nodes are the same objects in the next graph).
+        writes, or None when it writes nothing, host phases: (seconds, resource ids) before
+        and after): what a node adds to its group's arrays, cached per node object
+        (unchanged nodes are the same objects in the next graph).
         Copies, most of the nodes a change makes, differ only in their region, devices and
         size: what those determine is computed once per such key (_copy_info)."""
         if node.kind == "copy":
             return self._copy_info(node)
         d, rs = self.timer.timing(node)
+        host = self._host_info(node)
         keys = buffers_of(node, staged=staged)
         bufs = tuple(self._buffer(key, key[3].nbytes if key[0] == STAGING else 0)
                      for key in keys)
@@ -264,7 +285,15 @@ class SimulationSession:
             if w:
                 reads, writes = r, w
         rid = self.resources.id
-        return d, tuple(rid(x) for x in rs), bufs, reads, writes
+        return d, tuple(rid(x) for x in rs), bufs, reads, writes, host
+
+    def _host_info(self, node) -> tuple:
+        """The node's host phases with resource ids (simulator.NodeTimer.host_phases)."""
+        if not self.timer.host_costs:
+            return NO_HOST
+        hd, hr, pd, pr = self.timer.host_phases(node)
+        rid = self.resources.id
+        return hd, tuple(rid(x) for x in hr), pd, tuple(rid(x) for x in pr)
 
     def _copy_info(self, node) -> tuple:
         key = (node.region.name, node.src, node.dst, node.nbytes, node.reduction,
@@ -277,10 +306,10 @@ class SimulationSession:
                 bufs = bufs[:-1]
             info = self._copy_infos[key] = (
                 d, tuple(self.resources.id(x) for x in rs),
-                tuple(self._buffer(b, 0) for b in bufs), (), None)
+                tuple(self._buffer(b, 0) for b in bufs), (), None, self._host_info(node))
         if node.reduction:
             staging = self._buffer((STAGING, key[0], node.dst, node), key[3])
-            return info[0], info[1], info[2] + (staging,), (), None
+            return info[0], info[1], info[2] + (staging,), (), None, info[5]
         return info
 
     def _group_sim(self, group) -> _GroupSim:
@@ -294,7 +323,7 @@ class SimulationSession:
             rows.append(info)
         n = len(rows)
         read_by_writers, reads_of_writers = set(), {}
-        for _, _, _, reads, writes in rows:
+        for _, _, _, reads, writes, _ in rows:
             if writes is not None:
                 read_by_writers.update(reads)
                 for w in writes:
@@ -304,7 +333,8 @@ class SimulationSession:
                          np.fromiter((x for r in rows for x in r[1]), dtype=np.int64),
                          np.fromiter((len(r[2]) for r in rows), dtype=np.int64, count=n),
                          np.fromiter((x for r in rows for x in r[2]), dtype=np.int64),
-                         frozenset(read_by_writers), reads_of_writers)
+                         frozenset(read_by_writers), reads_of_writers,
+                         _host_arrays([r[5] for r in rows]) if self.timer.host_costs else None)
 
     def _region_buffer_arrays(self, name: str) -> tuple:
         rp = self.planner.planners[name]
@@ -328,9 +358,11 @@ class SimulationSession:
                 s = sims[g] = self._group_sim(g)
             per.append(s)
         run = GroupRun.of(groups)
+        host = (_join([s.host[k] for s in per]) for k in range(len(_HOST_ARRAYS))) \
+            if self.timer.host_costs else ()
         return _LaunchBlock(version, groups, per,
                             *(_join([getattr(s, f) for s in per]) for f in _SIM_ARRAYS),
-                            *(getattr(run, f) for f in _RUN_ARRAYS))
+                            *(getattr(run, f) for f in _RUN_ARRAYS), *host)
 
     def _blocks_now(self) -> list:
         """The current graph's launch blocks, rebuilt for the launches whose groups changed,
@@ -360,7 +392,8 @@ class SimulationSession:
                 for written, reads in s.reads_of_writers.items():
                     writers[written][s] = reads
         if self._joined is None or len(blocks) != known or 4 * len(changed) > len(blocks):
-            self._joined = _Joined(blocks)
+            self._joined = _Joined(blocks, _SIM_ARRAYS + _RUN_ARRAYS +
+                                   (_HOST_ARRAYS if self.timer.host_costs else ()))
         elif changed:
             self._joined.splice(blocks, changed)
         return blocks
@@ -380,10 +413,11 @@ class SimulationSession:
         asm = resolve(a["gids"], a["offsets"], lens["gids"], lens["dur"], a["pred_count"],
                       a["pred_gid"], a["pred_idx"], self.planner.num_group_ids)
         self._live_nodes = asm.num_nodes
-        start, end, busy = timeline(a["dur"], a["res_counts"], a["res_ids"],
-                                    asm.pred_ptr, asm.preds, self.resources)
+        host = tuple(a[f] for f in _HOST_ARRAYS) if self.timer.host_costs else None
+        start, run, end, busy = timeline(a["dur"], a["res_counts"], a["res_ids"],
+                                         asm.pred_ptr, asm.preds, self.resources, host)
         memory = self._memory(touched, start, end)
-        return result_of(self.machine_model, start, end, busy, memory)
+        return result_of(self.machine_model, start, end, busy, memory, run)
 
     def _kept_regions(self) -> set[str]:
         """Regions whose buffers persist (taskrt.liveness.Liveness.of with keep=None): initial

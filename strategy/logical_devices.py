@@ -11,7 +11,9 @@ allreduce_time, links_of_allreduce, taskrt_machine) for logical device ids:
   all-reduce the host devices' all-reduce (if more than one) plus, on each device holding
              several members, summing them and copying the sum back: 2k x bytes at memory
              bandwidth, occupying that device's compute;
-  memory     each logical device gets 1/K of its device's capacity (they share it).
+  memory     each logical device gets 1/K of its device's capacity (they share it);
+  host       one process drives the K logical devices: they share its host thread and the
+             model's host costs.
 Owns no simulation: strategy/simulator.py times nodes with it like with any model.
 """
 from __future__ import annotations
@@ -40,6 +42,11 @@ class SharedDevices:
     def num_devices(self) -> int:
         return self.model.num_devices * self.per_device
 
+    @property
+    def devices_per_node(self) -> int:
+        """Logical devices per node (what the experts place by)."""
+        return self.model.devices_per_node * self.per_device
+
     def host(self, i: int) -> int:
         """The model device logical device i runs on."""
         if not 0 <= i < self.num_devices:
@@ -59,6 +66,13 @@ class SharedDevices:
 
     def compute_resource(self, i: int) -> str:
         return f"compute {self.model.device_name(self.host(i))}"
+
+    def host_resource(self, i: int) -> str:
+        return self.model.host_resource(self.host(i))
+
+    @property
+    def host_costs(self) -> dict:
+        return self.model.host_costs
 
     def path(self, a: int, b: int) -> tuple:
         ha, hb = self.host(a), self.host(b)

@@ -198,7 +198,7 @@ def _operator(node) -> str:
     return node.region.name.split("@")[0]
 
 
-def _measured(events: list[dict]) -> tuple[dict, float]:
+def measured_times(events: list[dict]) -> tuple[dict, float]:
     """Per node (start, longest duration) in seconds, and the longest rank's span."""
     per_node: dict = {}
     spans: dict = {}
@@ -232,7 +232,7 @@ def _check_same_graph(graph, run: dict, events: list[dict], path: str) -> None:
                               "from another graph")
 
 
-def _recorded(app_name, argv, trace_path):
+def recorded(app_name, argv, trace_path):
     """(workload, argv, (ranks, devices per rank, kind), built workload, graph, events) of a
     recorded run, its graph rebuilt and checked against the trace."""
     events, run = read_trace(trace_path)
@@ -252,6 +252,17 @@ def _recorded(app_name, argv, trace_path):
     return workload, argv, (ranks, per_rank, kind), built, graph, events
 
 
+def task_durations(graph, events, into: dict | None = None) -> dict:
+    """{cost key: [seconds of each task event with that key]} of a run's trace events."""
+    durations = {} if into is None else into
+    for e in events:
+        if e.get("ph") == "X" and "node" in (e.get("args") or {}):
+            node = graph.nodes[int(e["args"]["node"])]
+            if node.kind == "task":
+                durations.setdefault(node.cost_key, []).append(e["dur"] / 1e6)
+    return durations
+
+
 def profile_from_trace(trace_path: str, app_name: str | None = None, argv=None) -> Profile:
     """Task costs measured in situ: per cost key, the median duration of the recorded run's
     task nodes with that key (every rank's events), filed under "cpu". A task runs slower
@@ -262,7 +273,7 @@ def profile_from_trace(trace_path: str, app_name: str | None = None, argv=None) 
 
         prof = profile_from_trace("run.json"); prof.save("run.profile")
     """
-    workload, argv, (ranks, per_rank, run_kind), _, graph, events = _recorded(
+    workload, argv, (ranks, per_rank, run_kind), _, graph, events = recorded(
         app_name, argv, trace_path)
     if run_kind != "cpu":
         raise ReplayError(f"trace {trace_path}: recorded on {run_kind} devices, whose events "
@@ -270,12 +281,7 @@ def profile_from_trace(trace_path: str, app_name: str | None = None, argv=None) 
                           "costs from a CPU run, or profile the GPU (python -m strategy.costs "
                           "profile APP --device cuda)")
     kind = "cpu"
-    durations: dict = {}
-    for e in events:
-        if e.get("ph") == "X" and "node" in (e.get("args") or {}):
-            node = graph.nodes[int(e["args"]["node"])]
-            if node.kind == "task":
-                durations.setdefault(node.cost_key, []).append(e["dur"] / 1e6)
+    durations = task_durations(graph, events)
     if not durations:
         raise ReplayError(f"trace {trace_path}: no task events to take costs from")
     prof = Profile(meta={"runs": [{"source": "trace", "trace": str(trace_path),
@@ -291,24 +297,17 @@ def replay(app_name: str | None, argv, trace_path: str, machine_spec="local",
     """Simulate the graph of a recorded run and compare it with the run's trace. `app_name`
     and `argv` default to what the trace records; `machine_spec` is a preset, a file,
     'local', or a MachineModel."""
-    workload, argv, (ranks, per_rank, _), built, graph, events = _recorded(app_name, argv,
+    workload, argv, (ranks, per_rank, _), built, graph, events = recorded(app_name, argv,
                                                                     trace_path)
-    machine = graph.machine
-    model = machine_model(machine_spec) if isinstance(machine_spec, str) else machine_spec
-    if model.num_devices == ranks and per_rank > 1:
-        model = shared(model, per_rank)
-    elif model.num_devices < len(machine):     # more devices: the run uses the first ones
-        raise ReplayError(f"replay: the run had {ranks} rank(s) x {per_rank} device(s); machine "
-                          f"'{model.name}' has {model.num_devices} device(s). Give a model with "
-                          f"one device per rank ({ranks}: 'local' under mpirun -np {ranks}, or "
-                          f"a file saved from it) or at least one per device ({len(machine)}).")
+    model = model_for_layout(machine_model(machine_spec) if isinstance(machine_spec, str)
+                             else machine_spec, ranks, per_rank)
     costs = CostModel(Profile.load(profile) if profile else None, int_ranges=built.int_ranges)
     timer = NodeTimer(model, costs)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", CostWarning)
         result = simulate(graph, model, costs, timer)
 
-    measured, measured_total = _measured(events)
+    measured, measured_total = measured_times(events)
     nodes = []
     for node in graph.nodes:
         m = measured.get(node.id)
@@ -327,6 +326,21 @@ def replay(app_name: str | None, argv, trace_path: str, machine_spec="local",
                         graph.fingerprint(), nodes, measured_total,
                         result.makespan if result.valid else result.span,
                         result.valid, measured_chrome, predicted)
+
+
+def model_for_layout(model, ranks: int, per_rank: int):
+    """The model a run of `ranks` ranks x `per_rank` devices is simulated on: a model with
+    one device per rank gets the run's devices as logical devices on it (logical_devices.py);
+    a bigger model lends its first devices."""
+    if model.num_devices == ranks and per_rank > 1:
+        return shared(model, per_rank)
+    if model.num_devices < ranks * per_rank:
+        raise ReplayError(f"the run had {ranks} rank(s) x {per_rank} device(s); machine "
+                          f"'{model.name}' has {model.num_devices} device(s). Give a model with "
+                          f"one device per rank ({ranks}: 'local' under mpirun -np {ranks}, or "
+                          f"a file saved from it) or at least one per device "
+                          f"({ranks * per_rank}).")
+    return model
 
 
 def _devices_per_rank(workload, argv, ranks: int, path: str) -> int:

@@ -12,6 +12,19 @@ makes delta simulation exactly equal to full simulation by construction, see del
   reduce     on its device: reading its inputs and writing the result at memory bandwidth
   allreduce  on the links the machine model says the collective uses (ring/tree/hierarchical)
 
+Host threads: the process (rank) that issues a node's work is a resource too. When the
+machine model has host costs (model.host_costs, by node kind; zero in the presets, measured
+by `python -m strategy calibrate`), a node first holds the host thread(s) that issue it for
+its host cost, then its device resources, and a message between processes then holds the
+receiving thread to unpack it:
+  task, reduce, copy in one process   the thread of its device, then the device
+  copy between processes               the sender's thread ("send"), the links, the
+                                       receiver's thread ("recv")
+  allreduce                            every member process's thread ("allreduce_start"),
+                                       the links, every thread again ("allreduce_wait")
+On a CPU device the thread that issues a task also runs it: its host resource is its
+compute resource, so host time and task time add up, as they do in the executor.
+
 Memory: a device holds its persistent buffers (weights, optimizer state, inputs, the
 graph's results) for the whole iteration, and each temporary (activations, gradients,
 partial sums, staging; taskrt.liveness; small ones stay, as in the executors) from the
@@ -35,11 +48,12 @@ from .listsched import csr, list_schedule
 @dataclass
 class SimResult:
     makespan: float                       # predicted iteration time, seconds (inf if invalid)
-    start: np.ndarray                     # per node id, seconds
+    start: np.ndarray                     # per node id, seconds: when it first holds a resource
     end: np.ndarray
     busy: dict[str, float]                # resource name -> seconds busy
     memory: dict[int, int]                # device -> peak bytes live
     over_capacity: dict[int, int] = field(default_factory=dict)   # device -> bytes over
+    run: np.ndarray | None = None         # per node: when its device work starts (after host)
 
     @property
     def valid(self) -> bool:
@@ -64,13 +78,55 @@ def memory_per_device(graph, start, end, keep=None) -> dict[int, int]:
         return Liveness.of(graph, keep).peak(start, end)
 
 
+NO_HOST = (0.0, (), 0.0, ())
+
+
 class NodeTimer:
-    """Duration and resources of each node on a machine model with a cost model."""
+    """Duration and resources of each node on a machine model with a cost model, and its
+    host phases (host_phases)."""
 
     def __init__(self, model, costs):
         self.model, self.costs = model, costs
         self._compute = {}
+        self._hosts = {}
         self._copies: dict = {}       # (src, dst, bytes) -> timing: a function of the model
+        self.host_costs = dict(getattr(model, "host_costs", None) or {})
+
+    def host(self, device: int):
+        """The host thread resource that issues device's work (a CPU's compute resource)."""
+        r = self._hosts.get(device)
+        if r is None:
+            fn = getattr(self.model, "host_resource", None)
+            if self.model.device(device).kind == "cpu" or fn is None:
+                r = self.compute(device)
+            else:
+                r = fn(device)
+            self._hosts[device] = r
+        return r
+
+    def _host_time(self, kind: str, nbytes: int) -> float:
+        c = self.host_costs.get(kind)
+        return c.time(nbytes) if c is not None else 0.0
+
+    def host_phases(self, node) -> tuple[float, tuple, float, tuple]:
+        """(seconds, host resources) before the node's device work and after it: NO_HOST
+        when the model has no host costs."""
+        if not self.host_costs:
+            return NO_HOST
+        kind = node.kind
+        if kind == "task":
+            return self._host_time("task", 0), (self.host(node.device),), 0.0, ()
+        if kind == "reduce":
+            return self._host_time("reduce", node.nbytes), (self.host(node.device),), 0.0, ()
+        if kind == "copy":
+            src, dst = self.host(node.src), self.host(node.dst)
+            if src == dst:
+                return self._host_time("copy", node.nbytes), (src,), 0.0, ()
+            return (self._host_time("send", node.nbytes), (src,),
+                    self._host_time("recv", node.nbytes), (dst,))
+        hosts = tuple(dict.fromkeys(self.host(d) for d in sorted(set(node.devices))))
+        return (self._host_time("allreduce_start", node.nbytes), hosts,
+                self._host_time("allreduce_wait", node.nbytes), hosts)
 
     def compute(self, device: int):
         """The compute resource of a device (logical devices may share a physical one)."""
@@ -135,17 +191,28 @@ class Resources:
         return {resource_name(self.items[r]): float(busy[r]) for r in np.flatnonzero(used)}
 
 
-def timeline(dur, res_counts, res_ids, pred_ptr, preds, resources: Resources):
-    """(start, end, busy by resource name) of nodes in program order (strategy.listsched):
-    each starts when its predecessors have ended and its resources are free (FIFO per
-    resource in program order), and holds them for its duration."""
+def timeline(dur, res_counts, res_ids, pred_ptr, preds, resources: Resources, host=None):
+    """(start, run, end, busy by resource name) of nodes in program order
+    (strategy.listsched): each starts when its predecessors have ended and its resources are
+    free (FIFO per resource in program order), and holds them for its duration. `host`:
+    None, or (pre seconds, pre counts, pre ids, post seconds, post counts, post ids) of the
+    nodes' host phases."""
     n = len(resources.items)
-    start, end, busy = list_schedule(dur, csr(res_counts), res_ids, pred_ptr, preds, n)
-    used = np.bincount(np.asarray(res_ids, dtype=np.int64), minlength=n) > 0
-    return start, end, resources.busy_by_name(busy, used)
+    phases = None
+    if host is not None:
+        pre_dur, pre_counts, pre_ids, post_dur, post_counts, post_ids = host
+        phases = (pre_dur, csr(pre_counts), pre_ids, post_dur, csr(post_counts), post_ids)
+    start, run, end, busy = list_schedule(dur, csr(res_counts), res_ids, pred_ptr, preds, n,
+                                          phases)
+    ids = np.asarray(res_ids, dtype=np.int64)
+    if host is not None:
+        ids = np.concatenate([ids, np.asarray(pre_ids, dtype=np.int64),
+                              np.asarray(post_ids, dtype=np.int64)])
+    used = np.bincount(ids, minlength=n) > 0
+    return start, run, end, resources.busy_by_name(busy, used)
 
 
-def result_of(model, start, end, busy, memory) -> SimResult:
+def result_of(model, start, end, busy, memory, run=None) -> SimResult:
     """The SimResult of a timeline and the devices' memory needs."""
     over = {}
     for d, b in memory.items():
@@ -153,7 +220,7 @@ def result_of(model, start, end, busy, memory) -> SimResult:
         if b > cap:
             over[d] = b - cap
     makespan = (float(end.max()) if len(end) else 0.0) if not over else float("inf")
-    return SimResult(makespan, start, end, busy, memory, over)
+    return SimResult(makespan, start, end, busy, memory, over, run)
 
 
 def simulate(graph, model, costs, timer: NodeTimer | None = None) -> SimResult:
@@ -165,26 +232,51 @@ def simulate(graph, model, costs, timer: NodeTimer | None = None) -> SimResult:
     counts = np.empty(n, dtype=np.int64)
     res_ids: list[int] = []
     rid = resources.id
+    with_host = bool(timer.host_costs)
+    if with_host:
+        pre_dur, post_dur = np.empty(n), np.empty(n)
+        pre_counts = np.empty(n, dtype=np.int64)
+        post_counts = np.empty(n, dtype=np.int64)
+        pre_ids: list[int] = []
+        post_ids: list[int] = []
     for node in graph.nodes:
         d, rs = timer.timing(node)
         dur[node.id] = d
         counts[node.id] = len(rs)
         res_ids.extend(rid(r) for r in rs)
+        if with_host:
+            hd, hr, pd, pr = timer.host_phases(node)
+            pre_dur[node.id], pre_counts[node.id] = hd, len(hr)
+            post_dur[node.id], post_counts[node.id] = pd, len(pr)
+            pre_ids.extend(rid(r) for r in hr)
+            post_ids.extend(rid(r) for r in pr)
     pred_counts = np.fromiter((len(p) for p in graph.preds), dtype=np.int64, count=n)
     preds = np.fromiter((p for ps in graph.preds for p in ps), dtype=np.int64,
                         count=int(pred_counts.sum()))
-    start, end, busy = timeline(dur, counts, np.array(res_ids, dtype=np.int64),
-                                csr(pred_counts), preds, resources)
-    return result_of(model, start, end, busy, memory_per_device(graph, start, end))
+    host = (pre_dur, pre_counts, np.array(pre_ids, dtype=np.int64), post_dur, post_counts,
+            np.array(post_ids, dtype=np.int64)) if with_host else None
+    start, run, end, busy = timeline(dur, counts, np.array(res_ids, dtype=np.int64),
+                                     csr(pred_counts), preds, resources, host)
+    return result_of(model, start, end, busy, memory_per_device(graph, start, end), run)
 
 
 def trace_of(graph, result: SimResult, timer: NodeTimer) -> list[TraceEvent]:
-    """The simulated timeline as trace events, one track per resource (device or link)."""
+    """The simulated timeline as trace events, one track per resource (device or link;
+    host phases on their threads' tracks)."""
     events = []
+    run = result.run if result.run is not None else result.start
     for node in graph.nodes:
-        _, resources = timer.timing(node)
+        i = node.id
+        d, resources = timer.timing(node)
+        hd, hosts, pd, posts = timer.host_phases(node)
+        label, nbytes = node_label(node), getattr(node, "nbytes", 0)
+        for r in (hosts if hd else ()):
+            events.append(TraceEvent(i, node.kind, label, resource_name(r), result.start[i],
+                                     result.start[i] + hd, nbytes))
         for r in resources:
-            events.append(TraceEvent(node.id, node.kind, node_label(node), resource_name(r),
-                                     result.start[node.id], result.end[node.id],
-                                     getattr(node, "nbytes", 0)))
+            events.append(TraceEvent(i, node.kind, label, resource_name(r), run[i],
+                                     run[i] + d if posts else result.end[i], nbytes))
+        for r in (posts if pd else ()):
+            events.append(TraceEvent(i, node.kind, label, resource_name(r),
+                                     result.end[i] - pd, result.end[i], nbytes))
     return events

@@ -10,7 +10,8 @@ all-reduces). The executors allocate a temporary when its first user starts and 
 after its last user; the simulator counts it from the earliest start to the latest end of its
 users. Both take the users and the peak from this module, so the modelled peak is the run's.
 
-Small buffers (under MIN_TEMPORARY_BYTES, TASKRT_MIN_TEMPORARY_BYTES) are persistent too:
+Small buffers (under Settings.min_temporary_bytes, TASKRT_MIN_TEMPORARY_BYTES: the settings
+the caller passes, else those resolved when called) are persistent too:
 allocating and releasing costs a rank a few microseconds of Python per node, which a CNN of
 many small layers on a CPU pays on every task (Inception-v3 --small on 2 ranks: ~15% of the
 iteration) while such buffers are a sliver of any device's memory.
@@ -23,20 +24,19 @@ import numpy as np
 
 from .errors import PlanError
 from .privilege import Privilege
-from .settings import env_number
+from .settings import Settings
 
 INSTANCE, PARTIAL, STAGING = 0, 1, 2
-MIN_TEMPORARY_BYTES = env_number("TASKRT_MIN_TEMPORARY_BYTES", strict=False)
 
 
-def is_temporary(region_name: str, nbytes: int, kept) -> bool:
+def is_temporary(region_name: str, nbytes: int, kept, settings: Settings | None = None) -> bool:
     """Whether a buffer of `nbytes` of region `region_name` is freed after its last use."""
-    return region_name not in kept and not is_small(nbytes)
+    return region_name not in kept and not is_small(nbytes, settings)
 
 
-def is_small(nbytes):
+def is_small(nbytes, settings: Settings | None = None):
     """Whether a buffer of `nbytes` (a number or an array of them) is too small to free."""
-    return nbytes < MIN_TEMPORARY_BYTES
+    return nbytes < Settings.resolve(settings).min_temporary_bytes
 _READS = (Privilege.READ, Privilege.READ_WRITE)
 _READ, _RW = Privilege.READ, Privilege.READ_WRITE
 
@@ -147,7 +147,8 @@ class Liveness:
     kept: set[str]
 
     @classmethod
-    def of(cls, graph, keep=None, devices=None) -> "Liveness":
+    def of(cls, graph, keep=None, devices=None, settings: Settings | None = None) -> "Liveness":
+        settings = Settings.resolve(settings)
         nodes = graph.nodes
         users: dict = {}
         read_by_writer: set[str] = set()
@@ -199,7 +200,7 @@ class Liveness:
             dev = key[2]
             if owned is not None and dev not in owned:
                 continue
-            if not is_temporary(key[1], region.nbytes(rect), kept):
+            if not is_temporary(key[1], region.nbytes(rect), kept, settings):
                 persistent[dev] = persistent.get(dev, 0) + region.nbytes(rect)
             else:
                 lst = users.get(key)

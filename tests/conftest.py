@@ -1,7 +1,7 @@
 import os
 import sys
 
-# Tests use tiny models, whose buffers are all under taskrt.liveness's MIN_TEMPORARY_BYTES:
+# Tests use tiny models, whose buffers are all under Settings.min_temporary_bytes:
 # free them anyway (here and in the ranks tests start), so that freeing is what is tested.
 # tests/taskrt/test_liveness.py checks the size rule itself.
 os.environ.setdefault("TASKRT_MIN_TEMPORARY_BYTES", "0")

@@ -62,6 +62,18 @@ def test_messages_sent_equal_graph_copies(mpi_results, model, strategy):
         assert rec["sent"] == rec["expected_sent"], f"rank {r}"
 
 
+@pytest.mark.parametrize("model,strategy", CASES, ids=[f"{m}-{s}" for m, s in CASES])
+def test_a_trace_has_one_event_per_node_of_the_rank(mpi_results, model, strategy):
+    """Posting a receive is no event of its own: a copy from another rank is traced once,
+    when it is unpacked (the simulator's calibration reads these traces)."""
+    n, per_rank = mpi_results
+    for r in range(n):
+        traced = per_rank[r][f"{model}/{strategy}"]["traced"]
+        if traced:
+            events, nodes = traced
+            assert sorted(events) == nodes, f"rank {r}"
+
+
 @pytest.mark.parametrize("model", list(MODELS))
 def test_ready_updates_run_in_batches(mpi_results, model):
     """Under data parallelism a bucket's all-reduce readies several updates at once; the

@@ -68,24 +68,43 @@ def test_one_rank_runs_its_logical_devices_one_at_a_time():
     assert simulate(graph, two, costs).makespan < 0.75 * total
 
 
-def test_report_has_the_in_situ_row_for_two_ranks():
-    from bench.sim_accuracy import report
+def case(app, ranks, strategy, measured, predicted, spread=0.0):
+    return {"app": app, "ranks": ranks, "strategy": strategy, "measured_s": measured,
+            "spread_s": (measured - spread / 2, measured + spread / 2),
+            "predicted_s": predicted, "error": (predicted - measured) / measured,
+            "without_factor_s": predicted * 0.5, "iteration_factor": 2.0,
+            "uncalibrated_s": predicted * 0.2}
 
-    def case(app, ranks, measured, predicted, in_situ=None):
-        c = {"app": app, "ranks": ranks, "strategy": "s", "measured_s": measured,
-             "predicted_s": predicted, "error": (predicted - measured) / measured}
-        if in_situ is not None:
-            c["predicted_in_situ_s"] = in_situ
-            c["error_in_situ"] = (in_situ - measured) / measured
-        return c
-    cases = [case("a", 1, 1.0, 0.9), case("a", 1, 2.0, 1.8),
-             case("a", 2, 1.0, 0.5, 0.8), case("a", 2, 2.0, 1.0, 1.9),
-             case("b", 2, 4.0, 2.0, 3.0)]
-    out = report(cases, {}, {}, quick=True)
+
+def test_spread_is_the_interquartile_range():
+    from bench.sim_accuracy import spread
+    assert spread([1.0, 2.0, 3.0, 4.0, 5.0]) == (2.0, 4.0)
+    assert spread([7.0]) == (7.0, 7.0)
+
+
+def test_pairs_count_only_clearly_separated_ones_of_one_app_and_layout():
+    from bench.sim_accuracy import ordered_pairs
+    cases = [case("a", 1, "x", 1.0, 1.0, 0.1), case("a", 1, "y", 2.0, 0.5, 0.1),
+             case("a", 1, "z", 1.05, 3.0, 0.1),     # within x's spread: not counted with x
+             case("a", 2, "x", 5.0, 9.0), case("b", 1, "x", 9.0, 1.0)]
+    total, right, wrong = ordered_pairs(cases)
+    # separated: (x, y) wrong, (y, z) wrong; (x, z) differ by 0.05 < 0.2
+    assert (total, right) == (2, 0)
+    assert wrong == ["a 1r x/y", "a 1r y/z"]
+
+
+def test_report_rows_say_errors_pairs_and_the_factor():
+    from bench.sim_accuracy import report
+    cases = [case("a", 1, "x", 1.0, 1.1, 0.01), case("a", 1, "y", 2.0, 1.8, 0.01),
+             case("a", 2, "x", 1.0, 0.8), case("a", 2, "y", 2.0, 2.0)]
+    out = report(cases, {}, {}, quick=True, residuals={"1 rank, fold 0": [("r", 1.0, 1.1)]})
     rows = {metric: (value, note) for metric, value, note in out["rows"]}
-    value, note = rows["2 ranks, task costs in situ (from traced 1-process runs): median / "
-                       "worst error, Spearman"]
-    assert value == "20% / 25%, 1.00"                 # errors 0.2, 0.05, 0.25
-    assert note.startswith("3 cases; median per app: a 12%, b 25%")
-    assert out["results"]["groups"]["2 ranks, in situ"]["cases"] == 3
-    assert "2 ranks, task costs in situ" not in str(report(cases[:2], {}, {}, True)["rows"])
+    assert rows["median relative error, held-out strategies"][0] == "10.0%"
+    assert rows["worst relative error, held-out strategies"][0] == "20.0%"
+    assert rows["clearly separated pairs ordered right"][0] == "2 of 2"
+    value, note = rows["calibrated without the iteration factor: median / worst error"]
+    assert value == "52.5% / 60.0%" and "1 rank 2.00, 2 ranks 2.00" in note
+    assert rows["uncalibrated (profiler times, no host costs): median / worst error"][0] == \
+        "81.0% / 84.0%"
+    assert rows["calibration residuals (traced runs it was fitted to)"][0] == \
+        "median 10.0%, worst 10.0%"

@@ -51,6 +51,16 @@ _SCALAR_FUNCTIONS = {
 }
 
 
+# fn -> d(fn(x, c))/dx applied to the output gradient dy, as autograd computes it
+_SCALAR_DERIVATIVES = {
+    "add": lambda dy, x, c: dy,
+    "sub": lambda dy, x, c: dy,
+    "mul": lambda dy, x, c: dy * c,
+    "div": lambda dy, x, c: dy / c,
+    "pow": lambda dy, x, c: torch.zeros_like(x) if c == 0 else dy * (c * x.pow(c - 1)),
+}
+
+
 class ScalarOp(Op):
     """y = fn(x, c) elementwise, for a Python number c."""
 
@@ -70,6 +80,22 @@ class ScalarOp(Op):
 
     def forward(self, spec, inputs, weights):
         return [self._fn(inputs[0], self.params["c"])]
+
+    explicit_backward = True      # for add, sub, mul, div and pow (autograd for the others)
+
+    def forward_saving(self, spec, inputs, weights):
+        fn = self.type[len("scalar_"):]
+        if fn not in _SCALAR_DERIVATIVES or inputs[0] is None:
+            return None
+        return self.forward(spec, inputs, weights), inputs[0] if fn == "pow" else None
+
+    def backward(self, spec, saved, output_grads, need_inputs, need_weights):
+        """The derivative autograd computes (AddBackward1, SubBackward1, MulBackward1,
+        DivBackward1, PowBackward0)."""
+        if not need_inputs[0]:
+            return [None], []
+        fn = self.type[len("scalar_"):]
+        return [_SCALAR_DERIVATIVES[fn](output_grads[0], saved, self.params["c"])], []
 
     def reference(self, inputs, weights):
         return [self._fn(inputs[0], self.params["c"])]

@@ -7,7 +7,8 @@
                              "links": [{"kind": "nvlink", "ends": ["d0", "d1"],
                                         "latency": 1e-6, "bandwidth": 2e10}, ...]}},
      "nodes": [{"type": "p100", "count": 2}],
-     "links": [], "allreduce_efficiency": 1.0}
+     "links": [], "allreduce_efficiency": 1.0,
+     "host_costs": {"task": {"seconds": 2e-5, "per_byte": 0.0}, ...}}   # optional
 
 docs/machines.md documents every field. Saving picks JSON for a path ending in .json and
 msgpack otherwise; loading tells them apart by content. Loading checks everything and raises
@@ -26,7 +27,7 @@ import msgpack
 from .errors import MachineFileError, MachineModelError
 from .checks import check_description
 from .model import MachineModel
-from .specs import DeviceSpec, LinkSpec, NodeType
+from .specs import HOST_KINDS, DeviceSpec, HostCost, LinkSpec, NodeType
 
 FORMAT = "soapflow-machine"
 VERSION = 1
@@ -38,7 +39,9 @@ SPEC_FIELDS = {"fp32_flops": "FLOP/s, e.g. 1.06e13", "fp16_flops": "FLOP/s, e.g.
 LINK_FIELDS = {"kind": "", "ends": "", "latency": "seconds, e.g. 1e-6",
                "bandwidth": "bytes/s, e.g. 1.25e10 for 100 Gb/s", "duplex": "", "name": ""}
 TOP_FIELDS = ("format", "version", "name", "summary", "device_specs", "switches", "node_types",
-              "nodes", "links", "allreduce_efficiency", "calibration")
+              "nodes", "links", "allreduce_efficiency", "calibration", "host_costs")
+HOST_FIELDS = {"seconds": "seconds per node, e.g. 2e-5",
+               "per_byte": "seconds per byte moved, e.g. 1e-10"}
 HOW = "Export a preset with `python -m strategy.machines p100 --save FILE` and edit it."
 
 
@@ -74,6 +77,9 @@ def to_dict(model: MachineModel) -> dict:
             "allreduce_efficiency": model.allreduce_efficiency}
     if model.calibration:
         data["calibration"] = model.calibration
+    if model.host_costs:
+        data["host_costs"] = {k: {"seconds": c.seconds, "per_byte": c.per_byte}
+                              for k, c in model.host_costs.items()}
     return data
 
 
@@ -232,6 +238,29 @@ def _links(p: _Problems, where: str, items) -> list[LinkSpec]:
     return out
 
 
+def _host_costs(p: _Problems, raw) -> dict:
+    """The "host_costs" object: {node kind: {"seconds", "per_byte"}} (docs/simulator.md)."""
+    if not isinstance(raw, dict):
+        p.append(f"top level: \"host_costs\" is {raw!r}; it must map node kinds "
+                 f"({', '.join(HOST_KINDS)}) to {{\"seconds\", \"per_byte\"}}, or be left out")
+        return {}
+    out = {}
+    for kind, d in raw.items():
+        hw = f"host cost '{kind}'"
+        if kind not in HOST_KINDS:
+            close = difflib.get_close_matches(str(kind), HOST_KINDS, n=1)
+            p.append(f"{hw}: not a node kind ({f'did you mean {close[0]!r}?' if close else ''}"
+                     f" the kinds are {', '.join(HOST_KINDS)}); fix or remove it")
+            continue
+        if not isinstance(d, dict):
+            p.append(f"{hw}: expected {{\"seconds\": s, \"per_byte\": s}}, got {d!r}")
+            continue
+        p.unknown(hw, d, HOST_FIELDS)
+        out[kind] = HostCost(*(p.number(hw, d, f, units, positive=False, default=0.0)
+                               if f in d else 0.0 for f, units in HOST_FIELDS.items()))
+    return out
+
+
 def from_dict(data, path: str = "<data>") -> MachineModel:
     """Check a file's object and build its MachineModel."""
     where = f"machine file {path}"
@@ -311,12 +340,14 @@ def from_dict(data, path: str = "<data>") -> MachineModel:
         p.append(f"top level: \"calibration\" is {calibration!r}; it must be an object "
                  "(written by calibrate_local) or left out")
         calibration = {}
+    host_costs = _host_costs(p, data.get("host_costs", {}))
     p += check_description(specs, types, nodes, switches, links, efficiency)
     if not p:
         try:
             return MachineModel(name if isinstance(name, str) else "", specs, types, nodes,
                                 switches, links, efficiency,
-                                summary if isinstance(summary, str) else "", calibration)
+                                summary if isinstance(summary, str) else "", calibration,
+                                host_costs)
         except MachineModelError as e:
             p += [line[4:] for line in str(e).splitlines()[1:]] or [str(e)]
     raise MachineFileError(f"{where}: {len(p)} problem{'s' if len(p) > 1 else ''}:\n  - " +

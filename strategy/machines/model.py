@@ -20,7 +20,7 @@ from typing import Iterable, Mapping, Sequence
 
 from .checks import check_description
 from .errors import MachineModelError
-from .specs import DeviceSpec, Link, LinkSpec, NodeType
+from .specs import HOST_KINDS, DeviceSpec, HostCost, Link, LinkSpec, NodeType
 
 
 class MachineModel:
@@ -36,7 +36,8 @@ class MachineModel:
                  node_types: Mapping[str, NodeType], nodes: Sequence[str],
                  switches: Sequence[str] = (), links: Sequence[LinkSpec] = (),
                  allreduce_efficiency: float = 1.0, summary: str = "",
-                 calibration: Mapping | None = None):
+                 calibration: Mapping | None = None,
+                 host_costs: Mapping[str, HostCost] | None = None):
         self.name = name
         self.device_specs = dict(device_specs)
         self.node_types = dict(node_types)
@@ -46,8 +47,15 @@ class MachineModel:
         self.allreduce_efficiency = allreduce_efficiency
         self.summary = summary
         self.calibration = dict(calibration or {})
+        # Host time per node kind (only the non-zero ones are kept: zero is the default).
+        self.host_costs = {k: c for k, c in (host_costs or {}).items() if c != HostCost()}
         problems = check_description(self.device_specs, self.node_types, self.nodes,
                                      self.switches, self.links, allreduce_efficiency)
+        problems += [f"host cost '{k}': not a node kind; use one of {', '.join(HOST_KINDS)}"
+                     for k in self.host_costs if k not in HOST_KINDS]
+        problems += [f"host cost '{k}': {c} is negative or not finite; give seconds >= 0"
+                     for k, c in self.host_costs.items()
+                     if not (0 <= c.seconds < math.inf and 0 <= c.per_byte < math.inf)]
         if not problems:
             self._build()
             problems = self._connectivity_problems()
@@ -176,6 +184,20 @@ class MachineModel:
         """'n<node>/d<k>': the endpoint name of device i in files and link ends."""
         return self._names[self._check_device(i)]
 
+    def host_resource(self, i: int) -> str:
+        """The host thread that issues device i's work: one per device (one rank per
+        device, as taskrt_machine() places them). The simulator uses a CPU device's compute
+        resource instead: there the thread that issues a task also runs it."""
+        return f"host {self.device_name(i)}"
+
+    def with_host_costs(self, host_costs: Mapping[str, HostCost], calibration=None
+                        ) -> "MachineModel":
+        """This model with other host costs (and calibration record, if given)."""
+        return MachineModel(self.name, self.device_specs, self.node_types, self.nodes,
+                            self.switches, self.links, self.allreduce_efficiency, self.summary,
+                            self.calibration if calibration is None else calibration,
+                            host_costs)
+
     def link_resources(self) -> tuple[Link, ...]:
         """Every link resource (one per name), in declaration order."""
         return tuple(self._resources.values())
@@ -285,7 +307,8 @@ class MachineModel:
 
     def _key(self) -> tuple:
         return (self.name, self.device_specs, self.node_types, self.nodes, self.switches,
-                self.links, self.allreduce_efficiency, self.summary, self.calibration)
+                self.links, self.allreduce_efficiency, self.summary, self.calibration,
+                self.host_costs)
 
     def __eq__(self, other) -> bool:
         return isinstance(other, MachineModel) and self._key() == other._key()

@@ -80,6 +80,25 @@ class NodeType:
     links: tuple[LinkSpec, ...] = ()
 
 
+# What the host thread that issues a node does, by node kind (docs/simulator.md): run a task
+# ("task"), a copy within one process ("copy"), pack and send ("send") or unpack
+# ("recv") a message between processes, a reduction ("reduce"), start an all-reduce
+# ("allreduce_start") and finish it ("allreduce_wait").
+HOST_KINDS = ("task", "copy", "send", "recv", "reduce", "allreduce_start", "allreduce_wait")
+
+
+@dataclass(frozen=True, slots=True)
+class HostCost:
+    """Host time of one node kind: `seconds` per node plus `per_byte` seconds per byte the
+    node moves (packing a message). Zero in the presets (a C++ runtime's microseconds are
+    folded into launch_overhead); measured by `python -m strategy calibrate`."""
+    seconds: float = 0.0
+    per_byte: float = 0.0
+
+    def time(self, nbytes: int = 0) -> float:
+        return self.seconds + self.per_byte * nbytes
+
+
 def _spec(kind, fp32, fp16, fp64, bw, mem_gib, launch=5e-6) -> DeviceSpec:
     return DeviceSpec(kind, fp32 * 1e12, fp16 * 1e12, fp64 * 1e12, bw * 1e9, mem_gib * GiB,
                       launch)

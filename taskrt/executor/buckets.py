@@ -17,8 +17,6 @@ from __future__ import annotations
 
 from typing import Callable, Hashable
 
-DEFAULT_BUCKET_BYTES = 25 << 20
-
 
 def latest_allreduce_ancestor(graph) -> list[int]:
     """Per node: the largest id of an all-reduce it depends on (transitively), or -1."""
@@ -36,7 +34,7 @@ def latest_allreduce_ancestor(graph) -> list[int]:
 
 def allreduce_buckets(graph, group_of: Callable[[object], Hashable | None],
                       dtype_of: Callable[[object], Hashable],
-                      max_bytes: int = DEFAULT_BUCKET_BYTES) -> dict[int, tuple[int, ...]]:
+                      max_bytes: int) -> dict[int, tuple[int, ...]]:
     """Node id -> its bucket (member ids in id order) for every all-reduce node for which
     `group_of(node)` is not None (e.g. the set of ranks taking part; None: not fused).
     Buckets never mix groups or dtypes (`dtype_of(node)`: the dtype the sum is taken in)."""

@@ -2,10 +2,10 @@
 
 An all-reduce node first sums the contributions of this rank's devices (`start`). Nodes
 whose group has one rank are then done. The others wait in their bucket
-(taskrt/executor/buckets.py: the same buckets on every rank, TASKRT_BUCKET_BYTES, default
-25 MB, 0 for one collective per node): each member's sum lands in its slice of the bucket's
-flat host buffer (directly on CPU; on a GPU through a non-blocking device-to-host copy whose
-event is awaited strictly first in, first out, so that collectives never start out of order),
+(taskrt/executor/buckets.py: the same buckets on every rank, of at most Settings.bucket_bytes):
+each member's sum lands in its slice of the bucket's flat host buffer (directly on CPU; on a
+GPU through a non-blocking device-to-host copy whose event is awaited strictly first in,
+first out, so that collectives never start out of order),
 and when every member is there, one non-blocking MPI all-reduce of the flat buffer starts on
 the group's sub-communicator. `poll` advances all of it and returns the nodes that finished
 (their results copied out to this rank's instances).
@@ -16,8 +16,7 @@ from __future__ import annotations
 import torch
 
 from ..errors import ExecutionError
-from ..settings import env_number
-from .buckets import DEFAULT_BUCKET_BYTES, allreduce_buckets
+from .buckets import allreduce_buckets
 from .instances import TORCH_DTYPES
 from .scheduler import node_ranks
 from .steps import view_of
@@ -66,12 +65,10 @@ class _Bucket:
 
 class Collectives:
     def __init__(self, graph, rank: int, store, group_comms: dict, node_ids, host_buffer,
-                 mpi, max_bytes: int | None = None):
+                 mpi, max_bytes: int):
         self.store, self.MPI = store, mpi
         devs = graph.machine.devices
-        self.max_bytes = env_number("TASKRT_BUCKET_BYTES", DEFAULT_BUCKET_BYTES, integer=True,
-                                    minimum=0) \
-            if max_bytes is None else max_bytes
+        self.max_bytes = max_bytes          # Settings.bucket_bytes
 
         def group_of(n):
             grp = rank_group(n, graph.machine)

@@ -8,10 +8,10 @@ runtime_overhead): 5300 minor page faults per iteration under this runtime, 2000
 same model in eager PyTorch, and none for either after retain_freed_memory() (our iteration
 about 10% faster; eager PyTorch in the same process gains too).
 
-retain_freed_memory() runs once per process, when an executor gets a CPU device: every
-block comes from the heap (M_MMAP_MAX 0) and up to TASKRT_CPU_RETAIN_BYTES of free memory
-(default 1 GiB) stays in the process (M_TRIM_THRESHOLD). TASKRT_CPU_RETAIN_BYTES=0 leaves
-malloc as it is. Nothing changes where the C library is not glibc.
+retain_freed_memory(keep) runs once per process, when an executor gets a CPU device: every
+block comes from the heap (M_MMAP_MAX 0) and up to `keep` bytes of free memory stay in the
+process (M_TRIM_THRESHOLD); the executor passes Settings.cpu_retain_bytes
+(TASKRT_CPU_RETAIN_BYTES, default 1 GiB; 0 leaves malloc as it is). Nothing changes where the C library is not glibc.
 """
 from __future__ import annotations
 
@@ -19,19 +19,21 @@ import ctypes
 import ctypes.util
 import platform
 
-from ..settings import env_number
+from ..settings import Settings
 
 _M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4          # glibc's mallopt parameters
 _done = False
 
 
-def retain_freed_memory() -> bool:
-    """Apply the settings above once; whether malloc's settings were changed."""
+def retain_freed_memory(keep: int | None = None) -> bool:
+    """Apply the settings above once (keep: bytes; None: the resolved settings'); whether
+    malloc's settings were changed."""
     global _done
     if _done:
         return False
     _done = True
-    keep = env_number("TASKRT_CPU_RETAIN_BYTES")
+    if keep is None:
+        keep = Settings.resolve().cpu_retain_bytes
     if keep <= 0 or platform.libc_ver()[0] != "glibc":
         return False
     try:

@@ -22,7 +22,7 @@ import torch
 
 from ..errors import ExecutionError
 from ..geometry import Rect
-from ..settings import check_environment
+from ..settings import Settings
 from .cpumemory import retain_freed_memory
 from ..liveness import INSTANCE, PARTIAL, STAGING, Liveness, is_temporary
 
@@ -137,10 +137,11 @@ class Buffer:
 
 class InstanceStore:
     """The buffers of the devices one process owns. keep: see taskrt.liveness.resolve_keep
-    ("all" frees nothing)."""
+    ("all" frees nothing). settings: taskrt.settings (resolved here when None: a bad TASKRT_*
+    value stops here, named)."""
 
-    def __init__(self, graph, device_ids, keep="all"):
-        check_environment()        # a bad TASKRT_* value stops here, named, not at import
+    def __init__(self, graph, device_ids, keep="all", settings: Settings | None = None):
+        self.settings = settings = Settings.resolve(settings)
         self.graph = graph
         machine = graph.machine
         self.owned = set(device_ids)
@@ -149,8 +150,8 @@ class InstanceStore:
         # user and release() after its last.
         self.torch_device = {d: machine.devices[d].torch_device for d in self.owned}
         if any(torch.device(t).type == "cpu" for t in self.torch_device.values()):
-            retain_freed_memory()
-        self.liveness = Liveness.of(graph, keep, self.owned)
+            retain_freed_memory(settings.cpu_retain_bytes)
+        self.liveness = Liveness.of(graph, keep, self.owned, settings)
         self.kept = self.liveness.kept
         self.instances: dict[tuple[str, int], Buffer] = {}
         self.partials: dict[tuple[str, int], Buffer] = {}
@@ -162,14 +163,14 @@ class InstanceStore:
                 if dev in self.owned:
                     region = graph.regions[name]
                     bufs[name, dev] = Buffer(region, rect, dev, self.torch_device[dev],
-                                             is_temporary(name, region.nbytes(rect), self.kept),
+                                             is_temporary(name, region.nbytes(rect), self.kept, settings),
                                              owners)
         for node in graph.nodes:
             if node.kind == "copy" and node.reduction and node.dst in self.owned:
                 self.staging[node.id] = Buffer(node.region, node.rect, node.dst,
                                                self.torch_device[node.dst],
                                                is_temporary(node.region.name, node.nbytes,
-                                                            self.kept), owners)
+                                                            self.kept, settings), owners)
         # Per node id: the temporaries it uses on owned devices.
         self.node_temps: dict[int, tuple[Buffer, ...]] = {}
         self.temporaries: list[Buffer] = []

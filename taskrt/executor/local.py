@@ -23,9 +23,10 @@ from .steps import (batch_key, batchable, batches_step, local_allreduce_step, lo
 
 
 class LocalExecutor:
-    def __init__(self, graph, record_trace: bool = False, keep="all"):
+    def __init__(self, graph, record_trace: bool = False, keep="all", settings=None):
         self.graph = graph
-        self.store = InstanceStore(graph, range(len(graph.machine.devices)), keep)
+        self.store = InstanceStore(graph, range(len(graph.machine.devices)), keep, settings)
+        self.settings = self.store.settings
         self.contexts: dict = {}
         self.steps = []
         for node in graph.nodes:

@@ -8,12 +8,14 @@ non-blocking sends/receives into preallocated contiguous buffers, tagged by thei
 number among the copies of the same (source rank, destination rank) pair; receives are
 posted before anything runs. All-reduces sum the partials of this rank's devices, then run
 as non-blocking MPI all-reduces of gradient buckets on cached sub-communicators of the ranks
-involved (taskrt/executor/collectives.py). The progress loop polls MPI between tasks while
-anything is in flight (at most every POLL_BUSY_S), and never spins against other processes:
-a rank that runs out of work polls with sched_yield for TASKRT_SPIN_S (1 ms; awaited
+involved (taskrt/executor/collectives.py). The progress loop runs each instruction of the
+RankScheduler with its handler (_on_run, _on_send, _on_post_recv, _on_unpack, _on_start) and
+follows pure policies (taskrt/executor/policies.py): it polls MPI between tasks while
+anything is in flight (BusyPoll, Settings.poll_busy_s), and never spins against other
+processes: a rank that runs out of work yields its core for Settings.spin_s (awaited
 statistics and buckets often come within microseconds, and time.sleep sleeps 50 us at
-least), then sleeps with a short, growing back-off (up to TASKRT_POLL_MAX_S: 200 us when
-each rank of the node can have its own core, else 1 ms). Batchable tasks that are ready
+least), then sleeps with a short, growing back-off (IdleBackOff, up to poll_max_s: 200 us
+when each rank of the node can have its own core, else 1 ms). Batchable tasks that are ready
 together (the optimizer's updates once a bucket's all-reduce is done) run as one batch per
 device (taskrt.launch, IndexLaunch.batch), except when tracing.
 
@@ -39,13 +41,10 @@ from .instances import TORCH_DTYPES, InstanceStore
 from .scheduler import (COLLECT, POST_RECV, RECV, RUN, SEND, START, UNPACK, RankScheduler)
 from .steps import (BatchMember, batchable, local_copy_step, reduce_step,
                     run_batches, task_step, view_of)
+from .policies import YIELD, BusyPoll, IdleBackOff, default_poll_max_s, ready_batch
 from .watchdog import Watchdog
-from ..settings import env_number
+from ..settings import Settings
 from ..trace import TraceEvent, node_label, node_track
-
-# Seconds between polls of MPI while tasks run and messages are in flight
-# (TASKRT_POLL_BUSY_S; a negative value polls only when idle).
-POLL_BUSY_S = env_number("TASKRT_POLL_BUSY_S", strict=False)
 
 def _mpi():
     from mpi4py import MPI
@@ -64,16 +63,13 @@ def _host_buffer(shape, dtype, device: str) -> torch.Tensor:
     return torch.empty(shape, dtype=dtype, pin_memory=pin)
 
 
-def default_poll_max_s(comm) -> float:
-    """200 us when every rank of this node can have a core of its own (a waiting rank's
-    wake-ups then take time from nobody, and each round of a collective's protocol waits
-    for the peer's next poll: 1 ms sleeps cost the last bucket of 2-rank data parallelism
-    ~5 ms per iteration), else 1 ms (ranks share cores: wake-ups would take the core from
-    a computing rank). A collective call (every rank builds its executor together)."""
+def node_poll_max_s(comm) -> float:
+    """policies.default_poll_max_s for this node's ranks and cores. A collective call (every
+    rank builds its executor together)."""
     _, ranks_here = local_rank_and_size(comm)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
         else (os.cpu_count() or 1)
-    return 2e-4 if ranks_here <= cores else 1e-3
+    return default_poll_max_s(ranks_here, cores)
 
 
 def cuda_aware_mpi() -> bool:
@@ -88,8 +84,9 @@ def cuda_aware_mpi() -> bool:
 
 class MPIExecutor:
     def __init__(self, graph, comm=None, record_trace: bool = False,
-                 watchdog_s: float | None = None, abort_on_error: bool | None = None,
-                 keep="all"):
+                 abort_on_error: bool | None = None, keep="all",
+                 settings: Settings | dict | None = None):
+        self.settings = settings = Settings.resolve(settings)
         MPI = _mpi()
         self.MPI = MPI
         self.comm = comm if comm is not None else MPI.COMM_WORLD
@@ -101,15 +98,14 @@ class MPIExecutor:
                             f"but MPI runs {self.comm.Get_size()}. Build the Machine with "
                             "taskrt.discover_machine() under the same mpirun.")
         self._check_same_graph()
-        self.watchdog = Watchdog(self.rank, self._abort_job, watchdog_s)
+        self.watchdog = Watchdog(self.rank, self._abort_job, settings)
         self._awaited: tuple[list, object] = ([], lambda: [])   # (receives, collectives)
         # Longest sleep between polls when nothing is runnable: short enough for MPI's
         # progress (some MPIs progress non-blocking collectives only inside MPI calls), long
         # enough that waiting ranks leave the cores to computing ones.
-        self.poll_max_s = env_number("TASKRT_POLL_MAX_S", default_poll_max_s(self.comm),
-                                     minimum=0)
-        # How long a rank that just ran out of work polls with sched_yield before sleeping.
-        self.spin_s = env_number("TASKRT_SPIN_S", 1e-3, minimum=0)
+        # (always computed: node_poll_max_s is a collective call, which every rank makes)
+        by_cores = node_poll_max_s(self.comm)
+        self.poll_max_s = by_cores if settings.poll_max_s is None else settings.poll_max_s
         self.abort_on_error = (self.comm.Get_size() > 1) if abort_on_error is None \
             else abort_on_error
         self.record_trace = record_trace
@@ -119,7 +115,7 @@ class MPIExecutor:
         self.batched = 0         # last run(): tasks that ran in batches of two or more
         self.sched = RankScheduler(graph, self.rank)
         owned = machine.devices_of_rank(self.rank)
-        self.store = InstanceStore(graph, owned, keep)
+        self.store = InstanceStore(graph, owned, keep, settings)
         self.cuda_devices = sorted({self.store.torch_device[d] for d in owned
                                     if self.store.torch_device[d].startswith("cuda")})
         self.device_buffers = bool(self.cuda_devices) and cuda_aware_mpi()
@@ -161,6 +157,7 @@ class MPIExecutor:
         # Batchable tasks (the optimizer's updates) that are ready together run as one
         # batch per device (taskrt.launch, IndexLaunch.batch); not when tracing.
         self.batch_members: dict[int, BatchMember] = {}
+        self.batch_keys: dict[int, object] = {}
         contexts: dict = {}
         for i, role in sorted(self.sched.roles.items()):
             n = g.nodes[i]
@@ -169,6 +166,7 @@ class MPIExecutor:
                     self.steps[i] = task_step(n, store, contexts)
                     if not self.record_trace and batchable(n):
                         self.batch_members[i] = BatchMember(n, store, contexts)
+                        self.batch_keys[i] = self.batch_members[i].key
                 elif n.kind == "copy":
                     self.steps[i] = local_copy_step(n, store)
                 else:
@@ -209,7 +207,10 @@ class MPIExecutor:
                 self.group_comms[grp] = sub
         self.collectives = Collectives(
             self.graph, self.rank, self.store, self.group_comms,
-            [i for i, role in self.sched.roles.items() if role == COLLECT], _host_buffer, MPI)
+            [i for i, role in self.sched.roles.items() if role == COLLECT], _host_buffer, MPI,
+            self.settings.bucket_bytes)
+        self._handlers = {RUN: self._on_run, SEND: self._on_send, POST_RECV: self._on_post_recv,
+                          UNPACK: self._on_unpack, START: self._on_start}
 
     # -- data in and out ---------------------------------------------------------------------
     def write(self, region, value: torch.Tensor) -> None:
@@ -287,171 +288,161 @@ class MPIExecutor:
             os._exit(1)
 
     def _run(self) -> None:
-        MPI = self.MPI
+        """The progress loop: run the ready instructions (one handler per instruction kind),
+        poll MPI between them when busy (BusyPoll) and when out of work (IdleBackOff)."""
         sched = self.sched
         sched.reset()
-        store = self.store
-        store.start_iteration()
-        temps = store.node_temps
-        members = self.batch_members
-        g = self.graph
-        todo = deque(sched.start())
-        recv_reqs, recv_ids = [], []
-        colls = self.collectives
-        send_reqs = []
-        gpu_sends = []                    # (event, node): device-to-host copies in flight
-        self._awaited = (recv_ids, colls.waiting)   # for the watchdog's report
+        self.store.start_iteration()
+        todo = self._todo = deque(sched.start())
+        self._recv_reqs, self._recv_ids = [], []
+        self._send_reqs, self._gpu_sends = [], []     # gpu: (event, node) being packed
+        self._awaited = (self._recv_ids, self.collectives.waiting)  # the watchdog's report
         self.sent = []
         self.wait_s = 0.0
         self.batched = 0
+        settings = self.settings
         clock = time.perf_counter
         t0 = clock()
+        busy = BusyPoll(settings.poll_busy_s, t0)
+        idle = IdleBackOff(settings.spin_s, self.poll_max_s, t0)
         trace = [] if self.record_trace else None
-        last_event = last_poll = clock()
-        poll_busy_s, spin_s = POLL_BUSY_S, self.spin_s
-        sleep = 2e-5
-
-        def poll() -> bool:
-            """Advance messages and collectives; whether anything happened."""
-            progressed = False
-            for k in range(len(gpu_sends) - 1, -1, -1):
-                ev, i = gpu_sends[k]
-                if ev.query():
-                    del gpu_sends[k]
-                    progressed = True
-                    send_reqs.append(self._isend(i))
-            if recv_reqs:
-                idx = completed(MPI, recv_reqs, lambda k: "message from rank "
-                                f"{g.machine.devices[g.nodes[recv_ids[k]].src].rank} for "
-                                f"{g.nodes[recv_ids[k]].describe()}")
-                if idx:
-                    for k in sorted(idx, reverse=True):
-                        todo.extend(sched.message_arrived(recv_ids[k]))
-                        del recv_reqs[k], recv_ids[k]
-                    progressed = True
-            if colls.busy:
-                for j in colls.poll():
-                    todo.extend(sched.node_done(j))
-                    progressed = True
-            return progressed
+        handlers = self._handlers
+        colls, recv_reqs = self.collectives, self._recv_reqs
+        nodes = self.graph.nodes
         while not sched.finished:
+            ran = bool(todo)
             while todo:
                 ins = todo.popleft()
-                i = ins.node
                 start = clock()
-                used = temps.get(i)
-                if ins.op == RUN and i in members:
-                    batch = self._ready_batch(i, todo)
-                    if len(batch) > 1:
-                        self.batched += len(batch)
-                    for j in batch:
-                        if j in temps:
-                            store.begin(temps[j])
-                    run_batches([members[j] for j in batch])
-                    for j in batch:
-                        if j in temps:
-                            store.end(temps[j])
-                        todo.extend(sched.node_done(j))
-                elif ins.op == RUN:
-                    if used:
-                        store.begin(used)
-                    self.steps[i]()
-                    if used:
-                        store.end(used)
-                    todo.extend(sched.node_done(i))
-                elif ins.op == SEND:
-                    src, buf, dst = self.send_bufs[i]
-                    if used:
-                        store.begin(used)
-                    src = src.t
-                    if src.device.type == "cpu":
-                        buf.copy_(src)
-                        send_reqs.append(self._isend(i))
-                    else:
-                        # Pack on the device's stream; send once the copy has finished, so
-                        # the host keeps scheduling while the GPU works.
-                        buf.copy_(src, non_blocking=True)
-                        ev = torch.cuda.Event()
-                        ev.record(torch.cuda.current_stream(src.device))
-                        gpu_sends.append((ev, i))
-                    # Packed (on a GPU: queued on the stream, which orders any reuse of the
-                    # memory after it), so the source may be released.
-                    if used:
-                        store.end(used)
-                    todo.extend(sched.node_done(i))
-                elif ins.op == POST_RECV:
-                    n = g.nodes[i]
-                    src_rank = g.machine.devices[n.src].rank
-                    recv_reqs.append(self.comm.Irecv(_bytes(self.recv_bufs[i]), source=src_rank,
-                                                     tag=self.tags[i]))
-                    recv_ids.append(i)
-                    continue
-                elif ins.op == UNPACK:
-                    if used:
-                        store.begin(used)
-                    dst = self.unpack_to[i].t
-                    dst.copy_(self.recv_bufs[i], non_blocking=dst.device.type != "cpu")
-                    if used:
-                        store.end(used)
-                    todo.extend(sched.node_done(i))
-                elif ins.op == START:
-                    if used:
-                        store.begin(used)            # released when the collective finishes
-                    for j in colls.start(i):
-                        todo.extend(sched.node_done(j))
-                    todo.extend(sched.collective_started(i))
-                if trace is not None:
-                    n = g.nodes[i]
-                    trace.append(TraceEvent(i, n.kind, node_label(n), node_track(n),
-                                            start - t0, clock() - t0, getattr(n, "nbytes", 0)))
-                last_event = clock()
-                if (colls.busy or recv_reqs) and last_event - last_poll >= poll_busy_s >= 0:
-                    # MPI progresses a non-blocking collective (and a large message) only
-                    # inside MPI calls: poll between tasks, not only when idle, so that the
-                    # gradients' all-reduces run during the rest of backward.
-                    last_poll = last_event
-                    poll()
+                handlers[ins.op](ins.node)
+                now = clock()
+                if trace is not None and ins.op != POST_RECV:     # one event per node
+                    n = nodes[ins.node]
+                    trace.append(TraceEvent(n.id, n.kind, node_label(n), node_track(n),
+                                            start - t0, now - t0, getattr(n, "nbytes", 0)))
+                if busy.due(now, colls.busy or bool(recv_reqs)):
+                    self._poll()
+            if ran:
+                idle.event(now)
             if sched.finished:
                 break
-            progressed = poll()
-            if progressed or todo:
-                last_event = clock()
-                sleep = 2e-5
+            if self._poll() or todo:
+                idle.event(clock())
                 continue
             now = clock()
-            if now - last_event < spin_s:
-                # Just idle: the awaited message or collective (a batch norm's statistics,
-                # a bucket) often comes within microseconds, and time.sleep sleeps 50 us at
-                # least. Yield the core instead (to any runnable process: no spinning
-                # against a rank that shares it) and poll again.
+            action, seconds = idle.idle(now)
+            if action == YIELD:
                 os.sched_yield()
             else:
-                time.sleep(sleep)
-                sleep = min(sleep * 2, self.poll_max_s)
+                time.sleep(seconds)
             self.wait_s += clock() - now
-        if send_reqs:
-            MPI.Request.Waitall(send_reqs)
+        if self._send_reqs:
+            self.MPI.Request.Waitall(self._send_reqs)
         for dev in self.cuda_devices:
             torch.cuda.synchronize(dev)
         if trace is not None:
             self.trace = trace
 
-    def _ready_batch(self, i: int, todo: deque) -> list[int]:
-        """Batchable node i and the ready RUN instructions in `todo` with its batch key
-        (taken out of todo): ready together, so no edge among them."""
-        members = self.batch_members
-        key = members[i].key
-        batch, rest = [i], []
-        for ins in todo:
-            m = members.get(ins.node) if ins.op == RUN else None
-            if m is not None and m.key == key:
-                batch.append(ins.node)
-            else:
-                rest.append(ins)
+    def _poll(self) -> bool:
+        """Advance packing, messages and collectives; whether anything happened."""
+        progressed = False
+        gpu_sends, todo, sched = self._gpu_sends, self._todo, self.sched
+        for k in range(len(gpu_sends) - 1, -1, -1):
+            ev, i = gpu_sends[k]
+            if ev.query():
+                del gpu_sends[k]
+                progressed = True
+                self._send_reqs.append(self._isend(i))
+        recv_reqs, recv_ids = self._recv_reqs, self._recv_ids
+        if recv_reqs:
+            g = self.graph
+            idx = completed(self.MPI, recv_reqs, lambda k: "message from rank "
+                            f"{g.machine.devices[g.nodes[recv_ids[k]].src].rank} for "
+                            f"{g.nodes[recv_ids[k]].describe()}")
+            if idx:
+                for k in sorted(idx, reverse=True):
+                    todo.extend(sched.message_arrived(recv_ids[k]))
+                    del recv_reqs[k], recv_ids[k]
+                progressed = True
+        if self.collectives.busy:
+            for j in self.collectives.poll():
+                todo.extend(sched.node_done(j))
+                progressed = True
+        return progressed
+
+    # -- one handler per instruction: carry it out, queue what became ready --------------------
+    def _on_run(self, i: int) -> None:
+        if i in self.batch_keys:
+            return self._on_run_batch(i)
+        used = self.store.node_temps.get(i)
+        if used:
+            self.store.begin(used)
+        self.steps[i]()
+        if used:
+            self.store.end(used)
+        self._todo.extend(self.sched.node_done(i))
+
+    def _on_run_batch(self, i: int) -> None:
+        """Batchable node i and the ready ones with its key, as one batch per device."""
+        batch = ready_batch(i, self._todo, self.batch_keys)
         if len(batch) > 1:
-            todo.clear()
-            todo.extend(rest)
-        return batch
+            self.batched += len(batch)
+        store, temps = self.store, self.store.node_temps
+        for j in batch:
+            if j in temps:
+                store.begin(temps[j])
+        run_batches([self.batch_members[j] for j in batch])
+        for j in batch:
+            if j in temps:
+                store.end(temps[j])
+            self._todo.extend(self.sched.node_done(j))
+
+    def _on_send(self, i: int) -> None:
+        src, buf, _ = self.send_bufs[i]
+        used = self.store.node_temps.get(i)
+        if used:
+            self.store.begin(used)
+        src = src.t
+        if src.device.type == "cpu":
+            buf.copy_(src)
+            self._send_reqs.append(self._isend(i))
+        else:
+            # Pack on the device's stream; send once the copy has finished, so the host
+            # keeps scheduling while the GPU works.
+            buf.copy_(src, non_blocking=True)
+            ev = torch.cuda.Event()
+            ev.record(torch.cuda.current_stream(src.device))
+            self._gpu_sends.append((ev, i))
+        # Packed (on a GPU: queued on the stream, which orders any reuse of the memory after
+        # it), so the source may be released.
+        if used:
+            self.store.end(used)
+        self._todo.extend(self.sched.node_done(i))
+
+    def _on_post_recv(self, i: int) -> None:
+        n = self.graph.nodes[i]
+        src_rank = self.graph.machine.devices[n.src].rank
+        self._recv_reqs.append(self.comm.Irecv(_bytes(self.recv_bufs[i]), source=src_rank,
+                                               tag=self.tags[i]))
+        self._recv_ids.append(i)
+
+    def _on_unpack(self, i: int) -> None:
+        used = self.store.node_temps.get(i)
+        if used:
+            self.store.begin(used)
+        dst = self.unpack_to[i].t
+        dst.copy_(self.recv_bufs[i], non_blocking=dst.device.type != "cpu")
+        if used:
+            self.store.end(used)
+        self._todo.extend(self.sched.node_done(i))
+
+    def _on_start(self, i: int) -> None:
+        used = self.store.node_temps.get(i)
+        if used:
+            self.store.begin(used)           # released when the collective finishes
+        for j in self.collectives.start(i):
+            self._todo.extend(self.sched.node_done(j))
+        self._todo.extend(self.sched.collective_started(i))
 
     def _isend(self, i: int):
         """Send copy i's packed buffer (its packing has finished)."""

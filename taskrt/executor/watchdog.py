@@ -7,23 +7,23 @@ in progress; a call past its limit prints which rank waited, for how long, and f
 executor's report: messages from which ranks, all-reduces among which), then ends the whole
 job (`abort`: MPI Abort on the world communicator).
 
-The limit comes from measured iterations: FACTOR times the slowest iteration so far, at
-least TASKRT_WATCHDOG_FLOOR_S (60 s: a pause of the machine, a slow read); before the
-first iteration has finished, TASKRT_WATCHDOG_START_S (600 s: start-up, first allocations).
-TASKRT_WATCHDOG_S fixes the limit instead; 0 turns the watchdog off.
+The limit (taskrt/executor/policies.py, WatchdogLimit) comes from measured iterations: FACTOR
+times the slowest iteration so far, at least Settings.watchdog_floor_s (TASKRT_WATCHDOG_FLOOR_S,
+60 s: a pause of the machine, a slow read); before the first iteration has finished,
+watchdog_start_s (TASKRT_WATCHDOG_START_S, 600 s: start-up, first allocations). watchdog_s
+(TASKRT_WATCHDOG_S) fixes the limit instead; 0 turns the watchdog off.
 """
 from __future__ import annotations
 
-import os
 import sys
 import threading
 import time
 from contextlib import contextmanager
 from typing import Callable
 
-from ..settings import env_number
+from ..settings import Settings
+from .policies import WatchdogLimit
 
-FACTOR = 10          # the limit, in slowest iterations so far
 TICK_S = 1.0         # how often the thread looks
 
 _active: dict[int, "_Guard"] = {}
@@ -59,32 +59,19 @@ def _start_monitor() -> None:
 
 
 class Watchdog:
-    """The limits and guards of one executor; `abort()` ends the job (never returns)."""
+    """The limits (policies.WatchdogLimit) and guards of one executor; `abort()` ends the job
+    (never returns)."""
 
-    def __init__(self, rank: int, abort: Callable[[], None], fixed_s: float | None = None):
+    def __init__(self, rank: int, abort: Callable[[], None], settings: Settings | None = None):
         self.rank, self.abort = rank, abort
-        fixed = os.environ.get("TASKRT_WATCHDOG_S")
-        self.fixed_s = env_number("TASKRT_WATCHDOG_S") if fixed is not None else fixed_s
-        self.floor_s = env_number("TASKRT_WATCHDOG_FLOOR_S")
-        self.start_s = env_number("TASKRT_WATCHDOG_START_S")
-        self.slowest_s: float | None = None
+        self.limits = WatchdogLimit(Settings.resolve(settings))
 
     @property
     def enabled(self) -> bool:
-        return self.fixed_s != 0
+        return self.limits.enabled
 
     def limit(self) -> tuple[float, str]:
-        """(seconds, how they were chosen) for a call starting now."""
-        if self.fixed_s is not None:
-            return self.fixed_s, "TASKRT_WATCHDOG_S"
-        if self.slowest_s is None:
-            return self.start_s, "the start-up limit TASKRT_WATCHDOG_START_S: no iteration " \
-                                 "has finished yet"
-        derived = FACTOR * self.slowest_s
-        if derived < self.floor_s:
-            return self.floor_s, f"the floor TASKRT_WATCHDOG_FLOOR_S; {FACTOR}x the " \
-                                 f"slowest iteration so far ({self.slowest_s:.3g} s) is less"
-        return derived, f"{FACTOR}x the slowest iteration so far ({self.slowest_s:.3g} s)"
+        return self.limits.limit()
 
     @contextmanager
     def watch(self, what: str, describe: Callable[[], str] | None = None,
@@ -104,8 +91,7 @@ class Watchdog:
             with _lock:
                 del _active[id(g)]
             if iteration:
-                took = time.monotonic() - g.since
-                self.slowest_s = took if self.slowest_s is None else max(self.slowest_s, took)
+                self.limits.iteration_took(time.monotonic() - g.since)
 
     def fire(self, g: _Guard, elapsed: float) -> None:
         detail = ""

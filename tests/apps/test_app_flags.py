@@ -112,6 +112,10 @@ def test_devices_per_rank_and_trace(tmp_path):
                                               "preset nor a file; did you mean 'p100x4'?"]),
     (["--machine", "cluster.json", "--simulate"], ["--machine cluster.json"]),
     (["--profile", "costs.profile"], ["--profile costs.profile: no such file"]),
+    (["--check-prediction", "3"], ["--check-prediction 3: give a positive number of "
+                                   "iterations, with --search SECONDS"]),
+    (["--search", "5", "--check-prediction", "0"], ["--check-prediction 0"]),
+    (["--search", "5", "--simulate", "--check-prediction", "2"], ["without --simulate"]),
 ])
 def test_simulator_and_search_flag_mistakes(capsys, argv, fragments):
     fails(capsys, RNNLM, SMALL + argv, *fragments)
@@ -256,3 +260,14 @@ def test_checkpoint_flag_misuse(capsys, tmp_path):
     assert code == 2 and "Traceback" not in err
     assert "checksum mismatch" in err and "rnnlm: error: --resume:" in err
     assert "no usable checkpoint" in err
+
+
+def test_check_prediction_runs_searched_and_data_parallel(capsys):
+    res = run(RNNLM, SMALL + ["--devices-per-rank", "2", "--search", "30",
+                              "--search-proposals", "20", "--check-prediction", "1",
+                              "--iterations", "1", "--warmup", "0", "--quiet"])
+    out = capsys.readouterr().out
+    assert "prediction check (1 iterations each, median):" in out
+    assert "searched       predicted" in out and "data parallel  predicted" in out
+    assert "than data parallel: " in out
+    assert res.iteration_time > 0

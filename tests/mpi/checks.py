@@ -46,7 +46,17 @@ def main():
             devs = machine.devices
             expected = sorted((n.id, devs[n.dst].rank, n.nbytes) for n in trainer.graph.copies()
                               if devs[n.src].rank == rank and devs[n.dst].rank != rank)
+            traced = []
+            if any(devs[n.src].rank != devs[n.dst].rank for n in trainer.graph.copies()):
+                # copies between ranks (on every rank alike: compiling is collective)
+                model, feeds = build()
+                tracer = model.compile(machine, strategy, SGD(lr=0.1, momentum=0.9),
+                                       record_trace=True)
+                tracer.step(feeds)
+                traced = [[e.node for e in tracer.executor.trace],
+                          sorted(tracer.executor.sched.roles)]
             results[f"{name}/{sname}"] = {
+                "traced": traced,
                 "losses": losses, "weights": weights, "grads": grads,
                 "strategy": {k: str(v) for k, v in strategy.items()},
                 "sent": sorted(list(s) for s in trainer.executor.sent),

@@ -88,3 +88,20 @@ def test_bad_p():
     with pytest.raises(ShapeError, match=r"dropout 'd': p=1.5 is not a probability. Use "
                                          r"0 <= p <= 1"):
         m.dropout(x, 1.5, name="d")
+
+
+def test_cpu_mask_is_the_hash_of_each_index_bit_for_bit():
+    # The CPU path (numpy uint32) against the definition, element by element on Python ints:
+    # kept when lowbias32(lowbias32(i ^ key) ^ (i >> 32)) >= p 2**32 (i: the flat index).
+    from parallel_ops.dropout import _key, _mix32
+    shape = (6, 7, 11)
+    rect = Rect((1, 2, 3), (5, 7, 10))
+    for p in (0.1, 0.5, 0.9):
+        mask = keep_mask(3, 9, "drop", p, shape, rect)
+        key = _key(3, 9, "drop")
+        for a in range(1, 5):
+            for b in range(2, 7):
+                for c in range(3, 10):
+                    i = (a * 7 + b) * 11 + c
+                    kept = _mix32(_mix32(i ^ key) ^ (i >> 32)) >= round(p * 2 ** 32)
+                    assert bool(mask[a - 1, b - 2, c - 3]) == kept

@@ -1,4 +1,6 @@
-"""softmax and layernorm over a splittable last axis: every legal config equals PyTorch."""
+"""softmax and layernorm over a splittable last axis: every legal config equals PyTorch; parts
+of whole rows take the explicit backward (softmax._RowStage: torch's fused kernels) and
+equal the autograd path through both stages under every legal config."""
 import pytest
 import torch
 import torch.nn.functional as F
@@ -7,7 +9,7 @@ import parallel_ops.layernorm  # noqa: F401  (attach builders)
 import parallel_ops.softmax  # noqa: F401
 from parallel_ops import Adam, Model, ParallelConfig, ShapeError
 from taskrt import Machine
-from oracle import assert_matches, legal_configs
+from oracle import assert_matches, legal_configs, parallel_steps
 
 SHAPE = (4, 3, 5)       # 3 and 5 do not divide by every degree
 
@@ -118,3 +120,42 @@ def test_shape_errors():
     with pytest.raises(ShapeError, match=r"softmax 'v': input 'v1' has shape \(4,\); it "
                                          "needs a batch axis and a feature axis"):
         m.softmax(m.input("v1", (4,)), name="v")
+
+
+# -- the explicit backward of whole rows ---------------------------------------------------------
+def _steps(kind, cfg, explicit: bool, counts=None, **kw):
+    from parallel_ops.softmax import _RowStage
+    m, feeds = net(kind, **kw)
+    if not explicit:
+        for stage in m.op("op").stages():
+            stage.explicit_backward = False
+    with pytest.MonkeyPatch.context() as mp:
+        if counts is not None:
+            real = _RowStage.backward
+
+            def counted(self, *args):
+                counts[self.name] = counts.get(self.name, 0) + 1
+                return real(self, *args)
+            mp.setattr(_RowStage, "backward", counted)
+        records, _ = parallel_steps(m, feeds, {"op": cfg})
+    return records
+
+
+@pytest.mark.parametrize("kind,kw", [("softmax", {}), ("layernorm", {}),
+                                     ("layernorm", {"elementwise_affine": False})], ids=str)
+def test_whole_rows_explicit_backward_equals_autograd_every_config(kind, kw):
+    for cfg in legal_configs(net(kind, **kw)[0].op("op"), 4):
+        counts: dict = {}
+        explicit = _steps(kind, cfg, True, counts, **kw)
+        autograd = _steps(kind, cfg, False, **kw)
+        last = net(kind, **kw)[0].op("op").dims[-1].name
+        whole_rows = cfg.degree(last) == 1
+        parts = cfg.num_parts
+        assert counts == ({"op/stats": 2 * parts, "op/normalize": 2 * parts} if whole_rows
+                          else {}), str(cfg)
+        for step, (a, b) in enumerate(zip(explicit, autograd)):
+            assert abs(a["loss"] - b["loss"]) <= 1e-9, f"{cfg} step {step}: loss"
+            for group in ("values", "grads", "weights"):
+                for name in b[group]:
+                    assert torch.allclose(a[group][name], b[group][name], rtol=1e-9,
+                                          atol=1e-9), f"{cfg} step {step}: {group} {name}"

@@ -1,5 +1,8 @@
 """Delta simulation equals full simulation, exactly, after random sequences of configuration
-changes on every app (and on the small test models), on a simulated 4-GPU P100 node."""
+changes on every app (and on the small test models), on a simulated 4-GPU P100 node, and
+with host costs: on P100s (a host thread per GPU) and on two CPU ranks of two logical
+devices each (the thread runs the tasks too)."""
+import dataclasses
 import random
 import warnings
 
@@ -10,7 +13,8 @@ from apps import APPS
 from strategy.workload import load_workload
 from strategy.costs import CostModel
 from strategy.delta import SimulationSession
-from strategy.machine_model import machine_model
+from strategy.logical_devices import shared
+from strategy.machine_model import HostCost, machine_model
 
 from mpi.models import cnn, lstm_model, mlp, random_strategy
 
@@ -21,8 +25,25 @@ def app_model(name):
     return load_workload(name).build_from_flags(["--small", "--batch-size", "8"], 1).model
 
 
-def check_delta_equals_full(model, changes, seed):
-    mm = machine_model("p100:1")
+HOST_COSTS = {"task": HostCost(2e-5), "copy": HostCost(5e-6, 1e-10),
+              "send": HostCost(1e-5, 2e-10), "recv": HostCost(8e-6, 3e-10),
+              "reduce": HostCost(4e-6), "allreduce_start": HostCost(3e-5, 1e-11),
+              "allreduce_wait": HostCost(7e-6)}
+
+
+def p100_with_host():
+    return machine_model("p100:1").with_host_costs(HOST_COSTS)
+
+
+def cpu_ranks_with_host():
+    """Two CPU "ranks" (the cluster preset's nodes of one cpu device) of 2 logical devices."""
+    from strategy.machines import DEVICE_SPECS, cluster_model
+    cpu = dataclasses.replace(DEVICE_SPECS["P100"], kind="cpu")
+    return shared(cluster_model("cpus", cpu, 2).with_host_costs(HOST_COSTS), 2)
+
+
+def check_delta_equals_full(model, changes, seed, machine=None):
+    mm = machine() if machine else machine_model("p100:1")
     rng = random.Random(seed)
     strategy = random_strategy(model, 4, seed)
     session = SimulationSession(model, mm, CostModel(), strategy)
@@ -51,3 +72,15 @@ def test_delta_equals_full_on_test_models(build):
 @pytest.mark.parametrize("name", APPS)
 def test_delta_equals_full_on_every_app(name):
     check_delta_equals_full(app_model(name), changes=3, seed=2)
+
+
+@pytest.mark.parametrize("machine", [p100_with_host, cpu_ranks_with_host],
+                         ids=["p100-host", "cpu-ranks-host"])
+@pytest.mark.parametrize("build", [mlp, cnn, lstm_model], ids=["mlp", "cnn", "lstm"])
+def test_delta_equals_full_with_host_costs(build, machine):
+    check_delta_equals_full(build()[0], changes=6, seed=3, machine=machine)
+
+
+@pytest.mark.parametrize("name", ["alexnet", "rnnlm"])
+def test_delta_equals_full_with_host_costs_on_apps(name):
+    check_delta_equals_full(app_model(name), changes=3, seed=4, machine=cpu_ranks_with_host)

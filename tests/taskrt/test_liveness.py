@@ -194,13 +194,12 @@ def test_liveness_keeps_initial_data_and_results():
 
 
 def test_small_buffers_stay_allocated_in_the_executor_and_in_the_simulator(monkeypatch):
-    import taskrt.liveness as liveness
     model, feeds = chain()
     n_all = model.compile(Machine.local(2), None, SGD(lr=0.1))
     everything = len(n_all.executor.store.temporaries)
     sizes = sorted(b.nbytes for b in n_all.executor.store.temporaries)
     cut = sizes[len(sizes) // 2]                  # half of the temporaries are below this
-    monkeypatch.setattr(liveness, "MIN_TEMPORARY_BYTES", cut)
+    monkeypatch.setenv("TASKRT_MIN_TEMPORARY_BYTES", str(cut))   # read when used
     tr = model.compile(Machine.local(2), None, SGD(lr=0.1))
     temps = tr.executor.store.temporaries
     assert 0 < len(temps) < everything and all(b.nbytes >= cut for b in temps)

@@ -1,0 +1,122 @@
+"""The MPI executor's decisions that need no MPI: when to poll, how to wait, what to batch, how
+long an iteration may take. Pure: time comes in as an argument, actions go out as values, so
+tests drive them with made-up clocks (tests/taskrt/test_policies.py); taskrt/executor/mpi.py
+only carries them out.
+
+  BusyPoll       while tasks run and messages or collectives are in flight, poll MPI between
+                 tasks at most every Settings.poll_busy_s (negative: only when idle);
+  IdleBackOff    a rank with nothing runnable first yields its core (sched_yield) for
+                 Settings.spin_s, then sleeps 20 us, 40 us, ... up to poll_max_s;
+  ready_batch    a batchable instruction and the ready ones with its batch key;
+  WatchdogLimit  an iteration's limit: fixed, or FACTOR x the slowest so far above a floor.
+"""
+from __future__ import annotations
+
+from collections import deque
+
+from ..settings import Settings
+from .scheduler import RUN
+
+YIELD, SLEEP = "yield", "sleep"
+FIRST_SLEEP_S = 2e-5
+FACTOR = 10          # the watchdog's limit, in slowest iterations so far
+
+
+def default_poll_max_s(ranks_here: int, cores: int) -> float:
+    """200 us when every rank of this node can have a core of its own (a waiting rank's
+    wake-ups then take time from nobody, and each round of a collective's protocol waits
+    for the peer's next poll: 1 ms sleeps cost the last bucket of 2-rank data parallelism
+    ~5 ms per iteration), else 1 ms (ranks share cores: wake-ups would take the core from
+    a computing rank)."""
+    return 2e-4 if ranks_here <= cores else 1e-3
+
+
+class BusyPoll:
+    """Whether to poll MPI after a task (MPI progresses a non-blocking collective, and a
+    large message, only inside MPI calls: polling only when idle would leave the gradients'
+    all-reduces waiting until backward ends)."""
+    __slots__ = ("every_s", "last")
+
+    def __init__(self, every_s: float, now: float):
+        self.every_s, self.last = every_s, now
+
+    def due(self, now: float, in_flight: bool) -> bool:
+        if in_flight and self.every_s >= 0 and now - self.last >= self.every_s:
+            self.last = now
+            return True
+        return False
+
+
+class IdleBackOff:
+    """What a rank with nothing to run does next: YIELD (the awaited message often comes
+    within microseconds, and time.sleep sleeps 50 us at least; sched_yield gives the core to
+    any runnable process, so no spinning against a rank that shares it) until `spin_s` has
+    passed since the last event, then SLEEP for a doubling time up to `max_s`."""
+    __slots__ = ("spin_s", "max_s", "last_event", "sleep_s")
+
+    def __init__(self, spin_s: float, max_s: float, now: float):
+        self.spin_s, self.max_s = spin_s, max_s
+        self.event(now)
+
+    def event(self, now: float) -> None:
+        """Something happened (a task ran, a message came): start over."""
+        self.last_event, self.sleep_s = now, FIRST_SLEEP_S
+
+    def idle(self, now: float) -> tuple[str, float]:
+        """(YIELD, 0) or (SLEEP, seconds) for a rank that found nothing to do at `now`."""
+        if now - self.last_event < self.spin_s:
+            return YIELD, 0.0
+        s = self.sleep_s
+        self.sleep_s = min(s * 2, self.max_s)
+        return SLEEP, s
+
+
+_UNBATCHABLE = object()
+
+
+def ready_batch(i: int, todo: deque, key_of: dict) -> list[int]:
+    """Batchable node i (with key key_of[i]) and the ready RUN instructions in `todo` with
+    the same key, taken out of `todo` (ready together, so no edge among them)."""
+    key = key_of[i]
+    batch, rest = [i], []
+    for ins in todo:
+        if ins.op == RUN and key_of.get(ins.node, _UNBATCHABLE) == key:
+            batch.append(ins.node)
+        else:
+            rest.append(ins)
+    if len(batch) > 1:
+        todo.clear()
+        todo.extend(rest)
+    return batch
+
+
+class WatchdogLimit:
+    """How long a guarded call may wait: Settings.watchdog_s when set (0: never aborts),
+    else watchdog_start_s until an iteration has finished, then FACTOR x the slowest
+    iteration so far, at least watchdog_floor_s."""
+
+    def __init__(self, settings: Settings):
+        self.fixed_s = settings.watchdog_s
+        self.floor_s = settings.watchdog_floor_s
+        self.start_s = settings.watchdog_start_s
+        self.slowest_s: float | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.fixed_s != 0
+
+    def iteration_took(self, seconds: float) -> None:
+        self.slowest_s = seconds if self.slowest_s is None else max(self.slowest_s, seconds)
+
+    def limit(self) -> tuple[float, str]:
+        """(seconds, how they were chosen) for a call starting now."""
+        if self.fixed_s is not None:
+            return self.fixed_s, "TASKRT_WATCHDOG_S"
+        if self.slowest_s is None:
+            return self.start_s, "the start-up limit TASKRT_WATCHDOG_START_S: no iteration " \
+                                 "has finished yet"
+        derived = FACTOR * self.slowest_s
+        if derived < self.floor_s:
+            return self.floor_s, f"the floor TASKRT_WATCHDOG_FLOOR_S; {FACTOR}x the " \
+                                 f"slowest iteration so far ({self.slowest_s:.3g} s) is less"
+        return derived, f"{FACTOR}x the slowest iteration so far ({self.slowest_s:.3g} s)"

@@ -1,0 +1,159 @@
+"""Host costs in the machine model and the simulator (the issuing thread as a resource), the
+machine file's "host_costs", and the pure parts of calibration's fit (strategy/calibration.py).
+Delta == full with host costs: tests/strategy/test_delta.py."""
+import dataclasses
+import json
+import warnings
+
+import numpy as np
+import pytest
+
+from parallel_ops.lowering import lower
+from strategy import standard
+from strategy.calibration import _line, _typical_gap, fit_host_costs
+from strategy.costs import CostModel
+from strategy.costs.app_profile import load_app
+from strategy.logical_devices import shared
+from strategy.machines import (DEVICE_SPECS, HostCost, MachineFileError, cluster_model,
+                               from_bytes, from_dict, machine_model, to_dict)
+from strategy.simulator import NodeTimer, simulate, trace_of
+from taskrt import plan
+
+warnings.simplefilter("ignore")       # analytic-cost fallback warnings
+
+COSTS = {"task": HostCost(3e-5), "copy": HostCost(4e-6, 1e-10), "send": HostCost(1e-5, 2e-10),
+         "recv": HostCost(6e-6, 1e-10), "reduce": HostCost(5e-6),
+         "allreduce_start": HostCost(2e-5, 1e-11), "allreduce_wait": HostCost(4e-6)}
+CPU = dataclasses.replace(DEVICE_SPECS["P100"], kind="cpu")
+
+
+def graph_of(model, strategy_fn=standard.data_parallel):
+    net = load_app("rnnlm", ["--small", "--batch-size", "8"], model.num_devices)
+    machine = model.taskrt_machine()
+    s = strategy_fn(net.model, list(range(model.num_devices)))
+    lowered = lower(net.model, s, machine, net.optimizer)
+    return plan(lowered.launches, machine, initial=lowered.initial)
+
+
+def host_total(graph, timer):
+    return sum(p[0] + p[2] for p in map(timer.host_phases, graph.nodes))
+
+
+def test_one_process_runs_host_work_and_tasks_on_one_thread():
+    """1 CPU process x 2 logical devices: every node and every host phase on one thread, so
+    the iteration is their plain sum."""
+    base = shared(cluster_model("one", CPU, 1), 2)
+    m = shared(cluster_model("one", CPU, 1).with_host_costs(COSTS), 2)
+    g = graph_of(m)
+    costs = CostModel()
+    timer = NodeTimer(m, costs)
+    devices = sum(timer.timing(n)[0] for n in g.nodes)
+    host = host_total(g, timer)
+    assert host > 0
+    assert simulate(g, m, costs).makespan == pytest.approx(devices + host, rel=1e-12)
+    assert simulate(g, base, costs).makespan == pytest.approx(devices, rel=1e-12)
+
+
+def test_no_host_costs_is_the_model_before_them():
+    """Presets have none; a model given empty host costs times every node the same bits."""
+    p100 = machine_model("p100:1")
+    assert p100.host_costs == {} and p100.with_host_costs({}) == p100
+    g = graph_of(p100)
+    a, b = simulate(g, p100, CostModel()), simulate(g, p100.with_host_costs({}), CostModel())
+    assert a.makespan == b.makespan and np.array_equal(a.end, b.end)
+
+
+def test_gpu_host_thread_is_the_bottleneck_when_tasks_are_tiny():
+    """A GPU's tasks wait for their host thread: with host time per task far above the
+    tasks' own, a device's iteration is at least its tasks' host time."""
+    slow_host = {"task": HostCost(1e-2)}
+    m = machine_model("p100:1").with_host_costs(slow_host)
+    g = graph_of(m)
+    res = simulate(g, m, CostModel())
+    per_device = max(sum(1 for n in g.nodes if n.kind == "task" and n.device == d)
+                     for d in range(m.num_devices))
+    assert res.makespan >= per_device * 1e-2
+    assert res.busy["host n0/d0"] == pytest.approx(
+        1e-2 * sum(1 for n in g.nodes if n.kind == "task" and n.device == 0))
+    # host phases appear on the host's track of the simulated trace
+    events = trace_of(g, res, NodeTimer(m, CostModel()))
+    assert any(e.track == "host n0/d0" for e in events)
+
+
+def test_two_ranks_pay_send_and_recv_on_their_threads():
+    m = cluster_model("two", CPU, 2).with_host_costs(COSTS)
+    g = graph_of(m, standard.parameter_parallel)
+    timer = NodeTimer(m, CostModel())
+    kinds = {}
+    for n in g.nodes:
+        if n.kind == "copy" and timer.host(n.src) != timer.host(n.dst):
+            hd, pre, pd, post = timer.host_phases(n)
+            assert pre == (timer.compute(n.src),) and post == (timer.compute(n.dst),)
+            assert hd == pytest.approx(COSTS["send"].time(n.nbytes))
+            assert pd == pytest.approx(COSTS["recv"].time(n.nbytes))
+            kinds["send"] = True
+    assert kinds, "the strategy moves data between the ranks"
+
+
+def test_machine_file_round_trips_host_costs():
+    m = cluster_model("two", CPU, 2).with_host_costs(COSTS)
+    d = to_dict(m)
+    assert d["host_costs"]["send"] == {"seconds": 1e-5, "per_byte": 2e-10}
+    assert from_dict(json.loads(json.dumps(d))) == m
+    assert "host_costs" not in to_dict(machine_model("p100:1"))
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"tsk": {"seconds": 1e-5}}, "host cost 'tsk': not a node kind (did you mean 'task'"),
+    ({"task": {"seconds": -1}}, "host cost 'task': \"seconds\" is -1"),
+    ({"task": {"second": 1e-5}}, "unknown key 'second' (did you mean 'seconds'"),
+    ({"task": 3e-5}, "host cost 'task': expected {\"seconds\""),
+    ([1], "\"host_costs\" is [1]"),
+])
+def test_bad_host_costs_are_named(bad, message):
+    d = to_dict(cluster_model("two", CPU, 2))
+    d["host_costs"] = bad
+    with pytest.raises(MachineFileError) as e:
+        from_bytes(json.dumps(d).encode(), "m.json")
+    assert message in str(e.value) and "m.json" in str(e.value)
+
+
+def test_line_fit_recovers_seconds_and_per_byte_despite_outliers():
+    xs = [1000 * k for k in range(1, 21)]
+    ys = [5e-6 + 2e-10 * x for x in xs]
+    ys[7] += 1e-2                                 # a message that waited
+    ys[3] += 5e-3                                 # a preempted pack
+    a, b = _line(xs, ys)
+    assert a == pytest.approx(5e-6, rel=1e-6) and b == pytest.approx(2e-10, rel=1e-6)
+    assert _line([8, 8, 8], [1.0, 2.0, 3.0]) == (2.0, 0.0)      # one size: the median
+
+
+def test_typical_gap_leaves_out_waits_and_preemptions():
+    assert _typical_gap([1e-5, 2e-5, 3e-5, 1.2e-2]) == pytest.approx(2e-5)
+    assert _typical_gap([]) == 0.0
+
+
+def test_fit_host_costs_adds_the_gap_to_the_host_work():
+    samples = {"task": [(1e-5, 0.0, 0), (3e-5, 0.0, 0), (None, 0.0, 0)],
+               "send": [(2e-6, 1e-5 + 1e-9 * n, n) for n in (100, 1000, 10000)]}
+    costs, counts, spread = fit_host_costs(samples)
+    assert costs["task"] == HostCost(2e-5, 0.0)
+    assert costs["send"].seconds == pytest.approx(1.2e-5)
+    assert costs["send"].per_byte == pytest.approx(1e-9)
+    assert counts == {"task": 3, "send": 3}
+
+
+def test_iteration_factor_scales_task_times_and_host_costs():
+    from strategy.calibration import with_factor
+    from strategy.costs import Measurement, Profile
+    prof = Profile()
+    prof.add(("k",), "cpu", Measurement(2e-3, 3, 1e-3, 4e-3))
+    m = cluster_model("two", CPU, 2).with_host_costs(COSTS)
+    m2, p2 = with_factor(m, prof, 1.5)
+    got = p2.get(("k",), "cpu")
+    assert (got.seconds, got.repeats, got.min_s, got.max_s) == \
+        pytest.approx((3e-3, 3, 1.5e-3, 6e-3), rel=1e-12)
+    send = m2.host_costs["send"]
+    assert (send.seconds, send.per_byte) == pytest.approx((1.5e-5, 3e-10), rel=1e-12)
+    assert m2.calibration["from_traces"]["iteration_factor"] == 1.5
+    assert m2.device(0) == m.device(0) and m2.links == m.links

@@ -1,0 +1,51 @@
+"""The MPI executor's pure policies (taskrt/executor/policies.py), driven with made-up clocks
+and to-do lists, without MPI: busy polling, the idle back-off, batching, the poll limit by
+cores. The watchdog's limit is tests/taskrt/test_watchdog.py; the driver carrying them out
+under mpirun is tests/test_mpi.py."""
+from collections import deque
+
+from taskrt.executor import mpi
+from taskrt.executor.policies import (FIRST_SLEEP_S, SLEEP, YIELD, BusyPoll, IdleBackOff,
+                                      default_poll_max_s, ready_batch)
+from taskrt.executor.scheduler import RUN, SEND, Instruction
+
+
+def test_busy_poll_only_while_in_flight_and_not_too_often():
+    p = BusyPoll(1e-3, now=0.0)
+    assert not p.due(5e-3, in_flight=False)          # nothing in flight: never
+    assert p.due(5e-3, in_flight=True)
+    assert not p.due(5.5e-3, in_flight=True)         # within 1 ms of the last poll
+    assert p.due(6e-3, in_flight=True)
+    never = BusyPoll(-1.0, now=0.0)                  # negative: poll only when idle
+    assert not never.due(100.0, in_flight=True)
+
+
+def test_idle_back_off_yields_then_sleeps_doubling_up_to_the_limit():
+    b = IdleBackOff(spin_s=1e-3, max_s=1e-4, now=0.0)
+    assert b.idle(5e-4) == (YIELD, 0.0)              # just idle: yield the core
+    sleeps = [b.idle(2e-3) for _ in range(5)]
+    assert [a for a, _ in sleeps] == [SLEEP] * 5
+    assert [s for _, s in sleeps] == [FIRST_SLEEP_S, 4e-5, 8e-5, 1e-4, 1e-4]
+    b.event(3.0)                                     # something happened: start over
+    assert b.idle(3.0) == (YIELD, 0.0)
+    assert b.idle(3.01) == (SLEEP, FIRST_SLEEP_S)
+    no_spin = IdleBackOff(spin_s=0.0, max_s=1e-3, now=0.0)
+    assert no_spin.idle(0.0)[0] == SLEEP
+
+
+def test_ready_batch_takes_same_key_runs_and_keeps_the_rest_in_order():
+    keys = {1: "sgd", 2: "sgd", 3: "adam", 5: "sgd"}
+    todo = deque([Instruction(RUN, 2), Instruction(RUN, 3), Instruction(SEND, 5),
+                  Instruction(RUN, 4), Instruction(RUN, 5)])
+    assert ready_batch(1, todo, keys) == [1, 2, 5]
+    assert list(todo) == [Instruction(RUN, 3), Instruction(SEND, 5), Instruction(RUN, 4)]
+    alone = deque([Instruction(RUN, 4)])
+    assert ready_batch(3, alone, keys) == [3] and list(alone) == [Instruction(RUN, 4)]
+
+
+def test_poll_limit_is_shorter_when_each_rank_has_a_core(monkeypatch):
+    assert default_poll_max_s(ranks_here=2, cores=2) == 2e-4
+    assert default_poll_max_s(ranks_here=4, cores=2) == 1e-3   # leave cores to computing ranks
+    monkeypatch.setattr(mpi, "local_rank_and_size", lambda comm: (0, 3))
+    monkeypatch.setattr(mpi.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    assert mpi.node_poll_max_s(None) == 1e-3
