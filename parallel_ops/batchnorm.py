@@ -9,10 +9,11 @@ the split, so in training the operator lowers to five launches:
                  with the mean from the summed stats. Two passes, as torch's own
                  statistics are centred: the variance as E[x^2] - E[x]^2 cancels
                  catastrophically in float32 when the mean is large against the spread;
-  normalize      y = (x - mean) / sqrt(var + eps) * gamma + beta from the summed stats
-                 (biased variance). Autograd flows back through all three stages: this
-                 stage's backward gives the gradients of the sums, the first two stages'
-                 turn them into dx;
+  normalize      y = x * alpha + beta per channel, alpha = gamma / sqrt(var + eps) and
+                 beta = beta - mean * alpha, from the summed stats (biased variance). It
+                 has its own backward (`explicit_backward`): the input gradient's direct
+                 term, gamma's and beta's gradients, and the gradients of the two sums,
+                 which the first two stages' backward (autograd) turn into the rest of dx;
   running_next   (replicated) the new running mean and unbiased running variance into
                  `<name>.running_next` (2, C), from the sums and the current buffers;
   running_write  (replicated) copies them into the buffers running_mean / running_var.
@@ -22,6 +23,16 @@ holding a part of the buffers updates its own replica, so replicas stay identica
 Evaluation (compiled with training=False) is a single launch using the running stats.
 `activation` (e.g. "relu") is applied to y by the normalize launch (or the evaluation one);
 see parallel_ops/activation.py.
+
+Precision follows torch's CPU kernels (aten/src/ATen/native/cpu/batch_norm_kernel.cpp,
+Normalization.cpp), which accumulate in at::acc_type, float64 for float32 inputs
+(`accumulation_dtype`): the sums of x, of (x - mean)^2 and, in backward, of dy and of
+(x - mean) * dy are taken in it, and so are the two sums' tensors (and their gradients),
+so partial sums of split parts are added in it too; mean, variance and 1/sqrt(var + eps)
+are rounded to the input's dtype where torch rounds them, and y = x * alpha + beta with
+one rounding (torch's compiled kernel fuses the multiply-add; torch.addcmul does too).
+Without this, a float32 model whose batch norms see near-constant channels (timm's
+MobileNetV2 after one large step) drifts from eager PyTorch far beyond rounding.
 """
 from __future__ import annotations
 
@@ -30,7 +41,8 @@ import torch.nn.functional as F
 
 from taskrt.geometry import Rect
 
-from .activation import FusesActivation, activate, activated, check_activation
+from .activation import (FusesActivation, activate, activate_saving, activated,
+                         activation_backward, check_activation)
 from .errors import ShapeError
 from .model import Model, builder
 from .nchw import check_nchw
@@ -38,6 +50,13 @@ from .op import ATTRIBUTE, PARAMETER, REDUCTION, SAMPLE, Dim, Op, PartSpec, Stag
 from .tensor import Tensor
 
 NCHW = ("n", "c", "h", "w")
+PER_CHANNEL = (None, "c")
+
+
+def accumulation_dtype(dtype: str) -> str:
+    """The dtype torch's CPU batch norm sums `dtype` values in (at::acc_type): float32
+    for the half types, float64 otherwise."""
+    return "float32" if dtype in ("float16", "bfloat16") else "float64"
 
 
 class BatchNorm2d(FusesActivation, Op):
@@ -62,6 +81,7 @@ class BatchNorm2d(FusesActivation, Op):
                              "a cumulative average.")
         self.model = model           # momentum=None reads the step count
         self.count = count
+        self.accumulate = getattr(torch, accumulation_dtype(x.dtype))
         self.params = {"eps": eps, "momentum": momentum, "affine": affine}
         self.inputs = [x]
         if affine:
@@ -77,24 +97,20 @@ class BatchNorm2d(FusesActivation, Op):
         self.labels = {"inputs": (NCHW,), "weights": (("c",),) * len(self.weights),
                        "outputs": (NCHW,)}
         self.check_declaration()     # the evaluation launch; Model.add checks the others
-        stats = Tensor(f"{self.name}.stats", (1, c), x.dtype, producer=self,
-                       requires_grad=x.requires_grad)
-        centered = Tensor(f"{self.name}.centered", (1, c), x.dtype, producer=self,
-                          requires_grad=x.requires_grad)
+        sums = [Tensor(f"{self.name}.{tag}", (1, c), accumulation_dtype(x.dtype),
+                       producer=self, requires_grad=x.requires_grad)
+                for tag in ("stats", "centered")]
+        stats, centered = sums
         nxt = Tensor(f"{self.name}.running_next", (2, c), x.dtype, producer=self)
         reduced = {"n": REDUCTION, "h": REDUCTION, "w": REDUCTION}
-        per_channel = (None, "c")
         self._training_stages = [
             Stage(self, "stats", [x], [stats], self._stats,
-                  labels={"inputs": (NCHW,), "weights": (), "outputs": (per_channel,)},
+                  labels={"inputs": (NCHW,), "weights": (), "outputs": (PER_CHANNEL,)},
                   kinds=reduced),
             Stage(self, "centered", [x, stats], [centered], self._centered,
-                  labels={"inputs": (NCHW, per_channel), "weights": (),
-                          "outputs": (per_channel,)}, kinds=reduced),
-            Stage(self, "normalize", [x, stats, centered], [y], self._normalize,
-                  weights=affine_w,
-                  labels={"inputs": (NCHW, per_channel, per_channel),
-                          "weights": (("c",),) * len(affine_w), "outputs": (NCHW,)}),
+                  labels={"inputs": (NCHW, PER_CHANNEL), "weights": (),
+                          "outputs": (PER_CHANNEL,)}, kinds=reduced),
+            _Normalize(self, [x, stats, centered], y, affine_w),
             Stage(self, "running_next", [stats, centered], [nxt], self._running_next,
                   weights=running, part=_channels_part, differentiable=False,
                   replicated=True),
@@ -109,41 +125,90 @@ class BatchNorm2d(FusesActivation, Op):
         """Five launches in training (see the module docstring); itself in evaluation."""
         return self._training_stages if self.training else [self]
 
-    def _mean_var(self, stats, centered):
-        return stats[0] / self.count, centered[0] / self.count
-
+    # -- training: the statistics ------------------------------------------------------------
     def _stats(self, spec, inputs, weights):
-        return [inputs[0].sum((0, 2, 3))[None]]
+        return [inputs[0].sum((0, 2, 3), dtype=self.accumulate)[None]]
 
     def _centered(self, spec, inputs, weights):
+        """The sum of (x - mean)^2, the mean rounded to x's dtype as torch's. The mean is
+        held constant for autograd: the sum's derivative by it, -2/N * sum(x - mean), is
+        zero (torch's backward leaves it out as well)."""
         x, stats = inputs
-        d = x - _bc(stats[0] / self.count)
-        return [(d * d).sum((0, 2, 3))[None]]
+        d = x - _bc(self._mean(stats.detach(), x.dtype))
+        return [(d * d).sum((0, 2, 3), dtype=self.accumulate)[None]]
 
-    def _normalize(self, spec, inputs, weights):
+    def _mean(self, stats, dtype):
+        return (stats[0] / self.count).to(dtype)
+
+    def _mean_invstd(self, stats, centered, dtype):
+        """The mean and 1/sqrt(var + eps) from the sums, rounded as torch's kernel: the
+        mean and the centred sum to `dtype`, the variance divided there, the root taken
+        in the accumulation dtype."""
+        var = centered[0].to(dtype) / self.count
+        invstd = torch.sqrt(var.to(self.accumulate) + self.params["eps"]).reciprocal()
+        return self._mean(stats, dtype), invstd.to(dtype)
+
+    def _linear_terms(self, mean, invstd, weights):
+        """(alpha, beta) of y = x * alpha + beta: alpha = gamma * invstd, beta = beta -
+        mean * alpha in one rounding, as torch's kernel computes them."""
+        if not self.params["affine"]:
+            return invstd, -mean * invstd
+        gamma, beta = weights
+        alpha = invstd * gamma
+        return alpha, torch.addcmul(beta, -mean, alpha)
+
+    def _normalized(self, inputs, weights):
+        """(y before the activation, what the normalize stage's backward needs)."""
         x, stats, centered = inputs
-        mean, var = self._mean_var(stats, centered)
-        y = self._affine((x - _bc(mean)) * _bc(torch.rsqrt(var + self.params["eps"])), weights)
-        return [activate(self.activation, y)]
+        mean, invstd = self._mean_invstd(stats, centered, x.dtype)
+        alpha, beta = self._linear_terms(mean, invstd, weights)
+        gamma = weights[0] if self.params["affine"] else None
+        return torch.addcmul(_bc(beta), x, _bc(alpha)), (x, mean, invstd, alpha, gamma)
+
+    def _normalize_backward(self, saved, dy, need_inputs, need_weights):
+        """Gradients of x (its direct term), of the two sums and of gamma and beta, with
+        torch's backward sums (of dy and of (x - mean) * dy) in the accumulation dtype.
+        The sums' gradients: y depends on the sum of x through the mean (-gamma * invstd /
+        N per unit of dy) and on the centred sum through the variance (-gamma * invstd^3 /
+        (2N) per unit of (x - mean) * dy); the first two stages' backward multiply them
+        by 1 and by 2 (x - mean) into dx, the rest of torch's input gradient."""
+        x, mean, invstd, alpha, gamma, act = saved
+        dz = activation_backward(self.activation, dy, act, self)
+        d = x - _bc(mean)
+        acc = self.accumulate
+        sum_dz = dz.sum((0, 2, 3), dtype=acc)
+        dot = (d * dz).sum((0, 2, 3), dtype=acc)
+        inv = invstd.to(acc)
+        scale = inv if gamma is None else inv * gamma.to(acc)
+        dx = dz * _bc(alpha) if need_inputs[0] else None
+        d_stats = (-(scale / self.count) * sum_dz)[None] if need_inputs[1] else None
+        d_centered = (-0.5 * scale * inv * inv / self.count * dot)[None] \
+            if need_inputs[2] else None
+        d_weights = []
+        if gamma is not None:
+            d_weights = [(dot * inv).to(x.dtype) if need_weights[0] else None,
+                         sum_dz.to(x.dtype) if need_weights[1] else None]
+        return [dx, d_stats, d_centered], d_weights
 
     def _running_next(self, spec, inputs, weights):
-        mean, var = self._mean_var(*inputs)
+        """torch's update: momentum in the buffers' dtype, the mean's update there, the
+        unbiased variance's in the accumulation dtype."""
+        stats, centered = inputs
         rm, rv = weights
         m = self.params["momentum"]
-        m = 1.0 / self.model.step_count if m is None else m
-        unbiased = var * (self.count / (self.count - 1))
-        return [torch.stack((rm * (1 - m) + mean * m, rv * (1 - m) + unbiased * m))]
+        m = torch.tensor(1.0 / self.model.step_count if m is None else m, dtype=rm.dtype)
+        mean = self._mean(stats, rm.dtype)
+        unbiased = centered[0].to(rm.dtype).to(self.accumulate) / (self.count - 1)
+        var = m.to(self.accumulate) * unbiased + ((1 - m) * rv).to(self.accumulate)
+        return [torch.stack((m * mean + (1 - m) * rm, var.to(rm.dtype)))]
 
-    def _affine(self, y, weights):
-        if not self.params["affine"]:
-            return y
-        return y * _bc(weights[0]) + _bc(weights[1])
-
+    # -- evaluation and the reference -------------------------------------------------------
     def forward(self, spec, inputs, weights):
-        """Evaluation: normalize with the running statistics."""
+        """Evaluation: normalize with the running statistics (torch's rounding)."""
         rm, rv = weights[-2:]
-        y = (inputs[0] - _bc(rm)) * _bc(torch.rsqrt(rv + self.params["eps"]))
-        return [activate(self.activation, self._affine(y, weights[:-2]))]
+        invstd = (rv + self.params["eps"]).sqrt().reciprocal()
+        alpha, beta = self._linear_terms(rm, invstd, weights[:-2])
+        return [activate(self.activation, torch.addcmul(_bc(beta), inputs[0], _bc(alpha)))]
 
     def reference(self, inputs, weights):
         pr = self.params
@@ -158,6 +223,28 @@ class BatchNorm2d(FusesActivation, Op):
         c = self.dims[1].extent
         running = [torch.zeros(c), torch.ones(c)]
         return ([torch.ones(c), torch.zeros(c)] if self.params["affine"] else []) + running
+
+
+class _Normalize(Stage):
+    """batchnorm2d's normalize launch, with its own backward (Op.explicit_backward)."""
+    explicit_backward = True
+
+    def __init__(self, bn: BatchNorm2d, inputs, y: Tensor, affine_w):
+        super().__init__(bn, "normalize", inputs, [y], None, weights=affine_w,
+                         labels={"inputs": (NCHW, PER_CHANNEL, PER_CHANNEL),
+                                 "weights": (("c",),) * len(affine_w), "outputs": (NCHW,)})
+
+    def forward(self, spec, inputs, weights):
+        return [activate(self.parent.activation, self.parent._normalized(inputs, weights)[0])]
+
+    def forward_saving(self, spec, inputs, weights):
+        y, saved = self.parent._normalized(inputs, weights)
+        out, act = activate_saving(self.parent.activation, y)
+        return [out], saved + (act,)
+
+    def backward(self, spec, saved, output_grads, need_inputs, need_weights):
+        return self.parent._normalize_backward(saved, output_grads[0], need_inputs,
+                                               need_weights)
 
 
 def _bc(v: torch.Tensor) -> torch.Tensor:

@@ -139,7 +139,19 @@ def llama_strategies(n):
 HF_MODELS = {"gpt2": (gpt2, gpt2_strategies), "bert": (bert, bert_strategies),
              "llama": (llama, llama_strategies)}
 
-# What tests/importer/test_hf_mpi.py trains over `mpirun -np 2` (one job for all).
-CASES_MPI = [(m, "sdpa", s) for m in HF_MODELS for s in ("data_parallel", "mixed",
-                                                          "attention")] + \
-            [("gpt2", "eager", "mixed")]
+STRATEGY_NAMES = ("data_parallel", "mixed", "attention")
+LLAMA_LIKE = ("Qwen2ForCausalLM", "MistralForCausalLM")
+
+# What tests/importer/test_hf_mpi.py trains over `mpirun -np 2` (one job for all): every
+# model and attention implementation under data parallel and two model-parallel strategies.
+CASES_MPI = [(m, "sdpa", s) for m in (*HF_MODELS, *LLAMA_LIKE) for s in STRATEGY_NAMES] + \
+            [("gpt2", "eager", s) for s in STRATEGY_NAMES]
+
+
+def build_case(name, attn="sdpa"):
+    """(module, inputs, strategies) of an HF_MODELS name or a LLAMA_LIKE class name (those
+    take Llama's strategies)."""
+    if name in HF_MODELS:
+        build, strategies = HF_MODELS[name]
+        return (*build(attn=attn), strategies)
+    return (*llama_like(name), llama_strategies)

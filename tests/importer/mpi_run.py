@@ -55,10 +55,9 @@ def _nets(machine):
 
 def _hf(machine):
     """HF models called as users call them (hf_models.CASES_MPI), on their own loss."""
-    from hf_models import CASES_MPI, HF_MODELS
+    from hf_models import CASES_MPI, build_case
     for name, attn, strategy in CASES_MPI:
-        build, strategies = HF_MODELS[name]
-        module, inputs = build(attn=attn)
+        module, inputs, strategies = build_case(name, attn)
         yield f"{name}-{attn}-{strategy}", _record(
             machine, module, inputs, strategies(len(machine))[strategy],
             lambda imp: imp.feeds(**inputs), False)

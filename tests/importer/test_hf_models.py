@@ -19,7 +19,8 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from harness import assert_state_close  # noqa: E402
-from hf_models import HF_MODELS, llama_like, transformers, torch_steps  # noqa: E402
+from hf_models import (HF_MODELS, LLAMA_LIKE, STRATEGY_NAMES, llama_like,  # noqa: E402
+                       transformers, torch_steps)
 from hf_replay import dropping_ops, torch_steps_replayed  # noqa: E402
 from parallel_ops import SGD  # noqa: E402
 from parallel_ops.importer import import_module  # noqa: E402
@@ -29,8 +30,9 @@ pytestmark = pytest.mark.skipif(transformers is None, reason="transformers is no
                                 "(pip install -e '.[test]')")
 DEVICES = 3
 OWN_LOSS_F64 = {"gpt2": 1e-6, "bert": 1e-9, "llama": 1e-6}
-CASES = [(m, "sdpa", s) for m in HF_MODELS for s in ("data_parallel", "mixed", "attention")] + \
-        [(m, "eager", "mixed") for m in HF_MODELS]
+CASES = [(m, "sdpa", s) for m in HF_MODELS for s in STRATEGY_NAMES] + \
+        [("gpt2", "eager", s) for s in STRATEGY_NAMES] + \
+        [(m, "eager", "mixed") for m in ("bert", "llama")]
 
 
 def _train(net, inputs, strategy, optimizer, steps=2, **feeds):
@@ -122,12 +124,13 @@ def test_dropout_trains_with_split_independent_masks(name, attn):
     assert abs(no_drop[0] - losses[0]) > 1e-6          # dropout did something
 
 
-@pytest.mark.parametrize("cls_name", ["Qwen2ForCausalLM", "MistralForCausalLM"])
-def test_qwen2_and_mistral_with_padding_equal_eager(cls_name):
+@pytest.mark.parametrize("cls_name", LLAMA_LIKE)
+@pytest.mark.parametrize("strategy_name", STRATEGY_NAMES)
+def test_qwen2_and_mistral_with_padding_equal_eager(cls_name, strategy_name):
     net, inputs = llama_like(cls_name)
     opt = SGD(lr=0.1, momentum=0.9)
     want, want_state = torch_steps(net, inputs, copy.deepcopy(opt), 2)
-    strategy = HF_MODELS["llama"][1](DEVICES)["mixed"]
+    strategy = HF_MODELS["llama"][1](DEVICES)[strategy_name]
     losses, state, imp, _ = _train(net, inputs, strategy, copy.deepcopy(opt))
     assert losses == pytest.approx(want, rel=1e-6)
     assert_state_close(state, want_state, rtol=1e-6, atol=1e-8, where=cls_name)

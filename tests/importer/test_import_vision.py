@@ -1,7 +1,7 @@
 """timm's ResNet, ViT, ConvNeXt and MobileNetV2 (and the same blocks in plain torch, which
 run where timm cannot be imported) import unchanged and train equal to eager PyTorch under
 data parallel and two model-parallel strategies on 4 logical devices: float64 to 1e-9,
-float32 to 1e-4 relative (see FLOAT32 below)."""
+float32 to 1e-3 relative (see FLOAT32 below)."""
 import copy
 import os
 import sys
@@ -19,8 +19,9 @@ from taskrt import Machine  # noqa: E402
 
 DEVICES = 4
 # float32: the imported model sums in other orders (parts, partial sums), so results
-# differ from eager by rounding. Measured worst after 2 SGD steps: losses 3.6e-6 relative,
-# weights 4.2e-5 absolute (the ResNets, through batch norm).
+# differ from eager by rounding. Measured worst after 2 SGD steps (attribute strategy):
+# losses 8.1e-6 relative, weights 6.3e-6 absolute (the plain-torch ResNet); timm's
+# MobileNetV2, where rounding decides, is held to eager's own accuracy instead (below).
 FLOAT32 = dict(rtol=1e-3, atol=1e-4)
 
 
@@ -56,30 +57,41 @@ def test_trains_equal_to_eager_float64(name, source, kind):
     assert_state_close(target.state_dict(), want_state, rtol=1e-9, atol=1e-9, where="write_back")
 
 
-# timm's mobilenetv2_035 at random init has near-constant channels that batch norm divides by
-# sqrt(var + eps), which amplifies float32 rounding. batchnorm2d's statistics now take two
-# passes, as torch's (step 2: loss 15.5, was 14.2 with sums of x and x^2, against eager's
-# 16.8); what is left is its backward, autograd through the statistics stages rather than
-# torch's closed form (with batch norm computed in float64 the gap falls to that of eager
-# float32 against float64). Known; see docs/importer.md.
-_BN_FLOAT32 = pytest.mark.xfail(strict=True, reason="batchnorm2d float32 backward")
-FLOAT32_CASES = [pytest.param(m, s, marks=_BN_FLOAT32) if (m, s) == ("mobilenetv2", "timm")
-                 else (m, s) for m in MODELS for s in SOURCES]
+FLOAT32_CASES = [(m, s) for m in MODELS for s in SOURCES]
+
+
+def _distance(a, b):
+    """The largest absolute difference between two state dicts' float tensors."""
+    return max((a[k].double() - b[k].double()).abs().max().item() for k in b
+               if b[k].is_floating_point())
 
 
 @pytest.mark.parametrize("name,source", FLOAT32_CASES)
 def test_trains_equal_to_eager_float32(name, source):
+    """Equal to eager float32 within FLOAT32 where eager float32 itself is that close to
+    float64. Where it is not, rounding decides the result, and the imported run must be
+    as accurate as eager's: no further from float64 (losses and weights) than twice eager
+    float32's own distance. timm's mobilenetv2_035 is such a model: its first SGD step is
+    large, and at step 2 its batch norms see near-constant channels and its ReLU6s
+    values at their kinks. Measured after 2 steps (attribute strategy): eager float32 is
+    0.64 from float64 in the weights (loss 16.8497 against 16.8419); the import is 0.40
+    from float64 and 0.64 from eager float32 (loss 16.8412). Before batch norm rounded as
+    torch's (parallel_ops/batchnorm.py) it was 6.5 away (loss 15.51)."""
     _need(source)
     want, want_state, got, state, *_ = _train(name, source, "attribute", torch.float32)
     module, inputs, labels = build(name, source)
-    exact, _ = torch_steps(module, inputs, labels, SGD(lr=0.05, momentum=0.9), 2)
-    if any(abs(a - b) > 1e-3 * abs(b) for a, b in zip(want, exact)):
-        # timm's mobilenetv2_035 at random init: eager float32 itself is off (channels
-        # that batch norm divides by sqrt(eps) amplify rounding), so no tolerance means much.
-        pytest.skip(f"eager PyTorch's own float32 losses are {want} against {exact} in "
-                    "float64: rounding decides this model's result")
-    assert got == pytest.approx(want, rel=FLOAT32["rtol"])
-    assert_state_close(state, want_state, where=f"{name}/{source}/float32", **FLOAT32)
+    exact, exact_state = torch_steps(module, inputs, labels, SGD(lr=0.05, momentum=0.9), 2)
+    if all(torch.allclose(want_state[k].double(), v, **FLOAT32)
+           for k, v in exact_state.items() if v.is_floating_point()):
+        assert got == pytest.approx(want, rel=FLOAT32["rtol"])
+        assert_state_close(state, want_state, where=f"{name}/{source}/float32", **FLOAT32)
+        return
+    eager_losses = max(abs(a - b) for a, b in zip(want, exact))
+    assert max(abs(a - b) for a, b in zip(got, exact)) <= 2 * eager_losses, (got, want, exact)
+    eager_weights = _distance(want_state, exact_state)
+    assert _distance(state, exact_state) <= 2 * eager_weights, \
+        f"imported float32 is {_distance(state, exact_state):.3e} from float64, eager " \
+        f"float32 {eager_weights:.3e}"
 
 
 @pytest.mark.parametrize("name,source", [(m, s) for m in MODELS for s in SOURCES])
