@@ -27,9 +27,8 @@ from taskrt import Planner
 from taskrt.gcpause import gc_paused
 from taskrt.liveness import (INSTANCE, PARTIAL, STAGING, buffers_of, is_small, peak_bytes_flat,
                              results_of, task_reads_writes)
-from taskrt.nodegroups import GroupRun, resolve
+from taskrt.nodegroups import GroupRun, join, resolve
 
-from .listsched import csr
 from .simulator import NO_HOST, NodeTimer, Resources, SimResult, result_of, timeline
 
 TABLE_SLACK = 65536      # buffers the tables may hold beyond 4 per node before a restart
@@ -82,10 +81,6 @@ def _host_arrays(phases) -> tuple:
             np.fromiter((x for p in phases for x in p[3]), dtype=np.int64))
 
 
-def _join(arrays: list) -> np.ndarray:
-    return np.concatenate(arrays) if len(arrays) != 1 else arrays[0]
-
-
 @dataclass(eq=False, slots=True)
 class _LaunchBlock:
     """One launch's groups (Planner.launch_groups), their _GroupSim arrays and their
@@ -118,7 +113,7 @@ class _Joined:
     __slots__ = ("arrays", "lens")
 
     def __init__(self, blocks: list, fields: tuple):
-        self.arrays = {f: _join([getattr(b, f) for b in blocks]) for f in fields}
+        self.arrays = {f: join([getattr(b, f) for b in blocks]) for f in fields}
         self.lens = {f: np.fromiter((len(getattr(b, f)) for b in blocks), dtype=np.int64,
                                     count=len(blocks)) for f in self.arrays}
 
@@ -358,10 +353,10 @@ class SimulationSession:
                 s = sims[g] = self._group_sim(g)
             per.append(s)
         run = GroupRun.of(groups)
-        host = (_join([s.host[k] for s in per]) for k in range(len(_HOST_ARRAYS))) \
+        host = (join([s.host[k] for s in per]) for k in range(len(_HOST_ARRAYS))) \
             if self.timer.host_costs else ()
         return _LaunchBlock(version, groups, per,
-                            *(_join([getattr(s, f) for s in per]) for f in _SIM_ARRAYS),
+                            *(join([getattr(s, f) for s in per]) for f in _SIM_ARRAYS),
                             *(getattr(run, f) for f in _RUN_ARRAYS), *host)
 
     def _blocks_now(self) -> list:

@@ -69,11 +69,12 @@ class GroupRun:
         if len(groups) > 1:
             np.cumsum(sizes[:-1], out=offsets[1:])
         return cls(np.fromiter((g.gid for g in groups), dtype=np.int64, count=len(groups)),
-                   offsets, int(sizes.sum()), _join([g.pred_count for g in groups]),
-                   _join([g.pred_gid for g in groups]), _join([g.pred_idx for g in groups]))
+                   offsets, int(sizes.sum()), join([g.pred_count for g in groups]),
+                   join([g.pred_gid for g in groups]), join([g.pred_idx for g in groups]))
 
 
-def _join(arrays: list) -> np.ndarray:
+def join(arrays: list) -> np.ndarray:
+    """The arrays concatenated (the one array itself when there is one)."""
     return np.concatenate(arrays) if len(arrays) != 1 else arrays[0]
 
 
@@ -92,24 +93,19 @@ class Assembled:
 
 def assemble(groups: list, num_gids: int) -> Assembled:
     """Resolve the groups' predecessor references into node ids, with arrays."""
-    return assemble_runs([GroupRun.of(groups)] if groups else [], num_gids)
-
-
-def assemble_runs(runs: list, num_gids: int) -> Assembled:
-    """assemble() over runs of groups (GroupRun) in program order."""
-    if not runs:
+    if not groups:
         return Assembled(np.zeros(1, dtype=np.int64), _EMPTY)
-    return resolve(_join([r.gids for r in runs]), _join([r.offsets for r in runs]),
-                   np.fromiter((len(r.gids) for r in runs), dtype=np.int64, count=len(runs)),
-                   np.fromiter((r.size for r in runs), dtype=np.int64, count=len(runs)),
-                   _join([r.pred_count for r in runs]), _join([r.pred_gid for r in runs]),
-                   _join([r.pred_idx for r in runs]), num_gids)
+    run = GroupRun.of(groups)
+    one = np.ones(1, dtype=np.int64)
+    return resolve(run.gids, run.offsets, one * len(run.gids), one * run.size,
+                   run.pred_count, run.pred_gid, run.pred_idx, num_gids)
 
 
 def resolve(gids, offsets, groups_per_run, run_sizes, pred_count, pred_gid, pred_idx,
             num_gids: int) -> Assembled:
-    """assemble_runs() with the runs' arrays already joined: their groups' ids and
-    offsets, how many groups and nodes each run has, and their predecessor arrays."""
+    """Node ids for runs of groups (GroupRun) in program order, their arrays already
+    joined: the groups' ids and offsets in their runs, how many groups and nodes each run
+    has, and the predecessor arrays."""
     starts = np.zeros(len(run_sizes), dtype=np.int64)
     if len(run_sizes) > 1:
         np.cumsum(run_sizes[:-1], out=starts[1:])
