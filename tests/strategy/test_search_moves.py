@@ -121,3 +121,15 @@ def test_search_from_data_parallel_and_random_starts_fits_a_gpt_that_data_parall
     assert max(res.peak_memory.values()) <= CAPACITY
     again = fresh(m, mm, res.configs, res.recompute_segments)
     assert again.valid and again.makespan == pytest.approx(res.predicted)
+
+
+def test_gpt_flops_count_the_blocks_the_search_recomputes():
+    from apps.gpt import iteration_flops, model_flops
+    m = gpt(4)
+    a = argparse.Namespace(small=True, config=None, batch_size=8, vocab=None, width=64,
+                           heads=None, layers=4, seq_len=None)
+    units = RecomputeUnits(search_plans(m))
+    set_recompute(m, units.segments(frozenset({0, 2})))
+    assert iteration_flops(a, m) == pytest.approx(model_flops(8, 16, 4, 64, 256, 0.5))
+    set_recompute(m, units.segments(units.plans["full"]))
+    assert iteration_flops(a, m) == pytest.approx(model_flops(8, 16, 4, 64, 256, True))
