@@ -36,7 +36,8 @@ Recomputation. With `recompute` (named plans of activation-recomputation segment
 parallel_ops/recompute.py, e.g. {"none": [], "full": one segment per block}), each candidate
 is simulated under every plan and its chain starts under the best one (the fastest that
 fits). Then recomputation is part of the chain's state: a proposal (probability
-`recompute_move`) switches one segment (strategy/moves.py RecomputeUnits: the plans'
+`recompute_move`, by default one over the number of operators, at most RECOMPUTE_MOVE)
+switches one segment (strategy/moves.py RecomputeUnits: the plans'
 distinct segments, for the GPT one per block) on or off, accepted or rejected like any
 other. Such a move changes which launches exist, which a delta change cannot: the proposal
 builds a new session of the same configs under the new segments (a full simulation; the
@@ -78,7 +79,7 @@ from .space import SearchSpace
 
 DEFAULT_TEMPERATURE = 0.01
 MEMORY_MOVE = 0.75           # share of an out-of-memory chain's proposals aimed at memory
-RECOMPUTE_MOVE = 0.05        # share of proposals that switch a recomputation segment
+RECOMPUTE_MOVE = 0.05        # the most a default chain gives to switching recomputation
 OVER_MEMORY_RANK = 1e6       # seconds; see `ranked`
 GC_EVERY = 32               # proposals between garbage collections (see the module doc)
 MIN_PROPOSALS = 50           # the stop rule waits for this many proposals, or one per
@@ -200,7 +201,7 @@ class Search:
                  temperature: float = DEFAULT_TEMPERATURE, space: SearchSpace | None = None,
                  progress=None, progress_every: float = 1.0, delta: bool = True,
                  starts: dict | None = None, recompute: dict | None = None,
-                 recompute_move: float = RECOMPUTE_MOVE):
+                 recompute_move: float | None = None):
         if temperature <= 0:
             raise ValueError(f"search: temperature {temperature}; use a positive fraction "
                              "of the starting cost (default 0.01)")
@@ -221,7 +222,11 @@ class Search:
         self.baseline_configs: dict = {}
         # the segments a chain switches; None: the model's own recomputation, unchanged
         self.units = RecomputeUnits(recompute) if recompute else None
-        self.recompute_move = recompute_move
+        # A recomputation move builds a session: all operators' launches planned, about
+        # the work of one proposal per operator. So by default one proposal in as many as
+        # there are operators (at most RECOMPUTE_MOVE) switches a segment.
+        self.recompute_move = recompute_move if recompute_move is not None else \
+            min(RECOMPUTE_MOVE, 1.0 / max(1, len(self.space.searchable())))
         self.state: frozenset | None = None       # segments on in the session searched
         self.best_state: frozenset | None = None
         self.best_memory: dict = {}
@@ -320,9 +325,11 @@ class Search:
     def _propose(self, session, fits: bool) -> tuple:
         """('recompute', segment index) or ('op', op name, config): see the module doc."""
         if self.units is not None and self.rng.random() < self.recompute_move:
-            unit = None if fits else self.units.target(session, self.state)
-            return "recompute", (self.rng.randrange(len(self.units)) if unit is None
-                                 else unit)
+            if fits:
+                return "recompute", self.rng.randrange(len(self.units))
+            unit = self.units.target(session, self.state)
+            if unit is not None:     # out of memory, switching one off cannot help
+                return "recompute", unit
         if not fits and self.rng.random() < MEMORY_MOVE:
             move = shard_move(self.space, session, self.rng)
             if move is not None:

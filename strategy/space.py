@@ -30,6 +30,13 @@ from parallel_ops.config import ParallelConfig
 FAMILIES = ("block", "node", "subset")
 
 
+def weight_parts(op, weight_dims: set):
+    """A key on degree tuples (in op.dims order): how many parts they split weights into."""
+    def key(t: tuple) -> int:
+        return prod(k for d, k in zip(op.dims, t) if d.name in weight_dims)
+    return key
+
+
 class SearchSpace:
     def __init__(self, model, num_devices: int, devices_per_node: int | None = None, *,
                  pow2: bool = False, max_split: int | None = None,
@@ -187,7 +194,10 @@ class SearchSpace:
                 f *= 2
         if not options:
             return None
-        t = rng.choice(options)
+        # half the time the largest split: a model far over memory needs most weights
+        # split by a node's worth of devices, in as few accepted steps as may be
+        t = max(options, key=weight_parts(op, weight_dims)) if rng.random() < 0.5 \
+            else rng.choice(options)
         p, devs = prod(t), list(cfg.devices)
         if p <= len(devs):
             devs = devs[:p]
