@@ -97,6 +97,7 @@ class CandidateRun:
     seconds: float = 0.0
     stopped_by: str = ""         # "budget", "no improvement", "proposals"
     failed: int = 0              # proposals the runtime could not plan (see errors)
+    over_bytes: int = 0          # where it ended out of memory: most bytes over a device
 
 
 @dataclass
@@ -152,7 +153,9 @@ class SearchResult:
             lines.append(f"    from {c.name:<13} {_ms(c.start)} -> {_ms(c.best)}: "
                          f"{c.proposals} proposals, {c.accepted} accepted, {c.improved} "
                          f"improved, {c.seconds:.1f} s, stopped by {c.stopped_by}"
-                         + (f", {c.failed} unplannable" if c.failed else ""))
+                         + (f", {c.failed} unplannable" if c.failed else "")
+                         + (f", ended {c.over_bytes / 1e9:.3g} GB over a device's memory"
+                            if c.over_bytes else ""))
         lines += [f"  note: {e}" for e in self.errors]
         return "\n".join(lines)
 
@@ -417,6 +420,7 @@ class Search:
                                    rate=budget.used / max(now - budget.t0, 1e-9),
                                    current=cur, best=self.best))
         run.seconds = time.perf_counter() - t_start
+        run.over_bytes = max(session.result.over_capacity.values(), default=0)
         return run
 
     def _back_to(self, before: tuple, move: tuple, session=None):

@@ -133,3 +133,11 @@ def test_gpt_flops_count_the_blocks_the_search_recomputes():
     assert iteration_flops(a, m) == pytest.approx(model_flops(8, 16, 4, 64, 256, 0.5))
     set_recompute(m, units.segments(units.plans["full"]))
     assert iteration_flops(a, m) == pytest.approx(model_flops(8, 16, 4, 64, 256, True))
+
+
+def test_a_chain_that_ends_out_of_memory_says_how_far_over_it_is():
+    m, mm = gpt(4), lab(uniform=True, capacity=CAPACITY)
+    res = search(m, mm, CostModel(), proposals=1, seed=0, optimizer=Adam(), random_starts=0)
+    c = res.candidates[0]
+    assert 0 < c.over_bytes < DP_PEAK
+    assert "over a device's memory" in res.text()
