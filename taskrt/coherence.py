@@ -347,6 +347,9 @@ class RegionPlanner:
     def _mark_summed(self, rect: Rect, device: int, contribs) -> None:
         st = self.state
         st.retire_pending(rect)
+        if any(r.contains(rect) for _, r, _ in contribs):      # the common case: full sums
+            st.set_only_holder(rect, (device,))
+            return
         # Only where partial sums were added does `device` alone hold the result; the base
         # elsewhere is unchanged (its holders stay valid), and elements with neither base nor
         # partial sums stay unwritten, so reading them is still a PlanError.
