@@ -2,18 +2,24 @@
 task times, fitted to the `--trace` files of real runs (`python -m strategy calibrate`).
 
 What a trace determines (docs/simulator.md):
-  task times    per cost key, the mean (and min, max) of its task events in the runs: a
-                task inside an iteration runs slower than alone in the profiler, so these
-                are the times to simulate with. The mean, not the median: on a shared
-                machine some instances of a key are preempted (0.4 ms steps that took 9 ms
-                at a load of 5 on 2 cores), and what an iteration pays is the expected time. With a base profile (the profiler's times,
+  task times    per cost key, the median (and min, max) of its task events in the runs: the
+                task's work inside an iteration (slower than alone in the profiler: its
+                inputs come from other tasks, not warm in cache). The median, not the mean:
+                on a shared machine a few events of an iteration are preempted (0.4 ms
+                steps that took 4-9 ms at a load of 7 on 2 cores), and which keys they land
+                on is chance; with one traced iteration a mean prices a key 3x too high when
+                one of its few events was hit. With a base profile (the profiler's times,
                 alone), the keys the runs did not see get the profiler's time scaled by the
                 fitted line in-situ = a + f * alone, so a strategy never run is costed alike;
+  contention    the preemptions themselves, as wall seconds per second of work: the task
+                events' total over their keys' medians (contention()). The OS takes the core
+                at random moments, so a thread pays it in proportion to the time it works:
+                task times and host costs are multiplied by it;
   host costs    per node kind (simulator.py's host model): the executor's time between one
                 event and the next on a rank (taking the next instruction, polling MPI,
-                allocating) is the mean gap before events of that kind (with several
-                ranks, of the gaps at most 10x their median: longer ones are waits for a
-                message, which the simulator models itself); for nodes whose
+                allocating) is the median gap before events of that kind (longer ones are
+                waits for a message, which the simulator models itself, or preemptions,
+                which contention counts); for nodes whose
                 whole event is host work (send = pack + Isend, recv = unpack, an
                 all-reduce's start = pack + Iallreduce) the event itself, fitted as
                 seconds + per_byte * bytes; for local copies and reductions, what the event
@@ -21,10 +27,9 @@ What a trace determines (docs/simulator.md):
   the iteration factor  what the recorded iterations still take beyond the simulation of
                 them with the above (the median of measured / predicted over the runs,
                 refined once), applied to task times and host costs. It stands for what
-                the model leaves out: when MPI progresses messages, and on a shared machine
-                preemption, which two ranks that synchronize pay at every exchange (one
-                rank's delay stalls the other). Near 1 for one process; `factor=False`
-                (--no-factor) leaves it out.
+                the model leaves out: on several ranks, that one rank's preemption stalls
+                the other at the next exchange, and when MPI progresses messages. Near 1
+                for one process; `factor=False` (--no-factor) leaves it out.
 What it does not: link latency and bandwidth (a message's arrival is seen only when the
 receiving thread next polls, so the traces bound them loosely) and the end of an all-reduce
 (no event marks it); those stay the base machine's (calibrate_local's ping-pongs and
@@ -78,6 +83,8 @@ class Fit:
     residuals: list = field(default_factory=list)   # (run, measured s, predicted s)
     factor: float = 1.0             # the iteration factor (1: none fitted)
     unscaled: tuple | None = None   # (model, profile) before the iteration factor
+    contention: float = 1.0         # wall seconds per second of work (contention())
+    work: tuple | None = None       # (model, profile) before contention: the threads' work
 
     def text(self) -> str:
         lines = ["host costs per node kind (mean gap before its events + event host work):"]
@@ -94,6 +101,8 @@ class Fit:
             a, f = self.scale
             lines.append(f"  + {self.scaled_keys} keys of the base profile scaled: in-situ = "
                          f"{a * 1e6:.1f} us + {f:.3f} x alone")
+        lines.append(f"contention {self.contention:.3f} (wall seconds per second of work: "
+                     "the task events' time over their keys' medians)")
         if self.factor != 1.0:
             lines.append(f"iteration factor {self.factor:.3f} (task times and host costs; "
                          "what the runs take beyond their simulation)")
@@ -196,24 +205,18 @@ def _line(xs, ys, most: int = 400) -> tuple[float, float]:
 
 
 def _typical_gap(gaps) -> float:
-    """The mean of the gaps at most 10x their median: the executor's own time per node,
-    without the waits for a message and the preemptions (a 12 ms gap among 15 us ones on a
-    shared machine) that a plain mean would spread over every node."""
-    if not gaps:
-        return 0.0
-    cut = 10 * statistics.median(gaps)
-    kept = [g for g in gaps if g <= cut]
-    return statistics.fmean(kept) if kept else 0.0
+    """The median gap: the executor's own time per node, without the waits for a message
+    and the preemptions (a 12 ms gap among 15 us ones on a shared machine; contention()
+    accounts for those) that a mean would spread over every node."""
+    return statistics.median(gaps) if gaps else 0.0
 
 
-def fit_host_costs(samples: dict, waits: bool = True) -> tuple[dict, dict, dict]:
-    """(kind -> HostCost, kind -> sample count, kind -> (25%, 75%) of per-node cost).
-    `waits`: whether a gap may be a wait for another rank (several ranks), else every gap
-    is the executor's or the OS's time and counts in full."""
+def fit_host_costs(samples: dict) -> tuple[dict, dict, dict]:
+    """(kind -> HostCost, kind -> sample count, kind -> (25%, 75%) of per-node cost)."""
     costs, counts, spread = {}, {}, {}
     for kind, rows in samples.items():
         gaps = [g for g, _, _ in rows if g is not None]
-        gap = _typical_gap(gaps) if waits else (statistics.fmean(gaps) if gaps else 0.0)
+        gap = _typical_gap(gaps)
         if kind == "task":
             a, b = 0.0, 0.0
         else:
@@ -226,29 +229,48 @@ def fit_host_costs(samples: dict, waits: bool = True) -> tuple[dict, dict, dict]
 
 
 # -- task times -----------------------------------------------------------------------------
+# An event more than this many times its key's expected time (the line from the profiler's
+# time alone) was preempted: on 2 cores at a load of 7, a 0.3 ms task event took 10 ms.
+PREEMPTED = 3.0
+
+
 def insitu_profile(runs, base: Profile | None = None) -> tuple[Profile, tuple | None, int]:
-    """(profile, (a, f) or None, keys scaled): the runs' task times per cost key, plus the
-    base profile's other "cpu" keys scaled by in-situ = a + f * alone fitted on the common
-    keys (relative least squares)."""
-    durations: dict = {}
-    for r in runs:
-        task_durations(r.graph, r.events, durations)
-    prof = Profile(meta={"runs": [{"source": "calibrate", "trace": r.path, "app": r.app,
-                                   "argv": r.argv, "kind": "cpu",
-                                   "layout": f"{r.ranks}x{r.per_rank}"} for r in runs]})
+    """(profile, (a, f) or None, keys scaled): the runs' task times per cost key, and with a
+    base profile (the profiler's times alone) the line in-situ = a + f * alone that prices
+    the keys the runs did not see.
+
+    Per key the median of its events: the task's work, without the preemptions a shared
+    machine lands on a few events of an iteration (contention() measures those apart). The
+    line is fitted over every event of a key the base has (Theil-Sen: robust to the
+    preempted ones), and an event more than PREEMPTED times the line's value for its key is
+    left out of the key's median: a key with one or two events in the runs is otherwise
+    priced by the one preemption that hit it (a 0.3 ms task at 10 ms)."""
+    meta = {"runs": [{"source": "calibrate", "trace": r.path, "app": r.app, "argv": r.argv,
+                      "kind": "cpu", "layout": f"{r.ranks}x{r.per_rank}"} for r in runs]}
+    return insitu_times(run_durations(runs), base, meta)
+
+
+def insitu_times(durations: dict, base: Profile | None, meta: dict | None = None
+                 ) -> tuple[Profile, tuple | None, int]:
+    """insitu_profile's fit from {cost key: [event seconds]}."""
+    prof = Profile(meta=meta or {})
+    line = None
+    if base is not None:
+        pairs = [(base.get(k, "cpu").seconds, d) for k, ds in durations.items()
+                 if base.get(k, "cpu") is not None for d in ds]
+        if len({x for x, _ in pairs}) >= 3:
+            line = _line(*zip(*pairs), most=2000)
     for key, ts in durations.items():
-        prof.add(key, "cpu", Measurement(statistics.fmean(ts), len(ts), min(ts), max(ts)))
-    if base is None:
+        alone = base.get(key, "cpu") if line is not None else None
+        kept = ts
+        if alone is not None:
+            expected = line[0] + line[1] * alone.seconds
+            kept = [t for t in ts if t <= PREEMPTED * expected]
+        value = statistics.median(kept) if kept else expected
+        prof.add(key, "cpu", Measurement(value, len(ts), min(ts), max(ts)))
+    if line is None:
         return prof, None, 0
-    common = [(base.get(k, "cpu").seconds, prof.get(k, "cpu").seconds)
-              for k in durations if base.get(k, "cpu") is not None]
-    if len(common) < 3:
-        return prof, None, 0
-    alone, insitu = (np.array(v) for v in zip(*common))
-    w = 1.0 / insitu                                  # relative errors
-    A = np.stack([w, alone * w], axis=1)
-    (a, f), *_ = np.linalg.lstsq(A, insitu * w, rcond=None)
-    a, f = max(0.0, float(a)), max(0.0, float(f))
+    a, f = line
     scaled = 0
     for key in base.keys("cpu"):
         if prof.get(key, "cpu") is None:
@@ -261,16 +283,38 @@ def insitu_profile(runs, base: Profile | None = None) -> tuple[Profile, tuple | 
     return prof, (a, f), scaled
 
 
+def run_durations(runs) -> dict:
+    """{cost key: [seconds of each of its task events in the runs]}."""
+    durations: dict = {}
+    for r in runs:
+        task_durations(r.graph, r.events, durations)
+    return durations
+
+
+def contention(durations: dict, profile: Profile) -> float:
+    """Wall seconds per second of work on this machine when the runs were recorded: the
+    task events' total time over what they take at their key's time in `profile`
+    (insitu_profile: the median of the events not preempted). A task event is the
+    thread's own work (no wait for a message is inside it), so what it takes beyond its key's
+    typical time is the OS running other processes on the core (on 2 cores at a load of 7,
+    a few 4-9 ms preemptions an iteration, landing on whichever task runs). It applies to
+    everything a host thread does, tasks and the executor's own time alike."""
+    total = sum(sum(ts) for ts in durations.values())
+    typical = sum(profile.get(k, "cpu").seconds * len(ts) for k, ts in durations.items())
+    return max(1.0, total / typical) if typical > 0 else 1.0
+
+
 # -- the whole calibration ----------------------------------------------------------------------
-def with_factor(model, profile: Profile, k: float) -> tuple:
-    """(model, profile) with host costs and task times multiplied by k."""
-    prof = Profile(meta=dict(profile.meta, iteration_factor=k))
+def with_factor(model, profile: Profile, k: float, name: str = "iteration_factor") -> tuple:
+    """(model, profile) with host costs and task times multiplied by k (recorded as
+    `name` in the profile's meta and the model's calibration record)."""
+    prof = Profile(meta=dict(profile.meta, **{name: k}))
     for (key, kind), m in profile.times.items():
         prof.add(key, kind, Measurement(m.seconds * k, m.repeats, m.min_s * k, m.max_s * k))
     prof.work.update(profile.work)
     costs = {kind: HostCost(c.seconds * k, c.per_byte * k) for kind, c in model.host_costs.items()}
     record = dict(model.calibration)
-    record["from_traces"] = dict(record.get("from_traces", {}), iteration_factor=k)
+    record["from_traces"] = dict(record.get("from_traces", {}), **{name: k})
     return model.with_host_costs(costs, record), prof
 
 
@@ -292,12 +336,15 @@ def calibrate(paths, base_model, base_profile: Profile | None = None, factor: bo
     for r in runs:
         for kind, rows in host_samples(r, lambda n: plain.timing(n)[0]).items():
             samples.setdefault(kind, []).extend(rows)
-    host_costs, counts, spread = fit_host_costs(samples, waits=ranks > 1)
+    host_costs, counts, spread = fit_host_costs(samples)
     record = dict(base_model.calibration)
     record["from_traces"] = {"traces": [r.path for r in runs], "layout": [ranks, per_rank],
                              "events": counts}
     model = base_model.with_host_costs(host_costs, record)
     fit = Fit(host_costs, counts, spread, len(profile.keys("cpu")) - scaled, scaled, scale)
+    fit.contention = contention(run_durations(runs), profile)
+    fit.work = (model, profile)
+    model, profile = with_factor(model, profile, fit.contention, "contention")
     fit.residuals = residuals(runs, model, profile)
     fit.unscaled = (model, profile)
     if factor:
@@ -308,6 +355,12 @@ def calibrate(paths, base_model, base_profile: Profile | None = None, factor: bo
             fit.residuals = residuals(runs, model, profile)
         fit.factor = k
     return model, profile, fit
+
+
+def at_contention(fit: Fit, c: float) -> tuple:
+    """(model, profile) of a calibration for a machine whose contention is c (wall seconds
+    per second of work) instead of the recorded runs', the iteration factor kept."""
+    return with_factor(*fit.work, c * fit.factor, "contention")
 
 
 def residuals(runs, model, profile: Profile) -> list:
