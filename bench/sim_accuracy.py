@@ -335,20 +335,28 @@ def collect(folder: str, quick: bool = False) -> dict:
                 write_strategies(a, devices, sub, shared_devices(local, devices), quick)
     timing["search_s"] = round(time.perf_counter() - t, 1)
     iterations, warmup, repeats = (2, 1, 1) if quick else (3, 1, REPEATS)
-    measured = {}
+    path = os.path.join(folder, "measured.json")
+    data = {"measured": {}, "timing": timing, "quick": quick}
+    if os.path.exists(os.path.join(folder, "partial.json")):    # an interrupted collection
+        with open(os.path.join(folder, "partial.json")) as f:
+            data = json.load(f)
     for ranks_, per in layouts(quick):
-        t = time.perf_counter()
         name = f"{ranks_}x{per}"
+        if name in data["measured"]:
+            continue
+        t = time.perf_counter()
         traces = os.path.join(folder, f"traces_{name}")
         os.makedirs(traces, exist_ok=True)
         devices = ranks_ * per
-        measured[name] = run_worker(ranks_, per, os.path.join(folder, f"d{devices}"),
-                                    list(apps_of_devices(quick)[devices]), iterations, warmup,
-                                    trace_dir=traces, repeats=repeats)
-        timing[f"measure_and_trace_{name}_s"] = round(time.perf_counter() - t, 1)
-    data = {"measured": measured, "timing": timing, "quick": quick,
-            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
-    with open(os.path.join(folder, "measured.json"), "w") as f:
+        data["measured"][name] = run_worker(
+            ranks_, per, os.path.join(folder, f"d{devices}"),
+            list(apps_of_devices(quick)[devices]), iterations, warmup, trace_dir=traces,
+            repeats=repeats)
+        data["timing"][f"measure_and_trace_{name}_s"] = round(time.perf_counter() - t, 1)
+        with open(os.path.join(folder, "partial.json"), "w") as f:   # layout by layout
+            json.dump(data, f)
+    data["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    with open(path, "w") as f:
         json.dump(data, f)
     return data
 
@@ -382,7 +390,7 @@ def run(quick: bool = False) -> dict:
 def analyse(folder: str, data: dict) -> dict:
     """Calibrate each layout on one fold of its traces, predict the other fold's cases."""
     import warnings
-    from strategy.calibration import at_contention, calibrate
+    from strategy.calibration import calibrate, predict
     from strategy.costs import CostModel, CostWarning
     from strategy.costs.profile import Profile, merged
     from strategy.logical_devices import shared as shared_devices
@@ -424,18 +432,18 @@ def analyse(folder: str, data: dict) -> dict:
             # the load the traces were recorded under, as the OS counted it (sched_times)
             traced = [runs[a, s_]["traced_contention"] for a in apps for s_ in fold]
             traced = statistics.median(traced) if all(traced) else None
-            contention_fits.append((name, k, fit.contention, traced))
+            contention_fits.append({"layout": name, "fold": k, "contention": fit.contention,
+                                    "slice_s": fit.slice_s, "traced_load": traced,
+                                    "factor": fit.factor})
             held_out = [s for s in STRATEGIES if s not in fold]
             for a in apps:
                 for strategy in held_out:
                     g = graphs_of[name, a][strategy]
                     ints = nets[devices, a].int_ranges
-                    pred = simulate(g, shared_devices(model, per),
-                                    CostModel(profile, int_ranges=ints))
-                    plain = simulate(g, shared_devices(fit.unscaled[0], per),
-                                     CostModel(fit.unscaled[1], int_ranges=ints))
+                    pred = predict(fit, g, ints, ranks_, per)
+                    plain = predict(fit, g, ints, ranks_, per, factor=1.0)
                     before = simulate(g, shared_devices(base, per),
-                                      CostModel(base_profiles, int_ranges=ints))
+                                      CostModel(base_profiles, int_ranges=ints)).makespan
                     c = runs[(a, strategy)]
                     m = c["measured_s"]
                     # at the load of the measurement: the traces' contention scaled by
@@ -443,18 +451,17 @@ def analyse(folder: str, data: dict) -> dict:
                     at_load = None
                     if traced and c.get("contention") and all(c["contention"]):
                         ratio = statistics.median(c["contention"]) / traced
-                        lm, lp = at_contention(fit, fit.contention * ratio)
-                        at_load = simulate(g, shared_devices(lm, per),
-                                           CostModel(lp, int_ranges=ints)).makespan
+                        at_load = predict(fit, g, ints, ranks_, per,
+                                          contention=max(1.0, fit.contention * ratio))
                     cases.append({
                         "app": a, "ranks": ranks_, "devices_per_rank": per,
                         "layout": name, "strategy": strategy, "calibrated_on": list(fold),
                         "measured_s": m, "spread_s": spread(c["runs_s"]),
-                        "predicted_s": pred.makespan, "error": (pred.makespan - m) / m,
-                        "without_factor_s": plain.makespan,
+                        "predicted_s": pred, "error": (pred - m) / m,
+                        "without_factor_s": plain,
                         "iteration_factor": fit.factor,
-                        "uncalibrated_s": before.makespan,
-                        "uncalibrated_error": (before.makespan - m) / m,
+                        "uncalibrated_s": before,
+                        "uncalibrated_error": (before - m) / m,
                         "nodes": len(g.nodes), "runs_s": c["runs_s"],
                         "load": c.get("load"), "at_load_s": at_load,
                         "contention": c.get("contention"),

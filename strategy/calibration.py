@@ -51,7 +51,8 @@ from .costs import CostModel, CostWarning, Profile
 from .costs.profile import Measurement
 from .machines import HOST_KINDS, HostCost
 from .replay import ReplayError, measured_times, model_for_layout, recorded, task_durations
-from .simulator import NodeTimer, simulate
+from .preemption import expected_makespan
+from .simulator import NodeTimer
 
 
 class CalibrationError(ValueError):
@@ -83,8 +84,10 @@ class Fit:
     residuals: list = field(default_factory=list)   # (run, measured s, predicted s)
     factor: float = 1.0             # the iteration factor (1: none fitted)
     unscaled: tuple | None = None   # (model, profile) before the iteration factor
+    ranks: int = 1                  # the recorded runs' ranks
     contention: float = 1.0         # wall seconds per second of work (contention())
     work: tuple | None = None       # (model, profile) before contention: the threads' work
+    slice_s: float = 0.0            # the OS's time slice as the runs felt it (slice_length)
 
     def text(self) -> str:
         lines = ["host costs per node kind (mean gap before its events + event host work):"]
@@ -102,7 +105,8 @@ class Fit:
             lines.append(f"  + {self.scaled_keys} keys of the base profile scaled: in-situ = "
                          f"{a * 1e6:.1f} us + {f:.3f} x alone")
         lines.append(f"contention {self.contention:.3f} (wall seconds per second of work: "
-                     "the task events' time over their keys' medians)")
+                     "the task events' time over their keys' medians); preemption slices "
+                     f"{self.slice_s * 1e3:.2f} ms")
         if self.factor != 1.0:
             lines.append(f"iteration factor {self.factor:.3f} (task times and host costs; "
                          "what the runs take beyond their simulation)")
@@ -342,19 +346,43 @@ def calibrate(paths, base_model, base_profile: Profile | None = None, factor: bo
                              "events": counts}
     model = base_model.with_host_costs(host_costs, record)
     fit = Fit(host_costs, counts, spread, len(profile.keys("cpu")) - scaled, scaled, scale)
-    fit.contention = contention(run_durations(runs), profile)
+    durations = run_durations(runs)
+    fit.contention = contention(durations, profile)
+    fit.slice_s = slice_length(durations, profile)
+    fit.ranks = ranks
     fit.work = (model, profile)
-    model, profile = with_factor(model, profile, fit.contention, "contention")
-    fit.residuals = residuals(runs, model, profile)
-    fit.unscaled = (model, profile)
+    fit.residuals = residuals(runs, fit)
+    fit.unscaled = with_factor(model, profile, fit.contention, "contention")
     if factor:
-        k = 1.0
         for _ in range(2):                  # the simulation is nearly linear in k
-            k *= statistics.median(m / p for _, m, p in fit.residuals if p > 0)
-            model, profile = with_factor(*fit.unscaled, k)
-            fit.residuals = residuals(runs, model, profile)
-        fit.factor = k
+            fit.factor *= statistics.median(m / p for _, m, p in fit.residuals if p > 0)
+            fit.residuals = residuals(runs, fit)
+    model, profile = at_contention(fit, fit.contention)
     return model, profile, fit
+
+
+def predict(fit: Fit, graph, int_ranges: dict, ranks: int, per_rank: int,
+            contention: float | None = None, factor: float | None = None) -> float:
+    """A calibration's prediction of an iteration of `graph` run on `ranks` x `per_rank`
+    devices: the threads' work (times the iteration factor) under preemption at the
+    contention (default: the recorded runs'), strategy/preemption.py; one process pays it
+    in proportion to its work (the smooth limit, exact in expectation there)."""
+    c = fit.contention if contention is None else contention
+    k = fit.factor if factor is None else factor
+    model, profile = with_factor(*fit.work, k) if k != 1.0 else fit.work
+    costs = CostModel(profile, int_ranges=int_ranges)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CostWarning)
+        return expected_makespan(graph, model_for_layout(model, ranks, per_rank), costs, c,
+                                 fit.slice_s if ranks > 1 else 0.0)
+
+
+def slice_length(durations: dict, profile: Profile) -> float:
+    """The OS's time slice as the runs felt it: the median of what the preempted task events
+    (more than PREEMPTED times their key's time) took beyond it; 0 when none was."""
+    extra = [t - profile.get(k, "cpu").seconds for k, ts in durations.items() for t in ts
+             if t > PREEMPTED * profile.get(k, "cpu").seconds]
+    return statistics.median(extra) if extra else 0.0
 
 
 def at_contention(fit: Fit, c: float) -> tuple:
@@ -363,14 +391,11 @@ def at_contention(fit: Fit, c: float) -> tuple:
     return with_factor(*fit.work, c * fit.factor, "contention")
 
 
-def residuals(runs, model, profile: Profile) -> list:
-    """(run name, measured s, predicted s) of every recorded run simulated on model."""
+def residuals(runs, fit: Fit) -> list:
+    """(run name, measured s, predicted s) of every recorded run predicted by the fit."""
     out = []
     for r in runs:
-        costs = CostModel(profile, int_ranges=r.int_ranges)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", CostWarning)
-            res = simulate(r.graph, model_for_layout(model, r.ranks, r.per_rank), costs)
         name = f"{r.app} {' '.join(a for a in r.argv if a != '--small')}"[:44]
-        out.append((name, r.measured_s, res.makespan if res.valid else res.span))
+        out.append((name, r.measured_s, predict(fit, r.graph, r.int_ranges, r.ranks,
+                                                r.per_rank)))
     return out
