@@ -1,32 +1,42 @@
 """Simulator accuracy: predicted vs measured iteration time of real training runs, with the
 simulator calibrated on some strategies and asked about others it never saw.
 
-Apps at --small (AlexNet, Inception-v3, RNNLM, Transformer) x seven strategies (data,
-parameter, attribute and operation parallel, two random ones: strategy/standard.py, and the
-best of a seeded MCMC search of 300 proposals on the uncalibrated local model with analytic
-costs, as a user without a calibration would search) x two
-layouts of 2 devices: one process driving 2 logical devices (--devices-per-rank 2, taskrt's
-LocalExecutor) and `mpirun -np 2` with one device per rank (the MPIExecutor). 4 ranks are
-not measured: this machine has 2 cores, and 4 ranks would time the OS's scheduler.
+Apps at --small, 8 samples per device, x seven strategies (data, parameter, attribute and
+operation parallel, two random ones: strategy/standard.py, and the best of a seeded MCMC
+search of 200 proposals on the uncalibrated local model with analytic costs, as a user
+without a calibration would search) x four layouts: one process driving 2 or 4 logical
+devices (--devices-per-rank, taskrt's LocalExecutor) and `mpirun -np 2` or `-np 4` with one
+device per rank (the MPIExecutor). AlexNet, Inception-v3, RNNLM and the Transformer on 2
+devices; on 4 all but Inception-v3 (2 s an iteration here; 4 ranks on 2 cores would take
+most of the benchmark's time).
 
-- measured: the apps themselves train with --strategy FILE, untraced (median of their timed
-  iterations, with the spread: 25th-75th percentile), run by this file as a worker (a
-  plain process for 1 rank, mpirun for 2), which also calibrates the local machine model
-  (calibrate_local: device speeds, ping-pongs, all-reduce) for its layout; just before its
-  timed run each case runs once more with --trace (one warm-up, one traced iteration), so
-  that traces and timings see the same load on a shared machine;
+- measured: the apps themselves train with --strategy FILE, untraced, run by this file as
+  a worker (a plain process for 1 rank, mpirun for several), which also calibrates the
+  local machine model (calibrate_local: device speeds, ping-pongs, all-reduce) for its
+  layout. Each case runs REPEATS times (3 iterations after a warm-up each); measured is the
+  median of the runs' medians, the spread the lowest and highest of them (run to run). Just
+  before, each case runs once more with --trace (one warm-up, one traced iteration), so
+  that traces and timings see the same load on a shared machine. Each run also records the
+  load the job felt (contention_since: (CPU + run-queue wait) / CPU from
+  /proc/self/schedstat, every rank);
 - calibrated (cross-validated): the strategies are split in two folds; the traces of one
   fold (every app) calibrate the layout's model (strategy/calibration.py: host costs per
-  node kind, in-situ task times, the profiler's times scaled to in situ for keys not seen)
-  and predict the strategies of the other fold, which it never saw;
-- without the iteration factor: the same calibration without its last step (a factor on
-  task times and host costs fitted to the calibrating runs' iteration times);
-- uncalibrated: the same graphs on calibrate_local's model with the profiler's times (one
-  torch thread, every graph's distinct task nodes), as before calibration existed.
+  node kind, in-situ task times, contention and preemption slices, the profiler's times
+  scaled to in situ for keys not seen, the iteration factor) and predict the strategies of
+  the other fold, which it never saw (calibration.predict);
+- at the measured load: the same, at the contention of the case's own runs (the
+  calibration's contention times the ratio of the loads the OS counted then and during the
+  calibrating traces); measured, not fitted: what is left is the model's error;
+- without the iteration factor; uncalibrated: the same graphs on calibrate_local's model
+  with the profiler's times (one torch thread, every graph's distinct task nodes), as before
+  calibration existed.
 
-Reported: median and worst relative error, and the ordering of every pair of strategies of
-one app and layout whose measured medians differ by more than the sum of their spreads;
-`results["cases"]` lists every case.
+Reported: median and worst relative error, per app and layout every case (predicted /
+measured (spread), error), and the ordering of every pair of strategies of one app and
+layout whose measured medians differ by more than the sum of their spreads;
+`results["cases"]` lists every case. With SIM_ACCURACY_DATA=FOLDER the strategies, traces
+and measurements are kept there (an interrupted collection resumes layout by layout), and a
+folder holding a finished collection is analysed again without running anything.
 """
 from __future__ import annotations
 
@@ -398,6 +408,7 @@ def analyse(folder: str, data: dict) -> dict:
     from strategy.simulator import simulate
     warnings.simplefilter("ignore", CostWarning)
     quick, measured = data["quick"], data["measured"]
+    done = [lay for lay in layouts(quick) if f"{lay[0]}x{lay[1]}" in measured]
     timing = dict(data["timing"])
     t0 = time.perf_counter()
     cases, residuals, contention_fits = [], {}, []
@@ -405,7 +416,7 @@ def analyse(folder: str, data: dict) -> dict:
     t = time.perf_counter()
     graphs_of, nets, profiles = {}, {}, []
     saved = os.path.join(folder, "alone.profile")      # the profiler's, kept with the runs
-    for ranks_, per in layouts(quick):
+    for ranks_, per in done:
         name, devices = f"{ranks_}x{per}", ranks_ * per
         model = shared_devices(from_dict(measured[name]["machine"]), per)
         for a in apps_of_devices(quick)[devices]:
@@ -419,7 +430,7 @@ def analyse(folder: str, data: dict) -> dict:
     base_profiles = Profile.load(saved)
     timing["profile_s"] = round(time.perf_counter() - t, 1)
     t = time.perf_counter()
-    for ranks_, per in layouts(quick):
+    for ranks_, per in done:
         name, devices = f"{ranks_}x{per}", ranks_ * per
         apps = apps_of_devices(quick)[devices]
         traces = os.path.join(folder, f"traces_{name}")

@@ -358,7 +358,10 @@ def calibrate(paths, base_model, base_profile: Profile | None = None, factor: bo
             fit.factor *= statistics.median(m / p for _, m, p in fit.residuals if p > 0)
             fit.residuals = residuals(runs, fit)
     model, profile = at_contention(fit, fit.contention)
-    return model, profile, fit
+    record = dict(model.calibration)
+    record["from_traces"] = dict(record["from_traces"], contention=fit.contention,
+                                 slice_s=fit.slice_s, iteration_factor=fit.factor)
+    return model.with_host_costs(model.host_costs, record), profile, fit
 
 
 def predict(fit: Fit, graph, int_ranges: dict, ranks: int, per_rank: int,
