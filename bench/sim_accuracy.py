@@ -486,6 +486,21 @@ def analyse(folder: str, data: dict) -> dict:
     return report(cases, timing, machines, quick, residuals)
 
 
+def searched_vs_data(cases: list[dict], key: str = "predicted_s") -> list[str]:
+    """Per app and layout, 'app layout: predicted 0.91x, measured 0.95x' (searched over data
+    parallel), with 'HELD' or 'NOT HELD' when the prediction says searched is faster."""
+    by = {(c["app"], c["layout"], c["strategy"]): c for c in cases}
+    out = []
+    for (a, lay, s), c in by.items():
+        d = by.get((a, lay, "data"))
+        if s != "searched" or d is None:
+            continue
+        p, m = c[key] / d[key], c["measured_s"] / d["measured_s"]
+        verdict = "" if p >= 1 else (" HELD" if m < 1 else " NOT HELD")
+        out.append(f"{a} {lay}: predicted {p:.2f}x, measured {m:.2f}x{verdict}")
+    return out
+
+
 def layout_text(layout: str) -> str:
     """'1x2' -> '1 process x 2 devices', '2x1' -> '2 ranks'."""
     ranks_, per = (int(x) for x in layout.split("x"))
@@ -562,6 +577,13 @@ def report(cases: list[dict], timing: dict, machines: dict, quick: bool,
                      f"{100 * s['median_error']:.0f}% / {100 * s['worst_error']:.0f}%",
                      "predicted / measured (run-to-run spread) ms, error: " +
                      "; ".join(case_text(c) for c in cs)))
+    versus = searched_vs_data(cases, "at_load_s" if with_load else "predicted_s")
+    if versus:
+        faster = [v for v in versus if v.endswith("HELD")]
+        rows.append(("searched strategy predicted faster than data parallel: also faster "
+                     "when run", f"{sum(v.endswith(' HELD') for v in faster)} of "
+                     f"{len(faster)}", "searched / data parallel iteration time"
+                     f"{' at the measured load' if with_load else ''}: " + "; ".join(versus)))
     if residuals:
         errs = [abs(p - m) / m for rs in residuals.values() for _, m, p in rs]
         rows.append(("calibration residuals (traced runs it was fitted to)",

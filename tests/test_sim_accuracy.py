@@ -132,3 +132,15 @@ def test_report_rows_say_errors_pairs_and_the_factor():
     assert value == "10% / 10%"
     assert note.endswith("x 1100.0 / 1000.0 (995.0-1005.0) +10%, at load 1000.0 +0%; "
                          "y 1800.0 / 2000.0 (1995.0-2005.0) -10%, at load 2100.0 +5%")
+
+
+def test_searched_vs_data_parallel_says_whether_a_predicted_win_held():
+    from bench.sim_accuracy import searched_vs_data
+    cases = [case("a", 1, "data", 1.0, 1.0), case("a", 1, "searched", 0.9, 0.8),
+             case("b", 1, "data", 1.0, 1.0), case("b", 1, "searched", 1.1, 0.8),
+             case("c", 1, "data", 1.0, 1.0), case("c", 1, "searched", 0.9, 1.2),
+             case("d", 1, "searched", 1.0, 1.0)]          # no data parallel case: left out
+    assert searched_vs_data(cases) == [
+        "a 1x2: predicted 0.80x, measured 0.90x HELD",
+        "b 1x2: predicted 0.80x, measured 1.10x NOT HELD",
+        "c 1x2: predicted 1.20x, measured 0.90x"]
