@@ -438,7 +438,9 @@ def analyse(folder: str, data: dict) -> dict:
         runs = {(c["app"], c["strategy"]): c for c in measured[name]["cases"]}
         for k, fold in enumerate(FOLDS):
             seen = [os.path.join(traces, f"{a}_{s}.json") for a in apps for s in fold]
-            model, profile, fit = calibrate(seen, base, base_profiles)
+            loads = {os.path.join(traces, f"{a}_{s_}.json"):
+                     runs[a, s_].get("traced_contention") for a in apps for s_ in fold}
+            model, profile, fit = calibrate(seen, base, base_profiles, loads=loads)
             residuals[f"{name}, fold {k}"] = fit.residuals
             # the load the traces were recorded under, as the OS counted it (sched_times)
             traced = [runs[a, s_]["traced_contention"] for a in apps for s_ in fold]

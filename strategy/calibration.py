@@ -322,10 +322,14 @@ def with_factor(model, profile: Profile, k: float, name: str = "iteration_factor
     return model.with_host_costs(costs, record), prof
 
 
-def calibrate(paths, base_model, base_profile: Profile | None = None, factor: bool = True):
+def calibrate(paths, base_model, base_profile: Profile | None = None, factor: bool = True,
+              loads: dict | None = None):
     """(machine model with host costs, in-situ profile, Fit) from trace files. `base_model`
     is a MachineModel with one device per rank of the runs (or one per device): its devices
-    and links are kept, its host costs replaced. `factor`: fit the iteration factor."""
+    and links are kept, its host costs replaced. `factor`: fit the iteration factor.
+    `loads`: {trace path: contention the OS counted while it ran} (bench/sim_accuracy.py's
+    contention_since), used instead of the estimate from the task events when every trace
+    has one (see deflate_long_keys)."""
     runs = load_runs(paths)
     if not runs:
         raise CalibrationError("calibrate: give at least one trace file (a run with --trace)")
@@ -349,6 +353,8 @@ def calibrate(paths, base_model, base_profile: Profile | None = None, factor: bo
     durations = run_durations(runs)
     fit.contention = contention(durations, profile)
     fit.slice_s = slice_length(durations, profile)
+    if loads and all(loads.get(r.path) for r in runs):
+        fit.contention = deflate_long_keys(runs, profile, base_profile, fit.slice_s, loads)
     fit.ranks = ranks
     fit.work = (model, profile)
     fit.residuals = residuals(runs, fit)
@@ -378,6 +384,42 @@ def predict(fit: Fit, graph, int_ranges: dict, ranks: int, per_rank: int,
         warnings.simplefilter("ignore", CostWarning)
         return expected_makespan(graph, model_for_layout(model, ranks, per_rank), costs, c,
                                  fit.slice_s if ranks > 1 else 0.0)
+
+
+def deflate_long_keys(runs, profile: Profile, base: Profile | None, slice_s: float,
+                      loads: dict) -> float:
+    """The contention the OS counted (the median over the runs of `loads`), and the work of
+    the long keys in `profile`. A key's median is its work only if most of its events ran
+    without a preemption, which holds for tasks short beside the slices: one of w seconds is
+    preempted with probability about w (c - 1) / slice. A longer key (AlexNet's 10-30 ms
+    convolutions at a load of 8 on 2 cores: every event preempted several times) has its
+    events stretched by its run's c on average, so its work is the mean of event / c. The
+    long keys no run timed get the profiler's time (also stretched: its repeats are no
+    shorter than a slice) times the median ratio of work to that time of the long keys the
+    runs did time, instead of the line fitted on the short ones."""
+    work: dict = {}
+    for r in runs:
+        c = loads[r.path]
+        limit = slice_s / (4 * (c - 1)) if c > 1 and slice_s > 0 else math.inf
+        for key, ts in task_durations(r.graph, r.events).items():
+            if profile.get(key, "cpu").seconds >= limit:
+                work.setdefault(key, []).extend(t / c for t in ts)
+    for key, ws in work.items():
+        m = profile.get(key, "cpu")
+        profile.add(key, "cpu", Measurement(statistics.fmean(ws), m.repeats, m.min_s, m.max_s))
+    ratios = [profile.get(k, "cpu").seconds / base.get(k, "cpu").seconds for k in work
+              if base is not None and base.get(k, "cpu") is not None
+              and base.get(k, "cpu").seconds > 0]
+    if ratios:
+        ratio = statistics.median(ratios)
+        limit = min(profile.get(k, "cpu").seconds for k in work)
+        seen = run_durations(runs)
+        for key in base.keys("cpu"):
+            m = base.get(key, "cpu")
+            if key not in seen and profile.get(key, "cpu").seconds >= limit:
+                profile.add(key, "cpu", Measurement(ratio * m.seconds, m.repeats,
+                                                    ratio * m.min_s, ratio * m.max_s))
+    return statistics.median(loads[r.path] for r in runs)
 
 
 def slice_length(durations: dict, profile: Profile) -> float:
