@@ -144,3 +144,12 @@ def test_searched_vs_data_parallel_says_whether_a_predicted_win_held():
         "a 1x2: predicted 0.80x, measured 0.90x HELD",
         "b 1x2: predicted 0.80x, measured 1.10x NOT HELD",
         "c 1x2: predicted 1.20x, measured 0.90x"]
+
+
+def test_report_counts_the_predicted_wins_that_held():
+    from bench.sim_accuracy import report
+    cases = [case("a", 1, "data", 1.0, 1.0, 0, 1.0), case("a", 1, "searched", 0.9, 0.8, 0, 0.8),
+             case("b", 1, "data", 1.0, 1.0, 0, 1.0), case("b", 1, "searched", 1.1, 0.8, 0, 0.8)]
+    rows = {m: v for m, v, _ in report(cases, {}, {}, quick=True)["rows"]}
+    assert rows["searched strategy predicted faster than data parallel: also faster when "
+                "run"] == "1 of 2"
