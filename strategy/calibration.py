@@ -12,9 +12,14 @@ What a trace determines (docs/simulator.md):
                 alone), the keys the runs did not see get the profiler's time scaled by the
                 fitted line in-situ = a + f * alone, so a strategy never run is costed alike;
   contention    the preemptions themselves, as wall seconds per second of work: the task
-                events' total over their keys' medians (contention()). The OS takes the core
-                at random moments, so a thread pays it in proportion to the time it works:
-                task times and host costs are multiplied by it;
+                events' total over their keys' medians (contention()), or the load the OS
+                counted during each run when the caller knows it (`loads`: then the keys
+                long beside a slice, preempted in every event, get events / load as work;
+                deflate_long_keys). The OS takes the core at random moments in slices
+                (slice_length), so a thread pays it in proportion to the time it works, and
+                ranks that exchange data stall each other: predict() simulates that
+                (strategy/preemption.py); the files written hold task times and host costs
+                times the contention (the smooth version, for the search);
   host costs    per node kind (simulator.py's host model): the executor's time between one
                 event and the next on a rank (taking the next instruction, polling MPI,
                 allocating) is the median gap before events of that kind (longer ones are
@@ -27,9 +32,9 @@ What a trace determines (docs/simulator.md):
   the iteration factor  what the recorded iterations still take beyond the simulation of
                 them with the above (the median of measured / predicted over the runs,
                 refined once), applied to task times and host costs. It stands for what
-                the model leaves out: on several ranks, that one rank's preemption stalls
-                the other at the next exchange, and when MPI progresses messages. Near 1
-                for one process; `factor=False` (--no-factor) leaves it out.
+                the model leaves out (ready order on several ranks, MPI progress, batches of
+                updates, the machine's drift); 0.96-1.29 in the benchmark of 2026-12-02;
+                `factor=False` (--no-factor) leaves it out.
 What it does not: link latency and bandwidth (a message's arrival is seen only when the
 receiving thread next polls, so the traces bound them loosely) and the end of an all-reduce
 (no event marks it); those stay the base machine's (calibrate_local's ping-pongs and
