@@ -135,7 +135,7 @@ def test_typical_gap_leaves_out_waits_and_preemptions():
 
 
 def test_contention_is_the_task_events_time_over_their_keys_times():
-    from strategy.calibration import contention
+    from strategy.insitu import contention
     from strategy.costs import Measurement, Profile
     prof = Profile()
     prof.add("a", "cpu", Measurement(1e-3, 4, 1e-3, 5e-3))
@@ -151,7 +151,7 @@ def test_insitu_times_leave_out_preempted_events():
     """A key's time is the median of its events, without those more than PREEMPTED times
     what the line from the profiler's times expects (one 10 ms event of a 0.3 ms task);
     keys the runs did not see are priced by that line."""
-    from strategy.calibration import insitu_times
+    from strategy.insitu import insitu_times
     from strategy.costs import Measurement, Profile
     base = Profile()
     for k, t in (("a", 1e-4), ("b", 2e-4), ("c", 4e-4), ("d", 3e-4)):
