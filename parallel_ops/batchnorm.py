@@ -47,6 +47,7 @@ from .errors import ShapeError
 from .model import Model, builder
 from .nchw import check_nchw
 from .op import ATTRIBUTE, PARAMETER, REDUCTION, SAMPLE, Dim, Op, PartSpec, Stage
+from .softmax import broadcast_zero
 from .tensor import Tensor
 
 NCHW = ("n", "c", "h", "w")
@@ -210,7 +211,7 @@ class BatchNorm2d(FusesActivation, Op):
                 affine and bool(need_weights[1])]
         dx, dgamma, dbeta = torch.ops.aten.native_batch_norm_backward(
             dz, x, gamma, None, None, mean, invstd, True, self.params["eps"], mask)
-        zeros = [torch.zeros((1, x.shape[1]), dtype=self.accumulate, device=x.device)
+        zeros = [broadcast_zero((1, x.shape[1]), self.accumulate, x.device)
                  if need else None for need in need_inputs[1:]]
         return [dx] + zeros, ([dgamma, dbeta] if affine else [])
 
@@ -266,9 +267,8 @@ class _SumStage(Stage):
     def backward(self, spec, saved, output_grads, need_inputs, need_weights):
         """Zeros for every input asked for (x, and the centered stage's stats, which its
         forward holds constant)."""
-        return [torch.zeros((), dtype=getattr(torch, t.dtype), device=saved).expand(
-            r.shape) if need else None
-            for t, r, need in zip(self.inputs, spec.inputs, need_inputs)], []
+        return [broadcast_zero(r.shape, getattr(torch, t.dtype), saved) if need else None
+                for t, r, need in zip(self.inputs, spec.inputs, need_inputs)], []
 
 
 class _Normalize(Stage):
