@@ -163,10 +163,10 @@ def run(quick: bool = False) -> dict:
         # Each in a process of its own, taking turns (the headline: as a user runs one).
         t = alternating({"ours": (__name__, "ours_step", (name, fused, quick)),
                          "pytorch": (__name__, "eager_step", (name, quick))},
-                        blocks=3 if quick else 40)
+                        blocks=3 if quick else 15)
         # Both in this process, interleaved call by call (their caches and heap shared).
         step_ours, step_eager = ours_step(name, fused, quick), eager_step(name, quick)
-        t1 = interleaved({"ours": step_ours, "pytorch": step_eager}, 3 if quick else 15)
+        t1 = interleaved({"ours": step_ours, "pytorch": step_eager}, 3 if quick else 8)
         ratio, ratio1 = t["ours"] / t["pytorch"], t1["ours"] / t1["pytorch"]
         data[label] = {"ours_ms": 1e3 * t["ours"], "pytorch_ms": 1e3 * t["pytorch"],
                        "ratio": ratio, "nodes": step_ours.nodes,
@@ -203,7 +203,7 @@ def _imported_hf_rows(quick: bool, rows: list, data: dict) -> None:
             continue
         t = alternating({"ours": ("bench._imported_hf", "ours_step", (kind, quick)),
                          "pytorch": ("bench._imported_hf", "eager_step", (kind, quick))},
-                        blocks=3 if quick else 40)
+                        blocks=3 if quick else 15)
         ops = (aten_ops(imported.ours_step(kind, quick)),
                aten_ops(imported.eager_step(kind, quick)))
         ratio = t["ours"] / t["pytorch"]
