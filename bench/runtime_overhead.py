@@ -37,9 +37,20 @@ import torch.nn.functional as F
 from bench._common import alternating as _alternating, interleaved
 
 
-def alternating(makers: dict, blocks: int) -> dict:
-    """bench._common.alternating by process CPU time."""
-    return _alternating(makers, blocks, clock="cpu")
+def alternating(makers: dict, blocks: int, clock: str = "cpu") -> dict:
+    """bench._common.alternating, by process CPU time unless told otherwise."""
+    return _alternating(makers, blocks, clock=clock)
+
+
+def _clock() -> str:
+    """The CNN rows' clock: CPU time on a CPU device, wall time on a GPU (whose work the
+    host's CPU time does not include). The imported models run on the CPU."""
+    return "wall" if _device() == "cuda" else "cpu"
+
+
+def _per_iteration(clock: str = "cpu") -> str:
+    """What the rows' milliseconds are."""
+    return "ms per iteration (wall)" if clock == "wall" else "ms CPU per iteration"
 
 
 def load() -> str:
@@ -163,7 +174,7 @@ def run(quick: bool = False) -> dict:
         # Each in a process of its own, taking turns (the headline: as a user runs one).
         t = alternating({"ours": (__name__, "ours_step", (name, fused, quick)),
                          "pytorch": (__name__, "eager_step", (name, quick))},
-                        blocks=3 if quick else 15)
+                        blocks=3 if quick else 15, clock=_clock())
         # Both in this process, interleaved call by call (their caches and heap shared).
         step_ours, step_eager = ours_step(name, fused, quick), eager_step(name, quick)
         t1 = interleaved({"ours": step_ours, "pytorch": step_eager}, 3 if quick else 8)
@@ -173,9 +184,10 @@ def run(quick: bool = False) -> dict:
                        "one_process": {"ours_ms": 1e3 * t1["ours"],
                                        "pytorch_ms": 1e3 * t1["pytorch"], "ratio": ratio1}}
         rows.append((f"{label}: ours / PyTorch eager", f"{ratio:.2f}x",
-                     f"{1e3 * t['ours']:.1f} vs {1e3 * t['pytorch']:.1f} ms CPU per "
-                     f"iteration, each in its own process; {ratio1:.2f}x wall time with both "
-                     f"in one process; {_device()}, 1 thread, {step_ours.nodes} graph nodes; "
+                     f"{1e3 * t['ours']:.1f} vs {1e3 * t['pytorch']:.1f} "
+                     f"{_per_iteration(_clock())}, each in its own process; {ratio1:.2f}x "
+                     f"wall time with both in one process; {_device()}, 1 thread, "
+                     f"{step_ours.nodes} graph nodes; "
                      f"{load()}; target <= {_target(name, fused)}"))
     _imported_hf_rows(quick, rows, data)
     label, entry, row = imported_resnet18_row(quick)
@@ -211,8 +223,8 @@ def _imported_hf_rows(quick: bool, rows: list, data: dict) -> None:
         data[label] = {"ours_ms": 1e3 * t["ours"], "pytorch_ms": 1e3 * t["pytorch"],
                        "ratio": ratio, "aten_ops": {"ours": ops[0], "pytorch": ops[1]}}
         rows.append((f"{label}: ours / PyTorch eager", f"{ratio:.2f}x",
-                     f"{1e3 * t['ours']:.1f} vs {1e3 * t['pytorch']:.1f} ms CPU per "
-                     f"iteration, each in its own process; {ops[0]} vs {ops[1]} aten "
+                     f"{1e3 * t['ours']:.1f} vs {1e3 * t['pytorch']:.1f} {_per_iteration()}, "
+                     f"each in its own process; {ops[0]} vs {ops[1]} aten "
                      "operations per iteration; own loss, default dropout; cpu, 1 thread; "
                      f"{load()}; target <= 1.10"))
 
@@ -258,7 +270,7 @@ def imported_resnet18_row(quick: bool):
     entry = {"ours_ms": 1e3 * t["ours"], "pytorch_ms": 1e3 * t["pytorch"], "ratio": ratio,
              "aten_ops": {"ours": ops[0], "pytorch": ops[1]}}
     row = (f"{label}: ours / PyTorch eager", f"{ratio:.2f}x",
-           f"{1e3 * t['ours']:.1f} vs {1e3 * t['pytorch']:.1f} ms CPU per iteration, each in "
+           f"{1e3 * t['ours']:.1f} vs {1e3 * t['pytorch']:.1f} {_per_iteration()}, each in "
            f"its own process; {ops[0]} vs {ops[1]} aten operations per iteration; cpu, "
            f"1 thread; {load()}; target <= 1.10")
     return label, entry, row
