@@ -27,7 +27,7 @@ from collections import defaultdict
 from typing import Iterable
 
 from .errors import PlanError
-from .geometry import Rect, subtract_all
+from .geometry import Rect, merge_adjacent, subtract_all
 from .privilege import Privilege
 from .rectindex import RectIndex
 from .region import Region
@@ -98,6 +98,17 @@ class RegionState:
             self.valid.add(inter, holders | {device})
         for piece in subtract_all(rect, covered):
             self.valid.add(piece, frozenset((device,)))
+
+    def add_holder_to(self, items, device: int) -> None:
+        """add_holder for valid items [(id, rect, part of it, holders)] already found: each
+        item's part gets `device` as a holder (what add_holder does without the query)."""
+        valid = self.valid
+        for i, r, part, holders in items:
+            valid.remove(i)
+            if part is not r:
+                for piece in r.subtract(part):
+                    valid.add(piece, holders)
+            valid.add(part, holders | {device})
 
     def set_only_holder(self, rect: Rect, devices: Iterable[int]) -> None:
         for i, r, holders in self.valid.overlapping(rect):
@@ -214,20 +225,34 @@ class RegionPlanner:
 
     # -- copies and reductions ------------------------------------------------------------------
     def _copy_in(self, launch, color, device: int, rect: Rect, out: list) -> None:
+        """Copies bringing `rect` onto `device`: the valid pieces it lacks, by source device,
+        each source's pieces merged into as few rects as their shapes allow (the valid
+        pieces are often fragments of one producer part, split by earlier readers)."""
         st = self.state
         covered = 0
-        for _, r, holders in st.valid.overlapping(rect):
+        by_source: dict[int, list[Rect]] = {}
+        lacking = []
+        for i, r, holders in st.valid.overlapping(rect):
             piece = r.intersect(rect)
             covered += piece.volume
             if device in holders:
                 continue
-            self._copy(launch.name, piece, self._choose_source(holders, device), device, out)
-            st.add_holder(piece, device)
+            lacking.append((i, r, piece, holders))
+            src = self._choose_source(holders, device)
+            pieces = by_source.get(src)
+            if pieces is None:
+                by_source[src] = [piece]
+            else:
+                pieces.append(piece)
         if covered != rect.volume:
             raise PlanError(f"Launch '{launch.name}' point {color} on device {device} reads "
                             f"'{self.region.name}'{rect}, but only {covered} of its "
                             f"{rect.volume} elements were ever written. Write the region "
                             "first, or declare it as initial data of the plan.")
+        for src, pieces in by_source.items():
+            for piece in merge_adjacent(pieces) if len(pieces) > 1 else pieces:
+                self._copy(launch.name, piece, src, device, out)
+        st.add_holder_to(lacking, device)
 
     def _choose_source(self, holders, device: int) -> int:
         devs = self.machine.devices
@@ -335,6 +360,9 @@ class RegionPlanner:
     def _mark_summed(self, rect: Rect, device: int, contribs) -> None:
         st = self.state
         st.retire_pending(rect)
+        if any(r.contains(rect) for _, r, _ in contribs):      # the common case: full sums
+            st.set_only_holder(rect, (device,))
+            return
         # Only where partial sums were added does `device` alone hold the result; the base
         # elsewhere is unchanged (its holders stay valid), and elements with neither base nor
         # partial sums stay unwritten, so reading them is still a PlanError.

@@ -105,7 +105,10 @@ def task_step(node, store: InstanceStore, contexts: dict) -> Callable[[], None]:
     #   _SPLIT       any other Red+ contribution: pieces are (target view, slices of the
     #                contribution or None for all of it, accumulate?, Buffer to adopt it).
     writes = []
-    for req, targets in zip(node.requirements, node.targets):
+    # Per writing requirement, the indices of the read arguments whose buffer it may view
+    # (taskrt.liveness.alias_sources); stores without the rule view nothing.
+    may_view = getattr(store, "alias_sources", {}).get(node.id, {})
+    for j, (req, targets) in enumerate(zip(node.requirements, node.targets)):
         name = req.region.name
         if req.privilege is _RED:
             args.append(_NO_VIEW)
@@ -116,7 +119,7 @@ def task_step(node, store: InstanceStore, contexts: dict) -> Callable[[], None]:
                     if sl is None and not accumulate else None
                 pieces.append((view_of(store, partial, name, dev, piece), sl, accumulate, whole))
             if len(pieces) == 1 and pieces[0][1] is None and not pieces[0][2]:
-                writes.append((_CONTRIBUTE, pieces[0][0], pieces[0][3], None))
+                writes.append((_CONTRIBUTE, pieces[0][0], pieces[0][3], j))
             else:
                 writes.append((_SPLIT, None, None, tuple(pieces)))
         else:
@@ -124,7 +127,13 @@ def task_step(node, store: InstanceStore, contexts: dict) -> Callable[[], None]:
             args.append(view)
             if req.privilege.writes:
                 writes.append((_STORE, view, whole_buffer(store, False, name, dev, req.rect),
-                               None))
+                               j))
+    # The 4th field of _STORE and _CONTRIBUTE, the requirement's index so far, becomes the
+    # views of the arguments its value may be a view of and be kept as (empty: copy it).
+    for w, (kind, view, buf, j) in enumerate(writes):
+        if kind != _SPLIT:
+            writes[w] = (kind, view, buf, () if buf is None else
+                         tuple(args[k] for k in may_view.get(j, ())))
     fn = node.launch.task
     nwrites = len(writes)
 
@@ -142,7 +151,8 @@ def task_step(node, store: InstanceStore, contexts: dict) -> Callable[[], None]:
             for value, (kind, view, buf, pieces) in zip(out, writes):
                 if kind == _STORE:
                     if value is not None and value is not view.t and (
-                            buf is None or not buf.adopt(value)):
+                            buf is None or not buf.adopt(value)) and not (
+                            pieces and _viewed(value, pieces) and buf.alias(value)):
                         view.t.copy_(value)
                     continue
                 if value is None:
@@ -151,7 +161,8 @@ def task_step(node, store: InstanceStore, contexts: dict) -> Callable[[], None]:
                                     "give every gradient need_inputs / need_weights ask "
                                     "for)")
                 if kind == _CONTRIBUTE:
-                    if buf is None or not buf.adopt(value):
+                    if (buf is None or not buf.adopt(value)) and not (
+                            pieces and _viewed(value, pieces) and buf.alias(value)):
                         view.t.copy_(value)
                     continue
                 for target, sl, accumulate, whole in pieces:
@@ -165,6 +176,16 @@ def task_step(node, store: InstanceStore, contexts: dict) -> Callable[[], None]:
         except Exception as exc:
             raise _fail(node, dev, exc) from exc
     return run
+
+
+def _viewed(value: torch.Tensor, sources) -> bool:
+    """Whether `value` shares storage with one of the argument views `sources`."""
+    address = value.untyped_storage().data_ptr()
+    for v in sources:
+        t = v.t
+        if t is not None and t.untyped_storage().data_ptr() == address:
+            return True
+    return False
 
 
 def batchable(node) -> bool:
