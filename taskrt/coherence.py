@@ -134,6 +134,7 @@ class RegionPlanner:
         self.buffers: dict[tuple[int, bool], BufferAccesses] = {}
         self.instance_rects: dict[int, Rect] = {}
         self.partial_rects: dict[int, Rect] = {}
+        self.sent: dict[int, int] = {}          # device -> elements copies took from it
         self.initial: list[tuple[Rect, tuple[int, ...]]] = []
         for rect, device in initial:
             self.machine[device]
@@ -163,7 +164,7 @@ class RegionPlanner:
         when the devices reading exactly that rect are exactly the contributors and each holds
         a full partial of it (and there is no base), else a reduce on the first reader
         (reduction copies in, then a ReduceNode). Then copies bring every piece a reader lacks
-        from a valid holder (same rank preferred, then the lowest device id)."""
+        from a valid holder (same rank preferred, then the one that has sent the least)."""
         out: list = []
         if len(self.state.pending):
             self._reduce_for_reads(launch.name, reads, out)
@@ -238,7 +239,7 @@ class RegionPlanner:
             if device in holders:
                 continue
             lacking.append((i, r, piece, holders))
-            src = self._choose_source(holders, device)
+            src = self._choose_source(holders, device, piece.volume)
             pieces = by_source.get(src)
             if pieces is None:
                 by_source[src] = [piece]
@@ -254,11 +255,20 @@ class RegionPlanner:
                 self._copy(launch.name, piece, src, device, out)
         st.add_holder_to(lacking, device)
 
-    def _choose_source(self, holders, device: int) -> int:
+    def _choose_source(self, holders, device: int, elements: int) -> int:
+        """The holder to copy `elements` from onto `device`: one on the same rank if any,
+        and among those the one that has sent the fewest elements of this region so far
+        (then the lowest id). Spreading the sends matters for gathers: when every device
+        reads every part, the first reader holds everything next, and taking all later
+        copies from it would queue them on its one link ((t-1)^2 sends instead of t-1).
+        The count is per region, so a region re-planned alone plans as in a full plan."""
         devs = self.machine.devices
         rank = devs[device].rank
         same = [h for h in holders if devs[h].rank == rank]
-        return min(same) if same else min(holders)
+        sent = self.sent
+        src = min(same or holders, key=lambda h: (sent.get(h, 0), h))
+        sent[src] = sent.get(src, 0) + elements
+        return src
 
     @staticmethod
     def _emit(node, preds: set, out: list, staged_from=None):
@@ -332,7 +342,8 @@ class RegionPlanner:
         for _, r, holders in base:
             piece = r.intersect(rect)
             if device not in holders:
-                self._copy(owner, piece, self._choose_source(holders, device), device, out)
+                src = self._choose_source(holders, device, piece.volume)
+                self._copy(owner, piece, src, device, out)
                 st.add_holder(piece, device)
             inputs.append((-1, ReduceInput("instance", piece), None))
         for _, r, (dev, partial) in sorted(contribs, key=lambda c: (c[2][0], c[1].lo)):

@@ -1,13 +1,14 @@
 """Copies bring each source's pieces in as few rects as their shapes allow: valid pieces
 fragmented by earlier readers are not copied fragment by fragment."""
 import random
+from collections import Counter
 
 import torch
 
 from taskrt import R, WD, LocalExecutor, Machine, Rect, Region, plan
 from taskrt.geometry import merge_adjacent
 
-from taskrt_helpers import copies, one
+from taskrt_helpers import copies, launch, one
 
 M4 = Machine.local(4)
 X = Region("x", (8, 8))
@@ -22,17 +23,44 @@ def points(rects) -> list:
 
 
 def test_fragments_of_one_source_are_one_copy_and_the_reader_sees_the_data():
-    """An earlier reader of a middle band splits the writer's piece into three valid
-    fragments; a reader of everything on another device gets one copy of all of it."""
+    """An earlier reader of a middle band (on the other rank) splits the writer's piece
+    into three valid fragments; a reader of everything on the writer's rank gets one copy
+    of all of it from the writer."""
     value = torch.arange(64.0).reshape(8, 8)
     seen = []
     g = plan([one("w", X, FULL, WD, 0, task=lambda ctx, _: value.clone()),
-              one("band", X, Rect.of((2, 4), (0, 8)), R, 1),
-              one("all", X, FULL, R, 2, task=lambda ctx, x: seen.append(x.clone()))], M4)
-    into_2 = [c for c in copies(g) if c.dst == 2]
-    assert [(c.src, c.rect) for c in into_2] == [(0, FULL)]
+              one("band", X, Rect.of((2, 4), (0, 8)), R, 2),
+              one("all", X, FULL, R, 1, task=lambda ctx, x: seen.append(x.clone()))],
+             Machine.grid(2, 2))
+    into_1 = [c for c in copies(g) if c.dst == 1]
+    assert [(c.src, c.rect) for c in into_1] == [(0, FULL)]
     LocalExecutor(g).run()
     assert torch.equal(seen[0], value)
+
+
+def test_a_gather_takes_its_pieces_from_every_holder_not_from_the_first_reader():
+    """Four devices write a quarter each, then each reads everything (a tensor-parallel
+    all-gather: 12 quarters to move). Taking every piece from its lowest holder makes the
+    first reader send 9 of them after its own read; spreading by elements sent so far
+    keeps every device within 4, and each reader still sees the whole value."""
+    quarters = [Rect.of((2 * i, 2 * i + 2), (0, 8)) for i in range(4)]
+    value = torch.arange(64.0).reshape(8, 8)
+    seen = {}
+
+    def write(ctx, _):
+        return value[quarters[ctx.color[0]].slices_within(FULL)].clone()
+
+    def read(ctx, x):
+        seen[ctx.color[0]] = x.clone()
+
+    g = plan([launch("w", [[(X, q, WD)] for q in quarters], [0, 1, 2, 3], write),
+              launch("gather", [[(X, FULL, R)]] * 4, [0, 1, 2, 3], read)], M4)
+    sent = Counter()
+    for c in copies(g):
+        sent[c.src] += c.rect.volume
+    assert sum(sent.values()) == 12 * 16 and max(sent.values()) <= 4 * 16, sent
+    LocalExecutor(g).run()
+    assert all(torch.equal(seen[i], value) for i in range(4))
 
 
 def test_merge_adjacent_covers_the_same_points_with_fewer_disjoint_rects():
