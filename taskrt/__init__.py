@@ -10,7 +10,7 @@ from .machine import DefaultMapper, Device, Machine, Mapper
 from .planner import Planner, plan
 from .privilege import R, RED, RW, WD, Privilege, RegionRequirement
 from .region import Partition, Region, block_bounds, block_rect
-from .taskgraph import AllReduceNode, CopyNode, ReduceNode, TaskGraph, TaskNode
+from .taskgraph import AllReduceNode, CopyNode, NodeKind, ReduceNode, TaskGraph, TaskNode
 from .trace import TraceEvent, to_chrome, write_chrome
 from .executor import LocalExecutor, TaskContext
 
@@ -19,6 +19,6 @@ __all__ = [
     "RectError", "TaskrtError", "Rect", "bounding_box", "subtract_all", "IndexLaunch",
     "DefaultMapper", "Device", "Machine", "Mapper", "Planner", "plan", "R", "RED", "RW", "WD",
     "Privilege", "RegionRequirement", "Partition", "Region", "block_bounds", "block_rect",
-    "AllReduceNode", "CopyNode", "ReduceNode", "TaskGraph", "TaskNode", "TraceEvent",
+    "AllReduceNode", "CopyNode", "NodeKind", "ReduceNode", "TaskGraph", "TaskNode", "TraceEvent",
     "to_chrome", "write_chrome", "LocalExecutor", "TaskContext",
 ]

@@ -25,6 +25,7 @@ import numpy as np
 from .errors import PlanError
 from .privilege import Privilege
 from .settings import Settings
+from .taskgraph import COPY, REDUCE, TASK
 
 INSTANCE, PARTIAL, STAGING = 0, 1, 2
 
@@ -47,7 +48,7 @@ def buffers_of(node, nodes=None, staged=None) -> tuple:
     copy behind each staged input in `staged` (per input, as its node group records it) or
     else by id in `nodes`."""
     kind = node.kind
-    if kind == "task":
+    if kind is TASK:
         d = node.device
         out = []
         for req, targets in zip(node.requirements, node.targets):
@@ -59,12 +60,12 @@ def buffers_of(node, nodes=None, staged=None) -> tuple:
                     out.append((PARTIAL if partial else INSTANCE, name, d, None))
         return tuple(dict.fromkeys(out))
     name = node.region.name
-    if kind == "copy":
+    if kind is COPY:
         if node.reduction:
             return ((PARTIAL if node.from_partial else INSTANCE, name, node.src, None),
                     (STAGING, name, node.dst, node))
         return ((INSTANCE, name, node.src, None), (INSTANCE, name, node.dst, None))
-    if kind == "reduce":
+    if kind is REDUCE:
         d = node.device
         out = [(INSTANCE, name, d, None)]
         for j, inp in enumerate(node.inputs):
@@ -155,7 +156,7 @@ class Liveness:
         reads_of_writers: dict[str, list] = {}
         for node in nodes:
             i = node.id
-            if node.kind == "task":             # buffers_of and task_reads_writes, inlined
+            if node.kind is TASK:                # buffers_of and task_reads_writes, inlined
                 d = node.device
                 keys, reads, writes = [], [], []
                 for req, targets in zip(node.requirements, node.targets):

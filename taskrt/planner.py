@@ -28,7 +28,7 @@ from .machine import DefaultMapper, Machine, Mapper
 from .nodegroups import NodeGroup, assemble
 from .rectindex import RectIndex
 from .region import Region
-from .taskgraph import ReduceInput, TaskGraph, TaskNode
+from .taskgraph import TASK, ReduceInput, TaskGraph, TaskNode
 
 
 class Planner:
@@ -322,7 +322,7 @@ class Planner:
             for node in group.nodes:
                 node.id = nid
                 nodes.append(node)
-                owner = node.launch.name if node.kind == "task" else node.owner
+                owner = node.launch.name if node.kind is TASK else node.owner
                 ids_of_owner = launch_nodes.get(owner)
                 if ids_of_owner is None:
                     launch_nodes[owner] = [nid]

@@ -24,6 +24,7 @@ import torch
 from ..errors import ExecutionError
 from ..privilege import Privilege
 from ..liveness import INSTANCE, PARTIAL
+from ..taskgraph import TASK
 from .instances import TORCH_DTYPES, InstanceStore, View
 
 _RED = Privilege.REDUCE_SUM
@@ -169,7 +170,7 @@ def task_step(node, store: InstanceStore, contexts: dict) -> Callable[[], None]:
 
 def batchable(node) -> bool:
     """Whether a task node may run in a batch (taskrt.launch: IndexLaunch.batch)."""
-    return node.kind == "task" and node.launch.batch is not None and not any(
+    return node.kind is TASK and node.launch.batch is not None and not any(
         r.privilege is _RED for r in node.requirements)
 
 
