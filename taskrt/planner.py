@@ -1,6 +1,6 @@
 """The planner: launches in program order -> a TaskGraph with exactly the true dependences.
 
-Each launch is expanded into point tasks (the mapper picks their devices) and checked for
+Each launch is expanded into point tasks (on the launch's devices) and checked for
 interference; then every region it touches is planned by that region's RegionPlanner
 (coherence.py), independently of all other regions:
   Step 1: reads -- reduce pending partial sums, then copy in the pieces a reader lacks;
@@ -24,7 +24,7 @@ from .errors import MappingError, PlanError, PrivilegeError
 from .gcpause import gc_paused
 from .geometry import Rect
 from .launch import IndexLaunch
-from .machine import DefaultMapper, Machine, Mapper
+from .machine import Machine
 from .nodegroups import NodeGroup, assemble
 from .rectindex import RectIndex
 from .region import Region
@@ -34,10 +34,9 @@ from .taskgraph import TASK, ReduceInput, TaskGraph, TaskNode
 class Planner:
     """Turns launches into a TaskGraph. Use `plan()` for the common case."""
 
-    def __init__(self, machine: Machine, mapper: Mapper | None = None,
+    def __init__(self, machine: Machine,
                  initial: Mapping[Region, Iterable[tuple[Rect, int]]] | None = None):
         self.machine = machine
-        self.mapper = mapper or DefaultMapper(machine)
         self.regions: dict[str, Region] = {}
         self.initial: dict[str, list[tuple[Rect, int]]] = {}
         self.planners: dict[str, RegionPlanner] = {}
@@ -151,7 +150,7 @@ class Planner:
         points = []
         for index, color in enumerate(launch.colors):
             reqs = launch.requirements(color)
-            device = self.mapper.map_task(launch, color, index)
+            device = self._device_of(launch, index)
             if not (isinstance(device, int) and 0 <= device < len(self.machine.devices)):
                 raise MappingError(f"Launch '{launch.name}' point {color}: mapped to device "
                                    f"{device}, which does not exist on {self.machine}. Use a "
@@ -160,6 +159,13 @@ class Planner:
                 self._region(req.region)
             points.append((color, device, reqs))
         return points
+
+    def _device_of(self, launch: IndexLaunch, index: int) -> int:
+        """The device of point `index`: the launch's own (a strategy's placement), else
+        points spread over the machine in blocks."""
+        if launch.devices is not None:
+            return launch.devices[index]
+        return index * len(self.machine.devices) // len(launch.colors)
 
     @staticmethod
     def _check_interference(launch: IndexLaunch, points) -> None:
@@ -540,7 +546,7 @@ def _put(d: dict, key, value) -> None:
         d[key] = value
 
 
-def plan(launches: Sequence[IndexLaunch], machine: Machine, mapper: Mapper | None = None,
+def plan(launches: Sequence[IndexLaunch], machine: Machine,
          initial: Mapping[Region, Iterable[tuple[Rect, int]]] | None = None) -> TaskGraph:
     """Plan launches, in program order, into a TaskGraph.
 
@@ -548,7 +554,7 @@ def plan(launches: Sequence[IndexLaunch], machine: Machine, mapper: Mapper | Non
     launch (inputs and weights); reading anything else before it is written is an error.
     """
     with gc_paused():
-        p = Planner(machine, mapper, initial)
+        p = Planner(machine, initial)
         for launch in launches:
             p.add_launch(launch)
         return p.finish()

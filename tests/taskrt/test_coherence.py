@@ -299,7 +299,7 @@ def test_other_user_errors():
         plan([], M4, initial={X: [(FULL, 9)]})
 
 
-def test_default_mapper_spreads_points_in_blocks():
+def test_points_without_devices_spread_in_blocks():
     l8 = IndexLaunch("a", None, (8,), lambda c: [RegionRequirement(X, Rect.of(
         (c[0], c[0] + 1), (0, 8)), WD)])
     g = plan([l8], M4)
