@@ -202,10 +202,10 @@ def check_copies_for_reads(planner: Planner, launch: IndexLaunch) -> None:
                for name, s in states.items()}
     planner.add_launch(launch)
     li = planner.index[launch.name]
-    new = [n for name in planner.read_order[li]
+    new = [n for name in planner.plans[li].read_order
            for n, _, _ in planner.region_nodes.get((li, name), ())]
     reads = {}
-    for color, device, reqs in planner.points[li]:
+    for color, device, reqs in planner.plans[li].points:
         for req in reqs:
             if req.privilege.reads:
                 reads.setdefault((req.region.name, device), []).append(req.rect)
