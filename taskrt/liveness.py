@@ -56,8 +56,8 @@ def buffers_of(node, nodes=None, staged=None) -> tuple:
             if targets is None:
                 out.append((INSTANCE, name, d, None))
             else:
-                for _, partial, _ in targets:
-                    out.append((PARTIAL if partial else INSTANCE, name, d, None))
+                for t in targets:
+                    out.append((PARTIAL if t.partial else INSTANCE, name, d, None))
         return tuple(dict.fromkeys(out))
     name = node.region.name
     if kind is COPY:
@@ -171,8 +171,8 @@ class Liveness:
                     if targets is None:
                         keys.append((INSTANCE, name, d, None))
                     else:
-                        for _, partial, _ in targets:
-                            keys.append((PARTIAL if partial else INSTANCE, name, d, None))
+                        for t in targets:
+                            keys.append((PARTIAL if t.partial else INSTANCE, name, d, None))
                 if writes:
                     read_by_writer.update(reads)
                     for name in writes:

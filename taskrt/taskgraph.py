@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Iterator
+from typing import Any, Iterator, NamedTuple
 
 from .geometry import Rect
 from .privilege import RegionRequirement
@@ -46,6 +46,13 @@ class NodeKind(StrEnum):
 TASK, COPY, REDUCE, ALLREDUCE = NodeKind
 
 
+class ReduceTarget(NamedTuple):
+    """Where one piece of a task's Red+ contribution goes (coherence.py decides)."""
+    piece: Rect
+    partial: bool          # into the device's partial-sum buffer (else its instance)
+    accumulate: bool       # added onto the sums already there (else stored)
+
+
 @dataclass(eq=False, slots=True)
 class TaskNode:
     id: int
@@ -53,10 +60,8 @@ class TaskNode:
     color: tuple[int, ...]
     device: int
     requirements: tuple[RegionRequirement, ...]
-    # For each Red+ requirement, where its contribution goes, piece by piece:
-    # (piece, in the partial buffer (else the instance)?, accumulate (else assign)?).
-    # None for other privileges.
-    targets: tuple[tuple[tuple[Rect, bool, bool], ...] | None, ...]
+    # Per requirement: for a Red+, where its contribution goes, piece by piece; else None.
+    targets: tuple[tuple[ReduceTarget, ...] | None, ...]
     kind = TASK
 
     @property
@@ -78,7 +83,7 @@ class TaskNode:
                 out.append((r.privilege.value, r.rect.shape, r.region.dtype))
             else:
                 out.append((r.privilege.value, r.rect.shape, r.region.dtype,
-                            tuple(acc for _, _, acc in t)))
+                            tuple(target.accumulate for target in t)))
         return (self.launch.cost_tag, tuple(out))
 
     def describe(self) -> str:
