@@ -27,7 +27,7 @@ from collections import defaultdict
 from typing import Iterable
 
 from .errors import PlanError
-from .geometry import Rect, subtract_all
+from .geometry import Rect, merge_adjacent, subtract_all
 from .privilege import Privilege
 from .rectindex import RectIndex
 from .region import Region
@@ -214,20 +214,32 @@ class RegionPlanner:
 
     # -- copies and reductions ------------------------------------------------------------------
     def _copy_in(self, launch, color, device: int, rect: Rect, out: list) -> None:
+        """Copies bringing `rect` onto `device`: the valid pieces it lacks, by source device,
+        each source's pieces merged into as few rects as their shapes allow (the valid
+        pieces are often fragments of one producer part, split by earlier readers)."""
         st = self.state
         covered = 0
+        by_source: dict[int, list[Rect]] = {}
         for _, r, holders in st.valid.overlapping(rect):
             piece = r.intersect(rect)
             covered += piece.volume
             if device in holders:
                 continue
-            self._copy(launch.name, piece, self._choose_source(holders, device), device, out)
-            st.add_holder(piece, device)
+            src = self._choose_source(holders, device)
+            pieces = by_source.get(src)
+            if pieces is None:
+                by_source[src] = [piece]
+            else:
+                pieces.append(piece)
         if covered != rect.volume:
             raise PlanError(f"Launch '{launch.name}' point {color} on device {device} reads "
                             f"'{self.region.name}'{rect}, but only {covered} of its "
                             f"{rect.volume} elements were ever written. Write the region "
                             "first, or declare it as initial data of the plan.")
+        for src, pieces in by_source.items():
+            for piece in merge_adjacent(pieces) if len(pieces) > 1 else pieces:
+                self._copy(launch.name, piece, src, device, out)
+                st.add_holder(piece, device)
 
     def _choose_source(self, holders, device: int) -> int:
         devs = self.machine.devices

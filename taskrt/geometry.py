@@ -12,8 +12,9 @@ from .errors import RectError
 
 class Rect:
     """An immutable n-d half-open box. (A plain slotted class rather than a dataclass: the
-    planner creates and compares millions of them, and emptiness and the hash are cached.)"""
-    __slots__ = ("lo", "hi", "empty", "_hash", "_shape")
+    planner creates and compares millions of them, and volume, emptiness and the hash are
+    cached.)"""
+    __slots__ = ("lo", "hi", "empty", "volume", "_hash", "_shape")
 
     def __init__(self, lo: tuple[int, ...], hi: tuple[int, ...]):
         if len(lo) != len(hi):
@@ -22,12 +23,14 @@ class Rect:
         # Slot setters bound once below (object.__setattr__ costs a lookup per call).
         _set_lo(self, lo)
         _set_hi(self, hi)
-        empty = False
+        volume = 1
         for l, h in zip(lo, hi):
             if h <= l:
-                empty = True
+                volume = 0
                 break
-        _set_empty(self, empty)
+            volume *= h - l
+        _set_volume(self, volume)
+        _set_empty(self, volume == 0)
         _set_hash(self, None)             # computed on first use
         _set_shape(self, None)
 
@@ -76,15 +79,6 @@ class Rect:
             shape = tuple(max(0, h - l) for l, h in zip(self.lo, self.hi))
             _set_shape(self, shape)
         return shape
-
-    @property
-    def volume(self) -> int:
-        v = 1
-        for l, h in zip(self.lo, self.hi):
-            if h <= l:
-                return 0
-            v *= h - l
-        return v
 
     def _check_same_ndim(self, other: "Rect") -> None:
         if len(self.lo) != len(other.lo):
@@ -167,9 +161,9 @@ class Rect:
     __repr__ = __str__
 
 
-_set_lo, _set_hi, _set_empty, _set_hash, _set_shape = (
-    Rect.lo.__set__, Rect.hi.__set__, Rect.empty.__set__, Rect._hash.__set__,
-    Rect._shape.__set__)
+_set_lo, _set_hi, _set_empty, _set_volume, _set_hash, _set_shape = (
+    Rect.lo.__set__, Rect.hi.__set__, Rect.empty.__set__, Rect.volume.__set__,
+    Rect._hash.__set__, Rect._shape.__set__)
 _WHOLE: dict = {}           # shape -> Rect.from_shape(shape)
 
 
@@ -194,3 +188,46 @@ def subtract_all(rect: Rect, others: Iterable[Rect]) -> list[Rect]:
             nxt.extend(p.subtract(o))
         pieces = nxt
     return pieces
+
+
+def merge_adjacent(rects: list[Rect]) -> list[Rect]:
+    """Disjoint rects merged into fewer rects covering the same points: all into their
+    bounding box when they fill it, else, dimension by dimension until nothing changes,
+    runs of rects equal in every other dimension that touch end to end."""
+    box = bounding_box(rects)
+    if box is None:
+        return []
+    if sum(r.volume for r in rects) == box.volume:
+        return [box]
+    out = [r for r in rects if not r.empty]
+    changed = True
+    while changed and len(out) > 1:
+        changed = False
+        for d in range(box.ndim):
+            merged = _merge_along(out, d)
+            if len(merged) < len(out):
+                out, changed = merged, True
+    return out
+
+
+def _merge_along(rects: list[Rect], d: int) -> list[Rect]:
+    """Rects equal outside dimension d and touching in d, merged (first-seen order kept)."""
+    lines: dict[tuple, list[Rect]] = {}
+    for r in rects:
+        key = (r.lo[:d] + r.lo[d + 1:], r.hi[:d] + r.hi[d + 1:])
+        lines.setdefault(key, []).append(r)
+    out = []
+    for line in lines.values():
+        if len(line) == 1:
+            out.append(line[0])
+            continue
+        line.sort(key=lambda r: r.lo[d])
+        lo, hi = line[0].lo, line[0].hi
+        for r in line[1:]:
+            if r.lo[d] == hi[d]:
+                hi = hi[:d] + (r.hi[d],) + hi[d + 1:]
+            else:
+                out.append(Rect(lo, hi))
+                lo, hi = r.lo, r.hi
+        out.append(Rect(lo, hi))
+    return out

@@ -159,7 +159,7 @@ class RectIndex:
             if i is not None:
                 return [(i, rect, items[i][1])]
         if self._cell is None:
-            return [(i, r, v) for i, (r, v) in items.items() if r.overlaps(rect)]
+            return _scan(items.items(), rect)
         ranges = self._cell_ranges(rect)
         if self._count(ranges) >= len(items):
             ids = items.keys()
@@ -171,9 +171,24 @@ class RectIndex:
                 if bucket:
                     found.update(bucket)
             ids = sorted(found)
-        out = []
-        for i in ids:
-            r, v = items[i]
-            if r.overlaps(rect):
-                out.append((i, r, v))
-        return out
+        return _scan(((i, items[i]) for i in ids), rect)
+
+
+def _scan(entries, rect: Rect) -> list[tuple[int, Rect, Any]]:
+    """The (id, rect, value) of `entries` [(id, (rect, value))] overlapping the non-empty
+    `rect` (Rect.overlaps inlined: this loop runs for every query)."""
+    lo, hi = rect.lo, rect.hi
+    ndim = len(lo)
+    out = []
+    for i, (r, v) in entries:
+        if r.empty:
+            continue
+        rlo, rhi = r.lo, r.hi
+        if len(rlo) != ndim:
+            r.overlaps(rect)            # raises the error naming both rects
+        for a, b, c, d in zip(rlo, rhi, lo, hi):
+            if a >= d or c >= b:
+                break
+        else:
+            out.append((i, r, v))
+    return out
