@@ -33,10 +33,14 @@ def _turn_order(names: list, block: int) -> list:
     return names if block % 2 == 0 else names[::-1]
 
 
-def _timing_worker(conn, module: str, factory: str, args: tuple) -> None:
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+
+
+def _timing_worker(conn, module: str, factory: str, args: tuple, clock: str = "wall") -> None:
     """Child of `alternating`: build the step with module.factory(*args), then run blocks of
-    it on request, sending back each call's seconds."""
+    it on request, sending back each call's seconds (by `clock`: CLOCKS)."""
     import importlib
+    now = CLOCKS[clock]
     try:
         step = getattr(importlib.import_module(module), factory)(*args)
         step()
@@ -47,26 +51,29 @@ def _timing_worker(conn, module: str, factory: str, args: tuple) -> None:
     while (count := conn.recv()) is not None:
         times = []
         for _ in range(count):
-            t = time.perf_counter()
+            t = now()
             step()
-            times.append(time.perf_counter() - t)
+            times.append(now() - t)
         conn.send(times)
 
 
-def alternating(makers: dict, blocks: int, per_block: int = 3, warmup: int = 1) -> dict:
+def alternating(makers: dict, blocks: int, per_block: int = 3, warmup: int = 1,
+                clock: str = "wall") -> dict:
     """Median seconds per call of each step, each built and run in a process of its own
     (makers: name -> (module, factory, args); factory(*args) returns the step), the processes
     taking turns in blocks of `per_block` calls (_turn_order). As a user runs one or the
     other: neither warms or fragments the other's caches and heap, while turns spread load
-    changes of a shared machine over all of them alike."""
+    changes of a shared machine over all of them alike. clock "cpu": each call's process
+    CPU time instead of wall time (on a shared machine, time spent waiting for a core is
+    then not counted; cache and memory contention still are)."""
     import multiprocessing as mp
     ctx = mp.get_context("spawn")
     procs = {}
     try:
         for name, (module, factory, args) in makers.items():
             here, there = ctx.Pipe()
-            p = ctx.Process(target=_timing_worker, args=(there, module, factory, args),
-                            daemon=True)
+            p = ctx.Process(target=_timing_worker,
+                            args=(there, module, factory, args, clock), daemon=True)
             p.start()
             procs[name] = (p, here)
         def receive(name, conn):

@@ -1,32 +1,42 @@
 """Simulator accuracy: predicted vs measured iteration time of real training runs, with the
 simulator calibrated on some strategies and asked about others it never saw.
 
-Apps at --small (AlexNet, Inception-v3, RNNLM, Transformer) x seven strategies (data,
-parameter, attribute and operation parallel, two random ones: strategy/standard.py, and the
-best of a seeded MCMC search of 300 proposals on the uncalibrated local model with analytic
-costs, as a user without a calibration would search) x two
-layouts of 2 devices: one process driving 2 logical devices (--devices-per-rank 2, taskrt's
-LocalExecutor) and `mpirun -np 2` with one device per rank (the MPIExecutor). 4 ranks are
-not measured: this machine has 2 cores, and 4 ranks would time the OS's scheduler.
+Apps at --small, 8 samples per device, x seven strategies (data, parameter, attribute and
+operation parallel, two random ones: strategy/standard.py, and the best of a seeded MCMC
+search of 200 proposals on the uncalibrated local model with analytic costs, as a user
+without a calibration would search) x four layouts: one process driving 2 or 4 logical
+devices (--devices-per-rank, taskrt's LocalExecutor) and `mpirun -np 2` or `-np 4` with one
+device per rank (the MPIExecutor). AlexNet, Inception-v3, RNNLM and the Transformer on 2
+devices; on 4 all but Inception-v3 (2 s an iteration here; 4 ranks on 2 cores would take
+most of the benchmark's time).
 
-- measured: the apps themselves train with --strategy FILE, untraced (median of their timed
-  iterations, with the spread: 25th-75th percentile), run by this file as a worker (a
-  plain process for 1 rank, mpirun for 2), which also calibrates the local machine model
-  (calibrate_local: device speeds, ping-pongs, all-reduce) for its layout; just before its
-  timed run each case runs once more with --trace (one warm-up, one traced iteration), so
-  that traces and timings see the same load on a shared machine;
+- measured: the apps themselves train with --strategy FILE, untraced, run by this file as
+  a worker (a plain process for 1 rank, mpirun for several), which also calibrates the
+  local machine model (calibrate_local: device speeds, ping-pongs, all-reduce) for its
+  layout. Each case runs REPEATS times (3 iterations after a warm-up each); measured is the
+  median of the runs' medians, the spread the lowest and highest of them (run to run). Just
+  before, each case runs once more with --trace (one warm-up, one traced iteration), so
+  that traces and timings see the same load on a shared machine. Each run also records the
+  load the job felt (contention_since: (CPU + run-queue wait) / CPU from
+  /proc/self/schedstat, every rank);
 - calibrated (cross-validated): the strategies are split in two folds; the traces of one
   fold (every app) calibrate the layout's model (strategy/calibration.py: host costs per
-  node kind, in-situ task times, the profiler's times scaled to in situ for keys not seen)
-  and predict the strategies of the other fold, which it never saw;
-- without the iteration factor: the same calibration without its last step (a factor on
-  task times and host costs fitted to the calibrating runs' iteration times);
-- uncalibrated: the same graphs on calibrate_local's model with the profiler's times (one
-  torch thread, every graph's distinct task nodes), as before calibration existed.
+  node kind, in-situ task times, contention and preemption slices, the profiler's times
+  scaled to in situ for keys not seen, the iteration factor) and predict the strategies of
+  the other fold, which it never saw (calibration.predict);
+- at the measured load: the same, at the contention of the case's own runs (the
+  calibration's contention times the ratio of the loads the OS counted then and during the
+  calibrating traces); measured, not fitted: what is left is the model's error;
+- without the iteration factor; uncalibrated: the same graphs on calibrate_local's model
+  with the profiler's times (one torch thread, every graph's distinct task nodes), as before
+  calibration existed.
 
-Reported: median and worst relative error, and the ordering of every pair of strategies of
-one app and layout whose measured medians differ by more than the sum of their spreads;
-`results["cases"]` lists every case.
+Reported: median and worst relative error, per app and layout every case (predicted /
+measured (spread), error), and the ordering of every pair of strategies of one app and
+layout whose measured medians differ by more than the sum of their spreads;
+`results["cases"]` lists every case. With SIM_ACCURACY_DATA=FOLDER the strategies, traces
+and measurements are kept there (an interrupted collection resumes layout by layout), and a
+folder holding a finished collection is analysed again without running anything.
 """
 from __future__ import annotations
 
@@ -47,9 +57,14 @@ from bench._common import ROOT, run_mpi_worker  # noqa: E402
 STRATEGIES = ("data", "parameter", "attribute", "operation", "random0", "random1",
               "searched")
 FOLDS = (("data", "attribute", "random0"), ("parameter", "operation", "random1", "searched"))
-SEARCH_PROPOSALS = 300            # the searched strategy: seed 0, analytic costs
-DEVICES = 2
-LAYOUTS = ((1, 2), (2, 1))                # (ranks, devices per rank)
+SEARCH_PROPOSALS = 200            # the searched strategy: seed 0, analytic costs
+LAYOUTS = ((1, 2), (2, 1), (1, 4), (4, 1))       # (ranks, devices per rank)
+APPS = ("alexnet", "inception", "rnnlm", "transformer")
+# Inception-v3 takes 2 s an iteration here: on 4 devices (4 ranks on 2 cores) it would take
+# most of the benchmark's time; the 4-device layouts run the other three.
+APPS_OF_DEVICES = {2: APPS, 4: ("alexnet", "rnnlm", "transformer")}
+REPEATS = 3                       # separate runs of each case (run-to-run spread)
+DATA_ENV = "SIM_ACCURACY_DATA"    # a folder: keep the collected runs there, or reuse them
 
 
 # -- statistics (pure) --------------------------------------------------------------------
@@ -102,16 +117,17 @@ def summary(cases: list[dict]) -> dict:
 
 
 # -- strategies and graphs ----------------------------------------------------------------
-def app_argv() -> list[str]:
-    return ["--small", "--batch-size", str(8 * DEVICES)]
+def app_argv(devices: int) -> list[str]:
+    """The apps' flags: --small, 8 samples per device."""
+    return ["--small", "--batch-size", str(8 * devices)]
 
 
-def strategies(model, machine_model=None, quick: bool = False) -> dict:
+def strategies(model, devices: int, machine_model=None, quick: bool = False) -> dict:
     """The standard strategies, two random ones and, given a machine model, the best the
     MCMC search finds on it (seed 0, analytic costs: what a user searching without a
     calibration would get)."""
     from strategy import standard
-    devices = list(range(DEVICES))
+    devices = list(range(devices))
     out = {name: fn(model, devices) for name, fn in standard.STANDARD.items()}
     for seed in (0, 1):
         out[f"random{seed}"] = standard.random_strategy(model, devices, seed)
@@ -127,17 +143,17 @@ def strategies(model, machine_model=None, quick: bool = False) -> dict:
     return out
 
 
-def write_strategies(app_name: str, argv: list[str], folder: str, machine_model,
+def write_strategies(app_name: str, devices: int, folder: str, machine_model,
                      quick: bool = False) -> dict:
-    """Strategy files of app_name in folder; returns {strategy: path}."""
+    """Strategy files of app_name on `devices` devices in folder; returns {strategy: path}."""
     from strategy import files
     from strategy.costs.app_profile import load_app
     from taskrt import Machine
-    net = load_app(app_name, argv, DEVICES)
+    net = load_app(app_name, app_argv(devices), devices)
     paths = {}
-    for name, s in strategies(net.model, machine_model, quick).items():
+    for name, s in strategies(net.model, devices, machine_model, quick).items():
         paths[name] = os.path.join(folder, f"{app_name}_{name}.json")
-        files.save(paths[name], s, net.model, Machine.local(DEVICES))
+        files.save(paths[name], s, net.model, Machine.local(devices))
     return paths
 
 
@@ -149,6 +165,7 @@ def worker(argv=None) -> dict:
     ap.add_argument("--devices-per-rank", type=int, default=1)
     ap.add_argument("--iterations", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=1, help="separate runs of each case")
     ap.add_argument("--trace-dir", default=None,
                     help="also write each case's --trace there (APP_STRATEGY.json)")
     a = ap.parse_args(argv)
@@ -158,44 +175,93 @@ def worker(argv=None) -> dict:
     from strategy.machines.fileformat import to_dict
     machine = calibrate_local()
     out = {"machine": to_dict(machine), "cases": [], "load": [os.getloadavg()[0]]}
+    devices = a.devices_per_rank * world_size()
+
+    def run_timed(argv):
+        """(result, contention while it ran: every rank's CPU and run-queue wait)."""
+        before = sched_times()
+        res = run(app, argv, out=None)
+        return res, contention_since(before)
     for app_name in a.apps.split(","):
         app = load_workload(app_name)
         for name in STRATEGIES:
             path = os.path.join(a.folder, f"{app_name}_{name}.json")
-            argv = app_argv() + ["--strategy", path, "--quiet", "--json",
-                                 "--devices-per-rank", str(a.devices_per_rank)]
-            if a.trace_dir:        # traced just before the timed run: under the same load
-                run(app, argv + ["--iterations", "1", "--warmup", "1", "--trace",
-                                 os.path.join(a.trace_dir, f"{app_name}_{name}.json")],
-                    out=None)
-            res = run(app, argv + ["--iterations", str(a.iterations), "--warmup",
-                                   str(a.warmup)], out=None)
+            argv = app_argv(devices) + ["--strategy", path, "--quiet", "--json",
+                                        "--devices-per-rank", str(a.devices_per_rank)]
+            traced = None
+            if a.trace_dir:        # traced just before the timed runs: under the same load
+                _, traced = run_timed(argv + [
+                    "--iterations", "1", "--warmup", "1", "--trace",
+                    os.path.join(a.trace_dir, f"{app_name}_{name}.json")])
+            runs, contention = [], []
+            for _ in range(a.repeats):
+                res, c = run_timed(argv + ["--iterations", str(a.iterations), "--warmup",
+                                           str(a.warmup)])
+                runs.append(res.times)
+                contention.append(c)
             out["cases"].append({"app": app_name, "strategy": name,
-                                 "measured_s": res.iteration_time,
-                                 "times_s": res.times})
+                                 "measured_s": statistics.median(
+                                     statistics.median(t) for t in runs),
+                                 "runs_s": runs, "load": os.getloadavg()[0],
+                                 "contention": contention, "traced_contention": traced})
     out["load"].append(os.getloadavg()[0])
     return out
 
 
+def sched_times() -> tuple[float, float] | None:
+    """(seconds on a CPU, seconds runnable but waiting for one) of this thread so far, from
+    Linux's /proc/self/schedstat; None where there is none."""
+    try:
+        with open("/proc/self/schedstat") as f:
+            cpu, wait = f.read().split()[:2]
+    except (OSError, ValueError):
+        return None
+    return int(cpu) / 1e9, int(wait) / 1e9
+
+
+def contention_since(before) -> float | None:
+    """Wall seconds per second of work since `before` (sched_times()): (CPU + run-queue
+    wait) / CPU, summed over every rank of the job (a collective call under MPI). The
+    machine's load as this job felt it: 1 on an idle core, 3 when the OS ran it a third of
+    the time it could have run."""
+    now = sched_times()
+    mine = (now[0] - before[0], now[1] - before[1]) if now and before else (0.0, 0.0)
+    if world_size() > 1:
+        from mpi4py import MPI
+        mine = tuple(MPI.COMM_WORLD.allreduce(x) for x in mine)
+    cpu, wait = mine
+    return (cpu + wait) / cpu if cpu > 0 else None
+
+
+def world_size() -> int:
+    """The ranks of this job (1 without mpirun)."""
+    from taskrt.discovery import launched_by_mpi
+    if not launched_by_mpi():
+        return 1
+    from mpi4py import MPI
+    return MPI.COMM_WORLD.Get_size()
+
+
 def run_worker(ranks: int, per_rank: int, folder: str, apps: list[str], iterations: int,
-               warmup: int, trace_dir: str | None = None) -> dict:
+               warmup: int, trace_dir: str | None = None, repeats: int = 1) -> dict:
     args = [folder, "--apps", ",".join(apps), "--devices-per-rank", str(per_rank),
-            "--iterations", str(iterations), "--warmup", str(warmup)]
+            "--iterations", str(iterations), "--warmup", str(warmup), "--repeats",
+            str(repeats)]
     if trace_dir:
         args += ["--trace-dir", trace_dir]
     if ranks > 1:
-        return run_mpi_worker(ranks, "sim_accuracy.py", args)
+        return run_mpi_worker(ranks, "sim_accuracy.py", args, timeout=3600)
     path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
     env = dict(os.environ, PYTHONPATH=path, OMP_NUM_THREADS="1")
     p = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "sim_accuracy.py"), *args],
-                       capture_output=True, text=True, env=env, timeout=900)
+                       capture_output=True, text=True, env=env, timeout=3600)
     if p.returncode != 0:
         raise RuntimeError(f"sim_accuracy worker failed:\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
 # -- prediction --------------------------------------------------------------------------
-def graphs(app_name: str, argv: list[str], machine_model, folder: str
+def graphs(app_name: str, devices: int, machine_model, folder: str
            ) -> tuple[dict, object]:
     """{strategy: TaskGraph} of the app's strategy files in folder on the machine model's
     taskrt machine, and the network (for its int ranges)."""
@@ -203,7 +269,7 @@ def graphs(app_name: str, argv: list[str], machine_model, folder: str
     from strategy import files
     from strategy.costs.app_profile import load_app
     from taskrt import plan
-    net = load_app(app_name, argv, DEVICES)
+    net = load_app(app_name, app_argv(devices), devices)
     opt = net.optimizer
     machine = machine_model.taskrt_machine()
     out = {}
@@ -227,8 +293,13 @@ def measure_profile(app_graphs: dict, int_ranges: dict, repeats: int, warmup: in
         torch.set_num_threads(threads)
 
 
-def spread(times) -> tuple[float, float]:
-    """(25th, 75th percentile) of a case's iteration times."""
+def spread(runs) -> tuple[float, float]:
+    """A case's spread: with repeated runs, the lowest and highest of their median iteration
+    times (run to run); with one run, the 25th and 75th percentile of its iterations."""
+    if len(runs) > 1:
+        medians = [statistics.median(t) for t in runs]
+        return min(medians), max(medians)
+    times = runs[0]
     q = statistics.quantiles(times, n=4, method="inclusive") if len(times) > 1 else \
         [times[0]] * 3
     return q[0], q[2]
@@ -237,10 +308,10 @@ def spread(times) -> tuple[float, float]:
 def ordered_pairs(cases: list[dict]) -> tuple[int, int, list]:
     """(pairs clearly separated, of them ordered right by the prediction, the wrong ones):
     pairs of strategies of one app and layout whose measured medians differ by more than
-    the sum of their spreads (75th - 25th percentile)."""
+    the sum of their spreads (spread())."""
     groups: dict = {}
     for c in cases:
-        groups.setdefault((c["app"], c["ranks"]), []).append(c)
+        groups.setdefault((c["app"], c["layout"]), []).append(c)
     total, right, wrong = 0, 0, []
     for cs in groups.values():
         for i, a in enumerate(cs):
@@ -253,87 +324,201 @@ def ordered_pairs(cases: list[dict]) -> tuple[int, int, list]:
                 if (a["measured_s"] < b["measured_s"]) == (a["predicted_s"] < b["predicted_s"]):
                     right += 1
                 else:
-                    wrong.append(f"{a['app']} {a['ranks']}r {a['strategy']}/{b['strategy']}")
+                    wrong.append(f"{a['app']} {a['layout']} {a['strategy']}/{b['strategy']}")
     return total, right, wrong
 
 
+def collect(folder: str, quick: bool = False) -> dict:
+    """Write the strategies, then train and trace every case of every layout (the workers);
+    the measurements go to folder/measured.json, the traces to folder/traces_RxK/."""
+    from strategy.logical_devices import shared as shared_devices
+    from strategy.machines import calibrate_local
+    timing: dict = {}
+    t = time.perf_counter()
+    local = calibrate_local()
+    for devices, apps in apps_of_devices(quick).items():
+        sub = os.path.join(folder, f"d{devices}")
+        os.makedirs(sub, exist_ok=True)
+        for a in apps:
+            if not all(os.path.exists(os.path.join(sub, f"{a}_{s}.json"))
+                       for s in STRATEGIES):      # a kept folder's strategies are reused
+                write_strategies(a, devices, sub, shared_devices(local, devices), quick)
+    timing["search_s"] = round(time.perf_counter() - t, 1)
+    iterations, warmup, repeats = (2, 1, 1) if quick else (3, 1, REPEATS)
+    path = os.path.join(folder, "measured.json")
+    data = {"measured": {}, "timing": timing, "quick": quick}
+    if os.path.exists(os.path.join(folder, "partial.json")):    # an interrupted collection
+        with open(os.path.join(folder, "partial.json")) as f:
+            data = json.load(f)
+    for ranks_, per in layouts(quick):
+        name = f"{ranks_}x{per}"
+        if name in data["measured"]:
+            continue
+        t = time.perf_counter()
+        traces = os.path.join(folder, f"traces_{name}")
+        os.makedirs(traces, exist_ok=True)
+        devices = ranks_ * per
+        data["measured"][name] = run_worker(
+            ranks_, per, os.path.join(folder, f"d{devices}"),
+            list(apps_of_devices(quick)[devices]), iterations, warmup, trace_dir=traces,
+            repeats=repeats)
+        data["timing"][f"measure_and_trace_{name}_s"] = round(time.perf_counter() - t, 1)
+        with open(os.path.join(folder, "partial.json"), "w") as f:   # layout by layout
+            json.dump(data, f)
+    data["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    with open(path, "w") as f:
+        json.dump(data, f)
+    return data
+
+
+def layouts(quick: bool) -> tuple:
+    return LAYOUTS[:2] if quick else LAYOUTS
+
+
+def apps_of_devices(quick: bool) -> dict:
+    """{devices: apps measured on that many devices}."""
+    if quick:
+        return {2: ("alexnet", "rnnlm")}
+    return APPS_OF_DEVICES
+
+
 def run(quick: bool = False) -> dict:
+    """Collect (or, with SIM_ACCURACY_DATA=FOLDER holding an earlier collection, reuse) the
+    measured runs and traces, then calibrate and predict."""
+    keep = os.environ.get(DATA_ENV)
+    if keep and os.path.exists(os.path.join(keep, "measured.json")):
+        with open(os.path.join(keep, "measured.json")) as f:
+            data = json.load(f)
+        return analyse(keep, data)
+    if keep:
+        os.makedirs(keep, exist_ok=True)
+        return analyse(keep, collect(keep, quick))
+    with tempfile.TemporaryDirectory(prefix="simacc-") as folder:
+        return analyse(folder, collect(folder, quick))
+
+
+def analyse(folder: str, data: dict) -> dict:
+    """Calibrate each layout on one fold of its traces, predict the other fold's cases."""
     import warnings
-    from strategy.calibration import calibrate
+    from strategy.calibration import calibrate, predict
     from strategy.costs import CostModel, CostWarning
+    from strategy.costs.profile import Profile, merged
     from strategy.logical_devices import shared as shared_devices
     from strategy.machines.fileformat import from_dict
     from strategy.simulator import simulate
     warnings.simplefilter("ignore", CostWarning)
-    apps = ["alexnet", "rnnlm"] if quick else ["alexnet", "inception", "rnnlm", "transformer"]
-    iterations, warmup = (2, 1) if quick else (5, 2)
-    repeats = 3 if quick else 5
+    quick, measured = data["quick"], data["measured"]
+    done = [lay for lay in layouts(quick) if f"{lay[0]}x{lay[1]}" in measured]
+    timing = dict(data["timing"])
     t0 = time.perf_counter()
-    cases, timing, residuals = [], {}, {}
-    with tempfile.TemporaryDirectory(prefix="simacc-") as folder:
-        argv = app_argv()
-        from strategy.machines import calibrate_local
-        search_on = shared_devices(calibrate_local(), DEVICES)
-        t = time.perf_counter()
-        for a in apps:
-            write_strategies(a, argv, folder, search_on, quick)
-        timing["search_s"] = round(time.perf_counter() - t, 1)
-        measured, traces = {}, {}
-        for ranks_, per in LAYOUTS:
-            t = time.perf_counter()
-            traces[ranks_] = os.path.join(folder, f"traces{ranks_}")
-            os.makedirs(traces[ranks_])
-            measured[ranks_] = run_worker(ranks_, per, folder, apps, iterations, warmup,
-                                          trace_dir=traces[ranks_])
-            timing[f"measure_and_trace_{ranks_}_rank_s"] = round(time.perf_counter() - t, 1)
-        # every graph, and the profiler's times of their distinct task nodes (one thread)
-        t = time.perf_counter()
-        graphs_of, nets, base_profiles = {}, {}, None
-        for ranks_, per in LAYOUTS:
-            model = shared_devices(from_dict(measured[ranks_]["machine"]), per)
+    cases, residuals, contention_fits = [], {}, []
+    # every graph, and the profiler's times of their distinct task nodes (one thread)
+    t = time.perf_counter()
+    graphs_of, nets, profiles = {}, {}, []
+    saved = os.path.join(folder, "alone.profile")      # the profiler's, kept with the runs
+    for ranks_, per in done:
+        name, devices = f"{ranks_}x{per}", ranks_ * per
+        model = shared_devices(from_dict(measured[name]["machine"]), per)
+        for a in apps_of_devices(quick)[devices]:
+            graphs_of[name, a], nets[devices, a] = graphs(a, devices, model,
+                                                          os.path.join(folder, f"d{devices}"))
+            if ranks_ == 1 and not os.path.exists(saved):
+                profiles.append(measure_profile(graphs_of[name, a], nets[devices, a].int_ranges,
+                                                3 if quick else 5, 2))
+    if profiles:
+        merged(profiles).save(saved)
+    base_profiles = Profile.load(saved)
+    timing["profile_s"] = round(time.perf_counter() - t, 1)
+    t = time.perf_counter()
+    for ranks_, per in done:
+        name, devices = f"{ranks_}x{per}", ranks_ * per
+        apps = apps_of_devices(quick)[devices]
+        traces = os.path.join(folder, f"traces_{name}")
+        base = from_dict(measured[name]["machine"])
+        runs = {(c["app"], c["strategy"]): c for c in measured[name]["cases"]}
+        for k, fold in enumerate(FOLDS):
+            seen = [os.path.join(traces, f"{a}_{s}.json") for a in apps for s in fold]
+            loads = {os.path.join(traces, f"{a}_{s_}.json"):
+                     runs[a, s_].get("traced_contention") for a in apps for s_ in fold}
+            model, profile, fit = calibrate(seen, base, base_profiles, loads=loads)
+            residuals[f"{name}, fold {k}"] = fit.residuals
+            # the load the traces were recorded under, as the OS counted it (sched_times)
+            traced = [runs[a, s_]["traced_contention"] for a in apps for s_ in fold]
+            traced = statistics.median(traced) if all(traced) else None
+            contention_fits.append({"layout": name, "fold": k, "contention": fit.contention,
+                                    "slice_s": fit.slice_s, "traced_load": traced,
+                                    "factor": fit.factor})
+            held_out = [s for s in STRATEGIES if s not in fold]
             for a in apps:
-                graphs_of[ranks_, a], nets[a] = graphs(a, argv, model, folder)
-        from strategy.costs.profile import merged
-        base_profiles = merged([measure_profile(graphs_of[1, a], nets[a].int_ranges, repeats, 2)
-                                for a in apps])
-        timing["profile_s"] = round(time.perf_counter() - t, 1)
-        t = time.perf_counter()
-        for ranks_, per in LAYOUTS:
-            base = from_dict(measured[ranks_]["machine"])
-            runs = {(c["app"], c["strategy"]): c for c in measured[ranks_]["cases"]}
-            for k, fold in enumerate(FOLDS):
-                seen = [os.path.join(traces[ranks_], f"{a}_{s}.json") for a in apps for s in fold]
-                model, profile, fit = calibrate(seen, base, base_profiles)
-                residuals[f"{ranks_} rank{'s' if ranks_ > 1 else ''}, fold {k}"] = \
-                    fit.residuals
-                held_out = [s for s in STRATEGIES if s not in fold]
-                for a in apps:
-                    for name in held_out:
-                        g = graphs_of[ranks_, a][name]
-                        ints = nets[a].int_ranges
-                        pred = simulate(g, shared_devices(model, per),
-                                        CostModel(profile, int_ranges=ints))
-                        plain = simulate(g, shared_devices(fit.unscaled[0], per),
-                                         CostModel(fit.unscaled[1], int_ranges=ints))
-                        before = simulate(g, shared_devices(base, per),
-                                          CostModel(base_profiles, int_ranges=ints))
-                        c = runs[(a, name)]
-                        m = c["measured_s"]
-                        cases.append({
-                            "app": a, "ranks": ranks_, "devices_per_rank": per,
-                            "strategy": name, "calibrated_on": list(fold),
-                            "measured_s": m, "spread_s": spread(c["times_s"]),
-                            "predicted_s": pred.makespan, "error": (pred.makespan - m) / m,
-                            "without_factor_s": plain.makespan,
-                            "iteration_factor": fit.factor,
-                            "uncalibrated_s": before.makespan,
-                            "uncalibrated_error": (before.makespan - m) / m,
-                            "nodes": len(g.nodes), "times_s": c["times_s"]})
-        timing["calibrate_predict_s"] = round(time.perf_counter() - t, 1)
-        machines = {r: measured[r]["machine"].get("calibration", {}) for r, _ in LAYOUTS}
-        timing["load_average"] = {r: measured[r]["load"] for r, _ in LAYOUTS}
-    timing["total_s"] = round(time.perf_counter() - t0, 1)
+                for strategy in held_out:
+                    g = graphs_of[name, a][strategy]
+                    ints = nets[devices, a].int_ranges
+                    pred = predict(fit, g, ints, ranks_, per)
+                    plain = predict(fit, g, ints, ranks_, per, factor=1.0)
+                    before = simulate(g, shared_devices(base, per),
+                                      CostModel(base_profiles, int_ranges=ints)).makespan
+                    c = runs[(a, strategy)]
+                    m = c["measured_s"]
+                    # at the load of the measurement: the traces' contention scaled by
+                    # the ratio of the two loads the OS counted
+                    at_load = None
+                    if traced and c.get("contention") and all(c["contention"]):
+                        ratio = statistics.median(c["contention"]) / traced
+                        at_load = predict(fit, g, ints, ranks_, per,
+                                          contention=max(1.0, fit.contention * ratio))
+                    cases.append({
+                        "app": a, "ranks": ranks_, "devices_per_rank": per,
+                        "layout": name, "strategy": strategy, "calibrated_on": list(fold),
+                        "measured_s": m, "spread_s": spread(c["runs_s"]),
+                        "predicted_s": pred, "error": (pred - m) / m,
+                        "without_factor_s": plain,
+                        "iteration_factor": fit.factor,
+                        "uncalibrated_s": before,
+                        "uncalibrated_error": (before - m) / m,
+                        "nodes": len(g.nodes), "runs_s": c["runs_s"],
+                        "load": c.get("load"), "at_load_s": at_load,
+                        "contention": c.get("contention"),
+                        "calibration_contention": fit.contention})
+    timing["calibrate_predict_s"] = round(time.perf_counter() - t, 1)
+    machines = {r: measured[r]["machine"].get("calibration", {}) for r in measured}
+    timing["load_average"] = {r: measured[r]["load"] for r in measured}
+    timing["measured_at"] = data.get("date")
+    timing["analyse_s"] = round(time.perf_counter() - t0, 1)
+    timing["contention"] = contention_fits
     return report(cases, timing, machines, quick, residuals)
+
+
+def searched_vs_data(cases: list[dict], key: str = "predicted_s") -> list[str]:
+    """Per app and layout, 'app layout: predicted 0.91x, measured 0.95x' (searched over data
+    parallel), with 'HELD' or 'NOT HELD' when the prediction says searched is faster."""
+    by = {(c["app"], c["layout"], c["strategy"]): c for c in cases}
+    out = []
+    for (a, lay, s), c in by.items():
+        d = by.get((a, lay, "data"))
+        if s != "searched" or d is None:
+            continue
+        p, m = c[key] / d[key], c["measured_s"] / d["measured_s"]
+        verdict = "" if p >= 1 else (" HELD" if m < 1 else " NOT HELD")
+        out.append(f"{a} {lay}: predicted {p:.2f}x, measured {m:.2f}x{verdict}")
+    return out
+
+
+def layout_text(layout: str) -> str:
+    """'1x2' -> '1 process x 2 devices', '2x1' -> '2 ranks'."""
+    ranks_, per = (int(x) for x in layout.split("x"))
+    return f"{ranks_} ranks" if ranks_ > 1 else f"1 process x {per} devices"
+
+
+def case_text(c: dict) -> str:
+    """'data 72.1 / 80.3 (65.0-90.2) -10%, at load 78.0 -3%': predicted / measured
+    (spread) ms, error; the prediction at the measurement's load and its error."""
+    lo, hi = c["spread_s"]
+    m = c["measured_s"]
+    text = (f"{c['strategy']} {1e3 * c['predicted_s']:.1f} / {1e3 * m:.1f} "
+            f"({1e3 * lo:.1f}-{1e3 * hi:.1f}) {100 * c['error']:+.0f}%")
+    if c.get("at_load_s"):
+        text += f", at load {1e3 * c['at_load_s']:.1f} {100 * (c['at_load_s'] - m) / m:+.0f}%"
+    return text
 
 
 def report(cases: list[dict], timing: dict, machines: dict, quick: bool,
@@ -343,37 +528,64 @@ def report(cases: list[dict], timing: dict, machines: dict, quick: bool,
     plain = summary([dict(c, predicted_s=c["without_factor_s"]) for c in cases])
     groups = {}
     for c in cases:
-        groups.setdefault((c["app"], c["ranks"]), []).append(c)
-    per_group = {f"{a} {r} rank{'s' if r > 1 else ''}": summary(cs)
-                 for (a, r), cs in groups.items()}
+        groups.setdefault((c["app"], c["layout"]), []).append(c)
+    per_group = {f"{a} {layout_text(lay)}": summary(cs) for (a, lay), cs in groups.items()}
     total, right, wrong = ordered_pairs(cases)
+    with_load = all(c.get("at_load_s") for c in cases)
+    if with_load:
+        at_load = [dict(c, predicted_s=c["at_load_s"]) for c in cases]
+        loaded = summary(at_load)
+        l_total, l_right, l_wrong = ordered_pairs(at_load)
+    load = timing.get("load_average", {})
+    loads = [x for v in load.values() for x in v]
     rows = [("median relative error, held-out strategies",
              f"{100 * overall['median_error']:.1f}%",
              f"{len(cases)} cases (apps x layouts x strategies), each predicted by a "
-             "calibration on the other fold's traces; target <= 10%"),
+             "calibration on the other fold's traces; measured: median of "
+             f"{max(len(c['runs_s']) for c in cases)} runs"
+             + (f", load average {min(loads):.1f}-{max(loads):.1f} on "
+                f"{os.cpu_count()} cores" if loads else "") + "; target <= 10%"),
             ("worst relative error, held-out strategies", f"{100 * overall['worst_error']:.1f}%",
              "target <= 25%"),
             ("clearly separated pairs ordered right", f"{right} of {total}",
              "pairs of one app and layout whose measured medians differ by more than their "
-             "spreads" + (f"; wrong: {', '.join(wrong)}" if wrong else "")),
+             "run-to-run spreads" + (f"; wrong: {', '.join(wrong)}" if wrong else "")),
+            *([("at the measured load: median / worst error",
+                f"{100 * loaded['median_error']:.1f}% / {100 * loaded['worst_error']:.1f}%",
+                "the same calibrations, their contention (wall seconds per second of work) "
+                "scaled by the ratio of the loads the OS counted during the case's runs and "
+                "during the calibrating traces (/proc/self/schedstat: (CPU + run-queue "
+                "wait) / CPU); measured, not fitted: the model's error without the load's "
+                "drift"),
+               ("at the measured load: separated pairs ordered right",
+                f"{l_right} of {l_total}", ("wrong: " + ", ".join(l_wrong)) if l_wrong
+                else "all")] if with_load else []),
             ("calibrated without the iteration factor: median / worst error",
              f"{100 * plain['median_error']:.1f}% / {100 * plain['worst_error']:.1f}%",
              "host costs and in-situ task times only; factors fitted: " +
-             ", ".join(sorted({f"{c['ranks']} rank{'s' if c['ranks'] > 1 else ''} "
-                               f"{c['iteration_factor']:.2f}" for c in cases}))),
+             ", ".join(sorted({f"{layout_text(c['layout'])} {c['iteration_factor']:.2f}"
+                               for c in cases}))),
             ("uncalibrated (profiler times, no host costs): median / worst error",
              f"{100 * before['median_error']:.1f}% / {100 * before['worst_error']:.1f}%",
              "the same cases, as the simulator predicted before calibration")]
-    for layout in sorted({c["ranks"] for c in cases}):
-        s = summary([c for c in cases if c["ranks"] == layout])
-        rows.append((f"{layout} rank{'s' if layout > 1 else ''}"
-                     f"{' x 2 logical devices' if layout == 1 else ''}: median / worst error",
+    for layout in sorted({c["layout"] for c in cases}):
+        s = summary([c for c in cases if c["layout"] == layout])
+        rows.append((f"{layout_text(layout)}: median / worst error",
                      f"{100 * s['median_error']:.1f}% / {100 * s['worst_error']:.1f}%",
                      f"{s['cases']} cases"))
-    for name, s in per_group.items():
-        rows.append((f"{name}: median / worst error",
+    for (a, lay), cs in groups.items():
+        s = per_group[f"{a} {layout_text(lay)}"]
+        rows.append((f"{a} {layout_text(lay)}: median / worst error",
                      f"{100 * s['median_error']:.0f}% / {100 * s['worst_error']:.0f}%",
-                     f"{s['cases']} held-out strategies"))
+                     "predicted / measured (run-to-run spread) ms, error: " +
+                     "; ".join(case_text(c) for c in cs)))
+    versus = searched_vs_data(cases, "at_load_s" if with_load else "predicted_s")
+    if versus:
+        faster = [v for v in versus if v.endswith("HELD")]
+        held = [v for v in faster if not v.endswith("NOT HELD")]
+        rows.append(("searched strategy predicted faster than data parallel: also faster "
+                     "when run", f"{len(held)} of {len(faster)}", "searched / data parallel iteration time"
+                     f"{' at the measured load' if with_load else ''}: " + "; ".join(versus)))
     if residuals:
         errs = [abs(p - m) / m for rs in residuals.values() for _, m, p in rs]
         rows.append(("calibration residuals (traced runs it was fitted to)",
@@ -383,6 +595,8 @@ def report(cases: list[dict], timing: dict, machines: dict, quick: bool,
             "results": {"cases": cases, "overall": overall, "uncalibrated": before,
                         "without_factor": plain,
                         "pairs": {"separated": total, "ordered": right, "wrong": wrong},
+                        "at_load": ({"summary": loaded, "ordered": l_right,
+                                     "wrong": l_wrong} if with_load else None),
                         "groups": per_group, "residuals": residuals or {}, "timing": timing,
                         "calibration": machines, "quick": quick}}
 

@@ -47,6 +47,7 @@ from .errors import ShapeError
 from .model import Model, builder
 from .nchw import check_nchw
 from .op import ATTRIBUTE, PARAMETER, REDUCTION, SAMPLE, Dim, Op, PartSpec, Stage
+from .softmax import broadcast_zero
 from .tensor import Tensor
 
 NCHW = ("n", "c", "h", "w")
@@ -104,12 +105,12 @@ class BatchNorm2d(FusesActivation, Op):
         nxt = Tensor(f"{self.name}.running_next", (2, c), x.dtype, producer=self)
         reduced = {"n": REDUCTION, "h": REDUCTION, "w": REDUCTION}
         self._training_stages = [
-            Stage(self, "stats", [x], [stats], self._stats,
-                  labels={"inputs": (NCHW,), "weights": (), "outputs": (PER_CHANNEL,)},
-                  kinds=reduced),
-            Stage(self, "centered", [x, stats], [centered], self._centered,
-                  labels={"inputs": (NCHW, PER_CHANNEL), "weights": (),
-                          "outputs": (PER_CHANNEL,)}, kinds=reduced),
+            _SumStage(self, "stats", [x], [stats], self._stats,
+                      labels={"inputs": (NCHW,), "weights": (), "outputs": (PER_CHANNEL,)},
+                      kinds=reduced),
+            _SumStage(self, "centered", [x, stats], [centered], self._centered,
+                      labels={"inputs": (NCHW, PER_CHANNEL), "weights": (),
+                              "outputs": (PER_CHANNEL,)}, kinds=reduced),
             _Normalize(self, [x, stats, centered], y, affine_w),
             Stage(self, "running_next", [stats, centered], [nxt], self._running_next,
                   weights=running, part=_channels_part, differentiable=False,
@@ -190,6 +191,30 @@ class BatchNorm2d(FusesActivation, Op):
                          sum_dz.to(x.dtype) if need_weights[1] else None]
         return [dx, d_stats, d_centered], d_weights
 
+    def _native_normalized(self, inputs, weights):
+        """For a part of whole samples (_whole_samples): y from torch's own kernel, as eager
+        PyTorch computes it (the same bits), saving its mean and 1/std for its derivative.
+        The summed statistics are not read: the part's own are the same numbers."""
+        x = inputs[0]
+        gamma, beta = weights if self.params["affine"] else (None, None)
+        y, mean, invstd = torch.native_batch_norm(x, gamma, beta, None, None, True, 0.0,
+                                                  self.params["eps"])
+        return y, (_NATIVE, x, gamma, mean, invstd)
+
+    def _native_backward(self, saved, dy, need_inputs, need_weights):
+        """torch's derivative (what autograd runs for F.batch_norm): the whole input
+        gradient, so the two sums get zero gradients (their stages add zeros to dx)."""
+        _, x, gamma, mean, invstd, act = saved
+        dz = activation_backward(self.activation, dy, act, self)
+        affine = gamma is not None
+        mask = [bool(need_inputs[0]), affine and bool(need_weights[0]),
+                affine and bool(need_weights[1])]
+        dx, dgamma, dbeta = torch.ops.aten.native_batch_norm_backward(
+            dz, x, gamma, None, None, mean, invstd, True, self.params["eps"], mask)
+        zeros = [broadcast_zero((1, x.shape[1]), self.accumulate, x.device)
+                 if need else None for need in need_inputs[1:]]
+        return [dx] + zeros, ([dgamma, dbeta] if affine else [])
+
     def _running_next(self, spec, inputs, weights):
         """torch's update: momentum in the buffers' dtype, the mean's update there, the
         unbiased variance's in the accumulation dtype."""
@@ -225,6 +250,27 @@ class BatchNorm2d(FusesActivation, Op):
         return ([torch.ones(c), torch.zeros(c)] if self.params["affine"] else []) + running
 
 
+class _SumStage(Stage):
+    """batchnorm2d's stats or centered launch. For a part of whole samples
+    (_whole_samples) its own backward (Op.explicit_backward): normalize's backward then
+    gives the whole input gradient (torch's kernel) and the sums a zero gradient, so this
+    stage's contribution to dx is zero, given without running autograd on the sum (as a
+    broadcast zero: the runtime adds it, or copies it in, with no tensor made for it)."""
+    explicit_backward = True
+
+    def forward_saving(self, spec, inputs, weights):
+        x = inputs[0]
+        if x is None or not _whole_samples(self.parent, spec):
+            return None
+        return self.forward(spec, inputs, weights), x.device
+
+    def backward(self, spec, saved, output_grads, need_inputs, need_weights):
+        """Zeros for every input asked for (x, and the centered stage's stats, which its
+        forward holds constant)."""
+        return [broadcast_zero(r.shape, getattr(torch, t.dtype), saved) if need else None
+                for t, r, need in zip(self.inputs, spec.inputs, need_inputs)], []
+
+
 class _Normalize(Stage):
     """batchnorm2d's normalize launch, with its own backward (Op.explicit_backward)."""
     explicit_backward = True
@@ -238,13 +284,31 @@ class _Normalize(Stage):
         return [activate(self.parent.activation, self.parent._normalized(inputs, weights)[0])]
 
     def forward_saving(self, spec, inputs, weights):
-        y, saved = self.parent._normalized(inputs, weights)
-        out, act = activate_saving(self.parent.activation, y)
+        bn = self.parent
+        if _whole_samples(bn, spec):
+            y, saved = bn._native_normalized(inputs, weights)
+        else:
+            y, saved = bn._normalized(inputs, weights)
+        out, act = activate_saving(bn.activation, y)
         return [out], saved + (act,)
 
     def backward(self, spec, saved, output_grads, need_inputs, need_weights):
+        if saved[0] is _NATIVE:
+            return self.parent._native_backward(saved, output_grads[0], need_inputs,
+                                                need_weights)
         return self.parent._normalize_backward(saved, output_grads[0], need_inputs,
                                                need_weights)
+
+
+_NATIVE = "native"              # the tag of what _native_normalized saves
+
+
+def _whole_samples(bn: BatchNorm2d, spec: PartSpec) -> bool:
+    """Whether a part holds every sample and position of its channels (a split by
+    channels only, or none): its statistics are then its own, and torch's kernel gives y
+    and the whole input gradient."""
+    r, (n, _, h, w) = spec.inputs[0], bn.inputs[0].shape
+    return (r.lo[0], r.hi[0], r.lo[2], r.hi[2], r.lo[3], r.hi[3]) == (0, n, 0, h, 0, w)
 
 
 def _bc(v: torch.Tensor) -> torch.Tensor:

@@ -71,14 +71,20 @@ def _stats_saving(stats_fwd):
     return saving
 
 
+def broadcast_zero(shape, dtype, device) -> torch.Tensor:
+    """A zero gradient of `shape` as a broadcast scalar: the runtime adds it to (or copies
+    it into) the gradient's buffer, with no tensor of that size made and filled for it."""
+    return torch.zeros((), dtype=dtype, device=device).expand(shape)
+
+
 def _stats_backward(spec, saved, output_grads, need_inputs, need_weights):
     shape, dtype, device = saved
-    return [torch.zeros(shape, dtype=dtype, device=device) if need_inputs[0] else None], []
+    return [broadcast_zero(shape, dtype, device) if need_inputs[0] else None], []
 
 
 def zero_stats_grad(spec, x: torch.Tensor, need: bool):
     """Normalize's (zero) gradient for the statistics of whole rows (see _RowStage)."""
-    return torch.zeros(spec.inputs[1].shape, dtype=x.dtype, device=x.device) if need else None
+    return broadcast_zero(spec.inputs[1].shape, x.dtype, x.device) if need else None
 
 
 def row_stat_stages(op: Op, x: Tensor, y: Tensor, stats_fwd: Callable, norm_fwd: Callable,

@@ -2,18 +2,29 @@
 task times, fitted to the `--trace` files of real runs (`python -m strategy calibrate`).
 
 What a trace determines (docs/simulator.md):
-  task times    per cost key, the mean (and min, max) of its task events in the runs: a
-                task inside an iteration runs slower than alone in the profiler, so these
-                are the times to simulate with. The mean, not the median: on a shared
-                machine some instances of a key are preempted (0.4 ms steps that took 9 ms
-                at a load of 5 on 2 cores), and what an iteration pays is the expected time. With a base profile (the profiler's times,
+  task times    per cost key, the median (and min, max) of its task events in the runs: the
+                task's work inside an iteration (slower than alone in the profiler: its
+                inputs come from other tasks, not warm in cache). The median, not the mean:
+                on a shared machine a few events of an iteration are preempted (0.4 ms
+                steps that took 4-9 ms at a load of 7 on 2 cores), and which keys they land
+                on is chance; with one traced iteration a mean prices a key 3x too high when
+                one of its few events was hit. With a base profile (the profiler's times,
                 alone), the keys the runs did not see get the profiler's time scaled by the
                 fitted line in-situ = a + f * alone, so a strategy never run is costed alike;
+  contention    the preemptions themselves, as wall seconds per second of work: the task
+                events' total over their keys' medians (contention()), or the load the OS
+                counted during each run when the caller knows it (`loads`: then the keys
+                long beside a slice, preempted in every event, get events / load as work;
+                deflate_long_keys). The OS takes the core at random moments in slices
+                (slice_length), so a thread pays it in proportion to the time it works, and
+                ranks that exchange data stall each other: predict() simulates that
+                (strategy/preemption.py); the files written hold task times and host costs
+                times the contention (the smooth version, for the search);
   host costs    per node kind (simulator.py's host model): the executor's time between one
                 event and the next on a rank (taking the next instruction, polling MPI,
-                allocating) is the mean gap before events of that kind (with several
-                ranks, of the gaps at most 10x their median: longer ones are waits for a
-                message, which the simulator models itself); for nodes whose
+                allocating) is the median gap before events of that kind (longer ones are
+                waits for a message, which the simulator models itself, or preemptions,
+                which contention counts); for nodes whose
                 whole event is host work (send = pack + Isend, recv = unpack, an
                 all-reduce's start = pack + Iallreduce) the event itself, fitted as
                 seconds + per_byte * bytes; for local copies and reductions, what the event
@@ -21,10 +32,9 @@ What a trace determines (docs/simulator.md):
   the iteration factor  what the recorded iterations still take beyond the simulation of
                 them with the above (the median of measured / predicted over the runs,
                 refined once), applied to task times and host costs. It stands for what
-                the model leaves out: when MPI progresses messages, and on a shared machine
-                preemption, which two ranks that synchronize pay at every exchange (one
-                rank's delay stalls the other). Near 1 for one process; `factor=False`
-                (--no-factor) leaves it out.
+                the model leaves out (ready order on several ranks, MPI progress, batches of
+                updates, the machine's drift); 0.96-1.29 in the benchmark of 2026-12-02;
+                `factor=False` (--no-factor) leaves it out.
 What it does not: link latency and bandwidth (a message's arrival is seen only when the
 receiving thread next polls, so the traces bound them loosely) and the end of an all-reduce
 (no event marks it); those stay the base machine's (calibrate_local's ping-pongs and
@@ -46,9 +56,12 @@ from taskrt.taskgraph import ALLREDUCE, COPY
 
 from .costs import CostModel, CostWarning, Profile
 from .costs.profile import Measurement
+from .insitu import (_line, contention, deflate_long_keys, insitu_profile, run_durations,
+                     slice_length)
 from .machines import HOST_KINDS, HostCost
-from .replay import ReplayError, measured_times, model_for_layout, recorded, task_durations
-from .simulator import NodeTimer, simulate
+from .preemption import expected_makespan
+from .replay import ReplayError, measured_times, model_for_layout, recorded
+from .simulator import NodeTimer
 
 
 class CalibrationError(ValueError):
@@ -80,6 +93,10 @@ class Fit:
     residuals: list = field(default_factory=list)   # (run, measured s, predicted s)
     factor: float = 1.0             # the iteration factor (1: none fitted)
     unscaled: tuple | None = None   # (model, profile) before the iteration factor
+    ranks: int = 1                  # the recorded runs' ranks
+    contention: float = 1.0         # wall seconds per second of work (contention())
+    work: tuple | None = None       # (model, profile) before contention: the threads' work
+    slice_s: float = 0.0            # the OS's time slice as the runs felt it (slice_length)
 
     def text(self) -> str:
         lines = ["host costs per node kind (mean gap before its events + event host work):"]
@@ -96,6 +113,9 @@ class Fit:
             a, f = self.scale
             lines.append(f"  + {self.scaled_keys} keys of the base profile scaled: in-situ = "
                          f"{a * 1e6:.1f} us + {f:.3f} x alone")
+        lines.append(f"contention {self.contention:.3f} (wall seconds per second of work: "
+                     "the task events' time over their keys' medians); preemption slices "
+                     f"{self.slice_s * 1e3:.2f} ms")
         if self.factor != 1.0:
             lines.append(f"iteration factor {self.factor:.3f} (task times and host costs; "
                          "what the runs take beyond their simulation)")
@@ -180,42 +200,19 @@ def host_samples(run: RecordedRun, device_time) -> dict:
     return out
 
 
-def _line(xs, ys, most: int = 400) -> tuple[float, float]:
-    """(a, b) >= 0 of y = a + b x, robustly (Theil-Sen: b the median slope of the pairs of
-    points of different x, a the median of y - b x), so that a message that waited or a
-    preempted event does not tilt it; at most `most` points (evenly spaced) are paired."""
-    x, y = np.asarray(xs, dtype=float), np.asarray(ys, dtype=float)
-    if len(x) > most:
-        pick = np.linspace(0, len(x) - 1, most).astype(int)
-        x, y = x[pick], y[pick]
-    i, j = np.triu_indices(len(x), 1)
-    dx = x[j] - x[i]
-    ok = dx != 0
-    if not ok.any():
-        return max(0.0, float(np.median(y))), 0.0
-    b = max(0.0, float(np.median((y[j] - y[i])[ok] / dx[ok])))
-    return max(0.0, float(np.median(y - b * x))), b
-
-
 def _typical_gap(gaps) -> float:
-    """The mean of the gaps at most 10x their median: the executor's own time per node,
-    without the waits for a message and the preemptions (a 12 ms gap among 15 us ones on a
-    shared machine) that a plain mean would spread over every node."""
-    if not gaps:
-        return 0.0
-    cut = 10 * statistics.median(gaps)
-    kept = [g for g in gaps if g <= cut]
-    return statistics.fmean(kept) if kept else 0.0
+    """The median gap: the executor's own time per node, without the waits for a message
+    and the preemptions (a 12 ms gap among 15 us ones on a shared machine; contention()
+    accounts for those) that a mean would spread over every node."""
+    return statistics.median(gaps) if gaps else 0.0
 
 
-def fit_host_costs(samples: dict, waits: bool = True) -> tuple[dict, dict, dict]:
-    """(kind -> HostCost, kind -> sample count, kind -> (25%, 75%) of per-node cost).
-    `waits`: whether a gap may be a wait for another rank (several ranks), else every gap
-    is the executor's or the OS's time and counts in full."""
+def fit_host_costs(samples: dict) -> tuple[dict, dict, dict]:
+    """(kind -> HostCost, kind -> sample count, kind -> (25%, 75%) of per-node cost)."""
     costs, counts, spread = {}, {}, {}
     for kind, rows in samples.items():
         gaps = [g for g, _, _ in rows if g is not None]
-        gap = _typical_gap(gaps) if waits else (statistics.fmean(gaps) if gaps else 0.0)
+        gap = _typical_gap(gaps)
         if kind == "task":
             a, b = 0.0, 0.0
         else:
@@ -227,59 +224,28 @@ def fit_host_costs(samples: dict, waits: bool = True) -> tuple[dict, dict, dict]
     return costs, counts, spread
 
 
-# -- task times -----------------------------------------------------------------------------
-def insitu_profile(runs, base: Profile | None = None) -> tuple[Profile, tuple | None, int]:
-    """(profile, (a, f) or None, keys scaled): the runs' task times per cost key, plus the
-    base profile's other "cpu" keys scaled by in-situ = a + f * alone fitted on the common
-    keys (relative least squares)."""
-    durations: dict = {}
-    for r in runs:
-        task_durations(r.graph, r.events, durations)
-    prof = Profile(meta={"runs": [{"source": "calibrate", "trace": r.path, "app": r.app,
-                                   "argv": r.argv, "kind": "cpu",
-                                   "layout": f"{r.ranks}x{r.per_rank}"} for r in runs]})
-    for key, ts in durations.items():
-        prof.add(key, "cpu", Measurement(statistics.fmean(ts), len(ts), min(ts), max(ts)))
-    if base is None:
-        return prof, None, 0
-    common = [(base.get(k, "cpu").seconds, prof.get(k, "cpu").seconds)
-              for k in durations if base.get(k, "cpu") is not None]
-    if len(common) < 3:
-        return prof, None, 0
-    alone, insitu = (np.array(v) for v in zip(*common))
-    w = 1.0 / insitu                                  # relative errors
-    A = np.stack([w, alone * w], axis=1)
-    (a, f), *_ = np.linalg.lstsq(A, insitu * w, rcond=None)
-    a, f = max(0.0, float(a)), max(0.0, float(f))
-    scaled = 0
-    for key in base.keys("cpu"):
-        if prof.get(key, "cpu") is None:
-            m = base.get(key, "cpu")
-            prof.add(key, "cpu", Measurement(a + f * m.seconds, m.repeats, a + f * m.min_s,
-                                             a + f * m.max_s))
-            scaled += 1
-    for key, w in base.work.items():
-        prof.work.setdefault(key, w)
-    return prof, (a, f), scaled
-
-
 # -- the whole calibration ----------------------------------------------------------------------
-def with_factor(model, profile: Profile, k: float) -> tuple:
-    """(model, profile) with host costs and task times multiplied by k."""
-    prof = Profile(meta=dict(profile.meta, iteration_factor=k))
+def with_factor(model, profile: Profile, k: float, name: str = "iteration_factor") -> tuple:
+    """(model, profile) with host costs and task times multiplied by k (recorded as
+    `name` in the profile's meta and the model's calibration record)."""
+    prof = Profile(meta=dict(profile.meta, **{name: k}))
     for (key, kind), m in profile.times.items():
         prof.add(key, kind, Measurement(m.seconds * k, m.repeats, m.min_s * k, m.max_s * k))
     prof.work.update(profile.work)
     costs = {kind: HostCost(c.seconds * k, c.per_byte * k) for kind, c in model.host_costs.items()}
     record = dict(model.calibration)
-    record["from_traces"] = dict(record.get("from_traces", {}), iteration_factor=k)
+    record["from_traces"] = dict(record.get("from_traces", {}), **{name: k})
     return model.with_host_costs(costs, record), prof
 
 
-def calibrate(paths, base_model, base_profile: Profile | None = None, factor: bool = True):
+def calibrate(paths, base_model, base_profile: Profile | None = None, factor: bool = True,
+              loads: dict | None = None):
     """(machine model with host costs, in-situ profile, Fit) from trace files. `base_model`
     is a MachineModel with one device per rank of the runs (or one per device): its devices
-    and links are kept, its host costs replaced. `factor`: fit the iteration factor."""
+    and links are kept, its host costs replaced. `factor`: fit the iteration factor.
+    `loads`: {trace path: contention the OS counted while it ran} (bench/sim_accuracy.py's
+    contention_since), used instead of the estimate from the task events when every trace
+    has one (see deflate_long_keys)."""
     runs = load_runs(paths)
     if not runs:
         raise CalibrationError("calibrate: give at least one trace file (a run with --trace)")
@@ -294,32 +260,59 @@ def calibrate(paths, base_model, base_profile: Profile | None = None, factor: bo
     for r in runs:
         for kind, rows in host_samples(r, lambda n: plain.timing(n)[0]).items():
             samples.setdefault(kind, []).extend(rows)
-    host_costs, counts, spread = fit_host_costs(samples, waits=ranks > 1)
+    host_costs, counts, spread = fit_host_costs(samples)
     record = dict(base_model.calibration)
     record["from_traces"] = {"traces": [r.path for r in runs], "layout": [ranks, per_rank],
                              "events": counts}
     model = base_model.with_host_costs(host_costs, record)
     fit = Fit(host_costs, counts, spread, len(profile.keys("cpu")) - scaled, scaled, scale)
-    fit.residuals = residuals(runs, model, profile)
-    fit.unscaled = (model, profile)
+    durations = run_durations(runs)
+    fit.contention = contention(durations, profile)
+    fit.slice_s = slice_length(durations, profile)
+    if loads and all(loads.get(r.path) for r in runs):
+        fit.contention = deflate_long_keys(runs, profile, base_profile, fit.slice_s, loads)
+    fit.ranks = ranks
+    fit.work = (model, profile)
+    fit.residuals = residuals(runs, fit)
+    fit.unscaled = with_factor(model, profile, fit.contention, "contention")
     if factor:
-        k = 1.0
         for _ in range(2):                  # the simulation is nearly linear in k
-            k *= statistics.median(m / p for _, m, p in fit.residuals if p > 0)
-            model, profile = with_factor(*fit.unscaled, k)
-            fit.residuals = residuals(runs, model, profile)
-        fit.factor = k
-    return model, profile, fit
+            fit.factor *= statistics.median(m / p for _, m, p in fit.residuals if p > 0)
+            fit.residuals = residuals(runs, fit)
+    model, profile = at_contention(fit, fit.contention)
+    record = dict(model.calibration)
+    record["from_traces"] = dict(record["from_traces"], contention=fit.contention,
+                                 slice_s=fit.slice_s, iteration_factor=fit.factor)
+    return model.with_host_costs(model.host_costs, record), profile, fit
 
 
-def residuals(runs, model, profile: Profile) -> list:
-    """(run name, measured s, predicted s) of every recorded run simulated on model."""
+def predict(fit: Fit, graph, int_ranges: dict, ranks: int, per_rank: int,
+            contention: float | None = None, factor: float | None = None) -> float:
+    """A calibration's prediction of an iteration of `graph` run on `ranks` x `per_rank`
+    devices: the threads' work (times the iteration factor) under preemption at the
+    contention (default: the recorded runs'), strategy/preemption.py; one process pays it
+    in proportion to its work (the smooth limit, exact in expectation there)."""
+    c = fit.contention if contention is None else contention
+    k = fit.factor if factor is None else factor
+    model, profile = with_factor(*fit.work, k) if k != 1.0 else fit.work
+    costs = CostModel(profile, int_ranges=int_ranges)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CostWarning)
+        return expected_makespan(graph, model_for_layout(model, ranks, per_rank), costs, c,
+                                 fit.slice_s if ranks > 1 else 0.0)
+
+
+def at_contention(fit: Fit, c: float) -> tuple:
+    """(model, profile) of a calibration for a machine whose contention is c (wall seconds
+    per second of work) instead of the recorded runs', the iteration factor kept."""
+    return with_factor(*fit.work, c * fit.factor, "contention")
+
+
+def residuals(runs, fit: Fit) -> list:
+    """(run name, measured s, predicted s) of every recorded run predicted by the fit."""
     out = []
     for r in runs:
-        costs = CostModel(profile, int_ranges=r.int_ranges)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", CostWarning)
-            res = simulate(r.graph, model_for_layout(model, r.ranks, r.per_rank), costs)
         name = f"{r.app} {' '.join(a for a in r.argv if a != '--small')}"[:44]
-        out.append((name, r.measured_s, res.makespan if res.valid else res.span))
+        out.append((name, r.measured_s, predict(fit, r.graph, r.int_ranges, r.ranks,
+                                                r.per_rank)))
     return out

@@ -99,6 +99,17 @@ class RegionState:
         for piece in subtract_all(rect, covered):
             self.valid.add(piece, frozenset((device,)))
 
+    def add_holder_to(self, items, device: int) -> None:
+        """add_holder for valid items [(id, rect, part of it, holders)] already found: each
+        item's part gets `device` as a holder (what add_holder does without the query)."""
+        valid = self.valid
+        for i, r, part, holders in items:
+            valid.remove(i)
+            if part is not r:
+                for piece in r.subtract(part):
+                    valid.add(piece, holders)
+            valid.add(part, holders | {device})
+
     def set_only_holder(self, rect: Rect, devices: Iterable[int]) -> None:
         for i, r, holders in self.valid.overlapping(rect):
             self.valid.remove(i)
@@ -220,11 +231,13 @@ class RegionPlanner:
         st = self.state
         covered = 0
         by_source: dict[int, list[Rect]] = {}
-        for _, r, holders in st.valid.overlapping(rect):
+        lacking = []
+        for i, r, holders in st.valid.overlapping(rect):
             piece = r.intersect(rect)
             covered += piece.volume
             if device in holders:
                 continue
+            lacking.append((i, r, piece, holders))
             src = self._choose_source(holders, device)
             pieces = by_source.get(src)
             if pieces is None:
@@ -239,7 +252,7 @@ class RegionPlanner:
         for src, pieces in by_source.items():
             for piece in merge_adjacent(pieces) if len(pieces) > 1 else pieces:
                 self._copy(launch.name, piece, src, device, out)
-                st.add_holder(piece, device)
+        st.add_holder_to(lacking, device)
 
     def _choose_source(self, holders, device: int) -> int:
         devs = self.machine.devices
@@ -347,6 +360,9 @@ class RegionPlanner:
     def _mark_summed(self, rect: Rect, device: int, contribs) -> None:
         st = self.state
         st.retire_pending(rect)
+        if any(r.contains(rect) for _, r, _ in contribs):      # the common case: full sums
+            st.set_only_holder(rect, (device,))
+            return
         # Only where partial sums were added does `device` alone hold the result; the base
         # elsewhere is unchanged (its holders stay valid), and elements with neither base nor
         # partial sums stay unwritten, so reading them is still a PlanError.

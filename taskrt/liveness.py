@@ -82,6 +82,81 @@ def buffers_of(node, nodes=None, staged=None) -> tuple:
     return tuple(dict.fromkeys(out))
 
 
+def written_by(node) -> tuple:
+    """The buffer keys (as buffers_of gives them) a node writes: a task's WD/RW/Red+
+    targets, a copy's destination, a reduce's output, an all-reduce's outputs and (it may
+    sum in place) its partial inputs."""
+    kind = node.kind
+    if kind is TASK:
+        d, out = node.device, []
+        for req, targets in zip(node.requirements, node.targets):
+            if req.privilege is _READ:
+                continue
+            if targets is None:
+                out.append((INSTANCE, req.region.name, d, None))
+            else:
+                for t in targets:
+                    out.append((PARTIAL if t.partial else INSTANCE, req.region.name, d, None))
+        return tuple(out)
+    if kind is COPY:
+        return buffers_of(node)[1:]
+    if kind is REDUCE:
+        return ((INSTANCE, node.region.name, node.device, None),)
+    return buffers_of(node)
+
+
+def alias_sources(graph) -> dict[int, dict[int, tuple[int, ...]]]:
+    """Where a task may make a buffer it writes a view of a buffer it reads, instead of
+    copying (a reshape, split or contiguous transpose part, an add's backward passing its
+    output gradient on): per task node id, per index of a writing requirement, the indices
+    of its reading requirements (R, RW) whose buffer the written one may alias.
+
+    The rule (docs/design.md, "Views instead of copies"): task T may store, as the whole of
+    buffer B, a view of buffer A that it reads, when
+      - T is the only node of the iteration that writes B (no earlier part, no later Red+
+        accumulation, RW task, copy or reduce into it),
+      - no node after T (in id order) writes A: every writer of A that T's read overlaps is
+        a predecessor of T, and nothing writes A again while B may still be read,
+      - neither region is initial data (written from outside between runs), and A is not B.
+    Then the shared memory is written by nothing from T on, so every reader of B (after T)
+    and of A sees what a copy would have held, in any order the executors run ready nodes.
+    The storage must also outlive both: the executors' free lists do not take back memory
+    another buffer views (taskrt.executor.instances: Buffer.alias, `lent`)."""
+    writers: dict = {}
+    for node in graph.nodes:
+        for key in written_by(node):
+            lst = writers.setdefault(key, [])
+            if not lst or lst[-1] != node.id:
+                lst.append(node.id)
+    initial = graph.initial_valid
+    out: dict[int, dict[int, tuple[int, ...]]] = {}
+    for node in graph.nodes:
+        if node.kind is not TASK:
+            continue
+        i, d = node.id, node.device
+        reads = [(k, (INSTANCE, req.region.name, d, None))
+                 for k, req in enumerate(node.requirements)
+                 if req.privilege in _READS and req.region.name not in initial]
+        if not reads:
+            continue
+        reads = [(k, a) for k, a in reads if writers.get(a, [-1])[-1] <= i]
+        for j, (req, targets) in enumerate(zip(node.requirements, node.targets)):
+            if req.privilege is _READ or req.region.name in initial:
+                continue
+            if targets is None:
+                b = (INSTANCE, req.region.name, d, None)
+            elif len(targets) == 1 and not targets[0].accumulate:
+                b = (PARTIAL if targets[0].partial else INSTANCE, req.region.name, d, None)
+            else:
+                continue
+            if writers.get(b) != [i]:
+                continue
+            ok = tuple(k for k, a in reads if a != b)
+            if ok:
+                out.setdefault(i, {})[j] = ok
+    return out
+
+
 def buffer_bytes(graph, key) -> int:
     kind, name, dev, copy = key
     if kind == STAGING:

@@ -19,7 +19,7 @@ from .geometry import Rect
 
 _MAX_CELLS_PER_ITEM = 64
 _DRIFT_BITS = 2          # rebuild when the typical extent is 4x off the cell size
-_SMALL = 12              # up to this many items: no grid, scan them
+_SMALL = 32              # up to this many items: no grid, scan them
 
 
 class RectIndex:

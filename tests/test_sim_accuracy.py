@@ -68,18 +68,36 @@ def test_one_rank_runs_its_logical_devices_one_at_a_time():
     assert simulate(graph, two, costs).makespan < 0.75 * total
 
 
-def case(app, ranks, strategy, measured, predicted, spread=0.0):
-    return {"app": app, "ranks": ranks, "strategy": strategy, "measured_s": measured,
+def case(app, ranks, strategy, measured, predicted, spread=0.0, at_load=None):
+    return {"app": app, "ranks": ranks, "layout": f"{ranks}x{2 // ranks}",
+            "strategy": strategy, "measured_s": measured,
             "spread_s": (measured - spread / 2, measured + spread / 2),
             "predicted_s": predicted, "error": (predicted - measured) / measured,
             "without_factor_s": predicted * 0.5, "iteration_factor": 2.0,
-            "uncalibrated_s": predicted * 0.2}
+            "uncalibrated_s": predicted * 0.2, "runs_s": [[measured]] * 3,
+            "at_load_s": at_load}
 
 
-def test_spread_is_the_interquartile_range():
+def test_spread_is_run_to_run_or_the_interquartile_range_of_one_run():
     from bench.sim_accuracy import spread
-    assert spread([1.0, 2.0, 3.0, 4.0, 5.0]) == (2.0, 4.0)
-    assert spread([7.0]) == (7.0, 7.0)
+    assert spread([[1.0, 2.0, 3.0, 4.0, 5.0]]) == (2.0, 4.0)
+    assert spread([[7.0]]) == (7.0, 7.0)
+    # repeated runs: the lowest and highest of their medians
+    assert spread([[1.0, 2.0, 9.0], [3.0, 4.0, 5.0], [0.5, 1.5, 1.6]]) == (1.5, 4.0)
+
+
+def test_contention_since_is_wall_over_cpu_time():
+    """(CPU + run-queue wait) / CPU of this thread, from /proc/self/schedstat."""
+    from bench.sim_accuracy import contention_since, sched_times
+    before = sched_times()
+    if before is None:
+        pytest.skip("no /proc/self/schedstat here")
+    x = 0
+    for i in range(200000):
+        x += i
+    c = contention_since(before)
+    assert c is not None and c >= 1.0
+    assert contention_since((before[0] + 1e9, before[1])) is None    # no CPU time: none
 
 
 def test_pairs_count_only_clearly_separated_ones_of_one_app_and_layout():
@@ -90,21 +108,48 @@ def test_pairs_count_only_clearly_separated_ones_of_one_app_and_layout():
     total, right, wrong = ordered_pairs(cases)
     # separated: (x, y) wrong, (y, z) wrong; (x, z) differ by 0.05 < 0.2
     assert (total, right) == (2, 0)
-    assert wrong == ["a 1r x/y", "a 1r y/z"]
+    assert wrong == ["a 1x2 x/y", "a 1x2 y/z"]
 
 
 def test_report_rows_say_errors_pairs_and_the_factor():
     from bench.sim_accuracy import report
-    cases = [case("a", 1, "x", 1.0, 1.1, 0.01), case("a", 1, "y", 2.0, 1.8, 0.01),
-             case("a", 2, "x", 1.0, 0.8), case("a", 2, "y", 2.0, 2.0)]
+    cases = [case("a", 1, "x", 1.0, 1.1, 0.01, 1.0), case("a", 1, "y", 2.0, 1.8, 0.01, 2.1),
+             case("a", 2, "x", 1.0, 0.8, 0, 1.3), case("a", 2, "y", 2.0, 2.0, 0, 2.0)]
     out = report(cases, {}, {}, quick=True, residuals={"1 rank, fold 0": [("r", 1.0, 1.1)]})
     rows = {metric: (value, note) for metric, value, note in out["rows"]}
     assert rows["median relative error, held-out strategies"][0] == "10.0%"
     assert rows["worst relative error, held-out strategies"][0] == "20.0%"
     assert rows["clearly separated pairs ordered right"][0] == "2 of 2"
+    assert rows["at the measured load: median / worst error"][0] == "2.5% / 30.0%"
+    assert rows["at the measured load: separated pairs ordered right"][0] == "2 of 2"
     value, note = rows["calibrated without the iteration factor: median / worst error"]
-    assert value == "52.5% / 60.0%" and "1 rank 2.00, 2 ranks 2.00" in note
+    assert value == "52.5% / 60.0%" and "1 process x 2 devices 2.00, 2 ranks 2.00" in note
     assert rows["uncalibrated (profiler times, no host costs): median / worst error"][0] == \
         "81.0% / 84.0%"
     assert rows["calibration residuals (traced runs it was fitted to)"][0] == \
         "median 10.0%, worst 10.0%"
+    value, note = rows["a 1 process x 2 devices: median / worst error"]
+    assert value == "10% / 10%"
+    assert note.endswith("x 1100.0 / 1000.0 (995.0-1005.0) +10%, at load 1000.0 +0%; "
+                         "y 1800.0 / 2000.0 (1995.0-2005.0) -10%, at load 2100.0 +5%")
+
+
+def test_searched_vs_data_parallel_says_whether_a_predicted_win_held():
+    from bench.sim_accuracy import searched_vs_data
+    cases = [case("a", 1, "data", 1.0, 1.0), case("a", 1, "searched", 0.9, 0.8),
+             case("b", 1, "data", 1.0, 1.0), case("b", 1, "searched", 1.1, 0.8),
+             case("c", 1, "data", 1.0, 1.0), case("c", 1, "searched", 0.9, 1.2),
+             case("d", 1, "searched", 1.0, 1.0)]          # no data parallel case: left out
+    assert searched_vs_data(cases) == [
+        "a 1x2: predicted 0.80x, measured 0.90x HELD",
+        "b 1x2: predicted 0.80x, measured 1.10x NOT HELD",
+        "c 1x2: predicted 1.20x, measured 0.90x"]
+
+
+def test_report_counts_the_predicted_wins_that_held():
+    from bench.sim_accuracy import report
+    cases = [case("a", 1, "data", 1.0, 1.0, 0, 1.0), case("a", 1, "searched", 0.9, 0.8, 0, 0.8),
+             case("b", 1, "data", 1.0, 1.0, 0, 1.0), case("b", 1, "searched", 1.1, 0.8, 0, 0.8)]
+    rows = {m: v for m, v, _ in report(cases, {}, {}, quick=True)["rows"]}
+    assert rows["searched strategy predicted faster than data parallel: also faster when "
+                "run"] == "1 of 2"

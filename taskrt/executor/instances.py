@@ -13,8 +13,14 @@ allocator does that.
 Adoption: a task's output that covers a whole buffer becomes that buffer's storage instead of
 being copied into it (`Buffer.adopt`), as eager PyTorch keeps an operator's output: no copy,
 and autograd's saved output and the instance are one tensor, not two. Only a contiguous
-tensor that owns its whole storage, which no buffer of the store holds, is adopted, so two
-buffers never share memory (the store keeps its buffers' storages by address).
+tensor that owns its whole storage, which no buffer of the store holds, is adopted; two
+buffers share memory only as views (below).
+
+Views: where taskrt.liveness.alias_sources allows it (nothing writes either buffer after the
+task), a task's output that is a contiguous view of a buffer it read becomes the written
+buffer's storage (`Buffer.alias`) instead of a copy. The viewed storage is then *lent*:
+released, it is not put on the free list (the view may outlive its owner), and no buffer
+adopts it while a view holds it (`borrowed`, by storage address).
 """
 from __future__ import annotations
 
@@ -24,7 +30,7 @@ from ..errors import ExecutionError
 from ..geometry import Rect
 from ..settings import Settings
 from .cpumemory import retain_freed_memory
-from ..liveness import INSTANCE, PARTIAL, STAGING, Liveness, is_temporary
+from ..liveness import INSTANCE, PARTIAL, STAGING, Liveness, alias_sources, is_temporary
 from ..taskgraph import COPY
 
 TORCH_DTYPES = {name: getattr(torch, name) for name in
@@ -47,14 +53,19 @@ class Buffer:
     __slots__ = ("region", "rect", "device", "torch_device", "dtype", "numel", "nbytes",
                  "temporary", "tensor", "flat", "sliced_for", "shaped", "views", "users",
                  "remaining", "on_cpu", "size_key", "owners", "address", "device_obj",
-                 "spare")
+                 "spare", "borrowed", "borrow", "lent")
 
     def __init__(self, region, rect: Rect, device: int, torch_device: str, temporary: bool,
-                 owners: dict):
+                 owners: dict, borrowed: dict | None = None):
         self.region, self.rect, self.device = region, rect, device
         self.torch_device = torch_device
         self.device_obj = torch.device(torch_device)
         self.owners, self.address = owners, None
+        # borrowed: storage address -> how many buffers view it (shared by the store);
+        # borrow: the address this buffer views (Buffer.alias); lent: its own storage is
+        # viewed by another buffer, so it must not go to the free list when released.
+        self.borrowed, self.borrow, self.lent = ({} if borrowed is None else borrowed), \
+            None, False
         self.spare = None         # a temporary's own storage, displaced by an adopted one
         self.dtype = TORCH_DTYPES[region.dtype]
         self.numel = rect.volume
@@ -90,6 +101,13 @@ class Buffer:
         self.tensor = self.shaped
 
     def _own(self, address) -> None:
+        if self.borrow is not None:
+            left = self.borrowed[self.borrow] - 1
+            if left:
+                self.borrowed[self.borrow] = left
+            else:
+                del self.borrowed[self.borrow]
+            self.borrow = None
         if self.address is not None:
             del self.owners[self.address]
         self.address = address
@@ -110,7 +128,7 @@ class Buffer:
         storage = value.untyped_storage()
         address = storage.data_ptr()
         owners = self.owners
-        if storage.nbytes() != self.nbytes or address in owners:
+        if storage.nbytes() != self.nbytes or address in owners or address in self.borrowed:
             return False
         if self.temporary and self.spare is None:
             self.spare = self.flat
@@ -121,18 +139,47 @@ class Buffer:
             v.t = value if v.slices is None else value[v.slices]
         return True
 
-    def detach(self) -> torch.Tensor:
+    def alias(self, value: torch.Tensor) -> bool:
+        """Make `value`, a contiguous view of another buffer's storage (taskrt.liveness:
+        alias_sources says which and when), this buffer's storage instead of copying it;
+        False (nothing changed) unless the buffer is allocated and `value` has its shape,
+        dtype and device and does not require grad."""
+        shaped = self.tensor
+        if (shaped is None or value.requires_grad or value.dtype != self.dtype
+                or value.shape != shaped.shape or not value.is_contiguous()
+                or value.device != self.device_obj):
+            return False
+        address = value.untyped_storage().data_ptr()
+        owner = self.owners.get(address)
+        if owner is self:
+            return False
+        if owner is not None and owner.spare is None:
+            owner.lent = True                   # its own storage: keep it off the free list
+        if self.temporary and self.spare is None:
+            self.spare = self.flat
+        self._own(None)
+        self.borrow = address
+        self.borrowed[address] = self.borrowed.get(address, 0) + 1
+        self.flat = self.sliced_for = self.shaped = self.tensor = value
+        for v in self.views.values():
+            v.t = value if v.slices is None else value[v.slices]
+        return True
+
+    def detach(self) -> torch.Tensor | None:
         """Drop the storage; returns the one to reuse: the buffer's own, never an adopted
-        one (autograd may still hold that as a saved output)."""
+        one (autograd may still hold that as a saved output) nor one a view holds (None)."""
         self._own(None)
         flat, self.flat, self.tensor = self.flat, None, None
         adopted = self.spare is not None
         if adopted:
             flat, self.spare = self.spare, None
-        if adopted or not self.on_cpu:      # views must not keep device memory alive
+        elif self.lent:
+            flat = None
+        if adopted or self.lent or not self.on_cpu:  # views must not keep memory alive
             self.sliced_for = self.shaped = None
             for v in self.views.values():
                 v.t = None
+        self.lent = False
         return flat
 
 
@@ -153,11 +200,14 @@ class InstanceStore:
         if any(torch.device(t).type == "cpu" for t in self.torch_device.values()):
             retain_freed_memory(settings.cpu_retain_bytes)
         self.liveness = Liveness.of(graph, keep, self.owned, settings)
+        # task id -> write requirement -> read requirements it may view (Buffer.alias)
+        self.alias_sources = alias_sources(graph)
         self.kept = self.liveness.kept
         self.instances: dict[tuple[str, int], Buffer] = {}
         self.partials: dict[tuple[str, int], Buffer] = {}
         self.staging: dict[int, Buffer] = {}
         owners: dict[int, Buffer] = {}          # storage address -> the buffer using it
+        borrowed: dict[int, int] = {}           # storage address -> buffers viewing it
         for kind, rects, bufs in ((INSTANCE, graph.instance_rects, self.instances),
                                   (PARTIAL, graph.partial_rects, self.partials)):
             for (name, dev), rect in rects.items():
@@ -165,13 +215,14 @@ class InstanceStore:
                     region = graph.regions[name]
                     bufs[name, dev] = Buffer(region, rect, dev, self.torch_device[dev],
                                              is_temporary(name, region.nbytes(rect), self.kept, settings),
-                                             owners)
+                                             owners, borrowed)
         for node in graph.nodes:
             if node.kind is COPY and node.reduction and node.dst in self.owned:
                 self.staging[node.id] = Buffer(node.region, node.rect, node.dst,
                                                self.torch_device[node.dst],
                                                is_temporary(node.region.name, node.nbytes,
-                                                            self.kept, settings), owners)
+                                                            self.kept, settings), owners,
+                                               borrowed)
         # Per node id: the temporaries it uses on owned devices.
         self.node_temps: dict[int, tuple[Buffer, ...]] = {}
         self.temporaries: list[Buffer] = []
@@ -267,7 +318,7 @@ class InstanceStore:
     def _release(self, b: Buffer) -> None:
         flat = b.detach()
         self.live[b.device] -= b.nbytes
-        if b.on_cpu:
+        if b.on_cpu and flat is not None:
             self._free.setdefault(b.size_key, {})[id(flat)] = flat
 
     def free_list_bytes(self) -> int:

@@ -113,7 +113,10 @@ def task_step(node, store: InstanceStore, contexts: dict) -> Callable[[], None]:
     #                not accumulated: adopted by the buffer (if whole) or copied into view;
     #   _SPLIT       any other Red+ contribution: its _Pieces.
     writes = []
-    for req, targets in zip(node.requirements, node.targets):
+    # Per writing requirement, the indices of the read arguments whose buffer it may view
+    # (taskrt.liveness.alias_sources); stores without the rule view nothing.
+    may_view = getattr(store, "alias_sources", {}).get(node.id, {})
+    for j, (req, targets) in enumerate(zip(node.requirements, node.targets)):
         name = req.region.name
         if req.privilege is _RED:
             args.append(_NO_VIEW)
@@ -126,7 +129,7 @@ def task_step(node, store: InstanceStore, contexts: dict) -> Callable[[], None]:
                                      t.accumulate, whole))
             first = pieces[0]
             if len(pieces) == 1 and first.slices is None and not first.accumulate:
-                writes.append((_CONTRIBUTE, first.view, first.whole, None))
+                writes.append((_CONTRIBUTE, first.view, first.whole, j))
             else:
                 writes.append((_SPLIT, None, None, tuple(pieces)))
         else:
@@ -134,7 +137,13 @@ def task_step(node, store: InstanceStore, contexts: dict) -> Callable[[], None]:
             args.append(view)
             if req.privilege.writes:
                 writes.append((_STORE, view, whole_buffer(store, False, name, dev, req.rect),
-                               None))
+                               j))
+    # The 4th field of _STORE and _CONTRIBUTE, the requirement's index so far, becomes the
+    # views of the arguments its value may be a view of and be kept as (empty: copy it).
+    for w, (kind, view, buf, j) in enumerate(writes):
+        if kind != _SPLIT:
+            writes[w] = (kind, view, buf, () if buf is None else
+                         tuple(args[k] for k in may_view.get(j, ())))
     fn = node.launch.task
     nwrites = len(writes)
 
@@ -152,7 +161,8 @@ def task_step(node, store: InstanceStore, contexts: dict) -> Callable[[], None]:
             for value, (kind, view, buf, pieces) in zip(out, writes):
                 if kind == _STORE:
                     if value is not None and value is not view.t and (
-                            buf is None or not buf.adopt(value)):
+                            buf is None or not buf.adopt(value)) and not (
+                            pieces and _viewed(value, pieces) and buf.alias(value)):
                         view.t.copy_(value)
                     continue
                 if value is None:
@@ -161,7 +171,8 @@ def task_step(node, store: InstanceStore, contexts: dict) -> Callable[[], None]:
                                     "give every gradient need_inputs / need_weights ask "
                                     "for)")
                 if kind == _CONTRIBUTE:
-                    if buf is None or not buf.adopt(value):
+                    if (buf is None or not buf.adopt(value)) and not (
+                            pieces and _viewed(value, pieces) and buf.alias(value)):
                         view.t.copy_(value)
                     continue
                 for target, sl, accumulate, whole in pieces:
@@ -175,6 +186,16 @@ def task_step(node, store: InstanceStore, contexts: dict) -> Callable[[], None]:
         except Exception as exc:
             raise _fail(node, dev, exc) from exc
     return run
+
+
+def _viewed(value: torch.Tensor, sources) -> bool:
+    """Whether `value` shares storage with one of the argument views `sources`."""
+    address = value.untyped_storage().data_ptr()
+    for v in sources:
+        t = v.t
+        if t is not None and t.untyped_storage().data_ptr() == address:
+            return True
+    return False
 
 
 def batchable(node) -> bool:

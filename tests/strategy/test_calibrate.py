@@ -78,3 +78,27 @@ def test_gpu_traces_are_refused(traces, tmp_path, capsys):
         load_runs([str(gpu)])
     assert cli.main(["calibrate", str(gpu), "-o", str(tmp_path / "x")]) == 2
     assert "recorded on cuda devices" in capsys.readouterr().err
+
+
+def test_loads_counted_by_the_os_set_the_contention_and_long_keys_work(traces):
+    """With each run's load (wall / CPU seconds), the contention is their median and a key
+    whose time is long beside the preemption slices is priced by its events / the load."""
+    import statistics
+    from strategy.replay import task_durations
+    _, _, fit0 = calibrate(traces, base(), factor=False)
+    loads = {traces[0]: 3.0, traces[1]: 5.0}
+    _, _, fit = calibrate(traces, base(), factor=False, loads=loads)
+    assert fit.contention == 4.0
+    runs = load_runs(traces)
+    per_key: dict = {}
+    for r in runs:
+        c = loads[r.path]
+        limit = fit.slice_s / (4 * (c - 1))
+        for key, ts in task_durations(r.graph, r.events).items():
+            if fit0.work[1].get(key, "cpu").seconds >= limit:
+                per_key.setdefault(key, []).extend(t / c for t in ts)
+    assert per_key                       # some key is long (every key, without a slice)
+    for key in {n.cost_key for r in runs for n in r.graph.nodes if n.kind == "task"}:
+        want = statistics.fmean(per_key[key]) if key in per_key else \
+            fit0.work[1].get(key, "cpu").seconds
+        assert fit.work[1].get(key, "cpu").seconds == pytest.approx(want, rel=1e-12)

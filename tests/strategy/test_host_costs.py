@@ -129,8 +129,40 @@ def test_line_fit_recovers_seconds_and_per_byte_despite_outliers():
 
 
 def test_typical_gap_leaves_out_waits_and_preemptions():
-    assert _typical_gap([1e-5, 2e-5, 3e-5, 1.2e-2]) == pytest.approx(2e-5)
+    # the median: a 12 ms preemption or wait among 10-40 us gaps moves it by one place
+    assert _typical_gap([1e-5, 2e-5, 3e-5, 4e-5, 1.2e-2]) == pytest.approx(3e-5)
     assert _typical_gap([]) == 0.0
+
+
+def test_contention_is_the_task_events_time_over_their_keys_times():
+    from strategy.insitu import contention
+    from strategy.costs import Measurement, Profile
+    prof = Profile()
+    prof.add("a", "cpu", Measurement(1e-3, 4, 1e-3, 5e-3))
+    prof.add("b", "cpu", Measurement(2e-3, 2, 2e-3, 2e-3))
+    # key a: typical 1 ms, one event preempted for 4 ms; key b: 2 ms, never preempted
+    durations = {"a": [1e-3, 1e-3, 1e-3, 5e-3], "b": [2e-3, 2e-3]}
+    assert contention(durations, prof) == pytest.approx((8e-3 + 4e-3) / (4e-3 + 4e-3))
+    assert contention({"a": [1e-3, 1e-3]}, prof) == 1.0
+    assert contention({}, prof) == 1.0
+
+
+def test_insitu_times_leave_out_preempted_events():
+    """A key's time is the median of its events, without those more than PREEMPTED times
+    what the line from the profiler's times expects (one 10 ms event of a 0.3 ms task);
+    keys the runs did not see are priced by that line."""
+    from strategy.insitu import insitu_times
+    from strategy.costs import Measurement, Profile
+    base = Profile()
+    for k, t in (("a", 1e-4), ("b", 2e-4), ("c", 4e-4), ("d", 3e-4)):
+        base.add(k, "cpu", Measurement(t, 5, t, t))
+    # in situ = 2 x alone, except one preempted event of c (10 ms) in two
+    durations = {"a": [2e-4, 2e-4, 2e-4], "b": [4e-4, 4e-4], "c": [8e-4, 1e-2]}
+    prof, (a, f), scaled = insitu_times(durations, base)
+    assert (a, f) == pytest.approx((0.0, 2.0), abs=1e-9)
+    assert prof.get("c", "cpu").seconds == pytest.approx(8e-4)       # the mean: 5.4 ms
+    assert prof.get("a", "cpu").seconds == pytest.approx(2e-4)
+    assert prof.get("d", "cpu").seconds == pytest.approx(6e-4) and scaled == 1
 
 
 def test_fit_host_costs_adds_the_gap_to_the_host_work():

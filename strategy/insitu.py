@@ -1,0 +1,158 @@
+"""Task times in situ and the machine's contention, from the task events of recorded runs
+(strategy/calibration.py's first step; docs/simulator.md).
+
+  insitu_profile / insitu_times   per cost key, the median of its events without the
+                   preempted ones (more than PREEMPTED times what the line from the
+                   profiler's times expects), and that line for the keys no run timed;
+  contention       wall seconds per second of work, the events against their keys' times;
+  slice_length     how long a preemption held a task up;
+  deflate_long_keys  with the load the OS counted per run: the work of keys preempted in
+                   every event (events / load), and of long keys no run timed.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+
+import numpy as np
+
+from .costs import Profile
+from .costs.profile import Measurement
+from .replay import task_durations
+
+
+def _line(xs, ys, most: int = 400) -> tuple[float, float]:
+    """(a, b) >= 0 of y = a + b x, robustly (Theil-Sen: b the median slope of the pairs of
+    points of different x, a the median of y - b x), so that a message that waited or a
+    preempted event does not tilt it; at most `most` points (evenly spaced) are paired."""
+    x, y = np.asarray(xs, dtype=float), np.asarray(ys, dtype=float)
+    if len(x) > most:
+        pick = np.linspace(0, len(x) - 1, most).astype(int)
+        x, y = x[pick], y[pick]
+    i, j = np.triu_indices(len(x), 1)
+    dx = x[j] - x[i]
+    ok = dx != 0
+    if not ok.any():
+        return max(0.0, float(np.median(y))), 0.0
+    b = max(0.0, float(np.median((y[j] - y[i])[ok] / dx[ok])))
+    return max(0.0, float(np.median(y - b * x))), b
+
+
+
+# An event more than this many times its key's expected time (the line from the profiler's
+# time alone) was preempted: on 2 cores at a load of 7, a 0.3 ms task event took 10 ms.
+PREEMPTED = 3.0
+
+
+def insitu_profile(runs, base: Profile | None = None) -> tuple[Profile, tuple | None, int]:
+    """(profile, (a, f) or None, keys scaled): the runs' task times per cost key, and with a
+    base profile (the profiler's times alone) the line in-situ = a + f * alone that prices
+    the keys the runs did not see.
+
+    Per key the median of its events: the task's work, without the preemptions a shared
+    machine lands on a few events of an iteration (contention() measures those apart). The
+    line is fitted over every event of a key the base has (Theil-Sen: robust to the
+    preempted ones), and an event more than PREEMPTED times the line's value for its key is
+    left out of the key's median: a key with one or two events in the runs is otherwise
+    priced by the one preemption that hit it (a 0.3 ms task at 10 ms)."""
+    meta = {"runs": [{"source": "calibrate", "trace": r.path, "app": r.app, "argv": r.argv,
+                      "kind": "cpu", "layout": f"{r.ranks}x{r.per_rank}"} for r in runs]}
+    return insitu_times(run_durations(runs), base, meta)
+
+
+def insitu_times(durations: dict, base: Profile | None, meta: dict | None = None
+                 ) -> tuple[Profile, tuple | None, int]:
+    """insitu_profile's fit from {cost key: [event seconds]}."""
+    prof = Profile(meta=meta or {})
+    line = None
+    if base is not None:
+        pairs = [(base.get(k, "cpu").seconds, d) for k, ds in durations.items()
+                 if base.get(k, "cpu") is not None for d in ds]
+        if len({x for x, _ in pairs}) >= 3:
+            line = _line(*zip(*pairs), most=2000)
+    for key, ts in durations.items():
+        alone = base.get(key, "cpu") if line is not None else None
+        kept = ts
+        if alone is not None:
+            expected = line[0] + line[1] * alone.seconds
+            kept = [t for t in ts if t <= PREEMPTED * expected]
+        value = statistics.median(kept) if kept else expected
+        prof.add(key, "cpu", Measurement(value, len(ts), min(ts), max(ts)))
+    if line is None:
+        return prof, None, 0
+    a, f = line
+    scaled = 0
+    for key in base.keys("cpu"):
+        if prof.get(key, "cpu") is None:
+            m = base.get(key, "cpu")
+            prof.add(key, "cpu", Measurement(a + f * m.seconds, m.repeats, a + f * m.min_s,
+                                             a + f * m.max_s))
+            scaled += 1
+    for key, w in base.work.items():
+        prof.work.setdefault(key, w)
+    return prof, (a, f), scaled
+
+
+def run_durations(runs) -> dict:
+    """{cost key: [seconds of each of its task events in the runs]}."""
+    durations: dict = {}
+    for r in runs:
+        task_durations(r.graph, r.events, durations)
+    return durations
+
+
+def contention(durations: dict, profile: Profile) -> float:
+    """Wall seconds per second of work on this machine when the runs were recorded: the
+    task events' total time over what they take at their key's time in `profile`
+    (insitu_profile: the median of the events not preempted). A task event is the
+    thread's own work (no wait for a message is inside it), so what it takes beyond its key's
+    typical time is the OS running other processes on the core (on 2 cores at a load of 7,
+    a few 4-9 ms preemptions an iteration, landing on whichever task runs). It applies to
+    everything a host thread does, tasks and the executor's own time alike."""
+    total = sum(sum(ts) for ts in durations.values())
+    typical = sum(profile.get(k, "cpu").seconds * len(ts) for k, ts in durations.items())
+    return max(1.0, total / typical) if typical > 0 else 1.0
+
+
+def deflate_long_keys(runs, profile: Profile, base: Profile | None, slice_s: float,
+                      loads: dict) -> float:
+    """The contention the OS counted (the median over the runs of `loads`), and the work of
+    the long keys in `profile`. A key's median is its work only if most of its events ran
+    without a preemption, which holds for tasks short beside the slices: one of w seconds is
+    preempted with probability about w (c - 1) / slice. A longer key (AlexNet's 10-30 ms
+    convolutions at a load of 8 on 2 cores: every event preempted several times) has its
+    events stretched by its run's c on average, so its work is the mean of event / c. The
+    long keys no run timed get the profiler's time (also stretched: its repeats are no
+    shorter than a slice) times the median ratio of work to that time of the long keys the
+    runs did time, instead of the line fitted on the short ones."""
+    work: dict = {}
+    for r in runs:
+        c = loads[r.path]
+        limit = slice_s / (4 * (c - 1)) if c > 1 and slice_s > 0 else math.inf
+        for key, ts in task_durations(r.graph, r.events).items():
+            if profile.get(key, "cpu").seconds >= limit:
+                work.setdefault(key, []).extend(t / c for t in ts)
+    for key, ws in work.items():
+        m = profile.get(key, "cpu")
+        profile.add(key, "cpu", Measurement(statistics.fmean(ws), m.repeats, m.min_s, m.max_s))
+    ratios = [profile.get(k, "cpu").seconds / base.get(k, "cpu").seconds for k in work
+              if base is not None and base.get(k, "cpu") is not None
+              and base.get(k, "cpu").seconds > 0]
+    if ratios:
+        ratio = statistics.median(ratios)
+        limit = min(profile.get(k, "cpu").seconds for k in work)
+        seen = run_durations(runs)
+        for key in base.keys("cpu"):
+            m = base.get(key, "cpu")
+            if key not in seen and profile.get(key, "cpu").seconds >= limit:
+                profile.add(key, "cpu", Measurement(ratio * m.seconds, m.repeats,
+                                                    ratio * m.min_s, ratio * m.max_s))
+    return statistics.median(loads[r.path] for r in runs)
+
+
+def slice_length(durations: dict, profile: Profile) -> float:
+    """The OS's time slice as the runs felt it: the median of what the preempted task events
+    (more than PREEMPTED times their key's time) took beyond it; 0 when none was."""
+    extra = [t - profile.get(k, "cpu").seconds for k, ts in durations.items() for t in ts
+             if t > PREEMPTED * profile.get(k, "cpu").seconds]
+    return statistics.median(extra) if extra else 0.0
