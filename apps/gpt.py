@@ -44,16 +44,17 @@ def config_sizes(name: str) -> dict:
 
 
 def model_flops(batch: int, seq: int, layers: int, width: int, vocab: int,
-                recompute: bool = False) -> float:
+                recompute: float = False) -> float:
     """FLOPs of one training iteration by Narayanan et al.'s count: 72 B s l h^2 (1 + s/(6h)
     + V/(16 l h)) (forward 1x, backward 2x), 96 with full activation recomputation (one more
     forward of the blocks; the logit layer is not recomputed, so it keeps the 72's weight).
-    The published TFLOP/s per GPU use the 96 form.
+    The published TFLOP/s per GPU use the 96 form. `recompute` may be the fraction of blocks
+    recomputed (the search may choose some): 72 + 24 x that fraction.
 
         model_flops(512, 2048, 24, 2304, 51200, recompute=True)    # 1.7B row, ~1.1e18
     """
     b, s, l, h, v = batch, seq, layers, width, vocab
-    k = 96 if recompute else 72
+    k = 72 + 24 * float(recompute)
     return k * b * s * l * h * h * (1 + s / (6 * h) + v / (16 * l * h))
 
 
@@ -87,7 +88,8 @@ def recompute_segments(model, kind: str) -> list[list[str]]:
 
 
 def search_plans(model) -> dict:
-    """What the search chooses among: no recomputation or every block's. (Selective
+    """What the search starts from: no recomputation or every block's; its chains then
+    switch single blocks on and off (strategy/moves.py RecomputeUnits). (Selective
     recomputation saves only operator-internal state, which the memory model does not
     count: the simulator would see its cost and no gain.)"""
     return {kind: recompute_segments(model, kind) for kind in ("none", "full")}
@@ -101,11 +103,13 @@ def build(a):
 
 def iteration_flops(a, model) -> float:
     """model_flops of the sizes in force; the 96 form when every block of `model` is
-    recomputed (--recompute full, or the search chose it)."""
+    recomputed (--recompute full, or the search chose it), 72 + 24 x the fraction of blocks
+    recomputed when the search chose some."""
     s = sizes_of(a)
-    full = {name for seg in recompute_segments(model, "full") for name in seg}
+    blocks = recompute_segments(model, "full")
+    done = sum(set(seg) <= set(model.recompute) for seg in blocks)
     return model_flops(a.batch_size, s["seq_len"], s["layers"], s["width"], s["vocab"],
-                       recompute=bool(full) and full <= set(model.recompute))
+                       recompute=done / len(blocks) if blocks else 0.0)
 
 
 def add_arguments(p) -> None:

@@ -21,8 +21,10 @@ ROWS = [("1.7b", 1, 32, 512, 137), ("7.5b", 4, 128, 512, 142), ("3.6b", 2, 64, 5
 QUICK_ROWS = [("1.7b", 1, 8, 16, 137)]
 # The search against Megatron's strategy on the same machine, from data parallelism and a
 # random start (no expert start): config, machine, global batch, Megatron's t, seconds.
-# 7.5B on 16 A100-40GB does not fit data parallelism (16 bytes per parameter: 120 GB).
-SEARCH_ROWS = [("7.5b", "dgx-a100-40gb:2", 64, 8, 540), ("1.7b", "selene:4", 512, 1, 300)]
+# 7.5B on 16 A100-40GB does not fit data parallelism (16 bytes per parameter: 120 GB); on the
+# loaded 2-core machine its chains make about 0.2 proposals per second, and the data-parallel
+# one fitted after most of its 650 s share of 1,200 s (2026-12-02).
+SEARCH_ROWS = [("7.5b", "dgx-a100-40gb:2", 64, 8, 1200), ("1.7b", "selene:4", 512, 1, 600)]
 QUICK_SEARCH_ROWS = [("1.7b", "selene:1", 16, 1, 30)]
 
 
@@ -47,6 +49,55 @@ def predict_row(config: str, t: int, gpus: int, batch: int, recompute: str = "fu
     strategy = megatron(s.network.model, len(s.machine), 8, tensor_parallel=t)
     return predict(APP, replace(s, strategy=strategy, strategy_name=f"megatron t={t}"),
                    optimizer(s.config))
+
+
+def _op_of(launch_name: str, ops: dict):
+    """The operator of a launch ('h0/attn/fwd', 'ln_f/normalize/bwd' -> its op)."""
+    name = launch_name
+    while name not in ops and "/" in name:
+        name = name.rsplit("/", 1)[0]
+    return ops.get(name)
+
+
+def breakdown(p, device: int = 0) -> dict:
+    """Where one device's predicted iteration goes: seconds its compute unit runs tasks, by
+    operator type and phase (fwd, recompute, bwd, update); seconds of the copies, reductions
+    and all-reduces it takes part in (inside its node, across nodes: durations summed,
+    though they overlap one another and the compute), with their bytes; and how much of the
+    iteration the device's compute does not cover (communication and waits exposed)."""
+    from collections import Counter
+    r, mm = p.result, p.machine_model
+    ops = {op.name: op for op in p.network.model.ops}
+    run = r.run if r.run is not None else r.start
+    compute, comm, nbytes = Counter(), Counter(), Counter()
+    for n in p.graph.nodes:
+        seconds = float(r.end[n.id] - run[n.id])
+        if n.kind == "task":
+            if n.device == device:
+                op = _op_of(n.launch.name, ops)
+                phase = n.launch.name.rsplit("/", 1)[-1]
+                compute[f"{op.type if op else n.launch.name} {phase}"] += seconds
+        elif device in n.devices and not (n.kind == "copy" and n.src == n.dst):
+            where = "inside a node" if len({mm.node_of(d) for d in n.devices}) == 1 \
+                else "across nodes"
+            key = f"{n.kind} {where}"
+            comm[key] += seconds
+            nbytes[key] += n.nbytes
+    busy = sum(compute.values())
+    return {"iteration_s": r.makespan, "compute_busy_s": busy,
+            "not_covered_by_compute_s": r.makespan - busy,
+            "compute_s": dict(compute.most_common()),
+            "communication_s": dict(comm.most_common()),
+            "communication_gb": {k: v / 1e9 for k, v in nbytes.items()}}
+
+
+def breakdown_text(b: dict) -> str:
+    lines = [f"iteration {b['iteration_s']:.3f} s: compute busy {b['compute_busy_s']:.3f} s, "
+             f"not covered by compute {b['not_covered_by_compute_s']:.3f} s"]
+    lines += [f"  {k}: {v * 1e3:.1f} ms" for k, v in b["compute_s"].items() if v > 1e-3]
+    lines += [f"  {k}: {v * 1e3:.1f} ms, {b['communication_gb'][k]:.2f} GB"
+              for k, v in b["communication_s"].items()]
+    return "\n".join(lines)
 
 
 def found_text(configs: dict, model) -> str:
@@ -100,9 +151,11 @@ def run(quick: bool = False) -> dict:
              "iteration_s": p.iteration_time, "tflops_per_gpu": p.tflops_per_device,
              "published_tflops": published, "peak_memory_gb": mem / 1e9, "wall_s": wall}
         r["ratio"] = (r["tflops_per_gpu"] or 0.0) / published
+        r["breakdown"] = breakdown(p)
         results[f"{config}@{gpus}"] = r
         print(f"  {config} t={t} {gpus} GPUs: {r['tflops_per_gpu']} TFLOP/s, "
-              f"{mem / 1e9:.1f} GB, {wall:.0f} s", file=sys.stderr)
+              f"{mem / 1e9:.1f} GB, {wall:.0f} s\n{breakdown_text(r['breakdown'])}",
+              file=sys.stderr)
         rows.append((f"GPT {config}, Megatron t={t}, {gpus} simulated A100 (selene), batch "
                      f"{batch}, bf16 + Adam",
                      f"{r['tflops_per_gpu'] or 0:.1f} TFLOP/s per GPU ({r['ratio']:.2f}x "

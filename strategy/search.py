@@ -28,14 +28,23 @@ itself ranks such a strategy by `ranked`: OVER_MEMORY_RANK seconds times one plu
 over capacity as a fraction of all devices' memory, plus its time without the memory rule:
 every step that frees memory is a step down whatever it does to the time (time breaks ties),
 and every strategy that fits ranks below every one that does not. Out of memory a chain
-accepts only steps that are not up; once in memory it is MCMC again.
+accepts only steps that are not up, and most of its proposals (MEMORY_MOVE) are aimed at
+the memory (strategy/moves.py `shard_move`: split finer the weights of an operator drawn by
+its weights' bytes on the fullest device); once in memory it is MCMC again.
 
 Recomputation. With `recompute` (named plans of activation-recomputation segments,
 parallel_ops/recompute.py, e.g. {"none": [], "full": one segment per block}), each candidate
-is simulated under every plan and its chain runs under the fastest plan that fits in memory
-(a plan changes which launches exist, which a delta change cannot; restarts from the best keep
-its plan). The result names the plan and leaves it set on the model, so the model trains
-with what was searched.
+is simulated under every plan and its chain starts under the best one (the fastest that
+fits). Then recomputation is part of the chain's state: a proposal (probability
+`recompute_move`, by default one over the number of operators, at most RECOMPUTE_MOVE)
+switches one segment (strategy/moves.py RecomputeUnits: the plans'
+distinct segments, for the GPT one per block) on or off, accepted or rejected like any
+other. Such a move changes which launches exist, which a delta change cannot: the proposal
+builds a new session of the same configs under the new segments (a full simulation; the
+old session is kept and is the undo), so it costs a session build. Out of memory the
+segment switched on is the one whose activations hold the most bytes on the fullest device.
+The result names the state (a plan's name, or which segments are on) and leaves it set on
+the model, so the model trains with what was searched.
 
 Candidates. The search starts from data parallelism, then the expert strategy when one is
 given, then any other named `starts` (a strategy file), then `random_starts` random ones, and searches each in turn with an even share
@@ -65,9 +74,12 @@ from taskrt.gcpause import gc_paused
 
 from .delta import SimulationSession
 from .explain import Breakdown, Comparison, compare
+from .moves import RecomputeUnits, shard_move
 from .space import SearchSpace
 
 DEFAULT_TEMPERATURE = 0.01
+MEMORY_MOVE = 0.75           # share of an out-of-memory chain's proposals aimed at memory
+RECOMPUTE_MOVE = 0.05        # the most a default chain gives to switching recomputation
 OVER_MEMORY_RANK = 1e6       # seconds; see `ranked`
 GC_EVERY = 32               # proposals between garbage collections (see the module doc)
 MIN_PROPOSALS = 50           # the stop rule waits for this many proposals, or one per
@@ -85,6 +97,7 @@ class CandidateRun:
     seconds: float = 0.0
     stopped_by: str = ""         # "budget", "no improvement", "proposals"
     failed: int = 0              # proposals the runtime could not plan (see errors)
+    over_bytes: int = 0          # where it ended out of memory: most bytes over a device
 
 
 @dataclass
@@ -101,7 +114,8 @@ class SearchResult:
     errors: list = field(default_factory=list)    # first few unplannable proposals
     breakdowns: dict = field(default_factory=dict)  # "data_parallel", "best" -> Breakdown
     baseline_configs: dict = field(default_factory=dict)   # data parallelism's configs
-    recompute: str | None = None   # the recomputation plan of the best strategy (by name)
+    recompute: str | None = None   # the best strategy's recomputation: a plan's name, or
+    #                                which segments are on (moves.RecomputeUnits.name)
     recompute_segments: list = field(default_factory=list)  # ... and its segments
     peak_memory: dict = field(default_factory=dict)   # device -> bytes, best strategy
 
@@ -139,7 +153,9 @@ class SearchResult:
             lines.append(f"    from {c.name:<13} {_ms(c.start)} -> {_ms(c.best)}: "
                          f"{c.proposals} proposals, {c.accepted} accepted, {c.improved} "
                          f"improved, {c.seconds:.1f} s, stopped by {c.stopped_by}"
-                         + (f", {c.failed} unplannable" if c.failed else ""))
+                         + (f", {c.failed} unplannable" if c.failed else "")
+                         + (f", ended {c.over_bytes / 1e9:.3g} GB over a device's memory"
+                            if c.over_bytes else ""))
         lines += [f"  note: {e}" for e in self.errors]
         return "\n".join(lines)
 
@@ -187,7 +203,8 @@ class Search:
                  expert: dict | None = None, random_starts: int = 1,
                  temperature: float = DEFAULT_TEMPERATURE, space: SearchSpace | None = None,
                  progress=None, progress_every: float = 1.0, delta: bool = True,
-                 starts: dict | None = None, recompute: dict | None = None):
+                 starts: dict | None = None, recompute: dict | None = None,
+                 recompute_move: float | None = None):
         if temperature <= 0:
             raise ValueError(f"search: temperature {temperature}; use a positive fraction "
                              "of the starting cost (default 0.01)")
@@ -206,10 +223,15 @@ class Search:
         self.beta = None
         self.breakdowns: dict = {}
         self.baseline_configs: dict = {}
-        # name -> segments; None: the model's own recomputation, unchanged
-        self.plans = dict(recompute) if recompute else None
-        self.plan: str | None = None              # the plan of the session being searched
-        self.best_plan: str | None = None
+        # the segments a chain switches; None: the model's own recomputation, unchanged
+        self.units = RecomputeUnits(recompute) if recompute else None
+        # A recomputation move builds a session: all operators' launches planned, about
+        # the work of one proposal per operator. So by default one proposal in as many as
+        # there are operators (at most RECOMPUTE_MOVE) switches a segment.
+        self.recompute_move = recompute_move if recompute_move is not None else \
+            min(RECOMPUTE_MOVE, 1.0 / max(1, len(self.space.searchable())))
+        self.state: frozenset | None = None       # segments on in the session searched
+        self.best_state: frozenset | None = None
         self.best_memory: dict = {}
         self.capacity = float(sum(machine_model.device(d).memory_capacity
                                   for d in range(machine_model.num_devices)))
@@ -257,15 +279,15 @@ class Search:
                 runs.append(self._chain(f"random, restart {restarts}",
                                         {op.name: self.space.random_config(op, self.rng)
                                          for op in ops}, budget, 1))
-        segments = []
-        if self.plans is not None:
-            segments = self.plans[self.best_plan]
+        segments, plan = [], None
+        if self.units is not None:
+            segments, plan = self.units.segments(self.best_state), \
+                self.units.name(self.best_state)
             set_recompute(self.model, segments)
         return SearchResult(dict(self.best_configs), self.best, dict(self.baselines), runs,
                             budget.used, time.perf_counter() - budget.t0, self.seed,
                             self.beta, self.history, self.errors, self.breakdowns,
-                            self.baseline_configs, self.best_plan, segments,
-                            self.best_memory)
+                            self.baseline_configs, plan, segments, self.best_memory)
 
     def _fits(self, name: str, strategy: dict) -> bool:
         """Whether a given candidate (an expert strategy, a file) fits this model and machine;
@@ -278,33 +300,51 @@ class Search:
         return True
 
     def _baseline(self, name: str, strategy, budget: Budget) -> None:
-        session = self._session(strategy, list(self.plans or ()))
+        session = self._session(strategy, self._plan_states())
         self.baselines[name] = session.result.makespan
         self._offer(session.result.makespan, session, budget)
 
-    def _session(self, strategy, plans=None) -> SimulationSession:
-        """A session of `strategy`; with recomputation plans, under the fastest of `plans`
-        (default all) that fits, which becomes self.plan."""
-        if self.plans is None:
+    def _plan_states(self) -> list | None:
+        """The recomputation states of the named plans (None without recomputation)."""
+        return list(dict.fromkeys(self.units.plans.values())) if self.units else None
+
+    def _session(self, strategy, states=None) -> SimulationSession:
+        """A session of `strategy`; with recomputation, under the best of `states`
+        (default the current self.state), which becomes self.state."""
+        if self.units is None:
             return SimulationSession(self.model, self.machine_model, self.costs, strategy,
                                      self.optimizer)
         best = None
-        for name in plans or ([self.plan] if self.plan else list(self.plans)):
-            set_recompute(self.model, self.plans[name])
+        for state in states or [self.state]:
+            set_recompute(self.model, self.units.segments(state))
             session = SimulationSession(self.model, self.machine_model, self.costs, strategy,
                                         self.optimizer)
             if best is None or ranked(session.result, self.capacity) < best[2]:
-                best = (name, session, ranked(session.result, self.capacity))
-        self.plan = best[0]
-        set_recompute(self.model, self.plans[self.plan])
+                best = (state, session, ranked(session.result, self.capacity))
+        self.state = best[0]
+        set_recompute(self.model, self.units.segments(self.state))
         return best[1]
+
+    def _propose(self, session, fits: bool) -> tuple:
+        """('recompute', segment index) or ('op', op name, config): see the module doc."""
+        if self.units is not None and self.rng.random() < self.recompute_move:
+            if fits:
+                return "recompute", self.rng.randrange(len(self.units))
+            unit = self.units.target(session, self.state)
+            if unit is not None:     # out of memory, switching one off cannot help
+                return "recompute", unit
+        if not fits and self.rng.random() < MEMORY_MOVE:
+            move = shard_move(self.space, session, self.rng)
+            if move is not None:
+                return ("op",) + move
+        return ("op",) + self.space.propose(self.rng, session.configs)
 
     def _chain(self, name: str, strategy, budget: Budget, left: int,
                cooling: float = 1.0) -> CandidateRun:
         t_start = time.perf_counter()
-        # every plan for a new candidate, the best's plan for a restart from the best
-        session = self._session(strategy, [self.best_plan] if name.startswith("best")
-                                else list(self.plans or ()))
+        # every plan for a new candidate, the best's state for a restart from the best
+        session = self._session(strategy, [self.best_state] if name.startswith("best")
+                                else self._plan_states())
         gc.freeze()             # the periodic collections skip what exists now (module doc)
         secs, props = budget.share(left)     # after the build: each chain gets to search
         t0 = time.perf_counter()
@@ -337,25 +377,27 @@ class Search:
                     and best_at_p < run.proposals / 2:
                 run.stopped_by = "no improvement"
                 break
-            op_name, new = self.space.propose(self.rng, session.configs)
-            old = session.configs[op_name]
+            move = self._propose(session, fits)
             run.proposals += 1
             budget.used += 1
             if budget.used % GC_EVERY == 0:
                 gc.collect()
+            before = session, self.state
             try:
-                if self.delta:
-                    result = session.change(op_name, new)
+                if move[0] == "recompute":      # a new session: the old one is the undo
+                    session = self._session(session.configs, [self.state ^ {move[1]}])
+                    result = session.result
+                elif self.delta:
+                    result = session.change(move[1], move[2])
                 else:
-                    session = self._session(_with(session.configs, op_name, new))
+                    session = self._session(_with(session.configs, move[1], move[2]))
                     result = session.result
                 t, r = result.makespan, ranked(result, self.capacity)
             except (ConfigError, PlanError) as e:
                 run.failed += 1
                 if len(self.errors) < 5:
-                    self.errors.append(f"{op_name} {new}: {e}")
-                if not self.delta:        # a failed change() leaves the session as it was
-                    session = self._session(_with(session.configs, op_name, old))
+                    self.errors.append(f"{' '.join(map(str, move[1:]))}: {e}")
+                self._back_to(before, move)
                 continue
             # Out of memory the chain only goes downhill (into memory); in memory, MCMC.
             if r <= cur or (fits and math.isfinite(r) and
@@ -368,10 +410,8 @@ class Search:
                 if r < lowest:
                     lowest = r
                     best_at_t, best_at_p = time.perf_counter() - t0, run.proposals
-            elif self.delta:
-                session.undo()
             else:
-                session = self._session(_with(session.configs, op_name, old))
+                session = self._back_to(before, move, session)
             now = time.perf_counter()
             if self.progress is not None and now - last_report >= self.progress_every:
                 last_report = now
@@ -380,12 +420,27 @@ class Search:
                                    rate=budget.used / max(now - budget.t0, 1e-9),
                                    current=cur, best=self.best))
         run.seconds = time.perf_counter() - t_start
+        run.over_bytes = max(session.result.over_capacity.values(), default=0)
         return run
+
+    def _back_to(self, before: tuple, move: tuple, session=None):
+        """Take back a rejected or failed move (`session`: the one it made, None when it
+        failed); returns the session of before."""
+        old, state = before
+        if move[0] == "recompute":
+            self.state = state
+            if self.units is not None:
+                set_recompute(self.model, self.units.segments(state))
+        elif session is not None and self.delta:
+            session.undo()            # a failed change() leaves the session as it was
+        elif not self.delta:
+            old = self._session(old.configs)
+        return old
 
     def _offer(self, t: float, session, budget: Budget) -> None:
         if t < self.best or self.best_configs is None:
             self.best, self.best_configs = t, dict(session.configs)
-            self.best_plan, self.best_memory = self.plan, dict(session.result.memory or {})
+            self.best_state, self.best_memory = self.state, dict(session.result.memory or {})
             self.breakdowns["best"] = Breakdown.of(session)
             self.history.append((time.perf_counter() - budget.t0, budget.used, t))
 

@@ -30,6 +30,13 @@ from parallel_ops.config import ParallelConfig
 FAMILIES = ("block", "node", "subset")
 
 
+def weight_parts(op, weight_dims: set):
+    """A key on degree tuples (in op.dims order): how many parts they split weights into."""
+    def key(t: tuple) -> int:
+        return prod(k for d, k in zip(op.dims, t) if d.name in weight_dims)
+    return key
+
+
 class SearchSpace:
     def __init__(self, model, num_devices: int, devices_per_node: int | None = None, *,
                  pow2: bool = False, max_split: int | None = None,
@@ -157,6 +164,45 @@ class SearchSpace:
             devs = devs + spare[:p - len(devs)]
         if "subset" not in self.families and devs != list(range(devs[0], devs[0] + p)):
             devs = list(self.random_devices(p, rng))
+        return self.config(op, t, devs)
+
+    def shard(self, op, cfg: ParallelConfig, rng: random.Random) -> ParallelConfig | None:
+        """A step that splits the operator's weights finer (fewer bytes on each of its
+        devices): one dim that splits a weight (a parameter or reduction dim) gets its degree
+        times 2, 4, ... up to the devices per node, and where the parts would then outnumber
+        the devices the sample degree is cut to make room (Megatron's trade of data for
+        tensor parallelism). Same devices, cut or extended at the end. None when no dim can
+        be split further."""
+        weight_dims = {name for labels in op.labels.get("weights", ()) for name in labels
+                       if name is not None}
+        current = tuple(cfg.degree(d.name) for d in op.dims)
+        sample = next((i for i, d in enumerate(op.dims) if d.kind == "sample"), None)
+        allowed = set(self.degree_tuples(op))
+        options = []
+        for i, d in enumerate(op.dims):
+            if d.name not in weight_dims or d.kind == "sample":
+                continue
+            f = 2
+            while f <= max(self.per_node, 2):
+                t = list(current)
+                t[i] *= f
+                if prod(t) > self.n and sample is not None:
+                    t[sample] = max(1, self.n // (prod(t) // t[sample]))
+                t = tuple(t)
+                if t in allowed and t != current:
+                    options.append(t)
+                f *= 2
+        if not options:
+            return None
+        # half the time the largest split: a model far over memory needs most weights
+        # split by a node's worth of devices, in as few accepted steps as may be
+        t = max(options, key=weight_parts(op, weight_dims)) if rng.random() < 0.5 \
+            else rng.choice(options)
+        p, devs = prod(t), list(cfg.devices)
+        if p <= len(devs):
+            devs = devs[:p]
+        else:
+            devs += [d for d in range(self.n) if d not in devs][:p - len(devs)]
         return self.config(op, t, devs)
 
     def propose(self, rng: random.Random, configs) -> tuple[str, ParallelConfig]:

@@ -59,6 +59,7 @@ def test_model_flops_closed_form():
     want = 96 * b * s * l * h * h * (1 + s / (6 * h) + v / (16 * l * h))
     assert model_flops(b, s, l, h, v, recompute=True) == pytest.approx(want)
     assert model_flops(b, s, l, h, v) == pytest.approx(want * 72 / 96)
+    assert model_flops(b, s, l, h, v, recompute=0.5) == pytest.approx(want * 84 / 96)
     # per layer the blocks' matmuls: 24 B s h^2 forward (QKV 6, out 2, MLP 16) + 4 B s^2 h
     # (scores and their product), times 3 with backward
     assert model_flops(1, s, 1, h, 0) == pytest.approx(3 * (24 * s * h * h + 4 * s * s * h))

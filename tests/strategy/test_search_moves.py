@@ -1,0 +1,143 @@
+"""The search's moves beyond one operator's random config (strategy/moves.py): splitting the
+weights that hold the fullest device's memory, and switching recomputation segments on and
+off inside a chain, each counted by the simulator in time and memory, delta equal to full."""
+import argparse
+import math
+import random
+import warnings
+
+import pytest
+
+from apps.gpt import build, search_plans
+from parallel_ops import Adam
+from parallel_ops.lowering import lower
+from parallel_ops.recompute import set_recompute
+from strategy.costs import CostModel
+from strategy.delta import SimulationSession
+from strategy.moves import RecomputeUnits, bytes_on, region_owner, shard_move
+from strategy.search import search
+from strategy.simulator import simulate
+from strategy.space import SearchSpace
+from taskrt import plan
+
+from sim_graphs import lab
+
+warnings.simplefilter("ignore")       # analytic-cost fallback warnings
+DP_PEAK = 3_500_000        # about what data parallelism needs per device (checked below)
+CAPACITY = 3_000_000
+
+
+def gpt(layers: int = 4, width: int = 64, seq_len: int | None = None, batch: int = 8):
+    a = argparse.Namespace(small=True, config=None, seed=0, dtype="float32",
+                           batch_size=batch, vocab=None, width=width, heads=None,
+                           layers=layers, seq_len=seq_len, recompute="none")
+    return build(a).model
+
+
+def fresh(model, mm, configs, segments):
+    """A full simulation of `configs` under `segments`, built from nothing."""
+    set_recompute(model, segments)
+    machine = mm.taskrt_machine()
+    low = lower(model, configs, machine, Adam())
+    return simulate(plan(low.launches, machine, initial=low.initial), mm, CostModel())
+
+
+def test_region_owner_maps_weights_state_gradients_and_outputs_to_their_operator():
+    m = gpt(1)
+    ops = {op.name: op for op in m.ops}
+    for name, owner in [("h0/attn", "h0/attn"), ("h0/attn.in_proj_weight@exp_avg", "h0/attn"),
+                        ("h0/ln_1.stats@grad", "h0/ln_1"), ("h0/mlp_fc@re", "h0/mlp_fc"),
+                        ("tokens", None)]:
+        got = region_owner(name, ops)
+        assert (got.name if got else None) == owner
+
+
+def test_shard_move_splits_the_weights_on_the_fullest_device_finer():
+    m, mm = gpt(2), lab(uniform=True)
+    session = SimulationSession(m, mm, CostModel(), None, Adam())
+    space = SearchSpace.for_machine(m, mm)
+    rng = random.Random(0)
+    for _ in range(10):
+        name, cfg = shard_move(space, session, rng)
+        op = m.op(name)
+        assert op.weights
+        weight_dims = {d for labels in op.labels["weights"] for d in labels if d}
+        old = session.configs[name]
+        assert any(cfg.degree(d) > old.degree(d) for d in weight_dims)
+        assert cfg.num_parts <= mm.num_devices
+        device = max(session.result.memory, key=session.result.memory.get)
+        before = bytes_on(session, device)[0][name]
+        session.change(name, cfg)
+        assert bytes_on(session, device)[0].get(name, 0) < before
+    # an operator without weights is never a target; a fully split one has no move
+    assert space.shard(m.op("h0/add_1"), session.configs["h0/add_1"], rng) is None
+
+
+def test_recompute_units_are_the_plans_segments_and_name_their_states():
+    m = gpt(3)
+    plans = search_plans(m)
+    units = RecomputeUnits(plans)
+    assert len(units) == 3 and units.plans["none"] == frozenset()
+    assert units.plans["full"] == frozenset({0, 1, 2})
+    assert units.segments(units.plans["full"]) == plans["full"]
+    assert units.name(frozenset({0, 1, 2})) == "full"
+    assert units.name(frozenset({1})) == "1 of 3 segments: h1/ln_1"
+
+
+def test_switching_one_block_on_costs_time_and_frees_memory():
+    m, mm = gpt(2, width=32, seq_len=128, batch=32), lab(uniform=True)   # activations large
+    units = RecomputeUnits(search_plans(m))
+    off = SimulationSession(m, mm, CostModel(), None, Adam())
+    assert units.target(off, frozenset()) in (0, 1)
+    set_recompute(m, units.segments(frozenset({0})))
+    on = SimulationSession(m, mm, CostModel(), None, Adam())
+    assert on.result.makespan > off.result.makespan
+    assert max(on.result.memory.values()) < max(off.result.memory.values())
+
+
+def test_recomputation_moves_walk_the_same_chain_delta_or_full_and_agree_with_a_fresh_run():
+    m, mm = gpt(2), lab(uniform=True)
+    kw = dict(proposals=24, seed=1, optimizer=Adam(), random_starts=0,
+              recompute=search_plans(m), recompute_move=0.5)
+    a = search(m, mm, CostModel(), **kw)
+    b = search(m, mm, CostModel(), delta=False, **kw)
+    assert a.configs == b.configs and a.predicted == b.predicted
+    assert a.recompute == b.recompute
+    assert [(c.accepted, c.improved) for c in a.candidates] == \
+        [(c.accepted, c.improved) for c in b.candidates]
+    again = fresh(m, mm, a.configs, a.recompute_segments)
+    assert again.makespan == pytest.approx(a.predicted)
+    assert max(again.memory.values()) == max(a.peak_memory.values())
+
+
+def test_search_from_data_parallel_and_random_starts_fits_a_gpt_that_data_parallel_does_not():
+    m, mm = gpt(4), lab(uniform=True, capacity=CAPACITY)
+    dp = fresh(m, mm, {}, [])
+    assert not dp.valid and min(dp.memory.values()) > DP_PEAK
+    res = search(m, mm, CostModel(), proposals=60, seed=0, optimizer=Adam(),
+                 random_starts=1, recompute=search_plans(m))
+    assert math.isinf(res.baselines["data_parallel"])
+    assert math.isfinite(res.predicted)
+    assert max(res.peak_memory.values()) <= CAPACITY
+    again = fresh(m, mm, res.configs, res.recompute_segments)
+    assert again.valid and again.makespan == pytest.approx(res.predicted)
+
+
+def test_gpt_flops_count_the_blocks_the_search_recomputes():
+    from apps.gpt import iteration_flops, model_flops
+    m = gpt(4)
+    a = argparse.Namespace(small=True, config=None, batch_size=8, vocab=None, width=64,
+                           heads=None, layers=4, seq_len=None)
+    units = RecomputeUnits(search_plans(m))
+    set_recompute(m, units.segments(frozenset({0, 2})))
+    assert iteration_flops(a, m) == pytest.approx(model_flops(8, 16, 4, 64, 256, 0.5))
+    set_recompute(m, units.segments(units.plans["full"]))
+    assert iteration_flops(a, m) == pytest.approx(model_flops(8, 16, 4, 64, 256, True))
+
+
+def test_a_chain_that_ends_out_of_memory_says_how_far_over_it_is():
+    m, mm = gpt(4), lab(uniform=True, capacity=CAPACITY)
+    res = search(m, mm, CostModel(), proposals=1, seed=0, optimizer=Adam(), random_starts=0)
+    c = res.candidates[0]
+    assert 0 < c.over_bytes < DP_PEAK
+    assert "over a device's memory" in res.text()
