@@ -19,6 +19,7 @@ from parallel_ops.lowering import lower
 from strategy.costs import CostModel, CostWarning, Profile, ProfileError
 from strategy.simulator import NodeTimer, SimResult, simulate, trace_of
 from taskrt import Machine, plan
+from taskrt.taskgraph import ALLREDUCE, COPY, TASK
 from taskrt.trace import to_chrome
 
 from .app import App, Network
@@ -72,15 +73,15 @@ class Prediction:
 
     def devices_used(self) -> int:
         """Devices some task of the graph runs on."""
-        return len({n.device for n in self.graph.nodes if n.kind == "task"})
+        return len({n.device for n in self.graph.nodes if n.kind is TASK})
 
     def communication_bytes(self) -> dict[str, int]:
         """Bytes of copies between devices and of all-reduces (each counted once)."""
         out = {"copy": 0, "allreduce": 0}
         for n in self.graph.nodes:
-            if n.kind == "copy" and n.src != n.dst:
+            if n.kind is COPY and n.src != n.dst:
                 out["copy"] += n.nbytes
-            elif n.kind == "allreduce":
+            elif n.kind is ALLREDUCE:
                 out["allreduce"] += n.nbytes
         return out
 

@@ -52,6 +52,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from taskrt.taskgraph import ALLREDUCE, COPY
+
 from .costs import CostModel, CostWarning, Profile
 from .costs.profile import Measurement
 from .insitu import (_line, contention, deflate_long_keys, insitu_profile, run_durations,
@@ -153,12 +155,12 @@ def load_runs(paths) -> list[RecordedRun]:
 # -- host costs ---------------------------------------------------------------------------
 def host_kind(node, rank: int, machine) -> str:
     """The host-cost kind of a node's event on `rank` (simulator.NodeTimer.host_phases)."""
-    if node.kind == "copy":
+    if node.kind is COPY:
         src, dst = machine.devices[node.src].rank, machine.devices[node.dst].rank
         if src == dst:
             return "copy"
         return "send" if rank == src else "recv"
-    if node.kind == "allreduce":
+    if node.kind is ALLREDUCE:
         return "allreduce_start"
     return node.kind
 

@@ -28,6 +28,7 @@ from taskrt.gcpause import gc_paused
 from taskrt.liveness import (INSTANCE, PARTIAL, STAGING, buffers_of, is_small, peak_bytes_flat,
                              results_of, task_reads_writes)
 from taskrt.nodegroups import GroupRun, join, resolve
+from taskrt.taskgraph import COPY, TASK
 
 from .simulator import NO_HOST, NodeTimer, Resources, SimResult, result_of, timeline
 
@@ -267,7 +268,7 @@ class SimulationSession:
         (unchanged nodes are the same objects in the next graph).
         Copies, most of the nodes a change makes, differ only in their region, devices and
         size: what those determine is computed once per such key (_copy_info)."""
-        if node.kind == "copy":
+        if node.kind is COPY:
             return self._copy_info(node)
         d, rs = self.timer.timing(node)
         host = self._host_info(node)
@@ -275,7 +276,7 @@ class SimulationSession:
         bufs = tuple(self._buffer(key, key[3].nbytes if key[0] == STAGING else 0)
                      for key in keys)
         reads, writes = (), None
-        if node.kind == "task":
+        if node.kind is TASK:
             r, w = task_reads_writes(node)
             if w:
                 reads, writes = r, w

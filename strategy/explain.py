@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from taskrt.taskgraph import COPY, REDUCE, TASK
+
 
 @dataclass
 class Breakdown:
@@ -38,16 +40,16 @@ class Breakdown:
         out = cls(res.makespan)
         for node in graph.nodes:
             dur = res.end[node.id] - res.start[node.id]
-            if node.kind == "task":
+            if node.kind is TASK:
                 out.compute_s += dur
                 op = launch_op.get(node.launch.name)
                 if op is not None:
                     out.op_compute[op] = out.op_compute.get(op, 0.0) + dur
                 else:
                     out.other_tasks_s += dur
-            elif node.kind == "reduce":
+            elif node.kind is REDUCE:
                 out.compute_s += dur
-            elif node.kind == "copy":
+            elif node.kind is COPY:
                 out.transfer_s += dur
                 out.transfer_bytes += node.nbytes
             else:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 from parallel_ops.lowering import lower
 from taskrt import Machine, plan
+from taskrt.taskgraph import TASK
 from taskrt.trace import node_label, to_chrome
 
 from . import files as strategy_files
@@ -193,7 +194,7 @@ def _rebuild(workload, argv, run, path, layout):
 
 
 def _operator(node) -> str:
-    if node.kind == "task":
+    if node.kind is TASK:
         return node.launch.name.split("/")[0]
     return node.region.name.split("@")[0]
 
@@ -258,7 +259,7 @@ def task_durations(graph, events, into: dict | None = None) -> dict:
     for e in events:
         if e.get("ph") == "X" and "node" in (e.get("args") or {}):
             node = graph.nodes[int(e["args"]["node"])]
-            if node.kind == "task":
+            if node.kind is TASK:
                 durations.setdefault(node.cost_key, []).append(e["dur"] / 1e6)
     return durations
 

@@ -40,6 +40,7 @@ import numpy as np
 
 from taskrt.gcpause import gc_paused
 from taskrt.liveness import Liveness
+from taskrt.taskgraph import COPY, REDUCE, TASK
 from taskrt.trace import TraceEvent, node_label
 
 from .listsched import csr, list_schedule
@@ -114,11 +115,11 @@ class NodeTimer:
         if not self.host_costs:
             return NO_HOST
         kind = node.kind
-        if kind == "task":
+        if kind is TASK:
             return self._host_time("task", 0), (self.host(node.device),), 0.0, ()
-        if kind == "reduce":
+        if kind is REDUCE:
             return self._host_time("reduce", node.nbytes), (self.host(node.device),), 0.0, ()
-        if kind == "copy":
+        if kind is COPY:
             src, dst = self.host(node.src), self.host(node.dst)
             if src == dst:
                 return self._host_time("copy", node.nbytes), (src,), 0.0, ()
@@ -142,10 +143,10 @@ class NodeTimer:
 
     def timing(self, node) -> tuple[float, tuple]:
         kind = node.kind
-        if kind == "task":
+        if kind is TASK:
             spec = self.model.device(node.device)
             return self.costs.task_time(node, spec), (self.compute(node.device),)
-        if kind == "copy":
+        if kind is COPY:
             key = (node.src, node.dst, node.nbytes)
             got = self._copies.get(key)
             if got is None:
@@ -158,7 +159,7 @@ class NodeTimer:
                            tuple(links))
                 self._copies[key] = got
             return got
-        if kind == "reduce":
+        if kind is REDUCE:
             moved = node.nbytes + sum(node.region.nbytes(i.rect) for i in node.inputs)
             return self._memory_time(node.device, moved), (self.compute(node.device),)
         links = tuple(self.model.links_of_allreduce(node.devices, node.nbytes))

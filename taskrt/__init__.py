@@ -1,4 +1,4 @@
-"""taskrt: a Legion-style task runtime (regions, partitions, launches, planner, executors).
+"""taskrt: a Legion-style task runtime (regions, launches, planner, executors).
 
 It knows nothing about neural networks; parallel_ops builds on it.
 """
@@ -6,19 +6,19 @@ from .errors import (ExecutionError, MappingError, PartitionError, PlanError, Pr
                      RectError, TaskrtError)
 from .geometry import Rect, bounding_box, subtract_all
 from .launch import IndexLaunch
-from .machine import DefaultMapper, Device, Machine, Mapper
+from .machine import Device, Machine
 from .planner import Planner, plan
 from .privilege import R, RED, RW, WD, Privilege, RegionRequirement
-from .region import Partition, Region, block_bounds, block_rect
-from .taskgraph import AllReduceNode, CopyNode, ReduceNode, TaskGraph, TaskNode
+from .region import Region, block_bounds, block_rect
+from .taskgraph import AllReduceNode, CopyNode, NodeKind, ReduceNode, TaskGraph, TaskNode
 from .trace import TraceEvent, to_chrome, write_chrome
 from .executor import LocalExecutor, TaskContext
 
 __all__ = [
     "ExecutionError", "MappingError", "PartitionError", "PlanError", "PrivilegeError",
     "RectError", "TaskrtError", "Rect", "bounding_box", "subtract_all", "IndexLaunch",
-    "DefaultMapper", "Device", "Machine", "Mapper", "Planner", "plan", "R", "RED", "RW", "WD",
-    "Privilege", "RegionRequirement", "Partition", "Region", "block_bounds", "block_rect",
-    "AllReduceNode", "CopyNode", "ReduceNode", "TaskGraph", "TaskNode", "TraceEvent",
+    "Device", "Machine", "Planner", "plan", "R", "RED", "RW", "WD",
+    "Privilege", "RegionRequirement", "Region", "block_bounds", "block_rect",
+    "AllReduceNode", "CopyNode", "NodeKind", "ReduceNode", "TaskGraph", "TaskNode", "TraceEvent",
     "to_chrome", "write_chrome", "LocalExecutor", "TaskContext",
 ]

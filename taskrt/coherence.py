@@ -31,7 +31,7 @@ from .geometry import Rect, merge_adjacent, subtract_all
 from .privilege import Privilege
 from .rectindex import RectIndex
 from .region import Region
-from .taskgraph import AllReduceNode, CopyNode, ReduceInput, ReduceNode
+from .taskgraph import AllReduceNode, CopyNode, ReduceInput, ReduceNode, ReduceTarget
 
 _R, _WD, _RW, _RED = (Privilege.READ, Privilege.WRITE_DISCARD, Privilege.READ_WRITE,
                       Privilege.REDUCE_SUM)
@@ -191,14 +191,14 @@ class RegionPlanner:
             return preds, None
         if priv is _RED:
             targets = self._reduce_targets(device, rect)
-            for piece, partial, _ in targets:
-                preds |= self._buffer(device, partial, piece).write(piece, task_ref)
+            for t in targets:
+                preds |= self._buffer(device, t.partial, t.piece).write(t.piece, task_ref)
             return preds, targets
         return preds, None
 
-    def _reduce_targets(self, device: int, rect: Rect) -> tuple:
-        """Where a Red+ contribution of `device` to `rect` goes, piece by piece:
-        (piece, in the partial buffer?, accumulate?). Pieces already holding partial sums on
+    def _reduce_targets(self, device: int, rect: Rect) -> tuple[ReduceTarget, ...]:
+        """Where a Red+ contribution of `device` to `rect` goes, piece by piece (in the
+        partial buffer?, accumulate?). Pieces already holding partial sums on
         this device accumulate there. New pieces go straight into the device's instance when
         the region has no value there (a gradient: the sum starts from nothing), and into
         the partial buffer where a value exists (it is the base the sums are added to)."""
@@ -206,7 +206,7 @@ class RegionPlanner:
         targets, rest = [], [rect]
         for _, held, (d, partial) in st.pending.overlapping(rect):
             if d == device:
-                targets.append((held.intersect(rect), partial, True))
+                targets.append(ReduceTarget(held.intersect(rect), partial, True))
                 rest = [p for q in rest for p in q.subtract(held)]
         for q in rest:
             based = [r.intersect(q) for _, r, _ in st.valid.overlapping(q)]
@@ -216,12 +216,12 @@ class RegionPlanner:
                 # are (each pending piece becomes its own reduction copy).
                 based = [q]
             for piece in based:
-                targets.append((piece, True, False))
+                targets.append(ReduceTarget(piece, True, False))
             for piece in unbased:
-                targets.append((piece, False, False))
-        for piece, partial, accumulate in targets:
-            if not accumulate:
-                st.pending.add(piece, (device, partial))
+                targets.append(ReduceTarget(piece, False, False))
+        for t in targets:
+            if not t.accumulate:
+                st.pending.add(t.piece, (device, t.partial))
         return tuple(targets)
 
     # -- copies and reductions ------------------------------------------------------------------

@@ -25,6 +25,7 @@ import numpy as np
 from .errors import PlanError
 from .privilege import Privilege
 from .settings import Settings
+from .taskgraph import COPY, REDUCE, TASK
 
 INSTANCE, PARTIAL, STAGING = 0, 1, 2
 
@@ -47,7 +48,7 @@ def buffers_of(node, nodes=None, staged=None) -> tuple:
     copy behind each staged input in `staged` (per input, as its node group records it) or
     else by id in `nodes`."""
     kind = node.kind
-    if kind == "task":
+    if kind is TASK:
         d = node.device
         out = []
         for req, targets in zip(node.requirements, node.targets):
@@ -55,16 +56,16 @@ def buffers_of(node, nodes=None, staged=None) -> tuple:
             if targets is None:
                 out.append((INSTANCE, name, d, None))
             else:
-                for _, partial, _ in targets:
-                    out.append((PARTIAL if partial else INSTANCE, name, d, None))
+                for t in targets:
+                    out.append((PARTIAL if t.partial else INSTANCE, name, d, None))
         return tuple(dict.fromkeys(out))
     name = node.region.name
-    if kind == "copy":
+    if kind is COPY:
         if node.reduction:
             return ((PARTIAL if node.from_partial else INSTANCE, name, node.src, None),
                     (STAGING, name, node.dst, node))
         return ((INSTANCE, name, node.src, None), (INSTANCE, name, node.dst, None))
-    if kind == "reduce":
+    if kind is REDUCE:
         d = node.device
         out = [(INSTANCE, name, d, None)]
         for j, inp in enumerate(node.inputs):
@@ -86,7 +87,7 @@ def written_by(node) -> tuple:
     targets, a copy's destination, a reduce's output, an all-reduce's outputs and (it may
     sum in place) its partial inputs."""
     kind = node.kind
-    if kind == "task":
+    if kind is TASK:
         d, out = node.device, []
         for req, targets in zip(node.requirements, node.targets):
             if req.privilege is _READ:
@@ -94,12 +95,12 @@ def written_by(node) -> tuple:
             if targets is None:
                 out.append((INSTANCE, req.region.name, d, None))
             else:
-                for _, partial, _ in targets:
-                    out.append((PARTIAL if partial else INSTANCE, req.region.name, d, None))
+                for t in targets:
+                    out.append((PARTIAL if t.partial else INSTANCE, req.region.name, d, None))
         return tuple(out)
-    if kind == "copy":
+    if kind is COPY:
         return buffers_of(node)[1:]
-    if kind == "reduce":
+    if kind is REDUCE:
         return ((INSTANCE, node.region.name, node.device, None),)
     return buffers_of(node)
 
@@ -130,7 +131,7 @@ def alias_sources(graph) -> dict[int, dict[int, tuple[int, ...]]]:
     initial = graph.initial_valid
     out: dict[int, dict[int, tuple[int, ...]]] = {}
     for node in graph.nodes:
-        if node.kind != "task":
+        if node.kind is not TASK:
             continue
         i, d = node.id, node.device
         reads = [(k, (INSTANCE, req.region.name, d, None))
@@ -144,8 +145,8 @@ def alias_sources(graph) -> dict[int, dict[int, tuple[int, ...]]]:
                 continue
             if targets is None:
                 b = (INSTANCE, req.region.name, d, None)
-            elif len(targets) == 1 and not targets[0][2]:
-                b = (PARTIAL if targets[0][1] else INSTANCE, req.region.name, d, None)
+            elif len(targets) == 1 and not targets[0].accumulate:
+                b = (PARTIAL if targets[0].partial else INSTANCE, req.region.name, d, None)
             else:
                 continue
             if writers.get(b) != [i]:
@@ -230,7 +231,7 @@ class Liveness:
         reads_of_writers: dict[str, list] = {}
         for node in nodes:
             i = node.id
-            if node.kind == "task":             # buffers_of and task_reads_writes, inlined
+            if node.kind is TASK:                # buffers_of and task_reads_writes, inlined
                 d = node.device
                 keys, reads, writes = [], [], []
                 for req, targets in zip(node.requirements, node.targets):
@@ -245,8 +246,8 @@ class Liveness:
                     if targets is None:
                         keys.append((INSTANCE, name, d, None))
                     else:
-                        for _, partial, _ in targets:
-                            keys.append((PARTIAL if partial else INSTANCE, name, d, None))
+                        for t in targets:
+                            keys.append((PARTIAL if t.partial else INSTANCE, name, d, None))
                 if writes:
                     read_by_writer.update(reads)
                     for name in writes:

@@ -1,4 +1,4 @@
-"""Machine (the global list of devices, grouped by rank) and the Mapper that places point tasks.
+"""Machine: the global list of devices, grouped by rank.
 
 A device is identified everywhere by its global integer id. Several logical devices may
 share one rank and even one torch device (tests run 4 logical CPU devices in one process).
@@ -6,7 +6,7 @@ share one rank and even one torch device (tests run 4 logical CPU devices in one
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Sequence
 
 from .errors import MappingError
 
@@ -73,25 +73,6 @@ class Machine:
 
     def __str__(self) -> str:
         return f"Machine({len(self.devices)} devices on {self.num_ranks} ranks)"
-
-
-class Mapper(Protocol):
-    """Chooses the device of each point task."""
-
-    def map_task(self, launch, color: tuple[int, ...], index: int) -> int: ...
-
-
-class DefaultMapper:
-    """Uses the launch's own device list when it has one, else spreads points in blocks."""
-
-    def __init__(self, machine: Machine):
-        self.machine = machine
-
-    def map_task(self, launch, color: tuple[int, ...], index: int) -> int:
-        if launch.devices is not None:
-            return launch.devices[index]
-        n = len(launch.colors)
-        return index * len(self.machine.devices) // n
 
 
 def check_device_list(where: str, devices: Sequence[int], machine: Machine) -> None:

@@ -1,6 +1,6 @@
 """The planner: launches in program order -> a TaskGraph with exactly the true dependences.
 
-Each launch is expanded into point tasks (the mapper picks their devices) and checked for
+Each launch is expanded into point tasks (on the launch's devices) and checked for
 interference; then every region it touches is planned by that region's RegionPlanner
 (coherence.py), independently of all other regions:
   Step 1: reads -- reduce pending partial sums, then copy in the pieces a reader lacks;
@@ -24,33 +24,46 @@ from .errors import MappingError, PlanError, PrivilegeError
 from .gcpause import gc_paused
 from .geometry import Rect
 from .launch import IndexLaunch
-from .machine import DefaultMapper, Machine, Mapper
+from .machine import Machine
 from .nodegroups import NodeGroup, assemble
 from .rectindex import RectIndex
 from .region import Region
-from .taskgraph import ReduceInput, TaskGraph, TaskNode
+from .taskgraph import TASK, ReduceInput, TaskGraph, TaskNode
+
+
+class LaunchPlan:
+    """The planner's record of one launch: its points, and what planning the regions it
+    touches gave its point tasks. replace() gives a launch a new record."""
+    __slots__ = ("launch", "points", "colors", "read_order", "regions", "task_preds",
+                 "task_targets", "state_src", "version")
+
+    def __init__(self, launch: IndexLaunch, points: list, reads: dict, accesses: dict,
+                 state_src: list):
+        self.launch = launch
+        self.points = points                          # per point: (color, device, reqs)
+        self.colors = {c: k for k, (c, _, _) in enumerate(points)}   # color -> point index
+        self.read_order = list(reads)                 # regions it reads, by first read
+        self.regions = list(accesses)                 # regions it touches, by first use
+        # Per point: region name -> pred refs; and per requirement: Red+ targets (else None).
+        self.task_preds: list[dict] = [{} for _ in points]
+        self.task_targets: list[list] = [[None] * len(reqs) for _, _, reqs in points]
+        self.state_src = state_src                    # per point: task ref or None
+        # Changes whenever one of its groups is rebuilt or put back (Planner.versions).
+        self.version = -1
 
 
 class Planner:
     """Turns launches into a TaskGraph. Use `plan()` for the common case."""
 
-    def __init__(self, machine: Machine, mapper: Mapper | None = None,
+    def __init__(self, machine: Machine,
                  initial: Mapping[Region, Iterable[tuple[Rect, int]]] | None = None):
         self.machine = machine
-        self.mapper = mapper or DefaultMapper(machine)
         self.regions: dict[str, Region] = {}
         self.initial: dict[str, list[tuple[Rect, int]]] = {}
         self.planners: dict[str, RegionPlanner] = {}
-        self.launches: list[IndexLaunch] = []
-        self.index: dict[str, int] = {}
-        self.points: list[list[tuple]] = []           # per launch: (color, device, reqs)
-        self.colors: list[dict] = []                  # per launch: color -> point index
-        self.read_order: list[list[str]] = []         # per launch: regions by first read
+        self.plans: list[LaunchPlan] = []             # per launch, in program order
+        self.index: dict[str, int] = {}               # launch name -> its position
         self.region_nodes: dict[tuple[int, str], list] = {}
-        # Per launch, per point: region name -> pred refs; and per requirement: Red+ targets.
-        self.task_preds: list[list[dict]] = []
-        self.task_targets: list[list[list]] = []
-        self.state_src: list[list] = []               # per launch, per point: task ref or None
         # Per region: the launches touching it, with what they ask of it, for re-planning.
         self.log: dict[str, list[tuple]] = defaultdict(list)
         self._tasks: dict[tuple[int, int], TaskNode] = {}   # reused while targets are unchanged
@@ -58,8 +71,6 @@ class Planner:
         # again (names in _dirty).
         self._region_info: dict[str, tuple] = {}
         self._dirty: set[str] = set()
-        # Per launch: the regions it touches.
-        self.launch_regions: list[list[str]] = []
         # Node groups (nodegroups.py) by key: (launch index, region name) for a launch's
         # read nodes of a region, (launch index, None) for its tasks; a stable id per key.
         self._groups: dict[tuple, NodeGroup] = {}
@@ -67,10 +78,7 @@ class Planner:
         self._stale: set[tuple] = set()               # keys of groups to rebuild
         self._marked: set[tuple] = set()              # keys made stale since replace() began
         self._undo: _Undo | None = None               # see replace(record_undo=True)
-        # Per launch: a number that changes whenever one of its groups is rebuilt or put
-        # back, so a consumer caching per-launch results (delta.py) sees what changed.
-        self.versions: list[int] = []
-        self._next_version = 0
+        self._next_version = 0                        # the next LaunchPlan.version
         for region, pieces in (initial or {}).items():
             self._region(region)
             self.initial[region.name] = list(pieces)
@@ -78,6 +86,17 @@ class Planner:
             self._dirty.add(region.name)
 
     # -- bookkeeping ---------------------------------------------------------------------
+    @property
+    def launches(self) -> list[IndexLaunch]:
+        """The launches, in program order."""
+        return [lp.launch for lp in self.plans]
+
+    @property
+    def versions(self) -> list[int]:
+        """Per launch: a number that changes whenever one of its groups is rebuilt or put
+        back, so a consumer caching per-launch results (delta.py) sees what changed."""
+        return [lp.version for lp in self.plans]
+
     def _region(self, region: Region) -> RegionPlanner | None:
         known = self.regions.get(region.name)
         if known is None:
@@ -100,23 +119,15 @@ class Planner:
         if launch.name in self.index:
             raise PlanError(f"Launch '{launch.name}' added twice. Give launches unique names.")
         self._undo = None
-        li = len(self.launches)
+        li = len(self.plans)
         points = self._expand(launch)
         self._check_interference(launch, points)
         state_src = self._state_sources(launch, points) if launch.state_from else \
             [None] * len(points)
-        self.launches.append(launch)
-        self.index[launch.name] = li
-        self.versions.append(-1)
-        self._mark((li, None))
-        self.points.append(points)
-        self.colors.append({c: k for k, (c, _, _) in enumerate(points)})
-        self.state_src.append(state_src)
-        self.task_preds.append([{} for _ in points])
-        self.task_targets.append([[None] * len(reqs) for _, _, reqs in points])
         reads, accesses = _by_region(points)
-        self.read_order.append(list(reads))
-        self.launch_regions.append(list(accesses))
+        self.plans.append(LaunchPlan(launch, points, reads, accesses, state_src))
+        self.index[launch.name] = li
+        self._mark((li, None))
         for name in accesses:
             entry = (li, reads.get(name), accesses[name])
             self.log[name].append(entry)
@@ -132,26 +143,25 @@ class Planner:
     def _plan_reads(self, rp: RegionPlanner, name: str, li: int, reads) -> None:
         self._dirty.add(name)
         self._mark((li, name))
-        self.region_nodes[li, name] = rp.plan_reads(self.launches[li], reads)
+        self.region_nodes[li, name] = rp.plan_reads(self.plans[li].launch, reads)
 
     def _plan_accesses(self, rp: RegionPlanner, name: str, li: int, accesses) -> None:
         self._dirty.add(name)
         self._mark((li, None))
-        launch = self.launches[li]
-        points = self.points[li]
+        lp = self.plans[li]
+        points, replicas = lp.points, lp.launch.replicas
         replica_writes: set = set()
         for pi, k, req in accesses:
-            preds, targets = rp.access((li, pi), points[pi][1], req, launch.replicas,
-                                       replica_writes)
-            per_region = self.task_preds[li][pi]
+            preds, targets = rp.access((li, pi), points[pi][1], req, replicas, replica_writes)
+            per_region = lp.task_preds[pi]
             per_region[name] = per_region.get(name, set()) | preds
-            self.task_targets[li][pi][k] = targets
+            lp.task_targets[pi][k] = targets
 
     def _expand(self, launch: IndexLaunch):
         points = []
         for index, color in enumerate(launch.colors):
             reqs = launch.requirements(color)
-            device = self.mapper.map_task(launch, color, index)
+            device = self._device_of(launch, index)
             if not (isinstance(device, int) and 0 <= device < len(self.machine.devices)):
                 raise MappingError(f"Launch '{launch.name}' point {color}: mapped to device "
                                    f"{device}, which does not exist on {self.machine}. Use a "
@@ -160,6 +170,13 @@ class Planner:
                 self._region(req.region)
             points.append((color, device, reqs))
         return points
+
+    def _device_of(self, launch: IndexLaunch, index: int) -> int:
+        """The device of point `index`: the launch's own (a strategy's placement), else
+        points spread over the machine in blocks."""
+        if launch.devices is not None:
+            return launch.devices[index]
+        return index * len(self.machine.devices) // len(launch.colors)
 
     @staticmethod
     def _check_interference(launch: IndexLaunch, points) -> None:
@@ -201,12 +218,13 @@ class Planner:
             raise PlanError(f"Launch '{launch.name}': state_from='{launch.state_from}' names "
                             "no earlier launch. Add that launch first.")
         out = []
+        source = self.plans[li]
         for color, device, _ in points:
-            pi = self.colors[li].get(color)
+            pi = source.colors.get(color)
             if pi is None:
                 raise PlanError(f"Launch '{launch.name}' point {color}: launch "
                                 f"'{launch.state_from}' has no such point to take state from.")
-            src_device = self.points[li][pi][1]
+            src_device = source.points[pi][1]
             if src_device != device:
                 raise MappingError(f"Launch '{launch.name}' point {color} is on device {device} "
                                    f"but its state is on device {src_device} (from "
@@ -255,15 +273,16 @@ class Planner:
 
     def _build_tasks(self, key: tuple) -> NodeGroup:
         li = key[0]
-        launch, preds_of, targets_of = self.launches[li], self.task_preds[li], \
-            self.task_targets[li]
+        lp = self.plans[li]
+        launch, preds_of, targets_of, state_src = lp.launch, lp.task_preds, lp.task_targets, \
+            lp.state_src
         nodes, preds = [], []
-        for pi, (color, device, reqs) in enumerate(self.points[li]):
+        for pi, (color, device, reqs) in enumerate(lp.points):
             refs = set()
             for p in preds_of[pi].values():
                 refs |= p
-            if self.state_src[li][pi] is not None:
-                refs.add(self.state_src[li][pi])
+            if state_src[pi] is not None:
+                refs.add(state_src[pi])
             targets = tuple(targets_of[pi])
             node = self._tasks.get((li, pi))
             if node is None or node.targets != targets:
@@ -273,7 +292,7 @@ class Planner:
         return NodeGroup.of(key, self._gid(key), nodes, preds)
 
     def _new_version(self, li: int) -> None:
-        self.versions[li] = self._next_version
+        self.plans[li].version = self._next_version
         self._next_version += 1
 
     def refresh(self) -> None:
@@ -282,7 +301,7 @@ class Planner:
         if not self._stale:
             return
         for key in sorted(self._stale, key=lambda k: (k[0], k[1] is None)):
-            if key[0] >= len(self.launches):
+            if key[0] >= len(self.plans):
                 continue
             group = self._build_reads(key) if key[1] is not None else self._build_tasks(key)
             if group is None:
@@ -295,7 +314,7 @@ class Planner:
     def launch_groups(self, li: int) -> list[NodeGroup]:
         """Launch `li`'s non-empty groups in program order (after refresh())."""
         groups = self._groups
-        out = [g for name in self.read_order[li] if (g := groups[li, name]).nodes]
+        out = [g for name in self.plans[li].read_order if (g := groups[li, name]).nodes]
         out.append(groups[li, None])
         return out
 
@@ -303,7 +322,7 @@ class Planner:
         """The graph's non-empty node groups in program order (nodegroups.py)."""
         self.refresh()
         out = []
-        for li in range(len(self.launches)):
+        for li in range(len(self.plans)):
             out += self.launch_groups(li)
         return out
 
@@ -322,7 +341,7 @@ class Planner:
             for node in group.nodes:
                 node.id = nid
                 nodes.append(node)
-                owner = node.launch.name if node.kind == "task" else node.owner
+                owner = node.launch.name if node.kind is TASK else node.owner
                 ids_of_owner = launch_nodes.get(owner)
                 if ids_of_owner is None:
                     launch_nodes[owner] = [nid]
@@ -392,19 +411,19 @@ class Planner:
             self.initial[region.name] = pieces
             touched.add(region.name)
         for li, launch, points in expanded:
-            old_regions = self.launch_regions[li]
+            old = self.plans[li]
+            old_regions = old.regions
             touched.update(old_regions)
             self._mark((li, None))
-            for name in self.read_order[li]:
+            for name in old.read_order:
                 self._mark((li, name))
-            self.launches[li] = launch
-            for pi in range(len(self.points[li])):
+            for pi in range(len(old.points)):
                 self._tasks.pop((li, pi), None)
-            self.points[li] = points
-            self.colors[li] = {c: k for k, (c, _, _) in enumerate(points)}
             reads, accesses = _by_region(points)
-            self.read_order[li] = list(reads)
-            self.launch_regions[li] = list(accesses)
+            # A new record: undo() puts the old one back as it was.
+            lp = self.plans[li] = LaunchPlan(launch, points, reads, accesses,
+                                             [None] * len(points))
+            lp.version = old.version
             for name in old_regions:
                 self.log[name] = [e for e in self.log[name] if e[0] != li]
                 self.region_nodes.pop((li, name), None)
@@ -412,15 +431,13 @@ class Planner:
                 entry = (li, reads.get(name), accesses[name])
                 self.log[name] = sorted(self.log[name] + [entry], key=lambda e: e[0])
                 touched.add(name)
-            self.task_preds[li] = [{} for _ in points]
-            self.task_targets[li] = [[None] * len(reqs) for _, _, reqs in points]
-            self.state_src[li] = [None] * len(points)
         # Replaced launches, and launches whose state comes from one, get their sources again.
         replaced = {launch.name for launch in launches}
-        for li, launch in enumerate(self.launches):
+        for li, lp in enumerate(self.plans):
+            launch = lp.launch
             if launch.state_from is not None and (launch.name in replaced or
                                                   launch.state_from in replaced):
-                self.state_src[li] = self._state_sources(launch, self.points[li])
+                lp.state_src = self._state_sources(launch, lp.points)
                 self._mark((li, None))
         for name in touched:
             self._replan_region(name)
@@ -448,8 +465,9 @@ class Planner:
         for li, reads, accesses in self.log[name]:
             self._mark((li, name))
             self._mark((li, None))
+            task_preds = self.plans[li].task_preds
             for pi, _, _ in accesses:
-                self.task_preds[li][pi].pop(name, None)
+                task_preds[pi].pop(name, None)
             if reads:
                 self._plan_reads(rp, name, li, reads)
             else:
@@ -460,27 +478,26 @@ class Planner:
 class _Undo:
     """What one replace() changes in a Planner, saved before it does, to put back on undo().
 
-    Saved: the replaced launches' per-launch state; for every region the replace touches
-    (given initial data, used by a replaced launch before or after), its planner, log,
-    initial data and finish() info, and, for each launch in its log, the read nodes and the
-    tasks' preds and Red+ targets for it; the task nodes, state sources and dirty set; and
-    the node groups the replace made stale, with the set of stale groups before it."""
-    __slots__ = ("launches", "regions", "per_region", "pred_entries", "target_entries",
-                 "tasks", "state_src", "dirty", "region_names", "groups", "stale")
+    Saved: the replaced launches' LaunchPlans (replace() makes new ones, so the old stay as
+    they were); for every region the replace touches (given initial data, used by a replaced
+    launch before or after), its planner, log, initial data and finish() info, and, for
+    each other launch in its log, the read nodes and the tasks' preds and Red+ targets for
+    it; every launch's state sources; the task nodes and dirty set; and the node groups the
+    replace made stale, with the set of stale groups before it."""
+    __slots__ = ("plans", "regions", "pred_entries", "target_entries", "tasks", "state_src",
+                 "dirty", "region_names", "groups", "stale")
 
     @classmethod
     def record(cls, p: "Planner", expanded, initial, region_names: set) -> "_Undo":
         u = cls()
-        u.launches = {li: (p.launches[li], p.points[li], p.colors[li], p.read_order[li],
-                           p.launch_regions[li], p.task_preds[li], p.task_targets[li])
-                      for li, _, _ in expanded}
+        u.plans = {li: p.plans[li] for li, _, _ in expanded}
         names = {r.name for r in initial}
         for li, _, points in expanded:
-            names.update(p.launch_regions[li])
+            names.update(p.plans[li].regions)
             names.update(req.region.name for _, _, reqs in points for req in reqs)
         u.regions = {}
         u.pred_entries, u.target_entries = {}, {}
-        replaced = u.launches
+        replaced = u.plans
         for name in names:
             log = p.log.get(name)
             u.regions[name] = (p.planners.get(name), None if log is None else list(log),
@@ -489,24 +506,21 @@ class _Undo:
             for li, _, accesses in log or ():
                 if li in replaced:
                     continue
-                preds, targets = p.task_preds[li], p.task_targets[li]
+                preds, targets = p.plans[li].task_preds, p.plans[li].task_targets
                 for pi, k, _ in accesses:
                     u.pred_entries[li, pi, name] = preds[pi].get(name)
                     u.target_entries[li, pi, k] = targets[pi][k]
         u.groups = {}
         u.stale = set(p._stale)
         u.tasks = dict(p._tasks)
-        u.state_src = list(p.state_src)
+        u.state_src = [lp.state_src for lp in p.plans]
         u.dirty = set(p._dirty)
         u.region_names = region_names
         return u
 
     def restore(self, p: "Planner") -> None:
-        for li, (launch, points, colors, read_order, regions, preds, targets) in \
-                self.launches.items():
-            p.launches[li], p.points[li], p.colors[li] = launch, points, colors
-            p.read_order[li], p.launch_regions[li] = read_order, regions
-            p.task_preds[li], p.task_targets[li] = preds, targets
+        for li, lp in self.plans.items():
+            p.plans[li] = lp
         for name, (planner, log, initial, info, nodes) in self.regions.items():
             for li, _, _ in p.log.get(name, ()):
                 p.region_nodes.pop((li, name), None)
@@ -516,18 +530,20 @@ class _Undo:
             _put(p._region_info, name, info)
             for li, item in nodes.items():
                 _put(p.region_nodes, (li, name), item)
+        plans = p.plans
         for (li, pi, name), preds in self.pred_entries.items():
-            _put(p.task_preds[li][pi], name, preds)
+            _put(plans[li].task_preds[pi], name, preds)
         for (li, pi, k), targets in self.target_entries.items():
-            p.task_targets[li][pi][k] = targets
+            plans[li].task_targets[pi][k] = targets
+        for lp, state_src in zip(plans, self.state_src):
+            lp.state_src = state_src
         p._tasks = self.tasks
-        p.state_src = self.state_src
         p._dirty = self.dirty
         for name in set(p.regions) - self.region_names:
             del p.regions[name]
         for key, group in self.groups.items():
             _put(p._groups, key, group)
-            if key[0] < len(p.versions):
+            if key[0] < len(plans):
                 p._new_version(key[0])
         p._stale = set(self.stale)
 
@@ -540,7 +556,7 @@ def _put(d: dict, key, value) -> None:
         d[key] = value
 
 
-def plan(launches: Sequence[IndexLaunch], machine: Machine, mapper: Mapper | None = None,
+def plan(launches: Sequence[IndexLaunch], machine: Machine,
          initial: Mapping[Region, Iterable[tuple[Rect, int]]] | None = None) -> TaskGraph:
     """Plan launches, in program order, into a TaskGraph.
 
@@ -548,7 +564,7 @@ def plan(launches: Sequence[IndexLaunch], machine: Machine, mapper: Mapper | Non
     launch (inputs and weights); reading anything else before it is written is an error.
     """
     with gc_paused():
-        p = Planner(machine, mapper, initial)
+        p = Planner(machine, initial)
         for launch in launches:
             p.add_launch(launch)
         return p.finish()

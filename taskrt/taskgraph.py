@@ -1,13 +1,7 @@
 """TaskGraph: the nodes of one planned sequence of launches and their true dependences.
 
-Node kinds:
-- TaskNode: one point task of a launch on one device.
-- CopyNode: move `rect` of a region from `src` to `dst`. A reduction copy (reduction=True)
-  moves src's partial sums (from its partial buffer, or its instance) into a staging buffer
-  on dst, read by a ReduceNode.
-- ReduceNode: on one device, sum partial contributions (local partial buffer, staged copies,
-  and the previous valid value as base) into the instance for `rect`, in a fixed order.
-- AllReduceNode: every device of the group ends with the sum of all the group's partials.
+Four kinds of node (NodeKind says what each does, which buffers it uses and where it runs):
+TaskNode, CopyNode, ReduceNode, AllReduceNode.
 
 Node ids are dense, and every edge goes from a lower id to a higher one, so id order is a
 topological order. The simulator and the executors consume the same graph.
@@ -16,11 +10,47 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from enum import StrEnum
+from typing import Any, Iterator, NamedTuple
 
 from .geometry import Rect
 from .privilege import RegionRequirement
 from .region import Region
+
+
+class NodeKind(StrEnum):
+    """What a node does. Buffers are a region's instance or partial-sum buffer on a device, or
+    a reduction copy's staging buffer (taskrt/liveness.py); a node's `devices` are where it
+    runs, and their ranks are the ranks that take part in it (executor/scheduler.py).
+    A str: traces, profiles and saved files hold the plain names ("task", ...)."""
+    TASK = "task"
+    """TaskNode: one point task of a launch on its `device`. Uses per requirement that
+    device's instance, or for a Red+ the buffers its targets name (the partial-sum buffer
+    or the instance)."""
+    COPY = "copy"
+    """CopyNode: move `rect` of a region from device `src` to `dst` (instance to instance).
+    A reduction copy (reduction=True) moves src's partial sums (from its partial buffer, or
+    its instance) into a staging buffer on dst, read by a ReduceNode. Across ranks, src's
+    rank sends and dst's rank receives."""
+    REDUCE = "reduce"
+    """ReduceNode: on its `device`, sum partial contributions (its partial buffer, staged
+    copies, the instance's previous value as base) into the instance, in a fixed order."""
+    ALLREDUCE = "allreduce"
+    """AllReduceNode: every device of `devices` ends with the sum of all their partials
+    (each device's partial buffer or instance, into its instance); a collective of their
+    ranks."""
+
+
+# The members as module constants, for `node.kind is TASK` in loops over nodes (on Python
+# 3.11 an enum attribute lookup costs about ten global lookups).
+TASK, COPY, REDUCE, ALLREDUCE = NodeKind
+
+
+class ReduceTarget(NamedTuple):
+    """Where one piece of a task's Red+ contribution goes (coherence.py decides)."""
+    piece: Rect
+    partial: bool          # into the device's partial-sum buffer (else its instance)
+    accumulate: bool       # added onto the sums already there (else stored)
 
 
 @dataclass(eq=False, slots=True)
@@ -30,11 +60,9 @@ class TaskNode:
     color: tuple[int, ...]
     device: int
     requirements: tuple[RegionRequirement, ...]
-    # For each Red+ requirement, where its contribution goes, piece by piece:
-    # (piece, in the partial buffer (else the instance)?, accumulate (else assign)?).
-    # None for other privileges.
-    targets: tuple[tuple[tuple[Rect, bool, bool], ...] | None, ...]
-    kind = "task"
+    # Per requirement: for a Red+, where its contribution goes, piece by piece; else None.
+    targets: tuple[tuple[ReduceTarget, ...] | None, ...]
+    kind = TASK
 
     @property
     def owner(self) -> str:
@@ -55,7 +83,7 @@ class TaskNode:
                 out.append((r.privilege.value, r.rect.shape, r.region.dtype))
             else:
                 out.append((r.privilege.value, r.rect.shape, r.region.dtype,
-                            tuple(acc for _, _, acc in t)))
+                            tuple(target.accumulate for target in t)))
         return (self.launch.cost_tag, tuple(out))
 
     def describe(self) -> str:
@@ -74,7 +102,7 @@ class CopyNode:
     reduction: bool = False
     from_partial: bool = False     # a reduction copy's source: src's partial buffer
     where: tuple | None = None     # (node group id, index): taskrt/nodegroups.py
-    kind = "copy"
+    kind = COPY
 
     @property
     def nbytes(self) -> int:
@@ -106,7 +134,7 @@ class ReduceNode:
     device: int
     inputs: tuple[ReduceInput, ...]
     where: tuple | None = None     # (node group id, index): taskrt/nodegroups.py
-    kind = "reduce"
+    kind = REDUCE
 
     @property
     def nbytes(self) -> int:
@@ -130,7 +158,7 @@ class AllReduceNode:
     devices: tuple[int, ...]
     in_partial: tuple[bool, ...] = ()   # per device: its sums are in the partial buffer
     where: tuple | None = None     # (node group id, index): taskrt/nodegroups.py
-    kind = "allreduce"
+    kind = ALLREDUCE
 
     @property
     def nbytes(self) -> int:
@@ -181,13 +209,14 @@ class TaskGraph:
         return sum(len(p) for p in self.preds)
 
     def tasks(self) -> list[TaskNode]:
-        return [n for n in self.nodes if n.kind == "task"]
+        return [n for n in self.nodes if n.kind is TASK]
 
     def copies(self) -> list[CopyNode]:
-        return [n for n in self.nodes if n.kind == "copy"]
+        return [n for n in self.nodes if n.kind is COPY]
 
     def count(self) -> dict[str, int]:
-        out = {"task": 0, "copy": 0, "reduce": 0, "allreduce": 0}
+        """Nodes per kind, keyed by the kinds' names."""
+        out = dict.fromkeys(map(str, NodeKind), 0)
         for n in self.nodes:
             out[n.kind] += 1
         return out
@@ -196,9 +225,9 @@ class TaskGraph:
         """Bytes crossing devices: copies plus (n-1)/n ring traffic per all-reduce member."""
         total = 0
         for n in self.nodes:
-            if n.kind == "copy":
+            if n.kind is COPY:
                 total += n.nbytes
-            elif n.kind == "allreduce":
+            elif n.kind is ALLREDUCE:
                 k = len(n.devices)
                 total += 2 * (k - 1) * n.nbytes
         return total

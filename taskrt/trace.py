@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from .taskgraph import ALLREDUCE, COPY, TASK
+
 
 @dataclass(frozen=True, slots=True)
 class TraceEvent:
@@ -26,16 +28,16 @@ class TraceEvent:
 
 def node_label(node) -> str:
     """A short name for a TaskGraph node in a timeline."""
-    if node.kind == "task":
+    if node.kind is TASK:
         return f"{node.launch.name}{list(node.color)}"
     return f"{node.kind} {node.region.name}{node.rect}"
 
 
 def node_track(node) -> str:
     """The track a node's event is drawn on in a real run: its device, link or group."""
-    if node.kind == "copy":
+    if node.kind is COPY:
         return f"link {node.src}->{node.dst}"
-    if node.kind == "allreduce":
+    if node.kind is ALLREDUCE:
         return "group " + ",".join(map(str, node.devices))
     return f"device {node.device}"
 

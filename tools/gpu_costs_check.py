@@ -21,6 +21,7 @@ from strategy.costs.analytic import key_dtype, spec_numbers  # noqa: E402
 from strategy.costs.profile import device_kind  # noqa: E402
 from strategy.machine_model import DEVICE_SPECS  # noqa: E402
 from taskrt import Machine  # noqa: E402
+from taskrt.taskgraph import TASK  # noqa: E402
 
 
 def main(out, app="alexnet", *argv):
@@ -54,7 +55,7 @@ def main(out, app="alexnet", *argv):
         torch.cuda.synchronize()
         if it >= 2:
             for ev in trainer.executor.trace:
-                if ev.kind == "task":
+                if ev.kind is TASK:
                     runs.setdefault(ev.node, []).append(ev.end - ev.start)
     ratios, iso, situ = [], 0.0, 0.0
     for nid, ts in runs.items():

@@ -25,6 +25,8 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass
 
+from taskrt.taskgraph import TASK
+
 from .analytic import (MIN_POINTS, Calibration, CalibrationError, analytic_time, calibrate,
                        default_calibration, key_dtype, spec_numbers, terms)
 from .profile import Profile, Work
@@ -90,7 +92,7 @@ class CostModel:
         self._quiet += 1
         try:
             for n in graph.nodes:
-                if n.kind == "task":
+                if n.kind is TASK:
                     self.task_time(n, machine_model.device(n.device))
         finally:
             self._quiet -= 1

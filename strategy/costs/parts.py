@@ -22,6 +22,7 @@ import torch
 from parallel_ops.tasks import IN, W, StageArgs, forward_task
 from taskrt.executor.instances import TORCH_DTYPES
 from taskrt.executor.steps import TaskContext, task_step
+from taskrt.taskgraph import TASK
 
 # Operator parameters that bound an integer input: the first one present is used.
 INDEX_PARAMS = ("num_embeddings", "classes", "num_classes", "vocab_size", "vocab")
@@ -118,7 +119,7 @@ def forward_pair(graph, node):
     src = node.launch.state_from
     for i in graph.launch_nodes.get(src, ()):
         n = graph.nodes[i]
-        if n.kind == "task" and n.color == node.color:
+        if n.kind is TASK and n.color == node.color:
             return n
     return None
 

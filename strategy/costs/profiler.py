@@ -20,6 +20,8 @@ import time
 import warnings
 import torch
 
+from taskrt.taskgraph import TASK
+
 from .parts import SteadyStep, node_steps
 from .profile import Measurement, Profile, device_kind
 from .work import node_work
@@ -34,7 +36,7 @@ def distinct_nodes(graphs) -> dict:
     out: dict = {}
     for g in graphs:
         for n in g.nodes:
-            if n.kind == "task":
+            if n.kind is TASK:
                 k = n.cost_key
                 if k not in out:
                     out[k] = (n, g)

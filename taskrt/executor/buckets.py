@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from typing import Callable, Hashable
 
+from ..taskgraph import ALLREDUCE
+
 
 def latest_allreduce_ancestor(graph) -> list[int]:
     """Per node: the largest id of an all-reduce it depends on (transitively), or -1."""
@@ -25,7 +27,7 @@ def latest_allreduce_ancestor(graph) -> list[int]:
     for i in range(len(nodes)):
         best = -1
         for p in preds[i]:
-            a = p if nodes[p].kind == "allreduce" else out[p]
+            a = p if nodes[p].kind is ALLREDUCE else out[p]
             if a > best:
                 best = a
         out[i] = best
@@ -44,7 +46,7 @@ def allreduce_buckets(graph, group_of: Callable[[object], Hashable | None],
     open_buckets: dict[tuple, tuple[list[int], int]] = {}   # key -> (members, bytes)
     done: list[list[int]] = []
     for node in graph.nodes:
-        if node.kind != "allreduce":
+        if node.kind is not ALLREDUCE:
             continue
         group = group_of(node)
         if group is None:

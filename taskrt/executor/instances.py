@@ -31,6 +31,7 @@ from ..geometry import Rect
 from ..settings import Settings
 from .cpumemory import retain_freed_memory
 from ..liveness import INSTANCE, PARTIAL, STAGING, Liveness, alias_sources, is_temporary
+from ..taskgraph import COPY
 
 TORCH_DTYPES = {name: getattr(torch, name) for name in
                 ("float16", "bfloat16", "float32", "float64", "int8", "uint8", "int16",
@@ -216,7 +217,7 @@ class InstanceStore:
                                              is_temporary(name, region.nbytes(rect), self.kept, settings),
                                              owners, borrowed)
         for node in graph.nodes:
-            if node.kind == "copy" and node.reduction and node.dst in self.owned:
+            if node.kind is COPY and node.reduction and node.dst in self.owned:
                 self.staging[node.id] = Buffer(node.region, node.rect, node.dst,
                                                self.torch_device[node.dst],
                                                is_temporary(node.region.name, node.nbytes,

@@ -17,6 +17,7 @@ import torch
 from ..errors import PlanError
 from ..trace import TraceEvent, node_label, node_track
 from ..region import Region
+from ..taskgraph import COPY, REDUCE, TASK
 from .instances import InstanceStore
 from .steps import (batch_key, batchable, batches_step, local_allreduce_step, local_copy_step,
                     reduce_step, task_step)
@@ -30,11 +31,11 @@ class LocalExecutor:
         self.contexts: dict = {}
         self.steps = []
         for node in graph.nodes:
-            if node.kind == "task":
+            if node.kind is TASK:
                 self.steps.append(task_step(node, self.store, self.contexts))
-            elif node.kind == "copy":
+            elif node.kind is COPY:
                 self.steps.append(local_copy_step(node, self.store))
-            elif node.kind == "reduce":
+            elif node.kind is REDUCE:
                 self.steps.append(reduce_step(node, self.store))
             else:
                 self.steps.append(local_allreduce_step(node, self.store))

@@ -44,6 +44,7 @@ from .steps import (BatchMember, batchable, local_copy_step, reduce_step,
 from .policies import YIELD, BusyPoll, IdleBackOff, default_poll_max_s, ready_batch
 from .watchdog import Watchdog
 from ..settings import Settings
+from ..taskgraph import ALLREDUCE, COPY, TASK
 from ..trace import TraceEvent, node_label, node_track
 
 def _mpi():
@@ -139,7 +140,7 @@ class MPIExecutor:
         self.tags: dict[int, int] = {}
         devs = self.graph.machine.devices
         for n in self.graph.nodes:
-            if n.kind == "copy":
+            if n.kind is COPY:
                 pair = (devs[n.src].rank, devs[n.dst].rank)
                 if pair[0] != pair[1]:
                     k = counters.get(pair, 0)
@@ -162,12 +163,12 @@ class MPIExecutor:
         for i, role in sorted(self.sched.roles.items()):
             n = g.nodes[i]
             if role == RUN:
-                if n.kind == "task":
+                if n.kind is TASK:
                     self.steps[i] = task_step(n, store, contexts)
                     if not self.record_trace and batchable(n):
                         self.batch_members[i] = BatchMember(n, store, contexts)
                         self.batch_keys[i] = self.batch_members[i].key
-                elif n.kind == "copy":
+                elif n.kind is COPY:
                     self.steps[i] = local_copy_step(n, store)
                 else:
                     self.steps[i] = reduce_step(n, store)
@@ -196,7 +197,7 @@ class MPIExecutor:
         """One sub-communicator per set of ranks sharing an all-reduce (collective call)."""
         MPI = self.MPI
         groups = sorted({rank_group(n, self.graph.machine)
-                         for n in self.graph.nodes if n.kind == "allreduce"})
+                         for n in self.graph.nodes if n.kind is ALLREDUCE})
         self.group_comms = {}
         for grp in groups:
             if len(grp) < 2:

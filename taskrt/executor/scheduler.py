@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..taskgraph import ALLREDUCE, COPY
+
 RUN, SEND, RECV, COLLECT = "run", "send", "recv", "collect"
 POST_RECV, UNPACK, START = "post_recv", "unpack", "start"
 
@@ -29,19 +31,17 @@ class Instruction:
 def node_ranks(node, machine) -> set[int]:
     """Ranks that take part in a node."""
     devs = machine.devices
-    if node.kind == "copy":
-        return {devs[node.src].rank, devs[node.dst].rank}
     return {devs[d].rank for d in node.devices}
 
 
 def role_of(node, machine, rank: int) -> str | None:
     devs = machine.devices
-    if node.kind == "copy":
+    if node.kind is COPY:
         s, d = devs[node.src].rank, devs[node.dst].rank
         if s == d:
             return RUN if s == rank else None
         return SEND if s == rank else RECV if d == rank else None
-    if node.kind == "allreduce":
+    if node.kind is ALLREDUCE:
         return COLLECT if any(devs[x].rank == rank for x in node.devices) else None
     return RUN if devs[node.device].rank == rank else None
 

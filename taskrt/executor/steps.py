@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import functools
 import operator
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import torch
 
 from ..errors import ExecutionError
 from ..privilege import Privilege
 from ..liveness import INSTANCE, PARTIAL
+from ..taskgraph import TASK
 from .instances import TORCH_DTYPES, InstanceStore, View
 
 _RED = Privilege.REDUCE_SUM
@@ -92,6 +93,14 @@ _tensor_of = operator.attrgetter("t")
 _STORE, _CONTRIBUTE, _SPLIT = 0, 1, 2  # kinds of write (see task_step)
 
 
+class _Piece(NamedTuple):
+    """Where one piece of a Red+ contribution goes (a ReduceTarget, resolved to views)."""
+    view: View                  # the target's view
+    slices: tuple | None        # of the contribution; None for all of it
+    accumulate: bool            # added onto the view (else stored)
+    whole: Any                  # the Buffer that may adopt the contribution, or None
+
+
 def task_step(node, store: InstanceStore, contexts: dict) -> Callable[[], None]:
     """A callable that runs one point task and stores what it returns."""
     dev = node.device
@@ -102,8 +111,7 @@ def task_step(node, store: InstanceStore, contexts: dict) -> Callable[[], None]:
     #                of it, to adopt the value; else None);
     #   _CONTRIBUTE  a Red+ contribution that is a single piece covering the requirement,
     #                not accumulated: adopted by the buffer (if whole) or copied into view;
-    #   _SPLIT       any other Red+ contribution: pieces are (target view, slices of the
-    #                contribution or None for all of it, accumulate?, Buffer to adopt it).
+    #   _SPLIT       any other Red+ contribution: its _Pieces.
     writes = []
     # Per writing requirement, the indices of the read arguments whose buffer it may view
     # (taskrt.liveness.alias_sources); stores without the rule view nothing.
@@ -113,13 +121,15 @@ def task_step(node, store: InstanceStore, contexts: dict) -> Callable[[], None]:
         if req.privilege is _RED:
             args.append(_NO_VIEW)
             pieces = []
-            for piece, partial, accumulate in targets:
-                sl = None if piece == req.rect else piece.slices_within(req.rect)
-                whole = whole_buffer(store, partial, name, dev, piece) \
-                    if sl is None and not accumulate else None
-                pieces.append((view_of(store, partial, name, dev, piece), sl, accumulate, whole))
-            if len(pieces) == 1 and pieces[0][1] is None and not pieces[0][2]:
-                writes.append((_CONTRIBUTE, pieces[0][0], pieces[0][3], j))
+            for t in targets:
+                sl = None if t.piece == req.rect else t.piece.slices_within(req.rect)
+                whole = whole_buffer(store, t.partial, name, dev, t.piece) \
+                    if sl is None and not t.accumulate else None
+                pieces.append(_Piece(view_of(store, t.partial, name, dev, t.piece), sl,
+                                     t.accumulate, whole))
+            first = pieces[0]
+            if len(pieces) == 1 and first.slices is None and not first.accumulate:
+                writes.append((_CONTRIBUTE, first.view, first.whole, j))
             else:
                 writes.append((_SPLIT, None, None, tuple(pieces)))
         else:
@@ -190,7 +200,7 @@ def _viewed(value: torch.Tensor, sources) -> bool:
 
 def batchable(node) -> bool:
     """Whether a task node may run in a batch (taskrt.launch: IndexLaunch.batch)."""
-    return node.kind == "task" and node.launch.batch is not None and not any(
+    return node.kind is TASK and node.launch.batch is not None and not any(
         r.privilege is _RED for r in node.requirements)
 
 

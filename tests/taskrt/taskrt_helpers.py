@@ -1,9 +1,10 @@
 """Small helpers shared by the taskrt tests: launches from explicit tables, graph queries."""
 from __future__ import annotations
 
+from itertools import product
 from typing import Callable, Sequence
 
-from taskrt import IndexLaunch, RegionRequirement
+from taskrt import IndexLaunch, RegionRequirement, block_rect
 
 
 def noop(ctx, *tensors):
@@ -20,6 +21,12 @@ def launch(name: str, points: Sequence[Sequence[tuple]], devices: Sequence[int],
 def one(name, region, rect, privilege, device, task=noop, **kw) -> IndexLaunch:
     """A launch of a single point task with a single requirement."""
     return launch(name, [[(region, rect, privilege)]], [device], task, **kw)
+
+
+def block_parts(region, degrees) -> list[tuple]:
+    """(color, rect) of each block part of `region`, colors row-major."""
+    return [(c, block_rect(region.shape, degrees, c))
+            for c in product(*(range(d) for d in degrees))]
 
 
 def ancestors(graph, node_id: int) -> set[int]:

@@ -8,6 +8,7 @@ import pytest
 from parallel_ops import SGD, lower
 from taskrt import Machine, plan
 from taskrt.executor.buckets import allreduce_buckets, latest_allreduce_ancestor
+from taskrt.taskgraph import ALLREDUCE, TASK, NodeKind
 
 from mpi.models import cnn, lstm_model
 from taskrt_helpers import ancestors
@@ -47,7 +48,7 @@ def test_buckets_cover_every_allreduce_in_order_within_the_limit(build, max_byte
 @dataclass
 class N:
     id: int
-    kind: str
+    kind: NodeKind
     nbytes: int = 4
 
 
@@ -59,7 +60,7 @@ class G:
 
 def test_a_member_that_depends_on_the_bucket_starts_a_new_one():
     # 0: allreduce, 1: task after it, 2: allreduce depending on 1 (so on 0), 3: allreduce free
-    g = G([N(0, "allreduce"), N(1, "task"), N(2, "allreduce"), N(3, "allreduce")],
+    g = G([N(0, ALLREDUCE), N(1, TASK), N(2, ALLREDUCE), N(3, ALLREDUCE)],
           [[], [0], [1], []])
     assert latest_allreduce_ancestor(g) == [-1, 0, 0, -1]
     buckets = allreduce_buckets(g, lambda n: "g", lambda n: "f32", 1 << 20)

@@ -5,6 +5,8 @@ import torch
 from taskrt import (R, RED, RW, WD, IndexLaunch, LocalExecutor, Machine, MappingError,
                     PlanError, PrivilegeError, Rect, Region, RegionRequirement, plan)
 
+from taskrt.taskgraph import ReduceTarget
+
 from taskrt_helpers import copies, launch, nodes_of, one, task_of
 
 M4 = Machine.local(4)
@@ -143,7 +145,8 @@ def test_two_reductions_on_one_device_are_ordered_and_accumulate():
     a, b = task_of(g, "a"), task_of(g, "b")
     assert g.preds[b.id] == [a.id]
     # a assigns into device 1's instance (x has no value yet), b accumulates onto it there.
-    assert a.targets == (((FULL, False, False),),) and b.targets == (((TOP, False, True),),)
+    assert a.targets == ((ReduceTarget(FULL, partial=False, accumulate=False),),)
+    assert b.targets == ((ReduceTarget(TOP, partial=False, accumulate=True),),)
     # The only contributor reads the sum: it is already in place, so no reduce node runs.
     assert not nodes_of(g, "r", "reduce") and g.preds[task_of(g, "r").id] == [a.id, b.id]
     assert not g.partial_rects
@@ -159,7 +162,8 @@ def test_partial_sums_onto_a_value_use_the_partial_buffer():
     g = plan([one("w", X, FULL, WD, 1, task=lambda ctx, _: torch.full((8, 8), 100.0)),
               one("a", X, TOP, RED, 1, task=lambda ctx, _: torch.full((4, 8), 1.0)),
               one("r", X, FULL, R, 1)], M4)
-    assert task_of(g, "a").targets == (((TOP, True, False),),)   # the value is its base
+    # The value is its base: the sums go to the partial buffer.
+    assert task_of(g, "a").targets == ((ReduceTarget(TOP, partial=True, accumulate=False),),)
     assert g.partial_rects == {("x", 1): TOP}
     (red,) = nodes_of(g, "r", "reduce")
     assert [i.source for i in red.inputs] == ["instance", "partial"]
@@ -301,7 +305,7 @@ def test_other_user_errors():
         plan([], M4, initial={X: [(FULL, 9)]})
 
 
-def test_default_mapper_spreads_points_in_blocks():
+def test_points_without_devices_spread_in_blocks():
     l8 = IndexLaunch("a", None, (8,), lambda c: [RegionRequirement(X, Rect.of(
         (c[0], c[0] + 1), (0, 8)), WD)])
     g = plan([l8], M4)
@@ -333,7 +337,8 @@ def test_sums_onto_a_fragmented_value_are_one_piece_per_contributor():
     g = plan([launch("w", [[(X, q, WD)] for q in quarters], [0, 1, 2, 3]),
               launch("red", [[(X, FULL, RED)]] * 2, [0, 1]),
               one("r", X, FULL, R, 2)], M4)
-    assert [t.targets for t in nodes_of(g, "red", "task")] == [(((FULL, True, False),),)] * 2
+    assert [t.targets for t in nodes_of(g, "red", "task")] == \
+        [((ReduceTarget(FULL, partial=True, accumulate=False),),)] * 2
     assert sorted((c.src, c.rect) for c in copies(g, "r", reduction=True)) == \
         [(0, FULL), (1, FULL)]
     (red,) = nodes_of(g, "r", "reduce")

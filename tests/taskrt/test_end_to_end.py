@@ -9,7 +9,9 @@ import pytest
 import torch
 
 from taskrt import (R, RED, RW, WD, ExecutionError, IndexLaunch, LocalExecutor, Machine,
-                    Partition, Rect, Region, RegionRequirement, block_rect, plan)
+                    Rect, Region, RegionRequirement, block_rect, plan)
+
+from taskrt_helpers import block_parts
 
 M4 = Machine.local(4)
 
@@ -137,11 +139,11 @@ def stencil_task(ctx, src, dst):
 def stencil_program(iterations=3):
     U, V = Region("U", (N, N), "float64"), Region("V", (N, N), "float64")
     full = U.rect
-    parts = Partition.blocks(U, (2, 2))
+    parts = dict(block_parts(U, (2, 2)))
     halos = {c: Rect(tuple(l - 1 for l in r.lo), tuple(h + 1 for h in r.hi)).intersect(full)
-             for c, r in parts}
-    table = {c: (halos[c], r) for c, r in parts}
-    devices = [2 * c[0] + c[1] for c, _ in parts]
+             for c, r in parts.items()}
+    table = {c: (halos[c], r) for c, r in parts.items()}
+    devices = [2 * c[0] + c[1] for c in parts]
     launches = []
     for it in range(iterations):
         for src, dst in ((U, V), (V, U)):
@@ -150,7 +152,7 @@ def stencil_program(iterations=3):
                 lambda c, src=src, dst=dst: [RegionRequirement(src, halos[c], R),
                                              RegionRequirement(dst, parts[c], WD)],
                 devices=devices, args=table))
-    initial = {U: [(r, d) for (c, r), d in zip(parts, devices)]}
+    initial = {U: [(r, d) for (c, r), d in zip(parts.items(), devices)]}
     return plan(launches, M4, initial=initial), parts
 
 
@@ -164,7 +166,7 @@ def test_stencil_equals_numpy_and_replays():
         assert not any(g.nodes[i].kind in ("reduce", "allreduce") for i in ids)
         cps = [g.nodes[i] for i in ids if g.nodes[i].kind == "copy"]
         assert sum(c.nbytes for c in cps) == 4 * 72, name
-        for color, part in parts:
+        for color, part in parts.items():
             dev = 2 * color[0] + color[1]
             halo = Rect(tuple(l - 1 for l in part.lo), tuple(h + 1 for h in part.hi))
             want = np.zeros((N, N), int)

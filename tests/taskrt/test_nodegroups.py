@@ -23,18 +23,18 @@ def direct_assembly(p: Planner):
     predecessor refs (task refs, node objects) turned into ids."""
     ids, order = {}, []
     task_id = {}
-    for li in range(len(p.launches)):
-        for name in p.read_order[li]:
+    for li, lp in enumerate(p.plans):
+        for name in lp.read_order:
             for node, refs, _ in p.region_nodes.get((li, name), ()):
                 ids[id(node)] = len(order)
                 order.append(("node", node, refs))
-        for pi in range(len(p.points[li])):
+        for pi in range(len(lp.points)):
             task_id[li, pi] = len(order)
             refs = set()
-            for s in p.task_preds[li][pi].values():
+            for s in lp.task_preds[pi].values():
                 refs |= s
-            if p.state_src[li][pi] is not None:
-                refs.add(p.state_src[li][pi])
+            if lp.state_src[pi] is not None:
+                refs.add(lp.state_src[pi])
             order.append(("task", (li, pi), refs))
     preds = []
     for i, (_, _, refs) in enumerate(order):
@@ -53,8 +53,8 @@ def check(planner):
         if kind == "node":
             assert node is what, f"node {i}: {node.describe()}"
         else:
-            assert node.kind == "task" and node.launch is planner.launches[what[0]] and \
-                node.color == planner.points[what[0]][what[1]][0], f"node {i}"
+            assert node.kind == "task" and node.launch is planner.plans[what[0]].launch and \
+                node.color == planner.plans[what[0]].points[what[1]][0], f"node {i}"
         assert g.preds[i] == preds[i], f"node {i} ({node.describe()}): preds"
     asm = assemble(planner.groups(), planner.num_group_ids)
     assert asm.num_nodes == len(order)

@@ -17,8 +17,10 @@ import numpy as np
 import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from taskrt import (R, RED, RW, WD, IndexLaunch, LocalExecutor, Machine, Partition, Planner,
-                    Rect, Region, RegionRequirement)
+from taskrt import (R, RED, RW, WD, IndexLaunch, LocalExecutor, Machine, Planner, Rect, Region,
+                    RegionRequirement)
+
+from taskrt_helpers import block_parts
 
 SHAPE = (6, 5)
 REGIONS = {"x": Region("x", SHAPE, "float64"), "g": Region("g", SHAPE, "float64")}
@@ -55,7 +57,7 @@ def programs(draw):
         replicas = False
         if kind in ("blocks", "halo", "map"):
             degrees = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
-            parts = list(Partition.blocks(region, degrees))
+            parts = block_parts(region, degrees)
             if kind == "blocks" and draw(st.booleans()):           # only some of the parts
                 keep = draw(st.lists(st.booleans(), min_size=len(parts), max_size=len(parts)))
                 parts = [p for p, k in zip(parts, keep) if k] or parts[:1]
@@ -100,7 +102,7 @@ def programs(draw):
                      replicas))
     initial_kind = draw(st.sampled_from(["one", "several", "blocks"]))
     if initial_kind == "blocks":
-        part = Partition.blocks(REGIONS["x"], (2, 2))
+        part = block_parts(REGIONS["x"], (2, 2))
         initial = [(r, draw(st.integers(0, NDEV - 1))) for _, r in part]
     else:
         devs = draw(st.sets(st.integers(0, NDEV - 1), min_size=1,
@@ -200,10 +202,10 @@ def check_copies_for_reads(planner: Planner, launch: IndexLaunch) -> None:
                for name, s in states.items()}
     planner.add_launch(launch)
     li = planner.index[launch.name]
-    new = [n for name in planner.read_order[li]
+    new = [n for name in planner.plans[li].read_order
            for n, _, _ in planner.region_nodes.get((li, name), ())]
     reads = {}
-    for color, device, reqs in planner.points[li]:
+    for color, device, reqs in planner.plans[li].points:
         for req in reqs:
             if req.privilege.reads:
                 reads.setdefault((req.region.name, device), []).append(req.rect)

@@ -1,11 +1,11 @@
-"""RectIndex against a brute-force scan, and Partition.blocks against torch.tensor_split."""
+"""RectIndex against a brute-force scan, and block_rect against torch.tensor_split."""
 from itertools import product
 
 import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from taskrt import Partition, PartitionError, Rect, Region, block_bounds
+from taskrt import PartitionError, Rect, Region, block_bounds, block_rect
 from taskrt.rectindex import RectIndex
 
 # -- RectIndex --------------------------------------------------------------------------------
@@ -104,7 +104,7 @@ def test_rectindex_cells_follow_the_typical_extent():
     assert [v for _, _, v in ix.overlapping(Rect((5, 0), (6, 1)))] == ["sliver", 2]
 
 
-# -- Partition --------------------------------------------------------------------------------
+# -- Block parts ------------------------------------------------------------------------------
 
 
 @settings(max_examples=120, deadline=None)
@@ -114,18 +114,16 @@ def test_blocks_match_tensor_split(data):
     shape = tuple(data.draw(st.integers(1, 9)) for _ in range(ndim))
     degrees = tuple(data.draw(st.integers(1, s)) for s in shape)
     region = Region("x", shape)
-    part = Partition.blocks(region, degrees)
+    colors = list(product(*(range(d) for d in degrees)))
     x = torch.arange(region.rect.volume).reshape(shape)
     want = {(): x}
     for d, deg in enumerate(degrees):          # split dimension by dimension, colors row-major
         want = {c + (k,): piece for c, t in want.items()
                 for k, piece in enumerate(torch.tensor_split(t, deg, dim=d))}
-    assert [c for c, _ in part] == list(product(*(range(d) for d in degrees)))
-    assert len(part) == len(want)
-    for color, rect in part:
+    assert colors == list(want)
+    for color in colors:
+        rect = block_rect(shape, degrees, color)
         assert torch.equal(x[rect.slices_within(region.rect)], want[color]), (color, rect)
-        assert part[color] == rect
-    assert part.disjoint and part.complete
 
 
 @pytest.mark.parametrize("extent,degree", [(10, 3), (7, 7), (5, 1), (9, 4)])
@@ -135,30 +133,6 @@ def test_block_bounds_balanced(extent, degree):
     assert all(a[1] == b[0] for a, b in zip(sizes, sizes[1:]))
     lengths = [h - l for l, h in sizes]
     assert max(lengths) - min(lengths) <= 1 and lengths == sorted(lengths, reverse=True)
-
-
-def test_blocks_refuse_bad_degrees():
-    region = Region("x", (4, 6))
-    with pytest.raises(PartitionError, match=r"Partition of 'x': degree 5 on dimension 0 of "
-                                             r"extent 4 would leave empty parts. Use a degree "
-                                             r"between 1 and 4"):
-        Partition.blocks(region, (5, 1))
-    with pytest.raises(PartitionError, match=r"degree 0 on dimension 1 of extent 6"):
-        Partition.blocks(region, (1, 0))
-    with pytest.raises(PartitionError, match=r"1 degrees \(2,\) for a 2-d region \(4, 6\)"):
-        Partition.blocks(region, (2,))
-
-
-def test_explicit_partitions_and_lookup_errors():
-    region = Region("x", (8,))
-    halo = Partition.explicit(region, {(0,): Rect((0,), (5,)), (1,): Rect((3,), (8,))})
-    assert not halo.disjoint and not halo.complete
-    assert halo[(1,)] == Rect((3,), (8,))
-    with pytest.raises(PartitionError, match=r"part \(1,\) = \[3:9\] is not inside the region "
-                                             r"\[0:8\]"):
-        Partition.explicit(region, {(0,): Rect((0,), (5,)), (1,): Rect((3,), (9,))})
-    with pytest.raises(PartitionError, match=r"no part with color \(2,\)"):
-        halo[(2,)]
 
 
 def test_region_validation():

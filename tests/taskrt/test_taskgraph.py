@@ -1,10 +1,11 @@
 """TaskGraph: fingerprint, counts, summary, and the trace formats."""
 import json
 
+import msgpack
 import torch
 
-from taskrt import (R, RED, WD, LocalExecutor, Machine, Rect, Region, plan, to_chrome,
-                    write_chrome)
+from taskrt import (R, RED, WD, LocalExecutor, Machine, NodeKind, Rect, Region, plan,
+                    to_chrome, write_chrome)
 
 from taskrt_helpers import launch, one
 
@@ -54,6 +55,11 @@ def test_chrome_trace(tmp_path):
     path = tmp_path / "trace.json"
     write_chrome(str(path), ex.trace)
     assert json.loads(path.read_text()) == json.loads(json.dumps(doc))
+    # Node kinds are written as their plain names (NodeKind is a str).
+    assert [e["cat"] for e in json.loads(path.read_text())["traceEvents"] if e["ph"] == "X"] \
+        == [str(n.kind) for n in g.nodes] and {str(k) for k in NodeKind} == set(g.count())
+    back = msgpack.unpackb(msgpack.packb([n.kind for n in g.nodes]))
+    assert back == [str(n.kind) for n in g.nodes] and type(back[0]) is str
 
 
 def test_instance_bytes_per_device():
