@@ -81,7 +81,7 @@ class RegionState:
 
     def __init__(self, region: Region):
         self.region = region
-        self.valid = RectIndex(disjoint=True)   # (rect, frozenset of holder devices)
+        self.valid = RectIndex(disjoint=True)   # (rect, holder devices: writer first)
         self.pending = RectIndex()    # (rect, (device, in partial buffer?)), disjoint per device
 
     def add_holder(self, rect: Rect, device: int) -> None:
@@ -95,9 +95,9 @@ class RegionState:
             self.valid.remove(i)
             for piece in r.subtract(rect):
                 self.valid.add(piece, holders)
-            self.valid.add(inter, holders | {device})
+            self.valid.add(inter, holders + (device,))
         for piece in subtract_all(rect, covered):
-            self.valid.add(piece, frozenset((device,)))
+            self.valid.add(piece, (device,))
 
     def add_holder_to(self, items, device: int) -> None:
         """add_holder for valid items [(id, rect, part of it, holders)] already found: each
@@ -108,14 +108,14 @@ class RegionState:
             if part is not r:
                 for piece in r.subtract(part):
                     valid.add(piece, holders)
-            valid.add(part, holders | {device})
+            valid.add(part, holders + (device,))
 
     def set_only_holder(self, rect: Rect, devices: Iterable[int]) -> None:
         for i, r, holders in self.valid.overlapping(rect):
             self.valid.remove(i)
             for piece in r.subtract(rect):
                 self.valid.add(piece, holders)
-        self.valid.add(rect, frozenset(devices))
+        self.valid.add(rect, tuple(devices))
 
     def retire_pending(self, rect: Rect) -> None:
         for i, r, dev in self.pending.overlapping(rect):
@@ -258,7 +258,7 @@ class RegionPlanner:
     def _choose_source(self, holders, device: int, elements: int) -> int:
         """The holder to copy `elements` from onto `device`: one on the same rank if any,
         and among those the one that has sent the fewest elements of this region so far
-        (then the lowest id). Spreading the sends matters for gathers: when every device
+        (then the one that got the value first). Spreading the sends matters for gathers: when every device
         reads every part, the first reader holds everything next, and taking all later
         copies from it would queue them on its one link ((t-1)^2 sends instead of t-1).
         The count is per region, so a region re-planned alone plans as in a full plan."""
@@ -266,7 +266,9 @@ class RegionPlanner:
         rank = devs[device].rank
         same = [h for h in holders if devs[h].rank == rank]
         sent = self.sent
-        src = min(same or holders, key=lambda h: (sent.get(h, 0), h))
+        # Ties go to the earliest holder (holders are kept in the order they got the value,
+        # its writer first), so a piece is forwarded only to relieve a busier holder.
+        src = min(same or holders, key=lambda h: sent.get(h, 0))
         sent[src] = sent.get(src, 0) + elements
         return src
 
