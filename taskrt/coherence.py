@@ -160,11 +160,11 @@ class RegionPlanner:
     # -- step 1: reads -----------------------------------------------------------------------
     def plan_reads(self, launch, reads) -> list:
         """Nodes that bring the data `reads` [(color, device, rect)] need, as (node, pred refs,
-        staged_from) in program order. Pending partial sums under a read rect are reduced first: one all-reduce
-        when the devices reading exactly that rect are exactly the contributors and each holds
-        a full partial of it (and there is no base), else a reduce on the first reader
-        (reduction copies in, then a ReduceNode). Then copies bring every piece a reader lacks
-        from a valid holder (same rank preferred, then the one that has sent the least)."""
+        staged_from) in program order. Pending partial sums under a read rect are reduced
+        first: one all-reduce when the devices reading exactly that rect are exactly the
+        contributors and each holds a full partial of it (and there is no base), else a reduce
+        on the first reader (reduction copies in, then a ReduceNode). Then copies bring every
+        piece a reader lacks from a valid holder (_choose_source), merged per source."""
         out: list = []
         if len(self.state.pending):
             self._reduce_for_reads(launch.name, reads, out)
@@ -258,10 +258,11 @@ class RegionPlanner:
     def _choose_source(self, holders, device: int, elements: int) -> int:
         """The holder to copy `elements` from onto `device`: one on the same rank if any,
         and among those the one that has sent the fewest elements of this region so far
-        (then the one that got the value first). Spreading the sends matters for gathers: when every device
-        reads every part, the first reader holds everything next, and taking all later
-        copies from it would queue them on its one link ((t-1)^2 sends instead of t-1).
-        The count is per region, so a region re-planned alone plans as in a full plan."""
+        (then the one that got the value first). Spreading the sends matters for gathers:
+        when every device reads every part, the first reader holds everything next, and
+        taking all later copies from it would queue them on its one link ((t-1)^2 sends
+        instead of t-1). The count is per region, so a region re-planned alone plans as in a
+        full plan."""
         devs = self.machine.devices
         rank = devs[device].rank
         same = [h for h in holders if devs[h].rank == rank]
