@@ -93,11 +93,12 @@ def test_loads_counted_by_the_os_set_the_contention_and_long_keys_work(traces):
     per_key: dict = {}
     for r in runs:
         c = loads[r.path]
-        limit = fit.slice_s / (4 * (c - 1))
+        # no preempted event seen (a quiet machine): no slice, so no key is long
+        limit = fit.slice_s / (4 * (c - 1)) if fit.slice_s > 0 else float("inf")
         for key, ts in task_durations(r.graph, r.events).items():
             if fit0.work[1].get(key, "cpu").seconds >= limit:
                 per_key.setdefault(key, []).extend(t / c for t in ts)
-    assert per_key                       # some key is long (every key, without a slice)
+    assert per_key or fit.slice_s == 0   # some key is long where the OS took slices
     for key in {n.cost_key for r in runs for n in r.graph.nodes if n.kind == "task"}:
         want = statistics.fmean(per_key[key]) if key in per_key else \
             fit0.work[1].get(key, "cpu").seconds
