@@ -86,16 +86,13 @@ class RegionState:
 
     def add_holder(self, rect: Rect, device: int) -> None:
         """Record that `device` now also holds the current value of `rect`."""
-        covered = []
+        covered, lacking = [], []
         for i, r, holders in self.valid.overlapping(rect):
             inter = r.intersect(rect)
             covered.append(inter)
-            if device in holders:
-                continue
-            self.valid.remove(i)
-            for piece in r.subtract(rect):
-                self.valid.add(piece, holders)
-            self.valid.add(inter, holders + (device,))
+            if device not in holders:
+                lacking.append((i, r, inter, holders))
+        self.add_holder_to(lacking, device)
         for piece in subtract_all(rect, covered):
             self.valid.add(piece, (device,))
 
