@@ -146,6 +146,20 @@ class ConstantOp(_TensorValue):
         super().__init__(model, "constant", shape, False, name)
 
 
+_LATER_KEYS: dict = {}
+
+
+def _later_keys(s0: int, s1: int, keys: int, device) -> torch.Tensor:
+    """The causal mask of query rows s0..s1-1 over `keys` keys: True where a key comes
+    after its query (cached: parts ask for the same ones every iteration)."""
+    key = (s0, s1, keys, str(device))
+    got = _LATER_KEYS.get(key)
+    if got is None:
+        got = _LATER_KEYS[key] = (torch.arange(keys, device=device).unsqueeze(0)
+                                  > torch.arange(s0, s1, device=device).unsqueeze(1))
+    return got
+
+
 class SDPA(Op):
     type = "sdpa"
 
@@ -196,43 +210,104 @@ class SDPA(Op):
         return PartSpec(tuple(ins), (), spec.outputs, info=(s0, s1))
 
     def _attend(self, q, k, v, mask, rows: Rect):
-        """softmax(q k^T * scale + mask) (dropped out) v for the query rows in `rows`."""
+        """softmax(q k^T * scale + mask) (dropped out) v for the query rows in `rows`:
+        (output, q's rows, the probabilities, the dropped-out probabilities, the keep
+        mask or None)."""
         s0, s1 = rows.lo[2], rows.hi[2]
         if q.shape[2] != s1 - s0:
             q = q[:, :, s0:s1]
-        scale = self.params["scale"]
-        scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-        scores = torch.matmul(q, k.transpose(-2, -1)) * scale
+        scores = torch.matmul(q, k.transpose(-2, -1)) * self._scale(q)
         if self.params["causal"]:
-            allowed = (torch.arange(k.shape[2], device=q.device).unsqueeze(0)
-                       <= torch.arange(s0, s1, device=q.device).unsqueeze(1))
-            scores = scores.masked_fill(~allowed, float("-inf"))
+            scores = scores.masked_fill(_later_keys(s0, s1, k.shape[2], q.device),
+                                        float("-inf"))
         if mask is not None:
             scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool \
                 else scores + mask
         probs = torch.softmax(scores, dim=-1)
+        dropped, keep = probs, None
         p = self.params["dropout_p"]
         if p and self.training:
             n, h, s, _ = self.inputs[self.args[0]].shape
             keep = keep_mask(self.model.seed, self.model.step_count, self.name, p,
                              (n, h, s, s), Rect(rows.lo[:3] + (0,),
                                                 rows.hi[:3] + (k.shape[2],)), q.device)
-            probs = probs * keep * (1.0 / (1.0 - p))
-        return torch.matmul(probs, v)
+            dropped = probs * keep * (1.0 / (1.0 - p))
+        return torch.matmul(dropped, v), q, probs, dropped, keep
+
+    def _scale(self, q) -> float:
+        scale = self.params["scale"]
+        return 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+
+    def _rows(self, spec) -> Rect:
+        s0, s1 = spec.info
+        out = spec.outputs[0]
+        return Rect(out.lo[:2] + (s0,), out.hi[:2] + (s1,))
 
     def forward(self, spec, inputs, weights):
         q, k, v = (inputs[j] for j in self.args)
         mask = None if self.mask_arg is None else inputs[self.mask_arg]
-        s0, s1 = spec.info
-        out = spec.outputs[0]
-        rows = Rect(out.lo[:2] + (s0,), out.hi[:2] + (s1,))
-        return [self._attend(q, k, v, mask, rows)]
+        return [self._attend(q, k, v, mask, self._rows(spec))[0]]
+
+    # The derivatives autograd takes through _attend, without recording its graph per part
+    # (an attention part is ~10 autograd nodes, and the engine's set-up per call).
+    explicit_backward = True
+
+    def forward_saving(self, spec, inputs, weights):
+        """forward() without autograd, saving what backward() reads: q's rows, k, v, the
+        probabilities (softmax's derivative reads them), the dropped-out ones and the keep
+        mask, and the mask (an additive mask's gradient needs its shape)."""
+        if any(t is None for t in inputs):
+            return None
+        q, k, v = (inputs[j] for j in self.args)
+        mask = None if self.mask_arg is None else inputs[self.mask_arg]
+        out, q_rows, probs, dropped, keep = self._attend(q, k, v, mask, self._rows(spec))
+        return [out], (q_rows, k, v, mask, probs, dropped, keep)
+
+    def backward(self, spec, saved, output_grads, need_inputs, need_weights):
+        """dv = P'^T dO; dP' = dO v^T; dP = dP' * (1/(1-p)) * keep; dS = softmax's
+        derivative; dq = dS * scale k, dk = (dS * scale)^T q; an additive mask gets dS summed
+        to its shape. Masked-out scores need no masked_fill of dS: their probabilities are
+        exactly 0, so softmax's derivative (P * (dP - sum(dP * P))) is 0 there already.
+        An input given as several of q, k, v gets the sum; q read whole (it is also k or v)
+        gets zeros outside the part's rows."""
+        q, k, v, mask, probs, dropped, keep = saved
+        dout = output_grads[0]
+        grads = [None] * len(self.inputs)
+
+        def give(j, g, rows=None):
+            if not need_inputs[j]:
+                return
+            if rows is not None:           # q's rows of an input read whole
+                whole = torch.zeros_like(v if j == self.args[2] else k)
+                whole[:, :, rows[0]:rows[1]] = g
+                g = whole
+            grads[j] = g if grads[j] is None else grads[j] + g
+        qj, kj, vj = self.args
+        if need_inputs[vj]:
+            give(vj, torch.matmul(dropped.transpose(-2, -1), dout))
+        wanted = need_inputs[qj] or need_inputs[kj] or (
+            self.mask_arg is not None and need_inputs[self.mask_arg])
+        if wanted:
+            dp = torch.matmul(dout, v.transpose(-2, -1))
+            if keep is not None:
+                dp = dp * (1.0 / (1.0 - self.params["dropout_p"])) * keep
+            ds = torch._softmax_backward_data(dp, probs, -1, probs.dtype)
+            if self.mask_arg is not None and need_inputs[self.mask_arg] and \
+                    mask.dtype != torch.bool:
+                grads[self.mask_arg] = ds.sum_to_size(mask.shape)
+            ds = ds * self._scale(q)
+            s0, s1 = spec.info
+            sliced = (s0, s1) if qj in (kj, vj) and q.shape[2] != (
+                k if qj == kj else v).shape[2] else None
+            give(qj, torch.matmul(ds, k), sliced)
+            give(kj, torch.matmul(ds.transpose(-2, -1), q))
+        return grads, []
 
     def reference(self, inputs, weights):
         q, k, v = (inputs[j] for j in self.args)
         mask = None if self.mask_arg is None else inputs[self.mask_arg]
         if self.params["dropout_p"] and self.training:
-            return [self._attend(q, k, v, mask, Rect.from_shape(q.shape))]
+            return [self._attend(q, k, v, mask, Rect.from_shape(q.shape))[0]]
         return [F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
                                                is_causal=self.params["causal"],
                                                scale=self.params["scale"])]

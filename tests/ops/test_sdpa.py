@@ -1,7 +1,9 @@
 """sdpa (the importer's scaled dot-product attention): every legal config (sample, heads,
 query positions) equals PyTorch with no mask, a causal one, a boolean key-padding mask
-(N, 1, S, S), an additive mask (N, H, S, S) and attention dropout; the dropout mask is the
-split-independent one of parallel_ops/dropout.py applied to the attention weights."""
+(N, 1, S, S), an additive mask (N, H, S, S) (also one that is learned: it gets a gradient),
+attention dropout, and one tensor as q, k and v (causal self-attention); the dropout mask is
+the split-independent one of parallel_ops/dropout.py applied to the attention weights.
+Parts run SDPA's own backward (not autograd): counted."""
 import pytest
 import torch
 import torch.nn.functional as F
@@ -15,9 +17,11 @@ from oracle import assert_matches, legal_configs
 N, H, S, D = 4, 2, 3, 2
 
 
-def net(mask=None, causal=False, dropout_p=0.0):
+def net(mask=None, causal=False, dropout_p=0.0, shared=False):
     m = Model("att", seed=1, dtype="float64")
     q, k, v = (m.input(t, (N, H, S, D), requires_grad=True) for t in "qkv")
+    if shared:                      # self-attention: one tensor is q, k and v
+        k = v = q
     y = m.input("y", (N,), dtype="int64")
     g = torch.Generator().manual_seed(3)
     feeds = {t: torch.randn(N, H, S, D, generator=g, dtype=torch.float64) for t in "qkv"}
@@ -27,8 +31,8 @@ def net(mask=None, causal=False, dropout_p=0.0):
         mt = m.input("mask", (N, 1, S, S), dtype="bool")
         feeds["mask"] = torch.ones(N, 1, S, S, dtype=torch.bool)
         feeds["mask"][1, :, :, -1] = False
-    elif mask == "additive":
-        mt = m.input("mask", (N, H, S, S))
+    elif mask in ("additive", "learned"):
+        mt = m.input("mask", (N, H, S, S), requires_grad=mask == "learned")
         feeds["mask"] = torch.randn(N, H, S, S, generator=g, dtype=torch.float64)
     op = m.add_op(SDPA(m, q, k, v, causal, None, name="op", mask=mt, dropout_p=dropout_p))
     flat = m.reshape(op.outputs[0], (N, H * S * D), name="r")
@@ -37,14 +41,24 @@ def net(mask=None, causal=False, dropout_p=0.0):
 
 
 KINDS = {"none": {}, "causal": {"causal": True}, "padding": {"mask": "padding"},
-         "additive": {"mask": "additive"}, "dropout": {"mask": "padding", "dropout_p": 0.3}}
+         "additive": {"mask": "additive"}, "learned": {"mask": "learned"},
+         "dropout": {"mask": "padding", "dropout_p": 0.3},
+         "shared": {"shared": True, "causal": True, "dropout_p": 0.3}}
 CASES = [(k, cfg) for k in KINDS for cfg in legal_configs(net(**KINDS[k])[0].op("op"), 4,
                                                           max_configs=10)]
 
 
 @pytest.mark.parametrize("kind,cfg", CASES, ids=[f"{k}-{c}" for k, c in CASES])
-def test_every_config(kind, cfg):
+def test_every_config(kind, cfg, monkeypatch):
+    calls = []
+    real = SDPA.backward
+
+    def counted(self, *args, **kwargs):
+        calls.append(self.name)
+        return real(self, *args, **kwargs)
+    monkeypatch.setattr(SDPA, "backward", counted)
     assert_matches(*net(**KINDS[kind]), {"op": cfg})
+    assert len(calls) == 2 * len(cfg.devices)      # 2 steps, every part: its own backward
 
 
 def test_reference_is_torch_and_dropout_uses_the_hash_mask():
