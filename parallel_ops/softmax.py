@@ -42,8 +42,9 @@ class _RowStage(Stage):
     """A stage of row_stat_stages with an explicit backward (Op.explicit_backward) for the
     parts that hold whole rows (the last axis unsplit, the common case): normalize then
     computes y from x alone with torch's fused kernel (`whole_saving`, `whole_backward`:
-    torch's own derivative), and gives the statistics a zero gradient; the stats stage's
-    backward gives x a zero gradient. Their sum is the exact gradient (the statistics of a
+    torch's own derivative), and gives the statistics a zero gradient; the stats stage then
+    computes nothing (its output is left unwritten: nothing reads it) and its backward
+    gives x a zero gradient. Their sum is the exact gradient (the statistics of a
     whole row are a function of x that normalize's derivative already accounts for). Parts
     of split rows run autograd through both stages as before."""
 
@@ -62,13 +63,12 @@ class _RowStage(Stage):
         return self._backward(spec, saved, output_grads, need_inputs, need_weights)
 
 
-def _stats_saving(stats_fwd):
-    """The stats stage's whole-row forward: the statistics, saving what a zero gradient
-    for x needs."""
-    def saving(spec, inputs, weights):
-        x = inputs[0]
-        return stats_fwd(spec, inputs, weights), (x.shape, x.dtype, x.device)
-    return saving
+def _stats_skipped(spec, inputs, weights):
+    """The stats stage's forward for whole rows: nothing is computed or written (the
+    normalize part of whole rows reads x alone, and nothing else reads the statistics);
+    saves what a zero gradient for x needs."""
+    x = inputs[0]
+    return [None], (x.shape, x.dtype, x.device)
 
 
 def broadcast_zero(shape, dtype, device) -> torch.Tensor:
@@ -119,7 +119,7 @@ def row_stat_stages(op: Op, x: Tensor, y: Tensor, stats_fwd: Callable, norm_fwd:
 
     explicit = whole_saving is not None
     return [_RowStage(op, "stats", [x], [stats], stats_fwd, part=stats_part, feat=feat,
-                      whole_saving=_stats_saving(stats_fwd) if explicit else None,
+                      whole_saving=_stats_skipped if explicit else None,
                       whole_backward=_stats_backward),
             _RowStage(op, "normalize", [x, stats], [y], norm_fwd, weights=weights,
                       part=norm_part, feat=feat, whole_saving=whole_saving,

@@ -146,6 +146,13 @@ class ConstantOp(_TensorValue):
         super().__init__(model, "constant", shape, False, name)
 
 
+def _bmm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a @ b for (n, h, i, j) and (n, h, j, k): one bmm over n * h (torch.matmul of 4-d
+    operands adds expands and reshapes around it, each an operation per call)."""
+    n, h = a.shape[:2]
+    return torch.bmm(a.flatten(0, 1), b.flatten(0, 1)).view(n, h, a.shape[2], b.shape[3])
+
+
 _LATER_KEYS: dict = {}
 
 
@@ -216,7 +223,7 @@ class SDPA(Op):
         s0, s1 = rows.lo[2], rows.hi[2]
         if q.shape[2] != s1 - s0:
             q = q[:, :, s0:s1]
-        scores = torch.matmul(q, k.transpose(-2, -1)) * self._scale(q)
+        scores = _bmm(q, k.transpose(-2, -1)) * self._scale(q)
         if self.params["causal"]:
             scores = scores.masked_fill(_later_keys(s0, s1, k.shape[2], q.device),
                                         float("-inf"))
@@ -232,7 +239,7 @@ class SDPA(Op):
                              (n, h, s, s), Rect(rows.lo[:3] + (0,),
                                                 rows.hi[:3] + (k.shape[2],)), q.device)
             dropped = probs * keep * (1.0 / (1.0 - p))
-        return torch.matmul(dropped, v), q, probs, dropped, keep
+        return _bmm(dropped, v), q, probs, dropped, keep
 
     def _scale(self, q) -> float:
         scale = self.params["scale"]
@@ -284,11 +291,11 @@ class SDPA(Op):
             grads[j] = g if grads[j] is None else grads[j] + g
         qj, kj, vj = self.args
         if need_inputs[vj]:
-            give(vj, torch.matmul(dropped.transpose(-2, -1), dout))
+            give(vj, _bmm(dropped.transpose(-2, -1), dout))
         wanted = need_inputs[qj] or need_inputs[kj] or (
             self.mask_arg is not None and need_inputs[self.mask_arg])
         if wanted:
-            dp = torch.matmul(dout, v.transpose(-2, -1))
+            dp = _bmm(dout, v.transpose(-2, -1))
             if keep is not None:
                 dp = dp * (1.0 / (1.0 - self.params["dropout_p"])) * keep
             ds = torch._softmax_backward_data(dp, probs, -1, probs.dtype)
@@ -299,8 +306,8 @@ class SDPA(Op):
             s0, s1 = spec.info
             sliced = (s0, s1) if qj in (kj, vj) and q.shape[2] != (
                 k if qj == kj else v).shape[2] else None
-            give(qj, torch.matmul(ds, k), sliced)
-            give(kj, torch.matmul(ds.transpose(-2, -1), q))
+            give(qj, _bmm(ds, k), sliced)
+            give(kj, _bmm(ds.transpose(-2, -1), q))
         return grads, []
 
     def reference(self, inputs, weights):
