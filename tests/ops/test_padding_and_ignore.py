@@ -76,3 +76,22 @@ def test_input_function_every_config(cfg):
     trainer = m.compile(oracle_machine(4), {"op": cfg}, None, keep=["op"])
     trainer.step(feeds)
     assert torch.equal(trainer.read("op"), _mask_of(feeds["am"]))
+
+
+def test_input_function_recomputes_when_its_sources_change(monkeypatch):
+    """The result is reused while the sources hold the same values and recomputed when one
+    changes: each step's mask is the one of that step's feed."""
+    m, feeds = mask_net()
+    op = m.op("op")
+    calls = []
+    monkeypatch.setattr(op, "fn", lambda am: calls.append(1) or _mask_of(am))
+    trainer = m.compile(oracle_machine(4), {"op": legal_configs(op, 4)[1]}, None,
+                        keep=["op"])
+    other = {"am": torch.tensor([[1, 0, 0], [1, 1, 1], [1, 1, 0], [1, 1, 1]])}
+    per_step = []
+    for step, feed in enumerate([feeds, feeds, other, other, feeds]):
+        before = len(calls)
+        trainer.step(feed)
+        per_step.append(len(calls) - before)
+        assert torch.equal(trainer.read("op"), _mask_of(feed["am"])), f"step {step}"
+    assert per_step == [1, 0, 1, 0, 1]       # the oracle's devices are all the CPU
