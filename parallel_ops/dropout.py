@@ -130,16 +130,38 @@ class Dropout(Op):
         self.dims = axis_dims(x.shape)
         self.labels = {"inputs": (names,), "weights": (), "outputs": (names,)}
 
-    def _apply(self, x: torch.Tensor, rect: Rect) -> torch.Tensor:
+    def _scaled_mask(self, x: torch.Tensor, rect: Rect) -> torch.Tensor | None:
+        """keep * (1 / (1 - p)) in x's dtype for `rect` (None when dropout is off): x times
+        it is x * keep * (1 / (1 - p)) bit for bit (x * keep is exact)."""
         p = self.params["p"]
         if not self.training or p == 0.0:
-            return x
-        mask = keep_mask(self.model.seed, self.model.step_count, self.name, p,
+            return None
+        keep = keep_mask(self.model.seed, self.model.step_count, self.name, p,
                          self.inputs[0].shape, rect, x.device)
-        return x * mask * (0.0 if p == 1.0 else 1.0 / (1.0 - p))
+        return keep.to(x.dtype) * (0.0 if p == 1.0 else 1.0 / (1.0 - p))
+
+    def _apply(self, x: torch.Tensor, rect: Rect) -> torch.Tensor:
+        scaled = self._scaled_mask(x, rect)
+        return x if scaled is None else x * scaled
 
     def forward(self, spec, inputs, weights):
         return [self._apply(inputs[0], spec.outputs[0])]
+
+    # dx = dy * keep / (1 - p): one multiplication, without an autograd graph per part.
+    explicit_backward = True
+
+    def forward_saving(self, spec, inputs, weights):
+        x = inputs[0]
+        if x is None:
+            return None
+        scaled = self._scaled_mask(x, spec.outputs[0])
+        return [x if scaled is None else x * scaled], scaled
+
+    def backward(self, spec, saved, output_grads, need_inputs, need_weights):
+        if not need_inputs[0]:
+            return [None], []
+        dy = output_grads[0]
+        return [dy if saved is None else dy * saved], []
 
     def reference(self, inputs, weights):
         """The same hash mask applied to the whole tensor (see the module docstring)."""

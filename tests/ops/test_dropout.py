@@ -21,9 +21,15 @@ def net(p=0.5, seed=1):
 
 
 @pytest.mark.parametrize("cfg", legal_configs(net()[0].op("drop"), 4), ids=str)
-def test_same_mask_under_every_split(cfg):
+def test_same_mask_under_every_split(cfg, monkeypatch):
+    from parallel_ops.dropout import Dropout
+    calls = []
+    real = Dropout.backward
+    monkeypatch.setattr(Dropout, "backward",
+                        lambda self, *a: calls.append(1) or real(self, *a))
     m, feeds = net()
     trainer = assert_matches(m, feeds, {"drop": cfg})     # steps 1 and 2 vs the reference
+    assert len(calls) == 2 * len(cfg.devices)   # every part: the op's own backward
     out = trainer.read("drop")
     dropped = out == 0
     assert 0 < int(dropped.sum()) < out.numel()
