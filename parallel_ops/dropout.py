@@ -130,19 +130,19 @@ class Dropout(Op):
         self.dims = axis_dims(x.shape)
         self.labels = {"inputs": (names,), "weights": (), "outputs": (names,)}
 
-    def _scaled_mask(self, x: torch.Tensor, rect: Rect) -> torch.Tensor | None:
-        """keep * (1 / (1 - p)) in x's dtype for `rect` (None when dropout is off): x times
-        it is x * keep * (1 / (1 - p)) bit for bit (x * keep is exact)."""
+    def _keep(self, x: torch.Tensor, rect: Rect) -> torch.Tensor:
         p = self.params["p"]
-        if not self.training or p == 0.0:
-            return None
-        keep = keep_mask(self.model.seed, self.model.step_count, self.name, p,
+        return keep_mask(self.model.seed, self.model.step_count, self.name, p,
                          self.inputs[0].shape, rect, x.device)
-        return keep.to(x.dtype) * (0.0 if p == 1.0 else 1.0 / (1.0 - p))
+
+    def _factor(self) -> float:
+        p = self.params["p"]
+        return 0.0 if p == 1.0 else 1.0 / (1.0 - p)
 
     def _apply(self, x: torch.Tensor, rect: Rect) -> torch.Tensor:
-        scaled = self._scaled_mask(x, rect)
-        return x if scaled is None else x * scaled
+        if not self.training or self.params["p"] == 0.0:
+            return x
+        return x * self._keep(x, rect) * self._factor()
 
     def forward(self, spec, inputs, weights):
         return [self._apply(inputs[0], spec.outputs[0])]
@@ -151,11 +151,17 @@ class Dropout(Op):
     explicit_backward = True
 
     def forward_saving(self, spec, inputs, weights):
+        """forward() as x * (keep * (1 / (1 - p))), saving that factor for backward. In
+        float32 and float64 this is x * keep * (1 / (1 - p)) bit for bit (x * keep is exact,
+        and torch rounds the Python factor to the dtype either way); reduced precision
+        types compute the factor's product in float32, so they take autograd's path."""
         x = inputs[0]
-        if x is None:
+        if x is None or x.dtype not in (torch.float32, torch.float64):
             return None
-        scaled = self._scaled_mask(x, spec.outputs[0])
-        return [x if scaled is None else x * scaled], scaled
+        if not self.training or self.params["p"] == 0.0:
+            return [x], None
+        scaled = self._keep(x, spec.outputs[0]).to(x.dtype) * self._factor()
+        return [x * scaled], scaled
 
     def backward(self, spec, saved, output_grads, need_inputs, need_weights):
         if not need_inputs[0]:

@@ -120,6 +120,21 @@ def test_activation_operators_same_bits_as_autograd(kind, kwargs, config):
     assert counts == {"act": 2 * len(config.devices)}
 
 
+@pytest.mark.parametrize("config", [ParallelConfig.of([0, 1, 2, 3], n=4),
+                                    ParallelConfig.of([3, 1, 0], a1=3)], ids=str)
+def test_dropout_same_bits_as_autograd(config):
+    """Dropout's own backward and its forward as x * (keep / (1 - p)) give autograd's bits
+    in float32."""
+    from parallel_ops.dropout import Dropout
+    m, feeds = activation_stack("dropout", p=0.3)
+    counts: dict = {}
+    explicit = _run(m, feeds, {"act": config}, True, counts, Dropout)
+    m2, _ = activation_stack("dropout", p=0.3)
+    autograd = _run(m2, feeds, {"act": config}, False, cls=Dropout)
+    _assert_same_bits(explicit, autograd)
+    assert counts == {"act": 2 * len(config.devices)}
+
+
 def linear_stack(activation, bias, lead=(6,)):
     m = Model("explicit_fc", seed=3, dtype="float32")
     x = m.input("x", (*lead, 7), requires_grad=True)
