@@ -66,24 +66,41 @@ class Linear(FusesActivation, Op):
 
     def forward_saving(self, spec, inputs, weights):
         """forward() without autograd for a 2-d input part (one matrix product, addmm or mm),
+        or a contiguous one of more axes: torch's linear flattens it to 2-d, multiplies and
+        views the product back (its derivative is the 2-d one on the flattened views);
         saving what backward() needs."""
         (x,) = inputs
         w = weights[0]
-        if x is None or w is None or x.dim() != 2:
+        if x is None or w is None:
             return None
+        lead = None
+        if x.dim() != 2:
+            if not x.is_contiguous():
+                return None            # torch copies it (matmul's reshape): autograd's path
+            lead = x.shape[:-1]
+            x = x.view(-1, x.shape[-1])
         b = weights[1] if len(weights) > 1 else None
         y, act = activate_saving(self.activation, F.linear(x, w, b))
+        if lead is not None:     # a view: autograd's saved output (act) sees what it sees
+            y = y.view(*lead, y.shape[-1])
         return [y], (x, w, b is not None, act)
 
     def backward(self, spec, saved, output_grads, need_inputs, need_weights):
         """addmm's (mm's) derivatives as autograd computes them for x and W^T, in the same
-        memory orders (torch's mm_mat1_backward / mm_mat2_backward), then the bias's sum."""
+        memory orders (torch's mm_mat1_backward / mm_mat2_backward), then the bias's sum;
+        on the 2-d views of a flattened input (and dx viewed back to its shape)."""
         x, w, has_bias, act = saved
-        dy = activation_backward(self.activation, output_grads[0], act, self)
+        dy, lead = output_grads[0], None
+        if dy.dim() != 2:
+            lead = dy.shape[:-1]
+            dy = dy.reshape(-1, dy.shape[-1])
+        dy = activation_backward(self.activation, dy, act, self)
         wt = w.t()
         dx = dw = db = None
         if need_inputs[0]:
             dx = wt.mm(dy.t()).t() if _column_major(x) else dy.mm(wt.t())
+            if lead is not None:
+                dx = dx.view(*lead, dx.shape[-1])
         if need_weights[0]:
             dw = (dy.t().mm(x).t() if _column_major(wt) else x.t().mm(dy)).t()
         if has_bias and need_weights[1]:

@@ -154,7 +154,14 @@ LINEAR_CASES = [
                            "fc2": ParallelConfig.of([0, 1, 2], i=3)}, {"fc1": 4, "fc2": 6}),
     (None, True, (6,), {"fc1": ParallelConfig.of([1, 3, 0, 2], n=2, i=2),
                         "fc2": ParallelConfig.of([3, 2], o=2)}, {"fc1": 8, "fc2": 4}),
-    ("tanh", True, (3, 2), {"fc1": ParallelConfig.of([0, 1], n=2)}, {}),   # 3-d: autograd
+    # 3-d and 4-d inputs: the flattened 2-d product where a part's view is contiguous (a
+    # device buffer holding more than the part's block makes it strided: autograd's path)
+    ("tanh", True, (3, 2), {"fc1": ParallelConfig.of([0, 1], n=2)}, {"fc1": 4, "fc2": 6}),
+    ("relu", False, (4, 3, 2), {"fc1": ParallelConfig.of([0, 1, 2, 3], n=2, o=2),
+                                "fc2": ParallelConfig.of([0, 1, 2], s1=3)}, {"fc1": 8}),
+    ("gelu", True, (4, 4), {"fc1": ParallelConfig.of([2, 1], s1=2),
+                            "fc2": ParallelConfig.of([0, 1, 3, 2], n=2, i=2)},
+     {"fc1": 4, "fc2": 4}),
 ]
 
 

@@ -22,6 +22,15 @@ def test_linear_every_config(cfg):
     assert_matches(m, feeds, {"fc1": cfg}, num_devices=4)
 
 
+@pytest.mark.parametrize("cfg", legal_configs(mlp(lead=(4, 3))[0].op("fc1"), 4,
+                                              max_configs=16), ids=str)
+def test_linear_of_3d_input_every_config(cfg):
+    """A (batch, sequence, features) input: contiguous parts take the flattened product and
+    its own backward (parallel_ops/linear.py), the others autograd."""
+    m, feeds = mlp(lead=(4, 3))
+    assert_matches(m, feeds, {"fc1": cfg}, num_devices=4)
+
+
 @pytest.mark.parametrize("cfg", legal_configs(mlp()[0].op("loss"), 4), ids=str)
 def test_loss_every_config(cfg):
     m, feeds = mlp()
