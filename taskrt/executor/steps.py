@@ -159,12 +159,10 @@ def task_step(node, store: InstanceStore, contexts: dict) -> Callable[[], None]:
                                 f"{'' if out is None else f' of length {len(out)}'}; expected "
                                 f"{nwrites} value(s), one per WD/RW/Red+ requirement")
             for value, (kind, view, buf, pieces) in zip(out, writes):
-                # A value viewing an argument's storage cannot be adopted (a buffer holds
-                # that storage): try the view rule first, adoption otherwise.
                 if kind == _STORE:
-                    if value is not None and value is not view.t and not (
-                            buf.alias(value) if pieces and _viewed(value, pieces) else
-                            buf is not None and buf.adopt(value)):
+                    if value is not None and value is not view.t and (
+                            buf is None or not buf.adopt(value)) and not (
+                            pieces and _viewed(value, pieces) and buf.alias(value)):
                         view.t.copy_(value)
                     continue
                 if value is None:
@@ -173,8 +171,8 @@ def task_step(node, store: InstanceStore, contexts: dict) -> Callable[[], None]:
                                     "give every gradient need_inputs / need_weights ask "
                                     "for)")
                 if kind == _CONTRIBUTE:
-                    if not (buf.alias(value) if pieces and _viewed(value, pieces) else
-                            buf is not None and buf.adopt(value)):
+                    if (buf is None or not buf.adopt(value)) and not (
+                            pieces and _viewed(value, pieces) and buf.alias(value)):
                         view.t.copy_(value)
                     continue
                 for target, sl, accumulate, whole in pieces:
