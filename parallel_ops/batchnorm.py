@@ -191,13 +191,14 @@ class BatchNorm2d(FusesActivation, Op):
                          sum_dz.to(x.dtype) if need_weights[1] else None]
         return [dx, d_stats, d_centered], d_weights
 
-    def _native_saving(self, inputs, weights):
-        """For a part of whole samples (_whole_samples): y from the summed statistics the
-        stats and centered stages computed (one multiply-add pass; torch's
-        native_batch_norm would take its statistics again), saving what torch's derivative
-        reads (_native_backward). In float32 y, the mean and 1/std are torch's kernel's
-        bits (its rounding is followed above); in float64 they agree to rounding."""
-        y, (x, mean, invstd, _, gamma) = self._normalized(inputs, weights)
+    def _native_normalized(self, inputs, weights):
+        """For a part of whole samples (_whole_samples): y from torch's own kernel, as eager
+        PyTorch computes it (the same bits), saving its mean and 1/std for its derivative.
+        The summed statistics are not read: the part's own are the same numbers."""
+        x = inputs[0]
+        gamma, beta = weights if self.params["affine"] else (None, None)
+        y, mean, invstd = torch.native_batch_norm(x, gamma, beta, None, None, True, 0.0,
+                                                  self.params["eps"])
         return y, (_NATIVE, x, gamma, mean, invstd)
 
     def _native_backward(self, saved, dy, need_inputs, need_weights):
@@ -285,7 +286,7 @@ class _Normalize(Stage):
     def forward_saving(self, spec, inputs, weights):
         bn = self.parent
         if _whole_samples(bn, spec):
-            y, saved = bn._native_saving(inputs, weights)
+            y, saved = bn._native_normalized(inputs, weights)
         else:
             y, saved = bn._normalized(inputs, weights)
         out, act = activate_saving(bn.activation, y)
@@ -299,7 +300,7 @@ class _Normalize(Stage):
                                                need_weights)
 
 
-_NATIVE = "native"              # the tag of what _native_saving saves
+_NATIVE = "native"              # the tag of what _native_normalized saves
 
 
 def _whole_samples(bn: BatchNorm2d, spec: PartSpec) -> bool:
