@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import os
+import time
 
 import torch
 import torch.nn as nn
@@ -72,9 +73,74 @@ def aten_ops(step) -> int:
     with Count():
         step()
     return Count.n
+
+
+def _node_kind(node) -> str:
+    """A node's kind for the profile: the stage's type and the task's phase, or the
+    runtime's kind (copy, reduce, allreduce)."""
+    if node.kind is not TASK:
+        return str(node.kind)
+    stage = getattr(node.launch.args, "stage", None)
+    phase = node.launch.task.__name__.replace("_task", "")
+    return f"{stage.type} {phase}" if stage is not None else phase
+
+
+def node_kinds(trainer, repeats: int = 5) -> tuple[float, list]:
+    """Where a local trainer's iteration spends its time: (thread CPU ms per iteration,
+    [(kind, nodes, ms per iteration, aten operations per node)], most time first), from
+    its executor's plan run step by step (a batch of updates counts as one node)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    ex = trainer.executor
+    store = ex.store
+    kinds = [_node_kind(ex.graph.nodes[ids[0]]) for ids in ex.entries]
+    spent: dict = {}
+    ops: dict = {}
+
+    def iteration(before=None):
+        store.start_iteration()
+        for kind, (step, allocate, free) in zip(kinds, ex.plan):
+            if before is not None:
+                before(kind)
+            t0 = time.thread_time_ns()
+            if allocate:
+                store.begin(allocate)
+            step()
+            if free:
+                store.release(free)
+            spent[kind] = spent.get(kind, 0) + time.thread_time_ns() - t0
+
+    class Count(TorchDispatchMode):
+        kind = None
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            ops[Count.kind] = ops.get(Count.kind, 0) + 1
+            return func(*args, **(kwargs or {}))
+    iteration()
+    spent.clear()
+    for _ in range(repeats):
+        iteration()
+    ms = {k: v / 1e6 / repeats for k, v in spent.items()}
+    with Count():
+        iteration(lambda kind: setattr(Count, "kind", kind))
+    count = {k: kinds.count(k) for k in ms}
+    rows = sorted(((k, count[k], ms[k], ops.get(k, 0) / count[k]) for k in ms),
+                  key=lambda r: -r[2])
+    return sum(ms.values()), rows
+
+
+def profile_row(label: str, trainer, top: int = 10) -> tuple:
+    """A results row: where the iteration's time goes, by node kind."""
+    total, rows = node_kinds(trainer)
+    parts = ", ".join(f"{k} {t:.2f} ({n} x {a:.0f} ops)" for k, n, t, a in rows[:top])
+    return (f"{label}: ours' iteration by node kind", f"{total:.1f} ms CPU",
+            f"ms CPU per iteration (nodes x aten operations each), run node by node, "
+            f"most first: {parts}; {load()}")
+
+
 from parallel_ops import SGD, Model
 from taskrt import Machine
 from taskrt.executor.cpumemory import retain_freed_memory
+from taskrt.taskgraph import TASK
 
 SHAPES = {
     # name: (batch, channels in, image size, [(out channels, stride), ...], classes)
@@ -190,9 +256,9 @@ def run(quick: bool = False) -> dict:
                      f"{step_ours.nodes} graph nodes; "
                      f"{load()}; target <= {_target(name, fused)}"))
     _imported_hf_rows(quick, rows, data)
-    label, entry, row = imported_resnet18_row(quick)
+    label, entry, row, profile = imported_resnet18_row(quick)
     data[label] = entry
-    rows.append(row)
+    rows += [row, profile]
     return {"title": "runtime overhead (1 device)", "rows": rows, "data": data}
 
 
@@ -216,8 +282,8 @@ def _imported_hf_rows(quick: bool, rows: list, data: dict) -> None:
         t = alternating({"ours": ("bench._imported_hf", "ours_step", (kind, quick)),
                          "pytorch": ("bench._imported_hf", "eager_step", (kind, quick))},
                         blocks=3 if quick else 15)
-        ops = (aten_ops(imported.ours_step(kind, quick)),
-               aten_ops(imported.eager_step(kind, quick)))
+        ours = imported.ours_step(kind, quick)
+        ops = (aten_ops(ours), aten_ops(imported.eager_step(kind, quick)))
         ratio = t["ours"] / t["pytorch"]
         label = f"imported HF {name} ({imported.describe(kind, quick)})"
         data[label] = {"ours_ms": 1e3 * t["ours"], "pytorch_ms": 1e3 * t["pytorch"],
@@ -227,6 +293,7 @@ def _imported_hf_rows(quick: bool, rows: list, data: dict) -> None:
                      f"each in its own process; {ops[0]} vs {ops[1]} aten "
                      "operations per iteration; own loss, default dropout; cpu, 1 thread; "
                      f"{load()}; target <= 1.10"))
+        rows.append(profile_row(f"imported HF {name}", ours.trainer))
 
 
 def resnet18_step(side: str, quick: bool):
@@ -248,6 +315,7 @@ def resnet18_step(side: str, quick: bool):
                                     executor="local")
         step = functools.partial(trainer.step, imp.feeds(x, labels=y))
         step.nodes = len(trainer.graph)
+        step.trainer = trainer
         return step
     opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9, foreach=False)
 
@@ -259,13 +327,14 @@ def resnet18_step(side: str, quick: bool):
 
 
 def imported_resnet18_row(quick: bool):
-    """(label, data, row) of the imported ResNet-18 against the same module eager, each in
-    a process of its own taking turns."""
+    """(label, data, row, profile row) of the imported ResNet-18 against the same module
+    eager, each in a process of its own taking turns."""
     label = "imported ResNet-18 (torchvision layout, batch 8, 32x32)"
     t = alternating({"ours": (__name__, "resnet18_step", ("ours", quick)),
                      "pytorch": (__name__, "resnet18_step", ("pytorch", quick))},
                     blocks=3 if quick else 10)
-    ops = (aten_ops(resnet18_step("ours", quick)), aten_ops(resnet18_step("pytorch", quick)))
+    ours = resnet18_step("ours", quick)
+    ops = (aten_ops(ours), aten_ops(resnet18_step("pytorch", quick)))
     ratio = t["ours"] / t["pytorch"]
     entry = {"ours_ms": 1e3 * t["ours"], "pytorch_ms": 1e3 * t["pytorch"], "ratio": ratio,
              "aten_ops": {"ours": ops[0], "pytorch": ops[1]}}
@@ -273,4 +342,4 @@ def imported_resnet18_row(quick: bool):
            f"{1e3 * t['ours']:.1f} vs {1e3 * t['pytorch']:.1f} {_per_iteration()}, each in "
            f"its own process; {ops[0]} vs {ops[1]} aten operations per iteration; cpu, "
            f"1 thread; {load()}; target <= 1.10")
-    return label, entry, row
+    return label, entry, row, profile_row("imported ResNet-18", ours.trainer)
