@@ -15,7 +15,9 @@ one process, interleaved call by call, is reported beside it.
 Imported models are measured too: ResNet-18 (torchvision's layout, written in plain torch
 in examples/vision_blocks.py) and tiny Hugging Face GPT-2 and BERT (bench/_imported_hf.py)
 through parallel_ops.importer against the same modules eager. For them the rows also give
-the aten operations one iteration runs, ours and eager (a count no load changes).
+the aten operations one iteration runs, ours and eager (a count no load changes), and where
+our iteration's time goes by node kind (`node_kinds`: the plan run node by node in this
+process, thread CPU time and aten operations per kind; not side by side, a profile).
 
 The optimizer is torch.optim.SGD with its default for CPU tensors (a loop over the
 parameters); our runtime runs a device's updates as one multi-tensor call
