@@ -432,8 +432,9 @@ def analyse(folder: str, data: dict) -> dict:
             seen = [os.path.join(traces, f"{a}_{s}.json") for a in apps for s in fold]
             # the traces record the OS's load over their iteration; for a kept collection
             # of traces from before they did, the load over each traced run
-            loads = {os.path.join(traces, f"{a}_{s_}.json"):
-                     runs[a, s_].get("traced_contention") for a in apps for s_ in fold}
+            loads = {path: runs[a, s_].get("traced_contention") for a in apps for s_ in fold
+                     for path in [os.path.join(traces, f"{a}_{s_}.json")]
+                     if not records_load(path)}
             model, profile, fit = calibrate(seen, base, base_profiles, loads=loads)
             residuals[f"{name}, fold {k}"] = fit.residuals
             os_load = fit.load_source != "the task events"    # the OS's count, comparable
@@ -476,6 +477,13 @@ def analyse(folder: str, data: dict) -> dict:
     timing["analyse_s"] = round(time.perf_counter() - t0, 1)
     timing["contention"] = contention_fits
     return report(cases, timing, machines, quick, residuals)
+
+
+def records_load(trace_path: str) -> bool:
+    """Whether a trace holds the OS's load over its iteration (taskrt.trace.LOAD_EVENT)."""
+    from taskrt.trace import LOAD_EVENT
+    with open(trace_path) as f:
+        return any(e.get("name") == LOAD_EVENT for e in json.load(f).get("traceEvents", []))
 
 
 def searched_vs_data(cases: list[dict], key: str = "predicted_s") -> list[str]:
