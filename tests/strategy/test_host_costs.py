@@ -185,6 +185,32 @@ def test_insitu_times_price_unseen_keys_by_the_profilers_fastest_repeat():
     assert prof.get("d", "cpu").seconds == pytest.approx(6e-4) and scaled == 1
 
 
+def test_unseen_long_keys_take_the_ratio_of_keys_as_long_in_the_profiler():
+    """A key no run timed whose every profiler repeat was preempted is priced by the ratio
+    of work to the profiler's time of the timed keys that were as long there (stretched
+    alike), not of every long key: with a 2 ms key (work 3.7 ms in situ, long beside 16 ms
+    slices at a load of 5) in the median, AlexNet's first convolution (53 ms in the
+    profiler, 7 ms of work) was priced at 58 ms (the old rule: the median ratio of s and
+    L)."""
+    from strategy.insitu import price_unseen_long_keys
+    from strategy.costs import Measurement, Profile
+    base, prof = Profile(), Profile()
+    for k, t in (("s", 1.75e-3), ("L", 50e-3), ("U", 52e-3), ("u", 2e-3)):
+        base.add(k, "cpu", Measurement(t, 5, t, 1.5 * t))
+    for k, t in (("s", 3.7e-3), ("L", 6.5e-3), ("U", 91e-3), ("u", 3.5e-3)):
+        prof.add(k, "cpu", Measurement(t, 1, t, t))       # s, L timed; U, u by the line
+    # slices of 16 ms at a load of 5: every repeat of a key over 4 ms was preempted
+    assert price_unseen_long_keys(prof, base, {"s", "L"}, {"s", "L"}, 5.0, 16e-3) == 1
+    assert prof.get("U", "cpu").seconds == pytest.approx(6.5e-3 / 50e-3 * 52e-3)
+    assert prof.get("u", "cpu").seconds == 3.5e-3               # short in the profiler
+    # no timed key as long in the profiler: its repeats stretched by the runs' load
+    prof.add("U", "cpu", Measurement(91e-3, 1, 91e-3, 91e-3))
+    assert price_unseen_long_keys(prof, base, {"s"}, {"s", "L"}, 5.0, 16e-3) == 1
+    assert prof.get("U", "cpu").seconds == pytest.approx(52e-3 / 5)
+    # no slice seen (a quiet machine): nothing is long
+    assert price_unseen_long_keys(prof, base, {"s", "L"}, {"s", "L"}, 5.0, 0.0) == 0
+
+
 def test_fit_host_costs_adds_the_gap_to_the_host_work():
     samples = {"task": [(1e-5, 0.0, 0), (3e-5, 0.0, 0), (None, 0.0, 0)],
                "send": [(2e-6, 1e-5 + 1e-9 * n, n) for n in (100, 1000, 10000)]}
