@@ -37,6 +37,16 @@ def weight_parts(op, weight_dims: set):
     return key
 
 
+def _weight_dims(op) -> set[str]:
+    """The names of the dims that split the operator's weights: from its labels, or, for an
+    operator that gives none (its part() computes every rect, e.g. a convolution with halos),
+    its parameter and reduction dims."""
+    if op.labels is None:
+        return {d.name for d in op.dims if d.kind in ("parameter", "reduction")}
+    return {name for labels in op.labels.get("weights", ()) for name in labels
+            if name is not None}
+
+
 class SearchSpace:
     def __init__(self, model, num_devices: int, devices_per_node: int | None = None, *,
                  pow2: bool = False, max_split: int | None = None,
@@ -173,8 +183,7 @@ class SearchSpace:
         the devices the sample degree is cut to make room (Megatron's trade of data for
         tensor parallelism). Same devices, cut or extended at the end. None when no dim can
         be split further."""
-        weight_dims = {name for labels in op.labels.get("weights", ()) for name in labels
-                       if name is not None}
+        weight_dims = _weight_dims(op)
         current = tuple(cfg.degree(d.name) for d in op.dims)
         sample = next((i for i, d in enumerate(op.dims) if d.kind == "sample"), None)
         allowed = set(self.degree_tuples(op))

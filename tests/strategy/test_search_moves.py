@@ -73,6 +73,23 @@ def test_shard_move_splits_the_weights_on_the_fullest_device_finer():
     assert space.shard(m.op("h0/add_1"), session.configs["h0/add_1"], rng) is None
 
 
+def test_shard_move_splits_a_convolution_which_gives_no_labels():
+    # conv2d computes every part's rects itself (labels None): its weights split along its
+    # parameter (output channels) and reduction (input channels) dims. Crashed the search
+    # (AttributeError) when an out-of-memory chain drew a convolution.
+    from parallel_ops import Model
+    m = Model("cnn", seed=0)
+    x = m.input("x", (8, 4, 8, 8))
+    m.conv2d(x, 16, 3, padding=1, name="conv")
+    conv = m.op("conv")
+    assert conv.labels is None
+    space = SearchSpace(m, 4, 4)
+    dp = SearchSpace.config(conv, (4, 1, 1, 1, 1), (0, 1, 2, 3))
+    cfg = space.shard(conv, dp, random.Random(0))
+    assert cfg is not None and (cfg.degree("c") > 1 or cfg.degree("ci") > 1)
+    assert cfg.num_parts <= 4
+
+
 def test_recompute_units_are_the_plans_segments_and_name_their_states():
     m = gpt(3)
     plans = search_plans(m)
