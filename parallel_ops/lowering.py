@@ -244,10 +244,11 @@ class _Lowering:
         stage = next(s for s in w.owner.stages() if w in s.weights)
         k = stage.weights.index(w)
         fwd = forward[stage.name]
-        pieces = []
+        pieces, seen = [], set()          # (a set: data parallelism on n devices is n pieces)
         for c, dev in zip(fwd.colors, fwd.devices):
             r = fwd.args.specs[c].weights[k]
-            if not r.empty and (r, dev) not in pieces:
+            if not r.empty and (r, dev) not in seen:
+                seen.add((r, dev))
                 pieces.append((r, dev))
         states = self.state_regions.get(w.name)
         if states is None:
