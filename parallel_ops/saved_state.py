@@ -28,7 +28,7 @@ import torch
 
 from taskrt.executor.steps import TaskContext
 
-from .tasks import IN, OUT, W, StageArgs, _Explicit, forward_task
+from .tasks import OUT, StageArgs, _Explicit, forward_task, part_views
 
 _CACHE: dict = {}
 
@@ -90,16 +90,12 @@ def saved_bytes(stage, spec, input_grads, weight_grads, device: str = "meta") ->
 
 
 def _measure(stage, spec, input_grads, weight_grads, device: str) -> int:
-    layout, views = [], []
-    for group, tensors, rects in ((IN, stage.inputs, spec.inputs),
-                                  (W, stage.weights, spec.weights)):
-        for i, (t, r) in enumerate(zip(tensors, rects)):
-            if not r.empty:
-                layout.append((group, i))
-                dt = getattr(torch, t.dtype)
-                views.append(torch.zeros(r.shape, dtype=dt, device=device)
-                             if device != "meta" or not dt.is_floating_point
-                             else torch.empty(r.shape, dtype=dt, device=device))
+    def make(rect, t):
+        dt = getattr(torch, t.dtype)
+        if dt.is_floating_point:            # values unused: shapes only
+            return torch.empty(rect.shape, dtype=dt, device=device)
+        return torch.zeros(rect.shape, dtype=dt, device=device)     # valid indices
+    layout, views = part_views(stage, spec, make)
     layout += [(OUT, i) for i, r in enumerate(spec.outputs) if not r.empty]
     args = StageArgs(stage, {(0,): spec}, {(0,): tuple(layout)}, True, input_grads,
                      weight_grads, stage.training)
