@@ -77,9 +77,14 @@ def make_parser(app: App) -> argparse.ArgumentParser:
                    help="search a strategy (docs/search.md) for this long before training "
                         "(or simulating, with --simulate)")
     s.add_argument("--search-proposals", type=int, metavar="N",
-                   help="with --search: also stop after N proposals (a search bounded only "
-                        "by proposals repeats exactly with the same --seed: use a large "
-                        "SECONDS)")
+                   help="with --search: also stop after N proposals, shared out over the "
+                        "ranks searching (a search bounded only by proposals repeats exactly "
+                        "with the same --seed and ranks: use a large SECONDS)")
+    s.add_argument("--search-ranks", type=int, metavar="K",
+                   help="with --search under mpirun: how many ranks search, each its own "
+                        "chains (seeds --seed, --seed+1, ...), the best strategy found wins "
+                        "(default: every rank; 1 searches on rank 0 alone, which also takes "
+                        "the least memory)")
     s.add_argument("--check-prediction", type=int, metavar="N",
                    help="with --search (a real run): first train the searched strategy and "
                         "data parallelism N iterations each and print their predicted and "
@@ -143,6 +148,9 @@ def check_args(app: App, a: argparse.Namespace) -> None:
         raise UsageError(f"--check-prediction {a.check_prediction}: give a positive number of "
                          "iterations, with --search SECONDS and without --simulate (it "
                          "trains both strategies for real).")
+    if a.search_ranks is not None and (a.search is None or a.search_ranks < 1):
+        raise UsageError(f"--search-ranks {a.search_ranks}: give a positive count, with "
+                         "--search SECONDS.")
     if a.search_proposals is not None and (a.search is None or a.search_proposals < 1):
         raise UsageError(f"--search-proposals {a.search_proposals}: give a positive count, "
                          "with --search SECONDS.")

@@ -30,10 +30,11 @@ def search_strategy(app: App, config, mm, machine, net, strategy: dict, strategy
                     rank: int = 0, mpi: bool = False, out=None) -> tuple:
     """--search SECONDS: the best strategy the MCMC search (strategy/search.py) finds for
     the machine model `mm` (--simulate's), else for --machine's model when given, else for
-    this job's own devices, calibrated (`local`, every rank takes part). Rank 0 searches,
-    starting from data parallelism, the app's expert strategy and the --strategy file if
-    any; every rank gets its result. Returns (configs, name, SearchResult or None on the
-    ranks that did not search)."""
+    this job's own devices, calibrated (`local`, every rank takes part). Each searching rank
+    (--search-ranks, default all) runs its own chains with seed --seed + rank, starting from
+    data parallelism, the app's expert strategy and the --strategy file if any; the best
+    strategy found (ties to the lowest rank) is every rank's result, and rank 0 prints its
+    report. Returns (configs, name, the winning SearchResult on rank 0, else None)."""
     from parallel_ops.recompute import set_recompute
     from strategy.files import from_dict
     from strategy.logical_devices import shared
@@ -43,29 +44,63 @@ def search_strategy(app: App, config, mm, machine, net, strategy: dict, strategy
             raise UsageError(f"--machine {config.machine}: its model has {mm.num_devices} "
                              f"devices and this job runs on {len(machine)}; search for a "
                              "machine like this one (leave out --machine), or add --simulate.")
-    payload, found = None, None
-    if rank == 0:
-        try:
-            found = _search(app, config, mm, net, strategy, strategy_name, out)
-            payload = ("ok", to_file_object(found, net), found.recompute,
-                       found.recompute_segments)
-        except UsageError as e:           # every rank must hear of it, or they wait forever
-            payload = ("error", str(e))
-        except Exception as e:
-            payload = ("error", f"the search failed: {type(e).__name__}: {e}")
+    comm = None
     if mpi:
         from mpi4py import MPI
-
+        comm = MPI.COMM_WORLD
+    searchers = min(config.search_ranks or (comm.Get_size() if comm else 1),
+                    comm.Get_size() if comm else 1)
+    found, mine = None, ("idle", None)
+    if rank < searchers:
+        try:
+            found = _search(app, config, mm, net, strategy, strategy_name,
+                            out if rank == 0 else None, rank, searchers)
+            mine = ("ok", found.predicted, found.proposals)
+        except UsageError as e:           # every rank must hear of it, or they wait forever
+            mine = ("error", str(e))
+        except Exception as e:
+            mine = ("error", f"the search failed: {type(e).__name__}: {e}")
+    outcomes = [mine]
+    if comm is not None:
         from taskrt.discovery import idle_barrier
-        idle_barrier(MPI.COMM_WORLD)          # the others sleep while rank 0 searches
-        payload = MPI.COMM_WORLD.bcast(payload, root=0)
-    status, value = payload[:2]
-    if status == "error":
-        raise UsageError(f"--search {config.search:g}: {value}")
-    plan, segments = payload[2:]
+        idle_barrier(comm)                    # ranks done early sleep while others search
+        outcomes = comm.allgather(mine)
+    for r, (status, value, *_) in enumerate(outcomes):
+        if status == "error":
+            raise UsageError(f"--search {config.search:g}: {value}"
+                             + (f" (on rank {r})" if r else ""))
+    ran = [(value, r) for r, (status, value, *_) in enumerate(outcomes) if status == "ok"]
+    winner = min(ran)[1]          # the fastest predicted time, ties to the lowest rank
+    payload = None
+    if rank == winner:
+        payload = (to_file_object(found, net), found.recompute, found.recompute_segments,
+                   found.text(), found.explain(net.model).text(), found if comm else None)
+    if comm is not None:
+        payload = comm.bcast(payload, root=winner)
+    value, plan, segments, text, explained, result = payload
+    if rank == 0:
+        if searchers > 1:
+            per = [(r, o[1], o[2]) for r, o in enumerate(outcomes) if o[0] == "ok"]
+            _say(out, f"searched on {searchers} ranks (seeds {config.seed}-"
+                      f"{config.seed + searchers - 1}), {sum(p for _, _, p in per)} proposals "
+                      "in all; best per rank: " + ", ".join(
+                          f"{t * 1e3:.4g} ms (rank {r}, {p} proposals)" for r, t, p in per)
+                      + f"; rank {winner}'s is the best:")
+        _say(out, text)
+        _say(out, explained)
+        if not config.profile:
+            _say(out, ANALYTIC_NOTE)
+        if winner != 0:
+            found = result
     if plan is not None:              # the recomputation searched with the strategy
         set_recompute(net.model, segments)
-    return from_dict(value).configs, f"searched ({config.search:g} s)", found
+    return from_dict(value).configs, f"searched ({config.search:g} s)", \
+        found if rank == 0 else None
+
+
+def _say(out, text: str) -> None:
+    if out is not None:
+        print(text, file=out, flush=True)
 
 
 def to_file_object(found, net) -> dict:
@@ -74,40 +109,39 @@ def to_file_object(found, net) -> dict:
     return to_dict(found.configs, net.model)
 
 
-def _search(app: App, config, mm, net, strategy: dict, strategy_name: str, out):
-    """Rank 0's part of --search: run it, print its report, return the SearchResult."""
+def _search(app: App, config, mm, net, strategy: dict, strategy_name: str, out,
+            rank: int = 0, ranks: int = 1):
+    """One searching rank's part of --search (seed --seed + rank, its share of
+    --search-proposals): run it, print its progress to `out`, return the SearchResult."""
     from strategy.costs import CostWarning
     from strategy.experts import expert_for
     from strategy.search import search
 
     from .simulate import cost_model
     from .startup import optimizer
-
-    def say(*x):
-        if out is not None:
-            print(*x, file=out, flush=True)
     expert = expert_for(app, net.model, mm)
     opt, costs = optimizer(config), cost_model(config, net)
+    proposals = config.search_proposals
+    if proposals is not None:
+        proposals = proposals // ranks + (rank < proposals % ranks)
 
     def progress(p):
         if not config.quiet:
-            say(f"  search {p['elapsed']:6.1f} s  {p['proposals']:6d} proposals "
-                f"({p['rate']:.1f}/s)  from {p['candidate']:<13} current "
-                f"{p['current'] * 1e3:.4g} ms  best {p['best'] * 1e3:.4g} ms")
-    say(f"searching a strategy for {config.search:g} s on {mm} ...")
+            _say(out, f"  search {p['elapsed']:6.1f} s  {p['proposals']:6d} proposals "
+                      f"({p['rate']:.1f}/s{' on rank 0' if ranks > 1 else ''})  from "
+                      f"{p['candidate']:<13} current {p['current'] * 1e3:.4g} ms  best "
+                      f"{p['best'] * 1e3:.4g} ms")
+    _say(out, f"searching a strategy for {config.search:g} s on {mm}"
+              + (f" on {ranks} ranks" if ranks > 1 else "") + " ...")
     with warnings.catch_warnings():      # the report says where the costs come from
         warnings.simplefilter("ignore", CostWarning)
-        res = search(net.model, mm, costs, budget_s=config.search,
-                     proposals=config.search_proposals, seed=config.seed, expert=expert,
-                     optimizer=opt, progress=progress, progress_every=2.0,
-                     starts={strategy_name: strategy} if strategy else None,
-                     recompute=app.recompute_plans(net.model) if app.recompute_plans
-                     else None)
-    say(res.text())
-    say(res.explain(net.model).text())
-    if not config.profile:
-        say(ANALYTIC_NOTE)
-    return res
+        return search(net.model, mm, costs, budget_s=config.search,
+                      proposals=max(1, proposals) if proposals is not None else None,
+                      seed=config.seed + rank, expert=expert, optimizer=opt,
+                      progress=progress, progress_every=2.0,
+                      starts={strategy_name: strategy} if strategy else None,
+                      recompute=app.recompute_plans(net.model) if app.recompute_plans
+                      else None)
 
 
 # Without --profile, predicted times come from the analytic cost model, which ranks

@@ -37,6 +37,7 @@ class RunConfig:
     export: str | None
     search: float | None
     search_proposals: int | None
+    search_ranks: int | None           # ranks that search (None: all)
     check_prediction: int | None       # --check-prediction N: run best and data parallel
     machine: str | None
     simulate: bool

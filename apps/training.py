@@ -210,7 +210,8 @@ def write_trace(path: str, trainer, machine: Machine, mpi: bool, rank: int,
     strategy/replay.py can rebuild exactly this graph. Rank 0 writes it (kept elsewhere,
     and said, when the write fails)."""
     events = getattr(trainer.executor, "trace", [])
-    mine = to_chrome(events, process_name=f"rank {rank}")["traceEvents"]
+    mine = to_chrome(events, process_name=f"rank {rank}",
+                     load=getattr(trainer.executor, "trace_load", None))["traceEvents"]
     everyone = comm_world().gather(mine, root=0) if mpi else [mine]
     if rank != 0:
         return

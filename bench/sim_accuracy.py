@@ -24,9 +24,9 @@ most of the benchmark's time).
   node kind, in-situ task times, contention and preemption slices, the profiler's times
   scaled to in situ for keys not seen, the iteration factor) and predict the strategies of
   the other fold, which it never saw (calibration.predict);
-- at the measured load: the same, at the contention of the case's own runs (the
-  calibration's contention times the ratio of the loads the OS counted then and during the
-  calibrating traces); measured, not fitted: what is left is the model's error;
+- at the measured load: the same, at the contention the OS counted during the case's own
+  runs (the calibration's is what it counted during the calibrating traces' iterations,
+  which the traces record); measured, not fitted: what is left is the model's error;
 - without the iteration factor; uncalibrated: the same graphs on calibrate_local's model
   with the profiler's times (one torch thread, every graph's distinct task nodes), as before
   calibration existed.
@@ -177,6 +177,8 @@ def worker(argv=None) -> dict:
     out = {"machine": to_dict(machine), "cases": [], "load": [os.getloadavg()[0]]}
     devices = a.devices_per_rank * world_size()
 
+    from taskrt.trace import sched_times
+
     def run_timed(argv):
         """(result, contention while it ran: every rank's CPU and run-queue wait)."""
         before = sched_times()
@@ -208,29 +210,19 @@ def worker(argv=None) -> dict:
     return out
 
 
-def sched_times() -> tuple[float, float] | None:
-    """(seconds on a CPU, seconds runnable but waiting for one) of this thread so far, from
-    Linux's /proc/self/schedstat; None where there is none."""
-    try:
-        with open("/proc/self/schedstat") as f:
-            cpu, wait = f.read().split()[:2]
-    except (OSError, ValueError):
-        return None
-    return int(cpu) / 1e9, int(wait) / 1e9
-
-
 def contention_since(before) -> float | None:
-    """Wall seconds per second of work since `before` (sched_times()): (CPU + run-queue
-    wait) / CPU, summed over every rank of the job (a collective call under MPI). The
-    machine's load as this job felt it: 1 on an idle core, 3 when the OS ran it a third of
-    the time it could have run."""
+    """Wall seconds per second of work since `before` (taskrt.trace.sched_times()): (CPU +
+    run-queue wait) / CPU, summed over every rank of the job (a collective call under
+    MPI; taskrt.trace.contention_of). The machine's load as this job felt it: 1 on an idle
+    core, 3 when the OS ran it a third of the time it could have run."""
+    from taskrt.trace import contention_of, sched_times
     now = sched_times()
-    mine = (now[0] - before[0], now[1] - before[1]) if now and before else (0.0, 0.0)
+    mine = (now[0] - before[0], now[1] - before[1]) if now and before else (0.0, None)
+    records = [{"cpu_s": mine[0], "wait_s": mine[1]}]
     if world_size() > 1:
         from mpi4py import MPI
-        mine = tuple(MPI.COMM_WORLD.allreduce(x) for x in mine)
-    cpu, wait = mine
-    return (cpu + wait) / cpu if cpu > 0 else None
+        records = MPI.COMM_WORLD.allgather(records[0])
+    return contention_of(records)
 
 
 def world_size() -> int:
@@ -438,15 +430,16 @@ def analyse(folder: str, data: dict) -> dict:
         runs = {(c["app"], c["strategy"]): c for c in measured[name]["cases"]}
         for k, fold in enumerate(FOLDS):
             seen = [os.path.join(traces, f"{a}_{s}.json") for a in apps for s in fold]
-            loads = {os.path.join(traces, f"{a}_{s_}.json"):
-                     runs[a, s_].get("traced_contention") for a in apps for s_ in fold}
+            # the traces record the OS's load over their iteration; for a kept collection
+            # of traces from before they did, the load over each traced run
+            loads = {path: runs[a, s_].get("traced_contention") for a in apps for s_ in fold
+                     for path in [os.path.join(traces, f"{a}_{s_}.json")]
+                     if not records_load(path)}
             model, profile, fit = calibrate(seen, base, base_profiles, loads=loads)
             residuals[f"{name}, fold {k}"] = fit.residuals
-            # the load the traces were recorded under, as the OS counted it (sched_times)
-            traced = [runs[a, s_]["traced_contention"] for a in apps for s_ in fold]
-            traced = statistics.median(traced) if all(traced) else None
+            os_load = fit.load_source != "the task events"    # the OS's count, comparable
             contention_fits.append({"layout": name, "fold": k, "contention": fit.contention,
-                                    "slice_s": fit.slice_s, "traced_load": traced,
+                                    "slice_s": fit.slice_s, "load_source": fit.load_source,
                                     "factor": fit.factor})
             held_out = [s for s in STRATEGIES if s not in fold]
             for a in apps:
@@ -459,13 +452,11 @@ def analyse(folder: str, data: dict) -> dict:
                                       CostModel(base_profiles, int_ranges=ints)).makespan
                     c = runs[(a, strategy)]
                     m = c["measured_s"]
-                    # at the load of the measurement: the traces' contention scaled by
-                    # the ratio of the two loads the OS counted
+                    # at the load the OS counted during the measurement's runs
                     at_load = None
-                    if traced and c.get("contention") and all(c["contention"]):
-                        ratio = statistics.median(c["contention"]) / traced
-                        at_load = predict(fit, g, ints, ranks_, per,
-                                          contention=max(1.0, fit.contention * ratio))
+                    if os_load and c.get("contention") and all(c["contention"]):
+                        at_load = predict(fit, g, ints, ranks_, per, contention=max(
+                            1.0, statistics.median(c["contention"])))
                     cases.append({
                         "app": a, "ranks": ranks_, "devices_per_rank": per,
                         "layout": name, "strategy": strategy, "calibrated_on": list(fold),
@@ -486,6 +477,13 @@ def analyse(folder: str, data: dict) -> dict:
     timing["analyse_s"] = round(time.perf_counter() - t0, 1)
     timing["contention"] = contention_fits
     return report(cases, timing, machines, quick, residuals)
+
+
+def records_load(trace_path: str) -> bool:
+    """Whether a trace holds the OS's load over its iteration (taskrt.trace.LOAD_EVENT)."""
+    from taskrt.trace import LOAD_EVENT
+    with open(trace_path) as f:
+        return any(e.get("name") == LOAD_EVENT for e in json.load(f).get("traceEvents", []))
 
 
 def searched_vs_data(cases: list[dict], key: str = "predicted_s") -> list[str]:
@@ -552,11 +550,10 @@ def report(cases: list[dict], timing: dict, machines: dict, quick: bool,
              "run-to-run spreads" + (f"; wrong: {', '.join(wrong)}" if wrong else "")),
             *([("at the measured load: median / worst error",
                 f"{100 * loaded['median_error']:.1f}% / {100 * loaded['worst_error']:.1f}%",
-                "the same calibrations, their contention (wall seconds per second of work) "
-                "scaled by the ratio of the loads the OS counted during the case's runs and "
-                "during the calibrating traces (/proc/self/schedstat: (CPU + run-queue "
-                "wait) / CPU); measured, not fitted: the model's error without the load's "
-                "drift"),
+                "the same calibrations at the contention (wall seconds per second of work) "
+                "the OS counted during the case's runs instead of during the calibrating "
+                "traces (schedstat: (CPU + run-queue wait) / CPU); measured, not fitted: "
+                "the model's error without the load's drift"),
                ("at the measured load: separated pairs ordered right",
                 f"{l_right} of {l_total}", ("wrong: " + ", ".join(l_wrong)) if l_wrong
                 else "all")] if with_load else []),

@@ -107,7 +107,8 @@ class SoftmaxCrossEntropy(Op):
             (c0, c1), rows_lo, rows_hi = spec.info
             count, valid = self.count, None
             if ignore is not None:          # y is every label: count, then take my rows
-                count = int((y != ignore).sum())
+                # on meta tensors (FLOP counting from shapes) no label is known ignored
+                count = y.numel() if y.is_meta else int((y != ignore).sum())
                 y = y[tuple(slice(lo, hi) for lo, hi in zip(rows_lo, rows_hi))]
                 valid = (y != ignore).unsqueeze(-1)
                 y = torch.where(valid.squeeze(-1), y, 0)
@@ -124,7 +125,7 @@ class SoftmaxCrossEntropy(Op):
                 if valid is not None:
                     grad, terms = grad * valid, terms * valid
                 return [grad.div_(count), terms.sum().reshape(1).div_(count)]
-            if bool(((y < 0) | (y >= classes)).any()):      # one host sync, not two
+            if not y.is_meta and bool(((y < 0) | (y >= classes)).any()):   # one host sync
                 raise bad_labels(y)
             m = m.amax(dim=-1, keepdim=True)
             lse = m + torch.log(s)

@@ -9,13 +9,15 @@ What a trace determines (docs/simulator.md):
                 steps that took 4-9 ms at a load of 7 on 2 cores), and which keys they land
                 on is chance; with one traced iteration a mean prices a key 3x too high when
                 one of its few events was hit. With a base profile (the profiler's times,
-                alone), the keys the runs did not see get the profiler's time scaled by the
-                fitted line in-situ = a + f * alone, so a strategy never run is costed alike;
+                alone, its fastest repeat: insitu.alone_s), the keys the runs did not see get
+                the profiler's time scaled by the fitted line in-situ = a + f * alone, so a
+                strategy never run is costed alike;
   contention    the preemptions themselves, as wall seconds per second of work: the task
                 events' total over their keys' medians (contention()), or the load the OS
-                counted during each run when the caller knows it (`loads`: then the keys
-                long beside a slice, preempted in every event, get events / load as work;
-                deflate_long_keys). The OS takes the core at random moments in slices
+                counted over each traced iteration, which the trace records per rank
+                (recorded_load; or `loads` from the caller): then the keys long beside a
+                slice, preempted in every event, get events / load as work
+                (deflate_long_keys). The OS takes the core at random moments in slices
                 (slice_length), so a thread pays it in proportion to the time it works, and
                 ranks that exchange data stall each other: predict() simulates that
                 (strategy/preemption.py); the files written hold task times and host costs
@@ -33,7 +35,7 @@ What a trace determines (docs/simulator.md):
                 them with the above (the median of measured / predicted over the runs,
                 refined once), applied to task times and host costs. It stands for what
                 the model leaves out (ready order on several ranks, MPI progress, batches of
-                updates, the machine's drift); 0.96-1.29 in the benchmark of 2026-12-02;
+                updates, the machine's drift); 0.88-1.29 in the benchmarks of 2026-12-02;
                 `factor=False` (--no-factor) leaves it out.
 What it does not: link latency and bandwidth (a message's arrival is seen only when the
 receiving thread next polls, so the traces bound them loosely) and the end of an all-reduce
@@ -53,6 +55,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from taskrt.taskgraph import ALLREDUCE, COPY
+from taskrt.trace import LOAD_EVENT, contention_of
 
 from .costs import CostModel, CostWarning, Profile
 from .costs.profile import Measurement
@@ -79,6 +82,7 @@ class RecordedRun:
     events: list
     int_ranges: dict
     measured_s: float               # the traced iteration's span (longest rank)
+    load: float | None = None       # the OS's load over the traced iteration (recorded_load)
 
 
 @dataclass
@@ -97,6 +101,7 @@ class Fit:
     contention: float = 1.0         # wall seconds per second of work (contention())
     work: tuple | None = None       # (model, profile) before contention: the threads' work
     slice_s: float = 0.0            # the OS's time slice as the runs felt it (slice_length)
+    load_source: str = "the task events"   # where the contention came from
 
     def text(self) -> str:
         lines = ["host costs per node kind (mean gap before its events + event host work):"]
@@ -113,9 +118,11 @@ class Fit:
             a, f = self.scale
             lines.append(f"  + {self.scaled_keys} keys of the base profile scaled: in-situ = "
                          f"{a * 1e6:.1f} us + {f:.3f} x alone")
-        lines.append(f"contention {self.contention:.3f} (wall seconds per second of work: "
-                     "the task events' time over their keys' medians); preemption slices "
-                     f"{self.slice_s * 1e3:.2f} ms")
+        how = ("the task events' time over their keys' medians"
+               if self.load_source == "the task events" else
+               f"{self.load_source}: (CPU + run-queue wait) / CPU")
+        lines.append(f"contention {self.contention:.3f} (wall seconds per second of work, "
+                     f"from {how}); preemption slices {self.slice_s * 1e3:.2f} ms")
         if self.factor != 1.0:
             lines.append(f"iteration factor {self.factor:.3f} (task times and host costs; "
                          "what the runs take beyond their simulation)")
@@ -142,7 +149,8 @@ def load_runs(paths) -> list[RecordedRun]:
                                    "calibrate from CPU runs (profile GPUs with python -m "
                                    "strategy.costs profile --device cuda)")
         runs.append(RecordedRun(str(path), workload.name, list(argv), ranks, per_rank, graph,
-                                events, built.int_ranges, measured_times(events)[1]))
+                                events, built.int_ranges, measured_times(events)[1],
+                                recorded_load(events, ranks, path)))
     layouts = {(r.ranks, r.per_rank) for r in runs}
     if len(layouts) > 1:
         raise CalibrationError("calibrate: the traces have different layouts (ranks x "
@@ -150,6 +158,30 @@ def load_runs(paths) -> list[RecordedRun]:
                                "on its own (one process and several ranks run different "
                                "executors)")
     return runs
+
+
+def recorded_load(events: list, ranks: int, path) -> float | None:
+    """The contention the OS imposed on the ranks over the traced iteration, from the
+    trace's LOAD_EVENT records (taskrt.trace.LoadMeter; one per rank): (CPU + run-queue
+    wait) / CPU summed over the ranks. None for a trace without them (recorded before
+    soapflow recorded them, or on an OS without /proc/thread-self/schedstat)."""
+    records = {}
+    for e in events:
+        if e.get("ph") != "M" or e.get("name") != LOAD_EVENT:
+            continue
+        args = e.get("args")
+        fields = ("cpu_s", "wait_s")
+        if not isinstance(args, dict) or any(
+                args.get(k) is not None and (not isinstance(args.get(k), (int, float))
+                                             or isinstance(args.get(k), bool)
+                                             or not args[k] >= 0) for k in fields):
+            raise CalibrationError(f"trace {path}: its '{LOAD_EVENT}' record of rank "
+                                   f"{e.get('pid', 0)} is not seconds >= 0 ({args!r}); "
+                                   "record the run again with --trace")
+        records[e.get("pid", 0)] = args
+    if len(records) != ranks:
+        return None
+    return contention_of(records.values())
 
 
 # -- host costs ---------------------------------------------------------------------------
@@ -243,9 +275,10 @@ def calibrate(paths, base_model, base_profile: Profile | None = None, factor: bo
     """(machine model with host costs, in-situ profile, Fit) from trace files. `base_model`
     is a MachineModel with one device per rank of the runs (or one per device): its devices
     and links are kept, its host costs replaced. `factor`: fit the iteration factor.
-    `loads`: {trace path: contention the OS counted while it ran} (bench/sim_accuracy.py's
-    contention_since), used instead of the estimate from the task events when every trace
-    has one (see deflate_long_keys)."""
+    `loads`: {trace path: contention the OS counted while it ran}, instead of what the
+    trace recorded over its iteration (recorded_load; traces of older runs have none).
+    When every run has a load, it is used instead of the estimate from the task events
+    (see deflate_long_keys)."""
     runs = load_runs(paths)
     if not runs:
         raise CalibrationError("calibrate: give at least one trace file (a run with --trace)")
@@ -269,8 +302,12 @@ def calibrate(paths, base_model, base_profile: Profile | None = None, factor: bo
     durations = run_durations(runs)
     fit.contention = contention(durations, profile)
     fit.slice_s = slice_length(durations, profile)
-    if loads and all(loads.get(r.path) for r in runs):
+    given = loads or {}
+    loads = {r.path: given.get(r.path) or r.load for r in runs}
+    if all(loads.values()):
         fit.contention = deflate_long_keys(runs, profile, base_profile, fit.slice_s, loads)
+        fit.load_source = "the OS's count" + ("" if any(given.get(r.path) for r in runs)
+                                              else " recorded in the traces")
     fit.ranks = ranks
     fit.work = (model, profile)
     fit.residuals = residuals(runs, fit)

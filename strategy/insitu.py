@@ -39,6 +39,18 @@ def _line(xs, ys, most: int = 400) -> tuple[float, float]:
 
 
 
+def alone_s(base: Profile | None, key) -> float | None:
+    """The profiler's time of `key` alone, as the in-situ fit uses it: its fastest repeat.
+    On a shared machine the median of a few repeats can be a preemption, not the work: at a
+    load of 15 on 2 cores an AlexNet convolution's backward took 1.9 ms at best and 26.7
+    ms in 3 of its 5 repeats, and priced from that median a strategy of such keys the runs
+    never timed was predicted 3x too slow. None for a key the base lacks."""
+    m = base.get(key, "cpu") if base is not None else None
+    if m is None:
+        return None
+    return m.min_s if 0 < m.min_s <= m.seconds else m.seconds
+
+
 # An event more than this many times its key's expected time (the line from the profiler's
 # time alone) was preempted: on 2 cores at a load of 7, a 0.3 ms task event took 10 ms.
 PREEMPTED = 3.0
@@ -66,15 +78,15 @@ def insitu_times(durations: dict, base: Profile | None, meta: dict | None = None
     prof = Profile(meta=meta or {})
     line = None
     if base is not None:
-        pairs = [(base.get(k, "cpu").seconds, d) for k, ds in durations.items()
-                 if base.get(k, "cpu") is not None for d in ds]
+        pairs = [(alone_s(base, k), d) for k, ds in durations.items()
+                 if alone_s(base, k) is not None for d in ds]
         if len({x for x, _ in pairs}) >= 3:
             line = _line(*zip(*pairs), most=2000)
     for key, ts in durations.items():
-        alone = base.get(key, "cpu") if line is not None else None
+        alone = alone_s(base, key) if line is not None else None
         kept = ts
         if alone is not None:
-            expected = line[0] + line[1] * alone.seconds
+            expected = line[0] + line[1] * alone
             kept = [t for t in ts if t <= PREEMPTED * expected]
         value = statistics.median(kept) if kept else expected
         prof.add(key, "cpu", Measurement(value, len(ts), min(ts), max(ts)))
@@ -84,8 +96,8 @@ def insitu_times(durations: dict, base: Profile | None, meta: dict | None = None
     scaled = 0
     for key in base.keys("cpu"):
         if prof.get(key, "cpu") is None:
-            m = base.get(key, "cpu")
-            prof.add(key, "cpu", Measurement(a + f * m.seconds, m.repeats, a + f * m.min_s,
+            m, x = base.get(key, "cpu"), alone_s(base, key)
+            prof.add(key, "cpu", Measurement(a + f * x, m.repeats, a + f * m.min_s,
                                              a + f * m.max_s))
             scaled += 1
     for key, w in base.work.items():
@@ -122,9 +134,14 @@ def deflate_long_keys(runs, profile: Profile, base: Profile | None, slice_s: flo
     preempted with probability about w (c - 1) / slice. A longer key (AlexNet's 10-30 ms
     convolutions at a load of 8 on 2 cores: every event preempted several times) has its
     events stretched by its run's c on average, so its work is the mean of event / c. The
-    long keys no run timed get the profiler's time (also stretched: its repeats are no
-    shorter than a slice) times the median ratio of work to that time of the long keys the
-    runs did time, instead of the line fitted on the short ones."""
+    long keys no run timed get the profiler's time times the median ratio of work to the
+    profiler's time of the keys the runs did time that are long in the profiler too (its
+    fastest repeat, alone_s, expecting a slice per repeat at the median load): those
+    repeats were stretched alike, all of them preempted (without such keys, the ratio is 1
+    / the load: the profiler ran at the runs' load). Keys short in the profiler keep
+    the line fitted on the short ones (their fastest repeat is their work). Mixing the two
+    priced AlexNet's first convolution (its fastest repeat 53 ms, stretched; in situ 8-12
+    ms of work) at 87 ms with the ratio of 2 ms keys (1.6) on 4 logical devices."""
     work: dict = {}
     for r in runs:
         c = loads[r.path]
@@ -135,19 +152,33 @@ def deflate_long_keys(runs, profile: Profile, base: Profile | None, slice_s: flo
     for key, ws in work.items():
         m = profile.get(key, "cpu")
         profile.add(key, "cpu", Measurement(statistics.fmean(ws), m.repeats, m.min_s, m.max_s))
-    ratios = [profile.get(k, "cpu").seconds / base.get(k, "cpu").seconds for k in work
-              if base is not None and base.get(k, "cpu") is not None
-              and base.get(k, "cpu").seconds > 0]
-    if ratios:
-        ratio = statistics.median(ratios)
-        limit = min(profile.get(k, "cpu").seconds for k in work)
-        seen = run_durations(runs)
-        for key in base.keys("cpu"):
+    load = statistics.median(loads[r.path] for r in runs)
+    if base is not None:
+        price_unseen_long_keys(profile, base, set(work), set(run_durations(runs)), load,
+                               slice_s)
+    return load
+
+
+def price_unseen_long_keys(profile: Profile, base: Profile, timed_long: set, seen: set,
+                           load: float, slice_s: float) -> int:
+    """Price, in `profile`, the keys of `base` no run timed whose every repeat in the
+    profiler was preempted (alone_s at least a slice / (load - 1): one slice expected per
+    repeat) at alone_s times the median ratio of work to alone_s of the `timed_long` keys
+    as long in the profiler (or 1 / load without such keys); returns how many."""
+    long_alone = slice_s / (load - 1) if load > 1 and slice_s > 0 else math.inf
+    if long_alone == math.inf:
+        return 0
+    ratios = [profile.get(k, "cpu").seconds / alone_s(base, k) for k in timed_long
+              if (alone_s(base, k) or 0) >= long_alone]
+    ratio = statistics.median(ratios) if ratios else 1.0 / load
+    priced = 0
+    for key in base.keys("cpu"):
+        if key not in seen and alone_s(base, key) >= long_alone:
             m = base.get(key, "cpu")
-            if key not in seen and profile.get(key, "cpu").seconds >= limit:
-                profile.add(key, "cpu", Measurement(ratio * m.seconds, m.repeats,
-                                                    ratio * m.min_s, ratio * m.max_s))
-    return statistics.median(loads[r.path] for r in runs)
+            profile.add(key, "cpu", Measurement(ratio * alone_s(base, key), m.repeats,
+                                                ratio * m.min_s, ratio * m.max_s))
+            priced += 1
+    return priced
 
 
 def slice_length(durations: dict, profile: Profile) -> float:

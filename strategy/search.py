@@ -46,6 +46,15 @@ segment switched on is the one whose activations hold the most bytes on the full
 The result names the state (a plan's name, or which segments are on) and leaves it set on
 the model, so the model trains with what was searched.
 
+Time budget. A session build (a candidate, a restart, a recomputation move) is a full
+plan and simulation, which for a large model takes longer than hundreds of proposals
+(GPT 1.7B on 32 GPUs: ~10 s of CPU, a proposal ~0.16 s); the budget is checked between
+proposals, so the search also keeps the longest build it has seen and starts no build that
+would not end before the budget does: a later candidate, another recomputation plan of a
+candidate, a restart or a recomputation move is skipped instead (`skipped` in the result
+says what was). The first candidate's first session is always built, so a search takes at
+least one build. (A 150 s search of GPT 1.7B on 32 GPUs ran 585 s before this rule.)
+
 Candidates. The search starts from data parallelism, then the expert strategy when one is
 given, then any other named `starts` (a strategy file), then `random_starts` random ones, and searches each in turn with an even share
 of what is left of the budget (time in seconds and/or number of proposals). A candidate stops
@@ -81,6 +90,7 @@ DEFAULT_TEMPERATURE = 0.01
 MEMORY_MOVE = 0.75           # share of an out-of-memory chain's proposals aimed at memory
 RECOMPUTE_MOVE = 0.05        # the most a default chain gives to switching recomputation
 OVER_MEMORY_RANK = 1e6       # seconds; see `ranked`
+_clock = time.perf_counter   # the search's clock (a test drives it)
 GC_EVERY = 32               # proposals between garbage collections (see the module doc)
 MIN_PROPOSALS = 50           # the stop rule waits for this many proposals, or one per
                              # searchable operator when there are more
@@ -118,6 +128,7 @@ class SearchResult:
     #                                which segments are on (moves.RecomputeUnits.name)
     recompute_segments: list = field(default_factory=list)  # ... and its segments
     peak_memory: dict = field(default_factory=dict)   # device -> bytes, best strategy
+    skipped: list = field(default_factory=list)   # builds not started: no time left for them
 
     def explain(self, model) -> Comparison:
         """Where the best strategy's iteration differs from data parallelism's (from the
@@ -157,6 +168,7 @@ class SearchResult:
                          + (f", ended {c.over_bytes / 1e9:.3g} GB over a device's memory"
                             if c.over_bytes else ""))
         lines += [f"  note: {e}" for e in self.errors]
+        lines += [f"  skipped: {e}" for e in self.skipped]
         return "\n".join(lines)
 
     def to_dict(self) -> dict:
@@ -167,7 +179,8 @@ class SearchResult:
                 "beta_per_s": self.beta,
                 "candidates": [vars(c) for c in self.candidates],
                 "history": [list(h) for h in self.history], "recompute": self.recompute,
-                "peak_memory_bytes": {str(d): b for d, b in self.peak_memory.items()}}
+                "peak_memory_bytes": {str(d): b for d, b in self.peak_memory.items()},
+                "skipped": list(self.skipped)}
 
 
 class Budget:
@@ -179,20 +192,26 @@ class Budget:
         if (seconds is not None and seconds <= 0) or (proposals is not None and proposals < 1):
             raise ValueError(f"search: budget {seconds} s / {proposals} proposals; "
                              "use a positive time or proposal count")
-        self.t0 = time.perf_counter()
+        self.t0 = _clock()
         self.seconds, self.proposals, self.used = seconds, proposals, 0
 
     def share(self, candidates_left: int) -> tuple[float, float]:
         """(seconds, proposals) for the next candidate: an even share of what is left."""
         secs = props = math.inf
         if self.seconds is not None:
-            secs = max(0.0, self.seconds - (time.perf_counter() - self.t0)) / candidates_left
+            secs = max(0.0, self.seconds - (_clock() - self.t0)) / candidates_left
         if self.proposals is not None:
             props = max(0, self.proposals - self.used) / candidates_left
         return secs, props
 
+    def left(self) -> float:
+        """Seconds left (infinite for a budget of proposals only)."""
+        if self.seconds is None:
+            return math.inf
+        return self.seconds - (_clock() - self.t0)
+
     def exhausted(self) -> bool:
-        return ((self.seconds is not None and time.perf_counter() - self.t0 >= self.seconds)
+        return ((self.seconds is not None and _clock() - self.t0 >= self.seconds)
                 or (self.proposals is not None and self.used >= self.proposals))
 
 
@@ -235,6 +254,8 @@ class Search:
         self.best_memory: dict = {}
         self.capacity = float(sum(machine_model.device(d).memory_capacity
                                   for d in range(machine_model.num_devices)))
+        self.build_s = 0.0               # the longest session build so far (module doc)
+        self.skipped: list[str] = []
 
     def candidates(self) -> list[tuple[str, dict | None]]:
         out = [("data_parallel", None)]
@@ -260,9 +281,11 @@ class Search:
         for k, (name, strategy) in enumerate(cands):
             if k > 0 and strategy is not None and not self._fits(name, strategy):
                 continue
-            if k > 0 and budget.exhausted():
+            if k > 0 and (budget.exhausted() or not self._can_build(budget)):
                 if name == "expert":        # a baseline is reported (and offered) anyway
                     self._baseline(name, strategy, budget)
+                elif not budget.exhausted():
+                    self._skip(f"candidate '{name}'", budget)
                 continue
             runs.append(self._chain(name, strategy, budget, len(cands) - k))
         # Budget left after every candidate stopped on its own: restart from the best so far
@@ -270,6 +293,9 @@ class Search:
         # with fresh random starts (other valleys).
         restarts = 0
         while not budget.exhausted():
+            if not self._can_build(budget):
+                self._skip("restarts", budget)
+                break
             restarts += 1
             if restarts % 2:
                 runs.append(self._chain(f"best, restart {restarts}", self.best_configs, budget,
@@ -285,9 +311,10 @@ class Search:
                 self.units.name(self.best_state)
             set_recompute(self.model, segments)
         return SearchResult(dict(self.best_configs), self.best, dict(self.baselines), runs,
-                            budget.used, time.perf_counter() - budget.t0, self.seed,
+                            budget.used, _clock() - budget.t0, self.seed,
                             self.beta, self.history, self.errors, self.breakdowns,
-                            self.baseline_configs, plan, segments, self.best_memory)
+                            self.baseline_configs, plan, segments, self.best_memory,
+                            self.skipped)
 
     def _fits(self, name: str, strategy: dict) -> bool:
         """Whether a given candidate (an expert strategy, a file) fits this model and machine;
@@ -299,6 +326,14 @@ class Search:
             return False
         return True
 
+    def _can_build(self, budget: Budget) -> bool:
+        """Whether a session build, as long as the longest so far, ends within the budget."""
+        return budget.left() >= self.build_s
+
+    def _skip(self, what: str, budget: Budget) -> None:
+        self.skipped.append(f"{what}: a session build takes up to {self.build_s:.1f} s and "
+                            f"{max(0.0, budget.left()):.1f} s were left")
+
     def _baseline(self, name: str, strategy, budget: Budget) -> None:
         session = self._session(strategy, self._plan_states())
         self.baselines[name] = session.result.makespan
@@ -308,26 +343,39 @@ class Search:
         """The recomputation states of the named plans (None without recomputation)."""
         return list(dict.fromkeys(self.units.plans.values())) if self.units else None
 
-    def _session(self, strategy, states=None) -> SimulationSession:
+    def _build(self, strategy) -> SimulationSession:
+        t = _clock()
+        session = SimulationSession(self.model, self.machine_model, self.costs, strategy,
+                                    self.optimizer)
+        self.build_s = max(self.build_s, _clock() - t)
+        return session
+
+    def _session(self, strategy, states=None, budget: Budget | None = None
+                 ) -> SimulationSession:
         """A session of `strategy`; with recomputation, under the best of `states`
-        (default the current self.state), which becomes self.state."""
+        (default the current self.state), which becomes self.state. With `budget`, states
+        after the first whose build would not end within it are not tried."""
         if self.units is None:
-            return SimulationSession(self.model, self.machine_model, self.costs, strategy,
-                                     self.optimizer)
+            return self._build(strategy)
         best = None
-        for state in states or [self.state]:
+        states = states or [self.state]
+        for k, state in enumerate(states):
+            if k > 0 and budget is not None and not self._can_build(budget):
+                self._skip(f"{len(states) - k} of {len(states)} recomputation plans of a "
+                           "candidate", budget)
+                break
             set_recompute(self.model, self.units.segments(state))
-            session = SimulationSession(self.model, self.machine_model, self.costs, strategy,
-                                        self.optimizer)
+            session = self._build(strategy)
             if best is None or ranked(session.result, self.capacity) < best[2]:
                 best = (state, session, ranked(session.result, self.capacity))
         self.state = best[0]
         set_recompute(self.model, self.units.segments(self.state))
         return best[1]
 
-    def _propose(self, session, fits: bool) -> tuple:
-        """('recompute', segment index) or ('op', op name, config): see the module doc."""
-        if self.units is not None and self.rng.random() < self.recompute_move:
+    def _propose(self, session, fits: bool, can_build: bool = True) -> tuple:
+        """('recompute', segment index) or ('op', op name, config): see the module doc.
+        Without `can_build` (no time left for a session build) no recomputation move."""
+        if self.units is not None and self.rng.random() < self.recompute_move and can_build:
             if fits:
                 return "recompute", self.rng.randrange(len(self.units))
             unit = self.units.target(session, self.state)
@@ -341,13 +389,13 @@ class Search:
 
     def _chain(self, name: str, strategy, budget: Budget, left: int,
                cooling: float = 1.0) -> CandidateRun:
-        t_start = time.perf_counter()
+        t_start = _clock()
         # every plan for a new candidate, the best's state for a restart from the best
         session = self._session(strategy, [self.best_state] if name.startswith("best")
-                                else self._plan_states())
+                                else self._plan_states(), budget)
         gc.freeze()             # the periodic collections skip what exists now (module doc)
         secs, props = budget.share(left)     # after the build: each chain gets to search
-        t0 = time.perf_counter()
+        t0 = _clock()
         cost = session.result.makespan
         if name in ("data_parallel", "expert"):
             self.baselines[name] = cost
@@ -364,9 +412,9 @@ class Search:
         fits = session.result.valid
         best_at_t, best_at_p = 0.0, 0
         patience = max(MIN_PROPOSALS, len(self.space.searchable()))
-        last_report = time.perf_counter()
+        last_report = _clock()
         while True:
-            elapsed = time.perf_counter() - t0
+            elapsed = _clock() - t0
             if elapsed >= secs or budget.exhausted():
                 run.stopped_by = "budget"
                 break
@@ -377,7 +425,7 @@ class Search:
                     and best_at_p < run.proposals / 2:
                 run.stopped_by = "no improvement"
                 break
-            move = self._propose(session, fits)
+            move = self._propose(session, fits, self._can_build(budget))
             run.proposals += 1
             budget.used += 1
             if budget.used % GC_EVERY == 0:
@@ -409,17 +457,17 @@ class Search:
                     self._offer(t, session, budget)
                 if r < lowest:
                     lowest = r
-                    best_at_t, best_at_p = time.perf_counter() - t0, run.proposals
+                    best_at_t, best_at_p = _clock() - t0, run.proposals
             else:
                 session = self._back_to(before, move, session)
-            now = time.perf_counter()
+            now = _clock()
             if self.progress is not None and now - last_report >= self.progress_every:
                 last_report = now
                 self.progress(dict(candidate=name, elapsed=now - budget.t0,
                                    proposals=budget.used,
                                    rate=budget.used / max(now - budget.t0, 1e-9),
                                    current=cur, best=self.best))
-        run.seconds = time.perf_counter() - t_start
+        run.seconds = _clock() - t_start
         run.over_bytes = max(session.result.over_capacity.values(), default=0)
         return run
 
@@ -442,7 +490,7 @@ class Search:
             self.best, self.best_configs = t, dict(session.configs)
             self.best_state, self.best_memory = self.state, dict(session.result.memory or {})
             self.breakdowns["best"] = Breakdown.of(session)
-            self.history.append((time.perf_counter() - budget.t0, budget.used, t))
+            self.history.append((_clock() - budget.t0, budget.used, t))
 
 
 def ranked(result, capacity: float) -> float:

@@ -2,10 +2,18 @@
 
 Times are seconds from the start of the run. `to_chrome` writes the Chrome/Perfetto
 trace-event JSON (one track per device, and per link for transfers).
+
+`LoadMeter` records the load the OS put on the thread while the traced iteration ran (its
+CPU seconds, its seconds runnable but waiting for a core, the wall seconds, the load
+average); the trace keeps it per rank, as a metadata event "soapflow_load", so that a
+calibration from the trace knows how much of each event was the machine's other work
+(strategy/calibration.py; docs/simulator.md).
 """
 from __future__ import annotations
 
 import json
+import os
+import time
 from dataclasses import dataclass
 
 from .taskgraph import ALLREDUCE, COPY, TASK
@@ -42,11 +50,52 @@ def node_track(node) -> str:
     return f"device {node.device}"
 
 
-def to_chrome(events: list[TraceEvent], process_name: str = "taskrt") -> dict:
-    """Chrome trace-event JSON (load it in chrome://tracing or ui.perfetto.dev)."""
+def sched_times() -> tuple[float, float] | None:
+    """(seconds on a CPU, seconds runnable but waiting for one) of the calling thread so far,
+    from Linux's /proc/thread-self/schedstat; None where there is none."""
+    try:
+        with open("/proc/thread-self/schedstat") as f:
+            cpu, wait = f.read().split()[:2]
+    except (OSError, ValueError):
+        return None
+    return int(cpu) / 1e9, int(wait) / 1e9
+
+
+LOAD_EVENT = "soapflow_load"      # the metadata event of a rank's load in a trace
+
+
+class LoadMeter:
+    """The load the OS put on this thread between `start()` and `stop()` (an iteration):
+    stop() returns {"wall_s", "cpu_s" (the thread's CPU time), "wait_s" (runnable, waiting
+    for a core; None without /proc/thread-self/schedstat), "loadavg" (the 1-minute load
+    average at the end; None where the OS has none)}."""
+
+    def start(self) -> "LoadMeter":
+        self._t, self._cpu, self._sched = time.perf_counter(), time.thread_time(), sched_times()
+        return self
+
+    def stop(self) -> dict:
+        wall, cpu, sched = time.perf_counter() - self._t, time.thread_time() - self._cpu, \
+            sched_times()
+        wait = None
+        if sched is not None and self._sched is not None:
+            cpu, wait = sched[0] - self._sched[0], sched[1] - self._sched[1]
+        try:
+            loadavg = os.getloadavg()[0]
+        except OSError:
+            loadavg = None
+        return {"wall_s": wall, "cpu_s": cpu, "wait_s": wait, "loadavg": loadavg}
+
+
+def to_chrome(events: list[TraceEvent], process_name: str = "taskrt",
+              load: dict | None = None) -> dict:
+    """Chrome trace-event JSON (load it in chrome://tracing or ui.perfetto.dev); `load`
+    (LoadMeter.stop() of the iteration) becomes the metadata event LOAD_EVENT."""
     tracks = sorted({e.track for e in events})
     tid = {t: i for i, t in enumerate(tracks)}
     out = [{"ph": "M", "pid": 0, "name": "process_name", "args": {"name": process_name}}]
+    if load is not None:
+        out.append({"ph": "M", "pid": 0, "name": LOAD_EVENT, "args": dict(load)})
     out += [{"ph": "M", "pid": 0, "tid": tid[t], "name": "thread_name", "args": {"name": t}}
             for t in tracks]
     for e in events:
@@ -59,3 +108,16 @@ def to_chrome(events: list[TraceEvent], process_name: str = "taskrt") -> dict:
 def write_chrome(path: str, events: list[TraceEvent], process_name: str = "taskrt") -> None:
     with open(path, "w") as f:
         json.dump(to_chrome(events, process_name), f)
+
+
+def contention_of(loads) -> float | None:
+    """Wall seconds per second of work that the OS imposed on the threads of `loads`
+    (LoadMeter.stop() records, one per rank): their (CPU + run-queue wait) / CPU, summed
+    over the ranks; 1 on idle cores, 3 when a thread ran a third of the time it could have.
+    None when a record lacks the run-queue wait (no schedstat) or no CPU time was spent."""
+    loads = list(loads)
+    if not loads or any(r.get("wait_s") is None or r.get("cpu_s") is None for r in loads):
+        return None
+    cpu = sum(float(r["cpu_s"]) for r in loads)
+    wait = sum(float(r["wait_s"]) for r in loads)
+    return (cpu + wait) / cpu if cpu > 0 else None

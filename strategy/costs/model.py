@@ -30,7 +30,7 @@ from taskrt.taskgraph import TASK
 from .analytic import (MIN_POINTS, Calibration, CalibrationError, analytic_time, calibrate,
                        default_calibration, key_dtype, spec_numbers, terms)
 from .profile import Profile, Work
-from .work import node_bytes, node_work
+from .work import UncountableOnMeta, node_bytes, node_work
 
 
 class CostWarning(UserWarning):
@@ -134,6 +134,9 @@ class CostModel:
         if w is None:
             try:
                 w = node_work(node, None, self.int_ranges)
+            except UncountableOnMeta as e:
+                warnings.warn(str(e), CostWarning, stacklevel=2)
+                w = Work(0.0, node_bytes(node))
             except Exception:         # an uncountable part is costed by its bytes alone
                 w = Work(0.0, node_bytes(node))
             self._work[key] = w

@@ -3,12 +3,14 @@
 FLOPs come from torch's FLOP formulas (torch.utils.flop_counter.flop_registry, counted as
 its FlopCounterMode counts them, by FlopCounter below, which does not import torch._dynamo:
 that import alone costs seconds) around the node's own executor step (parts.node_steps) on
-meta tensors, which compute nothing: a forward node counts its
+meta tensors, which compute nothing and allocate nothing: a forward node counts its
 forward; a backward node runs its paired forward outside the counter and counts only the
 backward. An operator that needs real values (a data-dependent check such as `bool(t)`)
 is counted again on real CPU tensors of the same shapes: uninitialized floats and zero
 integers (no time to make; zeros are valid indices), or, if the code rejects those, the
-profiler's values. FlopCounterMode counts
+profiler's values; never for a part over CPU_COUNT_MAX_BYTES (UncountableOnMeta: the
+simulation of a large model must not allocate it). Built-in operators skip their checks of
+values on meta tensors, so they always count on meta. FlopCounterMode counts
 matrix products, convolutions and attention; elementwise work counts zero, which leaves
 such parts to the memory term of the analytic model.
 
@@ -125,11 +127,26 @@ def _count(node, device: str, graph, int_ranges, values: bool = False
     return flops.total, kernels.kernels, kernels.traffic
 
 
+# Counting on real CPU tensors allocates the part's own bytes: above this, refuse (the
+# simulator must work from shapes alone; a 128 x 2048 x 6400 logits part is 6.7 GB).
+CPU_COUNT_MAX_BYTES = 1 << 28
+
+
+class UncountableOnMeta(Exception):
+    """A task whose code needs values (so not meta tensors) and is too large to run on CPU."""
+
+
 def _counts(node, graph, int_ranges) -> tuple[int, int, int]:
     try:
         return _count(node, "meta", graph, int_ranges)
-    except Exception:            # data-dependent code cannot run on meta tensors
-        pass
+    except Exception as e:       # data-dependent code cannot run on meta tensors
+        why = e
+    if node_bytes(node) > CPU_COUNT_MAX_BYTES:
+        raise UncountableOnMeta(
+            f"task '{node.launch.name}' cannot be counted on meta tensors ({why}) and "
+            f"running it on CPU would allocate {node_bytes(node) / 1e9:.1f} GB; its FLOPs "
+            "are taken as 0 (its time comes from its bytes). Make the operator's code work "
+            "on meta tensors: skip checks of values when a tensor `is_meta`.") from None
     try:                         # values that cost nothing to make
         return _count(node, "cpu", graph, int_ranges)
     except Exception:            # code that needs positive values

@@ -15,7 +15,7 @@ import time
 import torch
 
 from ..errors import PlanError
-from ..trace import TraceEvent, node_label, node_track
+from ..trace import LoadMeter, TraceEvent, node_label, node_track
 from ..region import Region
 from ..taskgraph import COPY, REDUCE, TASK
 from .instances import InstanceStore
@@ -57,6 +57,7 @@ class LocalExecutor:
             self.plan.append((step, tuple(b for i in ids for b in first.get(i, ())),
                               tuple(b for i in ids for b in last.get(i, ()))))
         self.trace: list[TraceEvent] = []
+        self.trace_load: dict | None = None      # LoadMeter.stop() of the traced iteration
 
     def _entries(self, record_trace: bool) -> list[range]:
         """Node ids per entry: a run of consecutive batchable nodes with one batch key and
@@ -132,6 +133,7 @@ class LocalExecutor:
                 if free:
                     release(free)
             return
+        meter = LoadMeter().start() if self.record_trace else None   # the OS's load, traced
         clock = time.perf_counter
         t0 = clock()
         nodes = self.graph.nodes
@@ -144,3 +146,4 @@ class LocalExecutor:
             stop = clock()
             events.append(TraceEvent(node.id, node.kind, node_label(node), node_track(node),
                                      start - t0, stop - t0, getattr(node, "nbytes", 0)))
+        self.trace_load = meter.stop()

@@ -45,7 +45,7 @@ from .policies import YIELD, BusyPoll, IdleBackOff, default_poll_max_s, ready_ba
 from .watchdog import Watchdog
 from ..settings import Settings
 from ..taskgraph import ALLREDUCE, COPY, TASK
-from ..trace import TraceEvent, node_label, node_track
+from ..trace import LoadMeter, TraceEvent, node_label, node_track
 
 def _mpi():
     from mpi4py import MPI
@@ -111,6 +111,7 @@ class MPIExecutor:
             else abort_on_error
         self.record_trace = record_trace
         self.trace: list[TraceEvent] = []
+        self.trace_load: dict | None = None      # LoadMeter.stop() of the traced iteration
         self.sent: list[tuple[int, int, int]] = []   # (node id, destination rank, bytes)
         self.wait_s = 0.0        # last run(): seconds with nothing runnable (awaiting messages)
         self.batched = 0         # last run(): tasks that ran in batches of two or more
@@ -307,6 +308,7 @@ class MPIExecutor:
         busy = BusyPoll(settings.poll_busy_s, t0)
         idle = IdleBackOff(settings.spin_s, self.poll_max_s, t0)
         trace = [] if self.record_trace else None
+        meter = LoadMeter().start() if self.record_trace else None   # the OS's load, traced
         handlers = self._handlers
         colls, recv_reqs = self.collectives, self._recv_reqs
         nodes = self.graph.nodes
@@ -343,6 +345,7 @@ class MPIExecutor:
             torch.cuda.synchronize(dev)
         if trace is not None:
             self.trace = trace
+            self.trace_load = meter.stop()
 
     def _poll(self) -> bool:
         """Advance packing, messages and collectives; whether anything happened."""

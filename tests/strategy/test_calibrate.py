@@ -84,22 +84,62 @@ def test_loads_counted_by_the_os_set_the_contention_and_long_keys_work(traces):
     """With each run's load (wall / CPU seconds), the contention is their median and a key
     whose time is long beside the preemption slices is priced by its events / the load."""
     import statistics
+    from strategy.insitu import insitu_profile, run_durations, slice_length
     from strategy.replay import task_durations
-    _, _, fit0 = calibrate(traces, base(), factor=False)
-    loads = {traces[0]: 3.0, traces[1]: 5.0}
-    _, _, fit = calibrate(traces, base(), factor=False, loads=loads)
-    assert fit.contention == 4.0
     runs = load_runs(traces)
+    medians = insitu_profile(runs)[0]            # per key, before any load is applied
+    slice_s = slice_length(run_durations(runs), medians)
+    # loads at which the longest key is long beside the slices the runs saw (a key of w s
+    # is long at a load c when w (c - 1) / slice >= 1/4), whatever the slice was
+    longest = max(medians.get(k, "cpu").seconds for k in medians.keys("cpu"))
+    low = 1.0 + 1.01 * slice_s / (4 * longest) + 1.0
+    loads = {traces[0]: low, traces[1]: low + 2.0}
+    _, _, fit = calibrate(traces, base(), factor=False, loads=loads)
+    assert fit.contention == pytest.approx(low + 1.0) and fit.slice_s == slice_s
     per_key: dict = {}
     for r in runs:
         c = loads[r.path]
         # no preempted event seen (a quiet machine): no slice, so no key is long
-        limit = fit.slice_s / (4 * (c - 1)) if fit.slice_s > 0 else float("inf")
+        limit = slice_s / (4 * (c - 1)) if slice_s > 0 else float("inf")
         for key, ts in task_durations(r.graph, r.events).items():
-            if fit0.work[1].get(key, "cpu").seconds >= limit:
+            if medians.get(key, "cpu").seconds >= limit:
                 per_key.setdefault(key, []).extend(t / c for t in ts)
-    assert per_key or fit.slice_s == 0   # some key is long where the OS took slices
+    assert per_key or slice_s == 0       # the longest key is long where the OS took slices
     for key in {n.cost_key for r in runs for n in r.graph.nodes if n.kind == "task"}:
         want = statistics.fmean(per_key[key]) if key in per_key else \
-            fit0.work[1].get(key, "cpu").seconds
+            medians.get(key, "cpu").seconds
         assert fit.work[1].get(key, "cpu").seconds == pytest.approx(want, rel=1e-12)
+
+
+def test_traces_record_the_os_load_and_calibrate_uses_it(traces):
+    """A --trace run records each rank's CPU and run-queue wait over its traced iteration;
+    without `loads`, calibrate takes the contention from those records (their median over
+    the runs), as it would from loads the caller measured."""
+    from taskrt.trace import LOAD_EVENT, contention_of, sched_times
+    if sched_times() is None:
+        pytest.skip("no /proc/thread-self/schedstat here: traces record no run-queue wait")
+    runs = load_runs(traces)
+    for r in runs:
+        marks = [e["args"] for e in r.events if e.get("name") == LOAD_EVENT]
+        assert len(marks) == r.ranks and all(m["cpu_s"] > 0 for m in marks)
+        assert r.load == contention_of(marks) and r.load >= 1.0
+    _, _, fit = calibrate(traces, base(), factor=False)
+    _, _, given = calibrate(traces, base(), factor=False,
+                            loads={r.path: r.load for r in runs})
+    assert fit.load_source == "the OS's count recorded in the traces"
+    assert given.load_source == "the OS's count"
+    assert fit.contention == given.contention == pytest.approx(
+        (runs[0].load + runs[1].load) / 2)
+    assert "recorded in the traces" in fit.text()
+
+
+def test_a_malformed_load_record_is_refused_by_name(traces, tmp_path):
+    from taskrt.trace import LOAD_EVENT
+    data = json.load(open(traces[0]))
+    for e in data["traceEvents"]:
+        if e.get("name") == LOAD_EVENT:
+            e["args"]["cpu_s"] = "lots"
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(data))
+    with pytest.raises(CalibrationError, match=f"bad.json: its '{LOAD_EVENT}' record"):
+        load_runs([str(bad)])

@@ -5,6 +5,7 @@ restricted to the same space must find it."""
 import itertools
 import math
 import random
+import re
 
 import pytest
 
@@ -202,3 +203,29 @@ def test_the_result_explains_itself_from_the_simulations_it_ran(setting):
     got = r.explain(m)
     assert got.text() == fresh.text()
     assert got.b.makespan == pytest.approx(r.predicted, rel=1e-12)
+
+
+def test_a_session_build_that_would_end_past_the_budget_is_not_started(setting, monkeypatch):
+    """On a clock that the test drives (a build takes 10 s, a proposal 0.1 s), a 22 s search
+    builds data parallelism (10 s), searches its share (4 s), and then skips the random
+    starts and restarts, whose builds would end past 22 s (the old search built one: 24 s)."""
+    import strategy.search as search_module
+    m, mm, costs = setting
+    now = [0.0]
+    monkeypatch.setattr(search_module, "_clock", lambda: now[0])
+
+    class TimedSession(search_module.SimulationSession):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            now[0] += 10.0
+
+        def change(self, *args, **kwargs):
+            now[0] += 0.1
+            return super().change(*args, **kwargs)
+    monkeypatch.setattr(search_module, "SimulationSession", TimedSession)
+    res = search(m, mm, costs, budget_s=22, seed=0, random_starts=2)
+    assert now[0] <= 22.0 + 0.1 + 1e-9
+    assert [c.name for c in res.candidates] == ["data_parallel"]
+    assert re.fullmatch(r"candidate 'random 0': a session build takes up to 10\.0 s and "
+                        r"(7\.9|8\.0) s were left", res.skipped[0]), res.skipped
+    assert "skipped: candidate 'random 0'" in res.text()

@@ -69,3 +69,12 @@ def test_alternating_mpi_reports_a_job_that_dies():
                                            r"side 'nope'; expected ours or ddp"):
         alternating_mpi({"bad": (1, "_dist_worker.py", ["2", "nope"])}, blocks=1,
                         per_block=1, timeout=120)
+
+
+def test_sim_scaling_quick_point_reports_per_node_cost():
+    from bench import sim_scaling
+    out = sim_scaling.run(quick=True)
+    r = out["results"]["megatron@8"]
+    assert r["valid"] and r["nodes"] > 0 and r["us_per_node"] > 0 and r["first_cpu_s"] > 0
+    assert r["peak_rss_gb"] >= r["base_rss_gb"] > 0
+    assert len(out["rows"]) == 1 and "8 simulated H100s, Megatron t=8" in out["rows"][0][0]

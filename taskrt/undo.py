@@ -1,0 +1,89 @@
+"""What one Planner.replace() changes, saved before it does, so that Planner.undo() can put
+it back exactly (the search undoes most of its proposals): see PlanUndo."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:                       # the planner imports this module
+    from .planner import Planner
+
+
+class PlanUndo:
+    """What one replace() changes in a Planner, saved before it does, to put back on undo().
+
+    Saved: the replaced launches' LaunchPlans (replace() makes new ones, so the old stay as
+    they were); for every region the replace touches (given initial data, used by a replaced
+    launch before or after), its planner, log, initial data and finish() info, and, for
+    each other launch in its log, the read nodes and the tasks' preds and Red+ targets for
+    it; every launch's state sources; the task nodes and dirty set; and the node groups the
+    replace made stale, with the set of stale groups before it."""
+    __slots__ = ("plans", "regions", "pred_entries", "target_entries", "tasks", "state_src",
+                 "dirty", "region_names", "groups", "stale")
+
+    @classmethod
+    def record(cls, p: "Planner", expanded, initial, region_names: set) -> "PlanUndo":
+        u = cls()
+        u.plans = {li: p.plans[li] for li, _, _ in expanded}
+        names = {r.name for r in initial}
+        for li, _, points in expanded:
+            names.update(p.plans[li].regions)
+            names.update(req.region.name for _, _, reqs in points for req in reqs)
+        u.regions = {}
+        u.pred_entries, u.target_entries = {}, {}
+        replaced = u.plans
+        for name in names:
+            log = p.log.get(name)
+            u.regions[name] = (p.planners.get(name), None if log is None else list(log),
+                               p.initial.get(name), p._region_info.get(name),
+                               {li: p.region_nodes.get((li, name)) for li, _, _ in log or ()})
+            for li, _, accesses in log or ():
+                if li in replaced:
+                    continue
+                preds, targets = p.plans[li].task_preds, p.plans[li].task_targets
+                for pi, k, _ in accesses:
+                    u.pred_entries[li, pi, name] = preds[pi].get(name)
+                    u.target_entries[li, pi, k] = targets[pi][k]
+        u.groups = {}
+        u.stale = set(p._stale)
+        u.tasks = dict(p._tasks)
+        u.state_src = [lp.state_src for lp in p.plans]
+        u.dirty = set(p._dirty)
+        u.region_names = region_names
+        return u
+
+    def restore(self, p: "Planner") -> None:
+        for li, lp in self.plans.items():
+            p.plans[li] = lp
+        for name, (planner, log, initial, info, nodes) in self.regions.items():
+            for li, _, _ in p.log.get(name, ()):
+                p.region_nodes.pop((li, name), None)
+            _put(p.planners, name, planner)
+            _put(p.log, name, log)
+            _put(p.initial, name, initial)
+            _put(p._region_info, name, info)
+            for li, item in nodes.items():
+                _put(p.region_nodes, (li, name), item)
+        plans = p.plans
+        for (li, pi, name), preds in self.pred_entries.items():
+            _put(plans[li].task_preds[pi], name, preds)
+        for (li, pi, k), targets in self.target_entries.items():
+            plans[li].task_targets[pi][k] = targets
+        for lp, state_src in zip(plans, self.state_src):
+            lp.state_src = state_src
+        p._tasks = self.tasks
+        p._dirty = self.dirty
+        for name in set(p.regions) - self.region_names:
+            del p.regions[name]
+        for key, group in self.groups.items():
+            _put(p._groups, key, group)
+            if key[0] < len(plans):
+                p._new_version(key[0])
+        p._stale = set(self.stale)
+
+
+def _put(d: dict, key, value) -> None:
+    """d[key] = value, or no key when value is None."""
+    if value is None:
+        d.pop(key, None)
+    else:
+        d[key] = value
