@@ -90,8 +90,9 @@ def recompute_segments(model, kind: str) -> list[list[str]]:
 def search_plans(model) -> dict:
     """What the search starts from: no recomputation or every block's; its chains then
     switch single blocks on and off (strategy/moves.py RecomputeUnits). (Selective
-    recomputation saves only operator-internal state, which the memory model does not
-    count: the simulator would see its cost and no gain.)"""
+    recomputation, which saves operator-internal state, is counted in time and memory
+    since parallel_ops/saved_state.py, but not offered: every plan costs each start a
+    session build.)"""
     return {kind: recompute_segments(model, kind) for kind in ("none", "full")}
 
 

@@ -25,6 +25,7 @@ from .errors import ConfigError
 from .model import Model
 from .op import Op
 from .recompute import recomputed_name
+from .saved_state import saved_bytes
 from .tasks import (DIN, DOUT, DW, IN, OUT, W, StageArgs, backward_task, forward_task,
                     read_task, update_batch, update_task)
 from .tensor import Tensor
@@ -235,19 +236,26 @@ class _Lowering:
             reqs_of[c], layout_of[c] = tuple(reqs), tuple(layout)
         args = StageArgs(stage, a.specs, layout_of, True, a.input_grads, a.weight_grads,
                          self.training)
-        return IndexLaunch(f"{stage.name}/bwd", backward_task, fwd.domain, reqs_of.__getitem__,
-                           devices=fwd.devices, args=args, cost_tag=stage.cost_tag + ("bwd",),
-                           state_from=fwd.name)
+        bwd = IndexLaunch(f"{stage.name}/bwd", backward_task, fwd.domain, reqs_of.__getitem__,
+                          devices=fwd.devices, args=args, cost_tag=stage.cost_tag + ("bwd",),
+                          state_from=fwd.name)
+        # What each forward point keeps for this backward besides regions (saved_state.py).
+        held = {c: saved_bytes(stage, a.specs[c], a.input_grads, a.weight_grads)
+                for c in fwd.colors}
+        if any(held.values()):
+            fwd.saved_bytes = bwd.saved_bytes = held
+        return bwd
 
     # -- update ----------------------------------------------------------------------------
     def lower_update(self, w, forward: dict[str, IndexLaunch], initial: dict) -> IndexLaunch:
         stage = next(s for s in w.owner.stages() if w in s.weights)
         k = stage.weights.index(w)
         fwd = forward[stage.name]
-        pieces = []
+        pieces, seen = [], set()          # (a set: data parallelism on n devices is n pieces)
         for c, dev in zip(fwd.colors, fwd.devices):
             r = fwd.args.specs[c].weights[k]
-            if not r.empty and (r, dev) not in pieces:
+            if not r.empty and (r, dev) not in seen:
+                seen.add((r, dev))
                 pieces.append((r, dev))
         states = self.state_regions.get(w.name)
         if states is None:

@@ -219,6 +219,20 @@ def _returned(outs, plan: _Plan):
     return tuple(o for o, keep in zip(outs, plan.kept) if keep)
 
 
+def part_views(stage, spec, make) -> tuple[list, list]:
+    """A forward part's arguments made afresh (a part run in isolation): per non-empty input
+    and weight rect of `spec`, in forward_task's order, its (IN or W, index) and
+    make(rect, tensor)."""
+    layout, views = [], []
+    for group, tensors, rects in ((IN, stage.inputs, spec.inputs),
+                                  (W, stage.weights, spec.weights)):
+        for i, (t, r) in enumerate(zip(tensors, rects)):
+            if not r.empty:
+                layout.append((group, i))
+                views.append(make(r, t))
+    return layout, views
+
+
 def forward_task(ctx, *views):
     a: StageArgs = ctx.args
     stage = a.stage

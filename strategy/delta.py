@@ -25,8 +25,8 @@ from parallel_ops.lowering import IncrementalLowering
 from parallel_ops.optim import SGD
 from taskrt import Planner
 from taskrt.gcpause import gc_paused
-from taskrt.liveness import (INSTANCE, PARTIAL, STAGING, buffers_of, is_small, peak_bytes_flat,
-                             results_of, task_reads_writes)
+from taskrt.liveness import (INSTANCE, PARTIAL, STAGING, STATE, buffers_of, is_small,
+                             own_bytes, peak_bytes_flat, results_of, task_reads_writes)
 from taskrt.nodegroups import GroupRun, join, resolve
 from taskrt.taskgraph import COPY, TASK
 
@@ -166,6 +166,7 @@ class SimulationSession:
         self._buffer_ids: dict = {}
         self._buf_dev, self._buf_region = _Column(np.int64), _Column(np.int64)
         self._buf_bytes, self._buf_staging = _Column(np.int64), _Column(bool)
+        self._buf_state = _Column(bool)          # saved state: always a temporary
         self._region_index: dict[str, int] = {}
         # Per launch, its groups' arrays joined (_LaunchBlock), and over all of them the
         # counts of regions read by writing tasks (see _kept_regions).
@@ -259,6 +260,7 @@ class SimulationSession:
             self._buf_region.items.append(r)
             self._buf_bytes.items.append(nbytes)
             self._buf_staging.items.append(key[0] == STAGING)
+            self._buf_state.items.append(key[0] == STATE)
         return b
 
     def _node_info(self, node, staged) -> tuple:
@@ -273,8 +275,7 @@ class SimulationSession:
         d, rs = self.timer.timing(node)
         host = self._host_info(node)
         keys = buffers_of(node, staged=staged)
-        bufs = tuple(self._buffer(key, key[3].nbytes if key[0] == STAGING else 0)
-                     for key in keys)
+        bufs = tuple(self._buffer(key, own_bytes(key)) for key in keys)
         reads, writes = (), None
         if node.kind is TASK:
             r, w = task_reads_writes(node)
@@ -439,7 +440,7 @@ class SimulationSession:
         nbytes[ids] = np.concatenate([e[2] for e in region_buffers.values()])
         buf_dev = self._buf_dev.array()
         region = self._buf_region.array()
-        persistent_mask = kept_mask[region] | is_small(nbytes)
+        persistent_mask = (kept_mask[region] | is_small(nbytes)) & ~self._buf_state.array()
         # Users: (buffer, node id) for every buffer each node uses.
         counts = self._joined.arrays["buf_counts"]
         users_buf = self._joined.arrays["buf_ids"]

@@ -76,13 +76,57 @@ class BufferAccesses:
         return preds
 
 
+class PendingSums:
+    """The pending partial sums of a region: a RectIndex of (rect, (device, in partial
+    buffer?)) items, plus one index per device of its own items, so that a device's Red+
+    finds its sums without walking every device's (data parallelism on n devices leaves n
+    full-rect sums: one index alone made each Red+ O(n), a launch O(n^2))."""
+    __slots__ = ("_all", "_by_device", "_link")
+
+    def __init__(self):
+        self._all = RectIndex()                   # id -> (rect, (device, partial))
+        self._by_device: dict[int, RectIndex] = {}   # device -> (rect, id in _all)
+        self._link: dict[int, int] = {}           # id in _all -> id in its device's index
+
+    def __len__(self) -> int:
+        return len(self._all)
+
+    def __iter__(self):
+        return iter(self._all)
+
+    def add(self, rect: Rect, value: tuple[int, bool]) -> int:
+        i = self._all.add(rect, value)
+        own = self._by_device.get(value[0])
+        if own is None:
+            own = self._by_device[value[0]] = RectIndex()
+        self._link[i] = own.add(rect, i)
+        return i
+
+    def remove(self, i: int) -> None:
+        _, (device, _) = self._all.get(i)
+        self._all.remove(i)
+        self._by_device[device].remove(self._link.pop(i))
+
+    def overlapping(self, rect: Rect) -> list:
+        """Every device's items overlapping `rect`, in insertion order."""
+        return self._all.overlapping(rect)
+
+    def of_device(self, device: int, rect: Rect) -> list:
+        """`device`'s items overlapping `rect`, in insertion order."""
+        own = self._by_device.get(device)
+        if own is None:
+            return []
+        items = self._all
+        return [(i, r, items.get(i)[1]) for _, r, i in own.overlapping(rect)]
+
+
 class RegionState:
     __slots__ = ("region", "valid", "pending")
 
     def __init__(self, region: Region):
         self.region = region
         self.valid = RectIndex(disjoint=True)   # (rect, holder devices: writer first)
-        self.pending = RectIndex()    # (rect, (device, in partial buffer?)), disjoint per device
+        self.pending = PendingSums()  # (rect, (device, in partial buffer?)), disjoint per device
 
     def add_holder(self, rect: Rect, device: int) -> None:
         """Record that `device` now also holds the current value of `rect`."""
@@ -201,10 +245,9 @@ class RegionPlanner:
         the partial buffer where a value exists (it is the base the sums are added to)."""
         st = self.state
         targets, rest = [], [rect]
-        for _, held, (d, partial) in st.pending.overlapping(rect):
-            if d == device:
-                targets.append(ReduceTarget(held.intersect(rect), partial, True))
-                rest = [p for q in rest for p in q.subtract(held)]
+        for _, held, (_, partial) in st.pending.of_device(device, rect):
+            targets.append(ReduceTarget(held.intersect(rect), partial, True))
+            rest = [p for q in rest for p in q.subtract(held)]
         for q in rest:
             based = [r.intersect(q) for _, r, _ in st.valid.overlapping(q)]
             unbased = subtract_all(q, based)

@@ -38,6 +38,9 @@ class IndexLaunch:
     replicas: bool = False                                    # points writing one rect on several
     #                                                           devices compute the same value
     batch: Callable[..., None] | None = None                  # runs many points at once (above)
+    # Per color: bytes of the state its point keeps for the launch that takes it (set on
+    # both launches of the pair; taskrt.liveness counts them from the one to the other).
+    saved_bytes: dict[Color, int] | None = None
     colors: tuple[Color, ...] = field(init=False)
 
     def __post_init__(self):

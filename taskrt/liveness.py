@@ -10,6 +10,13 @@ all-reduces). The executors allocate a temporary when its first user starts and 
 after its last user; the simulator counts it from the earliest start to the latest end of its
 users. Both take the users and the peak from this module, so the modelled peak is the run's.
 
+A point task's saved state (IndexLaunch.saved_bytes: what a forward keeps for its backward
+besides regions, e.g. attention's probabilities) is a temporary too, of kind STATE, on the
+task's device: its users are the task that keeps it and the task that takes it
+(state_from, same color), so it lives from the one's start to the other's end. The
+executors hold it in the task context (autograd's graph) and count its bytes; it is always
+a temporary (never small: nothing is allocated for it, so freeing costs nothing).
+
 Small buffers (under Settings.min_temporary_bytes, TASKRT_MIN_TEMPORARY_BYTES: the settings
 the caller passes, else those resolved when called) are persistent too:
 allocating and releasing costs a rank a few microseconds of Python per node, which a CNN of
@@ -27,7 +34,7 @@ from .privilege import Privilege
 from .settings import Settings
 from .taskgraph import COPY, REDUCE, TASK
 
-INSTANCE, PARTIAL, STAGING = 0, 1, 2
+INSTANCE, PARTIAL, STAGING, STATE = 0, 1, 2, 3
 
 
 def is_temporary(region_name: str, nbytes: int, kept, settings: Settings | None = None) -> bool:
@@ -42,9 +49,34 @@ _READS = (Privilege.READ, Privilege.READ_WRITE)
 _READ, _RW = Privilege.READ, Privilege.READ_WRITE
 
 
+def state_key(node):
+    """The key of the saved state a task keeps or takes, or None: (STATE, the keeping
+    launch's name + "@state", device, (color, bytes))."""
+    launch = node.launch
+    held = launch.saved_bytes
+    if not held:
+        return None
+    nbytes = held.get(node.color, 0)
+    if not nbytes:
+        return None
+    return (STATE, (launch.state_from or launch.name) + "@state", node.device,
+            (node.color, nbytes))
+
+
+def own_bytes(key) -> int:
+    """Bytes of a buffer that is not a region's instance or partial sums (0 for those)."""
+    kind = key[0]
+    if kind == STAGING:
+        return key[3].nbytes
+    if kind == STATE:
+        return key[3][1]
+    return 0
+
+
 def buffers_of(node, nodes=None, staged=None) -> tuple:
     """The buffers one node uses, each once: keys (kind, region name, device, copy node)
-    where the copy node is set only for a staging buffer (kind STAGING). A reduce finds the
+    where the copy node is set only for a staging buffer (kind STAGING); a task's saved state
+    as state_key gives it. A reduce finds the
     copy behind each staged input in `staged` (per input, as its node group records it) or
     else by id in `nodes`."""
     kind = node.kind
@@ -58,6 +90,10 @@ def buffers_of(node, nodes=None, staged=None) -> tuple:
             else:
                 for t in targets:
                     out.append((PARTIAL if t.partial else INSTANCE, name, d, None))
+        if node.launch.saved_bytes:
+            key = state_key(node)
+            if key is not None:
+                out.append(key)
         return tuple(dict.fromkeys(out))
     name = node.region.name
     if kind is COPY:
@@ -159,8 +195,8 @@ def alias_sources(graph) -> dict[int, dict[int, tuple[int, ...]]]:
 
 def buffer_bytes(graph, key) -> int:
     kind, name, dev, copy = key
-    if kind == STAGING:
-        return copy.nbytes
+    if kind == STAGING or kind == STATE:
+        return own_bytes(key)
     rects = graph.instance_rects if kind == INSTANCE else graph.partial_rects
     return graph.regions[name].nbytes(rects[name, dev])
 
@@ -248,6 +284,10 @@ class Liveness:
                     else:
                         for t in targets:
                             keys.append((PARTIAL if t.partial else INSTANCE, name, d, None))
+                if node.launch.saved_bytes:
+                    key = state_key(node)
+                    if key is not None:
+                        keys.append(key)
                 if writes:
                     read_by_writer.update(reads)
                     for name in writes:
@@ -285,6 +325,12 @@ class Liveness:
                     device.append(dev)
                     nbytes.append(region.nbytes(rect))
                     user_lists.append(lst)
+        for key, lst in users.items():      # saved state: always a temporary
+            if key[0] == STATE and (owned is None or key[2] in owned):
+                keys.append(key)
+                device.append(key[2])
+                nbytes.append(own_bytes(key))
+                user_lists.append(lst)
         return live
 
     def peak(self, start, end) -> dict[int, int]:

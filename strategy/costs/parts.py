@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from parallel_ops.tasks import IN, W, StageArgs, forward_task
+from parallel_ops.tasks import StageArgs, forward_task, part_views
 from taskrt.executor.instances import TORCH_DTYPES
 from taskrt.executor.steps import TaskContext, task_step
 from taskrt.taskgraph import TASK
@@ -138,14 +138,8 @@ def _rebuilt_forward(node, device: str, int_ranges, values: bool):
     if not isinstance(a, StageArgs):
         return None
     stage, spec = a.stage, a.specs[node.color]
-    layout, views = [], []
-    for group, tensors, rects in ((IN, stage.inputs, spec.inputs),
-                                  (W, stage.weights, spec.weights)):
-        for i, (t, r) in enumerate(zip(tensors, rects)):
-            if not r.empty:
-                layout.append((group, i))
-                views.append(make_tensor(r.shape, t.dtype, device,
-                                         int_bound(node, t.name, int_ranges), values))
+    layout, views = part_views(stage, spec, lambda r, t: make_tensor(
+        r.shape, t.dtype, device, int_bound(node, t.name, int_ranges), values))
     args = StageArgs(stage, a.specs, {node.color: tuple(layout)}, True, a.input_grads,
                      a.weight_grads, a.training)
     ctx = TaskContext(_Launch(node.launch.state_from, args), node.color, node.device, device)

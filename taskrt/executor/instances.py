@@ -30,7 +30,8 @@ from ..errors import ExecutionError
 from ..geometry import Rect
 from ..settings import Settings
 from .cpumemory import retain_freed_memory
-from ..liveness import INSTANCE, PARTIAL, STAGING, Liveness, alias_sources, is_temporary
+from ..liveness import (INSTANCE, PARTIAL, STAGING, STATE, Liveness, alias_sources,
+                        is_temporary, own_bytes)
 from ..taskgraph import COPY
 
 TORCH_DTYPES = {name: getattr(torch, name) for name in
@@ -45,6 +46,22 @@ class View:
 
     def __init__(self, slices, t=None):
         self.slices, self.t = slices, t
+
+
+class SavedState:
+    """A point task's saved state (taskrt.liveness, kind STATE): held by the task context
+    (autograd's graph), not by the store, which only counts its bytes from its first user
+    to its last, as it does a temporary's (`tensor` is set while counted)."""
+    __slots__ = ("device", "nbytes", "users", "remaining", "tensor", "region")
+    on_cpu = False
+
+    def __init__(self, device: int, nbytes: int):
+        self.device, self.nbytes, self.region = device, nbytes, None
+        self.users = self.remaining = 0
+        self.tensor = None
+
+    def detach(self) -> None:
+        self.tensor = None
 
 
 class Buffer:
@@ -206,6 +223,7 @@ class InstanceStore:
         self.instances: dict[tuple[str, int], Buffer] = {}
         self.partials: dict[tuple[str, int], Buffer] = {}
         self.staging: dict[int, Buffer] = {}
+        self.states: dict[tuple, SavedState] = {}      # taskrt.liveness STATE key -> it
         owners: dict[int, Buffer] = {}          # storage address -> the buffer using it
         borrowed: dict[int, int] = {}           # storage address -> buffers viewing it
         for kind, rects, bufs in ((INSTANCE, graph.instance_rects, self.instances),
@@ -245,6 +263,11 @@ class InstanceStore:
         kind, name, dev, copy = key
         if kind == STAGING:
             return self.staging[copy.id]
+        if kind == STATE:
+            b = self.states.get(key)
+            if b is None:
+                b = self.states[key] = SavedState(dev, own_bytes(key))
+            return b
         return (self.instances if kind == INSTANCE else self.partials)[name, dev]
 
     def view(self, kind: int, name: str, device: int, rect: Rect) -> View:
@@ -289,8 +312,9 @@ class InstanceStore:
         """Node about to run: allocate the temporaries it uses that are not yet allocated."""
         for b in temps:
             if b.tensor is None:
-                flats = self._free.get(b.size_key)
-                if flats:
+                if b.region is None:               # a SavedState: counted, not allocated
+                    b.tensor = True
+                elif flats := self._free.get(b.size_key):
                     # Its storage of last time if free (so its views stand: with the same
                     # order every iteration, every buffer gets its own back), else any.
                     mine = b.sliced_for
