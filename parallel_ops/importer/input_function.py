@@ -63,10 +63,11 @@ class InputFunction(Op):
 
     def _whole_of_values(self, inputs) -> torch.Tensor:
         """_whole(inputs), from the last call's result when the sources hold the same values
-        (on the same devices)."""
+        (on the same devices; meta tensors, which the memory model runs parts on, have no
+        values to compare)."""
         last = self._last
-        if last is not None and all(a.device == b.device and torch.equal(a, b)
-                                    for a, b in zip(last[0], inputs)):
+        if last is not None and all(a.device == b.device and not a.is_meta and
+                                    torch.equal(a, b) for a, b in zip(last[0], inputs)):
             return last[1]
         y = self._whole(inputs)
         self._last = (tuple(t.clone() for t in inputs), y)
