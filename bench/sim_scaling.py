@@ -27,7 +27,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 LAYERS = 2
 POINTS = [("dp", 256), ("dp", 1024), ("dp", 4096), ("megatron", 256), ("megatron", 1024)]
-QUICK_POINTS = [("megatron", 8)]
+QUICK_POINTS = [("dp", 8), ("dp", 16)]
 PER_GPU_BATCH = 1
 
 
@@ -98,9 +98,9 @@ def run(quick: bool = False) -> dict:
                      f"{r['peak_rss_gb']:.2f} GB",
                      f"{r['kb_per_node']:.1f} KB/node over the {r['base_rss_gb']:.2f} GB of "
                      "the loaded model and torch; 32 blocks: ~16x the nodes"))
+    points = list(results.values())
     for kind in ("dp", "megatron"):
-        pts = sorted((r for r in results.values() if r["kind"] == kind),
-                     key=lambda r: r["gpus"])
+        pts = sorted((r for r in points if r["kind"] == kind), key=lambda r: r["gpus"])
         if len(pts) > 1:
             lo, hi = pts[0], pts[-1]
             growth = hi["us_per_node"] / lo["us_per_node"]

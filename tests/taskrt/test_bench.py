@@ -71,10 +71,13 @@ def test_alternating_mpi_reports_a_job_that_dies():
                         per_block=1, timeout=120)
 
 
-def test_sim_scaling_quick_point_reports_per_node_cost():
+def test_sim_scaling_quick_points_report_per_node_cost_and_its_growth():
     from bench import sim_scaling
     out = sim_scaling.run(quick=True)
-    r = out["results"]["megatron@8"]
-    assert r["valid"] and r["nodes"] > 0 and r["us_per_node"] > 0 and r["first_cpu_s"] > 0
-    assert r["peak_rss_gb"] >= r["base_rss_gb"] > 0
-    assert len(out["rows"]) == 1 and "8 simulated H100s, Megatron t=8" in out["rows"][0][0]
+    small, big = out["results"]["dp@8"], out["results"]["dp@16"]
+    for r in (small, big):
+        assert r["valid"] and r["nodes"] > 0 and r["us_per_node"] > 0 and r["first_cpu_s"] > 0
+        assert r["peak_rss_gb"] >= r["base_rss_gb"] > 0
+    assert big["nodes"] > small["nodes"]
+    assert out["results"]["dp_growth"] == big["us_per_node"] / small["us_per_node"]
+    assert [row[0] for row in out["rows"]][2] == "GPT 2.7B widths, dp: per-node cost, 16 / 8 GPUs"
