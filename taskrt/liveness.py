@@ -90,10 +90,9 @@ def buffers_of(node, nodes=None, staged=None) -> tuple:
             else:
                 for t in targets:
                     out.append((PARTIAL if t.partial else INSTANCE, name, d, None))
-        if node.launch.saved_bytes:
-            key = state_key(node)
-            if key is not None:
-                out.append(key)
+        key = state_key(node)             # None unless it keeps or takes state
+        if key is not None:
+            out.append(key)
         return tuple(dict.fromkeys(out))
     name = node.region.name
     if kind is COPY:
@@ -284,10 +283,9 @@ class Liveness:
                     else:
                         for t in targets:
                             keys.append((PARTIAL if t.partial else INSTANCE, name, d, None))
-                if node.launch.saved_bytes:
-                    key = state_key(node)
-                    if key is not None:
-                        keys.append(key)
+                key = state_key(node)             # None unless it keeps or takes state
+                if key is not None:
+                    keys.append(key)
                 if writes:
                     read_by_writer.update(reads)
                     for name in writes:

@@ -116,6 +116,8 @@ def test_devices_per_rank_and_trace(tmp_path):
                                    "iterations, with --search SECONDS"]),
     (["--search", "5", "--check-prediction", "0"], ["--check-prediction 0"]),
     (["--search", "5", "--simulate", "--check-prediction", "2"], ["without --simulate"]),
+    (["--search-ranks", "2"], ["--search-ranks 2: give a positive count, with --search"]),
+    (["--search", "5", "--search-ranks", "0"], ["--search-ranks 0: give a positive count"]),
 ])
 def test_simulator_and_search_flag_mistakes(capsys, argv, fragments):
     fails(capsys, RNNLM, SMALL + argv, *fragments)
