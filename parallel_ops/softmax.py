@@ -20,6 +20,7 @@ import torch
 
 from taskrt.geometry import Rect
 from taskrt.region import block_bounds
+from taskrt.executor.zeros import zero_contribution
 
 from .errors import ShapeError
 from .model import Model, builder
@@ -72,9 +73,10 @@ def _stats_skipped(spec, inputs, weights):
 
 
 def broadcast_zero(shape, dtype, device) -> torch.Tensor:
-    """A zero gradient of `shape` as a broadcast scalar: the runtime adds it to (or copies
-    it into) the gradient's buffer, with no tensor of that size made and filled for it."""
-    return torch.zeros((), dtype=dtype, device=device).expand(shape)
+    """A zero gradient of `shape` as a broadcast scalar marked as zero: the runtime skips
+    adding it to the gradient's buffer (or zeroes the buffer where it is stored), with no
+    tensor of that size made and filled for it (taskrt.executor.zeros)."""
+    return zero_contribution(shape, dtype, device)
 
 
 def _stats_backward(spec, saved, output_grads, need_inputs, need_weights):

@@ -26,6 +26,7 @@ from ..privilege import Privilege
 from ..liveness import INSTANCE, PARTIAL
 from ..taskgraph import TASK
 from .instances import TORCH_DTYPES, InstanceStore, View
+from .zeros import is_zero
 
 _RED = Privilege.REDUCE_SUM
 
@@ -163,7 +164,7 @@ def task_step(node, store: InstanceStore, contexts: dict) -> Callable[[], None]:
                     if value is not None and value is not view.t and (
                             buf is None or not buf.adopt(value)) and not (
                             pieces and _viewed(value, pieces) and buf.alias(value)):
-                        view.t.copy_(value)
+                        _store(view.t, value)
                     continue
                 if value is None:
                     raise TypeError("task returned None for a Red+ requirement; return its "
@@ -173,9 +174,14 @@ def task_step(node, store: InstanceStore, contexts: dict) -> Callable[[], None]:
                 if kind == _CONTRIBUTE:
                     if (buf is None or not buf.adopt(value)) and not (
                             pieces and _viewed(value, pieces) and buf.alias(value)):
-                        view.t.copy_(value)
+                        _store(view.t, value)
                     continue
+                zero = is_zero(value)           # taskrt.executor.zeros: nothing to add
                 for target, sl, accumulate, whole in pieces:
+                    if zero:
+                        if not accumulate:
+                            target.t.zero_()
+                        continue
                     part = value if sl is None else value[sl]
                     if accumulate:
                         target.t.add_(part)
@@ -186,6 +192,14 @@ def task_step(node, store: InstanceStore, contexts: dict) -> Callable[[], None]:
         except Exception as exc:
             raise _fail(node, dev, exc) from exc
     return run
+
+
+def _store(target: torch.Tensor, value: torch.Tensor) -> None:
+    """Copy a task's value into the target view (zero_() for a zero contribution)."""
+    if is_zero(value):
+        target.zero_()
+    else:
+        target.copy_(value)
 
 
 def _viewed(value: torch.Tensor, sources) -> bool:
