@@ -84,6 +84,7 @@ class BatchNorm2d(FusesActivation, Op):
         self.count = count
         self.accumulate = getattr(torch, accumulation_dtype(x.dtype))
         self.params = {"eps": eps, "momentum": momentum, "affine": affine}
+        self._momenta: dict = {}     # (dtype, device) -> _momentum's tensors
         self.inputs = [x]
         if affine:
             model.new_weight(self, "weight", (c,))
@@ -135,8 +136,10 @@ class BatchNorm2d(FusesActivation, Op):
         held constant for autograd: the sum's derivative by it, -2/N * sum(x - mean), is
         zero (torch's backward leaves it out as well)."""
         x, stats = inputs
-        d = x - _bc(self._mean(stats.detach(), x.dtype))
-        return [(d * d).sum((0, 2, 3), dtype=self.accumulate)[None]]
+        if stats.requires_grad:
+            stats = stats.detach()
+        d = x - self._mean(stats, x.dtype).view(1, -1, 1, 1)
+        return [(d * d).sum((0, 2, 3), dtype=self.accumulate).view(1, -1)]
 
     def _mean(self, stats, dtype):
         return (stats[0] / self.count).to(dtype)
@@ -220,12 +223,26 @@ class BatchNorm2d(FusesActivation, Op):
         unbiased variance's in the accumulation dtype."""
         stats, centered = inputs
         rm, rv = weights
-        m = self.params["momentum"]
-        m = torch.tensor(1.0 / self.model.step_count if m is None else m, dtype=rm.dtype)
+        m, keep, m_acc = self._momentum(rm.dtype, rm.device)
         mean = self._mean(stats, rm.dtype)
         unbiased = centered[0].to(rm.dtype).to(self.accumulate) / (self.count - 1)
-        var = m.to(self.accumulate) * unbiased + ((1 - m) * rv).to(self.accumulate)
-        return [torch.stack((m * mean + (1 - m) * rm, var.to(rm.dtype)))]
+        var = m_acc * unbiased + (keep * rv).to(self.accumulate)
+        return [torch.stack((m * mean + keep * rm, var.to(rm.dtype)))]
+
+    def _momentum(self, dtype, device):
+        """(m, 1 - m, m in the accumulation dtype) as 0-d tensors of the running buffers'
+        dtype, as torch rounds them; made once for a fixed momentum (five aten operations
+        per layer and step), each step for the cumulative average (momentum None)."""
+        m = self.params["momentum"]
+        key = (dtype, device)
+        if m is not None and key in self._momenta:
+            return self._momenta[key]
+        m = torch.tensor(1.0 / self.model.step_count if m is None else m, dtype=dtype,
+                         device=device)
+        got = (m, 1 - m, m.to(self.accumulate))
+        if self.params["momentum"] is not None:
+            self._momenta[key] = got
+        return got
 
     # -- evaluation and the reference -------------------------------------------------------
     def forward(self, spec, inputs, weights):
