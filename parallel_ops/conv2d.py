@@ -102,17 +102,28 @@ class Conv2d(FusesActivation, Op):
         span = ghi - glo + 1
         r0, r1, top, bottom = halo(h0, h1, h, kh, sh, ph, dh)
         q0, q1, left, right = halo(w0, w1, w, kw, sw, pw, dw)
-        x = Rect((n0, glo * cg + j0, r0, q0), (n1, ghi * cg + j1, r1, q1))
         weights = (Rect((c0, j0, 0, 0), (c1, j1, kh, kw)),)
         if pr["bias"]:
             first = color[-1] == 0                      # bias only in the first ci-part
             weights += (Rect((c0,), (c1,)) if first else Rect((0,), (0,)),)
         pad = (left, right, top, bottom)
-        info = ConvPart(pad, *split_padding(pad, (r1 - r0, q1 - q0), (h1 - h0, w1 - w0),
-                                            (kh, kw), (sh, sw), (dh, dw)), span,
+        geometry = ((h1 - h0, w1 - w0), (kh, kw), (sh, sw), (dh, dw))
+        implicit, explicit = split_padding(pad, (r1 - r0, q1 - q0), *geometry)
+        # A last part whose windows end before the input does (a stride-2 1x1 convolution
+        # of an even size reads 7 rows of 8) reads to the end instead, when the operator's
+        # padding then still makes its windows: a part of the whole input is then all of
+        # its buffer (contiguous, no strided copy in the kernel; its gradient adoptable).
+        tail = (h - r1 if h1 == self.outputs[0].shape[2] and not bottom else 0,
+                w - q1 if w1 == self.outputs[0].shape[3] and not right else 0)
+        if any(tail) and not any(explicit):
+            wider = split_padding(pad, (r1 - r0 + tail[0], q1 - q0 + tail[1]), *geometry)
+            if wider[0] == implicit and not any(wider[1]):
+                r1, q1 = r1 + tail[0], q1 + tail[1]
+        info = ConvPart(pad, implicit, explicit, span,
                         c0 - glo * og if span > 1 else 0,
                         (ghi + 1) * og - c1 if span > 1 else 0,
                         cg if span > 1 and j1 - j0 < cg else 0)
+        x = Rect((n0, glo * cg + j0, r0, q0), (n1, ghi * cg + j1, r1, q1))
         y = Rect((n0, c0, h0, w0), (n1, c1, h1, w1))
         return PartSpec((x,), weights, (y,), degrees[-1] > 1, info)
 

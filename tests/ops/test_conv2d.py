@@ -18,6 +18,8 @@ GEOMETRIES = {
     "depthwise": ((2, 2, 3, 5), dict(out_channels=4, kernel_size=(1, 3), stride=(1, 2),
                                      padding=(2, 1), dilation=(1, 2), groups=2)),
     "no_bias": ((2, 3, 6, 4), dict(out_channels=4, kernel_size=2, stride=2, bias=False)),
+    # the last window ends a row (and a column) before the input: last parts read to the end
+    "tail": ((2, 3, 8, 8), dict(out_channels=4, kernel_size=(1, 3), stride=2)),
 }
 
 
@@ -144,3 +146,19 @@ def test_shape_errors():
         m.conv2d(x, 4, 3, padding="same", name="e")
     with pytest.raises(ShapeError, match=r"conv2d 'f': out_channels 0 must be a positive"):
         m.conv2d(x, 0, 3, name="f")
+
+
+@pytest.mark.parametrize("cfg", configs("tail", max_configs=24), ids=str)
+def test_last_parts_read_to_the_end(cfg):
+    m, feeds = conv_model("tail")
+    assert_matches(m, feeds, {"conv": cfg})
+
+
+def test_a_whole_part_reads_all_of_its_input():
+    """Unsplit, a stride-2 convolution whose last window ends before the input does reads
+    the whole input (one contiguous buffer), not a strided 7 x 7 corner of it."""
+    m, _ = conv_model("tail")
+    op = m.op("conv")
+    spec = op.part((1,) * len(op.dims), (0,) * len(op.dims))
+    assert spec.inputs[0] == Rect((0, 0, 0, 0), (2, 3, 8, 8))
+    assert spec.info.padding == (0, 0) and not any(spec.info.explicit)
