@@ -84,7 +84,6 @@ class BatchNorm2d(FusesActivation, Op):
         self.count = count
         self.accumulate = getattr(torch, accumulation_dtype(x.dtype))
         self.params = {"eps": eps, "momentum": momentum, "affine": affine}
-        self._momenta: dict = {}     # (dtype, device) -> _momentum's tensors
         self.inputs = [x]
         if affine:
             model.new_weight(self, "weight", (c,))
@@ -231,18 +230,13 @@ class BatchNorm2d(FusesActivation, Op):
 
     def _momentum(self, dtype, device):
         """(m, 1 - m, m in the accumulation dtype) as 0-d tensors of the running buffers'
-        dtype, as torch rounds them; made once for a fixed momentum (five aten operations
-        per layer and step), each step for the cumulative average (momentum None)."""
+        dtype, as torch rounds them. Made every call, not kept: the cost model counts a
+        part's operations on its first run (strategy.costs), so a part must run the same
+        operations every time."""
         m = self.params["momentum"]
-        key = (dtype, device)
-        if m is not None and key in self._momenta:
-            return self._momenta[key]
         m = torch.tensor(1.0 / self.model.step_count if m is None else m, dtype=dtype,
                          device=device)
-        got = (m, 1 - m, m.to(self.accumulate))
-        if self.params["momentum"] is not None:
-            self._momenta[key] = got
-        return got
+        return m, 1 - m, m.to(self.accumulate)
 
     # -- evaluation and the reference -------------------------------------------------------
     def forward(self, spec, inputs, weights):

@@ -15,22 +15,13 @@ import torch
 _MARK = "_taskrt_zero"
 
 
-_made: dict = {}              # (shape, dtype, device) -> its zero contribution
-
-
 def zero_contribution(shape, dtype, device) -> torch.Tensor:
     """A zero tensor of `shape` (a broadcast scalar: nothing of that size is made) that the
-    executors recognize (`is_zero`). One per shape, dtype and device is made and handed out
-    again (two aten operations saved per call): with more than one element it is a
-    broadcast, which no in-place operation can write and no buffer adopts; a one-element
-    zero could be both, so it is made afresh."""
-    key = (tuple(shape), dtype, str(device))
-    z = _made.get(key)
-    if z is None:
-        z = torch.zeros((), dtype=dtype, device=device).expand(key[0])
-        setattr(z, _MARK, True)
-        if z.numel() > 1:
-            _made[key] = z
+    executors recognize (`is_zero`). Made afresh every call (not kept per shape): the cost
+    model counts a part's operations on its first run (strategy.costs), so a part must run
+    the same operations every time."""
+    z = torch.zeros((), dtype=dtype, device=device).expand(shape)
+    setattr(z, _MARK, True)
     return z
 
 
