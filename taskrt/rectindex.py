@@ -5,14 +5,16 @@ scan all items. Items are hashed into a uniform grid whose cell size per dimensi
 power of two near the typical (geometric mean) extent of the items held, so parts of one
 partition touch O(1) cells per split dimension, and a few slivers (halos, fragments left by
 subtraction) do not shrink the cells for everyone. The grid is rebuilt when that typical
-extent drifts 4x away from the cell size. Items that would touch many cells, and queries that
-would visit more cells than there are items, fall back to scanning, so the cost is
+extent drifts 4x away from the cell size (checked every 8th insertion). Items that would
+touch many cells, and queries that would visit more cells than there are items, fall back
+to scanning, so the cost is
 min(grid walk, scan). Small sets (most buffers hold a handful of pieces) skip the grid and
 are scanned directly, which is what keeps planning cheap per node.
 """
 from __future__ import annotations
 
 from itertools import product
+from operator import add, floordiv, lt, sub
 from typing import Any, Iterator
 
 from .geometry import Rect
@@ -20,11 +22,12 @@ from .geometry import Rect
 _MAX_CELLS_PER_ITEM = 64
 _DRIFT_BITS = 2          # rebuild when the typical extent is 4x off the cell size
 _SMALL = 32              # up to this many items: no grid, scan them
+_DRIFT_CHECK_EVERY = 7   # check for drift when the item count is a multiple of 8
 
 
 class RectIndex:
     __slots__ = ("_items", "_next_id", "_cell", "_grid", "_big", "_bits", "_sized", "_exact",
-                 "disjoint")
+                 "_ones", "disjoint")
 
     def __init__(self, disjoint: bool = False):
         """`disjoint`: the caller promises items never overlap, so a query equal to an item's
@@ -38,6 +41,7 @@ class RectIndex:
         self._big: set[int] = set()
         self._bits: list[int] | None = None     # per dimension: sum of extent.bit_length()
         self._sized = 0                          # number of non-empty items (grid mode)
+        self._ones: tuple[int, ...] = ()         # (1,) per dimension (grid mode)
 
     def __len__(self) -> int:
         return len(self._items)
@@ -54,23 +58,33 @@ class RectIndex:
         return self._exact.get(rect)
 
     # -- grid helpers -------------------------------------------------------------------
-    def _cell_ranges(self, rect: Rect) -> list[range]:
-        return [range(l // c, (h - 1) // c + 1) for l, h, c in zip(rect.lo, rect.hi, self._cell)]
+    def _cells(self, rect: Rect) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """The first and last cell (per dimension) that the non-empty `rect` touches."""
+        cell = self._cell
+        return (tuple(map(floordiv, rect.lo, cell)),
+                tuple(map(floordiv, map(sub, rect.hi, self._ones), cell)))
 
     @staticmethod
-    def _count(ranges: list[range]) -> int:
+    def _count(first, last) -> int:
         n = 1
-        for r in ranges:
-            n *= len(r)
+        for a, b in zip(first, last):
+            n *= b - a + 1
         return n
 
     def _insert(self, item_id: int, rect: Rect) -> None:
-        ranges = self._cell_ranges(rect)
-        if self._count(ranges) > _MAX_CELLS_PER_ITEM:
+        first, last = self._cells(rect)
+        grid = self._grid
+        if first == last:                       # the common case: one cell
+            bucket = grid.get(first)
+            if bucket is None:
+                grid[first] = {item_id}
+            else:
+                bucket.add(item_id)
+            return
+        if self._count(first, last) > _MAX_CELLS_PER_ITEM:
             self._big.add(item_id)
             return
-        grid = self._grid
-        for cell in product(*ranges):
+        for cell in product(*[range(a, b + 1) for a, b in zip(first, last)]):
             bucket = grid.get(cell)
             if bucket is None:
                 grid[cell] = {item_id}
@@ -78,9 +92,8 @@ class RectIndex:
                 bucket.add(item_id)
 
     def _account(self, rect: Rect, sign: int) -> None:
-        bits = self._bits
-        for d, (l, h) in enumerate(zip(rect.lo, rect.hi)):
-            bits[d] += sign * (h - l).bit_length()
+        widths = map(int.bit_length, map(sub, rect.hi, rect.lo))
+        self._bits = list(map(add if sign > 0 else sub, self._bits, widths))
         self._sized += sign
 
     def _build_grid(self) -> None:
@@ -90,6 +103,7 @@ class RectIndex:
             self._cell = None
             return
         self._bits = [0] * sized[0].ndim
+        self._ones = (1,) * sized[0].ndim
         self._sized = 0
         for r in sized:
             self._account(r, 1)
@@ -104,34 +118,42 @@ class RectIndex:
             if not r.empty:          # empty items live only in _items (see add/remove)
                 self._insert(i, r)
 
-    # -- public API ---------------------------------------------------------------------
-    def add(self, rect: Rect, value: Any) -> int:
-        """Insert an item; returns its id. Empty rects are stored but never overlap anything."""
-        item_id = self._next_id
-        self._next_id += 1
-        self._items[item_id] = (rect, value)
-        self._exact[rect] = item_id
-        if self._cell is None:
-            if len(self._items) > _SMALL:
-                self._build_grid()
-            return item_id
-        if rect.empty:
-            return item_id
-        self._account(rect, 1)
+    def _drifted(self) -> bool:
+        """The typical extent is 4x off the cell size in some dimension."""
         n = self._sized
         limit = _DRIFT_BITS * n
         # A cell of 2**k has bit_length k+1; the items' mean bit_length is sum/n.
         for c, b in zip(self._cell, self._bits):
             if abs(c.bit_length() * n - b) > limit:
-                self._rebuild()
-                return item_id
+                return True
+        return False
+
+    # -- public API ---------------------------------------------------------------------
+    def add(self, rect: Rect, value: Any) -> int:
+        """Insert an item; returns its id. Empty rects are stored but never overlap anything."""
+        item_id = self._next_id
+        self._next_id = item_id + 1
+        items = self._items
+        items[item_id] = (rect, value)
+        self._exact[rect] = item_id
+        if self._cell is None:
+            if len(items) > _SMALL:
+                self._build_grid()
+            return item_id
+        if rect.empty:
+            return item_id
+        self._account(rect, 1)
+        if not self._sized & _DRIFT_CHECK_EVERY and self._drifted():
+            self._rebuild()
+            return item_id
         self._insert(item_id, rect)
         return item_id
 
     def remove(self, item_id: int) -> None:
         rect, _ = self._items.pop(item_id)
-        if self._exact.get(rect) == item_id:
-            del self._exact[rect]
+        exact = self._exact
+        if exact.get(rect) == item_id:
+            del exact[rect]
         if self._cell is None or rect.empty:
             return
         self._account(rect, -1)
@@ -142,7 +164,10 @@ class RectIndex:
             self._big.discard(item_id)
             return
         grid = self._grid
-        for cell in product(*self._cell_ranges(rect)):
+        first, last = self._cells(rect)
+        cells = (first,) if first == last else \
+            product(*[range(a, b + 1) for a, b in zip(first, last)])
+        for cell in cells:
             bucket = grid.get(cell)
             if bucket is not None:
                 bucket.discard(item_id)
@@ -160,18 +185,25 @@ class RectIndex:
                 return [(i, rect, items[i][1])]
         if self._cell is None:
             return _scan(items.items(), rect)
-        ranges = self._cell_ranges(rect)
-        if self._count(ranges) >= len(items):
-            ids = items.keys()
+        first, last = self._cells(rect)
+        grid = self._grid
+        if first == last:                       # the common case: one cell
+            bucket = grid.get(first)
+            if self._big:
+                found = self._big.union(bucket) if bucket else self._big
+            elif bucket:
+                found = bucket
+            else:
+                return []
+        elif self._count(first, last) >= len(items):
+            return _scan(items.items(), rect)
         else:
-            found: set[int] = set(self._big)
-            grid = self._grid
-            for cell in product(*ranges):
+            found = set(self._big)
+            for cell in product(*[range(a, b + 1) for a, b in zip(first, last)]):
                 bucket = grid.get(cell)
                 if bucket:
                     found.update(bucket)
-            ids = sorted(found)
-        return _scan(((i, items[i]) for i in ids), rect)
+        return _scan([(i, items[i]) for i in sorted(found)], rect)
 
 
 def _scan(entries, rect: Rect) -> list[tuple[int, Rect, Any]]:
@@ -183,12 +215,9 @@ def _scan(entries, rect: Rect) -> list[tuple[int, Rect, Any]]:
     for i, (r, v) in entries:
         if r.empty:
             continue
-        rlo, rhi = r.lo, r.hi
+        rlo = r.lo
         if len(rlo) != ndim:
             r.overlaps(rect)            # raises the error naming both rects
-        for a, b, c, d in zip(rlo, rhi, lo, hi):
-            if a >= d or c >= b:
-                break
-        else:
+        if all(map(lt, rlo, hi)) and all(map(lt, lo, r.hi)):
             out.append((i, r, v))
     return out
