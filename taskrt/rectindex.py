@@ -2,8 +2,8 @@
 
 The planner asks this question for every requirement of every point task, so it must not
 scan all items. Items are hashed into a uniform grid whose cell size per dimension is a
-power of two near the typical (geometric mean) extent of the items held, so parts of one
-partition touch O(1) cells per split dimension, and a few slivers (halos, fragments left by
+power of two near the typical (geometric mean) extent of the items held (the smallest power
+of two that holds it), so parts of one partition touch 1-2 cells per dimension, and a few slivers (halos, fragments left by
 subtraction) do not shrink the cells for everyone. The grid is rebuilt when that typical
 extent drifts 4x away from the cell size (checked every 8th insertion). Items that would
 touch many cells, and queries that would visit more cells than there are items, fall back
@@ -92,7 +92,9 @@ class RectIndex:
                 bucket.add(item_id)
 
     def _account(self, rect: Rect, sign: int) -> None:
-        widths = map(int.bit_length, map(sub, rect.hi, rect.lo))
+        # Per dimension: (extent - 1).bit_length(), the k of the smallest cell 2**k that
+        # holds the extent (a part of 35 fits a cell of 64: at most 2 cells, not 3 of 32).
+        widths = map(int.bit_length, map(sub, map(sub, rect.hi, rect.lo), self._ones))
         self._bits = list(map(add if sign > 0 else sub, self._bits, widths))
         self._sized += sign
 
@@ -111,7 +113,7 @@ class RectIndex:
 
     def _rebuild(self) -> None:
         n, bits = self._sized, self._bits
-        self._cell = tuple(1 << max(0, (2 * b + n) // (2 * n) - 1) for b in bits)
+        self._cell = tuple(1 << ((2 * b + n) // (2 * n)) for b in bits)
         self._grid = {}
         self._big = set()
         for i, (r, _) in self._items.items():
@@ -122,9 +124,9 @@ class RectIndex:
         """The typical extent is 4x off the cell size in some dimension."""
         n = self._sized
         limit = _DRIFT_BITS * n
-        # A cell of 2**k has bit_length k+1; the items' mean bit_length is sum/n.
+        # A cell of 2**k has bit_length k+1; the items' mean k is sum/n.
         for c, b in zip(self._cell, self._bits):
-            if abs(c.bit_length() * n - b) > limit:
+            if abs((c.bit_length() - 1) * n - b) > limit:
                 return True
         return False
 
