@@ -55,7 +55,12 @@ class BufferAccesses:
 
     def read(self, rect: Rect, ref) -> set:
         preds = {n for _, _, n in self.writers.overlapping(rect)}
-        self._add_readers(rect, (ref,))
+        readers = self.readers
+        i = readers.find_exact(rect)
+        if i is None:
+            readers.add(rect, {ref})
+        else:
+            readers.get(i)[1].add(ref)
         return preds
 
     def write(self, rect: Rect, ref) -> set:
@@ -171,6 +176,7 @@ class RegionPlanner:
     def __init__(self, region: Region, machine, initial: Iterable[tuple[Rect, int]] = ()):
         self.region = region
         self.machine = machine
+        self._ranks = [d.rank for d in machine.devices]    # device -> its rank
         self.state = RegionState(region)
         self.buffers: dict[tuple[int, bool], BufferAccesses] = {}
         self.instance_rects: dict[int, Rect] = {}
@@ -303,13 +309,16 @@ class RegionPlanner:
         taking all later copies from it would queue them on its one link ((t-1)^2 sends
         instead of t-1). The count is per region, so a region re-planned alone plans as in a
         full plan."""
-        devs = self.machine.devices
-        rank = devs[device].rank
-        same = [h for h in holders if devs[h].rank == rank]
         sent = self.sent
-        # Ties go to the earliest holder (holders are kept in the order they got the value,
-        # its writer first), so a piece is forwarded only to relieve a busier holder.
-        src = min(same or holders, key=lambda h: sent.get(h, 0))
+        if len(holders) == 1:
+            src = holders[0]
+        else:
+            ranks = self._ranks
+            rank = ranks[device]
+            same = [h for h in holders if ranks[h] == rank]
+            # Ties go to the earliest holder (holders are kept in the order they got the
+            # value, its writer first), so a piece is forwarded only to relieve a busier one.
+            src = min(same or holders, key=lambda h: sent.get(h, 0))
         sent[src] = sent.get(src, 0) + elements
         return src
 

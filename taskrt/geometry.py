@@ -5,6 +5,7 @@ all operations treat them consistently (volume 0, intersect with nothing).
 """
 from __future__ import annotations
 
+from operator import le
 from typing import Iterable, Sequence
 
 from .errors import RectError
@@ -114,12 +115,8 @@ class Rect:
         """True when every point of `other` is in self; an empty rect is contained in any rect."""
         if len(self.lo) != len(other.lo):
             self._check_same_ndim(other)
-        if other.empty:
-            return True
-        for a, b, c, d in zip(self.lo, self.hi, other.lo, other.hi):
-            if c < a or d > b:
-                return False
-        return True
+        return other.empty or (all(map(le, self.lo, other.lo)) and
+                               all(map(le, other.hi, self.hi)))
 
     def contains_point(self, point: Sequence[int]) -> bool:
         return all(l <= p < h for l, p, h in zip(self.lo, point, self.hi))

@@ -27,7 +27,7 @@ _DRIFT_CHECK_EVERY = 7   # check for drift when the item count is a multiple of 
 
 class RectIndex:
     __slots__ = ("_items", "_next_id", "_cell", "_grid", "_big", "_bits", "_sized", "_exact",
-                 "_ones", "disjoint")
+                 "_ones", "_first", "disjoint")
 
     def __init__(self, disjoint: bool = False):
         """`disjoint`: the caller promises items never overlap, so a query equal to an item's
@@ -42,6 +42,7 @@ class RectIndex:
         self._bits: list[int] | None = None     # per dimension: sum of extent.bit_length()
         self._sized = 0                          # number of non-empty items (grid mode)
         self._ones: tuple[int, ...] = ()         # (1,) per dimension (grid mode)
+        self._first: Rect | None = None          # the first item's rect: all have its ndim
 
     def __len__(self) -> int:
         return len(self._items)
@@ -133,6 +134,11 @@ class RectIndex:
     # -- public API ---------------------------------------------------------------------
     def add(self, rect: Rect, value: Any) -> int:
         """Insert an item; returns its id. Empty rects are stored but never overlap anything."""
+        first = self._first
+        if first is None:
+            self._first = rect
+        elif len(rect.lo) != len(first.lo):
+            first._check_same_ndim(rect)        # raises the error naming both rects
         item_id = self._next_id
         self._next_id = item_id + 1
         items = self._items
@@ -181,6 +187,8 @@ class RectIndex:
         items = self._items
         if not items or rect.empty:
             return []
+        if len(rect.lo) != len(self._first.lo):
+            self._first._check_same_ndim(rect)  # raises the error naming both rects
         if self.disjoint:
             i = self._exact.get(rect)
             if i is not None:
@@ -210,16 +218,10 @@ class RectIndex:
 
 def _scan(entries, rect: Rect) -> list[tuple[int, Rect, Any]]:
     """The (id, rect, value) of `entries` [(id, (rect, value))] overlapping the non-empty
-    `rect` (Rect.overlaps inlined: this loop runs for every query)."""
+    `rect` of their dimensionality (Rect.overlaps inlined: this loop runs for every query)."""
     lo, hi = rect.lo, rect.hi
-    ndim = len(lo)
     out = []
     for i, (r, v) in entries:
-        if r.empty:
-            continue
-        rlo = r.lo
-        if len(rlo) != ndim:
-            r.overlaps(rect)            # raises the error naming both rects
-        if all(map(lt, rlo, hi)) and all(map(lt, lo, r.hi)):
+        if not r.empty and all(map(lt, r.lo, hi)) and all(map(lt, lo, r.hi)):
             out.append((i, r, v))
     return out
