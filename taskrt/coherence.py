@@ -429,12 +429,11 @@ class RegionPlanner:
         # Only where partial sums were added does `device` alone hold the result; the base
         # elsewhere is unchanged (its holders stay valid), and elements with neither base nor
         # partial sums stay unwritten, so reading them is still a PlanError.
-        summed = RectIndex()
+        summed: list[Rect] = []                    # disjoint, in the order found
         for _, r, _ in contribs:
-            done = [q for _, q, _ in summed.overlapping(r)]
-            for piece in subtract_all(r.intersect(rect), done):
-                summed.add(piece, None)
-        for _, piece, _ in summed:
+            done = [q for q in summed if q.overlaps(r)]
+            summed += subtract_all(r.intersect(rect), done)
+        for piece in summed:
             st.set_only_holder(piece, (device,))
 
     # -- the end state ---------------------------------------------------------------------------
