@@ -429,11 +429,7 @@ class RegionPlanner:
         # Only where partial sums were added does `device` alone hold the result; the base
         # elsewhere is unchanged (its holders stay valid), and elements with neither base nor
         # partial sums stay unwritten, so reading them is still a PlanError.
-        summed: list[Rect] = []                    # disjoint, in the order found
-        for _, r, _ in contribs:
-            done = [q for q in summed if q.overlaps(r)]
-            summed += subtract_all(r.intersect(rect), done)
-        for piece in summed:
+        for piece in summed_pieces(rect, contribs):
             st.set_only_holder(piece, (device,))
 
     # -- the end state ---------------------------------------------------------------------------
@@ -443,3 +439,18 @@ class RegionPlanner:
 
     def final_pending(self) -> list[tuple[Rect, int, bool]]:
         return [(r, d, partial) for _, r, (d, partial) in self.state.pending]
+
+
+def summed_pieces(rect: Rect, contribs) -> list[Rect]:
+    """The part of `rect` that pending sums [(id, rect, (device, partial))] cover, as disjoint
+    pieces: each sum's part of `rect` less what earlier sums covered, in order. One device's
+    sums are disjoint (PendingSums), so a sum is compared only with other devices' pieces,
+    and sums of one device alone (a gradient summed over time steps on its device) are
+    their parts of `rect` as they are."""
+    if len({dev for _, _, (dev, _) in contribs}) == 1:
+        return [r.intersect(rect) for _, r, _ in contribs]
+    summed: list[tuple[Rect, int]] = []         # (piece, device of its sum), in order found
+    for _, r, (dev, _) in contribs:
+        done = [q for q, d in summed if d != dev and q.overlaps(r)]
+        summed += [(piece, dev) for piece in subtract_all(r.intersect(rect), done)]
+    return [q for q, _ in summed]
