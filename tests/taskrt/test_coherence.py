@@ -1,10 +1,15 @@
 """Coherence: which copies, reductions and edges the planner produces, and its errors."""
+import random
+
 import pytest
 import torch
 
 from taskrt import (R, RED, RW, WD, IndexLaunch, LocalExecutor, Machine, MappingError,
                     PlanError, PrivilegeError, Rect, Region, RegionRequirement, plan)
 
+from taskrt.coherence import summed_pieces
+from taskrt.geometry import subtract_all
+from taskrt.region import block_rect
 from taskrt.taskgraph import ReduceTarget
 
 from taskrt_helpers import copies, launch, nodes_of, one, task_of
@@ -350,12 +355,6 @@ def test_summed_pieces_equal_the_plain_definition():
     with other devices' pieces) gives the pieces, in order, of the plain definition: each
     sum's part of the rect less every earlier piece. Sums drawn as the planner keeps them:
     disjoint per device, overlapping across devices; one device alone, and several."""
-    import random
-
-    from taskrt.coherence import summed_pieces
-    from taskrt.geometry import subtract_all
-    from taskrt.region import block_rect
-
     rng = random.Random(11)
     shape = (8, 12, 6)
     for trial in range(300):
