@@ -340,7 +340,9 @@ def report(cases: list[dict], timing: dict, machines: dict, quick: bool,
              "calibration on the other fold's traces; measured: median of "
              f"{max(len(c['runs_s']) for c in cases)} runs"
              + (f", load average {min(loads):.1f}-{max(loads):.1f} on "
-                f"{os.cpu_count()} cores" if loads else "") + "; target <= 10%"),
+                f"{os.cpu_count()} cores" if loads else "")
+             + (f", runs recorded {timing['measured_at']}" if timing.get("measured_at")
+                else "") + "; target <= 10%"),
             ("worst relative error, held-out strategies", f"{100 * overall['worst_error']:.1f}%",
              "target <= 25%"),
             ("clearly separated pairs ordered right", f"{right} of {total}",
