@@ -5,6 +5,9 @@ its resources for its duration; each resource serves its nodes FIFO in program o
 order), which is the order our executors issue work to a device and the order a CUDA stream
 runs it. (The paper's Algorithm 1 orders each queue by ready time instead; a static order
 makes delta simulation exactly equal to full simulation by construction, see delta.py.)
+A calibrated model of several ranks (host costs, several host threads: NodeTimer.
+ready_order) is served in ready order instead, as the MPI executor's ranks run whatever is
+ready (strategy/listsched.py); its timeline is still a function of the arrays alone.
 
   task       on its device; duration from the cost model (measured or analytic)
   copy       on the links of the path between its devices (latency + bytes / slowest link);
