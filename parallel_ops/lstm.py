@@ -32,6 +32,13 @@ from .op import PARAMETER, SAMPLE, Dim, Op, PartSpec, Stage
 from .tensor import Tensor
 
 
+def _step_kind(info) -> tuple[bool, bool]:
+    """What of a step's (t, steps) decides what it keeps for backward (LSTM._step branches
+    on the first and the last step only): 40 steps are 3 kinds to measure, not 40."""
+    t, steps = info
+    return t == 0, t == steps - 1
+
+
 class LSTM(Op):
     type = "lstm"
 
@@ -75,7 +82,8 @@ class LSTM(Op):
             outs = [y] + ([hidden, cell] if t < steps - 1 else finals)
             self._stages.append(Stage(self, f"step{t}", ins, outs, self._step,
                                       weights=self.weights, part=self._step_part(t),
-                                      type="lstm.step"))   # every step does the same work
+                                      type="lstm.step",    # every step does the same work
+                                      state_info=_step_kind))
 
     def stages(self):
         return self._stages

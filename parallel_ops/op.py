@@ -184,6 +184,11 @@ class Op:
     def cost_tag(self) -> tuple:
         return (self.type, tuple(sorted((k, repr(v)) for k, v in self.params.items())))
 
+    def state_info(self, info):
+        """What of a part's `info` decides the state its forward keeps for backward
+        (parallel_ops.saved_state caches per it): all of it unless an op says less."""
+        return info
+
     def __str__(self) -> str:
         return f"{self.type} '{self.name}'"
 
@@ -196,7 +201,7 @@ class Stage(Op):
     def __init__(self, parent: Op, tag: str, inputs, outputs, forward, weights=(),
                  labels=None, kinds: dict | None = None, part=None,
                  differentiable: bool = True, replicated: bool = False,
-                 type: str | None = None):
+                 type: str | None = None, state_info=None):
         super().__init__(f"{parent.name}/{tag}")
         self.parent = parent
         self.type = type or f"{parent.type}.{tag}"   # the cost-model key; equal work, equal type
@@ -209,6 +214,10 @@ class Stage(Op):
         self.replicated = replicated
         self._forward = forward
         self._part = part
+        self._state_info = state_info
+
+    def state_info(self, info):
+        return info if self._state_info is None else self._state_info(info)
 
     def part(self, degrees, color) -> PartSpec:
         if self._part is not None:

@@ -57,7 +57,7 @@ def _flat(x) -> list:
 
 
 def _key(stage, spec, input_grads, weight_grads) -> tuple:
-    info = spec.info
+    info = stage.state_info(spec.info)
     try:
         hash(info)
     except TypeError:
