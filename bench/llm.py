@@ -27,7 +27,7 @@ QUICK_ROWS = [("1.7b", 1, 8, 16, 137)]
 # second and a session build (each start, under each of the three recomputation plans)
 # takes minutes, so its random start got nowhere (2026-12-02 morning) and it has none now:
 # the data-parallel chain gets the whole budget.
-SEARCH_ROWS = [("7.5b", "dgx-a100-40gb:2", 64, 8, 2400, 0),
+SEARCH_ROWS = [("7.5b", "dgx-a100-40gb:2", 64, 8, 2200, 0),
                ("1.7b", "selene:4", 512, 1, 600, 1)]
 QUICK_SEARCH_ROWS = [("1.7b", "selene:1", 16, 1, 30, 1)]
 
