@@ -25,7 +25,7 @@ from .errors import ConfigError
 from .model import Model
 from .op import Op
 from .recompute import recomputed_name
-from .saved_state import saved_bytes
+from .saved_state import saved_bytes_of_parts
 from .tasks import (DIN, DOUT, DW, IN, OUT, W, StageArgs, backward_task, forward_task,
                     read_task, update_batch, update_task)
 from .tensor import Tensor
@@ -67,6 +67,22 @@ def resolve_configs(model: Model, strategy, machine: Machine) -> dict[str, Paral
         validate(op, cfg, machine)
         out[op.name] = cfg
     return out
+
+
+class _LaunchRegions:
+    """The regions of a stage's tensors in one launch, each looked up on its first use (so
+    a region is made only where some point uses it, as when looked up point by point)."""
+    __slots__ = ("_tensors", "_lookup", "_got")
+
+    def __init__(self, tensors, lookup):
+        self._tensors, self._lookup = tensors, lookup
+        self._got = [None] * len(tensors)
+
+    def __getitem__(self, i: int):
+        r = self._got[i]
+        if r is None:
+            r = self._got[i] = self._lookup(self._tensors[i])
+        return r
 
 
 class _Lowering:
@@ -133,15 +149,22 @@ class _Lowering:
             r = self.regions[name] = Region(name, t.shape, t.dtype)
         return r
 
-    def _require(self, reqs: list, layout: list, tensors, rects, slot: str, privilege,
-                 grad: bool = False, only=None, segment: int | None = None) -> None:
-        """Append, in order, a requirement on each tensor's non-empty rect (its gradient with
-        `grad`; only where only[i] is true, when given; as read when recomputing `segment`)
-        and the task argument slot it fills."""
-        for i, (t, r) in enumerate(zip(tensors, rects)):
+    def _regions(self, tensors, grad: bool = False, segment: int | None = None
+                 ) -> "_LaunchRegions":
+        """The regions of `tensors` (their gradients with `grad`; as read when recomputing
+        `segment`), each looked up once per launch rather than once per point."""
+        if grad:
+            return _LaunchRegions(tensors, lambda t: self.region(t, grad=True))
+        return _LaunchRegions(tensors, lambda t: self.recomputed(t, segment))
+
+    @staticmethod
+    def _require(reqs: list, layout: list, regions: "_LaunchRegions", rects, slot: str,
+                 privilege, only=None) -> None:
+        """Append, in order, a requirement on each non-empty rect's region (only where
+        only[i] is true, when given) and the task argument slot it fills."""
+        for i, r in enumerate(rects):
             if not r.empty and (only is None or only[i]):
-                region = self.region(t, grad=True) if grad else self.recomputed(t, segment)
-                reqs.append(RegionRequirement(region, r, privilege))
+                reqs.append(RegionRequirement(regions[i], r, privilege))
                 layout.append((slot, i))
 
     # -- forward ---------------------------------------------------------------------------
@@ -172,6 +195,7 @@ class _Lowering:
         weight_grads = tuple(self.training and w.requires_grad for w in stage.weights)
         colors = IndexLaunch("_", None, domain, lambda c: ()).colors
         spec_of, layout_of, reqs_of = {}, {}, {}
+        weights = self._regions(stage.weights)
         for c, spec, dev in zip(colors, specs, devices):
             reqs, layout = [], []
             for i, (t, r) in enumerate(zip(stage.inputs, spec.inputs)):
@@ -180,7 +204,7 @@ class _Lowering:
                     layout.append((IN, i))
                     if t.name in self.model_inputs:
                         self._initial(initial, t.name, r, dev)
-            self._require(reqs, layout, stage.weights, spec.weights, W, R)
+            self._require(reqs, layout, weights, spec.weights, W, R)
             for i, (t, r) in enumerate(zip(stage.outputs, spec.outputs)):
                 if not r.empty:
                     priv = (RW if (stage.replicated and t.is_weight)
@@ -214,25 +238,29 @@ class _Lowering:
         if not any(outs_with_grad):
             return None
         reqs_of, layout_of = {}, {}
+        out_grads = self._regions(stage.outputs, grad=True)
+        inputs = self._regions(stage.inputs, segment=recompute)
+        weights = self._regions(stage.weights)
+        in_grads = self._regions(stage.inputs, grad=True)
+        weight_grads = self._regions(stage.weights, grad=True)
+        outputs = self._regions(stage.outputs, segment=recompute) \
+            if recompute is not None else None
         for c in fwd.colors:
             spec = a.specs[c]
             reqs, layout = [], []
-            self._require(reqs, layout, stage.outputs, spec.outputs, DOUT, R, grad=True,
-                          only=outs_with_grad)
+            self._require(reqs, layout, out_grads, spec.outputs, DOUT, R, only=outs_with_grad)
             # Reads of the saved inputs and weights: no data moves (they are already on
             # this device), but later writers must wait for this task.
-            self._require(reqs, layout, stage.inputs, spec.inputs, IN, R, segment=recompute)
-            self._require(reqs, layout, stage.weights, spec.weights, W, R)
-            self._require(reqs, layout, stage.inputs, spec.inputs, DIN, RED, grad=True,
-                          only=a.input_grads)
-            self._require(reqs, layout, stage.weights, spec.weights, DW, RED, grad=True,
+            self._require(reqs, layout, inputs, spec.inputs, IN, R)
+            self._require(reqs, layout, weights, spec.weights, W, R)
+            self._require(reqs, layout, in_grads, spec.inputs, DIN, RED, only=a.input_grads)
+            self._require(reqs, layout, weight_grads, spec.weights, DW, RED,
                           only=a.weight_grads)
-            if recompute is not None:
+            if outputs is not None:
                 # The recomputed outputs too: autograd may keep them (an activation's
                 # output), and a recomputed output nobody else reads would otherwise be a
                 # result of the graph, kept for good.
-                self._require(reqs, layout, stage.outputs, spec.outputs, OUT, R,
-                              segment=recompute)
+                self._require(reqs, layout, outputs, spec.outputs, OUT, R)
             reqs_of[c], layout_of[c] = tuple(reqs), tuple(layout)
         args = StageArgs(stage, a.specs, layout_of, True, a.input_grads, a.weight_grads,
                          self.training)
@@ -240,8 +268,8 @@ class _Lowering:
                           devices=fwd.devices, args=args, cost_tag=stage.cost_tag + ("bwd",),
                           state_from=fwd.name)
         # What each forward point keeps for this backward besides regions (saved_state.py).
-        held = {c: saved_bytes(stage, a.specs[c], a.input_grads, a.weight_grads)
-                for c in fwd.colors}
+        held = saved_bytes_of_parts(stage, {c: a.specs[c] for c in fwd.colors},
+                                    a.input_grads, a.weight_grads)
         if any(held.values()):
             fwd.saved_bytes = bwd.saved_bytes = held
         return bwd

@@ -56,37 +56,50 @@ def _flat(x) -> list:
     return [x]
 
 
-def _key(stage, spec, input_grads, weight_grads) -> tuple:
+def _stage_key(stage, input_grads, weight_grads) -> tuple:
+    """What of the cache key is the same for every part of a stage."""
+    return (stage.cost_tag, stage.training, stage.explicit_backward,
+            tuple(t.dtype for t in stage.inputs + stage.weights + stage.outputs),
+            tuple(input_grads), tuple(weight_grads))
+
+
+def _part_key(stage, spec) -> tuple:
     info = stage.state_info(spec.info)
     try:
         hash(info)
     except TypeError:
         info = repr(info)
-    return (stage.cost_tag, stage.training, stage.explicit_backward, info, spec.partial,
-            tuple(r.shape for r in spec.inputs), tuple(r.shape for r in spec.weights),
-            tuple(r.shape for r in spec.outputs),
-            tuple(t.dtype for t in stage.inputs + stage.weights + stage.outputs),
-            tuple(input_grads), tuple(weight_grads))
+    return (info, spec.partial, tuple(r.shape for r in spec.inputs),
+            tuple(r.shape for r in spec.weights), tuple(r.shape for r in spec.outputs))
 
 
 def saved_bytes(stage, spec, input_grads, weight_grads, device: str = "meta") -> int:
     """Bytes one forward part of `stage` (PartSpec `spec`) keeps for its backward besides its
     regions, as forward_task keeps them on `device` (meta: shapes only, cached) with the
     inputs and weights that want gradients (StageArgs.input_grads, weight_grads)."""
-    key = _key(stage, spec, input_grads, weight_grads) if device == "meta" else None
-    got = _CACHE.get(key) if key is not None else None
-    if got is None:
-        try:
-            got = _measure(stage, spec, tuple(input_grads), tuple(weight_grads), device)
-        except RuntimeError:
-            if device != "meta":
-                raise
-            # Data-dependent code (an index check) cannot run on meta tensors: CPU zeros
-            # (valid indices), once per key, as the cost model counts such parts.
-            got = _measure(stage, spec, tuple(input_grads), tuple(weight_grads), "cpu")
-        if key is not None:
+    if device != "meta":
+        return _measure(stage, spec, tuple(input_grads), tuple(weight_grads), device)
+    return saved_bytes_of_parts(stage, {0: spec}, input_grads, weight_grads)[0]
+
+
+def saved_bytes_of_parts(stage, specs: dict, input_grads, weight_grads) -> dict:
+    """saved_bytes (on meta, cached) of every part {color: PartSpec} of one stage: the
+    stage's share of the cache key is made once (a launch has up to thousands of parts)."""
+    head = _stage_key(stage, input_grads, weight_grads)
+    out = {}
+    for color, spec in specs.items():
+        key = (head, _part_key(stage, spec))
+        got = _CACHE.get(key)
+        if got is None:
+            try:
+                got = _measure(stage, spec, tuple(input_grads), tuple(weight_grads), "meta")
+            except RuntimeError:
+                # Data-dependent code (an index check) cannot run on meta tensors: CPU
+                # zeros (valid indices), once per key, as the cost model counts such parts.
+                got = _measure(stage, spec, tuple(input_grads), tuple(weight_grads), "cpu")
             _CACHE[key] = got
-    return got
+        out[color] = got
+    return out
 
 
 def _measure(stage, spec, input_grads, weight_grads, device: str) -> int:

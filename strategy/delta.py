@@ -9,7 +9,7 @@ launch (a block, rebuilt when the planner gives the launch a new version) and ov
 launches (spliced where blocks changed), so a new graph's arrays cost O(changed launches) of
 Python, its node ids are resolved in bulk, and the whole
 timeline re-timed by the compiled list scheduler (strategy/listsched.py) and the memory peak
-by sorted allocation events (taskrt.liveness.peak_bytes_flat). No per-node Python runs for
+by sorted allocation events (taskrt.liveness.peak_bytes_of_users). No per-node Python runs for
 the groups a change did not touch, and the result is by construction what a full
 simulation of the new graph gives (tests/strategy/test_delta.py checks it). The TaskGraph
 object view (`graph`) is built only when asked for.
@@ -26,7 +26,7 @@ from parallel_ops.optim import SGD
 from taskrt import Planner
 from taskrt.gcpause import gc_paused
 from taskrt.liveness import (INSTANCE, PARTIAL, STAGING, STATE, buffers_of, is_small,
-                             own_bytes, peak_bytes_flat, results_of, task_reads_writes)
+                             own_bytes, peak_bytes_of_users, results_of, task_reads_writes)
 from taskrt.nodegroups import GroupRun, join, resolve
 from taskrt.taskgraph import COPY, TASK
 
@@ -412,7 +412,8 @@ class SimulationSession:
         self._live_nodes = asm.num_nodes
         host = tuple(a[f] for f in _HOST_ARRAYS) if self.timer.host_costs else None
         start, run, end, busy = timeline(a["dur"], a["res_counts"], a["res_ids"],
-                                         asm.pred_ptr, asm.preds, self.resources, host)
+                                         asm.pred_ptr, asm.preds, self.resources, host,
+                                         self.timer.ready_order)
         memory = self._memory(touched, start, end)
         return result_of(self.machine_model, start, end, busy, memory, run)
 
@@ -446,7 +447,9 @@ class SimulationSession:
         users_buf = self._joined.arrays["buf_ids"]
         users_node = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
         # Persistent: every instance and partial buffer, and the staging buffers in use.
-        staged = np.unique(users_buf[self._buf_staging.array()[users_buf]])
+        in_use = np.zeros(len(nbytes), dtype=bool)
+        in_use[users_buf[self._buf_staging.array()[users_buf]]] = True
+        staged = np.flatnonzero(in_use)
         persistent: dict[int, int] = {}
         for group_ids in (ids, staged):
             keep = group_ids[persistent_mask[group_ids]]
@@ -456,9 +459,5 @@ class SimulationSession:
                     persistent[int(d)] = persistent.get(int(d), 0) + int(sums[d])
         # Temporaries with users: allocated from their first user to their last.
         temp = ~persistent_mask[users_buf]
-        users_buf, users_node = users_buf[temp], users_node[temp]
-        order = np.argsort(users_buf, kind="stable")
-        users_buf, users_node = users_buf[order], users_node[order]
-        bufs, lengths = np.unique(users_buf, return_counts=True)
-        return peak_bytes_flat(buf_dev[bufs], nbytes[bufs], users_node, lengths, start, end,
-                               persistent)
+        return peak_bytes_of_users(users_buf[temp], users_node[temp], buf_dev, nbytes, start,
+                                   end, persistent)

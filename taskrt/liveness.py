@@ -343,39 +343,46 @@ class Liveness:
 
 def peak_bytes(device, nbytes, users, start, end, persistent) -> dict[int, int]:
     """Persistent bytes plus the most temporaries live at once, per device. Temporary k lives
-    from the earliest start to the latest end of its users (node ids `users[k]`); see
-    peak_bytes_flat."""
+    from the earliest start to the latest end of its users (node ids `users[k]`, each list
+    non-empty); see peak_bytes_of_users."""
     lengths = np.fromiter((len(u) for u in users), dtype=np.int64, count=len(users))
     flat = np.fromiter((i for u in users for i in u), dtype=np.int64, count=int(lengths.sum()))
-    return peak_bytes_flat(device, nbytes, flat, lengths, start, end, persistent)
+    return peak_bytes_of_users(np.repeat(np.arange(len(users), dtype=np.int64), lengths), flat,
+                               device, nbytes, start, end, persistent)
 
 
-def peak_bytes_flat(device, nbytes, flat, lengths, start, end, persistent) -> dict[int, int]:
-    """peak_bytes with the users of temporary k as flat[sum(lengths[:k]):][:lengths[k]] (each
-    non-empty). At equal times releases come first (a buffer freed as a node ends is
+def peak_bytes_of_users(user_buf, user_node, device, nbytes, start, end, persistent
+                        ) -> dict[int, int]:
+    """peak_bytes with the temporaries' uses as pairs: node user_node[i] uses buffer
+    user_buf[i], an index into `device` and `nbytes` (buffers without uses are not
+    allocated). At equal times releases come first (a buffer freed as a node ends is
     reusable by the next one), except where a user ending last takes no time: that one still
-    needs the buffer then."""
+    needs the buffer then. Linear in the uses but for one sort of the allocation events."""
     out = dict(persistent)
-    if not len(lengths):
+    user_buf = np.asarray(user_buf, dtype=np.int64)
+    if not len(user_buf):
         return out
-    start = np.asarray(start, dtype=np.float64)
-    end = np.asarray(end, dtype=np.float64)
-    lengths = np.asarray(lengths, dtype=np.int64)
-    flat = np.asarray(flat, dtype=np.int64)
-    offsets = np.zeros(len(lengths), dtype=np.int64)
-    np.cumsum(lengths[:-1], out=offsets[1:])
-    starts, ends = start[flat], end[flat]
-    born = np.minimum.reduceat(starts, offsets)
-    dies = np.maximum.reduceat(ends, offsets)
+    user_node = np.asarray(user_node, dtype=np.int64)
+    starts = np.asarray(start, dtype=np.float64)[user_node]
+    ends = np.asarray(end, dtype=np.float64)[user_node]
+    n = len(nbytes)
+    born = np.full(n, np.inf)
+    np.minimum.at(born, user_buf, starts)
+    dies = np.full(n, -np.inf)
+    np.maximum.at(dies, user_buf, ends)
     # Released after the allocations at its time when a user ending last takes no time.
-    instant = np.logical_or.reduceat((ends == np.repeat(dies, lengths)) & (starts == ends),
-                                     offsets)
-    dev = np.asarray(device, dtype=np.int64)
-    size = np.asarray(nbytes, dtype=np.int64)
+    late = np.zeros(n, dtype=bool)
+    late[user_buf[(ends == dies[user_buf]) & (starts == ends)]] = True
+    used = np.zeros(n, dtype=bool)
+    used[user_buf] = True
+    ids = np.flatnonzero(used)
+    born, dies, late = born[ids], dies[ids], late[ids]
+    dev = np.asarray(device, dtype=np.int64)[ids]
+    size = np.asarray(nbytes, dtype=np.int64)[ids]
     # Events: (device, time, order, +-bytes); order 0 release, 1 allocate, 2 late release.
     times = np.concatenate([born, dies])
     order = np.concatenate([np.ones(len(born), dtype=np.int8),
-                            np.where(instant, 2, 0).astype(np.int8)])
+                            np.where(late, 2, 0).astype(np.int8)])
     devs = np.concatenate([dev, dev])
     delta = np.concatenate([size, -size])
     idx = np.lexsort((order, times, devs))

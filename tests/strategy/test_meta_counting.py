@@ -73,3 +73,31 @@ def test_a_large_task_that_needs_values_is_costed_by_bytes_with_a_warning(monkey
                                          r"skip checks of values when a tensor `is_meta`"):
         w_ = costs.work(node)
     assert w_.flops == 0 and w_.bytes == work_module.node_bytes(node)
+
+
+@pytest.mark.parametrize("app", ["inception", "nmt", "gpt"])
+def test_remembered_meta_outputs_count_what_running_them_counts(app, monkeypatch):
+    """MetaMemo (strategy/costs/metamemo.py) hands out remembered meta outputs: every
+    task's FLOPs, kernels and traffic are what counting without it gives, under random
+    strategies (many part shapes), both from an empty table and from a full one."""
+    from strategy.costs.metamemo import MetaMemo
+    w = load_app(app, [] if app == "inception" else ["--small"], devices=4)
+    keys = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CostWarning)
+        for strategy in list(_strategies(w.model, 4))[1:]:
+            s = SimulationSession(w.model, machine_model("p100:1"), CostModel(), strategy,
+                                  w.optimizer)
+            for n in s.graph.nodes:
+                if n.kind is TASK:
+                    keys.setdefault(n.cost_key, n)
+    nodes = list(keys.values())
+    monkeypatch.setattr(MetaMemo, "TABLE", {})
+    cold = [work_module._counts(n, None, None) for n in nodes]
+    warm = [work_module._counts(n, None, None) for n in nodes]
+    assert len(MetaMemo.TABLE) > 10
+    monkeypatch.setattr(MetaMemo, "__torch_dispatch__",
+                        lambda self, func, types, args=(), kwargs=None:
+                        func(*args, **(kwargs or {})))
+    plain = [work_module._counts(n, None, None) for n in nodes]
+    assert cold == plain and warm == plain
