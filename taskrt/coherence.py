@@ -55,7 +55,12 @@ class BufferAccesses:
 
     def read(self, rect: Rect, ref) -> set:
         preds = {n for _, _, n in self.writers.overlapping(rect)}
-        self._add_readers(rect, (ref,))
+        readers = self.readers
+        i = readers.find_exact(rect)
+        if i is None:
+            readers.add(rect, {ref})
+        else:
+            readers.get(i)[1].add(ref)
         return preds
 
     def write(self, rect: Rect, ref) -> set:
@@ -171,6 +176,7 @@ class RegionPlanner:
     def __init__(self, region: Region, machine, initial: Iterable[tuple[Rect, int]] = ()):
         self.region = region
         self.machine = machine
+        self._ranks = [d.rank for d in machine.devices]    # device -> its rank
         self.state = RegionState(region)
         self.buffers: dict[tuple[int, bool], BufferAccesses] = {}
         self.instance_rects: dict[int, Rect] = {}
@@ -303,13 +309,16 @@ class RegionPlanner:
         taking all later copies from it would queue them on its one link ((t-1)^2 sends
         instead of t-1). The count is per region, so a region re-planned alone plans as in a
         full plan."""
-        devs = self.machine.devices
-        rank = devs[device].rank
-        same = [h for h in holders if devs[h].rank == rank]
         sent = self.sent
-        # Ties go to the earliest holder (holders are kept in the order they got the value,
-        # its writer first), so a piece is forwarded only to relieve a busier holder.
-        src = min(same or holders, key=lambda h: sent.get(h, 0))
+        if len(holders) == 1:
+            src = holders[0]
+        else:
+            ranks = self._ranks
+            rank = ranks[device]
+            same = [h for h in holders if ranks[h] == rank]
+            # Ties go to the earliest holder (holders are kept in the order they got the
+            # value, its writer first), so a piece is forwarded only to relieve a busier one.
+            src = min(same or holders, key=lambda h: sent.get(h, 0))
         sent[src] = sent.get(src, 0) + elements
         return src
 
@@ -420,12 +429,7 @@ class RegionPlanner:
         # Only where partial sums were added does `device` alone hold the result; the base
         # elsewhere is unchanged (its holders stay valid), and elements with neither base nor
         # partial sums stay unwritten, so reading them is still a PlanError.
-        summed = RectIndex()
-        for _, r, _ in contribs:
-            done = [q for _, q, _ in summed.overlapping(r)]
-            for piece in subtract_all(r.intersect(rect), done):
-                summed.add(piece, None)
-        for _, piece, _ in summed:
+        for piece in summed_pieces(rect, contribs):
             st.set_only_holder(piece, (device,))
 
     # -- the end state ---------------------------------------------------------------------------
@@ -435,3 +439,18 @@ class RegionPlanner:
 
     def final_pending(self) -> list[tuple[Rect, int, bool]]:
         return [(r, d, partial) for _, r, (d, partial) in self.state.pending]
+
+
+def summed_pieces(rect: Rect, contribs) -> list[Rect]:
+    """The part of `rect` that pending sums [(id, rect, (device, partial))] cover, as disjoint
+    pieces: each sum's part of `rect` less what earlier sums covered, in order. One device's
+    sums are disjoint (PendingSums), so a sum is compared only with other devices' pieces,
+    and sums of one device alone (a gradient summed over time steps on its device) are
+    their parts of `rect` as they are."""
+    if len({dev for _, _, (dev, _) in contribs}) == 1:
+        return [r.intersect(rect) for _, r, _ in contribs]
+    summed: list[tuple[Rect, int]] = []         # (piece, device of its sum), in order found
+    for _, r, (dev, _) in contribs:
+        done = [q for q, d in summed if d != dev and q.overlaps(r)]
+        summed += [(piece, dev) for piece in subtract_all(r.intersect(rect), done)]
+    return [q for q, _ in summed]
