@@ -88,12 +88,12 @@ def recompute_segments(model, kind: str) -> list[list[str]]:
 
 
 def search_plans(model) -> dict:
-    """What the search starts from: no recomputation or every block's; its chains then
-    switch single blocks on and off (strategy/moves.py RecomputeUnits). (Selective
-    recomputation, which saves operator-internal state, is counted in time and memory
-    since parallel_ops/saved_state.py, but not offered: every plan costs each start a
-    session build.)"""
-    return {kind: recompute_segments(model, kind) for kind in ("none", "full")}
+    """What the search starts from: no recomputation, every block's, or every attention's
+    (the fastest that fits); its chains then switch single segments, a block or one
+    attention operator, on and off (strategy/moves.py RecomputeUnits: a block's full
+    recomputation and its attention-only one exclude each other), so each block ends
+    with none, selective or full recomputation."""
+    return {kind: recompute_segments(model, kind) for kind in ("none", "full", "selective")}
 
 
 def build(a):

@@ -11,6 +11,7 @@ without pipeline parallelism) were held out: run once after the method was fixed
 """
 from __future__ import annotations
 
+import math
 import sys
 import time
 import warnings
@@ -19,13 +20,16 @@ import warnings
 ROWS = [("1.7b", 1, 32, 512, 137), ("7.5b", 4, 128, 512, 142), ("3.6b", 2, 64, 512, 138),
         ("18b", 8, 256, 1024, 135)]
 QUICK_ROWS = [("1.7b", 1, 8, 16, 137)]
-# The search against Megatron's strategy on the same machine, from data parallelism and a
-# random start (no expert start): config, machine, global batch, Megatron's t, seconds.
-# 7.5B on 16 A100-40GB does not fit data parallelism (16 bytes per parameter: 120 GB); on the
-# loaded 2-core machine its chains make about 0.2 proposals per second, and the data-parallel
-# one fitted after most of its 650 s share of 1,200 s (2026-12-02).
-SEARCH_ROWS = [("7.5b", "dgx-a100-40gb:2", 64, 8, 1200), ("1.7b", "selene:4", 512, 1, 600)]
-QUICK_SEARCH_ROWS = [("1.7b", "selene:1", 16, 1, 30)]
+# The search against Megatron's strategy on the same machine, from data parallelism and
+# random starts (no expert start): config, machine, global batch, Megatron's t, seconds,
+# random starts. 7.5B on 16 A100-40GB does not fit data parallelism (16 bytes per
+# parameter: 120 GB); on the loaded 2-core machine its chains make about 0.2 proposals per
+# second and a session build (each start, under each of the three recomputation plans)
+# takes minutes, so its random start got nowhere (2026-12-02 morning) and it has none now:
+# the data-parallel chain gets the whole budget.
+SEARCH_ROWS = [("7.5b", "dgx-a100-40gb:2", 64, 8, 2200, 0),
+               ("1.7b", "selene:4", 512, 1, 600, 1)]
+QUICK_SEARCH_ROWS = [("1.7b", "selene:1", 16, 1, 30, 1)]
 
 
 def _setup(config: str, machine: str, batch: int, recompute: str):
@@ -115,9 +119,26 @@ def found_text(configs: dict, model) -> str:
     return "; ".join(parts)
 
 
-def search_row(config: str, machine: str, batch: int, t: int, budget_s: float) -> dict:
-    """The search (data-parallel and one random start, no expert; recomputation none or
-    full) against Megatron's strategy with full recomputation, on the same machine model."""
+def recompute_by_block(model) -> dict:
+    """How many of the GPT's blocks `model.recompute` recomputes fully, selectively (its
+    attention alone) or not at all."""
+    from apps.gpt import recompute_segments
+    on = set(model.recompute)
+    out = {"full": 0, "selective": 0, "none": 0}
+    for block in recompute_segments(model, "full"):
+        attention = [name for name in block if model.op(name).type == "multihead_attention"]
+        kind = "full" if set(block) <= on else "selective" if \
+            any(name in on for name in attention) else "none"
+        out[kind] += 1
+    return out
+
+
+def search_row(config: str, machine: str, batch: int, t: int, budget_s: float,
+               random_starts: int = 1) -> dict:
+    """The search (data-parallel and `random_starts` random starts, no expert; per block
+    no, selective or full recomputation) against Megatron's strategy with full
+    recomputation, on the same machine model. The search's summary is printed (stderr) as
+    soon as it ends, before Megatron's strategy is simulated."""
     from apps.gpt import search_plans
     from apps.simulate import cost_model
     from apps.startup import optimizer
@@ -125,15 +146,22 @@ def search_row(config: str, machine: str, batch: int, t: int, budget_s: float) -
     s = _setup(config, machine, batch, "none")
     model = s.network.model
     res = search(model, s.machine_model, cost_model(s.config, s.network), budget_s=budget_s,
-                 seed=0, optimizer=optimizer(s.config), random_starts=1,
+                 seed=0, optimizer=optimizer(s.config), random_starts=random_starts,
                  recompute=search_plans(model))
+    blocks = recompute_by_block(model)
+    print(f"search {config} on {machine}:\n{res.text()}\nfound: "
+          f"{found_text(res.configs, model)}\nblocks recomputed: {blocks}", file=sys.stderr,
+          flush=True)
     mega = predict_row(config, t, 0, batch, "full", machine)
     mem = max(res.peak_memory.values()) if res.peak_memory else 0
     return {"config": config, "machine": machine, "batch": batch, "budget_s": budget_s,
+            "random_starts": random_starts, "valid": math.isfinite(res.predicted),
+            "capacity_gb": s.machine_model.device(0).memory_capacity / 1e9,
             "searched_s": res.predicted, "megatron_s": mega.iteration_time,
             "megatron_t": t, "data_parallel_s": res.baselines.get("data_parallel"),
             "ratio_vs_megatron": mega.iteration_time / res.predicted,
-            "recompute": res.recompute, "peak_memory_gb": mem / 1e9,
+            "recompute": res.recompute, "recompute_blocks": blocks,
+            "peak_memory_gb": mem / 1e9,
             "megatron_peak_memory_gb": max(mega.result.memory.values()) / 1e9,
             "proposals": res.proposals, "seconds": res.seconds,
             "found": found_text(res.configs, model), "text": res.text()}
@@ -163,16 +191,18 @@ def run(quick: bool = False) -> dict:
                      f"{mem / 1e9:.1f} GB per GPU",
                      "target within 15% of published (issue 20); analytic costs, full "
                      f"recomputation; simulated in {wall:.0f} s"))
-    for config, machine, batch, t, budget in QUICK_SEARCH_ROWS if quick else SEARCH_ROWS:
-        r = search_row(config, machine, batch, t, budget)
+    for config, machine, batch, t, budget, starts in QUICK_SEARCH_ROWS if quick else \
+            SEARCH_ROWS:
+        r = search_row(config, machine, batch, t, budget, starts)
         results[f"search {config}@{machine}"] = r
         print(r["text"], file=sys.stderr)
         rows.append((f"GPT {config} on {machine}, batch {batch}: search (data-parallel and "
-                     f"random starts, {budget:.0f} s) vs Megatron t={t} + full recompute",
+                     f"{starts} random starts, {budget:.0f} s) vs Megatron t={t} + full "
+                     "recompute",
                      f"{r['ratio_vs_megatron']:.2f}x ({r['searched_s']:.3f} s vs "
                      f"{r['megatron_s']:.3f} s per iteration); data parallel "
                      f"{r['data_parallel_s']:.3f} s; searched peak {r['peak_memory_gb']:.1f} "
                      f"GB per GPU (Megatron {r['megatron_peak_memory_gb']:.1f})",
-                     f"target >= 1.0x and valid (issue 20); recompute chosen: "
-                     f"{r['recompute']}; {r['proposals']} proposals; found: {r['found']}"))
+                     f"target >= 1.0x and valid (issue 20); blocks recomputed: "
+                     f"{r['recompute_blocks']}; {r['proposals']} proposals; found: {r['found']}"))
     return {"title": "large language models", "results": results, "rows": rows}

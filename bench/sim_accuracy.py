@@ -10,8 +10,8 @@ device per rank (the MPIExecutor). AlexNet, Inception-v3, RNNLM and the Transfor
 devices; on 4 all but Inception-v3 (2 s an iteration here; 4 ranks on 2 cores would take
 most of the benchmark's time).
 
-- measured: the apps themselves train with --strategy FILE, untraced, run by this file as
-  a worker (a plain process for 1 rank, mpirun for several), which also calibrates the
+- measured (collected by bench/_sim_accuracy_runs.py): the apps themselves train with
+  --strategy FILE, untraced, run by a worker (a plain process for 1 rank, mpirun for several), which also calibrates the
   local machine model (calibrate_local: device speeds, ping-pongs, all-reduce) for its
   layout. Each case runs REPEATS times (3 iterations after a warm-up each); measured is the
   median of the runs' medians, the spread the lowest and highest of them (run to run). Just
@@ -40,30 +40,16 @@ folder holding a finished collection is analysed again without running anything.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 
-if __package__ in (None, ""):            # run as a worker script
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench._sim_accuracy_runs import (STRATEGIES, app_argv, apps_of_devices, collect,
+                                      layouts)
 
-from bench._common import ROOT, run_mpi_worker  # noqa: E402
-
-STRATEGIES = ("data", "parameter", "attribute", "operation", "random0", "random1",
-              "searched")
 FOLDS = (("data", "attribute", "random0"), ("parameter", "operation", "random1", "searched"))
-SEARCH_PROPOSALS = 200            # the searched strategy: seed 0, analytic costs
-LAYOUTS = ((1, 2), (2, 1), (1, 4), (4, 1))       # (ranks, devices per rank)
-APPS = ("alexnet", "inception", "rnnlm", "transformer")
-# Inception-v3 takes 2 s an iteration here: on 4 devices (4 ranks on 2 cores) it would take
-# most of the benchmark's time; the 4-device layouts run the other three.
-APPS_OF_DEVICES = {2: APPS, 4: ("alexnet", "rnnlm", "transformer")}
-REPEATS = 3                       # separate runs of each case (run-to-run spread)
 DATA_ENV = "SIM_ACCURACY_DATA"    # a folder: keep the collected runs there, or reuse them
 
 
@@ -114,142 +100,6 @@ def summary(cases: list[dict]) -> dict:
     err = relative_errors(p, m)
     return {"cases": len(cases), "median_error": statistics.median(err), "worst_error": max(err),
             "spearman": spearman(p, m) if len(cases) > 1 else float("nan")}
-
-
-# -- strategies and graphs ----------------------------------------------------------------
-def app_argv(devices: int) -> list[str]:
-    """The apps' flags: --small, 8 samples per device."""
-    return ["--small", "--batch-size", str(8 * devices)]
-
-
-def strategies(model, devices: int, machine_model=None, quick: bool = False) -> dict:
-    """The standard strategies, two random ones and, given a machine model, the best the
-    MCMC search finds on it (seed 0, analytic costs: what a user searching without a
-    calibration would get)."""
-    from strategy import standard
-    devices = list(range(devices))
-    out = {name: fn(model, devices) for name, fn in standard.STANDARD.items()}
-    for seed in (0, 1):
-        out[f"random{seed}"] = standard.random_strategy(model, devices, seed)
-    if machine_model is not None:
-        import warnings
-        from strategy.costs import CostModel, CostWarning
-        from strategy.search import search
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", CostWarning)
-            found = search(model, machine_model, CostModel(), budget_s=60,
-                           proposals=30 if quick else SEARCH_PROPOSALS, seed=0)
-        out["searched"] = found.configs
-    return out
-
-
-def write_strategies(app_name: str, devices: int, folder: str, machine_model,
-                     quick: bool = False) -> dict:
-    """Strategy files of app_name on `devices` devices in folder; returns {strategy: path}."""
-    from strategy import files
-    from strategy.costs.app_profile import load_app
-    from taskrt import Machine
-    net = load_app(app_name, app_argv(devices), devices)
-    paths = {}
-    for name, s in strategies(net.model, devices, machine_model, quick).items():
-        paths[name] = os.path.join(folder, f"{app_name}_{name}.json")
-        files.save(paths[name], s, net.model, Machine.local(devices))
-    return paths
-
-
-# -- the worker: calibrate, then train every case ------------------------------------------
-def worker(argv=None) -> dict:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("folder")
-    ap.add_argument("--apps", required=True)
-    ap.add_argument("--devices-per-rank", type=int, default=1)
-    ap.add_argument("--iterations", type=int, default=5)
-    ap.add_argument("--warmup", type=int, default=2)
-    ap.add_argument("--repeats", type=int, default=1, help="separate runs of each case")
-    ap.add_argument("--trace-dir", default=None,
-                    help="also write each case's --trace there (APP_STRATEGY.json)")
-    a = ap.parse_args(argv)
-    from apps.common import run
-    from strategy.workload import load_workload
-    from strategy.machines.calibrate import calibrate_local
-    from strategy.machines.fileformat import to_dict
-    machine = calibrate_local()
-    out = {"machine": to_dict(machine), "cases": [], "load": [os.getloadavg()[0]]}
-    devices = a.devices_per_rank * world_size()
-
-    from taskrt.trace import sched_times
-
-    def run_timed(argv):
-        """(result, contention while it ran: every rank's CPU and run-queue wait)."""
-        before = sched_times()
-        res = run(app, argv, out=None)
-        return res, contention_since(before)
-    for app_name in a.apps.split(","):
-        app = load_workload(app_name)
-        for name in STRATEGIES:
-            path = os.path.join(a.folder, f"{app_name}_{name}.json")
-            argv = app_argv(devices) + ["--strategy", path, "--quiet", "--json",
-                                        "--devices-per-rank", str(a.devices_per_rank)]
-            traced = None
-            if a.trace_dir:        # traced just before the timed runs: under the same load
-                _, traced = run_timed(argv + [
-                    "--iterations", "1", "--warmup", "1", "--trace",
-                    os.path.join(a.trace_dir, f"{app_name}_{name}.json")])
-            runs, contention = [], []
-            for _ in range(a.repeats):
-                res, c = run_timed(argv + ["--iterations", str(a.iterations), "--warmup",
-                                           str(a.warmup)])
-                runs.append(res.times)
-                contention.append(c)
-            out["cases"].append({"app": app_name, "strategy": name,
-                                 "measured_s": statistics.median(
-                                     statistics.median(t) for t in runs),
-                                 "runs_s": runs, "load": os.getloadavg()[0],
-                                 "contention": contention, "traced_contention": traced})
-    out["load"].append(os.getloadavg()[0])
-    return out
-
-
-def contention_since(before) -> float | None:
-    """Wall seconds per second of work since `before` (taskrt.trace.sched_times()): (CPU +
-    run-queue wait) / CPU, summed over every rank of the job (a collective call under
-    MPI; taskrt.trace.contention_of). The machine's load as this job felt it: 1 on an idle
-    core, 3 when the OS ran it a third of the time it could have run."""
-    from taskrt.trace import contention_of, sched_times
-    now = sched_times()
-    mine = (now[0] - before[0], now[1] - before[1]) if now and before else (0.0, None)
-    records = [{"cpu_s": mine[0], "wait_s": mine[1]}]
-    if world_size() > 1:
-        from mpi4py import MPI
-        records = MPI.COMM_WORLD.allgather(records[0])
-    return contention_of(records)
-
-
-def world_size() -> int:
-    """The ranks of this job (1 without mpirun)."""
-    from taskrt.discovery import launched_by_mpi
-    if not launched_by_mpi():
-        return 1
-    from mpi4py import MPI
-    return MPI.COMM_WORLD.Get_size()
-
-
-def run_worker(ranks: int, per_rank: int, folder: str, apps: list[str], iterations: int,
-               warmup: int, trace_dir: str | None = None, repeats: int = 1) -> dict:
-    args = [folder, "--apps", ",".join(apps), "--devices-per-rank", str(per_rank),
-            "--iterations", str(iterations), "--warmup", str(warmup), "--repeats",
-            str(repeats)]
-    if trace_dir:
-        args += ["--trace-dir", trace_dir]
-    if ranks > 1:
-        return run_mpi_worker(ranks, "sim_accuracy.py", args, timeout=3600)
-    path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
-    env = dict(os.environ, PYTHONPATH=path, OMP_NUM_THREADS="1")
-    p = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "sim_accuracy.py"), *args],
-                       capture_output=True, text=True, env=env, timeout=3600)
-    if p.returncode != 0:
-        raise RuntimeError(f"sim_accuracy worker failed:\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
-    return json.loads(p.stdout.strip().splitlines()[-1])
 
 
 # -- prediction --------------------------------------------------------------------------
@@ -320,58 +170,6 @@ def ordered_pairs(cases: list[dict]) -> tuple[int, int, list]:
     return total, right, wrong
 
 
-def collect(folder: str, quick: bool = False) -> dict:
-    """Write the strategies, then train and trace every case of every layout (the workers);
-    the measurements go to folder/measured.json, the traces to folder/traces_RxK/."""
-    from strategy.logical_devices import shared as shared_devices
-    from strategy.machines import calibrate_local
-    timing: dict = {}
-    t = time.perf_counter()
-    local = calibrate_local()
-    for devices, apps in apps_of_devices(quick).items():
-        sub = os.path.join(folder, f"d{devices}")
-        os.makedirs(sub, exist_ok=True)
-        for a in apps:
-            if not all(os.path.exists(os.path.join(sub, f"{a}_{s}.json"))
-                       for s in STRATEGIES):      # a kept folder's strategies are reused
-                write_strategies(a, devices, sub, shared_devices(local, devices), quick)
-    timing["search_s"] = round(time.perf_counter() - t, 1)
-    iterations, warmup, repeats = (2, 1, 1) if quick else (3, 1, REPEATS)
-    path = os.path.join(folder, "measured.json")
-    data = {"measured": {}, "timing": timing, "quick": quick}
-    if os.path.exists(os.path.join(folder, "partial.json")):    # an interrupted collection
-        with open(os.path.join(folder, "partial.json")) as f:
-            data = json.load(f)
-    for ranks_, per in layouts(quick):
-        name = f"{ranks_}x{per}"
-        if name in data["measured"]:
-            continue
-        t = time.perf_counter()
-        traces = os.path.join(folder, f"traces_{name}")
-        os.makedirs(traces, exist_ok=True)
-        devices = ranks_ * per
-        data["measured"][name] = run_worker(
-            ranks_, per, os.path.join(folder, f"d{devices}"),
-            list(apps_of_devices(quick)[devices]), iterations, warmup, trace_dir=traces,
-            repeats=repeats)
-        data["timing"][f"measure_and_trace_{name}_s"] = round(time.perf_counter() - t, 1)
-        with open(os.path.join(folder, "partial.json"), "w") as f:   # layout by layout
-            json.dump(data, f)
-    data["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    with open(path, "w") as f:
-        json.dump(data, f)
-    return data
-
-
-def layouts(quick: bool) -> tuple:
-    return LAYOUTS[:2] if quick else LAYOUTS
-
-
-def apps_of_devices(quick: bool) -> dict:
-    """{devices: apps measured on that many devices}."""
-    if quick:
-        return {2: ("alexnet", "rnnlm")}
-    return APPS_OF_DEVICES
 
 
 def run(quick: bool = False) -> dict:
@@ -542,7 +340,9 @@ def report(cases: list[dict], timing: dict, machines: dict, quick: bool,
              "calibration on the other fold's traces; measured: median of "
              f"{max(len(c['runs_s']) for c in cases)} runs"
              + (f", load average {min(loads):.1f}-{max(loads):.1f} on "
-                f"{os.cpu_count()} cores" if loads else "") + "; target <= 10%"),
+                f"{os.cpu_count()} cores" if loads else "")
+             + (f", runs recorded {timing['measured_at']}" if timing.get("measured_at")
+                else "") + "; target <= 10%"),
             ("worst relative error, held-out strategies", f"{100 * overall['worst_error']:.1f}%",
              "target <= 25%"),
             ("clearly separated pairs ordered right", f"{right} of {total}",
@@ -596,14 +396,3 @@ def report(cases: list[dict], timing: dict, machines: dict, quick: bool,
                                      "wrong": l_wrong} if with_load else None),
                         "groups": per_group, "residuals": residuals or {}, "timing": timing,
                         "calibration": machines, "quick": quick}}
-
-
-if __name__ == "__main__":
-    result = worker()
-    from taskrt.discovery import launched_by_mpi
-    rank = 0
-    if launched_by_mpi():
-        from mpi4py import MPI
-        rank = MPI.COMM_WORLD.Get_rank()
-    if rank == 0:
-        print(json.dumps(result))

@@ -412,7 +412,8 @@ class SimulationSession:
         self._live_nodes = asm.num_nodes
         host = tuple(a[f] for f in _HOST_ARRAYS) if self.timer.host_costs else None
         start, run, end, busy = timeline(a["dur"], a["res_counts"], a["res_ids"],
-                                         asm.pred_ptr, asm.preds, self.resources, host)
+                                         asm.pred_ptr, asm.preds, self.resources, host,
+                                         self.timer.ready_order)
         memory = self._memory(touched, start, end)
         return result_of(self.machine_model, start, end, busy, memory, run)
 

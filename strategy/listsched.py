@@ -11,6 +11,12 @@ without host resources does exactly the operations of the loop before host phase
 so a model without host costs gives the same bits as before. start[i] is when the node
 first holds anything, run[i] when its device work starts, end[i] when it lets go.
 
+Ready order (`ready_order=True`, strategy/simulator.py says when): instead of program order,
+each resource serves its phases (host, device, receiving host) in the order they become
+ready (ties in program order): the paper's Algorithm 1, and what the MPI executor does (its
+ranks run whatever instruction is ready: taskrt/executor/scheduler.py), where program
+order would keep a rank's thread waiting for one message while later work is ready.
+
 numba compiles the loop on first use in a process that simulates (a few seconds once; the
 machine code is cached in __pycache__ next to this file, and later processes pay about a
 second to import numba and load it). Without numba the same function runs as plain Python:
@@ -59,29 +65,130 @@ def _schedule(dur, res_ptr, res_ids, pred_ptr, preds, num_resources, pre_dur, pr
         end[i] = e
 
 
+def _push(keys, vals, size, key, val):
+    """Push (key, val) on the binary min-heap keys[:size], vals[:size] (ordered by key,
+    then val); returns the new size."""
+    i = size
+    keys[i], vals[i] = key, val
+    while i > 0:
+        p = (i - 1) // 2
+        if keys[p] < keys[i] or (keys[p] == keys[i] and vals[p] <= vals[i]):
+            break
+        keys[p], keys[i] = keys[i], keys[p]
+        vals[p], vals[i] = vals[i], vals[p]
+        i = p
+    return size + 1
+
+
+def _pop(keys, vals, size):
+    """(key, val, new size): the least (key, val) of the heap, taken off it."""
+    key, val = keys[0], vals[0]
+    size -= 1
+    keys[0], vals[0] = keys[size], vals[size]
+    i = 0
+    while True:
+        c = 2 * i + 1
+        if c >= size:
+            break
+        if c + 1 < size and (keys[c + 1] < keys[c] or (keys[c + 1] == keys[c]
+                                                      and vals[c + 1] < vals[c])):
+            c += 1
+        if keys[i] < keys[c] or (keys[i] == keys[c] and vals[i] <= vals[c]):
+            break
+        keys[c], keys[i] = keys[i], keys[c]
+        vals[c], vals[i] = vals[i], vals[c]
+        i = c
+    return key, val, size
+
+
+def _schedule_ready(dur, res_ptr, res_ids, pred_ptr, preds, num_resources, pre_dur, pre_ptr,
+                    pre_ids, post_dur, post_ptr, post_ids, start, run, end, busy):
+    """_schedule in ready order: phases (0 host, 1 device, 2 receiving host) taken from a
+    heap by (ready time, node id * 3 + phase)."""
+    n = dur.shape[0]
+    free = np.zeros(num_resources)
+    waiting = np.zeros(n, dtype=np.int64)
+    succ_ptr = np.zeros(n + 1, dtype=np.int64)
+    for i in range(n):
+        waiting[i] = pred_ptr[i + 1] - pred_ptr[i]
+        for k in range(pred_ptr[i], pred_ptr[i + 1]):
+            succ_ptr[preds[k] + 1] += 1
+    for i in range(n):
+        succ_ptr[i + 1] += succ_ptr[i]
+    succs = np.zeros(succ_ptr[n], dtype=np.int64)
+    fill = succ_ptr[:n].copy()
+    for i in range(n):
+        for k in range(pred_ptr[i], pred_ptr[i + 1]):
+            p = preds[k]
+            succs[fill[p]] = i
+            fill[p] += 1
+    ready = np.zeros(n)
+    keys = np.zeros(n + 1)
+    vals = np.zeros(n + 1, dtype=np.int64)
+    size = 0
+    for i in range(n):
+        if waiting[i] == 0:
+            size = _push(keys, vals, size, 0.0, 3 * i)
+    while size > 0:
+        t, v, size = _pop(keys, vals, size)
+        i, phase = v // 3, v % 3
+        if phase == 0:
+            start[i] = -1.0
+            if pre_ptr[i + 1] > pre_ptr[i]:          # the issuing host threads
+                first, e = _hold(free, busy, pre_ptr, pre_ids, i, t, pre_dur[i])
+                start[i] = first
+                size = _push(keys, vals, size, e, 3 * i + 1)
+                continue
+            phase = 1
+        if phase == 1:
+            t, e = _hold(free, busy, res_ptr, res_ids, i, t, dur[i])
+            run[i] = t
+            if start[i] < 0:
+                start[i] = t
+            if post_ptr[i + 1] > post_ptr[i]:        # the receiving host threads
+                size = _push(keys, vals, size, e, 3 * i + 2)
+                continue
+        else:
+            _, e = _hold(free, busy, post_ptr, post_ids, i, t, post_dur[i])
+        end[i] = e
+        for k in range(succ_ptr[i], succ_ptr[i + 1]):
+            s = succs[k]
+            if e > ready[s]:
+                ready[s] = e
+            waiting[s] -= 1
+            if waiting[s] == 0:
+                size = _push(keys, vals, size, ready[s], 3 * s)
+
+
 _compiled = None
+_compiled_ready = None
 
 
-def _kernel():
-    """The compiled loop, made on first use (numba is imported only by processes that
-    simulate), or the Python loop without numba."""
-    global _compiled
+def _kernel(ready_order: bool = False):
+    """The compiled loop (in program or ready order), made on first use (numba is imported
+    only by processes that simulate), or the Python loop without numba."""
+    global _compiled, _compiled_ready
     if _compiled is None:
         try:
             from numba import njit
         except ImportError:                   # pragma: no cover - numba is a dependency
-            _compiled = _schedule
+            _compiled, _compiled_ready = _schedule, _schedule_ready
         else:
-            global _hold
+            global _hold, _push, _pop
             _hold = njit(cache=True, nogil=True, inline="always")(_hold)
+            _push = njit(cache=True, nogil=True)(_push)
+            _pop = njit(cache=True, nogil=True)(_pop)
             _compiled = njit(_SIGNATURE, cache=True, nogil=True)(_schedule)
-    return _compiled
+            _compiled_ready = njit(_SIGNATURE, cache=True, nogil=True)(_schedule_ready)
+    return _compiled_ready if ready_order else _compiled
 
 
-def list_schedule(dur, res_ptr, res_ids, pred_ptr, preds, num_resources: int, host=None):
+def list_schedule(dur, res_ptr, res_ids, pred_ptr, preds, num_resources: int, host=None,
+                  ready_order: bool = False):
     """(start, run, end, busy): per node when it first holds a resource, when its device
     work starts and when it ends; per resource its busy seconds. `host` is None (no host
-    phases) or (pre_dur, pre_ptr, pre_ids, post_dur, post_ptr, post_ids)."""
+    phases) or (pre_dur, pre_ptr, pre_ids, post_dur, post_ptr, post_ids); `ready_order`:
+    resources serve in ready order instead of program order."""
     n = len(dur)
     start, run, end = np.zeros(n), np.zeros(n), np.zeros(n)
     busy = np.zeros(num_resources)
@@ -92,7 +199,7 @@ def list_schedule(dur, res_ptr, res_ids, pred_ptr, preds, num_resources: int, ho
     f8, i8 = np.float64, np.int64
     pre_dur, pre_ptr, pre_ids, post_dur, post_ptr, post_ids = host
     c = np.ascontiguousarray
-    _kernel()(c(dur, dtype=f8), c(res_ptr, dtype=i8), c(res_ids, dtype=i8),
+    _kernel(ready_order)(c(dur, dtype=f8), c(res_ptr, dtype=i8), c(res_ids, dtype=i8),
               c(pred_ptr, dtype=i8), c(preds, dtype=i8), num_resources,
               c(pre_dur, dtype=f8), c(pre_ptr, dtype=i8), c(pre_ids, dtype=i8),
               c(post_dur, dtype=f8), c(post_ptr, dtype=i8), c(post_ids, dtype=i8),

@@ -4,21 +4,29 @@ aimed at memory, and activation recomputation toggled per segment.
 Memory. A strategy over a device's capacity is invalid (strategy/search.py); from such a
 start (data parallelism of a model whose weights and Adam state do not fit one device) a
 uniformly chosen operator rarely is one that matters. `shard_move` looks where the memory
-is: on the fullest device of the current simulation, the bytes of every operator's regions
-(its weights, their gradients and optimizer state, its activations: the planner's instances
-and partial-sum buffers on that device), and proposes, for an operator drawn with
-probability proportional to its weights' bytes there, a config that splits its weights
-finer (SearchSpace.shard).
+is: on the fullest device of the current simulation, the bytes of every operator there
+(`bytes_on`: its regions' instances and partial-sum buffers, that is its weights, their
+gradients and optimizer state, its activations; and the saved state its forward parts
+keep for their backward, taskrt.liveness.state_key as the memory model counts it), and
+proposes, for an operator drawn with probability proportional to its weights' bytes there,
+a config that splits its weights finer (SearchSpace.shard).
 
 Recomputation. `RecomputeUnits` are the segments (parallel_ops/recompute.py) a search may
 switch on and off one at a time: the distinct segments of the named plans it was given
-(for the GPT: one per transformer block). A state is the set of units switched on; a plan
-name is kept where the state is one of the plans. `target` names the unit to switch on
-to free the most activation bytes on the fullest device.
+(for the GPT: one per transformer block, and one per attention operator). Units that share
+an operator exclude each other (an operator is in one segment at most): switching one on
+switches those off (`toggle`: a block's full recomputation replaces its attention-only
+one, and the other way round). A state is the set of units switched on; a plan name is
+kept where the state is one of the plans. `target` names the unit to switch on to free the
+most bytes on the fullest device: the saved state of its operators and the activations
+made inside it (those of every operator but its last), less what the units it switches off
+free.
 """
 from __future__ import annotations
 
 import random
+
+from taskrt.liveness import own_bytes, state_key
 
 
 def fullest_device(result) -> int:
@@ -36,10 +44,12 @@ def region_owner(name: str, ops: dict):
     return ops.get(base)
 
 
-def bytes_on(session, device: int) -> tuple[dict, dict]:
-    """({op name: bytes of its weights' regions}, {op name: bytes of its other regions}) on
-    `device` in the session's plan: instances and partial-sum buffers, as the memory model
-    holds them (their bounding rects)."""
+def bytes_on(session, device: int) -> tuple[dict, dict, dict]:
+    """({op name: bytes of its weights' regions}, {op name: bytes of its other regions},
+    {op name: bytes of the saved state its forward parts keep}) on `device` in the
+    session's plan: instances and partial-sum buffers as the memory model holds them (their
+    bounding rects), saved state as taskrt.liveness.state_key gives it (the keeping task's
+    launch: an operator's forward, or its recompute when its segment is recomputed)."""
     ops = {op.name: op for op in session.model.ops}
     weights = {w.name for op in ops.values() for w in op.weights}
     by_weight: dict[str, int] = {}
@@ -53,14 +63,33 @@ def bytes_on(session, device: int) -> tuple[dict, dict]:
         if nbytes:
             into = by_weight if name.split("@")[0] in weights else by_activation
             into[op.name] = into.get(op.name, 0) + nbytes
-    return by_weight, by_activation
+    return by_weight, by_activation, saved_on(session, device)
+
+
+def saved_on(session, device: int) -> dict:
+    """{op name: bytes of the saved state its keeping launches' point tasks hold on
+    `device`} (bytes_on's third part)."""
+    keeper = {id(launch): name for name, part in session.lowering.parts.items()
+              for launch in part.forward + part.recompute if launch.saved_bytes}
+    planner = session.planner
+    planner.refresh()
+    out: dict[str, int] = {}
+    for li, lp in enumerate(planner.plans):
+        name = keeper.get(id(lp.launch))
+        if name is None:
+            continue
+        for node in planner.launch_groups(li)[-1].nodes:
+            key = state_key(node)
+            if key is not None and key[2] == device:
+                out[name] = out.get(name, 0) + own_bytes(key)
+    return out
 
 
 def shard_move(space, session, rng: random.Random):
     """(op name, config) splitting the weights of an operator that holds many bytes on the
     fullest device (module doc), or None when no operator there can be split further."""
     device = fullest_device(session.result)
-    by_weight, _ = bytes_on(session, device)
+    by_weight = bytes_on(session, device)[0]
     searchable = {op.name: op for op in space.searchable()}
     pool = [(name, b) for name, b in by_weight.items() if name in searchable]
     while pool:
@@ -79,8 +108,10 @@ def shard_move(space, session, rng: random.Random):
 class RecomputeUnits:
     """The segments a search toggles (module doc) and the named plans among their states.
 
-        units = RecomputeUnits({"none": [], "full": per_block(model, block_of)})
+        units = RecomputeUnits({"none": [], "full": per_block(model, block_of),
+                                "selective": per_op(model, "multihead_attention")})
         units.segments(units.plans["full"]), units.name(frozenset({0, 3}))
+        units.toggle(units.plans["full"], k)     # unit k switched (module doc)
     """
 
     def __init__(self, plans: dict):
@@ -96,12 +127,24 @@ class RecomputeUnits:
                     self.units.append(key)
                 state.add(index[key])
             self.plans[name] = frozenset(state)
+        members = [set(unit) for unit in self.units]
+        # per unit, the others sharing an operator with it: never on together
+        self.excludes = [frozenset(j for j, other in enumerate(members)
+                                   if j != k and other & mine)
+                         for k, mine in enumerate(members)]
 
     def __len__(self) -> int:
         return len(self.units)
 
     def segments(self, state: frozenset) -> list[list[str]]:
         return [list(self.units[k]) for k in sorted(state)]
+
+    def toggle(self, state: frozenset, k: int) -> frozenset:
+        """`state` with unit k switched off when it is on, else on with the units that
+        share an operator with it off."""
+        if k in state:
+            return state - {k}
+        return (state - self.excludes[k]) | {k}
 
     def name(self, state: frozenset) -> str:
         """The plan's name where `state` is a named plan, else which segments are on."""
@@ -110,21 +153,31 @@ class RecomputeUnits:
                 return name
         on = sorted(state)
         return (f"{len(on)} of {len(self.units)} segments: "
-                + ", ".join(self.units[k][0] for k in on))
+                + ", ".join(self.units[k][0] if len(self.units[k]) > 1
+                            else self.units[k][0] + " alone" for k in on))
+
+    def freed(self, k: int, by_activation: dict, saved: dict) -> int:
+        """Bytes switching unit k on frees, by bytes_on's counts: its operators' saved
+        state and the activations of all but its last operator (its output is kept)."""
+        unit = self.units[k]
+        return (sum(saved.get(name, 0) for name in unit)
+                + sum(by_activation.get(name, 0) for name in unit[:-1]))
 
     def target(self, session, state: frozenset) -> int | None:
-        """The unit not yet on whose operators hold the most activation bytes on the
-        fullest device (switching it on frees them); None when every unit is on."""
+        """The unit not yet on that frees the most bytes on the fullest device (`freed`,
+        less what the units it would switch off free); None when no unit frees any."""
         device = fullest_device(session.result)
-        _, by_activation = bytes_on(session, device)
-        best, most = None, -1
-        for k, unit in enumerate(self.units):
+        _, by_activation, saved = bytes_on(session, device)
+        best, most = None, 0
+        for k in range(len(self.units)):
             if k in state:
                 continue
-            b = sum(by_activation.get(name, 0) for name in unit)
-            if b > most:
-                best, most = k, b
+            gain = self.freed(k, by_activation, saved) - sum(
+                self.freed(j, by_activation, saved) for j in self.excludes[k] & state)
+            if gain > most:
+                best, most = k, gain
         return best
 
 
-__all__ = ["fullest_device", "region_owner", "bytes_on", "shard_move", "RecomputeUnits"]
+__all__ = ["fullest_device", "region_owner", "bytes_on", "saved_on", "shard_move",
+           "RecomputeUnits"]

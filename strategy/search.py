@@ -38,11 +38,13 @@ is simulated under every plan and its chain starts under the best one (the faste
 fits). Then recomputation is part of the chain's state: a proposal (probability
 `recompute_move`, by default one over the number of operators, at most RECOMPUTE_MOVE)
 switches one segment (strategy/moves.py RecomputeUnits: the plans'
-distinct segments, for the GPT one per block) on or off, accepted or rejected like any
+distinct segments, for the GPT one per block and one per attention operator; switching one
+on switches off those sharing an operator with it) on or off, accepted or rejected like any
 other. Such a move changes which launches exist, which a delta change cannot: the proposal
 builds a new session of the same configs under the new segments (a full simulation; the
 old session is kept and is the undo), so it costs a session build. Out of memory the
-segment switched on is the one whose activations hold the most bytes on the fullest device.
+segment switched on is the one that frees the most bytes on the fullest device (its
+operators' activations and saved state: RecomputeUnits.target).
 The result names the state (a plan's name, or which segments are on) and leaves it set on
 the model, so the model trains with what was searched.
 
@@ -433,7 +435,8 @@ class Search:
             before = session, self.state
             try:
                 if move[0] == "recompute":      # a new session: the old one is the undo
-                    session = self._session(session.configs, [self.state ^ {move[1]}])
+                    session = self._session(session.configs,
+                                             [self.units.toggle(self.state, move[1])])
                     result = session.result
                 elif self.delta:
                     result = session.change(move[1], move[2])

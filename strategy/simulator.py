@@ -5,6 +5,9 @@ its resources for its duration; each resource serves its nodes FIFO in program o
 order), which is the order our executors issue work to a device and the order a CUDA stream
 runs it. (The paper's Algorithm 1 orders each queue by ready time instead; a static order
 makes delta simulation exactly equal to full simulation by construction, see delta.py.)
+A calibrated model of several ranks (host costs, several host threads: NodeTimer.
+ready_order) is served in ready order instead, as the MPI executor's ranks run whatever is
+ready (strategy/listsched.py); its timeline is still a function of the arrays alone.
 
   task       on its device; duration from the cost model (measured or analytic)
   copy       on the links of the path between its devices (latency + bytes / slowest link);
@@ -92,6 +95,9 @@ class NodeTimer:
         self._hosts = {}
         self._copies: dict = {}       # (src, dst, bytes) -> timing: a function of the model
         self.host_costs = dict(getattr(model, "host_costs", None) or {})
+        # A calibrated model of several ranks: the MPI executor's ranks run what is ready.
+        self.ready_order = bool(self.host_costs) and len(
+            {self.host(d) for d in range(model.num_devices)}) > 1
 
     def host(self, device: int):
         """The host thread resource that issues device's work (a CPU's compute resource)."""
@@ -192,10 +198,12 @@ class Resources:
         return {resource_name(self.items[r]): float(busy[r]) for r in np.flatnonzero(used)}
 
 
-def timeline(dur, res_counts, res_ids, pred_ptr, preds, resources: Resources, host=None):
+def timeline(dur, res_counts, res_ids, pred_ptr, preds, resources: Resources, host=None,
+             ready_order: bool = False):
     """(start, run, end, busy by resource name) of nodes in program order
     (strategy.listsched): each starts when its predecessors have ended and its resources are
-    free (FIFO per resource in program order), and holds them for its duration. `host`:
+    free (FIFO per resource in program order, or with `ready_order` in the order the nodes
+    become ready: NodeTimer.ready_order), and holds them for its duration. `host`:
     None, or (pre seconds, pre counts, pre ids, post seconds, post counts, post ids) of the
     nodes' host phases."""
     n = len(resources.items)
@@ -204,7 +212,7 @@ def timeline(dur, res_counts, res_ids, pred_ptr, preds, resources: Resources, ho
         pre_dur, pre_counts, pre_ids, post_dur, post_counts, post_ids = host
         phases = (pre_dur, csr(pre_counts), pre_ids, post_dur, csr(post_counts), post_ids)
     start, run, end, busy = list_schedule(dur, csr(res_counts), res_ids, pred_ptr, preds, n,
-                                          phases)
+                                          phases, ready_order)
     ids = np.asarray(res_ids, dtype=np.int64)
     if host is not None:
         ids = np.concatenate([ids, np.asarray(pre_ids, dtype=np.int64),
@@ -257,7 +265,8 @@ def simulate(graph, model, costs, timer: NodeTimer | None = None) -> SimResult:
     host = (pre_dur, pre_counts, np.array(pre_ids, dtype=np.int64), post_dur, post_counts,
             np.array(post_ids, dtype=np.int64)) if with_host else None
     start, run, end, busy = timeline(dur, counts, np.array(res_ids, dtype=np.int64),
-                                     csr(pred_counts), preds, resources, host)
+                                     csr(pred_counts), preds, resources, host,
+                                     timer.ready_order)
     return result_of(model, start, end, busy, memory_per_device(graph, start, end), run)
 
 

@@ -55,7 +55,12 @@ class BufferAccesses:
 
     def read(self, rect: Rect, ref) -> set:
         preds = {n for _, _, n in self.writers.overlapping(rect)}
-        self._add_readers(rect, (ref,))
+        readers = self.readers
+        i = readers.find_exact(rect)
+        if i is None:
+            readers.add(rect, {ref})
+        else:
+            readers.get(i)[1].add(ref)
         return preds
 
     def write(self, rect: Rect, ref) -> set:
@@ -120,6 +125,29 @@ class PendingSums:
         return [(i, r, items.get(i)[1]) for _, r, i in own.overlapping(rect)]
 
 
+class Holders(tuple):
+    """The devices holding a long piece's value, in the order they got it (writer first): a
+    tuple whose membership test uses a set made on first use. A replicated value (weights,
+    optimizer state under data parallelism) is held by every device and read by each, so a
+    plain tuple made each read O(n) and a launch O(n^2) (4,096 GPUs: 1.9x the cost per node
+    of 1,024). Short holder lists stay plain tuples (see `holders`)."""
+
+    def __contains__(self, device) -> bool:
+        members = self.__dict__.get("members")
+        if members is None:
+            members = self.__dict__["members"] = frozenset(self)
+        return device in members
+
+
+LONG_HOLDERS = 16
+
+
+def holders(devices) -> tuple:
+    """A piece's holders: a plain tuple, or a Holders from LONG_HOLDERS devices on."""
+    devices = tuple(devices)
+    return Holders(devices) if len(devices) >= LONG_HOLDERS else devices
+
+
 class RegionState:
     __slots__ = ("region", "valid", "pending")
 
@@ -144,19 +172,34 @@ class RegionState:
         """add_holder for valid items [(id, rect, part of it, holders)] already found: each
         item's part gets `device` as a holder (what add_holder does without the query)."""
         valid = self.valid
-        for i, r, part, holders in items:
+        for i, r, part, held in items:
             valid.remove(i)
             if part is not r:
                 for piece in r.subtract(part):
-                    valid.add(piece, holders)
-            valid.add(part, holders + (device,))
+                    valid.add(piece, held)
+            valid.add(part, holders(held + (device,)))
+
+    def add_holders(self, rect: Rect, devices) -> None:
+        """add_holder(rect, d) for each of `devices` in turn. When `rect` is one valid piece
+        (a launch of replicas writing it alike), in one step: its holders grow by the devices
+        they lack, in order (n appends to a tuple of up to n holders were O(n^2))."""
+        items = self.valid.overlapping(rect)
+        if len(items) == 1 and items[0][1] == rect:
+            i, _, held = items[0]
+            new = tuple(d for d in dict.fromkeys(devices) if d not in held)
+            if new:
+                self.valid.remove(i)
+                self.valid.add(rect, holders(held + new))
+            return
+        for d in devices:
+            self.add_holder(rect, d)
 
     def set_only_holder(self, rect: Rect, devices: Iterable[int]) -> None:
-        for i, r, holders in self.valid.overlapping(rect):
+        for i, r, held in self.valid.overlapping(rect):
             self.valid.remove(i)
             for piece in r.subtract(rect):
-                self.valid.add(piece, holders)
-        self.valid.add(rect, tuple(devices))
+                self.valid.add(piece, held)
+        self.valid.add(rect, holders(devices))
 
     def retire_pending(self, rect: Rect) -> None:
         for i, r, dev in self.pending.overlapping(rect):
@@ -171,6 +214,7 @@ class RegionPlanner:
     def __init__(self, region: Region, machine, initial: Iterable[tuple[Rect, int]] = ()):
         self.region = region
         self.machine = machine
+        self._ranks = [d.rank for d in machine.devices]    # device -> its rank
         self.state = RegionState(region)
         self.buffers: dict[tuple[int, bool], BufferAccesses] = {}
         self.instance_rects: dict[int, Rect] = {}
@@ -214,8 +258,10 @@ class RegionPlanner:
         return out
 
     # -- step 2: one point's requirement --------------------------------------------------------
-    def access(self, task_ref, device: int, req, replicas: bool, replica_writes: set):
-        """Record a task's requirement on this region; returns (pred refs, Red+ targets)."""
+    def access(self, task_ref, device: int, req, replicas: bool, replica_writes: dict):
+        """Record a task's requirement on this region; returns (pred refs, Red+ targets).
+        In a launch of replicas, the devices writing a rect after its first writer are
+        collected in `replica_writes` (rect -> devices) for end_replicas to add at once."""
         rect, priv = req.rect, req.privilege
         st = self.state
         preds: set = set()
@@ -224,11 +270,12 @@ class RegionPlanner:
         if priv.writes:
             preds |= self._buffer(device, False, rect).write(rect, task_ref)
             st.retire_pending(rect)
-            if replicas and rect in replica_writes:
-                st.add_holder(rect, device)
+            later = replica_writes.get(rect) if replicas else None
+            if later is not None:
+                later.append(device)
             else:
                 st.set_only_holder(rect, (device,))
-                replica_writes.add(rect)
+                replica_writes[rect] = []
             return preds, None
         if priv is _RED:
             targets = self._reduce_targets(device, rect)
@@ -236,6 +283,14 @@ class RegionPlanner:
                 preds |= self._buffer(device, t.partial, t.piece).write(t.piece, task_ref)
             return preds, targets
         return preds, None
+
+    def end_replicas(self, replica_writes: dict) -> None:
+        """After a launch's accesses: the replicas that wrote each rect after its first
+        writer hold its value too (a launch of replicas writes one rect alike on every
+        device, and none of its points reads where another writes)."""
+        for rect, later in replica_writes.items():
+            if later:
+                self.state.add_holders(rect, later)
 
     def _reduce_targets(self, device: int, rect: Rect) -> tuple[ReduceTarget, ...]:
         """Where a Red+ contribution of `device` to `rect` goes, piece by piece (in the
@@ -303,13 +358,16 @@ class RegionPlanner:
         taking all later copies from it would queue them on its one link ((t-1)^2 sends
         instead of t-1). The count is per region, so a region re-planned alone plans as in a
         full plan."""
-        devs = self.machine.devices
-        rank = devs[device].rank
-        same = [h for h in holders if devs[h].rank == rank]
         sent = self.sent
-        # Ties go to the earliest holder (holders are kept in the order they got the value,
-        # its writer first), so a piece is forwarded only to relieve a busier holder.
-        src = min(same or holders, key=lambda h: sent.get(h, 0))
+        if len(holders) == 1:
+            src = holders[0]
+        else:
+            ranks = self._ranks
+            rank = ranks[device]
+            same = [h for h in holders if ranks[h] == rank]
+            # Ties go to the earliest holder (holders are kept in the order they got the
+            # value, its writer first), so a piece is forwarded only to relieve a busier one.
+            src = min(same or holders, key=lambda h: sent.get(h, 0))
         sent[src] = sent.get(src, 0) + elements
         return src
 
@@ -420,12 +478,7 @@ class RegionPlanner:
         # Only where partial sums were added does `device` alone hold the result; the base
         # elsewhere is unchanged (its holders stay valid), and elements with neither base nor
         # partial sums stay unwritten, so reading them is still a PlanError.
-        summed = RectIndex()
-        for _, r, _ in contribs:
-            done = [q for _, q, _ in summed.overlapping(r)]
-            for piece in subtract_all(r.intersect(rect), done):
-                summed.add(piece, None)
-        for _, piece, _ in summed:
+        for piece in summed_pieces(rect, contribs):
             st.set_only_holder(piece, (device,))
 
     # -- the end state ---------------------------------------------------------------------------
@@ -435,3 +488,18 @@ class RegionPlanner:
 
     def final_pending(self) -> list[tuple[Rect, int, bool]]:
         return [(r, d, partial) for _, r, (d, partial) in self.state.pending]
+
+
+def summed_pieces(rect: Rect, contribs) -> list[Rect]:
+    """The part of `rect` that pending sums [(id, rect, (device, partial))] cover, as disjoint
+    pieces: each sum's part of `rect` less what earlier sums covered, in order. One device's
+    sums are disjoint (PendingSums), so a sum is compared only with other devices' pieces,
+    and sums of one device alone (a gradient summed over time steps on its device) are
+    their parts of `rect` as they are."""
+    if len({dev for _, _, (dev, _) in contribs}) == 1:
+        return [r.intersect(rect) for _, r, _ in contribs]
+    summed: list[tuple[Rect, int]] = []         # (piece, device of its sum), in order found
+    for _, r, (dev, _) in contribs:
+        done = [q for q, d in summed if d != dev and q.overlaps(r)]
+        summed += [(piece, dev) for piece in subtract_all(r.intersect(rect), done)]
+    return [q for q, _ in summed]

@@ -5,6 +5,7 @@ all operations treat them consistently (volume 0, intersect with nothing).
 """
 from __future__ import annotations
 
+from operator import le
 from typing import Iterable, Sequence
 
 from .errors import RectError
@@ -86,12 +87,18 @@ class Rect:
                             f"({self.ndim} vs {other.ndim}). Compare rects of one region.")
 
     def intersect(self, other: "Rect") -> "Rect":
-        """The common part; possibly empty."""
-        if len(self.lo) != len(other.lo):
+        """The common part; possibly empty. When it equals self or other, that rect itself
+        (no new object: the planner intersects millions of rects, most of them nested)."""
+        slo, shi, olo, ohi = self.lo, self.hi, other.lo, other.hi
+        if len(slo) != len(olo):
             self._check_same_ndim(other)
-        if self.lo == other.lo and self.hi == other.hi:
+        lo = tuple(map(max, slo, olo))
+        hi = tuple(map(min, shi, ohi))
+        if lo == slo and hi == shi:
             return self
-        return Rect(tuple(map(max, self.lo, other.lo)), tuple(map(min, self.hi, other.hi)))
+        if lo == olo and hi == ohi:
+            return other
+        return Rect(lo, hi)
 
     def overlaps(self, other: "Rect") -> bool:
         """True when the two rects share at least one point (touching is not overlapping)."""
@@ -108,12 +115,8 @@ class Rect:
         """True when every point of `other` is in self; an empty rect is contained in any rect."""
         if len(self.lo) != len(other.lo):
             self._check_same_ndim(other)
-        if other.empty:
-            return True
-        for a, b, c, d in zip(self.lo, self.hi, other.lo, other.hi):
-            if c < a or d > b:
-                return False
-        return True
+        return other.empty or (all(map(le, self.lo, other.lo)) and
+                               all(map(le, other.hi, self.hi)))
 
     def contains_point(self, point: Sequence[int]) -> bool:
         return all(l <= p < h for l, p, h in zip(self.lo, point, self.hi))
@@ -139,20 +142,30 @@ class Rect:
         return Rect(tuple(map(min, self.lo, other.lo)), tuple(map(max, self.hi, other.hi)))
 
     def subtract(self, other: "Rect") -> list["Rect"]:
-        """Disjoint rects covering self minus other (at most 2*ndim of them)."""
-        inter = self.intersect(other)
-        if inter.empty:
-            return [] if self.empty else [self]
+        """Disjoint rects covering self minus other (at most 2*ndim of them): per dimension
+        in order, the part below the intersection and the part above it, each limited to
+        the intersection in the dimensions before."""
+        slo, shi = self.lo, self.hi
+        if len(slo) != len(other.lo):
+            self._check_same_ndim(other)
+        ilo = tuple(map(max, slo, other.lo))
+        ihi = tuple(map(min, shi, other.hi))
+        for l, h in zip(ilo, ihi):
+            if h <= l:                      # no intersection
+                return [] if self.empty else [self]
+        if ilo == slo and ihi == shi:
+            return []
         pieces = []
-        lo, hi = list(self.lo), list(self.hi)
-        for d in range(self.ndim):
-            if lo[d] < inter.lo[d]:
-                pieces.append(Rect(tuple(lo[:d]) + (lo[d],) + tuple(lo[d + 1:]),
-                                   tuple(hi[:d]) + (inter.lo[d],) + tuple(hi[d + 1:])))
-            if inter.hi[d] < hi[d]:
-                pieces.append(Rect(tuple(lo[:d]) + (inter.hi[d],) + tuple(lo[d + 1:]),
-                                   tuple(hi[:d]) + (hi[d],) + tuple(hi[d + 1:])))
-            lo[d], hi[d] = inter.lo[d], inter.hi[d]
+        lo, hi = list(slo), list(shi)
+        for d in range(len(slo)):
+            a, b = ilo[d], ihi[d]
+            if lo[d] < a:
+                hi[d] = a
+                pieces.append(Rect(tuple(lo), tuple(hi)))
+            if b < shi[d]:
+                lo[d], hi[d] = b, shi[d]
+                pieces.append(Rect(tuple(lo), tuple(hi)))
+            lo[d], hi[d] = a, b
         return pieces
 
     def __str__(self) -> str:

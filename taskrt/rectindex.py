@@ -2,17 +2,19 @@
 
 The planner asks this question for every requirement of every point task, so it must not
 scan all items. Items are hashed into a uniform grid whose cell size per dimension is a
-power of two near the typical (geometric mean) extent of the items held, so parts of one
-partition touch O(1) cells per split dimension, and a few slivers (halos, fragments left by
+power of two near the typical (geometric mean) extent of the items held (the smallest power
+of two that holds it), so parts of one partition touch 1-2 cells per dimension, and a few slivers (halos, fragments left by
 subtraction) do not shrink the cells for everyone. The grid is rebuilt when that typical
-extent drifts 4x away from the cell size. Items that would touch many cells, and queries that
-would visit more cells than there are items, fall back to scanning, so the cost is
+extent drifts 4x away from the cell size (checked every 8th insertion). Items that would
+touch many cells, and queries that would visit more cells than there are items, fall back
+to scanning, so the cost is
 min(grid walk, scan). Small sets (most buffers hold a handful of pieces) skip the grid and
 are scanned directly, which is what keeps planning cheap per node.
 """
 from __future__ import annotations
 
 from itertools import product
+from operator import add, floordiv, lt, sub
 from typing import Any, Iterator
 
 from .geometry import Rect
@@ -20,11 +22,12 @@ from .geometry import Rect
 _MAX_CELLS_PER_ITEM = 64
 _DRIFT_BITS = 2          # rebuild when the typical extent is 4x off the cell size
 _SMALL = 32              # up to this many items: no grid, scan them
+_DRIFT_CHECK_EVERY = 7   # check for drift when the item count is a multiple of 8
 
 
 class RectIndex:
     __slots__ = ("_items", "_next_id", "_cell", "_grid", "_big", "_bits", "_sized", "_exact",
-                 "disjoint")
+                 "_ones", "_first", "disjoint")
 
     def __init__(self, disjoint: bool = False):
         """`disjoint`: the caller promises items never overlap, so a query equal to an item's
@@ -38,6 +41,8 @@ class RectIndex:
         self._big: set[int] = set()
         self._bits: list[int] | None = None     # per dimension: sum of extent.bit_length()
         self._sized = 0                          # number of non-empty items (grid mode)
+        self._ones: tuple[int, ...] = ()         # (1,) per dimension (grid mode)
+        self._first: Rect | None = None          # the first item's rect: all have its ndim
 
     def __len__(self) -> int:
         return len(self._items)
@@ -54,23 +59,33 @@ class RectIndex:
         return self._exact.get(rect)
 
     # -- grid helpers -------------------------------------------------------------------
-    def _cell_ranges(self, rect: Rect) -> list[range]:
-        return [range(l // c, (h - 1) // c + 1) for l, h, c in zip(rect.lo, rect.hi, self._cell)]
+    def _cells(self, rect: Rect) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """The first and last cell (per dimension) that the non-empty `rect` touches."""
+        cell = self._cell
+        return (tuple(map(floordiv, rect.lo, cell)),
+                tuple(map(floordiv, map(sub, rect.hi, self._ones), cell)))
 
     @staticmethod
-    def _count(ranges: list[range]) -> int:
+    def _count(first, last) -> int:
         n = 1
-        for r in ranges:
-            n *= len(r)
+        for a, b in zip(first, last):
+            n *= b - a + 1
         return n
 
     def _insert(self, item_id: int, rect: Rect) -> None:
-        ranges = self._cell_ranges(rect)
-        if self._count(ranges) > _MAX_CELLS_PER_ITEM:
+        first, last = self._cells(rect)
+        grid = self._grid
+        if first == last:                       # the common case: one cell
+            bucket = grid.get(first)
+            if bucket is None:
+                grid[first] = {item_id}
+            else:
+                bucket.add(item_id)
+            return
+        if self._count(first, last) > _MAX_CELLS_PER_ITEM:
             self._big.add(item_id)
             return
-        grid = self._grid
-        for cell in product(*ranges):
+        for cell in product(*[range(a, b + 1) for a, b in zip(first, last)]):
             bucket = grid.get(cell)
             if bucket is None:
                 grid[cell] = {item_id}
@@ -78,9 +93,10 @@ class RectIndex:
                 bucket.add(item_id)
 
     def _account(self, rect: Rect, sign: int) -> None:
-        bits = self._bits
-        for d, (l, h) in enumerate(zip(rect.lo, rect.hi)):
-            bits[d] += sign * (h - l).bit_length()
+        # Per dimension: (extent - 1).bit_length(), the k of the smallest cell 2**k that
+        # holds the extent (a part of 35 fits a cell of 64: at most 2 cells, not 3 of 32).
+        widths = map(int.bit_length, map(sub, map(sub, rect.hi, rect.lo), self._ones))
+        self._bits = list(map(add if sign > 0 else sub, self._bits, widths))
         self._sized += sign
 
     def _build_grid(self) -> None:
@@ -90,6 +106,7 @@ class RectIndex:
             self._cell = None
             return
         self._bits = [0] * sized[0].ndim
+        self._ones = (1,) * sized[0].ndim
         self._sized = 0
         for r in sized:
             self._account(r, 1)
@@ -97,41 +114,54 @@ class RectIndex:
 
     def _rebuild(self) -> None:
         n, bits = self._sized, self._bits
-        self._cell = tuple(1 << max(0, (2 * b + n) // (2 * n) - 1) for b in bits)
+        self._cell = tuple(1 << ((2 * b + n) // (2 * n)) for b in bits)
         self._grid = {}
         self._big = set()
         for i, (r, _) in self._items.items():
             if not r.empty:          # empty items live only in _items (see add/remove)
                 self._insert(i, r)
 
+    def _drifted(self) -> bool:
+        """The typical extent is 4x off the cell size in some dimension."""
+        n = self._sized
+        limit = _DRIFT_BITS * n
+        # A cell of 2**k has bit_length k+1; the items' mean k is sum/n.
+        for c, b in zip(self._cell, self._bits):
+            if abs((c.bit_length() - 1) * n - b) > limit:
+                return True
+        return False
+
     # -- public API ---------------------------------------------------------------------
     def add(self, rect: Rect, value: Any) -> int:
         """Insert an item; returns its id. Empty rects are stored but never overlap anything."""
+        first = self._first
+        if first is None:
+            self._first = rect
+        elif len(rect.lo) != len(first.lo):
+            first._check_same_ndim(rect)        # raises the error naming both rects
         item_id = self._next_id
-        self._next_id += 1
-        self._items[item_id] = (rect, value)
+        self._next_id = item_id + 1
+        items = self._items
+        items[item_id] = (rect, value)
         self._exact[rect] = item_id
         if self._cell is None:
-            if len(self._items) > _SMALL:
+            if len(items) > _SMALL:
                 self._build_grid()
             return item_id
         if rect.empty:
             return item_id
         self._account(rect, 1)
-        n = self._sized
-        limit = _DRIFT_BITS * n
-        # A cell of 2**k has bit_length k+1; the items' mean bit_length is sum/n.
-        for c, b in zip(self._cell, self._bits):
-            if abs(c.bit_length() * n - b) > limit:
-                self._rebuild()
-                return item_id
+        if not self._sized & _DRIFT_CHECK_EVERY and self._drifted():
+            self._rebuild()
+            return item_id
         self._insert(item_id, rect)
         return item_id
 
     def remove(self, item_id: int) -> None:
         rect, _ = self._items.pop(item_id)
-        if self._exact.get(rect) == item_id:
-            del self._exact[rect]
+        exact = self._exact
+        if exact.get(rect) == item_id:
+            del exact[rect]
         if self._cell is None or rect.empty:
             return
         self._account(rect, -1)
@@ -142,7 +172,10 @@ class RectIndex:
             self._big.discard(item_id)
             return
         grid = self._grid
-        for cell in product(*self._cell_ranges(rect)):
+        first, last = self._cells(rect)
+        cells = (first,) if first == last else \
+            product(*[range(a, b + 1) for a, b in zip(first, last)])
+        for cell in cells:
             bucket = grid.get(cell)
             if bucket is not None:
                 bucket.discard(item_id)
@@ -154,41 +187,41 @@ class RectIndex:
         items = self._items
         if not items or rect.empty:
             return []
+        if len(rect.lo) != len(self._first.lo):
+            self._first._check_same_ndim(rect)  # raises the error naming both rects
         if self.disjoint:
             i = self._exact.get(rect)
             if i is not None:
                 return [(i, rect, items[i][1])]
         if self._cell is None:
             return _scan(items.items(), rect)
-        ranges = self._cell_ranges(rect)
-        if self._count(ranges) >= len(items):
-            ids = items.keys()
+        first, last = self._cells(rect)
+        grid = self._grid
+        if first == last:                       # the common case: one cell
+            bucket = grid.get(first)
+            if self._big:
+                found = self._big.union(bucket) if bucket else self._big
+            elif bucket:
+                found = bucket
+            else:
+                return []
+        elif self._count(first, last) >= len(items):
+            return _scan(items.items(), rect)
         else:
-            found: set[int] = set(self._big)
-            grid = self._grid
-            for cell in product(*ranges):
+            found = set(self._big)
+            for cell in product(*[range(a, b + 1) for a, b in zip(first, last)]):
                 bucket = grid.get(cell)
                 if bucket:
                     found.update(bucket)
-            ids = sorted(found)
-        return _scan(((i, items[i]) for i in ids), rect)
+        return _scan([(i, items[i]) for i in sorted(found)], rect)
 
 
 def _scan(entries, rect: Rect) -> list[tuple[int, Rect, Any]]:
     """The (id, rect, value) of `entries` [(id, (rect, value))] overlapping the non-empty
-    `rect` (Rect.overlaps inlined: this loop runs for every query)."""
+    `rect` of their dimensionality (Rect.overlaps inlined: this loop runs for every query)."""
     lo, hi = rect.lo, rect.hi
-    ndim = len(lo)
     out = []
     for i, (r, v) in entries:
-        if r.empty:
-            continue
-        rlo, rhi = r.lo, r.hi
-        if len(rlo) != ndim:
-            r.overlaps(rect)            # raises the error naming both rects
-        for a, b, c, d in zip(rlo, rhi, lo, hi):
-            if a >= d or c >= b:
-                break
-        else:
+        if not r.empty and all(map(lt, r.lo, hi)) and all(map(lt, lo, r.hi)):
             out.append((i, r, v))
     return out

@@ -30,3 +30,13 @@ def test_breakdown_of_megatron_on_a_small_gpt():
     assert b["communication_gb"]["copy inside a node"] > 0
     assert "across nodes" not in " ".join(b["communication_s"])
     assert "not covered by compute" in breakdown_text(b)
+
+
+def test_recompute_by_block_names_each_blocks_kind():
+    from apps.gpt import recompute_segments
+    from bench.llm import recompute_by_block
+    from parallel_ops.recompute import set_recompute
+    model = setup(APP, ["--small", "--layers", "3", "--simulate"]).network.model
+    full, selective = recompute_segments(model, "full"), recompute_segments(model, "selective")
+    set_recompute(model, [full[0], selective[2]])
+    assert recompute_by_block(model) == {"full": 1, "selective": 1, "none": 1}

@@ -10,7 +10,7 @@ import torch
 
 from apps.gpt import block_of, build, recompute_segments
 from parallel_ops import SGD, Adam, ConfigError, Model
-from parallel_ops.recompute import per_block, set_recompute
+from parallel_ops.recompute import per_block, segments_of, set_recompute
 from strategy.experts import megatron
 from strategy.simulator import memory_per_device
 from taskrt import Machine
@@ -150,3 +150,29 @@ def test_recompute_refuses_the_loss_and_unknown_ops():
         set_recompute(m, [["fc1"], ["fc1"]])
     assert per_block(m, lambda op: "all") == [[f"fc{k}" for k in range(1, LAYERS + 1)]]
 
+
+
+@pytest.mark.parametrize("strategy", ["megatron", "random"])
+def test_mixed_selective_and_full_recompute_equals_eager_pytorch(strategy):
+    """A state the search can reach (strategy/moves.py RecomputeUnits.toggle from full
+    recomputation: block 0 selective, attention alone, block 1 full) trains like eager
+    PyTorch (tests/ops/oracle.py: every op's reference with torch autograd and torch.optim's
+    Adam), float64 to 1e-9: loss, every activation and gradient, the weights after each step,
+    under Megatron's t=2 and a random strategy on 2 devices."""
+    from apps.gpt import search_plans
+    from mpi.models import random_strategy
+    from ops.oracle import assert_matches
+    from strategy.moves import RecomputeUnits
+    net = small_gpt("none")
+    m = net.model
+    units = RecomputeUnits(search_plans(m))
+    h0_attn = next(k for k, unit in enumerate(units.units) if unit == ("h0/attn",))
+    set_recompute(m, units.segments(units.toggle(units.plans["full"], h0_attn)))
+    assert [seg[0] for seg in segments_of(m)] == ["h0/attn", "h1/ln_1"]
+    configs = megatron(m, 2, 2, tensor_parallel=2) if strategy == "megatron" else \
+        random_strategy(m, 2, 7)
+    tr = assert_matches(m, net.synthetic(0, 0), configs, num_devices=2,
+                        optimizer=Adam(lr=0.01), rtol=1e-9, atol=1e-9)
+    names = {launch.name for launch in tr.lowered.launches}
+    assert {"h0/attn/recompute", "h1/mlp_fc/recompute"} <= names
+    assert "h0/mlp_fc/recompute" not in names

@@ -88,7 +88,7 @@ def test_spread_is_run_to_run_or_the_interquartile_range_of_one_run():
 
 def test_contention_since_is_wall_over_cpu_time():
     """(CPU + run-queue wait) / CPU of this thread, from /proc/self/schedstat."""
-    from bench.sim_accuracy import contention_since
+    from bench._sim_accuracy_runs import contention_since
     from taskrt.trace import sched_times
     before = sched_times()
     if before is None:

@@ -94,11 +94,12 @@ def test_recompute_units_are_the_plans_segments_and_name_their_states():
     m = gpt(3)
     plans = search_plans(m)
     units = RecomputeUnits(plans)
-    assert len(units) == 3 and units.plans["none"] == frozenset()
+    assert len(units) == 6 and units.plans["none"] == frozenset()     # 3 blocks, 3 attentions
     assert units.plans["full"] == frozenset({0, 1, 2})
     assert units.segments(units.plans["full"]) == plans["full"]
+    assert units.segments(units.plans["selective"]) == plans["selective"]
     assert units.name(frozenset({0, 1, 2})) == "full"
-    assert units.name(frozenset({1})) == "1 of 3 segments: h1/ln_1"
+    assert units.name(frozenset({1})) == "1 of 6 segments: h1/ln_1"
 
 
 def test_switching_one_block_on_costs_time_and_frees_memory():
@@ -158,3 +159,109 @@ def test_a_chain_that_ends_out_of_memory_says_how_far_over_it_is():
     c = res.candidates[0]
     assert 0 < c.over_bytes < DP_PEAK
     assert "over a device's memory" in res.text()
+
+
+def state_by_op(session, device: int) -> dict:
+    """{op name: saved-state bytes on `device`} as the memory model (taskrt.liveness) holds
+    them in the session's graph: its STATE buffers, by the keeping launch's operator."""
+    from taskrt.liveness import STATE, Liveness
+    ops = {op.name: op for op in session.model.ops}
+    out: dict = {}
+    live = Liveness.of(session.graph)
+    for key, dev, nbytes in zip(live.keys, live.device, live.nbytes):
+        if key[0] == STATE and dev == device:
+            name = key[1].rsplit("/", 1)[0]          # 'h0/attn/recompute@state' -> 'h0/attn'
+            while name not in ops:
+                name = name.rsplit("/", 1)[0]
+            out[name] = out.get(name, 0) + nbytes
+    return out
+
+
+@pytest.mark.parametrize("recompute", ["none", "selective", "full"])
+def test_bytes_on_counts_the_saved_state_the_memory_model_holds(recompute):
+    from apps.gpt import recompute_segments
+    from strategy.experts import megatron
+    m, mm = gpt(2, width=32, seq_len=64), lab(uniform=True)
+    set_recompute(m, recompute_segments(m, recompute))
+    session = SimulationSession(m, mm, CostModel(), megatron(m, 4, 4, tensor_parallel=2),
+                                Adam())
+    for device in range(mm.num_devices):
+        want = state_by_op(session, device)
+        assert want and want.get("h0/attn", 0) > 0
+        assert bytes_on(session, device)[2] == want
+
+
+def test_out_of_memory_recomputation_target_weighs_saved_state():
+    """Attention on long sequences keeps far more (its probabilities, q, k, v, context) than
+    its output region; the MLP's output regions are larger than attention's. Counting
+    regions only (before: moves.bytes_on without saved state) the target was the MLP
+    segment, which frees less: the simulated peak says which frees more."""
+    m, mm = gpt(1, width=32, seq_len=128, batch=8), lab(uniform=True)
+    plans = {"none": [], "attention": [["h0/attn"]], "mlp": [["h0/mlp_fc", "h0/mlp_proj"]]}
+    units = RecomputeUnits(plans)
+    attn, mlp = units.plans["attention"], units.plans["mlp"]
+    off = SimulationSession(m, mm, CostModel(), None, Adam())
+    peaks = {}
+    for state in (attn, mlp):
+        set_recompute(m, units.segments(state))
+        peaks[state] = max(SimulationSession(m, mm, CostModel(), None, Adam())
+                           .result.memory.values())
+    assert peaks[attn] < peaks[mlp] < max(off.result.memory.values())
+    assert units.target(off, frozenset()) == next(iter(attn))
+
+
+def test_a_block_and_its_attention_exclude_each_other():
+    m = gpt(2)
+    plans = search_plans(m)
+    units = RecomputeUnits(plans)
+    assert len(units) == 4            # two blocks, two attention operators
+    full, selective = units.plans["full"], units.plans["selective"]
+    h0_block = next(k for k in full if "h0/ln_1" in units.units[k])
+    h0_attn = next(k for k in selective if units.units[k] == ("h0/attn",))
+    assert units.excludes[h0_block] == {h0_attn} and units.excludes[h0_attn] == {h0_block}
+    mixed = units.toggle(full, h0_attn)                  # block 0 selective, block 1 full
+    assert mixed == (full - {h0_block}) | {h0_attn}
+    assert units.toggle(mixed, h0_block) == full
+    assert units.toggle(mixed, h0_attn) == full - {h0_block}    # block 0: none
+    assert units.name(mixed) == "2 of 4 segments: h1/ln_1, h0/attn alone"
+    set_recompute(m, units.segments(mixed))              # a legal set of segments
+    assert m.recompute["h0/attn"] != m.recompute["h1/attn"]
+    assert "h0/mlp_fc" not in m.recompute
+
+
+def test_selective_recomputation_costs_less_time_and_frees_less_memory_than_full(monkeypatch):
+    """Every buffer a temporary (else this small model's activations are kept as small
+    buffers): the simulated peak drops from none to selective by at least the saved state
+    of every attention but the one being recomputed, and further with full; time rises."""
+    monkeypatch.setenv("TASKRT_MIN_TEMPORARY_BYTES", "0")
+    m, mm = gpt(4, width=32, seq_len=128, batch=8), lab(uniform=True)
+    units = RecomputeUnits(search_plans(m))
+    sim = {}
+    for kind in ("none", "selective", "full"):
+        set_recompute(m, units.segments(units.plans[kind]))
+        sim[kind] = SimulationSession(m, mm, CostModel(), None, Adam())
+    peak = {k: max(s.result.memory.values()) for k, s in sim.items()}
+    assert peak["full"] < peak["selective"] < peak["none"]
+    attention_state = bytes_on(sim["none"], 0)[2]["h0/attn"]
+    assert peak["none"] - peak["selective"] >= 3 * attention_state
+    time = {k: s.result.makespan for k, s in sim.items()}
+    assert time["none"] < time["selective"] < time["full"]
+
+
+
+def test_search_mixes_none_selective_and_full_blocks_faster_than_every_plan(monkeypatch):
+    """Every buffer a temporary; a capacity no recomputation is over (6.1 MB) and every
+    attention recomputed fits (3.6 MB): the chain switches single segments and ends with
+    a mix (a block full, one selective, the others none) that fits and is faster than every
+    named plan that fits; a fresh simulation of it agrees."""
+    monkeypatch.setenv("TASKRT_MIN_TEMPORARY_BYTES", "0")
+    m, mm = gpt(4, width=32, seq_len=128, batch=8), lab(uniform=True, capacity=4_500_000)
+    plans = search_plans(m)
+    named = {kind: fresh(m, mm, {}, segs) for kind, segs in plans.items()}
+    assert not named["none"].valid and named["selective"].valid and named["full"].valid
+    res = search(m, mm, CostModel(), proposals=30, seed=1, optimizer=Adam(),
+                 random_starts=0, recompute=plans, recompute_move=0.5)
+    assert res.recompute == "2 of 8 segments: h1/ln_1, h0/attn alone"
+    assert res.predicted < min(named["selective"].makespan, named["full"].makespan)
+    again = fresh(m, mm, res.configs, res.recompute_segments)
+    assert again.valid and again.makespan == pytest.approx(res.predicted)

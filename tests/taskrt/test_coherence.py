@@ -1,10 +1,15 @@
 """Coherence: which copies, reductions and edges the planner produces, and its errors."""
+import random
+
 import pytest
 import torch
 
 from taskrt import (R, RED, RW, WD, IndexLaunch, LocalExecutor, Machine, MappingError,
                     PlanError, PrivilegeError, Rect, Region, RegionRequirement, plan)
 
+from taskrt.coherence import summed_pieces
+from taskrt.geometry import subtract_all
+from taskrt.region import block_rect
 from taskrt.taskgraph import ReduceTarget
 
 from taskrt_helpers import copies, launch, nodes_of, one, task_of
@@ -343,3 +348,31 @@ def test_sums_onto_a_fragmented_value_are_one_piece_per_contributor():
         [(0, FULL), (1, FULL)]
     (red,) = nodes_of(g, "r", "reduce")
     assert [i.source for i in red.inputs].count("staged") == 2
+
+
+def test_summed_pieces_equal_the_plain_definition():
+    """coherence.summed_pieces (one device's sums taken as they are, a sum compared only
+    with other devices' pieces) gives the pieces, in order, of the plain definition: each
+    sum's part of the rect less every earlier piece. Sums drawn as the planner keeps them:
+    disjoint per device, overlapping across devices; one device alone, and several."""
+    rng = random.Random(11)
+    shape = (8, 12, 6)
+    for trial in range(300):
+        contribs = []
+        for device in rng.sample(range(4), rng.choice([1, 1, 2, 3])):
+            degrees = tuple(rng.choice([1, 2, 3, 4]) for _ in shape)
+            colors = [(a, b, c) for a in range(degrees[0]) for b in range(degrees[1])
+                      for c in range(degrees[2])]
+            for color in rng.sample(colors, rng.randint(1, len(colors))):
+                contribs.append((len(contribs), block_rect(shape, degrees, color),
+                                 (device, rng.random() < 0.5)))
+        rng.shuffle(contribs)
+        lo = tuple(rng.randrange(0, s) for s in shape)
+        rect = Rect(lo, tuple(rng.randrange(l + 1, s + 1) for l, s in zip(lo, shape)))
+        contribs = [c for c in contribs if c[1].overlaps(rect)]
+        if not contribs:
+            continue
+        plain: list = []
+        for _, r, _ in contribs:
+            plain += subtract_all(r.intersect(rect), [q for q in plain if q.overlaps(r)])
+        assert summed_pieces(rect, contribs) == plain, trial

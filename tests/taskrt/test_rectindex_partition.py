@@ -1,11 +1,13 @@
 """RectIndex against a brute-force scan, and block_rect against torch.tensor_split."""
+import itertools
+import random
 from itertools import product
 
 import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from taskrt import PartitionError, Rect, Region, block_bounds, block_rect
+from taskrt import PartitionError, Rect, RectError, Region, block_bounds, block_rect
 from taskrt.rectindex import RectIndex
 
 # -- RectIndex --------------------------------------------------------------------------------
@@ -102,6 +104,62 @@ def test_rectindex_cells_follow_the_typical_extent():
         ix.add(Rect((2 * i, 0), (2 * i + 2, 2)), i)
     assert ix._cell[0] == 2 and ix._cell[1] <= 4       # within 4x of the typical extent
     assert [v for _, _, v in ix.overlapping(Rect((5, 0), (6, 1)))] == ["sliver", 2]
+
+
+def test_rectindex_of_partition_fragments_equals_brute_force():
+    """What the planner's indexes hold: the parts of block partitions of one 4-d region, cut
+    into fragments by the parts of another partition (one-cell and many-cell items, the grid
+    entered and left), queried with parts and fragments; every answer equals a scan."""
+    rng = random.Random(3)
+    shape = (16, 64, 35, 35)
+    index = RectIndex(disjoint=True)
+    model: dict[int, Rect] = {}
+    for step in range(12):
+        colors = tuple(rng.choice([1, 2, 4, 8, 16][:k]) for k in (5, 4, 2, 2))
+        parts = [block_rect(shape, colors, c) for c in itertools.product(
+            *(range(n) for n in colors))]
+        for part in parts:
+            hits = index.overlapping(part)
+            assert hits == [(i, r, v) for i, (r, v) in
+                            ((i, (r, None)) for i, r in model.items()) if r.overlaps(part)]
+            for i, r, _ in hits:            # cut the items: the part replaces what it covers
+                index.remove(i)
+                del model[i]
+                for piece in r.subtract(part):
+                    model[index.add(piece, None)] = piece
+            model[index.add(part, None)] = part
+        if step % 3 == 2:                   # back to a few items: the index scans again
+            for i in list(model)[:-8]:
+                index.remove(i)
+                del model[i]
+    assert sorted(i for i, _, _ in index) == sorted(model)
+
+
+def test_rectindex_items_over_many_cells_are_found_by_one_cell_queries():
+    """Items too big for the grid (kept aside) are in every answer they overlap, also when
+    the query fits in one cell (its own fast path)."""
+    shape = (16, 64, 35, 35)
+    index = RectIndex()
+    model = {}
+    for c in itertools.product(range(16), range(16)):
+        part = block_rect(shape, (16, 16, 1, 1), c + (0, 0))
+        model[index.add(part, c)] = (part, c)
+    whole = Rect.from_shape(shape)
+    model[index.add(whole, "whole")] = (whole, "whole")
+    assert index._big
+    for query in (block_rect(shape, (16, 16, 1, 1), (3, 5, 0, 0)), Rect((3, 20, 1, 1),
+                                                                        (4, 21, 2, 2))):
+        assert index.overlapping(query) == [(i, r, v) for i, (r, v) in model.items()
+                                            if r.overlaps(query)]
+
+
+def test_rectindex_rejects_rects_of_another_dimensionality():
+    index = RectIndex()
+    index.add(Rect((0, 0), (4, 4)), "a")
+    with pytest.raises(RectError, match=r"different dimensionality \(2 vs 1\)"):
+        index.add(Rect((0,), (4,)), "b")
+    with pytest.raises(RectError, match=r"different dimensionality \(2 vs 3\)"):
+        index.overlapping(Rect((0, 0, 0), (1, 1, 1)))
 
 
 # -- Block parts ------------------------------------------------------------------------------
