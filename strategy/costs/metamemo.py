@@ -14,7 +14,8 @@ mutates or aliases an argument (their outputs share an input's storage, which a 
 tensor would not), nothing that returns a non-tensor; all tensor arguments on meta. The
 mode sits below the counters (work._count enters it first), so they see every operator
 and its outputs exactly as without it: counts are unchanged
-(tests/strategy/test_meta_counting.py checks that on every app's tasks).
+(tests/strategy/test_meta_counting.py checks that on three apps' tasks under random
+strategies). The table is emptied when it reaches MAX_ENTRIES (a long search's memory).
 """
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ class _Mode(TorchDispatchMode):
 
 _MISSING = object()
 _UNCACHEABLE = object()
+MAX_ENTRIES = 200_000
 
 
 def _cacheable(func) -> bool:
@@ -48,9 +50,9 @@ def _cacheable(func) -> bool:
 
 
 def _key(x):
-    """A hashable signature of an argument: tensors by (shape, stride, offset, dtype)
-    (None when not on meta: not remembered), containers by their items, other values by
-    (type, value) so that True and 1 stay apart."""
+    """A hashable signature of an argument: tensors by (shape, stride, offset, dtype),
+    containers by their items, other values by (type, value) so that True and 1 stay apart.
+    TypeError for a tensor not on meta or an unhashable value (not remembered)."""
     if isinstance(x, torch.Tensor):
         if x.device.type != "meta":
             raise TypeError
@@ -110,6 +112,8 @@ class MetaMemo(_Mode):
         got = self.TABLE.get(key, _MISSING)
         if got is _MISSING:
             out = func(*args, **kwargs)
+            if len(self.TABLE) >= MAX_ENTRIES:
+                self.TABLE.clear()
             self.TABLE[key] = _template(out)
             return out
         if got is _UNCACHEABLE:
