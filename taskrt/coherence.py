@@ -125,29 +125,6 @@ class PendingSums:
         return [(i, r, items.get(i)[1]) for _, r, i in own.overlapping(rect)]
 
 
-class Holders(tuple):
-    """The devices holding a long piece's value, in the order they got it (writer first): a
-    tuple whose membership test uses a set made on first use. A replicated value (weights,
-    optimizer state under data parallelism) is held by every device and read by each, so a
-    plain tuple made each read O(n) and a launch O(n^2) (4,096 GPUs: 1.9x the cost per node
-    of 1,024). Short holder lists stay plain tuples (see `holders`)."""
-
-    def __contains__(self, device) -> bool:
-        members = self.__dict__.get("members")
-        if members is None:
-            members = self.__dict__["members"] = frozenset(self)
-        return device in members
-
-
-LONG_HOLDERS = 16
-
-
-def holders(devices) -> tuple:
-    """A piece's holders: a plain tuple, or a Holders from LONG_HOLDERS devices on."""
-    devices = tuple(devices)
-    return Holders(devices) if len(devices) >= LONG_HOLDERS else devices
-
-
 class RegionState:
     __slots__ = ("region", "valid", "pending")
 
@@ -172,34 +149,19 @@ class RegionState:
         """add_holder for valid items [(id, rect, part of it, holders)] already found: each
         item's part gets `device` as a holder (what add_holder does without the query)."""
         valid = self.valid
-        for i, r, part, held in items:
+        for i, r, part, holders in items:
             valid.remove(i)
             if part is not r:
                 for piece in r.subtract(part):
-                    valid.add(piece, held)
-            valid.add(part, holders(held + (device,)))
-
-    def add_holders(self, rect: Rect, devices) -> None:
-        """add_holder(rect, d) for each of `devices` in turn. When `rect` is one valid piece
-        (a launch of replicas writing it alike), in one step: its holders grow by the devices
-        they lack, in order (n appends to a tuple of up to n holders were O(n^2))."""
-        items = self.valid.overlapping(rect)
-        if len(items) == 1 and items[0][1] == rect:
-            i, _, held = items[0]
-            new = tuple(d for d in dict.fromkeys(devices) if d not in held)
-            if new:
-                self.valid.remove(i)
-                self.valid.add(rect, holders(held + new))
-            return
-        for d in devices:
-            self.add_holder(rect, d)
+                    valid.add(piece, holders)
+            valid.add(part, holders + (device,))
 
     def set_only_holder(self, rect: Rect, devices: Iterable[int]) -> None:
-        for i, r, held in self.valid.overlapping(rect):
+        for i, r, holders in self.valid.overlapping(rect):
             self.valid.remove(i)
             for piece in r.subtract(rect):
-                self.valid.add(piece, held)
-        self.valid.add(rect, holders(devices))
+                self.valid.add(piece, holders)
+        self.valid.add(rect, tuple(devices))
 
     def retire_pending(self, rect: Rect) -> None:
         for i, r, dev in self.pending.overlapping(rect):
@@ -258,10 +220,8 @@ class RegionPlanner:
         return out
 
     # -- step 2: one point's requirement --------------------------------------------------------
-    def access(self, task_ref, device: int, req, replicas: bool, replica_writes: dict):
-        """Record a task's requirement on this region; returns (pred refs, Red+ targets).
-        In a launch of replicas, the devices writing a rect after its first writer are
-        collected in `replica_writes` (rect -> devices) for end_replicas to add at once."""
+    def access(self, task_ref, device: int, req, replicas: bool, replica_writes: set):
+        """Record a task's requirement on this region; returns (pred refs, Red+ targets)."""
         rect, priv = req.rect, req.privilege
         st = self.state
         preds: set = set()
@@ -270,12 +230,11 @@ class RegionPlanner:
         if priv.writes:
             preds |= self._buffer(device, False, rect).write(rect, task_ref)
             st.retire_pending(rect)
-            later = replica_writes.get(rect) if replicas else None
-            if later is not None:
-                later.append(device)
+            if replicas and rect in replica_writes:
+                st.add_holder(rect, device)
             else:
                 st.set_only_holder(rect, (device,))
-                replica_writes[rect] = []
+                replica_writes.add(rect)
             return preds, None
         if priv is _RED:
             targets = self._reduce_targets(device, rect)
@@ -283,14 +242,6 @@ class RegionPlanner:
                 preds |= self._buffer(device, t.partial, t.piece).write(t.piece, task_ref)
             return preds, targets
         return preds, None
-
-    def end_replicas(self, replica_writes: dict) -> None:
-        """After a launch's accesses: the replicas that wrote each rect after its first
-        writer hold its value too (a launch of replicas writes one rect alike on every
-        device, and none of its points reads where another writes)."""
-        for rect, later in replica_writes.items():
-            if later:
-                self.state.add_holders(rect, later)
 
     def _reduce_targets(self, device: int, rect: Rect) -> tuple[ReduceTarget, ...]:
         """Where a Red+ contribution of `device` to `rect` goes, piece by piece (in the

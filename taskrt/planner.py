@@ -151,13 +151,12 @@ class Planner:
         self._mark((li, None))
         lp = self.plans[li]
         points, replicas = lp.points, lp.launch.replicas
-        replica_writes: dict = {}
+        replica_writes: set = set()
         for pi, k, req in accesses:
             preds, targets = rp.access((li, pi), points[pi][1], req, replicas, replica_writes)
             per_region = lp.task_preds[pi]
             per_region[name] = per_region.get(name, set()) | preds
             lp.task_targets[pi][k] = targets
-        rp.end_replicas(replica_writes)
 
     def _expand(self, launch: IndexLaunch):
         points = []

@@ -7,7 +7,6 @@ buffer, each all-reduce's partial flags, and each region's buffers and valid pie
 start and end. A change that is meant to change graphs updates GOLDEN: run
 `python tests/test_graph_golden.py` and paste what it prints, saying why in the commit.
 """
-import functools
 import hashlib
 import random
 
@@ -98,35 +97,3 @@ def test_graph_is_the_golden_one(app, seed):
 if __name__ == "__main__":
     for app, seed in CASES:
         print(f"    ({app!r}, {seed}): {digest(BUILDS[app](seed))!r},")
-
-
-def _on(build, devices: int, seed):
-    model, _ = build()
-    machine = Machine.grid(devices, 1)
-    strategy = {} if seed is None else random_strategy(model, devices, seed)
-    low = lower(model, strategy, machine, SGD(lr=0.1))
-    return plan(low.launches, machine, initial=low.initial)
-
-
-@pytest.mark.parametrize("build,seed", [(mlp, None), (mlp, 1), (cnn, None), (cnn, 1)])
-def test_long_holder_lists_plan_as_plain_tuples_did(build, seed, monkeypatch):
-    build = functools.partial(build, batch=32)
-    """On 32 devices (data parallelism: every weight held by all of them), long holder lists
-    as coherence.Holders (membership by a set), added once per launch of replicas, give
-    the graph that plain tuples grown one device at a time give."""
-    from taskrt import coherence
-    asked, contains = [0], coherence.Holders.__contains__
-
-    def counted(self, device):
-        asked[0] += 1
-        return contains(self, device)
-    monkeypatch.setattr(coherence.Holders, "__contains__", counted)
-    random.seed(0)
-    fast = digest(_on(build, 32, seed))
-    assert asked[0] > 0, "no long holder list was asked"
-    monkeypatch.setattr(coherence, "LONG_HOLDERS", 10 ** 9)
-    monkeypatch.setattr(coherence.RegionState, "add_holders",
-                        lambda self, rect, devices: [self.add_holder(rect, d)
-                                                     for d in devices])
-    random.seed(0)
-    assert digest(_on(build, 32, seed)) == fast
