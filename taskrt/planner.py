@@ -328,6 +328,11 @@ class Planner:
             self._new_version(key[0])
         self._stale.clear()
 
+    def remembered_groups(self) -> list[NodeGroup]:
+        """The read groups this planner may hand out again (the current ones and those of
+        region plans its memo remembers), for a consumer that caches per group."""
+        return [group for _, group in self._read_groups.values()]
+
     def launch_groups(self, li: int) -> list[NodeGroup]:
         """Launch `li`'s non-empty groups in program order (after refresh())."""
         groups = self._groups
