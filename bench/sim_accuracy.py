@@ -47,7 +47,7 @@ import tempfile
 import time
 
 from bench._sim_accuracy_runs import (STRATEGIES, app_argv, apps_of_devices, collect,
-                                      layouts)
+                                      layouts, trace_files)
 
 FOLDS = (("data", "attribute", "random0"), ("parameter", "operation", "random1", "searched"))
 DATA_ENV = "SIM_ACCURACY_DATA"    # a folder: keep the collected runs there, or reuse them
@@ -227,11 +227,13 @@ def analyse(folder: str, data: dict) -> dict:
         base = from_dict(measured[name]["machine"])
         runs = {(c["app"], c["strategy"]): c for c in measured[name]["cases"]}
         for k, fold in enumerate(FOLDS):
-            seen = [os.path.join(traces, f"{a}_{s}.json") for a in apps for s in fold]
+            seen = [p for a in apps for s in fold for p in trace_files(traces, a, s)]
             # the traces record the OS's load over their iteration; for a kept collection
             # of traces from before they did, the load over each traced run
-            loads = {path: runs[a, s_].get("traced_contention") for a in apps for s_ in fold
-                     for path in [os.path.join(traces, f"{a}_{s_}.json")]
+            loads = {path: (runs[a, s_].get("traced_contentions") or
+                            [runs[a, s_].get("traced_contention")])[i]
+                     for a in apps for s_ in fold
+                     for i, path in enumerate(trace_files(traces, a, s_))
                      if not records_load(path)}
             model, profile, fit = calibrate(seen, base, base_profiles, loads=loads)
             residuals[f"{name}, fold {k}"] = fit.residuals
