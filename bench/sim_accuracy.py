@@ -14,9 +14,10 @@ most of the benchmark's time).
   --strategy FILE, untraced, run by a worker (a plain process for 1 rank, mpirun for several), which also calibrates the
   local machine model (calibrate_local: device speeds, ping-pongs, all-reduce) for its
   layout. Each case runs REPEATS times (3 iterations after a warm-up each); measured is the
-  median of the runs' medians, the spread the lowest and highest of them (run to run). Just
-  before, each case runs once more with --trace (one warm-up, one traced iteration), so
-  that traces and timings see the same load on a shared machine. Each run also records the
+  median of the runs' medians, the spread the lowest and highest of them (run to run).
+  Taking turns with them, each case runs TRACES times with --trace (one warm-up, one traced
+  iteration), so that traces and timings see the same loads on a shared machine and a
+  calibration fits each strategy's median traced iteration. Each run also records the
   load the job felt (contention_since: (CPU + run-queue wait) / CPU from
   /proc/self/schedstat, every rank);
 - calibrated (cross-validated): the strategies are split in two folds; the traces of one
@@ -389,7 +390,8 @@ def report(cases: list[dict], timing: dict, machines: dict, quick: bool,
         errs = [abs(p - m) / m for rs in residuals.values() for _, m, p in rs]
         rows.append(("calibration residuals (traced runs it was fitted to)",
                      f"median {100 * statistics.median(errs):.1f}%, worst "
-                     f"{100 * max(errs):.1f}%", f"{len(errs)} traced runs"))
+                     f"{100 * max(errs):.1f}%", f"{len(errs)} traced strategies (each the "
+                     "median of its traced runs' iterations)"))
     return {"title": "simulator accuracy (predicted vs measured iteration time)", "rows": rows,
             "results": {"cases": cases, "overall": overall, "uncalibrated": before,
                         "without_factor": plain,
