@@ -35,7 +35,8 @@ What a trace determines (docs/simulator.md):
                 them with the above (the median of measured / predicted over the runs,
                 refined once), applied to task times and host costs. It stands for what
                 the model leaves out (ready order on several ranks, MPI progress, batches of
-                updates, the machine's drift); 0.88-1.29 in the benchmarks of 2026-12-02;
+                updates, the machine's drift); 0.88-1.29 in the benchmarks of 2026-12-02
+                morning, 1.02-1.39 at 12:09 and 2.45-2.66 on 4 ranks of 2 cores;
                 `factor=False` (--no-factor) leaves it out.
 What it does not: link latency and bandwidth (a message's arrival is seen only when the
 receiving thread next polls, so the traces bound them loosely) and the end of an all-reduce
