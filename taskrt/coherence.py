@@ -125,12 +125,57 @@ class PendingSums:
         return [(i, r, items.get(i)[1]) for _, r, i in own.overlapping(rect)]
 
 
+class Holders:
+    """The devices holding a valid piece's current value, in the order they got it (its
+    writer first), with a set for membership once there are more than _LONG of them. Each
+    valid item owns its Holders (a piece split off gets a copy), so a new holder is appended
+    in place. As tuples, data parallelism on n devices made every replica's write of a
+    weight copy an n-tuple (`holders + (device,)`) and every point's read scan one
+    (`device in holders`): ~4n holder entries touched per graph node (call counts in
+    docs/design.md, "Holder lists are owned and appended")."""
+    __slots__ = ("order", "_members")
+
+    def __init__(self, devices: Iterable[int]):
+        self.order = list(devices)
+        self._members = set(self.order) if len(self.order) > _LONG else None
+
+    def __contains__(self, device: int) -> bool:
+        members = self._members
+        return device in (self.order if members is None else members)
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    def __iter__(self):
+        return iter(self.order)
+
+    def __getitem__(self, i: int) -> int:
+        return self.order[i]
+
+    def __repr__(self) -> str:
+        return f"Holders({self.order})"
+
+    def append(self, device: int) -> None:
+        order, members = self.order, self._members
+        order.append(device)
+        if members is not None:
+            members.add(device)
+        elif len(order) > _LONG:
+            self._members = set(order)
+
+    def copy(self) -> "Holders":
+        return Holders(self.order)
+
+
+_LONG = 8       # holder lists longer than this get a set for membership
+
+
 class RegionState:
     __slots__ = ("region", "valid", "pending")
 
     def __init__(self, region: Region):
         self.region = region
-        self.valid = RectIndex(disjoint=True)   # (rect, holder devices: writer first)
+        self.valid = RectIndex(disjoint=True)   # (rect, Holders: writer first; one per item)
         self.pending = PendingSums()  # (rect, (device, in partial buffer?)), disjoint per device
 
     def add_holder(self, rect: Rect, device: int) -> None:
@@ -143,7 +188,7 @@ class RegionState:
                 lacking.append((i, r, inter, holders))
         self.add_holder_to(lacking, device)
         for piece in subtract_all(rect, covered):
-            self.valid.add(piece, (device,))
+            self.valid.add(piece, Holders((device,)))
 
     def add_holder_to(self, items, device: int) -> None:
         """add_holder for valid items [(id, rect, part of it, holders)] already found: each
@@ -153,15 +198,16 @@ class RegionState:
             valid.remove(i)
             if part is not r:
                 for piece in r.subtract(part):
-                    valid.add(piece, holders)
-            valid.add(part, holders + (device,))
+                    valid.add(piece, holders.copy())
+            holders.append(device)
+            valid.add(part, holders)
 
     def set_only_holder(self, rect: Rect, devices: Iterable[int]) -> None:
         for i, r, holders in self.valid.overlapping(rect):
             self.valid.remove(i)
             for piece in r.subtract(rect):
-                self.valid.add(piece, holders)
-        self.valid.add(rect, tuple(devices))
+                self.valid.add(piece, holders.copy())
+        self.valid.add(rect, Holders(devices))
 
     def retire_pending(self, rect: Rect) -> None:
         for i, r, dev in self.pending.overlapping(rect):

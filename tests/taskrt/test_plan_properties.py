@@ -196,7 +196,7 @@ def cells(rects) -> list:
 def check_copies_for_reads(planner: Planner, launch: IndexLaunch) -> None:
     """Plan one launch and check the copies into each reading device against what it held."""
     states = {name: rp.state for name, rp in planner.planners.items()}
-    held = {name: [(r, h) for _, r, h in s.valid] for name, s in states.items()}
+    held = {name: [(r, tuple(h)) for _, r, h in s.valid] for name, s in states.items()}
     # Pending partial sums as (rect, contributing device); the planner may tag the device.
     pending = {name: [(r, v[0] if isinstance(v, tuple) else v) for _, r, v in s.pending]
                for name, s in states.items()}
