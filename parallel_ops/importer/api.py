@@ -7,6 +7,7 @@ import torch
 
 from ..activation import fuse_activations
 from .fused import fuse_elementwise
+from .packed_attention import fold_attention_heads
 from ..errors import UnsupportedModelError
 from ..model import Model
 from . import hf
@@ -51,7 +52,9 @@ def import_module(module: torch.nn.Module, example_inputs: Any, method: str = "a
 
     fuse_elementwise: replace each group of elementwise operators that only feed each other
     (HF GPT-2's GELU: eight) with one operator running their code (importer/fused.py): one
-    launch, and autograd's backward, instead of one launch and one backward per member.
+    launch, and autograd's backward, instead of one launch and one backward per member;
+    and attention's head split and merge (reshape + transpose of q, k, v and of the output)
+    into the attention operator (importer/packed_attention.py).
 
         imp = import_module(net, (torch.randn(8, 3, 32, 32),))
         imp.model.summary()
@@ -102,6 +105,9 @@ def _convert(cap, module, name, seed, method, fuse: tuple) -> Imported:
         for op_name in fuse_activations(model, keep=outputs):
             imp.op_paths.pop(op_name, None)
     if fuse[1]:
+        for op_name, gone in fold_attention_heads(model, keep=outputs).items():
+            for name in gone:
+                imp.op_paths.pop(name, None)
         for op_name, members in fuse_elementwise(model, keep=outputs).items():
             imp.op_paths[op_name] = imp.op_paths.get(members[-1], "")
             for m in members:
