@@ -69,6 +69,15 @@ class FusedElementwise(Op):
         return [values[-1]]
 
 
+def readers(model: Model) -> dict[int, list]:
+    """id(tensor) -> the operators that read it (each once), in program order."""
+    out: dict[int, list] = {}
+    for op in model.ops:
+        for t in dict.fromkeys(t for stage in op.stages() for t in stage.inputs):
+            out.setdefault(id(t), []).append(op)
+    return out
+
+
 def _group(model: Model, sink: Op, consumers: dict, keep: set, taken: set) -> list:
     """The members of the largest group ending at `sink`, in program order."""
     group = {id(sink): sink}
@@ -93,11 +102,7 @@ def fuse_elementwise(model: Model, keep=()) -> dict[str, list[str]]:
     module's docstring); returns {new operator's name: the names of the members} (the last
     member's name is the new operator's). `keep`:
     tensors read after the model runs (never fused away)."""
-    consumers: dict[int, list] = {}
-    for op in model.ops:
-        for stage in op.stages():
-            for t in dict.fromkeys(stage.inputs):
-                consumers.setdefault(id(t), []).append(op)
+    consumers = readers(model)
     keep = {id(t) for t in keep}
     taken: set[int] = set()
     fused = {}

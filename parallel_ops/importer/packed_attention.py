@@ -24,6 +24,7 @@ from ..op import ATTRIBUTE, SAMPLE, Dim, Op, PartSpec
 from ..shape import Reshape, Transpose
 from ..tensor import Tensor
 from .extra_ops import SDPA
+from .fused import readers
 
 
 def _heads(t, d: int):
@@ -153,11 +154,7 @@ def _merge_heads(y: Tensor, consumers: dict, keep: set):
 def fold_attention_heads(model: Model, keep=()) -> dict[str, list[str]]:
     """Replace each attention with its heads split and merged around it by a PackedSDPA (see
     the module's docstring); returns {sdpa name: names of the operators removed}."""
-    consumers: dict[int, list] = {}
-    for op in model.ops:
-        for stage in op.stages():
-            for t in dict.fromkeys(stage.inputs):
-                consumers.setdefault(id(t), []).append(op)
+    consumers = readers(model)
     keep = {id(t) for t in keep}
     folded = {}
     for op in list(model.ops):
