@@ -27,7 +27,9 @@ QUICK_ROWS = [("1.7b", 1, 8, 16, 137)]
 # second and a session build (each start, under each of the three recomputation plans)
 # takes minutes, so its random start got nowhere (2026-12-02 morning) and it has none now:
 # the data-parallel chain gets the whole budget.
-SEARCH_ROWS = [("7.5b", "dgx-a100-40gb:2", 64, 8, 2200, 0),
+SEARCH_ROWS = [("7.5b", "selene:16", 512, 4, 600, 1), ("3.6b", "selene:8", 512, 2, 600, 1),
+               ("18b", "selene:32", 1024, 8, 600, 1),
+               ("7.5b", "dgx-a100-40gb:2", 64, 8, 600, 1),
                ("1.7b", "selene:4", 512, 1, 600, 1)]
 QUICK_SEARCH_ROWS = [("1.7b", "selene:1", 16, 1, 30, 1)]
 
@@ -134,37 +136,71 @@ def recompute_by_block(model) -> dict:
 
 
 def search_row(config: str, machine: str, batch: int, t: int, budget_s: float,
-               random_starts: int = 1) -> dict:
-    """The search (data-parallel and `random_starts` random starts, no expert; per block
-    no, selective or full recomputation) against Megatron's strategy with full
-    recomputation, on the same machine model. The search's summary is printed (stderr) as
-    soon as it ends, before Megatron's strategy is simulated."""
-    from apps.gpt import search_plans
-    from apps.simulate import cost_model
+               random_starts: int = 1, whole_graph: bool = False) -> dict:
+    """The search (data-parallel and `random_starts` random starts, no expert; none,
+    selective or full recomputation) against Megatron's strategy with full recomputation,
+    on the same machine model. By default the GPT's own search (apps/gpt.py `search`: one
+    block's configs tied across blocks on 1- and 2-block proxies, extrapolated to the full
+    depth, strategy/tied.py), whose result is then simulated once at the full depth (the
+    row's ratio is that simulation's against Megatron's full-depth simulation);
+    `whole_graph`: every operator of the full graph searched (the earlier method). The
+    search's summary is printed (stderr) as soon as it ends. Wall and process CPU seconds
+    and the load average (1 min, at start and end) are recorded for the search."""
+    import os
+    from dataclasses import replace
+
+    from apps.gpt import APP
+    from apps.gpt import search as gpt_search
+    from apps.simulate import cost_model, predict
     from apps.startup import optimizer
-    from strategy.search import search
     s = _setup(config, machine, batch, "none")
     model = s.network.model
-    res = search(model, s.machine_model, cost_model(s.config, s.network), budget_s=budget_s,
-                 seed=0, optimizer=optimizer(s.config), random_starts=random_starts,
-                 recompute=search_plans(model))
+    load0, wall0, cpu0 = os.getloadavg()[0], time.perf_counter(), time.process_time()
+    config_ns = replace(s.config, app_flags={**s.config.app_flags,
+                                             "search_whole_graph": whole_graph})
+    res = gpt_search(config_ns, s.network, s.machine_model, cost_model(s.config, s.network),
+                     budget_s=budget_s, seed=0, optimizer=optimizer(s.config),
+                     random_starts=random_starts)
+    wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+    load1 = os.getloadavg()[0]
     blocks = recompute_by_block(model)
-    print(f"search {config} on {machine}:\n{res.text()}\nfound: "
-          f"{found_text(res.configs, model)}\nblocks recomputed: {blocks}", file=sys.stderr,
-          flush=True)
+    print(f"search {config} on {machine} ({wall:.0f} s wall, {cpu:.0f} s CPU, load "
+          f"{load0:.1f}-{load1:.1f}):\n{res.text()}\nfound: {found_text(res.configs, model)}"
+          f"\nblocks recomputed: {blocks}", file=sys.stderr, flush=True)
+    out = {"config": config, "machine": machine, "batch": batch, "budget_s": budget_s,
+           "random_starts": random_starts, "whole_graph": whole_graph,
+           "capacity_gb": s.machine_model.device(0).memory_capacity / 1e9,
+           "search_predicted_s": res.predicted, "megatron_t": t,
+           "data_parallel_s": res.baselines.get("data_parallel"),
+           "recompute": res.recompute, "recompute_blocks": blocks,
+           "search_peak_memory_gb": max(res.peak_memory.values(), default=0) / 1e9,
+           "proposals": res.proposals, "search_wall_s": wall, "search_cpu_s": cpu,
+           "load_1min": [load0, load1], "found": found_text(res.configs, model),
+           "text": res.text()}
+    t0 = time.perf_counter()
+    if whole_graph:
+        searched_s, searched_mem = res.predicted, out["search_peak_memory_gb"]
+    else:       # the found strategy simulated once at the full depth
+        p = predict(APP, replace(s, strategy=res.configs, strategy_name="searched"),
+                    optimizer(s.config))
+        searched_s = p.result.makespan
+        searched_mem = max(p.result.memory.values()) / 1e9
+        out["full_depth_valid"] = p.result.valid
+        out["full_depth_span_s"] = p.result.span
+    out["verify_wall_s"] = time.perf_counter() - t0
+    print(f"searched strategy at full depth: {searched_s:.4f} s, {searched_mem:.2f} GB "
+          f"(extrapolated {res.predicted:.4f} s, {out['search_peak_memory_gb']:.2f} GB)",
+          file=sys.stderr, flush=True)
+    t0 = time.perf_counter()
     mega = predict_row(config, t, 0, batch, "full", machine)
-    mem = max(res.peak_memory.values()) if res.peak_memory else 0
-    return {"config": config, "machine": machine, "batch": batch, "budget_s": budget_s,
-            "random_starts": random_starts, "valid": math.isfinite(res.predicted),
-            "capacity_gb": s.machine_model.device(0).memory_capacity / 1e9,
-            "searched_s": res.predicted, "megatron_s": mega.iteration_time,
-            "megatron_t": t, "data_parallel_s": res.baselines.get("data_parallel"),
-            "ratio_vs_megatron": mega.iteration_time / res.predicted,
-            "recompute": res.recompute, "recompute_blocks": blocks,
-            "peak_memory_gb": mem / 1e9,
-            "megatron_peak_memory_gb": max(mega.result.memory.values()) / 1e9,
-            "proposals": res.proposals, "seconds": res.seconds,
-            "found": found_text(res.configs, model), "text": res.text()}
+    out["megatron_wall_s"] = time.perf_counter() - t0
+    out.update(searched_s=searched_s, peak_memory_gb=searched_mem,
+               valid=math.isfinite(searched_s), megatron_s=mega.iteration_time,
+               ratio_vs_megatron=mega.iteration_time / searched_s,
+               megatron_peak_memory_gb=max(mega.result.memory.values()) / 1e9)
+    print(f"Megatron t={t}: {mega.iteration_time:.4f} s; searched / Megatron "
+          f"{out['ratio_vs_megatron']:.3f}x", file=sys.stderr, flush=True)
+    return out
 
 
 def run(quick: bool = False) -> dict:
@@ -206,3 +242,12 @@ def run(quick: bool = False) -> dict:
                      f"target >= 1.0x and valid (issue 20); blocks recomputed: "
                      f"{r['recompute_blocks']}; {r['proposals']} proposals; found: {r['found']}"))
     return {"title": "large language models", "results": results, "rows": rows}
+
+
+if __name__ == "__main__":     # one search row on its own: python -m bench.llm CONFIG MACHINE
+    import json                 # BATCH T SECONDS OUT.json
+    warnings.simplefilter("ignore")
+    c, m, b, tp, secs, path = sys.argv[1:7]
+    row = search_row(c, m, int(b), int(tp), float(secs))
+    with open(path, "w") as f:
+        json.dump(row, f, indent=1, default=str)
