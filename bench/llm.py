@@ -136,7 +136,8 @@ def recompute_by_block(model) -> dict:
 
 
 def search_row(config: str, machine: str, batch: int, t: int, budget_s: float,
-               random_starts: int = 1, whole_graph: bool = False) -> dict:
+               random_starts: int = 1, whole_graph: bool = False,
+               megatron: dict | None = None) -> dict:
     """The search (data-parallel and `random_starts` random starts, no expert; none,
     selective or full recomputation) against Megatron's strategy with full recomputation,
     on the same machine model. By default the GPT's own search (apps/gpt.py `search`: one
@@ -191,14 +192,26 @@ def search_row(config: str, machine: str, batch: int, t: int, budget_s: float,
     print(f"searched strategy at full depth: {searched_s:.4f} s, {searched_mem:.2f} GB "
           f"(extrapolated {res.predicted:.4f} s, {out['search_peak_memory_gb']:.2f} GB)",
           file=sys.stderr, flush=True)
-    t0 = time.perf_counter()
-    mega = predict_row(config, t, 0, batch, "full", machine)
-    out["megatron_wall_s"] = time.perf_counter() - t0
+    if megatron is None:
+        t0 = time.perf_counter()
+        mega = predict_row(config, t, 0, batch, "full", machine)
+        megatron = {"megatron_s": mega.iteration_time, "megatron_wall_s":
+                    time.perf_counter() - t0, "megatron_peak_memory_gb":
+                    max(mega.result.memory.values()) / 1e9}
+    else:
+        if (megatron["config"], megatron["machine"], megatron["batch"], megatron["megatron_t"]) \
+                != (config, machine, batch, t):
+            raise ValueError(f"search_row: the Megatron result given is of "
+                             f"{megatron['config']} on {megatron['machine']}, not {config} "
+                             f"on {machine}; give the same row's.")
+        megatron = {k: megatron[k] for k in ("megatron_s", "megatron_wall_s",
+                                             "megatron_peak_memory_gb")}
+        out["megatron_reused"] = True
+    out.update(megatron)
     out.update(searched_s=searched_s, peak_memory_gb=searched_mem,
-               valid=math.isfinite(searched_s), megatron_s=mega.iteration_time,
-               ratio_vs_megatron=mega.iteration_time / searched_s,
-               megatron_peak_memory_gb=max(mega.result.memory.values()) / 1e9)
-    print(f"Megatron t={t}: {mega.iteration_time:.4f} s; searched / Megatron "
+               valid=math.isfinite(searched_s),
+               ratio_vs_megatron=megatron["megatron_s"] / searched_s)
+    print(f"Megatron t={t}: {megatron['megatron_s']:.4f} s; searched / Megatron "
           f"{out['ratio_vs_megatron']:.3f}x", file=sys.stderr, flush=True)
     return out
 
@@ -247,7 +260,11 @@ def run(quick: bool = False) -> dict:
 if __name__ == "__main__":     # one search row on its own: python -m bench.llm CONFIG MACHINE
     import json                 # BATCH T SECONDS OUT.json
     warnings.simplefilter("ignore")
-    c, m, b, tp, secs, path = sys.argv[1:7]
-    row = search_row(c, m, int(b), int(tp), float(secs))
+    c, m, b, tp, secs, path = sys.argv[1:7]     # [EARLIER.json: reuse its Megatron result]
+    earlier = None
+    if len(sys.argv) > 7:
+        with open(sys.argv[7]) as f:
+            earlier = json.load(f)
+    row = search_row(c, m, int(b), int(tp), float(secs), megatron=earlier)
     with open(path, "w") as f:
         json.dump(row, f, indent=1, default=str)

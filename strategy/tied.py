@@ -41,6 +41,7 @@ from parallel_ops.recompute import segments_of, set_recompute
 from .delta import SimulationSession
 from .search import Search, SearchResult
 from .simulator import SimResult
+from .space import SearchSpace
 
 DEPTHS = (1, 2)      # the proxies' numbers of blocks: the chain's and the deeper one
 
@@ -240,15 +241,25 @@ def restrict(configs: dict | None, model) -> dict | None:
     return {name: cfg for name, cfg in configs.items() if name in names}
 
 
+def regular_space(model, machine_model) -> SearchSpace:
+    """The tied search's default space (module doc): power-of-two degrees on at most two
+    dims of any kind, on node-aligned blocks of devices."""
+    return SearchSpace.for_machine(model, machine_model, pow2=True, families=("node",),
+                                   max_split=2)
+
+
 def search_tied(model, machine_model, costs, *, proxy, block_of, depths=DEPTHS,
                 recompute=None, expert: dict | None = None, starts: dict | None = None,
                 budget_s: float | None = None, proposals: int | None = None,
-                **kw) -> SearchResult:
+                space: str = "regular", **kw) -> SearchResult:
     """Search `model` (blocks found by `block_of(op)`) on proxies `proxy(k)` of k blocks for
     k in `depths` (module doc); `recompute(model)` gives the named recomputation plans of a
-    model (apps/gpt.py search_plans). Other knobs as strategy.search.search. The result's
+    model (apps/gpt.py search_plans); `space` "regular" (`regular_space`) or "full" (every
+    SOAP config, strategy/space.py). Other knobs as strategy.search.search. The result's
     configs and recomputation are the full model's (the recomputation set on it); its
     predicted time and peak memory the extrapolation to the full depth."""
+    if space not in ("regular", "full"):
+        raise ValueError(f"search_tied: space '{space}'; use 'regular' or 'full'.")
     a, b = depths
     full = depth(model, block_of)
     if not 0 < a < b or full < b:
@@ -261,6 +272,7 @@ def search_tied(model, machine_model, costs, *, proxy, block_of, depths=DEPTHS,
                          "proxy(k) must build the model with k blocks.")
     plans = recompute(small) if recompute is not None else None
     res = Search(small, machine_model, costs, expert=restrict(expert, small),
+                 space=regular_space(small, machine_model) if space == "regular" else None,
                  starts={k: restrict(v, small) for k, v in (starts or {}).items()},
                  recompute=plans, session_factory=TiedSessions(deep, full, block_of),
                  **kw).run(budget_s, proposals)
@@ -273,5 +285,5 @@ def search_tied(model, machine_model, costs, *, proxy, block_of, depths=DEPTHS,
     return res
 
 
-__all__ = ["DEPTHS", "kinds", "depth", "expand", "expand_segments", "extrapolate",
+__all__ = ["DEPTHS", "kinds", "regular_space", "depth", "expand", "expand_segments", "extrapolate",
            "ExtrapolatedResult", "TiedSession", "TiedSessions", "restrict", "search_tied"]
