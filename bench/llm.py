@@ -170,6 +170,7 @@ def search_row(config: str, machine: str, batch: int, t: int, budget_s: float,
           f"\nblocks recomputed: {blocks}", file=sys.stderr, flush=True)
     out = {"config": config, "machine": machine, "batch": batch, "budget_s": budget_s,
            "random_starts": random_starts, "whole_graph": whole_graph,
+           "space": "full" if whole_graph else "regular",
            "capacity_gb": s.machine_model.device(0).memory_capacity / 1e9,
            "search_predicted_s": res.predicted, "megatron_t": t,
            "data_parallel_s": res.baselines.get("data_parallel"),
@@ -216,6 +217,24 @@ def search_row(config: str, machine: str, batch: int, t: int, budget_s: float,
     return out
 
 
+def search_table_row(r: dict) -> tuple:
+    """results.md's row of a search_row result."""
+    method = "whole graph" if r.get("whole_graph") else \
+        f"tied across blocks on 1- and 2-block proxies, {r.get('space', 'regular')} space"
+    return (f"GPT {r['config']} on {r['machine']}, batch {r['batch']}: search ({method}; "
+            f"data-parallel and {r['random_starts']} random start, {r['budget_s']:.0f} s) vs "
+            f"Megatron t={r['megatron_t']} + full recompute, both simulated at full depth",
+            f"{r['ratio_vs_megatron']:.2f}x ({r['searched_s']:.3f} s vs {r['megatron_s']:.3f} "
+            f"s per iteration; the search's extrapolation {r['search_predicted_s']:.3f} s); "
+            f"searched peak {r['peak_memory_gb']:.2f} GB per GPU of {r['capacity_gb']:.2f} "
+            f"(extrapolated {r['search_peak_memory_gb']:.2f}; Megatron "
+            f"{r['megatron_peak_memory_gb']:.1f})",
+            f"target >= 1.0x and valid (issue 20); search {r['search_wall_s']:.0f} s wall, "
+            f"{r['search_cpu_s']:.0f} s CPU, load {r['load_1min'][0]:.1f}-"
+            f"{r['load_1min'][1]:.1f} on 2 cores; {r['proposals']} proposals; recomputation: "
+            f"{r['recompute']}; found: {r['found']}")
+
+
 def run(quick: bool = False) -> dict:
     warnings.simplefilter("ignore")
     results, rows = {}, []
@@ -245,15 +264,7 @@ def run(quick: bool = False) -> dict:
         r = search_row(config, machine, batch, t, budget, starts)
         results[f"search {config}@{machine}"] = r
         print(r["text"], file=sys.stderr)
-        rows.append((f"GPT {config} on {machine}, batch {batch}: search (data-parallel and "
-                     f"{starts} random starts, {budget:.0f} s) vs Megatron t={t} + full "
-                     "recompute",
-                     f"{r['ratio_vs_megatron']:.2f}x ({r['searched_s']:.3f} s vs "
-                     f"{r['megatron_s']:.3f} s per iteration); data parallel "
-                     f"{r['data_parallel_s']:.3f} s; searched peak {r['peak_memory_gb']:.1f} "
-                     f"GB per GPU (Megatron {r['megatron_peak_memory_gb']:.1f})",
-                     f"target >= 1.0x and valid (issue 20); blocks recomputed: "
-                     f"{r['recompute_blocks']}; {r['proposals']} proposals; found: {r['found']}"))
+        rows.append(search_table_row(r))
     return {"title": "large language models", "results": results, "rows": rows}
 
 

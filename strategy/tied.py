@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from parallel_ops.recompute import segments_of, set_recompute
 
 from .delta import SimulationSession
+from .moves import GuidedSpace
 from .search import Search, SearchResult
 from .simulator import SimResult
 from .space import SearchSpace
@@ -243,8 +244,9 @@ def restrict(configs: dict | None, model) -> dict | None:
 
 def regular_space(model, machine_model) -> SearchSpace:
     """The tied search's default space (module doc): power-of-two degrees on at most two
-    dims of any kind, on node-aligned blocks of devices."""
-    return SearchSpace.for_machine(model, machine_model, pow2=True, families=("node",),
+    dims of any kind, on node-aligned blocks of devices, with trades and alignments among
+    its proposals (strategy/moves.py GuidedSpace)."""
+    return GuidedSpace.for_machine(model, machine_model, pow2=True, families=("node",),
                                    max_split=2)
 
 

@@ -124,3 +124,20 @@ def test_search_tied_refuses_proxies_of_the_wrong_depth(gpt):
     with pytest.raises(ValueError, match="depths"):
         search_tied(full, mm, costs, proxy=lambda k: proxy(s.config, k), block_of=block_of,
                     depths=(2, 1), proposals=1)
+
+
+@pytest.mark.parametrize("whole", [False, True])
+def test_gpt_search_flag_picks_tied_or_whole_graph(whole):
+    """apps/gpt.py --search: the tied search by default (its chain simulated a 1-block
+    proxy, and every block of the result is alike), --search-whole-graph the full graph."""
+    argv = ["--small", "--layers", "3", "--simulate", "--quiet", "--search", "60",
+            "--search-proposals", "12"] + (["--search-whole-graph"] if whole else [])
+    s = setup(APP, argv)
+    model, res = s.network.model, s.search
+    assert set(res.configs) == {op.name for op in model.ops}
+    simulated = {name.split("/")[0] for name in res.breakdowns["data_parallel"].op_compute}
+    assert {"h0", "h1", "h2"} & simulated == ({"h0", "h1", "h2"} if whole else {"h0"})
+    if not whole:
+        of_full = kinds(model, block_of)
+        for kind in {kind for _, kind in of_full.values()}:
+            assert len({res.configs[n] for n, (_, k) in of_full.items() if k == kind}) == 1
