@@ -141,3 +141,41 @@ def test_gpt_search_flag_picks_tied_or_whole_graph(whole):
         of_full = kinds(model, block_of)
         for kind in {kind for _, kind in of_full.values()}:
             assert len({res.configs[n] for n, (_, k) in of_full.items() if k == kind}) == 1
+
+
+def _one_block_on_8():
+    s = setup(APP, ["--small", "--simulate", "--layers", "1", "--machine", "dgx-a100-40gb:1",
+                    "--batch-size", "16"])
+    from strategy.moves import GuidedSpace
+    model = s.network.model
+    return model, GuidedSpace.for_machine(model, s.machine_model, pow2=True,
+                                          families=("node",), max_split=2)
+
+
+def test_trade_moves_degree_between_samples_and_weights_on_the_same_devices():
+    from strategy.moves import trade
+    from strategy.standard import data_parallel
+    model, space = _one_block_on_8()
+    dp = data_parallel(model, list(range(8)))
+    rng = random.Random(0)
+    cfg = trade(space, model.op("h0/attn"), dp["h0/attn"], rng)
+    assert (cfg.degree("n"), cfg.degree("h"), cfg.devices) == (4, 2, dp["h0/attn"].devices)
+    back = {trade(space, model.op("h0/attn"), cfg, rng) for _ in range(20)}
+    assert dp["h0/attn"] in back                    # and back to data parallelism
+    assert all(c.degree("n") * c.degree("h") == 8 and c.devices == cfg.devices for c in back)
+
+
+def test_aligned_makes_megatrons_row_parallel_and_vocabulary_parallel_loss():
+    from strategy.moves import aligned
+    from strategy.standard import data_parallel
+    model, space = _one_block_on_8()
+    mega = megatron(model, 8, 8, 4)
+    configs = dict(data_parallel(model, list(range(8))))
+    configs["h0/mlp_fc"], configs["lm_head"] = mega["h0/mlp_fc"], mega["lm_head"]
+    rng = random.Random(0)
+    seen = {}
+    for _ in range(60):
+        name, cfg = aligned(space, configs, rng)
+        seen.setdefault(name, set()).add(cfg)
+    assert mega["h0/mlp_proj"] in seen["h0/mlp_proj"]       # [n=2,i=4]: row parallel
+    assert mega["loss"] in seen["loss"]                     # [n=2,c=4]
