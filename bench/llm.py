@@ -269,13 +269,13 @@ def run(quick: bool = False) -> dict:
 
 
 if __name__ == "__main__":     # one search row on its own: python -m bench.llm CONFIG MACHINE
-    import json                 # BATCH T SECONDS OUT.json
+    import json                 # BATCH T SECONDS RANDOM_STARTS OUT.json
     warnings.simplefilter("ignore")
-    c, m, b, tp, secs, path = sys.argv[1:7]     # [EARLIER.json: reuse its Megatron result]
+    c, m, b, tp, secs, starts, path = sys.argv[1:8]   # [EARLIER.json: its Megatron result]
     earlier = None
-    if len(sys.argv) > 7:
-        with open(sys.argv[7]) as f:
+    if len(sys.argv) > 8:
+        with open(sys.argv[8]) as f:
             earlier = json.load(f)
-    row = search_row(c, m, int(b), int(tp), float(secs), megatron=earlier)
+    row = search_row(c, m, int(b), int(tp), float(secs), int(starts), megatron=earlier)
     with open(path, "w") as f:
         json.dump(row, f, indent=1, default=str)

@@ -106,6 +106,10 @@ def shard_move(space, session, rng: random.Random):
     fullest device (module doc), or None when no operator there can be split further."""
     device = fullest_device(session.result)
     by_weight = bytes_on(session, device)[0]
+    # a session standing for a deeper model (strategy/tied.py) says how many operators
+    # each of its operators stands for: the draw weighs the full model's bytes
+    times = getattr(session, "multiplicity", {})
+    by_weight = {name: b * times.get(name, 1) for name, b in by_weight.items()}
     searchable = {op.name: op for op in space.searchable()}
     pool = [(name, b) for name, b in by_weight.items() if name in searchable]
     while pool:

@@ -166,6 +166,10 @@ class TiedSession:
             self.members.setdefault(by_kind[kind], []).append(name)
         self._undo: list | None = None
         self.result = self._result()
+        # how many of the full model's operators each of the chain's stands for: a block's
+        # operator the full depth's blocks (shard_move weighs its bytes by it)
+        self.multiplicity = {name: full if block is not None else 1
+                             for name, (block, _) in kinds(model, block_of).items()}
 
     model = property(lambda self: self.small.model)
     lowering = property(lambda self: self.small.lowering)
