@@ -181,14 +181,25 @@ def aligned(space, configs, rng: random.Random):
 
 class GuidedSpace(SearchSpace):
     """A SearchSpace whose proposals are also trades (TRADE of them) and alignments (ALIGN)
-    besides SearchSpace.propose's (module doc)."""
+    besides SearchSpace.propose's (module doc). With `op_weights` ({op name: weight},
+    default 1) an operator is drawn with probability proportional to its weight (the tied
+    search weighs a block's operator by the square root of the blocks it stands for)."""
+
+    def __init__(self, *args, op_weights: dict | None = None, **kw):
+        super().__init__(*args, **kw)
+        self.op_weights = dict(op_weights or {})
+
+    def draw_op(self, rng: random.Random, ops: list):
+        if not self.op_weights:
+            return rng.choice(ops)
+        return rng.choices(ops, [self.op_weights.get(op.name, 1.0) for op in ops])[0]
 
     def propose(self, rng: random.Random, configs):
         r = rng.random()
         if r < TRADE:
             ops = self.searchable()
             for _ in range(len(ops)):
-                op = rng.choice(ops)
+                op = self.draw_op(rng, ops)
                 new = trade(self, op, configs[op.name], rng)
                 if new is not None:
                     return op.name, new

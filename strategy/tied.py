@@ -246,12 +246,18 @@ def restrict(configs: dict | None, model) -> dict | None:
     return {name: cfg for name, cfg in configs.items() if name in names}
 
 
-def regular_space(model, machine_model) -> SearchSpace:
+def regular_space(model, machine_model, block_of=None, full: int = 1) -> SearchSpace:
     """The tied search's default space (module doc): power-of-two degrees on at most two
     dims of any kind, on node-aligned blocks of devices, with trades and alignments among
-    its proposals (strategy/moves.py GuidedSpace)."""
+    its proposals (strategy/moves.py GuidedSpace); with `block_of`, a block's operator is
+    proposed sqrt(`full`) times as often as one outside the blocks (it stands for `full`
+    operators of the model; the 6 outside them would otherwise take nearly half the
+    proposals of a GPT)."""
+    weights = {} if block_of is None else {
+        name: full ** 0.5 for name, (block, _) in kinds(model, block_of).items()
+        if block is not None}
     return GuidedSpace.for_machine(model, machine_model, pow2=True, families=("node",),
-                                   max_split=2)
+                                   max_split=2, op_weights=weights)
 
 
 def search_tied(model, machine_model, costs, *, proxy, block_of, depths=DEPTHS,
@@ -278,7 +284,8 @@ def search_tied(model, machine_model, costs, *, proxy, block_of, depths=DEPTHS,
                          "proxy(k) must build the model with k blocks.")
     plans = recompute(small) if recompute is not None else None
     res = Search(small, machine_model, costs, expert=restrict(expert, small),
-                 space=regular_space(small, machine_model) if space == "regular" else None,
+                 space=regular_space(small, machine_model, block_of, full)
+                 if space == "regular" else None,
                  starts={k: restrict(v, small) for k, v in (starts or {}).items()},
                  recompute=plans, session_factory=TiedSessions(deep, full, block_of),
                  **kw).run(budget_s, proposals)
