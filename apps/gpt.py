@@ -11,6 +11,10 @@ SC'21 Table 1); the output layer is NOT tied to the token embedding (the model h
 parameters than Megatron's; its FLOPs are the same). --small: 2 layers, width 32, 4 heads,
 sequence 16, vocabulary 256.
 
+--search SECONDS searches one block's configs and recomputation tied across blocks on
+1- and 2-block proxies, extrapolated to the full depth (strategy/tied.py, `search` below);
+--search-whole-graph searches every operator of the full graph instead.
+
 --recompute (parallel_ops/recompute.py): `full` recomputes every block in backward from its
 input (Megatron-LM's full activation recomputation: only the blocks' inputs are kept),
 `selective` only the attention operators (their inputs and outputs are kept), `none` (the
