@@ -179,3 +179,22 @@ def test_aligned_makes_megatrons_row_parallel_and_vocabulary_parallel_loss():
         seen.setdefault(name, set()).add(cfg)
     assert mega["h0/mlp_proj"] in seen["h0/mlp_proj"]       # [n=2,i=4]: row parallel
     assert mega["loss"] in seen["loss"]                     # [n=2,c=4]
+
+
+def test_regular_space_proposes_block_operators_by_their_weight():
+    """regular_space with the full depth: a block's operator drawn sqrt(depth) times as
+    often as one outside the blocks (7 kinds in a block, 6 outside)."""
+    from collections import Counter
+
+    from strategy.tied import regular_space
+    model, _ = _one_block_on_8()
+    mm = setup(APP, ["--small", "--simulate", "--machine", "dgx-a100-40gb:1"]).machine_model
+    rng = random.Random(0)
+    drawn = Counter(regular_space(model, mm, block_of, 36).draw_op(rng, model.ops).name
+                    for _ in range(2000))
+    in_blocks = sum(n for name, n in drawn.items() if name.startswith("h0/"))
+    assert 0.85 < in_blocks / 2000 < 0.90            # 7 x 6 / (7 x 6 + 6) = 0.875
+    drawn = Counter(regular_space(model, mm).draw_op(rng, model.ops).name
+                    for _ in range(2000))
+    assert 0.5 < sum(n for name, n in drawn.items() if name.startswith("h0/")) / 2000 < 0.58
+    # (uniformly: 7 / 13 = 0.54)
