@@ -28,6 +28,7 @@ from .machine import Machine
 from .nodegroups import NodeGroup, assemble
 from .undo import PlanUndo
 from .rectindex import RectIndex
+from .regionmemo import RegionPlan, RegionPlanMemo, region_key
 from .region import Region
 from .taskgraph import TASK, ReduceInput, TaskGraph, TaskNode
 
@@ -57,7 +58,11 @@ class Planner:
     """Turns launches into a TaskGraph. Use `plan()` for the common case."""
 
     def __init__(self, machine: Machine,
-                 initial: Mapping[Region, Iterable[tuple[Rect, int]]] | None = None):
+                 initial: Mapping[Region, Iterable[tuple[Rect, int]]] | None = None,
+                 memo: RegionPlanMemo | None = None):
+        """`memo`: the region plans replace() remembers and takes back when a region's log
+        comes back (regionmemo.py); a default-sized one when None, RegionPlanMemo(0) for
+        none."""
         self.machine = machine
         self.regions: dict[str, Region] = {}
         self.initial: dict[str, list[tuple[Rect, int]]] = {}
@@ -80,6 +85,10 @@ class Planner:
         self._marked: set[tuple] = set()              # keys made stale since replace() began
         self._undo: PlanUndo | None = None            # see replace(record_undo=True)
         self._next_version = 0                        # the next LaunchPlan.version
+        self.memo = RegionPlanMemo() if memo is None else memo
+        # Read groups by the node list they were built from (id -> (list, group)): a region
+        # plan taken back from the memo brings its lists, and so its groups, back.
+        self._read_groups: dict[int, tuple[list, NodeGroup]] = {}
         for region, pieces in (initial or {}).items():
             self._region(region)
             self.initial[region.name] = list(pieces)
@@ -264,13 +273,20 @@ class Planner:
         items = self.region_nodes.get(key)
         if items is None:
             return None
+        built = self._read_groups.get(id(items))
+        if built is not None and built[0] is items:
+            return built[1]
         gid = self._gid(key)
         for idx, item in enumerate(items):
             item[0].where = (gid, idx)
         staged = [item[2] for item in items]
-        return NodeGroup.of(key, gid, [item[0] for item in items],
-                            [self._resolve(refs, node) for node, refs, _ in items],
-                            staged if any(st is not None for st in staged) else None)
+        group = NodeGroup.of(key, gid, [item[0] for item in items],
+                             [self._resolve(refs, node) for node, refs, _ in items],
+                             staged if any(st is not None for st in staged) else None)
+        # A group depends only on its nodes (their refs are to this region's nodes, whose
+        # places are stable per key, and to tasks by point), so it is kept with its list.
+        self._read_groups[id(items)] = (items, group)
+        return group
 
     def _build_tasks(self, key: tuple) -> NodeGroup:
         li = key[0]
@@ -460,10 +476,18 @@ class Planner:
         undo.restore(self)
 
     def _replan_region(self, name: str) -> None:
+        """Plan region `name` again over its log, or take back the plan a log with the same
+        key got before (regionmemo.py)."""
+        log = self.log[name]
+        key = region_key(name, self.initial.get(name, ()), log, self.plans)
+        known = self.memo.get(key)
+        if known is not None:
+            self._adopt(name, known)
+            return
         region = self.regions[name]
         rp = self.planners[name] = RegionPlanner(region, self.machine, self.initial.get(name, ()))
         self._dirty.add(name)
-        for li, reads, accesses in self.log[name]:
+        for li, reads, accesses in log:
             self._mark((li, name))
             self._mark((li, None))
             task_preds = self.plans[li].task_preds
@@ -474,6 +498,40 @@ class Planner:
             else:
                 self.region_nodes.pop((li, name), None)
             self._plan_accesses(rp, name, li, accesses)
+        if self.memo.max_nodes and self.memo.put(key, self._region_plan(name, log)):
+            self._read_groups.clear()
+
+    def _region_plan(self, name: str, log) -> RegionPlan:
+        """What planning region `name` over `log` left in this planner (see RegionPlan)."""
+        nodes, per_entry, size = [], [], 0
+        for li, _, accesses in log:
+            items = self.region_nodes.get((li, name))
+            nodes.append(items)
+            size += len(items) if items else 0
+            lp = self.plans[li]
+            preds, targets = lp.task_preds, lp.task_targets
+            per_entry.append([(preds[pi][name], targets[pi][k]) for pi, k, _ in accesses])
+        return RegionPlan(self.planners[name], nodes, per_entry, size)
+
+    def _adopt(self, name: str, known: RegionPlan) -> None:
+        """Put a remembered plan of region `name` in place: what _replan_region's planning
+        would have left (the same objects, so their groups are reused)."""
+        self.planners[name] = known.planner
+        self._dirty.add(name)
+        region_nodes = self.region_nodes
+        for (li, _, accesses), items, per_access in zip(self.log[name], known.nodes,
+                                                        known.accesses):
+            self._mark((li, name))
+            self._mark((li, None))
+            if items is None:
+                region_nodes.pop((li, name), None)
+            else:
+                region_nodes[li, name] = items
+            lp = self.plans[li]
+            preds, targets = lp.task_preds, lp.task_targets
+            for (pi, k, _), (p, t) in zip(accesses, per_access):
+                preds[pi][name] = p
+                targets[pi][k] = t
 
 
 def plan(launches: Sequence[IndexLaunch], machine: Machine,

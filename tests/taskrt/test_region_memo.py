@@ -1,0 +1,107 @@
+"""Region plans taken back from the memo (taskrt/regionmemo.py) give exactly the graph, and
+the simulation, that planning from scratch gives, when a search keeps coming back to the same
+configs: each operator here moves among three configs only (the same degrees on other
+devices among them, which only a key naming devices tells apart), with undos between."""
+import random
+import warnings
+
+import numpy as np
+import pytest
+
+from parallel_ops import SGD, lower
+from strategy.costs import CostModel
+from strategy.delta import SimulationSession
+from strategy.machine_model import machine_model
+from taskrt import Machine, Planner, plan
+from taskrt.regionmemo import RegionPlan, RegionPlanMemo
+
+from mpi.models import cnn, lstm_model, mlp, random_strategy
+
+warnings.simplefilter("ignore")       # analytic-cost fallback warnings
+
+
+def expanded(launch):
+    """What a launch asks for, comparable across lowerings."""
+    return (tuple(launch.devices or ()),
+            tuple(tuple((r.region.name, r.rect, r.privilege) for r in launch.requirements(c))
+                  for c in launch.colors))
+
+
+def few_configs(model, devices: int):
+    """Per operator three configs: two random ones and the first's degrees on the devices
+    shifted by one."""
+    out = {}
+    a, b = random_strategy(model, devices, 5), random_strategy(model, devices, 6)
+    for op in model.ops:
+        first = a[op.name]
+        moved = type(first)(first.degrees, tuple((d + 1) % devices for d in first.devices))
+        out[op.name] = [first, b[op.name], moved]
+    return out
+
+
+def proposals(model, devices: int, count: int, seed: int):
+    rng = random.Random(seed)
+    options = few_configs(model, devices)
+    for _ in range(count):
+        op = rng.choice(model.ops)
+        yield op.name, rng.choice(options[op.name]), rng.random() < 0.5
+
+
+@pytest.mark.parametrize("build", [mlp, cnn, lstm_model], ids=["mlp", "cnn", "lstm"])
+def test_remembered_region_plans_equal_a_full_plan(build):
+    model, _ = build()
+    machine = Machine.grid(4, 1)
+    strategy = random_strategy(model, 4, seed=1)
+    low = lower(model, strategy, machine, SGD(lr=0.1))
+    planner = Planner(machine, initial=low.initial)
+    for launch in low.launches:
+        planner.add_launch(launch)
+    for step, (name, cfg, keep) in enumerate(proposals(model, 4, 40, seed=3)):
+        trial = dict(strategy, **{name: cfg})
+        new = lower(model, trial, machine, SGD(lr=0.1))
+        replaced = [l for l in new.launches
+                    if expanded(l) != expanded(planner.plans[planner.index[l.name]].launch)]
+        planner.replace(replaced, new.initial, record_undo=True)
+        full = plan(new.launches, machine, initial=new.initial)
+        got = planner.finish()
+        assert got.fingerprint() == full.fingerprint(), f"step {step}: {name} -> {cfg}"
+        assert got.instance_rects == full.instance_rects
+        assert got.final_valid == full.final_valid
+        if keep:
+            strategy = trial
+        else:
+            planner.undo()
+    assert planner.memo.hits > 10, "the sequence should come back to remembered plans"
+
+
+@pytest.mark.parametrize("build", [cnn, lstm_model], ids=["cnn", "lstm"])
+def test_delta_with_remembered_plans_equals_full_simulation(build):
+    model, _ = build()
+    mm = machine_model("p100:1")
+    strategy = random_strategy(model, 4, seed=2)
+    session = SimulationSession(model, mm, CostModel(), dict(strategy))
+    for step, (name, cfg, keep) in enumerate(proposals(model, 4, 30, seed=4)):
+        got = session.change(name, cfg)
+        fresh = SimulationSession(model, mm, CostModel(), dict(strategy, **{name: cfg}))
+        assert session.graph.fingerprint() == fresh.graph.fingerprint(), f"step {step}"
+        assert got.makespan == fresh.result.makespan, f"step {step}: {name}"
+        assert np.array_equal(got.start, fresh.result.start)
+        assert got.memory == fresh.result.memory
+        if keep:
+            strategy[name] = cfg
+        else:
+            session.undo()
+    assert session.planner.memo.hits > 10
+
+
+def test_memo_empties_itself_at_its_bound_and_can_be_off():
+    memo = RegionPlanMemo(max_nodes=5)
+    plan_of = lambda size: RegionPlan(None, [], [], size)
+    assert not memo.put("a", plan_of(3))
+    assert memo.put("b", plan_of(3))            # 6 > 5: emptied first
+    assert memo.get("a") is None and memo.get("b") is not None and len(memo) == 1
+    off = RegionPlanMemo(max_nodes=0)
+    off.put("a", plan_of(1))
+    assert off.get("a") is None
+    with pytest.raises(ValueError, match="max_nodes"):
+        RegionPlanMemo(max_nodes=-1)
