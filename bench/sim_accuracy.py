@@ -14,9 +14,10 @@ most of the benchmark's time).
   --strategy FILE, untraced, run by a worker (a plain process for 1 rank, mpirun for several), which also calibrates the
   local machine model (calibrate_local: device speeds, ping-pongs, all-reduce) for its
   layout. Each case runs REPEATS times (3 iterations after a warm-up each); measured is the
-  median of the runs' medians, the spread the lowest and highest of them (run to run). Just
-  before, each case runs once more with --trace (one warm-up, one traced iteration), so
-  that traces and timings see the same load on a shared machine. Each run also records the
+  median of the runs' medians, the spread the lowest and highest of them (run to run).
+  Taking turns with them, each case runs TRACES times with --trace (one warm-up, one traced
+  iteration), so that traces and timings see the same loads on a shared machine and a
+  calibration fits each strategy's median traced iteration. Each run also records the
   load the job felt (contention_since: (CPU + run-queue wait) / CPU from
   /proc/self/schedstat, every rank);
 - calibrated (cross-validated): the strategies are split in two folds; the traces of one
@@ -47,7 +48,7 @@ import tempfile
 import time
 
 from bench._sim_accuracy_runs import (STRATEGIES, app_argv, apps_of_devices, collect,
-                                      layouts)
+                                      layouts, trace_files)
 
 FOLDS = (("data", "attribute", "random0"), ("parameter", "operation", "random1", "searched"))
 DATA_ENV = "SIM_ACCURACY_DATA"    # a folder: keep the collected runs there, or reuse them
@@ -227,11 +228,13 @@ def analyse(folder: str, data: dict) -> dict:
         base = from_dict(measured[name]["machine"])
         runs = {(c["app"], c["strategy"]): c for c in measured[name]["cases"]}
         for k, fold in enumerate(FOLDS):
-            seen = [os.path.join(traces, f"{a}_{s}.json") for a in apps for s in fold]
+            seen = [p for a in apps for s in fold for p in trace_files(traces, a, s)]
             # the traces record the OS's load over their iteration; for a kept collection
             # of traces from before they did, the load over each traced run
-            loads = {path: runs[a, s_].get("traced_contention") for a in apps for s_ in fold
-                     for path in [os.path.join(traces, f"{a}_{s_}.json")]
+            loads = {path: (runs[a, s_].get("traced_contentions") or
+                            [runs[a, s_].get("traced_contention")])[i]
+                     for a in apps for s_ in fold
+                     for i, path in enumerate(trace_files(traces, a, s_))
                      if not records_load(path)}
             model, profile, fit = calibrate(seen, base, base_profiles, loads=loads)
             residuals[f"{name}, fold {k}"] = fit.residuals
@@ -387,7 +390,8 @@ def report(cases: list[dict], timing: dict, machines: dict, quick: bool,
         errs = [abs(p - m) / m for rs in residuals.values() for _, m, p in rs]
         rows.append(("calibration residuals (traced runs it was fitted to)",
                      f"median {100 * statistics.median(errs):.1f}%, worst "
-                     f"{100 * max(errs):.1f}%", f"{len(errs)} traced runs"))
+                     f"{100 * max(errs):.1f}%", f"{len(errs)} traced strategies (each the "
+                     "median of its traced runs' iterations)"))
     return {"title": "simulator accuracy (predicted vs measured iteration time)", "rows": rows,
             "results": {"cases": cases, "overall": overall, "uncalibrated": before,
                         "without_factor": plain,

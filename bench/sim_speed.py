@@ -11,6 +11,11 @@ simulated P100s (the paper's cluster with 1, 4 and 16 nodes), data parallel, ana
             seen the configs' part shapes in an earlier pass);
   rebuild   the full alternative for the same changes: lower + plan + simulate from scratch.
   (All four in this process's CPU seconds, since 2026-12-02: the machine is shared.)
+  search    a real MCMC search (strategy.search, seed 0, a fixed number of proposals) of
+            Inception-v3 on 16 GPUs, run twice taking turns: with the planner's memory of
+            region plans (taskrt/regionmemo.py) and without it (TASKRT_PLAN_MEMO_NODES=0);
+            process CPU seconds, proposals per CPU second, the ratio, and both runs' results
+            (which must be equal: the memo gives the same graphs).
   gpt       `apps/transformer.py --simulate` of GPT-3 2.7B's shape (32 layers, width 2560, 32
             heads, sequence 2048, vocabulary 51200, batch 128) on 128 simulated H100s (16
             DGX nodes), data parallel: wall time and peak RSS of the whole process.
@@ -132,6 +137,45 @@ def measure(app: str, gpus: int, small: bool, changes: int, rebuilds: int, seed:
             "rebuilds": rebuilds, "makespan_s": full.makespan}
 
 
+def measure_search(app: str = "inception", gpus: int = 16, proposals: int = 2000) -> dict:
+    """CPU seconds of the same search with and without remembered region plans (module doc)."""
+    from strategy.costs import CostModel
+    from strategy.costs.app_profile import load_app
+    from strategy.machine_model import machine_model
+    from strategy.search import search
+    out = {}
+    saved = os.environ.get("TASKRT_PLAN_MEMO_NODES")
+    # A short search first, not counted: the process's first-use costs (imports, the
+    # compiled list scheduler, meta-tensor tables) would otherwise fall on the first run.
+    net = load_app(app, [], devices=gpus)
+    search(net.model, machine_model(f"p100:{max(1, gpus // 4)}"), CostModel(), proposals=20,
+           optimizer=net.optimizer, seed=1)
+    try:
+        for label, memo in (("memo", None), ("no_memo", "0")):
+            if memo is None:
+                os.environ.pop("TASKRT_PLAN_MEMO_NODES", None)
+                if saved is not None:
+                    os.environ["TASKRT_PLAN_MEMO_NODES"] = saved
+            else:
+                os.environ["TASKRT_PLAN_MEMO_NODES"] = memo
+            net = load_app(app, [], devices=gpus)
+            t = _clock()
+            r = search(net.model, machine_model(f"p100:{max(1, gpus // 4)}"), CostModel(),
+                       proposals=proposals, optimizer=net.optimizer, seed=0)
+            out[label] = {"cpu_s": _clock() - t, "proposals": r.proposals,
+                          "predicted_s": r.predicted}
+    finally:
+        os.environ.pop("TASKRT_PLAN_MEMO_NODES", None)
+        if saved is not None:
+            os.environ["TASKRT_PLAN_MEMO_NODES"] = saved
+    on, off = out["memo"], out["no_memo"]
+    if (on["proposals"], on["predicted_s"]) != (off["proposals"], off["predicted_s"]):
+        raise AssertionError(f"search with and without the region-plan memo differ: {out}")
+    out.update(app=app, gpus=gpus, ratio=off["cpu_s"] / on["cpu_s"],
+               proposals_per_cpu_s=on["proposals"] / on["cpu_s"])
+    return out
+
+
 def run(quick: bool = False) -> dict:
     warnings.simplefilter("ignore")                  # analytic-cost fallback warnings
     gpu_counts = (4,) if quick else (4, 16, 64)
@@ -160,6 +204,13 @@ def run(quick: bool = False) -> dict:
         r = results[f"{app}@{gpus}"]
         rows.append((f"{app} @{gpus} GPUs: search proposals per second (one delta each)",
                      f"{1 / r['delta_s']:.1f}", "target >= 100 (a proposal in <= 10 ms)"))
+    results["search"] = srch = measure_search(gpus=gpus, proposals=60 if quick else 2000)
+    rows.append((f"search of inception @{gpus} GPUs, {srch['memo']['proposals']} proposals "
+                 "(seed 0, session builds included)",
+                 f"{srch['memo']['cpu_s']:.1f} s CPU with remembered region plans, "
+                 f"{srch['no_memo']['cpu_s']:.1f} s without: {srch['ratio']:.2f}x",
+                 f"{srch['proposals_per_cpu_s']:.1f} proposals per CPU second; same result "
+                 "both ways; taking turns in one run"))
     if not quick:
         results["gpt"] = gpt = measure_gpt()
         rows.append(("GPT-3 2.7B shape, 128 simulated H100s, data parallel: `apps/transformer.py "

@@ -35,7 +35,8 @@ What a trace determines (docs/simulator.md):
                 them with the above (the median of measured / predicted over the runs,
                 refined once), applied to task times and host costs. It stands for what
                 the model leaves out (ready order on several ranks, MPI progress, batches of
-                updates, the machine's drift); 0.88-1.29 in the benchmarks of 2026-12-02;
+                updates, the machine's drift); 0.88-1.29 in the benchmarks of 2026-12-02
+                morning, 1.02-1.39 at 12:09 and 2.45-2.66 on 4 ranks of 2 cores;
                 `factor=False` (--no-factor) leaves it out.
 What it does not: link latency and bandwidth (a message's arrival is seen only when the
 receiving thread next polls, so the traces bound them loosely) and the end of an all-reduce
@@ -345,11 +346,27 @@ def at_contention(fit: Fit, c: float) -> tuple:
     return with_factor(*fit.work, c * fit.factor, "contention")
 
 
-def residuals(runs, fit: Fit) -> list:
-    """(run name, measured s, predicted s) of every recorded run predicted by the fit."""
-    out = []
+def same_graph(runs) -> list[list]:
+    """The runs grouped by the graph they ran (app and TaskGraph.fingerprint()), in the
+    order each graph first appears: several traced runs of one strategy are one case."""
+    groups: dict = {}
     for r in runs:
+        groups.setdefault((r.app, r.graph.fingerprint()), []).append(r)
+    return list(groups.values())
+
+
+def residuals(runs, fit: Fit) -> list:
+    """(case name, measured s, predicted s) of every recorded graph predicted by the fit;
+    measured is the median of its runs' traced iterations. One traced iteration is one
+    sample of a noisy machine (on 2 shared cores at a load of 4-11, 15.8% from its case's
+    median of 9 timed iterations, median over 98 cases): fitting the iteration factor to
+    single iterations fits their noise."""
+    out = []
+    for group in same_graph(runs):
+        r = group[0]
         name = f"{r.app} {' '.join(a for a in r.argv if a != '--small')}"[:44]
-        out.append((name, r.measured_s, predict(fit, r.graph, r.int_ranges, r.ranks,
-                                                r.per_rank)))
+        if len(group) > 1:
+            name = f"{name[:34]} ({len(group)} runs)"
+        out.append((name, statistics.median(g.measured_s for g in group),
+                    predict(fit, r.graph, r.int_ranges, r.ranks, r.per_rank)))
     return out

@@ -30,6 +30,7 @@ from .undo import PlanUndo
 from .rectindex import RectIndex
 from .regionmemo import RegionPlan, RegionPlanMemo, region_key
 from .region import Region
+from .settings import Settings
 from .taskgraph import TASK, ReduceInput, TaskGraph, TaskNode
 
 
@@ -61,8 +62,8 @@ class Planner:
                  initial: Mapping[Region, Iterable[tuple[Rect, int]]] | None = None,
                  memo: RegionPlanMemo | None = None):
         """`memo`: the region plans replace() remembers and takes back when a region's log
-        comes back (regionmemo.py); a default-sized one when None, RegionPlanMemo(0) for
-        none."""
+        comes back (regionmemo.py); when None, one of Settings.plan_memo_nodes (resolved
+        now: TASKRT_PLAN_MEMO_NODES or the default), RegionPlanMemo(0) for none."""
         self.machine = machine
         self.regions: dict[str, Region] = {}
         self.initial: dict[str, list[tuple[Rect, int]]] = {}
@@ -85,7 +86,8 @@ class Planner:
         self._marked: set[tuple] = set()              # keys made stale since replace() began
         self._undo: PlanUndo | None = None            # see replace(record_undo=True)
         self._next_version = 0                        # the next LaunchPlan.version
-        self.memo = RegionPlanMemo() if memo is None else memo
+        self.memo = RegionPlanMemo(Settings.resolve().plan_memo_nodes) if memo is None \
+            else memo
         # Read groups by the node list they were built from (id -> (list, group)): a region
         # plan taken back from the memo brings its lists, and so its groups, back.
         self._read_groups: dict[int, tuple[list, NodeGroup]] = {}
@@ -327,6 +329,11 @@ class Planner:
                 self._groups[key] = group
             self._new_version(key[0])
         self._stale.clear()
+
+    def remembered_groups(self) -> list[NodeGroup]:
+        """The read groups this planner may hand out again (the current ones and those of
+        region plans its memo remembers), for a consumer that caches per group."""
+        return [group for _, group in self._read_groups.values()]
 
     def launch_groups(self, li: int) -> list[NodeGroup]:
         """Launch `li`'s non-empty groups in program order (after refresh())."""

@@ -14,15 +14,13 @@ GPUs whose key had been planned before, per fifth of a 240 s search: 6%, 33%, 54
 Such a region takes its remembered plan (the same node objects, so their read groups and the
 simulator's per-group arrays are reused too) instead of being planned again.
 
-The table holds at most `max_nodes` nodes (each with its planner state, about 1-2 KB); past
-that it is emptied and fills again with what the search visits now.
+The table holds at most `max_nodes` nodes (Settings.plan_memo_nodes, TASKRT_PLAN_MEMO_NODES;
+each with its planner state, about 1-2 KB); past that it is emptied and fills again with what
+the search visits now.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-MAX_NODES = 300_000
-
 
 @dataclass(eq=False, slots=True)
 class RegionPlan:
@@ -49,7 +47,7 @@ class RegionPlanMemo:
     """Region plans by key (region_key), bounded by the nodes they hold."""
     __slots__ = ("max_nodes", "_plans", "_nodes", "hits", "misses", "clears")
 
-    def __init__(self, max_nodes: int = MAX_NODES):
+    def __init__(self, max_nodes: int):
         if max_nodes < 0:
             raise ValueError(f"RegionPlanMemo: max_nodes={max_nodes}; give 0 (remember "
                              "nothing) or more")

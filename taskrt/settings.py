@@ -45,6 +45,9 @@ FIELDS = {
                             "buffers smaller than this are never freed (taskrt.liveness)"),
     "cpu_retain_bytes": ("TASKRT_CPU_RETAIN_BYTES", 1 << 30, True, 0,
                          "free CPU memory malloc keeps in the process (0: malloc as is)"),
+    "plan_memo_nodes": ("TASKRT_PLAN_MEMO_NODES", 300_000, True, 0,
+                        "nodes of region plans a planner remembers for a search that comes "
+                        "back to them (0: none; taskrt/regionmemo.py)"),
 }
 
 
@@ -59,6 +62,7 @@ class Settings:
     bucket_bytes: int = FIELDS["bucket_bytes"][1]
     min_temporary_bytes: int = FIELDS["min_temporary_bytes"][1]
     cpu_retain_bytes: int = FIELDS["cpu_retain_bytes"][1]
+    plan_memo_nodes: int = FIELDS["plan_memo_nodes"][1]
 
     @classmethod
     def resolve(cls, explicit: "Settings | Mapping | None" = None,

@@ -154,3 +154,17 @@ def test_report_counts_the_predicted_wins_that_held():
     rows = {m: v for m, v, _ in report(cases, {}, {}, quick=True)["rows"]}
     assert rows["searched strategy predicted faster than data parallel: also faster when "
                 "run"] == "1 of 2"
+
+
+def test_a_case_has_each_of_its_traced_runs_and_no_other_case_s(tmp_path):
+    """trace_files lists a case's traced runs in the order they were written (the first
+    under the name a collection of one traced run per case used), never another case's."""
+    from bench._sim_accuracy_runs import trace_files, trace_name
+    for s, n in (("data", 3), ("random1", 1), ("random10", 2)):
+        for i in range(n):
+            (tmp_path / trace_name("rnnlm", s, i)).write_text("{}")
+    got = trace_files(str(tmp_path), "rnnlm", "data")
+    assert got == [str(tmp_path / n) for n in ("rnnlm_data.json", "rnnlm_data.t1.json",
+                                               "rnnlm_data.t2.json")]
+    assert trace_files(str(tmp_path), "rnnlm", "random1") == [str(tmp_path / "rnnlm_random1.json")]
+    assert trace_files(str(tmp_path), "rnnlm", "random0") == []

@@ -143,3 +143,31 @@ def test_a_malformed_load_record_is_refused_by_name(traces, tmp_path):
     bad.write_text(json.dumps(data))
     with pytest.raises(CalibrationError, match=f"bad.json: its '{LOAD_EVENT}' record"):
         load_runs([str(bad)])
+
+
+def test_several_traced_runs_of_one_strategy_are_one_case(traces, tmp_path):
+    """Traced runs of one graph are fitted as one case: its measured iteration is the
+    median of theirs (one traced iteration is one noisy sample), so the iteration factor
+    is the median over strategies, not over runs, and a strategy traced three times does
+    not outvote one traced once."""
+    import statistics
+    from strategy.calibration import residuals
+    from strategy.preemption import expected_makespan  # noqa: F401  (predict's engine)
+    data = json.load(open(traces[0]))
+    paths = []
+    for k in (2.0, 3.0):        # the same run, its events k times as long (a slower run)
+        other = json.loads(json.dumps(data))
+        for e in other["traceEvents"]:
+            if e.get("ph") == "X":
+                e["ts"], e["dur"] = e["ts"] * k, e["dur"] * k
+        paths.append(str(tmp_path / f"slow{k}.json"))
+        json.dump(other, open(paths[-1], "w"))
+    runs = load_runs([traces[0], *paths, traces[1]])
+    _, _, fit = calibrate([traces[0], *paths, traces[1]], base(), factor=False)
+    assert len(fit.residuals) == 2
+    spans = [r.measured_s for r in runs]
+    assert fit.residuals[0][1] == pytest.approx(statistics.median(spans[:3]))
+    assert fit.residuals[1][1] == pytest.approx(spans[3])
+    assert "(3 runs)" in fit.residuals[0][0]
+    # predicted once per case, as each of its runs would be
+    assert [p for _, _, p in residuals(runs[:1], fit)] == [fit.residuals[0][2]]

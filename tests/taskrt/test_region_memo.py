@@ -105,3 +105,14 @@ def test_memo_empties_itself_at_its_bound_and_can_be_off():
     assert off.get("a") is None
     with pytest.raises(ValueError, match="max_nodes"):
         RegionPlanMemo(max_nodes=-1)
+
+
+def test_the_memo_size_comes_from_the_settings(monkeypatch):
+    machine = Machine.grid(2, 1)
+    monkeypatch.setenv("TASKRT_PLAN_MEMO_NODES", "0")
+    assert Planner(machine).memo.max_nodes == 0
+    monkeypatch.setenv("TASKRT_PLAN_MEMO_NODES", "1000")
+    assert Planner(machine).memo.max_nodes == 1000
+    monkeypatch.setenv("TASKRT_PLAN_MEMO_NODES", "lots")
+    with pytest.raises(Exception, match="TASKRT_PLAN_MEMO_NODES"):
+        Planner(machine)
