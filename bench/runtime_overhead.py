@@ -293,8 +293,8 @@ def _imported_hf_rows(quick: bool, rows: list, data: dict) -> None:
         rows.append((f"{label}: ours / PyTorch eager", f"{ratio:.2f}x",
                      f"{1e3 * t['ours']:.1f} vs {1e3 * t['pytorch']:.1f} {_per_iteration()}, "
                      f"each in its own process; {ops[0]} vs {ops[1]} aten "
-                     "operations per iteration; own loss, default dropout; cpu, 1 thread; "
-                     f"{load()}; target <= 1.10"))
+                     f"operations per iteration; {ours.nodes} graph nodes; own loss, default "
+                     f"dropout; cpu, 1 thread; {load()}; target <= 1.10"))
         rows.append(profile_row(f"imported HF {name}", ours.trainer))
 
 
@@ -342,6 +342,6 @@ def imported_resnet18_row(quick: bool):
              "aten_ops": {"ours": ops[0], "pytorch": ops[1]}}
     row = (f"{label}: ours / PyTorch eager", f"{ratio:.2f}x",
            f"{1e3 * t['ours']:.1f} vs {1e3 * t['pytorch']:.1f} {_per_iteration()}, each in "
-           f"its own process; {ops[0]} vs {ops[1]} aten operations per iteration; cpu, "
-           f"1 thread; {load()}; target <= 1.10")
+           f"its own process; {ops[0]} vs {ops[1]} aten operations per iteration; "
+           f"{ours.nodes} graph nodes; cpu, 1 thread; {load()}; target <= 1.10")
     return label, entry, row, profile_row("imported ResNet-18", ours.trainer)

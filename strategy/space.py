@@ -172,9 +172,18 @@ class SearchSpace:
             spare = [d for d in range(devs[-1] + 1, self.n) if d not in devs] + \
                     [d for d in range(self.n) if d not in devs]
             devs = devs + spare[:p - len(devs)]
-        if "subset" not in self.families and devs != list(range(devs[0], devs[0] + p)):
+        if not self.has_devices(devs):
             devs = list(self.random_devices(p, rng))
         return self.config(op, t, devs)
+
+    def has_devices(self, devs) -> bool:
+        """Whether the device list `devs` is one of this space's families' lists."""
+        devs, p = tuple(devs), len(devs)
+        if "subset" in self.families:
+            return len(set(devs)) == p and all(0 <= d < self.n for d in devs)
+        if devs != tuple(range(devs[0], devs[0] + p)) or devs[-1] >= self.n or devs[0] < 0:
+            return False
+        return "block" in self.families or devs[0] in self.starts(p, "node")
 
     def shard(self, op, cfg: ParallelConfig, rng: random.Random) -> ParallelConfig | None:
         """A step that splits the operator's weights finer (fewer bytes on each of its
@@ -225,7 +234,7 @@ class SearchSpace:
             raise ValueError("SearchSpace: every operator is frozen; nothing to search")
         regular = self._regular()
         for _ in range(100):
-            op = rng.choice(ops)
+            op = self.draw_op(rng, ops)
             cur = configs[op.name]
             r = rng.random()
             if r < 0.4:
@@ -237,6 +246,11 @@ class SearchSpace:
             if new != cur:
                 return op.name, new
         return op.name, new
+
+    def draw_op(self, rng: random.Random, ops: list):
+        """The operator a proposal changes: uniformly drawn (a subclass may weigh them:
+        strategy/moves.py GuidedSpace)."""
+        return rng.choice(ops)
 
     def _regular(self) -> "SearchSpace":
         if self._regular_space is None:

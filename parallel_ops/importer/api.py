@@ -6,6 +6,8 @@ from typing import Any
 import torch
 
 from ..activation import fuse_activations
+from .fused import fuse_elementwise
+from .packed_attention import fold_attention_heads
 from ..errors import UnsupportedModelError
 from ..model import Model
 from . import hf
@@ -33,7 +35,7 @@ def _dtype(module: torch.nn.Module) -> str:
 
 def import_module(module: torch.nn.Module, example_inputs: Any, method: str = "auto",
                   name: str | None = None, seed: int = 0,
-                  fuse_activations: bool = True) -> Imported:
+                  fuse_activations: bool = True, fuse_elementwise: bool = True) -> Imported:
     """A parallel_ops Model equal to `module` on inputs shaped like `example_inputs` (a
     tensor, a tuple of positional arguments or a dict of keyword arguments). The module's
     current parameters and buffers become the model's initial weights.
@@ -48,16 +50,23 @@ def import_module(module: torch.nn.Module, example_inputs: Any, method: str = "a
     one launch instead of two, but the operator's reduction dim must then stay whole and
     the activation has no operator (no name) of its own in strategies.
 
+    fuse_elementwise: replace each group of elementwise operators that only feed each other
+    (HF GPT-2's GELU: eight) with one operator running their code (importer/fused.py): one
+    launch, and autograd's backward, instead of one launch and one backward per member;
+    and attention's head split and merge (reshape + transpose of q, k, v and of the output)
+    into the attention operator (importer/packed_attention.py).
+
         imp = import_module(net, (torch.randn(8, 3, 32, 32),))
         imp.model.summary()
     """
     if method not in ("auto", "fx", "export"):
         raise ValueError(f"import_module: method '{method}'; use 'auto', 'fx' or 'export'.")
     with training_mode(module):
-        return _import(module, example_inputs, method, name, seed, fuse_activations)
+        return _import(module, example_inputs, method, name, seed,
+                       (fuse_activations, fuse_elementwise))
 
 
-def _import(module, example_inputs, method, name, seed, fuse_activations) -> Imported:
+def _import(module, example_inputs, method, name, seed, fuse) -> Imported:
     args, kwargs = _example(example_inputs)
     kwargs = hf.call_kwargs(module, kwargs)
     hf.register_modules(module)
@@ -73,7 +82,7 @@ def _import(module, example_inputs, method, name, seed, fuse_activations) -> Imp
                     f"({type(e).__name__}: {e}). Use method='export' (or 'auto').") from e
             fx_error = e
         else:
-            return _convert(cap, module, model_name, seed, "fx", fuse_activations)
+            return _convert(cap, module, model_name, seed, "fx", fuse)
     try:
         cap = capture_export(module, args, kwargs)
     except Exception as e:
@@ -82,18 +91,26 @@ def _import(module, example_inputs, method, name, seed, fuse_activations) -> Imp
         raise UnsupportedModelError(
             f"import of {type(module).__name__}: torch.export failed ({type(e).__name__}: "
             f"{str(e).splitlines()[0] if str(e) else ''}){why}.") from e
-    return _convert(cap, module, model_name, seed, "export", fuse_activations)
+    return _convert(cap, module, model_name, seed, "export", fuse)
 
 
-def _convert(cap, module, name, seed, method, fuse: bool) -> Imported:
+def _convert(cap, module, name, seed, method, fuse: tuple) -> Imported:
     model = Model(name, seed=seed, dtype=_dtype(module))
     imp = Importer(cap, module, model)
     imp.run()
     if imp.problems:
         raise UnsupportedModelError(format_problems(module, method, imp.problems))
     inputs, outputs = imp.inputs(), imp.outputs()
-    if fuse:
+    if fuse[0]:
         for op_name in fuse_activations(model, keep=outputs):
             imp.op_paths.pop(op_name, None)
+    if fuse[1]:
+        for op_name, gone in fold_attention_heads(model, keep=outputs).items():
+            for name in gone:
+                imp.op_paths.pop(name, None)
+        for op_name, members in fuse_elementwise(model, keep=outputs).items():
+            imp.op_paths[op_name] = imp.op_paths.get(members[-1], "")
+            for m in members:
+                imp.op_paths.pop(m, None)
     return Imported(model, module, inputs, outputs, imp.links, imp.counters, method,
                     imp.op_paths)

@@ -10,7 +10,7 @@ import math
 import torch
 
 from ..tensor import Tensor
-from . import extra_ops
+from . import extra_ops, folds
 from .values import Derived, Param, Stacked, Unsupported
 from .weights import same, transposed
 
@@ -70,7 +70,7 @@ def reshape(ctx, x: Tensor, shape) -> Tensor:
         known = math.prod(s for s in shape if s != -1)
         shape[shape.index(-1)] = math.prod(x.shape) // max(known, 1)
     shape = tuple(shape)
-    if shape == tuple(x.shape):
+    if shape == tuple(x.shape) or folds.into_linear(ctx, x, shape):
         return x
     return ctx.model.reshape(x, shape, name=ctx.op_name())
 

@@ -234,7 +234,7 @@ class SDPA(Op):
         dropped, keep = probs, None
         p = self.params["dropout_p"]
         if p and self.training:
-            n, h, s, _ = self.inputs[self.args[0]].shape
+            n, h, s = (dim.extent for dim in self.dims)
             keep = keep_mask(self.model.seed, self.model.step_count, self.name, p,
                              (n, h, s, s), Rect(rows.lo[:3] + (0,),
                                                 rows.hi[:3] + (k.shape[2],)), q.device)

@@ -112,7 +112,8 @@ def test_functions_and_methods(method):
                                            Adam(lr=0.01), 2, method)
     assert losses == pytest.approx(want, rel=1e-10)
     assert_state_close(state, want_state)
-    types = {o.type for o in imp.model.ops}
+    types = {o.type for o in imp.model.ops} | {   # with those fused into one (fused.py)
+        m.type for o in imp.model.ops for m in getattr(o, "members", ())}
     assert {"sdpa", "bmm", "parameter", "scalar_mul", "scalar_pow", "split", "transpose",
             "concat", "sigmoid", "flat"} <= types
 
@@ -304,8 +305,10 @@ def test_a_registered_converter_maps_a_user_module():
         module = UsesSwish().double()
         x = torch.randn(4, 5, dtype=torch.float64)
         y = torch.tensor([0, 3, 1, 2])
-        imp = import_module(module, (x,))
+        imp = import_module(module, (x,), fuse_elementwise=False)
         assert [o.name for o in imp.model.ops] == ["fc", "act.sig", "act"]
+        fused = import_module(module, (x,))       # one operator, named as the last member
+        assert [o.name for o in fused.model.ops] == ["fc", "act"]
         want, _ = torch_steps(module, (x,), y, SGD(lr=0.1), 2)
         losses, *_ = imported_steps(module, (x,), y, {}, Machine.local(1), SGD(lr=0.1), 2)
         assert losses == pytest.approx(want, rel=1e-12)
