@@ -59,6 +59,9 @@ class App:
     # name -> activation-recomputation segments the search may choose among (its --recompute
     # flag's choices; parallel_ops/recompute.py)
     recompute_plans: Callable[[Model], dict] | None = None
+    # --search's search when the app has its own: (config, network, machine model, cost
+    # model, **strategy.search.search's knobs) -> SearchResult (the GPT's: apps/gpt.py)
+    search: Callable[..., object] | None = None
 
     def main(self, argv=None) -> int:
         """The app's command line (apps/training.py main); the exit status."""

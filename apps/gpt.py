@@ -11,6 +11,10 @@ SC'21 Table 1); the output layer is NOT tied to the token embedding (the model h
 parameters than Megatron's; its FLOPs are the same). --small: 2 layers, width 32, 4 heads,
 sequence 16, vocabulary 256.
 
+--search SECONDS searches one block's configs and recomputation tied across blocks on
+1- and 2-block proxies, extrapolated to the full depth (strategy/tied.py, `search` below);
+--search-whole-graph searches every operator of the full graph instead.
+
 --recompute (parallel_ops/recompute.py): `full` recomputes every block in backward from its
 input (Megatron-LM's full activation recomputation: only the blocks' inputs are kept),
 `selective` only the attention operators (their inputs and outputs are kept), `none` (the
@@ -96,6 +100,29 @@ def search_plans(model) -> dict:
     return {kind: recompute_segments(model, kind) for kind in ("none", "full", "selective")}
 
 
+def search(a, net, machine_model, costs, **kw):
+    """--search for the GPT: by default the tied search (strategy/tied.py) on proxies of 1
+    and 2 blocks with these widths, batch and machine, each block's configs and
+    recomputation (none, selective or full) tied to the others', extrapolated to the full
+    depth; --search-whole-graph searches every operator of the full-depth graph instead
+    (strategy/search.py; a proposal per block, but a session build costs minutes at 64+ GPUs).
+    Either way the result's recomputation is left set on `net.model`."""
+    from strategy.search import search as search_whole
+    from strategy.tied import search_tied
+    if getattr(a, "search_whole_graph", False) or \
+            sizes_of(a)["layers"] < 2:
+        return search_whole(net.model, machine_model, costs, recompute=search_plans(net.model),
+                            **kw)
+    return search_tied(net.model, machine_model, costs, proxy=lambda k: proxy(a, k),
+                       block_of=block_of, recompute=search_plans, **kw)
+
+
+def proxy(a, blocks: int):
+    """The GPT of these flags with `blocks` blocks (same widths and batch): the tied
+    search's proxies."""
+    return gpt_network(a, dict(sizes_of(a), layers=blocks), a.batch_size, name="gpt").model
+
+
 def build(a):
     net = gpt_network(a, sizes_of(a), a.batch_size, name="gpt")
     set_recompute(net.model, recompute_segments(net.model, getattr(a, "recompute", "none")))
@@ -119,12 +146,16 @@ def add_arguments(p) -> None:
     p.add_argument("--recompute", choices=RECOMPUTE, default="none",
                    help="activation recomputation in backward: every block (full), the "
                         "attention operators (selective) or none (default)")
+    p.add_argument("--search-whole-graph", action="store_true",
+                   help="with --search: search every operator of the full-depth graph, not "
+                        "one block's configs tied across blocks on 1- and 2-block proxies "
+                        "(the default; docs/large_models.md)")
     add_size_arguments(p, config_sizes(DEFAULT), SMALL)
 
 
 APP = App("gpt", "GPT", build, per_device_batch=4, small_per_device_batch=4,
           add_arguments=add_arguments, mixed_strategy=mixed_strategy, expert="megatron",
-          lr=0.05, model_flops=iteration_flops, recompute_plans=search_plans)
+          lr=0.05, model_flops=iteration_flops, recompute_plans=search_plans, search=search)
 
 if __name__ == "__main__":
     sys.exit(main(APP))

@@ -135,11 +135,14 @@ def _search(app: App, config, mm, net, strategy: dict, strategy_name: str, out,
               + (f" on {ranks} ranks" if ranks > 1 else "") + " ...")
     with warnings.catch_warnings():      # the report says where the costs come from
         warnings.simplefilter("ignore", CostWarning)
-        return search(net.model, mm, costs, budget_s=config.search,
-                      proposals=max(1, proposals) if proposals is not None else None,
-                      seed=config.seed + rank, expert=expert, optimizer=opt,
-                      progress=progress, progress_every=2.0,
-                      starts={strategy_name: strategy} if strategy else None,
+        kw = dict(budget_s=config.search,
+                  proposals=max(1, proposals) if proposals is not None else None,
+                  seed=config.seed + rank, expert=expert, optimizer=opt,
+                  progress=progress, progress_every=2.0,
+                  starts={strategy_name: strategy} if strategy else None)
+        if app.search is not None:          # the app's own (the GPT's: strategy/tied.py)
+            return app.search(config, net, mm, costs, **kw)
+        return search(net.model, mm, costs, **kw,
                       recompute=app.recompute_plans(net.model) if app.recompute_plans
                       else None)
 

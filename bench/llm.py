@@ -27,7 +27,9 @@ QUICK_ROWS = [("1.7b", 1, 8, 16, 137)]
 # second and a session build (each start, under each of the three recomputation plans)
 # takes minutes, so its random start got nowhere (2026-12-02 morning) and it has none now:
 # the data-parallel chain gets the whole budget.
-SEARCH_ROWS = [("7.5b", "dgx-a100-40gb:2", 64, 8, 2200, 0),
+SEARCH_ROWS = [("7.5b", "selene:16", 512, 4, 600, 1), ("3.6b", "selene:8", 512, 2, 600, 1),
+               ("18b", "selene:32", 1024, 8, 600, 1),
+               ("7.5b", "dgx-a100-40gb:2", 64, 8, 600, 1),
                ("1.7b", "selene:4", 512, 1, 600, 1)]
 QUICK_SEARCH_ROWS = [("1.7b", "selene:1", 16, 1, 30, 1)]
 
@@ -134,37 +136,103 @@ def recompute_by_block(model) -> dict:
 
 
 def search_row(config: str, machine: str, batch: int, t: int, budget_s: float,
-               random_starts: int = 1) -> dict:
-    """The search (data-parallel and `random_starts` random starts, no expert; per block
-    no, selective or full recomputation) against Megatron's strategy with full
-    recomputation, on the same machine model. The search's summary is printed (stderr) as
-    soon as it ends, before Megatron's strategy is simulated."""
-    from apps.gpt import search_plans
-    from apps.simulate import cost_model
+               random_starts: int = 1, whole_graph: bool = False,
+               megatron: dict | None = None) -> dict:
+    """The search (data-parallel and `random_starts` random starts, no expert; none,
+    selective or full recomputation) against Megatron's strategy with full recomputation,
+    on the same machine model. By default the GPT's own search (apps/gpt.py `search`: one
+    block's configs tied across blocks on 1- and 2-block proxies, extrapolated to the full
+    depth, strategy/tied.py), whose result is then simulated once at the full depth (the
+    row's ratio is that simulation's against Megatron's full-depth simulation);
+    `whole_graph`: every operator of the full graph searched (the earlier method). The
+    search's summary is printed (stderr) as soon as it ends. Wall and process CPU seconds
+    and the load average (1 min, at start and end) are recorded for the search."""
+    import os
+    from dataclasses import replace
+
+    from apps.gpt import APP
+    from apps.gpt import search as gpt_search
+    from apps.simulate import cost_model, predict
     from apps.startup import optimizer
-    from strategy.search import search
     s = _setup(config, machine, batch, "none")
     model = s.network.model
-    res = search(model, s.machine_model, cost_model(s.config, s.network), budget_s=budget_s,
-                 seed=0, optimizer=optimizer(s.config), random_starts=random_starts,
-                 recompute=search_plans(model))
+    load0, wall0, cpu0 = os.getloadavg()[0], time.perf_counter(), time.process_time()
+    config_ns = replace(s.config, app_flags={**s.config.app_flags,
+                                             "search_whole_graph": whole_graph})
+    res = gpt_search(config_ns, s.network, s.machine_model, cost_model(s.config, s.network),
+                     budget_s=budget_s, seed=0, optimizer=optimizer(s.config),
+                     random_starts=random_starts)
+    wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+    load1 = os.getloadavg()[0]
     blocks = recompute_by_block(model)
-    print(f"search {config} on {machine}:\n{res.text()}\nfound: "
-          f"{found_text(res.configs, model)}\nblocks recomputed: {blocks}", file=sys.stderr,
-          flush=True)
-    mega = predict_row(config, t, 0, batch, "full", machine)
-    mem = max(res.peak_memory.values()) if res.peak_memory else 0
-    return {"config": config, "machine": machine, "batch": batch, "budget_s": budget_s,
-            "random_starts": random_starts, "valid": math.isfinite(res.predicted),
-            "capacity_gb": s.machine_model.device(0).memory_capacity / 1e9,
-            "searched_s": res.predicted, "megatron_s": mega.iteration_time,
-            "megatron_t": t, "data_parallel_s": res.baselines.get("data_parallel"),
-            "ratio_vs_megatron": mega.iteration_time / res.predicted,
-            "recompute": res.recompute, "recompute_blocks": blocks,
-            "peak_memory_gb": mem / 1e9,
-            "megatron_peak_memory_gb": max(mega.result.memory.values()) / 1e9,
-            "proposals": res.proposals, "seconds": res.seconds,
-            "found": found_text(res.configs, model), "text": res.text()}
+    print(f"search {config} on {machine} ({wall:.0f} s wall, {cpu:.0f} s CPU, load "
+          f"{load0:.1f}-{load1:.1f}):\n{res.text()}\nfound: {found_text(res.configs, model)}"
+          f"\nblocks recomputed: {blocks}", file=sys.stderr, flush=True)
+    out = {"config": config, "machine": machine, "batch": batch, "budget_s": budget_s,
+           "random_starts": random_starts, "whole_graph": whole_graph,
+           "space": "full" if whole_graph else "regular",
+           "capacity_gb": s.machine_model.device(0).memory_capacity / 1e9,
+           "search_predicted_s": res.predicted, "megatron_t": t,
+           "data_parallel_s": res.baselines.get("data_parallel"),
+           "recompute": res.recompute, "recompute_blocks": blocks,
+           "search_peak_memory_gb": max(res.peak_memory.values(), default=0) / 1e9,
+           "proposals": res.proposals, "search_wall_s": wall, "search_cpu_s": cpu,
+           "load_1min": [load0, load1], "found": found_text(res.configs, model),
+           "text": res.text()}
+    t0 = time.perf_counter()
+    if whole_graph:
+        searched_s, searched_mem = res.predicted, out["search_peak_memory_gb"]
+    else:       # the found strategy simulated once at the full depth
+        p = predict(APP, replace(s, strategy=res.configs, strategy_name="searched"),
+                    optimizer(s.config))
+        searched_s = p.result.makespan
+        searched_mem = max(p.result.memory.values()) / 1e9
+        out["full_depth_valid"] = p.result.valid
+        out["full_depth_span_s"] = p.result.span
+    out["verify_wall_s"] = time.perf_counter() - t0
+    print(f"searched strategy at full depth: {searched_s:.4f} s, {searched_mem:.2f} GB "
+          f"(extrapolated {res.predicted:.4f} s, {out['search_peak_memory_gb']:.2f} GB)",
+          file=sys.stderr, flush=True)
+    if megatron is None:
+        t0 = time.perf_counter()
+        mega = predict_row(config, t, 0, batch, "full", machine)
+        megatron = {"megatron_s": mega.iteration_time, "megatron_wall_s":
+                    time.perf_counter() - t0, "megatron_peak_memory_gb":
+                    max(mega.result.memory.values()) / 1e9}
+    else:
+        if (megatron["config"], megatron["machine"], megatron["batch"], megatron["megatron_t"]) \
+                != (config, machine, batch, t):
+            raise ValueError(f"search_row: the Megatron result given is of "
+                             f"{megatron['config']} on {megatron['machine']}, not {config} "
+                             f"on {machine}; give the same row's.")
+        megatron = {k: megatron[k] for k in ("megatron_s", "megatron_wall_s",
+                                             "megatron_peak_memory_gb")}
+        out["megatron_reused"] = True
+    out.update(megatron)
+    out.update(searched_s=searched_s, peak_memory_gb=searched_mem,
+               valid=math.isfinite(searched_s),
+               ratio_vs_megatron=megatron["megatron_s"] / searched_s)
+    print(f"Megatron t={t}: {megatron['megatron_s']:.4f} s; searched / Megatron "
+          f"{out['ratio_vs_megatron']:.3f}x", file=sys.stderr, flush=True)
+    return out
+
+
+def search_table_row(r: dict) -> tuple:
+    """results.md's row of a search_row result."""
+    method = "whole graph" if r.get("whole_graph") else \
+        f"tied across blocks on 1- and 2-block proxies, {r.get('space', 'regular')} space"
+    return (f"GPT {r['config']} on {r['machine']}, batch {r['batch']}: search ({method}; "
+            f"data-parallel and {r['random_starts']} random start, {r['budget_s']:.0f} s) vs "
+            f"Megatron t={r['megatron_t']} + full recompute, both simulated at full depth",
+            f"{r['ratio_vs_megatron']:.2f}x ({r['searched_s']:.3f} s vs {r['megatron_s']:.3f} "
+            f"s per iteration; the search's extrapolation {r['search_predicted_s']:.3f} s); "
+            f"searched peak {r['peak_memory_gb']:.2f} GB per GPU of {r['capacity_gb']:.2f} "
+            f"(extrapolated {r['search_peak_memory_gb']:.2f}; Megatron "
+            f"{r['megatron_peak_memory_gb']:.1f})",
+            f"target >= 1.0x and valid (issue 20); search {r['search_wall_s']:.0f} s wall, "
+            f"{r['search_cpu_s']:.0f} s CPU, load {r['load_1min'][0]:.1f}-"
+            f"{r['load_1min'][1]:.1f} on 2 cores; {r['proposals']} proposals; recomputation: "
+            f"{r['recompute']}; found: {r['found']}")
 
 
 def run(quick: bool = False) -> dict:
@@ -196,13 +264,18 @@ def run(quick: bool = False) -> dict:
         r = search_row(config, machine, batch, t, budget, starts)
         results[f"search {config}@{machine}"] = r
         print(r["text"], file=sys.stderr)
-        rows.append((f"GPT {config} on {machine}, batch {batch}: search (data-parallel and "
-                     f"{starts} random starts, {budget:.0f} s) vs Megatron t={t} + full "
-                     "recompute",
-                     f"{r['ratio_vs_megatron']:.2f}x ({r['searched_s']:.3f} s vs "
-                     f"{r['megatron_s']:.3f} s per iteration); data parallel "
-                     f"{r['data_parallel_s']:.3f} s; searched peak {r['peak_memory_gb']:.1f} "
-                     f"GB per GPU (Megatron {r['megatron_peak_memory_gb']:.1f})",
-                     f"target >= 1.0x and valid (issue 20); blocks recomputed: "
-                     f"{r['recompute_blocks']}; {r['proposals']} proposals; found: {r['found']}"))
+        rows.append(search_table_row(r))
     return {"title": "large language models", "results": results, "rows": rows}
+
+
+if __name__ == "__main__":     # one search row on its own: python -m bench.llm CONFIG MACHINE
+    import json                 # BATCH T SECONDS RANDOM_STARTS OUT.json
+    warnings.simplefilter("ignore")
+    c, m, b, tp, secs, starts, path = sys.argv[1:8]   # [EARLIER.json: its Megatron result]
+    earlier = None
+    if len(sys.argv) > 8:
+        with open(sys.argv[8]) as f:
+            earlier = json.load(f)
+    row = search_row(c, m, int(b), int(tp), float(secs), int(starts), megatron=earlier)
+    with open(path, "w") as f:
+        json.dump(row, f, indent=1, default=str)

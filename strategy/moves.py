@@ -11,6 +11,17 @@ keep for their backward, taskrt.liveness.state_key as the memory model counts it
 proposes, for an operator drawn with probability proportional to its weights' bytes there,
 a config that splits its weights finer (SearchSpace.shard).
 
+Trades and alignment (`GuidedSpace`, the tied GPT search's space, strategy/tied.py). A
+shard move trades sample degree for a weight split; nothing took it back: halving a weight
+split alone leaves half the devices idle, so a chain that split attention 8 ways could
+not reach 4 or 2. `trade` doubles or halves a weight-splitting dim's degree and does the
+opposite to the sample degree, on the same devices (tensor for data parallelism, either
+way). `aligned` gives an operator the split its producer's output (or its consumer's
+input) has on the tensor they share, on the same devices, where the operators' labels
+(dim names per tensor axis) allow it: a linear reading a column-parallel linear's output
+becomes row parallel, the loss after a vocabulary-split output layer vocabulary-parallel,
+so no exchange is needed between them. Both only propose; the chain decides.
+
 Recomputation. `RecomputeUnits` are the segments (parallel_ops/recompute.py) a search may
 switch on and off one at a time: the distinct segments of the named plans it was given
 (for the GPT: one per transformer block, and one per attention operator). Units that share
@@ -25,8 +36,13 @@ free.
 from __future__ import annotations
 
 import random
+from math import prod
 
 from taskrt.liveness import own_bytes, state_key
+
+from .space import SearchSpace, _weight_dims
+
+TRADE, ALIGN = 0.2, 0.2      # GuidedSpace's shares of proposals: trades, alignments
 
 
 def fullest_device(result) -> int:
@@ -90,6 +106,10 @@ def shard_move(space, session, rng: random.Random):
     fullest device (module doc), or None when no operator there can be split further."""
     device = fullest_device(session.result)
     by_weight = bytes_on(session, device)[0]
+    # a session standing for a deeper model (strategy/tied.py) says how many operators
+    # each of its operators stands for: the draw weighs the full model's bytes
+    times = getattr(session, "multiplicity", {})
+    by_weight = {name: b * times.get(name, 1) for name, b in by_weight.items()}
     searchable = {op.name: op for op in space.searchable()}
     pool = [(name, b) for name, b in by_weight.items() if name in searchable]
     while pool:
@@ -103,6 +123,91 @@ def shard_move(space, session, rng: random.Random):
         if new is not None:
             return name, new
     return None
+
+
+def trade(space, op, cfg, rng: random.Random):
+    """`cfg` with a weight-splitting dim's degree doubled and the sample degree halved, or
+    the other way round, on the same devices (module doc); None when neither is allowed."""
+    current = tuple(cfg.degree(d.name) for d in op.dims)
+    sample = next((i for i, d in enumerate(op.dims) if d.kind == "sample"), None)
+    if sample is None:
+        return None
+    allowed, weight_dims, options = set(space.degree_tuples(op)), _weight_dims(op), []
+    for i, d in enumerate(op.dims):
+        if d.name not in weight_dims or i == sample:
+            continue
+        for up, down in ((i, sample), (sample, i)):
+            if current[down] % 2 == 0:
+                t = list(current)
+                t[up], t[down] = t[up] * 2, t[down] // 2
+                if tuple(t) in allowed:
+                    options.append(tuple(t))
+    if not options:
+        return None
+    return space.config(op, rng.choice(options), cfg.devices)
+
+
+def aligned(space, configs, rng: random.Random):
+    """(op name, config): an operator given the split of the tensor it shares with its
+    producer or a consumer, as that one splits it, on its devices (module doc); None when
+    no pair of operators allows it."""
+    ops = [op for op in space.searchable() if op.labels]
+    made = {}
+    for op in ops:
+        for tensor, labels in zip(op.outputs, op.labels.get("outputs", ())):
+            made[tensor.name] = (op, labels)
+    pairs = []
+    for op in ops:
+        for tensor, labels in zip(op.inputs, op.labels.get("inputs", ())):
+            if tensor.name in made:
+                producer, out_labels = made[tensor.name]
+                pairs += [(op, labels, producer, out_labels), (producer, out_labels, op, labels)]
+    rng.shuffle(pairs)
+    for op, labels, other, other_labels in pairs:
+        cfg = configs[other.name]
+        axes = [cfg.degree(name) if name else 1 for name in other_labels]
+        if len(axes) != len(labels) or any(k > 1 and not name
+                                           for k, name in zip(axes, labels)):
+            continue
+        want = {name: k for name, k in zip(labels, axes) if name}
+        t = tuple(want.get(d.name, 1) for d in op.dims)
+        if prod(t) != len(cfg.devices) or t not in set(space.degree_tuples(op)):
+            continue
+        new = space.config(op, t, cfg.devices)
+        if new != configs[op.name]:
+            return op.name, new
+    return None
+
+
+class GuidedSpace(SearchSpace):
+    """A SearchSpace whose proposals are also trades (TRADE of them) and alignments (ALIGN)
+    besides SearchSpace.propose's (module doc). With `op_weights` ({op name: weight},
+    default 1) an operator is drawn with probability proportional to its weight (the tied
+    search weighs a block's operator by the square root of the blocks it stands for)."""
+
+    def __init__(self, *args, op_weights: dict | None = None, **kw):
+        super().__init__(*args, **kw)
+        self.op_weights = dict(op_weights or {})
+
+    def draw_op(self, rng: random.Random, ops: list):
+        if not self.op_weights:
+            return rng.choice(ops)
+        return rng.choices(ops, [self.op_weights.get(op.name, 1.0) for op in ops])[0]
+
+    def propose(self, rng: random.Random, configs):
+        r = rng.random()
+        if r < TRADE:
+            ops = self.searchable()
+            for _ in range(len(ops)):
+                op = self.draw_op(rng, ops)
+                new = trade(self, op, configs[op.name], rng)
+                if new is not None:
+                    return op.name, new
+        elif r < TRADE + ALIGN:
+            move = aligned(self, configs, rng)
+            if move is not None:
+                return move
+        return super().propose(rng, configs)
 
 
 class RecomputeUnits:
@@ -179,5 +284,6 @@ class RecomputeUnits:
         return best
 
 
-__all__ = ["fullest_device", "region_owner", "bytes_on", "saved_on", "shard_move",
+__all__ = ["fullest_device", "region_owner", "bytes_on", "saved_on", "shard_move", "trade",
+           "aligned", "GuidedSpace",
            "RecomputeUnits"]

@@ -228,7 +228,7 @@ class Search:
                  temperature: float = DEFAULT_TEMPERATURE, space: SearchSpace | None = None,
                  progress=None, progress_every: float = 1.0, delta: bool = True,
                  starts: dict | None = None, recompute: dict | None = None,
-                 recompute_move: float | None = None):
+                 recompute_move: float | None = None, session_factory=None):
         if temperature <= 0:
             raise ValueError(f"search: temperature {temperature}; use a positive fraction "
                              "of the starting cost (default 0.01)")
@@ -260,6 +260,8 @@ class Search:
         self.capacity = float(sum(machine_model.device(d).memory_capacity
                                   for d in range(machine_model.num_devices)))
         self.build_s = 0.0               # the longest session build so far (module doc)
+        # makes a session: SimulationSession, or one alike (strategy/tied.py's TiedSessions)
+        self.session_factory = session_factory or SimulationSession
         self.skipped: list[str] = []
 
     def candidates(self) -> list[tuple[str, dict | None]]:
@@ -350,8 +352,8 @@ class Search:
 
     def _build(self, strategy) -> SimulationSession:
         t = _clock()
-        session = SimulationSession(self.model, self.machine_model, self.costs, strategy,
-                                    self.optimizer)
+        session = self.session_factory(self.model, self.machine_model, self.costs, strategy,
+                                       self.optimizer)
         self.build_s = max(self.build_s, _clock() - t)
         return session
 

@@ -225,7 +225,7 @@ class SearchSpace:
             raise ValueError("SearchSpace: every operator is frozen; nothing to search")
         regular = self._regular()
         for _ in range(100):
-            op = rng.choice(ops)
+            op = self.draw_op(rng, ops)
             cur = configs[op.name]
             r = rng.random()
             if r < 0.4:
@@ -237,6 +237,11 @@ class SearchSpace:
             if new != cur:
                 return op.name, new
         return op.name, new
+
+    def draw_op(self, rng: random.Random, ops: list):
+        """The operator a proposal changes: uniformly drawn (a subclass may weigh them:
+        strategy/moves.py GuidedSpace)."""
+        return rng.choice(ops)
 
     def _regular(self) -> "SearchSpace":
         if self._regular_space is None:
