@@ -172,9 +172,18 @@ class SearchSpace:
             spare = [d for d in range(devs[-1] + 1, self.n) if d not in devs] + \
                     [d for d in range(self.n) if d not in devs]
             devs = devs + spare[:p - len(devs)]
-        if "subset" not in self.families and devs != list(range(devs[0], devs[0] + p)):
+        if not self.has_devices(devs):
             devs = list(self.random_devices(p, rng))
         return self.config(op, t, devs)
+
+    def has_devices(self, devs) -> bool:
+        """Whether the device list `devs` is one of this space's families' lists."""
+        devs, p = tuple(devs), len(devs)
+        if "subset" in self.families:
+            return len(set(devs)) == p and all(0 <= d < self.n for d in devs)
+        if devs != tuple(range(devs[0], devs[0] + p)) or devs[-1] >= self.n or devs[0] < 0:
+            return False
+        return "block" in self.families or devs[0] in self.starts(p, "node")
 
     def shard(self, op, cfg: ParallelConfig, rng: random.Random) -> ParallelConfig | None:
         """A step that splits the operator's weights finer (fewer bytes on each of its

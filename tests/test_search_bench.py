@@ -109,6 +109,9 @@ def test_quick_run_searches_and_reports(tmp_path):
     assert [c["app"] for c in quality] == ["alexnet", "nmt"]
     for c in quality:
         assert c["status"] == "ok" and c["proposals"] == 12
+        assert [s["seed"] for s in c["seeds"]] == [0, 1]      # seed 0's is the cell's
+        assert c["seeds"][0]["predicted_s"] == c["searched_s"]
+        assert all(s["proposals"] == 12 and 0 < s["simulated"] <= 12 for s in c["seeds"])
         # never worse than data parallel; throughputs agree with the predicted times
         assert c["searched_sps"] >= c["dp_sps"] and c["vs_dp"] >= 1.0
         assert c["searched_sps"] == pytest.approx(c["batch"] / c["search"]["predicted_s"])
@@ -120,9 +123,19 @@ def test_quick_run_searches_and_reports(tmp_path):
     metrics = [r[0] for r in res["rows"]]
     assert any(m.startswith("finding: AlexNet") for m in metrics)
     assert any(m.startswith("search time: nmt on 4 GPUs") for m in metrics)
+    timing = next(r for r in res["rows"] if r[0].startswith("search time: nmt on 4 GPUs"))
+    assert "(seeds 0, 1)" in timing[1] and "paper (Table 5) full / delta: 40 / 16 s" in timing[2]
     assert all(len(r) == 3 for r in res["rows"])
     png = tmp_path / "figure6.png"             # matplotlib is part of the install
     assert png.is_file() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_agreement_of_seeds():
+    assert sq.agreement([{"predicted_s": 1.0}, {"predicted_s": 1.004}]) == \
+        "seeds agree (0.40% apart)"
+    assert sq.agreement([{"predicted_s": 1.0}, {"predicted_s": 1.2}]) == "seeds differ by 20.0%"
+    assert sq.agreement([{"predicted_s": 1.0}, {"predicted_s": float("inf")}]).startswith(
+        "some seed")
 
 
 def test_why_line_names_what_the_searched_strategy_saved():

@@ -229,3 +229,67 @@ def test_a_session_build_that_would_end_past_the_budget_is_not_started(setting, 
     assert re.fullmatch(r"candidate 'random 0': a session build takes up to 10\.0 s and "
                         r"(7\.9|8\.0) s were left", res.skipped[0]), res.skipped
     assert "skipped: candidate 'random 0'" in res.text()
+
+
+def test_a_restricted_space_proposes_only_its_own_configs():
+    """Neighbours in a node-aligned space stay node-aligned: halving [n=4]@0-3 may not give
+    [n=2]@1-2, a config the exhaustive search never visits (the search wasted proposals
+    outside the space it was given)."""
+    mm = machine_model("p100:2")
+    m = Model("one", seed=0)
+    m.linear(m.input("x", (16, 8)), 8, name="fc")
+    op = m.op("fc")
+    space = SearchSpace.for_machine(m, mm).restricted()
+    allowed = set(space.configs(op))
+    rng = random.Random(0)
+    cfg = SearchSpace.config(op, (8, 1, 1), range(8))
+    for _ in range(2000):
+        cfg = space.neighbor(op, cfg, rng)
+        assert cfg in allowed, cfg
+    for _ in range(300):
+        name, cfg = space.propose(rng, {"fc": cfg})
+        assert cfg in allowed, cfg
+
+
+class _Forgetful(dict):
+    """Known strategies that are never remembered: every proposal is simulated."""
+
+    def __setitem__(self, key, value):
+        pass
+
+    def setdefault(self, key, value=None):
+        return value
+
+
+def test_known_strategies_save_simulations_and_leave_the_chain_unchanged(setting,
+                                                                         monkeypatch):
+    """A proposal of a strategy simulated before is decided from its remembered cost: the
+    chain (accepted, improved, result) is the one that simulates every proposal, with fewer
+    simulations. (The stop rule, which reads the clock, is kept from firing: saved
+    simulations make a chain's time shorter.)"""
+    import strategy.search as search_module
+    monkeypatch.setattr(search_module, "MIN_PROPOSALS", 10**6)
+    m, mm, costs = setting
+    space = SearchSpace.for_machine(m, mm).restricted(frozen={"relu1", "loss"})
+    kw = dict(seed=5, space=space, optimizer=SGD(lr=0.1))
+    a = search_module.Search(m, mm, costs, **kw).run(proposals=300)
+    b = search_module.Search(m, mm, costs, **kw)
+    b.known = _Forgetful()
+    b = b.run(proposals=300)
+    assert a.configs == b.configs and a.predicted == b.predicted
+    assert [(c.name, c.proposals, c.accepted, c.improved) for c in a.candidates] == \
+        [(c.name, c.proposals, c.accepted, c.improved) for c in b.candidates]
+    assert b.simulated == b.proposals == 300 and sum(c.known for c in b.candidates) == 0
+    assert a.simulated + sum(c.known for c in a.candidates) == 300
+    assert a.simulated < 150          # 100 strategies in this space: most are known
+    assert f"{a.simulated} simulated" in a.text()
+
+
+def test_without_restarts_the_search_ends_by_the_papers_stop_rule(setting):
+    m, mm, costs = setting
+    r = search(m, mm, costs, proposals=2000, seed=0, optimizer=SGD(lr=0.1),
+               restarts=False)
+    assert [c.name for c in r.candidates] == ["data_parallel", "random 0"]
+    assert all(c.stopped_by == "no improvement" for c in r.candidates)
+    assert r.proposals == sum(c.proposals for c in r.candidates) < 2000
+    assert 0 < r.cpu_seconds and all(0 <= h[3] <= r.cpu_seconds for h in r.history)
