@@ -61,7 +61,10 @@ def test_show_and_diff(searched, tmp_path, capsys):
     sf = files.read(str(searched))
     from parallel_ops import ParallelConfig
     changed = dict(sf.configs)
-    changed["fc8"] = ParallelConfig((), (3,))
+    # fc8 unsplit on a device other than its searched config's first (the search may have
+    # put it on device 3 alone: a change must differ from it)
+    moved = 2 if sf.configs["fc8"].devices[:1] == (3,) else 3
+    changed["fc8"] = ParallelConfig((), (moved,))
     files.save_file(str(dp), files.StrategyFile(sf.model, sf.machine, changed, sf.types))
     assert main(["diff", str(searched), str(dp)]) == 0
     out = capsys.readouterr().out
