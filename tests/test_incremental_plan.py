@@ -9,13 +9,7 @@ from parallel_ops import SGD, lower
 from taskrt import Machine, Planner, plan
 
 from mpi.models import cnn, lstm_model, mlp, random_strategy
-
-
-def expanded(launch):
-    """What a launch asks for, comparable across lowerings."""
-    return (tuple(launch.devices or ()),
-            tuple(tuple((r.region.name, r.rect, r.privilege) for r in launch.requirements(c))
-                  for c in launch.colors))
+from plan_checks import assert_same_plan, expanded
 
 
 def changes(old, new):
@@ -47,10 +41,7 @@ def test_replan_equals_full_plan_after_random_changes(build, devices):
         launches, initial = changes(low, new)
         touched = planner.replace(launches, initial)
         full = plan(new.launches, machine, initial=new.initial)
-        got = planner.finish()
-        assert got.fingerprint() == full.fingerprint(), f"step {step}: {op.name}"
-        assert got.instance_rects == full.instance_rects
-        assert got.final_valid == full.final_valid
+        assert_same_plan(planner.finish(), full, f"step {step}: {op.name}")
         if launches:
             assert touched and len(touched) < len(full.regions)
         low = new

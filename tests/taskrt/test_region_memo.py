@@ -16,15 +16,9 @@ from taskrt import Machine, Planner, plan
 from taskrt.regionmemo import RegionPlan, RegionPlanMemo
 
 from mpi.models import cnn, lstm_model, mlp, random_strategy
+from plan_checks import assert_same_plan, expanded
 
 warnings.simplefilter("ignore")       # analytic-cost fallback warnings
-
-
-def expanded(launch):
-    """What a launch asks for, comparable across lowerings."""
-    return (tuple(launch.devices or ()),
-            tuple(tuple((r.region.name, r.rect, r.privilege) for r in launch.requirements(c))
-                  for c in launch.colors))
 
 
 def few_configs(model, devices: int):
@@ -62,11 +56,8 @@ def test_remembered_region_plans_equal_a_full_plan(build):
         replaced = [l for l in new.launches
                     if expanded(l) != expanded(planner.plans[planner.index[l.name]].launch)]
         planner.replace(replaced, new.initial, record_undo=True)
-        full = plan(new.launches, machine, initial=new.initial)
-        got = planner.finish()
-        assert got.fingerprint() == full.fingerprint(), f"step {step}: {name} -> {cfg}"
-        assert got.instance_rects == full.instance_rects
-        assert got.final_valid == full.final_valid
+        assert_same_plan(planner.finish(), plan(new.launches, machine, initial=new.initial),
+                         f"step {step}: {name} -> {cfg}")
         if keep:
             strategy = trial
         else:
