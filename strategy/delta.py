@@ -400,13 +400,14 @@ class SimulationSession:
             self._reset_tables()
             touched = None
         blocks = self._blocks_now()
-        remembered = self.planner.remembered_groups()
-        if len(self._sims) > 2 * (sum(len(b.sims) for b in blocks) + len(remembered)) + 1024:
+        if len(self._sims) > 2 * (sum(len(b.sims) for b in blocks) +
+                                  self.planner.num_remembered_groups) + 1024:
             # Forget the groups (and nodes) of older graphs, but for the read groups the
             # planner may take back with a remembered region plan (taskrt/regionmemo.py).
             old = self._sims
             self._sims = {g: sim for b in blocks for g, sim in zip(b.groups, b.sims)}
-            self._sims.update((g, sim) for g in remembered if (sim := old.get(g)) is not None)
+            self._sims.update((g, sim) for g in self.planner.remembered_groups()
+                              if (sim := old.get(g)) is not None)
             if len(self._infos) > 4 * sum(len(b.dur) for b in blocks) + 4096:
                 self._infos = {n: t for b in blocks for g in b.groups for n in g.nodes
                                if (t := self._infos.get(n)) is not None}

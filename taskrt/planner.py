@@ -286,8 +286,10 @@ class Planner:
                              [self._resolve(refs, node) for node, refs, _ in items],
                              staged if any(st is not None for st in staged) else None)
         # A group depends only on its nodes (their refs are to this region's nodes, whose
-        # places are stable per key, and to tasks by point), so it is kept with its list.
-        self._read_groups[id(items)] = (items, group)
+        # places are stable per key, and to tasks by point), so it is kept with its list
+        # while a memo may hand that list back (emptied with the memo; none without one).
+        if self.memo.max_nodes:
+            self._read_groups[id(items)] = (items, group)
         return group
 
     def _build_tasks(self, key: tuple) -> NodeGroup:
@@ -329,6 +331,11 @@ class Planner:
                 self._groups[key] = group
             self._new_version(key[0])
         self._stale.clear()
+
+    @property
+    def num_remembered_groups(self) -> int:
+        """len(remembered_groups()), without making the list."""
+        return len(self._read_groups)
 
     def remembered_groups(self) -> list[NodeGroup]:
         """The read groups this planner may hand out again (the current ones and those of

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+
 @dataclass(eq=False, slots=True)
 class RegionPlan:
     """What planning one region gave, aligned with its log (Planner.log[name]): per log entry,

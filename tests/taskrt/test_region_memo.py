@@ -107,3 +107,23 @@ def test_the_memo_size_comes_from_the_settings(monkeypatch):
     monkeypatch.setenv("TASKRT_PLAN_MEMO_NODES", "lots")
     with pytest.raises(Exception, match="TASKRT_PLAN_MEMO_NODES"):
         Planner(machine)
+
+
+def test_without_a_memo_the_planner_keeps_no_groups_of_old_plans():
+    """Off, nothing is remembered: no read groups are kept past their plan (a planner kept
+    every read group it ever built, a leak over a long search), and plans still equal."""
+    model, _ = mlp()
+    machine = Machine.grid(4, 1)
+    strategy = random_strategy(model, 4, seed=1)
+    low = lower(model, strategy, machine, SGD(lr=0.1))
+    planner = Planner(machine, initial=low.initial, memo=RegionPlanMemo(0))
+    for launch in low.launches:
+        planner.add_launch(launch)
+    for step, (name, cfg, _) in enumerate(proposals(model, 4, 10, seed=3)):
+        strategy = dict(strategy, **{name: cfg})
+        new = lower(model, strategy, machine, SGD(lr=0.1))
+        planner.replace([l for l in new.launches if expanded(l) !=
+                         expanded(planner.plans[planner.index[l.name]].launch)], new.initial)
+        assert_same_plan(planner.finish(), plan(new.launches, machine, initial=new.initial),
+                         f"step {step}")
+    assert planner.memo.hits == 0 and planner.num_remembered_groups == 0
