@@ -19,6 +19,7 @@ from parallel_ops.lowering import lower
 from strategy.costs import CostModel, CostWarning, Profile, ProfileError
 from strategy.simulator import NodeTimer, SimResult, simulate, trace_of
 from taskrt import Machine, plan
+from taskrt.gcpause import gc_paused
 from taskrt.taskgraph import ALLREDUCE, COPY, TASK
 from taskrt.trace import to_chrome
 
@@ -109,7 +110,8 @@ def predict(app: App, setup, optimizer, out=None) -> Prediction:
     say = (lambda text: print(text, file=out, flush=True)) \
         if out is not None and setup.rank == 0 and not config.quiet else (lambda text: None)
     t = time.perf_counter()
-    lowered = lower(net.model, setup.strategy, machine, optimizer)
+    with gc_paused():         # its requirements stay alive: see taskrt/gcpause.py
+        lowered = lower(net.model, setup.strategy, machine, optimizer)
     bar = progress_bar(out if setup.rank == 0 else None, config.quiet, "planning the graph",
                        total=len(lowered.launches), unit="launch")
     try:

@@ -61,7 +61,7 @@ class MultiheadAttention(Op):
         spec = super().part(degrees, color)
         s0, s1 = self.ranges(degrees, color)["s"]
         x = spec.inputs[0]
-        if self.params["causal"]:          # later keys are masked out: do not read them
+        if self.params["causal"] and x.hi[1] != s1:    # later keys are masked: not read
             x = Rect(x.lo, (x.hi[0], s1, x.hi[2]))
         weights = spec.weights
         if color[2] != 0:                  # out_proj's bias only in the first head part

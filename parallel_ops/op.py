@@ -121,12 +121,19 @@ class Op:
 
     @staticmethod
     def rect_for(shape, labels, ranges) -> Rect:
+        """The rect of a tensor of `shape` whose axes carry `labels` for these dim ranges.
+        A rect covering the whole tensor is the one shared Rect.from_shape(shape): the parts
+        of a launch then share it (a replicated weight's 1,024 parts are one object, whose
+        shape and hash are computed once)."""
         lo, hi = [], []
         for ext, lab in zip(shape, labels):
             a, b = ranges[lab] if lab is not None else (0, ext)
             lo.append(a)
             hi.append(b)
-        return Rect(tuple(lo), tuple(hi))
+        hi = tuple(hi)
+        if hi == shape and not any(lo):
+            return Rect.from_shape(shape)
+        return Rect(tuple(lo), hi)
 
     def part(self, degrees: Sequence[int], color: Sequence[int]) -> PartSpec:
         """Rects of one point task, derived from the labels."""

@@ -94,6 +94,7 @@ class NodeTimer:
         self._compute = {}
         self._hosts = {}
         self._copies: dict = {}       # (src, dst, bytes) -> timing: a function of the model
+        self._tasks: dict = {}        # device -> (its spec, its compute resource as a tuple)
         self.host_costs = dict(getattr(model, "host_costs", None) or {})
         # A calibrated model of several ranks: the MPI executor's ranks run what is ready.
         self.ready_order = bool(self.host_costs) and len(
@@ -150,8 +151,11 @@ class NodeTimer:
     def timing(self, node) -> tuple[float, tuple]:
         kind = node.kind
         if kind is TASK:
-            spec = self.model.device(node.device)
-            return self.costs.task_time(node, spec), (self.compute(node.device),)
+            task = self._tasks.get(node.device)
+            if task is None:
+                task = self._tasks[node.device] = (self.model.device(node.device),
+                                                   (self.compute(node.device),))
+            return self.costs.task_time(node, task[0]), task[1]
         if kind is COPY:
             key = (node.src, node.dst, node.nbytes)
             got = self._copies.get(key)
@@ -234,36 +238,54 @@ def result_of(model, start, end, busy, memory, run=None) -> SimResult:
 
 def simulate(graph, model, costs, timer: NodeTimer | None = None) -> SimResult:
     """Full simulation of one iteration of `graph` (paper Algorithm 1, FIFO in program order)."""
+    with gc_paused():      # a few objects per node that stay alive: see taskrt/gcpause.py
+        return _simulate(graph, model, costs, timer)
+
+
+def _simulate(graph, model, costs, timer: NodeTimer | None) -> SimResult:
     timer = timer or NodeTimer(model, costs)
     n = len(graph.nodes)
     resources = Resources()
-    dur = np.empty(n)
-    counts = np.empty(n, dtype=np.int64)
+    dur: list[float] = []
+    counts: list[int] = []
     res_ids: list[int] = []
-    rid = resources.id
+    # Resource ids per resource tuple: the nodes of one device, or of one pair of devices,
+    # hold the same resources (1,024 point tasks of a launch: one lookup each, not a
+    # generator over their resources).
+    ids_of: dict = {}
+
+    def ids(rs):
+        got = ids_of.get(rs)
+        if got is None:
+            got = ids_of[rs] = [resources.id(r) for r in rs]
+        return got
     with_host = bool(timer.host_costs)
-    if with_host:
-        pre_dur, post_dur = np.empty(n), np.empty(n)
-        pre_counts = np.empty(n, dtype=np.int64)
-        post_counts = np.empty(n, dtype=np.int64)
-        pre_ids: list[int] = []
-        post_ids: list[int] = []
-    for node in graph.nodes:
-        d, rs = timer.timing(node)
-        dur[node.id] = d
-        counts[node.id] = len(rs)
-        res_ids.extend(rid(r) for r in rs)
+    pre_dur, post_dur, pre_counts, post_counts = [], [], [], []
+    pre_ids: list[int] = []
+    post_ids: list[int] = []
+    timing, host_phases = timer.timing, timer.host_phases
+    for node in graph.nodes:          # in id order
+        d, rs = timing(node)
+        dur.append(d)
+        counts.append(len(rs))
+        res_ids += ids(rs)
         if with_host:
-            hd, hr, pd, pr = timer.host_phases(node)
-            pre_dur[node.id], pre_counts[node.id] = hd, len(hr)
-            post_dur[node.id], post_counts[node.id] = pd, len(pr)
-            pre_ids.extend(rid(r) for r in hr)
-            post_ids.extend(rid(r) for r in pr)
+            hd, hr, pd, pr = host_phases(node)
+            pre_dur.append(hd)
+            pre_counts.append(len(hr))
+            post_dur.append(pd)
+            post_counts.append(len(pr))
+            pre_ids += ids(hr)
+            post_ids += ids(pr)
+    dur = np.array(dur, dtype=np.float64)
+    counts = np.array(counts, dtype=np.int64)
     pred_counts = np.fromiter((len(p) for p in graph.preds), dtype=np.int64, count=n)
     preds = np.fromiter((p for ps in graph.preds for p in ps), dtype=np.int64,
                         count=int(pred_counts.sum()))
-    host = (pre_dur, pre_counts, np.array(pre_ids, dtype=np.int64), post_dur, post_counts,
-            np.array(post_ids, dtype=np.int64)) if with_host else None
+    host = (np.array(pre_dur, dtype=np.float64), np.array(pre_counts, dtype=np.int64),
+            np.array(pre_ids, dtype=np.int64), np.array(post_dur, dtype=np.float64),
+            np.array(post_counts, dtype=np.int64), np.array(post_ids, dtype=np.int64)) \
+        if with_host else None
     start, run, end, busy = timeline(dur, counts, np.array(res_ids, dtype=np.int64),
                                      csr(pred_counts), preds, resources, host,
                                      timer.ready_order)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from operator import le
 
 from .errors import PrivilegeError
 from .geometry import Rect
@@ -26,6 +27,13 @@ class Privilege(Enum):
 
 R, WD, RW, RED = Privilege.READ, Privilege.WRITE_DISCARD, Privilege.READ_WRITE, Privilege.REDUCE_SUM
 
+# Each member's value also as a plain attribute: on Python 3.11 `member.value` is a property
+# costing about five attribute reads, and every task's cost key reads it per requirement
+# (TaskNode.cost_key).
+for _p in Privilege:
+    _p.code = _p.value
+del _p
+
 
 @dataclass(frozen=True, slots=True)
 class RegionRequirement:
@@ -34,7 +42,11 @@ class RegionRequirement:
     privilege: Privilege
 
     def __post_init__(self):
-        if self.rect.ndim != len(self.region.shape) or not self.region.rect.contains(self.rect):
+        rect, shape = self.rect, self.region.shape
+        # Inside the region's rect [0, shape) (Region.rect.contains, without making the rect:
+        # lowering makes a requirement per point task and region).
+        if len(rect.lo) != len(shape) or not (rect.empty or (
+                min(rect.lo, default=0) >= 0 and all(map(le, rect.hi, shape)))):
             raise PrivilegeError(f"Requirement on '{self.region.name}': rect {self.rect} is not "
                                  f"inside the region {self.region.rect}. Clip it to the region.")
 

@@ -80,10 +80,10 @@ class TaskNode:
         out = []
         for r, t in zip(self.requirements, self.targets):
             if t is None:
-                out.append((r.privilege.value, r.rect.shape, r.region.dtype))
+                out.append((r.privilege.code, r.rect.shape, r.region.dtype))
             else:
-                out.append((r.privilege.value, r.rect.shape, r.region.dtype,
-                            tuple(target.accumulate for target in t)))
+                out.append((r.privilege.code, r.rect.shape, r.region.dtype,
+                            tuple([target.accumulate for target in t])))
         return (self.launch.cost_tag, tuple(out))
 
     def describe(self) -> str:

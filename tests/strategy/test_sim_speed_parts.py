@@ -8,7 +8,7 @@ import warnings
 
 import pytest
 
-from parallel_ops import SGD
+from parallel_ops import SGD, Model
 from parallel_ops.lowering import IncrementalLowering
 from strategy.costs import CostModel
 from strategy.delta import SimulationSession
@@ -140,3 +140,71 @@ def test_gc_paused_restores_the_collector_and_nests():
         with gc_paused():
             raise ValueError("boom")
     assert gc.isenabled()
+
+
+def test_requirement_bounds_check_equals_the_region_rect_containment():
+    """RegionRequirement checks `rect` inside its region without making the region's rect;
+    the oracle is Rect.contains (random rects, some outside, empty, or of another rank)."""
+    rng = random.Random(7)
+    region = Region("a", (5, 3, 4))
+    for _ in range(3000):
+        nd = rng.choice((3, 3, 3, 2))
+        lo = tuple(rng.randint(-2, 6) for _ in range(nd))
+        hi = tuple(rng.randint(-2, 7) for _ in range(nd))
+        rect = Rect(lo, hi)
+        inside = nd == 3 and region.rect.contains(rect)
+        if inside:
+            assert RegionRequirement(region, rect, R).rect is rect
+        else:
+            with pytest.raises(PrivilegeError, match=r"Requirement on 'a': rect .* is not "
+                                                     r"inside the region \[0:5,0:3,0:4\]"):
+                RegionRequirement(region, rect, R)
+    scalar = Region("s", ())
+    assert RegionRequirement(scalar, Rect((), ()), WD).rect == scalar.rect
+
+
+def test_whole_tensor_parts_share_one_rect():
+    """A rect covering a whole tensor (a replicated weight's, an unsplit input's) is the
+    shared Rect.from_shape: every point of a launch holds the same object."""
+    m = Model("mlp")
+    m.linear(m.input("x", (8, 6)), 4, name="fc")
+    fc = m.ops[-1]
+    specs = [fc.part((4, 1, 1), (i, 0, 0)) for i in range(4)]         # split on the batch
+    for k, w in enumerate(fc.weights):
+        assert all(s.weights[k] is Rect.from_shape(w.shape) for s in specs)
+    assert len({id(s.inputs[0]) for s in specs}) == 4
+    split = fc.part((1, 2, 1), (0, 1, 0))                             # on the outputs
+    assert split.weights[0] == Rect((2, 0), (4, 6))
+    assert split.inputs[0] is Rect.from_shape((8, 6))
+
+
+def test_simulate_and_predicts_lowering_run_with_the_collector_paused(monkeypatch):
+    """simulate() and --simulate's lowering allocate objects per node that all stay alive;
+    with the collector on, each full collection walks the whole graph (taskrt/gcpause.py)."""
+    from apps import simulate as app_simulate
+    from apps.alexnet import APP as CNN
+    from apps.startup import optimizer, setup
+    from parallel_ops import lowering
+    model = cnn()[0]
+    mm = machine_model("p100:1")
+    seen = []
+
+    class Recording(CostModel):
+        def task_time(self, node, spec):
+            seen.append(gc.isenabled())
+            return super().task_time(node, spec)
+    session = SimulationSession(model, mm, Recording(), random_strategy(model, 4, 1))
+    seen.clear()
+    from strategy.simulator import simulate
+    simulate(session.graph, mm, Recording())
+    assert seen and not any(seen) and gc.isenabled()
+    lowered_with = []
+    real_lower = lowering.lower
+
+    def lower(*a, **k):
+        lowered_with.append(gc.isenabled())
+        return real_lower(*a, **k)
+    monkeypatch.setattr(app_simulate, "lower", lower)
+    s = setup(CNN, ["--small", "--simulate", "--machine", "p100:1"])
+    app_simulate.predict(CNN, s, optimizer(s.config))
+    assert lowered_with == [False] and gc.isenabled()
