@@ -1,20 +1,25 @@
-"""How the simulator's cost grows with the GPU count: a GPT of GPT-3 2.7B's widths (width 2560,
-32 heads, sequence 2048, vocabulary 51,200) at 256, 1,024 and 4,096 simulated H100s (DGX-H100
-nodes of 8), data parallel and Megatron's tensor parallelism (t=8 within a node, data
-parallelism across), bf16 + Adam, analytic costs. The depth is cut to LAYERS blocks so that
-4,096 GPUs fit this 2-core, 24 GB machine; a block's launches are the same at every depth, so
-the nodes and the cost per node scale with the depth (the 32-block model has about 16x the
-nodes of the 2-block one).
+"""How the simulator's cost grows with the GPU count and the depth: a GPT of GPT-3 2.7B's widths
+(width 2560, 32 heads, sequence 2048, vocabulary 51,200) at 256, 1,024 and 4,096 simulated H100s
+(DGX-H100 nodes of 8), data parallel and Megatron's tensor parallelism (t=8 within a node, data
+parallelism across), bf16 + Adam, analytic costs, one sequence per GPU.
 
-Each point runs in a process of its own: build a SimulationSession (lowering, planning, cost
-keys, full simulation) twice, measured as process CPU seconds (the machine is shared; wall
-time would count other processes): the first build also counts each new cost key's FLOPs on
-meta tensors and imports numba and torch._dynamo (start-up), the second is the per-node cost
-(what a search's later builds pay). Peak RSS is the process's VmHWM, with the model and torch
-loaded first (their share is the baseline). Reported per point: nodes, CPU seconds of both
-builds, us per node, peak RSS and KB per node above the baseline.
+Two ways of building and simulating a graph, each point in a process of its own, measured as
+process CPU seconds (the machine is shared; wall time would count other processes):
+  session  the search's SimulationSession (lowering, planning, cost keys, full simulation;
+           kept for delta simulation), built twice: the first build also counts each new cost
+           key's FLOPs on meta tensors and imports numba and torch._dynamo (start-up), the
+           second is the per-node cost a search's later builds pay. Depth cut to 2 blocks so
+           that 4,096 GPUs fit this 2-core, 24 GB machine (a block's launches are the same at
+           every depth: the 32-block model has ~16x the nodes).
+  predict  what `--simulate` does (apps/simulate.py predict: lower, plan, simulate once; no
+           delta tables, about half the memory per node), once, start-up included: the
+           32-block GPT-3 2.7B itself at 1,024 GPUs (the issue's target: <= 10 s, <= 8 GB).
+Peak RSS is the process's VmHWM, with the model and torch loaded first (their share is the
+baseline). Reported per point: nodes, CPU seconds, us per node, peak RSS and KB per node
+above the baseline.
 
     python -m bench sim_scaling
+    python -m bench.sim_scaling dp 1024 32 predict     # one point, as JSON
 """
 from __future__ import annotations
 
@@ -26,8 +31,13 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 LAYERS = 2
-POINTS = [("dp", 256), ("dp", 1024), ("dp", 4096), ("megatron", 256), ("megatron", 1024)]
-QUICK_POINTS = [("dp", 8), ("dp", 16)]
+# (strategy, GPUs, blocks, path)
+POINTS = [("dp", 256, LAYERS, "session"), ("dp", 1024, LAYERS, "session"),
+          ("dp", 4096, LAYERS, "session"), ("megatron", 256, LAYERS, "session"),
+          ("megatron", 1024, LAYERS, "session"), ("dp", 1024, LAYERS, "predict"),
+          ("dp", 1024, 32, "predict"), ("megatron", 1024, 8, "predict")]
+QUICK_POINTS = [("dp", 8, LAYERS, "session"), ("dp", 16, LAYERS, "session"),
+                ("dp", 16, 4, "predict")]
 PER_GPU_BATCH = 1
 
 
@@ -39,77 +49,114 @@ def _rss_kb(field: str = "VmHWM") -> int:
     return 0
 
 
-def measure_point(kind: str, gpus: int) -> dict:
+def measure_point(kind: str, gpus: int, layers: int = LAYERS, path: str = "session") -> dict:
     """One point, in this process (run it in a fresh one: see module doc)."""
     import gc
     import time
     import warnings
     warnings.simplefilter("ignore")
+    from dataclasses import replace
     from apps.gpt import APP
-    from apps.simulate import cost_model
+    from apps.simulate import cost_model, predict
     from apps.startup import optimizer, setup
     from strategy.delta import SimulationSession
     from strategy.experts import megatron
-    s = setup(APP, ["--config", "gpt3-2.7b", "--layers", str(LAYERS), "--machine",
+    s = setup(APP, ["--config", "gpt3-2.7b", "--layers", str(layers), "--machine",
                     f"dgx-h100:{gpus // 8}", "--batch-size", str(PER_GPU_BATCH * gpus),
-                    "--dtype", "bfloat16", "--optimizer", "adam", "--simulate"])
+                    "--dtype", "bfloat16", "--optimizer", "adam", "--simulate", "--quiet"])
     model = s.network.model
     strategy = None if kind == "dp" else megatron(model, gpus, 8, tensor_parallel=8)
-    costs = cost_model(s.config, s.network)
     base_kb = _rss_kb("VmRSS")
-    t = time.process_time()
-    session = SimulationSession(model, s.machine_model, costs, strategy, optimizer(s.config))
-    first = time.process_time() - t
-    del session
-    gc.collect()
-    t = time.process_time()          # again: cost keys known, imports done
-    session = SimulationSession(model, s.machine_model, costs, strategy, optimizer(s.config))
-    cpu = time.process_time() - t
-    nodes = len(session.result.start)
+    first = None
+    if path == "predict":
+        s = replace(s, strategy=strategy or {}, strategy_name=kind)
+        t = time.process_time()
+        result = predict(APP, s, optimizer(s.config)).result
+        cpu = time.process_time() - t
+    else:
+        costs = cost_model(s.config, s.network)
+        t = time.process_time()
+        session = SimulationSession(model, s.machine_model, costs, strategy,
+                                    optimizer(s.config))
+        first = time.process_time() - t
+        del session
+        gc.collect()
+        t = time.process_time()          # again: cost keys known, imports done
+        session = SimulationSession(model, s.machine_model, costs, strategy,
+                                    optimizer(s.config))
+        cpu = time.process_time() - t
+        result = session.result
+    nodes = len(result.start)
     peak_kb = _rss_kb()
-    return {"kind": kind, "gpus": gpus, "layers": LAYERS, "nodes": nodes, "cpu_s": cpu,
-            "first_cpu_s": first,
+    return {"kind": kind, "gpus": gpus, "layers": layers, "path": path, "nodes": nodes,
+            "cpu_s": cpu, "first_cpu_s": first,
             "us_per_node": cpu / nodes * 1e6, "peak_rss_gb": peak_kb / 2 ** 20,
             "base_rss_gb": base_kb / 2 ** 20,
             "kb_per_node": (peak_kb - base_kb) / nodes,
-            "iteration_s": session.result.makespan, "valid": session.result.valid}
+            "iteration_s": result.makespan, "valid": result.valid}
 
 
-def _in_child(kind: str, gpus: int) -> dict:
-    out = subprocess.run([sys.executable, "-m", "bench.sim_scaling", kind, str(gpus)],
-                         cwd=ROOT, capture_output=True, text=True)
+def _in_child(kind: str, gpus: int, layers: int, path: str) -> dict:
+    out = subprocess.run([sys.executable, "-m", "bench.sim_scaling", kind, str(gpus),
+                          str(layers), path], cwd=ROOT, capture_output=True, text=True)
     if out.returncode != 0:
-        raise RuntimeError(f"sim_scaling {kind} @{gpus} failed:\n{out.stderr[-2000:]}")
+        raise RuntimeError(f"sim_scaling {kind} @{gpus} x{layers} {path} failed:\n"
+                           f"{out.stderr[-2000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def run(quick: bool = False) -> dict:
+def _key(r: dict) -> str:
+    return f"{r['kind']}@{r['gpus']}" + ("" if (r["layers"], r["path"]) == (LAYERS, "session")
+                                         else f"x{r['layers']}/{r['path']}")
+
+
+def _row(r: dict) -> tuple:
+    name = "data parallel" if r["kind"] == "dp" else "Megatron t=8"
+    how = ("SimulationSession: build + full simulation" if r["path"] == "session" else
+           "--simulate (lower, plan, simulate once; start-up included)")
+    first = f"; first build {r['first_cpu_s']:.1f} s" if r["first_cpu_s"] else ""
+    return (f"GPT 2.7B widths, {r['layers']} blocks, {r['gpus']} simulated H100s, {name}: "
+            f"{how}",
+            f"{r['nodes']:,} nodes, {r['cpu_s']:.1f} s CPU ({r['us_per_node']:.0f} us/node"
+            f"{first}), peak RSS {r['peak_rss_gb']:.2f} GB",
+            f"{r['kb_per_node']:.1f} KB/node over the {r['base_rss_gb']:.2f} GB of the loaded "
+            "model and torch" + ("; 32 blocks: ~16x the nodes" if r["layers"] < 32 else ""))
+
+
+def run(quick: bool = False, points=None) -> dict:
     results, rows = {}, []
-    for kind, gpus in QUICK_POINTS if quick else POINTS:
-        r = _in_child(kind, gpus)
-        results[f"{kind}@{gpus}"] = r
-        print(f"  {kind} @{gpus}: {r['nodes']} nodes, {r['cpu_s']:.1f} s CPU, "
-              f"{r['us_per_node']:.0f} us/node, peak {r['peak_rss_gb']:.2f} GB", file=sys.stderr)
-        name = "data parallel" if kind == "dp" else "Megatron t=8"
-        rows.append((f"GPT 2.7B widths, {LAYERS} blocks, {gpus} simulated H100s, {name}: "
-                     "build + full simulation",
-                     f"{r['nodes']:,} nodes, {r['cpu_s']:.1f} s CPU ({r['us_per_node']:.0f} "
-                     f"us/node; first build {r['first_cpu_s']:.1f} s), peak RSS "
-                     f"{r['peak_rss_gb']:.2f} GB",
-                     f"{r['kb_per_node']:.1f} KB/node over the {r['base_rss_gb']:.2f} GB of "
-                     "the loaded model and torch; 32 blocks: ~16x the nodes"))
-    points = list(results.values())
+    for kind, gpus, layers, path in points or (QUICK_POINTS if quick else POINTS):
+        r = _in_child(kind, gpus, layers, path)
+        results[_key(r)] = r
+        print(f"  {_key(r)}: {r['nodes']} nodes, {r['cpu_s']:.1f} s CPU, "
+              f"{r['us_per_node']:.0f} us/node, peak {r['peak_rss_gb']:.2f} GB",
+              file=sys.stderr)
+    return report(results)
+
+
+def report(results: dict) -> dict:
+    """The benchmark's entry (title, results, rows) of measured points {key: point}."""
+    points = [r for r in results.values() if isinstance(r, dict) and "nodes" in r]
+    rows = [_row(r) for r in points]
+    out = {k: r for k, r in results.items() if isinstance(r, dict) and "nodes" in r}
     for kind in ("dp", "megatron"):
-        pts = sorted((r for r in points if r["kind"] == kind), key=lambda r: r["gpus"])
+        pts = sorted((r for r in points if r["kind"] == kind and r["path"] == "session"
+                      and r["layers"] == LAYERS), key=lambda r: r["gpus"])
         if len(pts) > 1:
             lo, hi = pts[0], pts[-1]
             growth = hi["us_per_node"] / lo["us_per_node"]
-            results[f"{kind}_growth"] = growth
-            rows.append((f"GPT 2.7B widths, {kind}: per-node cost, {hi['gpus']} / "
-                         f"{lo['gpus']} GPUs", f"{growth:.2f}x",
-                         f"nodes {hi['nodes'] / lo['nodes']:.1f}x; 1.0 = linear in nodes"))
-    return {"title": "simulator scaling", "results": results, "rows": rows}
+            out[f"{kind}_growth"] = growth
+            rows.append((f"GPT 2.7B widths, {kind}: per-node cost and memory, {hi['gpus']} / "
+                         f"{lo['gpus']} GPUs", f"{growth:.2f}x us/node, "
+                         f"{hi['kb_per_node'] / lo['kb_per_node']:.2f}x KB/node",
+                         f"nodes {hi['nodes'] / lo['nodes']:.1f}x; 1.0 = linear in nodes; "
+                         + ", ".join(f"{r['gpus']}: {r['us_per_node']:.0f} us, "
+                                     f"{r['kb_per_node']:.1f} KB" for r in pts)))
+    return {"title": "simulator scaling", "results": out, "rows": rows}
 
 
 if __name__ == "__main__":
-    print(json.dumps(measure_point(sys.argv[1], int(sys.argv[2]))))
+    kind, gpus = sys.argv[1], int(sys.argv[2])
+    layers = int(sys.argv[3]) if len(sys.argv) > 3 else LAYERS
+    path = sys.argv[4] if len(sys.argv) > 4 else "session"
+    print(json.dumps(measure_point(kind, gpus, layers, path)))

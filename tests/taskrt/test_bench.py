@@ -79,5 +79,10 @@ def test_sim_scaling_quick_points_report_per_node_cost_and_its_growth():
         assert r["valid"] and r["nodes"] > 0 and r["us_per_node"] > 0 and r["first_cpu_s"] > 0
         assert r["peak_rss_gb"] >= r["base_rss_gb"] > 0
     assert big["nodes"] > small["nodes"]
+    deep = out["results"]["dp@16x4/predict"]          # --simulate's path, 4 blocks, once
+    assert deep["valid"] and deep["first_cpu_s"] is None and deep["layers"] == 4
+    assert 1.5 * big["nodes"] < deep["nodes"] < 2 * big["nodes"]
+    assert deep["iteration_s"] > big["iteration_s"]
     assert out["results"]["dp_growth"] == big["us_per_node"] / small["us_per_node"]
-    assert [row[0] for row in out["rows"]][2] == "GPT 2.7B widths, dp: per-node cost, 16 / 8 GPUs"
+    assert [row[0] for row in out["rows"]][3] == \
+        "GPT 2.7B widths, dp: per-node cost and memory, 16 / 8 GPUs"
