@@ -106,12 +106,18 @@ def cost_model(config: RunConfig, net: Network) -> CostModel:
 def predict(app: App, setup, optimizer, out=None) -> Prediction:
     """Lower, plan and simulate one iteration on the setup's machine model (a progress bar
     on `out` while the graph is planned, and its size and time once done)."""
+    # One pause of the collector over lowering, planning and simulating: they allocate
+    # objects per node that all live as long as the prediction (taskrt/gcpause.py).
+    with gc_paused(long_lived=True):
+        return _predict(app, setup, optimizer, out)
+
+
+def _predict(app: App, setup, optimizer, out) -> Prediction:
     config, net, machine, mm = setup.config, setup.network, setup.machine, setup.machine_model
     say = (lambda text: print(text, file=out, flush=True)) \
         if out is not None and setup.rank == 0 and not config.quiet else (lambda text: None)
     t = time.perf_counter()
-    with gc_paused():         # its requirements stay alive: see taskrt/gcpause.py
-        lowered = lower(net.model, setup.strategy, machine, optimizer)
+    lowered = lower(net.model, setup.strategy, machine, optimizer)
     bar = progress_bar(out if setup.rank == 0 else None, config.quiet, "planning the graph",
                        total=len(lowered.launches), unit="launch")
     try:

@@ -206,5 +206,17 @@ def test_simulate_and_predicts_lowering_run_with_the_collector_paused(monkeypatc
         return real_lower(*a, **k)
     monkeypatch.setattr(app_simulate, "lower", lower)
     s = setup(CNN, ["--small", "--simulate", "--machine", "p100:1"])
-    app_simulate.predict(CNN, s, optimizer(s.config))
+    p = app_simulate.predict(CNN, s, optimizer(s.config))
     assert lowered_with == [False] and gc.isenabled()
+    # Its graph lives on: it went straight to the oldest generation (gc_paused(long_lived)).
+    assert any(o is p.graph.nodes[-1] for o in gc.get_objects(generation=2))
+
+
+def test_long_lived_pause_moves_survivors_to_the_oldest_generation():
+    class Thing:
+        pass
+    for long_lived in (False, True):
+        with gc_paused(long_lived=long_lived):
+            thing = Thing()
+        old = any(o is thing for o in gc.get_objects(generation=2))
+        assert old == long_lived and gc.isenabled()     # else young (0, or 1 if collected)
