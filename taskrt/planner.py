@@ -86,6 +86,9 @@ class Planner:
         self._marked: set[tuple] = set()              # keys made stale since replace() began
         self._undo: PlanUndo | None = None            # see replace(record_undo=True)
         self._next_version = 0                        # the next LaunchPlan.version
+        # The launch given each version, from version _log_start on (see versions_since).
+        self._version_log: list[int] = []
+        self._log_start = 0
         self.memo = RegionPlanMemo(Settings.resolve().plan_memo_nodes) if memo is None \
             else memo
         # Read groups by the node list they were built from (id -> (list, group)): a region
@@ -108,6 +111,18 @@ class Planner:
         """Per launch: a number that changes whenever one of its groups is rebuilt or put
         back, so a consumer caching per-launch results (delta.py) sees what changed."""
         return [lp.version for lp in self.plans]
+
+    @property
+    def next_version(self) -> int:
+        """The version the next changed launch will get (a mark for versions_since)."""
+        return self._next_version
+
+    def versions_since(self, mark: int) -> list[int] | None:
+        """The launches (ascending) given a new version since next_version was `mark`, or
+        None when that is too long ago to say (then compare `versions`)."""
+        if mark < self._log_start:
+            return None
+        return sorted(set(self._version_log[mark - self._log_start:]))
 
     def _region(self, region: Region) -> RegionPlanner | None:
         known = self.regions.get(region.name)
@@ -315,6 +330,12 @@ class Planner:
     def _new_version(self, li: int) -> None:
         self.plans[li].version = self._next_version
         self._next_version += 1
+        log = self._version_log
+        log.append(li)
+        if len(log) > 4 * len(self.plans) + 1024:        # keep the newest half
+            drop = len(log) // 2
+            del log[:drop]
+            self._log_start += drop
 
     def refresh(self) -> None:
         """Rebuild the groups that changes made stale, in program order (a group resolves
