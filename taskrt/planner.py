@@ -74,6 +74,7 @@ class Planner:
         # Per region: the launches touching it, with what they ask of it, for re-planning.
         self.log: dict[str, list[tuple]] = defaultdict(list)
         self._tasks: dict[tuple[int, int], TaskNode] = {}   # reused while targets are unchanged
+        self._task_memo: dict[tuple, TaskNode] = {}       # see _task_node
         # Per region: what finish() copies into the graph, kept until the region is planned
         # again (names in _dirty).
         self._region_info: dict[str, tuple] = {}
@@ -325,7 +326,7 @@ class Planner:
             targets = tuple(targets_of[pi])
             node = self._tasks.get((li, pi))
             if node is None or node.targets != targets:
-                node = TaskNode(-1, launch, color, device, reqs, targets)
+                node = self._task_node(launch, pi, color, device, reqs, targets)
                 self._set_task((li, pi), node)
             nodes.append(node)
             preds.append(self._resolve(refs, (li, pi)))
@@ -516,6 +517,23 @@ class Planner:
                     index[launch.name].append(li)
                     index[launch.state_from].append(li)
         return sorted({li for name in names for li in index.get(name, ())})
+
+    def _task_node(self, launch: IndexLaunch, pi: int, color, device: int, reqs,
+                   targets: tuple) -> TaskNode:
+        """Point `pi` of `launch` with these Red+ targets: the node made for them before
+        while the memo remembers (a search that comes back to a config gets the launch
+        objects of then from its lowering, and so the same nodes, whose simulated costs
+        the simulator keeps), else a new one."""
+        if not self.memo.max_nodes:
+            return TaskNode(-1, launch, color, device, reqs, targets)
+        memo = self._task_memo
+        key = (launch, pi, targets)
+        node = memo.get(key)
+        if node is None:
+            if len(memo) >= self.memo.max_nodes:
+                memo.clear()
+            node = memo[key] = TaskNode(-1, launch, color, device, reqs, targets)
+        return node
 
     def _set_task(self, key: tuple, node: TaskNode | None) -> None:
         """_tasks[key] = node (None: no entry), noted for undo() while one is recorded."""
