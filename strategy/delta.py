@@ -33,7 +33,9 @@ from taskrt.taskgraph import COPY, TASK
 from .delta_memory import BufferTable
 from .simulator import NO_HOST, NodeTimer, Resources, SimResult, result_of, timeline
 
-TABLE_SLACK = 65536      # buffers the tables may hold beyond 4 per node before a restart
+# Buffers the tables may hold beyond 4 per node of the graph and one per node the planner's
+# memo remembers (a remembered copy brings its staging buffer back) before a restart.
+TABLE_SLACK = 65536
 
 
 @dataclass(eq=False, slots=True)
@@ -379,7 +381,7 @@ class SimulationSession:
         return blocks
 
     def _simulate(self, touched) -> SimResult:
-        if len(self._buffers) > 4 * self._live_nodes + TABLE_SLACK:
+        if len(self._buffers) > 4 * self._live_nodes + self.planner.memo.nodes + TABLE_SLACK:
             self._reset_tables()
             touched = None
         blocks = self._blocks_now()
@@ -391,7 +393,7 @@ class SimulationSession:
             self._sims = {g: sim for b in blocks for g, sim in zip(b.groups, b.sims)}
             self._sims.update((g, sim) for g in self.planner.remembered_groups()
                               if (sim := old.get(g)) is not None)
-            if len(self._infos) > 4 * sum(len(b.dur) for b in blocks) + 4096:
+            if len(self._infos) > 4 * self._live_nodes + TABLE_SLACK:
                 self._infos = {n: t for b in blocks for g in b.groups for n in g.nodes
                                if (t := self._infos.get(n)) is not None}
         a, lens = self._joined.arrays, self._joined.lens
