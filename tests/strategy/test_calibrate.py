@@ -48,7 +48,9 @@ def test_calibrate_fits_host_costs_and_task_times(traces):
     runs = load_runs(traces)
     keys = {n.cost_key for r in runs for n in r.graph.nodes if n.kind == "task"}
     assert keys == set(profile.keys("cpu"))
-    assert len(fit.residuals) == 2 and fit.factor > 0
+    # one process: its one thread's work x the contention is the iteration, no factor
+    # (a fitted one held the calibrating runs' noise: 1.06-1.17 on 1 process x 2 devices)
+    assert len(fit.residuals) == 2 and fit.factor == 1.0
     assert "host costs per node kind" in fit.text() and "residuals" in fit.text()
 
 
