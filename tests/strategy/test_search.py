@@ -293,3 +293,28 @@ def test_without_restarts_the_search_ends_by_the_papers_stop_rule(setting):
     assert all(c.stopped_by == "no improvement" for c in r.candidates)
     assert r.proposals == sum(c.proposals for c in r.candidates) < 2000
     assert 0 < r.cpu_seconds and all(0 <= h[3] <= r.cpu_seconds for h in r.history)
+
+
+def test_collections_that_find_no_garbage_come_less_often(setting):
+    """A collection costs 10-40 ms even when nothing is garbage (the exhaustive check's
+    models make none): the interval doubles after each such one, and is back to GC_EVERY
+    after one that found garbage."""
+    import gc
+
+    import strategy.search as search_module
+    m, mm, costs = setting
+    s = search_module.Search(m, mm, costs, seed=0, optimizer=SGD(lr=0.1))
+    gc.collect()
+    s._collect()
+    s._collect()
+    assert s.gc_every == 4 * search_module.GC_EVERY
+    assert s.next_gc == s.simulated + s.gc_every
+    for _ in range(20):
+        s._collect()
+    assert s.gc_every == search_module.GC_EVERY_MOST
+    cycle = [1]
+    cycle.append(cycle)
+    del cycle
+    s._collect()
+    assert s.gc_every == search_module.GC_EVERY
+    gc.unfreeze()

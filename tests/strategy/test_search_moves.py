@@ -73,6 +73,29 @@ def test_shard_move_splits_the_weights_on_the_fullest_device_finer():
     assert space.shard(m.op("h0/add_1"), session.configs["h0/add_1"], rng) is None
 
 
+def test_bytes_on_is_kept_per_state_and_follows_changes_and_undos():
+    """An out-of-memory chain asks bytes_on for the same state proposal after proposal: the
+    answer is kept, and recounted once a change or an undo makes another state."""
+    from strategy.moves import _bytes_on
+    m, mm = gpt(2), lab(uniform=True)
+    session = SimulationSession(m, mm, CostModel(), None, Adam())
+    space = SearchSpace.for_machine(m, mm)
+    rng = random.Random(1)
+    device = max(session.result.memory, key=session.result.memory.get)
+    first = bytes_on(session, device)
+    assert bytes_on(session, device) is first            # same state: not walked again
+    other = 0 if device else 1                          # another device: counted anew
+    assert bytes_on(session, other) is not first
+    assert bytes_on(session, other) == _bytes_on(session, other)
+    for k in range(6):
+        name, cfg = shard_move(space, session, rng)
+        session.change(name, cfg)
+        assert bytes_on(session, device) == _bytes_on(session, device)
+        if k % 2:
+            session.undo()
+            assert bytes_on(session, device) == _bytes_on(session, device)
+
+
 def test_shard_move_splits_a_convolution_which_gives_no_labels():
     # conv2d computes every part's rects itself (labels None): its weights split along its
     # parameter (output channels) and reduction (input channels) dims. Crashed the search
