@@ -72,6 +72,13 @@ candidate, a restart or a recomputation move is skipped instead (`skipped` in th
 says what was). The first candidate's first session is always built, so a search takes at
 least one build. (A 150 s search of GPT 1.7B on 32 GPUs ran 585 s before this rule.)
 
+Session builds. A chain after the first starts from the last chain's session, changed
+operator by operator to its start (`_reach`: every change a delta simulation), when that
+many changes cost less CPU time than a session build by the means measured so far (a
+restart from the best differs from the last chain's end in a few operators; on the
+exhaustive check's models a build costs as much as 6-10 changes); otherwise, and with
+recomputation, a new session is built.
+
 Candidates. The search starts from data parallelism, then the expert strategy when one is
 given, then any other named `starts` (a strategy file), then `random_starts` random ones, and searches each in turn with an even share
 of what is left of the budget (time in seconds and/or number of proposals). A candidate stops
@@ -293,6 +300,10 @@ class Search:
         self.known: dict = {}
         self.simulated = 0
         self.gc_every = self.next_gc = GC_EVERY    # see _collect
+        # Session builds and changes, their CPU seconds (module doc, "Session builds")
+        self.build_cpu, self.build_count, self.change_cpu, self.change_count = 0.0, 0, 0.0, 0
+        self.last_session = None      # the last chain's session, for _reach
+        self.reached = 0              # chains whose start was reached by changes
 
     def candidates(self) -> list[tuple[str, dict | None]]:
         out = [("data_parallel", None)]
@@ -382,10 +393,12 @@ class Search:
         return list(dict.fromkeys(self.units.plans.values())) if self.units else None
 
     def _build(self, strategy) -> SimulationSession:
-        t = _clock()
+        t, cpu = _clock(), time.process_time()
         session = self.session_factory(self.model, self.machine_model, self.costs, strategy,
                                        self.optimizer)
         self.build_s = max(self.build_s, _clock() - t)
+        self.build_cpu += time.process_time() - cpu
+        self.build_count += 1
         return session
 
     def _session(self, strategy, states=None, budget: Budget | None = None
@@ -429,8 +442,9 @@ class Search:
                cooling: float = 1.0) -> CandidateRun:
         t_start = _clock()
         # every plan for a new candidate, the best's state for a restart from the best
-        session = self._session(strategy, [self.best_state] if name.startswith("best")
-                                else self._plan_states(), budget)
+        session = self._reach(strategy) or self._session(
+            strategy, [self.best_state] if name.startswith("best") else self._plan_states(),
+            budget)
         gc.freeze()             # the periodic collections skip what exists now (module doc)
         secs, props = budget.share(left)     # after the build: each chain gets to search
         t0 = _clock()
@@ -487,7 +501,7 @@ class Search:
                                              [self.units.toggle(self.state, move[1])])
                     result = session.result
                 elif self.delta:
-                    result = session.change(move[1], move[2])
+                    result = self._change(session, move[1], move[2])
                 else:
                     session = self._session(_with(session.configs, move[1], move[2]))
                     result = session.result
@@ -523,7 +537,44 @@ class Search:
                                    current=cur, best=self.best))
         run.seconds = _clock() - t_start
         run.over_bytes = max(session.result.over_capacity.values(), default=0)
+        self.last_session = session
         return run
+
+    def _reach(self, strategy) -> SimulationSession | None:
+        """The last chain's session changed, operator by operator, to `strategy` (every
+        operator it does not name data parallel), when that costs less CPU time than a
+        session build by the measured means; else None (module doc, "Session builds")."""
+        session = self.last_session
+        if session is None or self.units is not None or not self.delta \
+                or not self.change_count:
+            return None
+        try:
+            target = resolve_configs(self.model, strategy, self.machine_model.taskrt_machine())
+        except ConfigError:
+            return None
+        todo = [(name, cfg) for name, cfg in target.items() if session.configs[name] != cfg]
+        if not self._cheaper_by_changes(len(todo)):
+            return None
+        self.last_session = None
+        try:
+            for name, cfg in todo:
+                self._change(session, name, cfg)
+        except (ConfigError, PlanError):
+            return None
+        self.reached += 1
+        return session
+
+    def _cheaper_by_changes(self, n: int) -> bool:
+        """Whether n changes cost less CPU time than a session build, by the means so far."""
+        return n * self.change_cpu / self.change_count < self.build_cpu / self.build_count
+
+    def _change(self, session, name: str, cfg):
+        """session.change, its CPU time counted (see _cheaper_by_changes)."""
+        t = time.process_time()
+        result = session.change(name, cfg)
+        self.change_cpu += time.process_time() - t
+        self.change_count += 1
+        return result
 
     def _collect(self) -> None:
         """A garbage collection (module doc); the next one GC_EVERY simulations later, or

@@ -318,3 +318,29 @@ def test_collections_that_find_no_garbage_come_less_often(setting):
     s._collect()
     assert s.gc_every == search_module.GC_EVERY
     gc.unfreeze()
+
+
+def test_a_chain_started_by_changing_the_last_session_walks_as_after_a_build(setting,
+                                                                            monkeypatch):
+    """Restarts and the random candidate reach their start by changing the last chain's
+    session (Search._reach) when that is cheaper than a build: the chains are the ones
+    that build every start. (The clock is driven by the test, one tick per simulated
+    proposal, so the stop rule fires at the same proposals in both searches.)"""
+    import strategy.search as search_module
+    m, mm, costs = setting
+    space = SearchSpace.for_machine(m, mm).restricted(frozen={"relu1"})
+    runs = []
+    for reach in (False, True):
+        monkeypatch.setattr(search_module, "_clock", lambda: s.simulated * 1e-3)
+        monkeypatch.setattr(search_module.Search, "_cheaper_by_changes",
+                            lambda self, n: reach)
+        s = search_module.Search(m, mm, costs, seed=3, space=space, optimizer=SGD(lr=0.1),
+                                 starts={"fc1 only": {"fc1": space.config(
+                                     m.op("fc1"), (1, 1, 2), (0, 1))}})
+        r = s.run(proposals=400)
+        runs.append((r, s.reached))
+    (built, none), (reached, count) = runs
+    assert none == 0 and count >= 3 and len(reached.candidates) >= 5
+    assert [(c.name, c.start, c.proposals, c.accepted, c.best) for c in reached.candidates] \
+        == [(c.name, c.start, c.proposals, c.accepted, c.best) for c in built.candidates]
+    assert reached.configs == built.configs and reached.predicted == built.predicted
