@@ -11,16 +11,19 @@ full simulation instead: the same chain, for measuring what delta saves.
 
 Garbage collection. Every change allocates a graph's worth of long-lived objects, which sets
 off full collections of the whole heap many times per proposal (a tenth of the search time).
-The search runs with the collector paused (taskrt/gcpause.py) and collects every GC_EVERY
-simulated proposals instead (twice as long after each collection that found no garbage, up
-to GC_EVERY_MOST: on the exhaustive check's small models no proposal leaves any, and the
-collections, 10-40 ms each, took 11% of the search's CPU time); a chain freezes the heap once its session is built (gc.freeze: torch,
-the model and the session's ~1M objects), so those collections walk only what proposals
-made (0.19 s instead of 1.6 s at Inception-v3 on 16 GPUs), and freezes again after each
-collection: what survives one (accepted graphs, the planner's remembered region plans) is not
-walked by the next (before, they took 50 of 271 CPU s of an 800-proposal search of
-Inception-v3 @16 under the profiler, and grew with the search). The search unfreezes at
-the end.
+The search runs with the collector paused (taskrt/gcpause.py); a chain freezes the heap once
+its session is built (gc.freeze: torch, the model and the session's ~1M objects), and the
+search freezes it again every GC_EVERY simulated proposals: what survives (accepted graphs,
+the planner's remembered region plans) is never walked again (before, those objects took 50
+of 271 CPU s of an 800-proposal search of Inception-v3 @16 under the profiler). A collection
+walks what was made since the last freeze, so its cost is proportional to the proposals
+since then (Inception-v3 @16: ~0.2 s per 32 proposals, 12-14% of the search's CPU time),
+and it comes before some of these freezes only: every GC_EVERY simulations at first, and
+twice as long after each collection that found little garbage (under GC_LITTLE objects in
+its GC_EVERY proposals; at most GC_EVERY_MOST apart). Garbage frozen unfound in between is
+collected after the search (it unfreezes at the end). Measured (2026-12-02): the exhaustive
+check's models leave no garbage at all, Inception-v3 @16 300-500 objects per 32 proposals
+(torch's pytree closures, a few bytes each).
 
 Known strategies. The simulation is deterministic, so the search remembers the cost of
 every strategy it has simulated (keyed by the XOR of its (operator, config) hashes and the
@@ -117,8 +120,9 @@ MEMORY_MOVE = 0.75           # share of an out-of-memory chain's proposals aimed
 RECOMPUTE_MOVE = 0.05        # the most a default chain gives to switching recomputation
 OVER_MEMORY_RANK = 1e6       # seconds; see `ranked`
 _clock = time.perf_counter   # the search's clock (a test drives it)
-GC_EVERY = 32                # simulations between garbage collections (module doc) ...
-GC_EVERY_MOST = 1024         # ... up to this many while collections find no garbage
+GC_EVERY = 32                # simulations between freezes of the heap (module doc) ...
+GC_EVERY_MOST = 1024         # ... and between collections, at most this many
+GC_LITTLE = 1000             # a collection that found fewer objects found little garbage
 MIN_PROPOSALS = 50           # the stop rule waits for this many proposals, or one per
                              # searchable operator when there are more
 
@@ -299,7 +303,7 @@ class Search:
         # (makespan, rank), or None for one the runtime could not plan.
         self.known: dict = {}
         self.simulated = 0
-        self.gc_every = self.next_gc = GC_EVERY    # see _collect
+        self.gc_every = self.next_gc = self.next_freeze = GC_EVERY    # see _collect
         # Session builds and changes, their CPU seconds (module doc, "Session builds")
         self.build_cpu, self.build_count, self.change_cpu, self.change_count = 0.0, 0, 0.0, 0
         self.last_session = None      # the last chain's session, for _reach
@@ -492,7 +496,7 @@ class Search:
                     run.known += 1      # unplannable, or simulated before and rejected now
                     continue
             self.simulated += 1
-            if self.simulated >= self.next_gc:
+            if self.simulated >= self.next_freeze:
                 self._collect()
             before = session, self.state
             try:
@@ -577,13 +581,16 @@ class Search:
         return result
 
     def _collect(self) -> None:
-        """A garbage collection (module doc); the next one GC_EVERY simulations later, or
-        twice as many as this one waited (at most GC_EVERY_MOST) when this one found no
-        garbage."""
-        found = gc.collect()
+        """Freeze the heap, after a garbage collection when one is due (module doc): the next
+        one GC_EVERY simulations later, or twice as many as this one waited (at most
+        GC_EVERY_MOST) when this one found little garbage."""
+        if self.simulated >= self.next_gc:
+            found = gc.collect()
+            self.gc_every = GC_EVERY if found >= GC_LITTLE else \
+                min(2 * self.gc_every, GC_EVERY_MOST)
+            self.next_gc = self.simulated + self.gc_every
         gc.freeze()             # what survived (kept plans, region plans) is not walked again
-        self.gc_every = GC_EVERY if found else min(2 * self.gc_every, GC_EVERY_MOST)
-        self.next_gc = self.simulated + self.gc_every
+        self.next_freeze = self.simulated + GC_EVERY
 
     def _accept(self, r: float, cur: float, fits: bool, cooling: float) -> bool:
         """The Metropolis rule on ranks: out of memory the chain only goes downhill (into
