@@ -485,8 +485,10 @@ class Search:
             if run.proposals >= props:
                 run.stopped_by = "proposals"
                 break
-            if run.proposals >= patience and best_at_t < elapsed / 2 \
-                    and best_at_p < run.proposals / 2:
+            # the paper's rule, half of the time without improvement, or of the proposals: a
+            # chain stuck among known strategies proposes them almost for free
+            if run.proposals >= patience and (best_at_t < elapsed / 2
+                                              or best_at_p < run.proposals / 2):
                 run.stopped_by = "no improvement"
                 break
             move = self._propose(session, fits, self._can_build(budget))

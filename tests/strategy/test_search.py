@@ -376,3 +376,18 @@ def test_the_temperature_is_a_fraction_of_one_operators_share_of_the_time(settin
     n = len(space.searchable())
     assert n == len(m.ops) - 1
     assert r.beta == pytest.approx(n / (0.02 * r.baselines["data_parallel"]))
+
+
+def test_a_chain_stops_when_half_its_proposals_brought_no_improvement(setting, monkeypatch):
+    """The paper's stop rule, half the time without improvement, or half the proposals: a
+    chain in a local optimum whose neighbours are all known strategies proposes them
+    almost for free (no simulation), so its time hardly grows (here, with the clock
+    stopped, not at all) while its proposals are spent."""
+    import strategy.search as search_module
+    monkeypatch.setattr(search_module, "_clock", lambda: 0.0)
+    m, mm, costs = setting
+    space = SearchSpace.for_machine(m, mm).restricted(frozen={"relu1", "loss"})
+    r = search(m, mm, costs, proposals=3000, seed=0, optimizer=SGD(lr=0.1), space=space,
+               restarts=False)
+    assert [c.stopped_by for c in r.candidates] == ["no improvement"] * 2
+    assert r.proposals < 1000
