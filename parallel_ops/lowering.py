@@ -373,16 +373,18 @@ class _Lowering:
             out += part.backward[len(part.recompute):]
         return out
 
-    def merged_initial(self, parts: dict[str, OpLaunches], names=None) -> dict[str, dict]:
+    def merged_initial(self, parts: dict[str, OpLaunches], names=None, ops=None,
+                       weights=None) -> dict[str, dict]:
         """Where data starts, per region name: every operator's forward pieces, then the
         pieces of updated weights and their optimizer state at their updates (for the
-        regions in the set `names` only, when given)."""
+        regions in the set `names` only, when given; `ops` and `weights`: the operators and
+        weights, in the model's order, that may name them, when known)."""
         initial: dict[str, dict] = {}
-        for op in self.model.ops:
+        for op in (self.model.ops if ops is None else ops):
             fwd = parts[op.name].initial_forward
             for name in (fwd if names is None else [n for n in fwd if n in names]):
                 initial.setdefault(name, {}).update(fwd[name])
-        for w in self.model.weights:
+        for w in (self.model.weights if weights is None else weights):
             owner = parts[w.owner.name]
             if w.name not in owner.updates:
                 continue
@@ -426,8 +428,16 @@ def lower(model: Model, strategy: Mapping[str, ParallelConfig] | None, machine: 
     return lowering.assemble(parts, configs)
 
 
+REMEMBERED_PARTS = 4096     # OpLaunches an IncrementalLowering keeps for configs it may see again
+
+
 class IncrementalLowering:
-    """Lowering that re-lowers only the operator whose config changed (for the search)."""
+    """Lowering that re-lowers only the operator whose config changed (for the search).
+
+    An operator's launches under a config are a function of the two, so the lowering keeps
+    those it made (up to REMEMBERED_PARTS, then it starts again): a search coming back to a
+    config gets the same launch objects, and the planner the same task nodes
+    (Planner._task_node), so nothing about them is computed again."""
 
     def __init__(self, model: Model, strategy, machine: Machine, optimizer=None,
                  training: bool = True):
@@ -435,6 +445,31 @@ class IncrementalLowering:
         self.configs = resolve_configs(model, strategy, machine)
         self.lowering = _Lowering(model, machine, optimizer, training)
         self.parts = {op.name: self.lowering.op(op, self.configs[op.name]) for op in model.ops}
+        self._made = {(name, self.configs[name]): part for name, part in self.parts.items()}
+        # Region name -> the operators whose initial_forward names it, and the weights it is
+        # or is optimizer state of (for initial_of).
+        self._ops = {op.name: op for op in model.ops}
+        self._position = {op.name: k for k, op in enumerate(model.ops)}
+        self._weights: dict[str, list] = {}
+        self._weight_position = {id(w): k for k, w in enumerate(model.weights)}
+        for w in model.weights:
+            for name in [w.name] + [s.name for s in self.lowering.state_regions.get(w.name, ())]:
+                self._weights.setdefault(name, []).append(w)
+        self._readers: dict[str, set[str]] = {}
+        for name, part in self.parts.items():
+            self._note_readers(name, part, True)
+
+    def _note_readers(self, op_name: str, part: OpLaunches, add: bool) -> None:
+        for name in part.initial_forward:
+            if add:
+                self._readers.setdefault(name, set()).add(op_name)
+            else:
+                self._readers[name].discard(op_name)
+
+    def _set(self, op_name: str, cfg: ParallelConfig, part: OpLaunches) -> None:
+        self._note_readers(op_name, self.parts[op_name], False)
+        self._note_readers(op_name, part, True)
+        self.configs[op_name], self.parts[op_name] = cfg, part
 
     def lowered(self) -> Lowered:
         return self.lowering.assemble(self.parts, self.configs)
@@ -442,18 +477,29 @@ class IncrementalLowering:
     def initial_of(self, names: set[str]) -> dict:
         """lowered().initial for the regions named in `names` that an operator's launches
         (OpLaunches.initial_forward / initial_update) name, without lowering the rest."""
-        merged = self.lowering.merged_initial(self.parts, names)
+        readers = self._readers
+        ops = sorted({op for name in names for op in readers.get(name, ())},
+                     key=self._position.__getitem__)
+        weights = {id(w): w for name in names for w in self._weights.get(name, ())}
+        merged = self.lowering.merged_initial(
+            self.parts, names, [self._ops[name] for name in ops],
+            sorted(weights.values(), key=lambda w: self._weight_position[id(w)]))
         regions = self.lowering.regions
         return {regions[name]: list(pieces) for name, pieces in merged.items()}
 
     def change(self, op_name: str, cfg: ParallelConfig) -> OpLaunches:
         """Give one operator a new config; returns its new launches."""
-        op = self.model.op(op_name)
-        validate(op, cfg, self.machine)
-        part = self.lowering.op(op, cfg)
-        self.configs[op_name], self.parts[op_name] = cfg, part
+        part = self._made.get((op_name, cfg))
+        if part is None:
+            op = self.model.op(op_name)
+            validate(op, cfg, self.machine)
+            part = self.lowering.op(op, cfg)
+            if len(self._made) >= REMEMBERED_PARTS:
+                self._made.clear()
+            self._made[op_name, cfg] = part
+        self._set(op_name, cfg, part)
         return part
 
     def restore(self, op_name: str, cfg: ParallelConfig, part: OpLaunches) -> None:
         """Put back an operator's earlier config and the launches change() returned for it."""
-        self.configs[op_name], self.parts[op_name] = cfg, part
+        self._set(op_name, cfg, part)

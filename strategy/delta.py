@@ -16,7 +16,7 @@ object view (`graph`) is built only when asked for.
 """
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import defaultdict
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,31 +25,17 @@ from parallel_ops.lowering import IncrementalLowering
 from parallel_ops.optim import SGD
 from taskrt import Planner
 from taskrt.gcpause import gc_paused
-from taskrt.liveness import (INSTANCE, PARTIAL, STAGING, STATE, buffers_of, is_small,
-                             own_bytes, peak_bytes_of_users, results_of, task_reads_writes)
+from taskrt.liveness import (INSTANCE, PARTIAL, STAGING, buffers_of, own_bytes, results_of,
+                             task_reads_writes)
 from taskrt.nodegroups import GroupRun, join, resolve
 from taskrt.taskgraph import COPY, TASK
 
+from .delta_memory import BufferTable
 from .simulator import NO_HOST, NodeTimer, Resources, SimResult, result_of, timeline
 
-TABLE_SLACK = 65536      # buffers the tables may hold beyond 4 per node before a restart
-
-
-class _Column:
-    """A list of numbers that also hands them out as a numpy array, converting only what
-    was appended since the last call."""
-    __slots__ = ("items", "_array")
-
-    def __init__(self, dtype):
-        self.items: list = []
-        self._array = np.zeros(0, dtype=dtype)
-
-    def array(self) -> np.ndarray:
-        done = len(self._array)
-        if len(self.items) > done:
-            self._array = np.concatenate([self._array, np.array(self.items[done:],
-                                                                dtype=self._array.dtype)])
-        return self._array
+# Buffers the tables may hold beyond 4 per node of the graph and one per node the planner's
+# memo remembers (a remembered copy brings its staging buffer back) before a restart.
+TABLE_SLACK = 65536
 
 
 @dataclass(eq=False, slots=True)
@@ -135,6 +121,16 @@ class _Joined:
             self.arrays[f] = np.concatenate(pieces)
 
 
+def _count(counts: dict, names, step: int) -> None:
+    """Add `step` to the count of each name, keeping only counts above 0."""
+    for name in names:
+        c = counts.get(name, 0) + step
+        if c > 0:
+            counts[name] = c
+        else:
+            del counts[name]
+
+
 class SimulationSession:
     def __init__(self, model, machine_model, costs, strategy=None, optimizer=None):
         self.model, self.machine_model, self.costs = model, machine_model, costs
@@ -162,20 +158,15 @@ class SimulationSession:
         self._infos: dict = {}           # node -> what it adds to its group (_node_info)
         self._copy_infos: dict = {}      # copy key -> the same, shared (_copy_info)
         self._sims: dict = {}            # NodeGroup -> _GroupSim
-        # Buffers (taskrt.liveness keys) as dense ids: device, region index, bytes.
-        self._buffer_ids: dict = {}
-        self._buf_dev, self._buf_region = _Column(np.int64), _Column(np.int64)
-        self._buf_bytes, self._buf_staging = _Column(np.int64), _Column(bool)
-        self._buf_state = _Column(bool)          # saved state: always a temporary
-        self._region_index: dict[str, int] = {}
+        self._buffers = BufferTable(len(self.machine.devices))   # buffers as dense ids
         # Per launch, its groups' arrays joined (_LaunchBlock), and over all of them the
-        # counts of regions read by writing tasks (see _kept_regions).
+        # counts of regions read by writing tasks (see _kept_regions; only counts above 0).
         self._blocks: list[_LaunchBlock] = []
         self._joined: _Joined | None = None
-        self._read_by_writers: Counter = Counter()
+        self._version_mark = 0                       # Planner.next_version when last synced
+        self._num_block_sims = 0                     # sum(len(b.sims) for b in _blocks)
+        self._read_by_writers: dict[str, int] = {}
         self._writers_of: dict = defaultdict(dict)   # region -> {group sim: its reads}
-        # Per region: its instance and partial-sum buffers as (ids, devices, bytes).
-        self._region_buffers: dict[str, tuple] = {}
         self._live_nodes = 0
 
     @property
@@ -207,7 +198,8 @@ class SimulationSession:
                 initial = lowering.initial_of(names)
                 replaced = True
                 touched = self.planner.replace(launches, initial, record_undo=True)
-                before[4].update((name, self._region_buffers.get(name)) for name in touched)
+                regions = self._buffers.regions
+                before[4].update((name, regions.get(name)) for name in touched)
                 self._graph = None
                 self.result = self._simulate(touched)
             except BaseException:
@@ -232,12 +224,8 @@ class SimulationSession:
             self.planner.undo()
         for name, entry in region_buffers.items():
             if epoch != self._epoch:            # the tables were started again since
-                if name in self.planner.planners:
-                    self._region_buffers[name] = self._region_buffer_arrays(name)
-            elif entry is None:
-                self._region_buffers.pop(name, None)
-            else:
-                self._region_buffers[name] = entry
+                entry = self._region_buffer_arrays(name)
+            self._buffers.set_region(name, entry, bool(self.planner.initial.get(name)))
         # The graph object of before is not reused: a later finish() gave its nodes new ids.
         self.result, self._graph = result, None
 
@@ -249,19 +237,7 @@ class SimulationSession:
 
     # -- per group ---------------------------------------------------------------------------
     def _buffer(self, key, nbytes: int) -> int:
-        b = self._buffer_ids.get(key)
-        if b is None:
-            b = self._buffer_ids[key] = len(self._buf_dev.items)
-            self._buf_dev.items.append(key[2])
-            name = key[1]
-            r = self._region_index.get(name)
-            if r is None:
-                r = self._region_index[name] = len(self._region_index)
-            self._buf_region.items.append(r)
-            self._buf_bytes.items.append(nbytes)
-            self._buf_staging.items.append(key[0] == STAGING)
-            self._buf_state.items.append(key[0] == STATE)
-        return b
+        return self._buffers.id(key, nbytes)
 
     def _node_info(self, node, staged) -> tuple:
         """(duration, resource ids, buffer ids, regions read, regions written: a task's
@@ -333,8 +309,12 @@ class SimulationSession:
                          frozenset(read_by_writers), reads_of_writers,
                          _host_arrays([r[5] for r in rows]) if self.timer.host_costs else None)
 
-    def _region_buffer_arrays(self, name: str) -> tuple:
-        rp = self.planner.planners[name]
+    def _region_buffer_arrays(self, name: str) -> tuple | None:
+        """Region `name`'s instance and partial-sum buffers (ids, devices, bytes), or None
+        when the planner has no such region (any more)."""
+        rp = self.planner.planners.get(name)
+        if rp is None:
+            return None
         ids, devs, sizes = [], [], []
         for kind, rects in ((INSTANCE, rp.instance_rects), (PARTIAL, rp.partial_rects)):
             for dev, rect in rects.items():
@@ -371,21 +351,26 @@ class SimulationSession:
         known = len(blocks)
         changed = []
         counts, writers = self._read_by_writers, self._writers_of
-        for li, version in enumerate(planner.versions):
+        since = planner.versions_since(self._version_mark) if known else None
+        self._version_mark = planner.next_version
+        for li in (range(len(planner.plans)) if since is None else since):
+            version = planner.plans[li].version
             if li < known and blocks[li].version == version:
                 continue
             new = self._block(li, version)
             if li < known:
                 changed.append(li)
                 for s in blocks[li].sims:
-                    counts.subtract(s.read_by_writers)
+                    _count(counts, s.read_by_writers, -1)
                     for written in s.reads_of_writers:
                         del writers[written][s]
+                self._num_block_sims -= len(blocks[li].sims)
                 blocks[li] = new
             else:
                 blocks.append(new)
+            self._num_block_sims += len(new.sims)
             for s in new.sims:
-                counts.update(s.read_by_writers)
+                _count(counts, s.read_by_writers, 1)
                 for written, reads in s.reads_of_writers.items():
                     writers[written][s] = reads
         if self._joined is None or len(blocks) != known or 4 * len(changed) > len(blocks):
@@ -396,11 +381,11 @@ class SimulationSession:
         return blocks
 
     def _simulate(self, touched) -> SimResult:
-        if len(self._buffer_ids) > 4 * self._live_nodes + TABLE_SLACK:
+        if len(self._buffers) > 4 * self._live_nodes + self.planner.memo.nodes + TABLE_SLACK:
             self._reset_tables()
             touched = None
         blocks = self._blocks_now()
-        if len(self._sims) > 2 * (sum(len(b.sims) for b in blocks) +
+        if len(self._sims) > 2 * (self._num_block_sims +
                                   self.planner.num_remembered_groups) + 1024:
             # Forget the groups (and nodes) of older graphs, but for the read groups the
             # planner may take back with a remembered region plan (taskrt/regionmemo.py).
@@ -408,7 +393,7 @@ class SimulationSession:
             self._sims = {g: sim for b in blocks for g, sim in zip(b.groups, b.sims)}
             self._sims.update((g, sim) for g in self.planner.remembered_groups()
                               if (sim := old.get(g)) is not None)
-            if len(self._infos) > 4 * sum(len(b.dur) for b in blocks) + 4096:
+            if len(self._infos) > 4 * self._live_nodes + TABLE_SLACK:
                 self._infos = {n: t for b in blocks for g in b.groups for n in g.nodes
                                if (t := self._infos.get(n)) is not None}
         a, lens = self._joined.arrays, self._joined.lens
@@ -427,42 +412,18 @@ class SimulationSession:
         data, the graph's results (regions no writing task reads) and what the tasks writing
         a result read (from the counts _blocks_now keeps)."""
         writers = self._writers_of
-        kept = results_of(self.planner.regions, +self._read_by_writers,
+        kept = results_of(self.planner.regions, self._read_by_writers,
                           lambda name: writers[name].values() if name in writers else ())
-        return kept | {name for name, pieces in self.planner.initial.items() if pieces}
+        return kept | self._buffers.initial_names
 
     def _memory(self, touched, start, end) -> dict[int, int]:
-        """memory_per_device(self.graph, start, end): taskrt.liveness's model over arrays."""
-        region_buffers = self._region_buffers
-        for name in (self.planner.planners if touched is None else touched):
-            if name in self.planner.planners:
-                region_buffers[name] = self._region_buffer_arrays(name)
-        kept = self._kept_regions()
-        index = self._region_index
-        kept_mask = np.zeros(len(index) + 1, dtype=bool)
-        kept_mask[[index[name] for name in kept if name in index]] = True
-        nbytes = self._buf_bytes.array().copy()
-        ids = np.concatenate([e[0] for e in region_buffers.values()])
-        nbytes[ids] = np.concatenate([e[2] for e in region_buffers.values()])
-        buf_dev = self._buf_dev.array()
-        region = self._buf_region.array()
-        persistent_mask = (kept_mask[region] | is_small(nbytes)) & ~self._buf_state.array()
-        # Users: (buffer, node id) for every buffer each node uses.
+        """memory_per_device(self.graph, start, end): taskrt.liveness's model over arrays,
+        the regions' buffers updated for the regions in `touched` (all when None)."""
+        planner, table = self.planner, self._buffers
+        for name in (planner.planners if touched is None else touched):
+            table.set_region(name, self._region_buffer_arrays(name),
+                             bool(planner.initial.get(name)))
         counts = self._joined.arrays["buf_counts"]
-        users_buf = self._joined.arrays["buf_ids"]
         users_node = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
-        # Persistent: every instance and partial buffer, and the staging buffers in use.
-        in_use = np.zeros(len(nbytes), dtype=bool)
-        in_use[users_buf[self._buf_staging.array()[users_buf]]] = True
-        staged = np.flatnonzero(in_use)
-        persistent: dict[int, int] = {}
-        for group_ids in (ids, staged):
-            keep = group_ids[persistent_mask[group_ids]]
-            if len(keep):
-                sums = np.bincount(buf_dev[keep], weights=nbytes[keep])
-                for d in np.flatnonzero(np.bincount(buf_dev[keep])):
-                    persistent[int(d)] = persistent.get(int(d), 0) + int(sums[d])
-        # Temporaries with users: allocated from their first user to their last.
-        temp = ~persistent_mask[users_buf]
-        return peak_bytes_of_users(users_buf[temp], users_node[temp], buf_dev, nbytes, start,
-                                   end, persistent)
+        return table.peak(self._kept_regions(), self._joined.arrays["buf_ids"], users_node,
+                          start, end)

@@ -39,12 +39,15 @@ _R, _WD, _RW, _RED = (Privilege.READ, Privilege.WRITE_DISCARD, Privilege.READ_WR
 
 class BufferAccesses:
     """Accesses of one physical buffer: the last writer per piece, and the readers since,
-    grouped by the rect they read (many tasks read the same part)."""
-    __slots__ = ("writers", "readers")
+    grouped by the rect they read (many tasks read the same part). The writers a read of a
+    rect depends on are kept per rect until the next write (later launches read the parts
+    earlier ones read)."""
+    __slots__ = ("writers", "readers", "_writers_of")
 
     def __init__(self):
         self.writers = RectIndex(disjoint=True)     # piece -> last writer ref
         self.readers = RectIndex()                  # rect -> set of reader refs
+        self._writers_of: dict[Rect, set] = {}      # rect -> its writers (until a write)
 
     def _add_readers(self, rect: Rect, refs) -> None:
         i = self.readers.find_exact(rect)
@@ -54,7 +57,10 @@ class BufferAccesses:
             self.readers.get(i)[1].update(refs)
 
     def read(self, rect: Rect, ref) -> set:
-        preds = {n for _, _, n in self.writers.overlapping(rect)}
+        known = self._writers_of.get(rect)
+        if known is None:
+            known = self._writers_of[rect] = {n for _, _, n in self.writers.overlapping(rect)}
+        preds = set(known)
         readers = self.readers
         i = readers.find_exact(rect)
         if i is None:
@@ -64,6 +70,8 @@ class BufferAccesses:
         return preds
 
     def write(self, rect: Rect, ref) -> set:
+        if self._writers_of:
+            self._writers_of.clear()
         preds = set()
         writers, readers = self.writers, self.readers
         for i, r, n in writers.overlapping(rect):
@@ -171,12 +179,16 @@ _LONG = 8       # holder lists longer than this get a set for membership
 
 
 class RegionState:
-    __slots__ = ("region", "valid", "pending")
+    __slots__ = ("region", "valid", "pending", "held")
 
     def __init__(self, region: Region):
         self.region = region
         self.valid = RectIndex(disjoint=True)   # (rect, Holders: writer first; one per item)
         self.pending = PendingSums()  # (rect, (device, in partial buffer?)), disjoint per device
+        # (device, rect) pairs known to hold the current value of all of rect: what a read
+        # left. Holders are only added until some rect gets new only holders
+        # (set_only_holder), which forgets them all.
+        self.held: set[tuple[int, Rect]] = set()
 
     def add_holder(self, rect: Rect, device: int) -> None:
         """Record that `device` now also holds the current value of `rect`."""
@@ -203,6 +215,7 @@ class RegionState:
             valid.add(part, holders)
 
     def set_only_holder(self, rect: Rect, devices: Iterable[int]) -> None:
+        self.held.clear()
         for i, r, holders in self.valid.overlapping(rect):
             self.valid.remove(i)
             for piece in r.subtract(rect):
@@ -322,6 +335,9 @@ class RegionPlanner:
         each source's pieces merged into as few rects as their shapes allow (the valid
         pieces are often fragments of one producer part, split by earlier readers)."""
         st = self.state
+        held = st.held
+        if (device, rect) in held:      # read before, nothing written since: all held
+            return
         covered = 0
         by_source: dict[int, list[Rect]] = {}
         lacking = []
@@ -346,6 +362,7 @@ class RegionPlanner:
             for piece in merge_adjacent(pieces) if len(pieces) > 1 else pieces:
                 self._copy(launch.name, piece, src, device, out)
         st.add_holder_to(lacking, device)
+        held.add((device, rect))
 
     def _choose_source(self, holders, device: int, elements: int) -> int:
         """The holder to copy `elements` from onto `device`: one on the same rank if any,

@@ -217,7 +217,7 @@ def results_of(regions, read_by_writers, reads_of_writers) -> set[str]:
     labels the loss is computed from). `read_by_writers`: the regions that tasks writing
     something read; `reads_of_writers(name)`: the collections of regions read by the tasks
     that write region `name`."""
-    sinks = {name for name in regions if name not in read_by_writers}
+    sinks = set(regions).difference(read_by_writers)
     results = set(sinks)
     for name in sinks:
         for reads in reads_of_writers(name):

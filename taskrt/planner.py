@@ -15,8 +15,8 @@ TaskGraph object view the executors run from the same groups.
 """
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections import defaultdict
+from itertools import islice
 from typing import Iterable, Mapping, Sequence
 
 from .coherence import RegionPlanner, _R, _RED
@@ -74,6 +74,7 @@ class Planner:
         # Per region: the launches touching it, with what they ask of it, for re-planning.
         self.log: dict[str, list[tuple]] = defaultdict(list)
         self._tasks: dict[tuple[int, int], TaskNode] = {}   # reused while targets are unchanged
+        self._task_memo: dict[tuple, TaskNode] = {}       # see _task_node
         # Per region: what finish() copies into the graph, kept until the region is planned
         # again (names in _dirty).
         self._region_info: dict[str, tuple] = {}
@@ -85,7 +86,12 @@ class Planner:
         self._stale: set[tuple] = set()               # keys of groups to rebuild
         self._marked: set[tuple] = set()              # keys made stale since replace() began
         self._undo: PlanUndo | None = None            # see replace(record_undo=True)
+        # Launch name -> the launches (indices) taking state named by it (_state_takers).
+        self._state_index: dict[str, list[int]] | None = None
         self._next_version = 0                        # the next LaunchPlan.version
+        # The launch given each version, from version _log_start on (see versions_since).
+        self._version_log: list[int] = []
+        self._log_start = 0
         self.memo = RegionPlanMemo(Settings.resolve().plan_memo_nodes) if memo is None \
             else memo
         # Read groups by the node list they were built from (id -> (list, group)): a region
@@ -108,6 +114,18 @@ class Planner:
         """Per launch: a number that changes whenever one of its groups is rebuilt or put
         back, so a consumer caching per-launch results (delta.py) sees what changed."""
         return [lp.version for lp in self.plans]
+
+    @property
+    def next_version(self) -> int:
+        """The version the next changed launch will get (a mark for versions_since)."""
+        return self._next_version
+
+    def versions_since(self, mark: int) -> list[int] | None:
+        """The launches (ascending) given a new version since next_version was `mark`, or
+        None when that is too long ago to say (then compare `versions`)."""
+        if mark < self._log_start:
+            return None
+        return sorted(set(self._version_log[mark - self._log_start:]))
 
     def _region(self, region: Region) -> RegionPlanner | None:
         known = self.regions.get(region.name)
@@ -139,6 +157,7 @@ class Planner:
         reads, accesses = _by_region(points)
         self.plans.append(LaunchPlan(launch, points, reads, accesses, state_src))
         self.index[launch.name] = li
+        self._state_index = None
         self._mark((li, None))
         for name in accesses:
             entry = (li, reads.get(name), accesses[name])
@@ -307,7 +326,8 @@ class Planner:
             targets = tuple(targets_of[pi])
             node = self._tasks.get((li, pi))
             if node is None or node.targets != targets:
-                node = self._tasks[li, pi] = TaskNode(-1, launch, color, device, reqs, targets)
+                node = self._task_node(launch, pi, color, device, reqs, targets)
+                self._set_task((li, pi), node)
             nodes.append(node)
             preds.append(self._resolve(refs, (li, pi)))
         return NodeGroup.of(key, self._gid(key), nodes, preds)
@@ -315,6 +335,12 @@ class Planner:
     def _new_version(self, li: int) -> None:
         self.plans[li].version = self._next_version
         self._next_version += 1
+        log = self._version_log
+        log.append(li)
+        if len(log) > 4 * len(self.plans) + 1024:        # keep the newest half
+            drop = len(log) // 2
+            del log[:drop]
+            self._log_start += drop
 
     def refresh(self) -> None:
         """Rebuild the groups that changes made stale, in program order (a group resolves
@@ -423,7 +449,7 @@ class Planner:
         planner back to its state before this call (until the next replace or add_launch)."""
         self._undo = None
         self._marked = set()
-        region_names = set(self.regions) if record_undo else None
+        num_regions = len(self.regions)
         expanded = []
         for launch in launches:
             li = self.index.get(launch.name)
@@ -435,8 +461,9 @@ class Planner:
         initial = {region: list(pieces) for region, pieces in (initial or {}).items()}
         for region in initial:
             self._region(region)
-        self._undo = PlanUndo.record(self, expanded, initial, region_names) if record_undo \
-            else None
+        self._undo = PlanUndo.record(self, expanded, initial,
+                                     list(islice(self.regions, num_regions, None))) \
+            if record_undo else None
         touched: set[str] = set()
         for region, pieces in initial.items():
             self.initial[region.name] = pieces
@@ -449,12 +476,14 @@ class Planner:
             for name in old.read_order:
                 self._mark((li, name))
             for pi in range(len(old.points)):
-                self._tasks.pop((li, pi), None)
+                self._set_task((li, pi), None)
             reads, accesses = _by_region(points)
             # A new record: undo() puts the old one back as it was.
             lp = self.plans[li] = LaunchPlan(launch, points, reads, accesses,
                                              [None] * len(points))
             lp.version = old.version
+            if launch.state_from != old.launch.state_from:
+                self._state_index = None
             for name in old_regions:
                 self.log[name] = [e for e in self.log[name] if e[0] != li]
                 self.region_nodes.pop((li, name), None)
@@ -463,18 +492,57 @@ class Planner:
                 self.log[name] = sorted(self.log[name] + [entry], key=lambda e: e[0])
                 touched.add(name)
         # Replaced launches, and launches whose state comes from one, get their sources again.
-        replaced = {launch.name for launch in launches}
-        for li, lp in enumerate(self.plans):
-            launch = lp.launch
-            if launch.state_from is not None and (launch.name in replaced or
-                                                  launch.state_from in replaced):
-                lp.state_src = self._state_sources(launch, lp.points)
-                self._mark((li, None))
+        undo = self._undo
+        for li in self._state_takers({launch.name for launch in launches}):
+            lp = self.plans[li]
+            if undo is not None and li not in undo.plans:
+                undo.state_src.setdefault(li, lp.state_src)
+            lp.state_src = self._state_sources(lp.launch, lp.points)
+            self._mark((li, None))
         for name in touched:
             self._replan_region(name)
         if self._undo is not None:        # the groups of before, to put back on undo
             self._undo.groups = {key: self._groups.get(key) for key in self._marked}
         return touched
+
+    def _state_takers(self, names: set[str]) -> list[int]:
+        """The launches (ascending) that take state (state_from) and are named in `names` or
+        take it from a launch named there."""
+        index = self._state_index
+        if index is None:
+            index = self._state_index = defaultdict(list)
+            for li, lp in enumerate(self.plans):
+                launch = lp.launch
+                if launch.state_from is not None:
+                    index[launch.name].append(li)
+                    index[launch.state_from].append(li)
+        return sorted({li for name in names for li in index.get(name, ())})
+
+    def _task_node(self, launch: IndexLaunch, pi: int, color, device: int, reqs,
+                   targets: tuple) -> TaskNode:
+        """Point `pi` of `launch` with these Red+ targets: the node made for them before
+        while the memo remembers (a search that comes back to a config gets the launch
+        objects of then from its lowering, and so the same nodes, whose simulated costs
+        the simulator keeps), else a new one."""
+        if not self.memo.max_nodes:
+            return TaskNode(-1, launch, color, device, reqs, targets)
+        memo = self._task_memo
+        key = (launch, pi, targets)
+        node = memo.get(key)
+        if node is None:
+            if len(memo) >= self.memo.max_nodes:
+                memo.clear()
+            node = memo[key] = TaskNode(-1, launch, color, device, reqs, targets)
+        return node
+
+    def _set_task(self, key: tuple, node: TaskNode | None) -> None:
+        """_tasks[key] = node (None: no entry), noted for undo() while one is recorded."""
+        if self._undo is not None:
+            self._undo.tasks.setdefault(key, self._tasks.get(key))
+        if node is None:
+            self._tasks.pop(key, None)
+        else:
+            self._tasks[key] = node
 
     @property
     def can_undo(self) -> bool:

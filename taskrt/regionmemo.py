@@ -60,6 +60,11 @@ class RegionPlanMemo:
     def __len__(self) -> int:
         return len(self._plans)
 
+    @property
+    def nodes(self) -> int:
+        """The nodes the remembered plans hold."""
+        return self._nodes
+
     def get(self, key: tuple) -> RegionPlan | None:
         plan = self._plans.get(key)
         if plan is None:

@@ -13,15 +13,18 @@ class PlanUndo:
 
     Saved: the replaced launches' LaunchPlans (replace() makes new ones, so the old stay as
     they were); for every region the replace touches (given initial data, used by a replaced
-    launch before or after), its planner, log, initial data and finish() info, and, for
-    each other launch in its log, the read nodes and the tasks' preds and Red+ targets for
-    it; every launch's state sources; the task nodes and dirty set; and the node groups the
-    replace made stale, with the set of stale groups before it."""
+    launch before or after), its planner, log, initial data, finish() info and whether it
+    was dirty, and, for each other launch in its log, the read nodes and the tasks' preds
+    and Red+ targets for it; the regions the replace declared; and the node groups the
+    replace made stale, with the set of stale groups before it. Noted while the planner
+    changes them (only what changes, so that a proposal costs what it touches): the state
+    sources of the other launches replace() gives new ones, and the task nodes (_tasks
+    entries) replace() and the refresh() after it drop or make."""
     __slots__ = ("plans", "regions", "pred_entries", "target_entries", "tasks", "state_src",
-                 "dirty", "region_names", "groups", "stale")
+                 "dirty", "new_regions", "groups", "stale")
 
     @classmethod
-    def record(cls, p: "Planner", expanded, initial, region_names: set) -> "PlanUndo":
+    def record(cls, p: "Planner", expanded, initial, new_regions: list) -> "PlanUndo":
         u = cls()
         u.plans = {li: p.plans[li] for li, _, _ in expanded}
         names = {r.name for r in initial}
@@ -45,14 +48,17 @@ class PlanUndo:
                     u.target_entries[li, pi, k] = targets[pi][k]
         u.groups = {}
         u.stale = set(p._stale)
-        u.tasks = dict(p._tasks)
-        u.state_src = [lp.state_src for lp in p.plans]
-        u.dirty = set(p._dirty)
-        u.region_names = region_names
+        u.tasks = {}                    # _tasks key -> its entry before (None: none)
+        u.state_src = {}                # launch index -> its state sources before
+        dirty = p._dirty
+        u.dirty = {name: name in dirty for name in names}
+        u.new_regions = new_regions
         return u
 
     def restore(self, p: "Planner") -> None:
         for li, lp in self.plans.items():
+            if p.plans[li].launch.state_from != lp.launch.state_from:
+                p._state_index = None
             p.plans[li] = lp
         for name, (planner, log, initial, info, nodes) in self.regions.items():
             for li, _, _ in p.log.get(name, ()):
@@ -68,11 +74,16 @@ class PlanUndo:
             _put(plans[li].task_preds[pi], name, preds)
         for (li, pi, k), targets in self.target_entries.items():
             plans[li].task_targets[pi][k] = targets
-        for lp, state_src in zip(plans, self.state_src):
-            lp.state_src = state_src
-        p._tasks = self.tasks
-        p._dirty = self.dirty
-        for name in set(p.regions) - self.region_names:
+        for li, state_src in self.state_src.items():
+            plans[li].state_src = state_src
+        for key, node in self.tasks.items():
+            _put(p._tasks, key, node)
+        for name, dirty in self.dirty.items():
+            if dirty:
+                p._dirty.add(name)
+            else:
+                p._dirty.discard(name)
+        for name in self.new_regions:
             del p.regions[name]
         for key, group in self.groups.items():
             _put(p._groups, key, group)

@@ -455,7 +455,9 @@ def test_calibrate_under_mpirun(mpi_run):
     size, measured, predicted = cal["allreduce"][-1]
     assert predicted == approx(measured, rel=1e-6)          # fitted at the largest size
     assert ranks[0]["allreduce_2"] == approx(measured, rel=1e-6)
-    assert all(r["seconds"] < 5 for r in ranks) and cal["seconds"] < 5
+    # the time it took is recorded, the same on every rank (no wall-clock bound: the
+    # machine may be loaded)
+    assert 0 < cal["seconds"] <= ranks[0]["seconds"]    # rank 0 timed it inside its own call
     assert m.taskrt_machine().num_ranks == 2
 
 

@@ -1,0 +1,151 @@
+"""The buffers a SimulationSession knows, and taskrt.liveness's memory model over them as
+arrays, kept up to date by the regions each change re-planned (strategy/delta.py).
+
+A buffer (a taskrt.liveness key) gets a dense id with its device, region and own bytes
+(staging and saved state; 0 for a region's instance and partial-sum buffers, whose size is
+the planner's current rect). Per region the table holds its current instance/partial
+buffers; what a change does not touch is not looked at again: the current byte sizes are
+one array updated where a region's buffers changed, and the persistent bytes of the
+regions' buffers per device are sums updated by the same deltas (recomputed over all
+regions only when the set of kept regions changes). What is left per proposal is numpy
+over the graph's buffer uses (which temporaries, their first and last users' times) and
+the sort of their allocation events (taskrt.liveness.peak_bytes_of_users).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from taskrt.liveness import STAGING, STATE, is_small, peak_bytes_of_users
+
+
+class _Column:
+    """A list of numbers that also hands them out as a numpy array, converting only what
+    was appended since the last call."""
+    __slots__ = ("items", "_array")
+
+    def __init__(self, dtype):
+        self.items: list = []
+        self._array = np.zeros(0, dtype=dtype)
+
+    def array(self) -> np.ndarray:
+        done = len(self._array)
+        if len(self.items) > done:
+            self._array = np.concatenate([self._array, np.array(self.items[done:],
+                                                                dtype=self._array.dtype)])
+        return self._array
+
+
+class BufferTable:
+    """Buffers as dense ids, each region's current buffers, and the memory peak over them."""
+
+    def __init__(self, num_devices: int):
+        self.ids: dict = {}                       # buffer key -> id
+        self.dev, self.region = _Column(np.int64), _Column(np.int64)
+        self.own_bytes = _Column(np.int64)
+        self.staging, self.state = _Column(bool), _Column(bool)
+        self.region_index: dict[str, int] = {}
+        # Per region: its current instance and partial-sum buffers as (ids, devices, bytes).
+        self.regions: dict[str, tuple] = {}
+        self.initial_names: set[str] = set()      # regions with initial data
+        self._bytes = np.zeros(0, dtype=np.int64)    # per id: own or current region bytes
+        self._num_devices = num_devices
+        # For the kept set `_kept`: per device, bytes and count of the regions' persistent
+        # buffers, and per region index whether it is kept.
+        self._kept: set[str] | None = None
+        self._kept_mask = np.zeros(0, dtype=bool)
+        self._persistent_bytes = np.zeros(num_devices, dtype=np.int64)
+        self._persistent_count = np.zeros(num_devices, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def id(self, key, nbytes: int) -> int:
+        """The id of buffer `key` (taskrt.liveness), its own bytes `nbytes`."""
+        b = self.ids.get(key)
+        if b is None:
+            b = self.ids[key] = len(self.dev.items)
+            self.dev.items.append(key[2])
+            name = key[1]
+            r = self.region_index.get(name)
+            if r is None:
+                r = self.region_index[name] = len(self.region_index)
+            self.region.items.append(r)
+            self.own_bytes.items.append(nbytes)
+            self.staging.items.append(key[0] == STAGING)
+            self.state.items.append(key[0] == STATE)
+        return b
+
+    def _sizes(self) -> np.ndarray:
+        """Per id: its own bytes, or a current region buffer's bytes (0 for one no longer
+        current), grown by the ids added since the last call."""
+        done = len(self._bytes)
+        if len(self.own_bytes.items) > done:
+            self._bytes = np.concatenate([self._bytes, self.own_bytes.array()[done:]])
+        return self._bytes
+
+    # -- regions --------------------------------------------------------------------------
+    def set_region(self, name: str, buffers: tuple | None, initial: bool) -> None:
+        """Region `name` now has these (ids, devices, bytes) buffers (None: none, the
+        region is gone) and has initial data or not."""
+        sizes = self._sizes()
+        old = self.regions.get(name)
+        if old is not None:
+            sizes[old[0]] = 0
+            self._add_persistent(name, old, -1)
+        if buffers is None:
+            self.regions.pop(name, None)
+        else:
+            self.regions[name] = buffers
+            sizes[buffers[0]] = buffers[2]
+            self._add_persistent(name, buffers, 1)
+        if initial:
+            self.initial_names.add(name)
+        else:
+            self.initial_names.discard(name)
+
+    def _add_persistent(self, name: str, buffers: tuple, sign: int) -> None:
+        if self._kept is None:
+            return
+        ids, devs, sizes = buffers
+        keep = slice(None) if name in self._kept else is_small(sizes)
+        np.add.at(self._persistent_bytes, devs[keep], sign * sizes[keep])
+        np.add.at(self._persistent_count, devs[keep], sign)
+
+    def _set_kept(self, kept: set[str]) -> None:
+        """Make the region sums and mask those of `kept` (all regions summed again only when
+        it differs from the last kept set)."""
+        index = self.region_index
+        if kept == self._kept and len(self._kept_mask) == len(index):
+            return
+        if kept != self._kept:
+            self._kept = set(kept)
+            self._persistent_bytes[:] = 0
+            self._persistent_count[:] = 0
+            for name, buffers in self.regions.items():
+                self._add_persistent(name, buffers, 1)
+        mask = np.zeros(len(index), dtype=bool)
+        mask[[index[name] for name in kept if name in index]] = True
+        self._kept_mask = mask
+
+    # -- the peak ---------------------------------------------------------------------------
+    def peak(self, kept: set[str], users_buf, users_node, start, end) -> dict[int, int]:
+        """Peak bytes per device (taskrt.liveness's model) when node users_node[i] uses
+        buffer users_buf[i] and node j runs from start[j] to end[j], the regions in `kept`
+        persisting."""
+        self._set_kept(kept)
+        sizes = self._sizes()
+        region, kept_mask = self.region.array(), self._kept_mask
+        dev = self.dev.array()
+        per_bytes = self._persistent_bytes.copy()
+        per_count = self._persistent_count.copy()
+        # Staging buffers in use: persistent when small (or their region is kept).
+        staged = np.unique(users_buf[self.staging.array()[users_buf]])
+        keep = staged[kept_mask[region[staged]] | is_small(sizes[staged])]
+        np.add.at(per_bytes, dev[keep], sizes[keep])
+        np.add.at(per_count, dev[keep], 1)
+        persistent = {int(d): int(per_bytes[d]) for d in np.flatnonzero(per_count)}
+        # Temporaries with users: allocated from their first user to their last.
+        temp = ~((kept_mask[region[users_buf]] | is_small(sizes[users_buf]))
+                 & ~self.state.array()[users_buf])
+        return peak_bytes_of_users(users_buf[temp], users_node[temp], dev, sizes, start, end,
+                                   persistent)

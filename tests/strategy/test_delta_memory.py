@@ -1,0 +1,80 @@
+"""strategy.delta_memory.BufferTable: the peak after any sequence of region updates and kept
+sets equals the peak computed from scratch (taskrt.liveness's model: persistent buffers of
+kept regions or under the small-buffer size, temporaries from first to last user)."""
+import random
+
+import numpy as np
+
+from strategy.delta_memory import BufferTable
+from taskrt.liveness import INSTANCE, PARTIAL, STAGING, STATE, is_small, peak_bytes_of_users
+
+DEVICES = 4
+REGIONS = [f"r{k}" for k in range(6)]
+
+
+class _Copy:
+    """Stands for the copy node a staging key names (only its identity is used)."""
+
+
+def from_scratch(table, regions, kept, users_buf, users_node, start, end):
+    """The peak of the table's buffers computed over every buffer, as delta.py did before
+    the table kept sums."""
+    n = len(table)
+    sizes = np.array(table.own_bytes.items, dtype=np.int64)
+    current = np.zeros(n, dtype=bool)
+    for name, (ids, _, nbytes) in regions.items():
+        sizes[ids] = nbytes
+        current[ids] = True
+    names = {i: k[1] for k, i in table.ids.items()}
+    kinds = {i: k[0] for k, i in table.ids.items()}
+    dev = np.array(table.dev.items, dtype=np.int64)
+    persistent_of = np.array([(names[i] in kept or bool(is_small(sizes[i])))
+                              and kinds[i] != STATE for i in range(n)], dtype=bool)
+    used = set(users_buf.tolist())
+    persistent: dict[int, int] = {}
+    for i in range(n):
+        if persistent_of[i] and (current[i] or (kinds[i] == STAGING and i in used)):
+            persistent[int(dev[i])] = persistent.get(int(dev[i]), 0) + int(sizes[i])
+    temp = ~persistent_of[users_buf]
+    return peak_bytes_of_users(users_buf[temp], users_node[temp], dev, sizes, start, end,
+                               persistent)
+
+
+def test_peak_equals_from_scratch_after_random_updates():
+    rng = random.Random(5)
+    table = BufferTable(DEVICES)
+    copies = [_Copy() for _ in range(5)]
+    own = [table.id((STAGING, rng.choice(REGIONS), rng.randrange(DEVICES), c),
+                    rng.choice([0, 100, 10 ** 6])) for c in copies]
+    own += [table.id((STATE, "f@state", d, (0, 10 ** 6)), 10 ** 6) for d in range(2)]
+    current: dict[str, tuple] = {}
+    kept_seen = set()
+    for step in range(60):
+        for name in rng.sample(REGIONS, rng.randrange(1, 3)):
+            if rng.random() < 0.2:
+                entry = None
+            else:
+                devs = rng.sample(range(DEVICES), rng.randrange(1, DEVICES + 1))
+                keys = [(rng.choice([INSTANCE, PARTIAL]), name, d, None) for d in devs]
+                keys = list(dict.fromkeys(keys))
+                entry = (np.array([table.id(k, 0) for k in keys], dtype=np.int64),
+                         np.array([k[2] for k in keys], dtype=np.int64),
+                         np.array([rng.choice([8, 4096, 10 ** 6]) for _ in keys],
+                                  dtype=np.int64))
+            table.set_region(name, entry, initial=False)
+            if entry is None:
+                current.pop(name, None)
+            else:
+                current[name] = entry
+        kept = set(rng.sample(REGIONS, rng.randrange(0, 3)))
+        kept_seen.add(frozenset(kept))
+        candidates = own + [int(i) for e in current.values() for i in e[0]]
+        nodes = 12
+        users_buf = np.array([rng.choice(candidates) for _ in range(30)], dtype=np.int64)
+        users_node = np.array([rng.randrange(nodes) for _ in range(30)], dtype=np.int64)
+        start = np.array([rng.choice([0.0, 1.0, 2.0, 3.0]) for _ in range(nodes)])
+        end = start + np.array([rng.choice([0.0, 0.5, 1.0]) for _ in range(nodes)])
+        got = table.peak(kept, users_buf, users_node, start, end)
+        want = from_scratch(table, current, kept, users_buf, users_node, start, end)
+        assert got == want, f"step {step}"
+    assert len(kept_seen) > 10          # the kept set changed many times
