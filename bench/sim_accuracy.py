@@ -251,6 +251,8 @@ def analyse(folder: str, data: dict) -> dict:
                     plain = predict(fit, g, ints, ranks_, per, factor=1.0)
                     before = simulate(g, shared_devices(base, per),
                                       CostModel(base_profiles, int_ranges=ints)).makespan
+                    work = predict(fit, g, ints, ranks_, per, contention=1.0, factor=1.0)
+                    cpu = traced_cpu(trace_files(traces, a, strategy))
                     c = runs[(a, strategy)]
                     m = c["measured_s"]
                     # at the load the OS counted during the measurement's runs
@@ -270,7 +272,8 @@ def analyse(folder: str, data: dict) -> dict:
                         "nodes": len(g.nodes), "runs_s": c["runs_s"],
                         "load": c.get("load"), "at_load_s": at_load,
                         "contention": c.get("contention"),
-                        "calibration_contention": fit.contention})
+                        "calibration_contention": fit.contention,
+                        "work_s": work, "traced_cpu_s": cpu})
     timing["calibrate_predict_s"] = round(time.perf_counter() - t, 1)
     machines = {r: measured[r]["machine"].get("calibration", {}) for r in measured}
     timing["load_average"] = {r: measured[r]["load"] for r in measured}
@@ -278,6 +281,43 @@ def analyse(folder: str, data: dict) -> dict:
     timing["analyse_s"] = round(time.perf_counter() - t0, 1)
     timing["contention"] = contention_fits
     return report(cases, timing, machines, quick, residuals)
+
+
+def traced_cpu(paths) -> float | None:
+    """The median over a case's traced runs of the busiest rank's CPU seconds in its traced
+    iteration (the trace's taskrt.trace.LOAD_EVENT records); None without them."""
+    from taskrt.trace import LOAD_EVENT
+    per_run = []
+    for path in paths:
+        with open(path) as f:
+            cpu = [(e.get("args") or {}).get("cpu_s") for e in
+                   json.load(f).get("traceEvents", []) if e.get("name") == LOAD_EVENT]
+        if cpu and all(isinstance(x, (int, float)) and x > 0 for x in cpu):
+            per_run.append(max(cpu))
+    return statistics.median(per_run) if per_run else None
+
+
+def work_rows(cases: list[dict]) -> list[tuple]:
+    """The load-free check: each held-out case's predicted work (contention 1, no
+    iteration factor) against the CPU seconds of its own traced runs' busiest rank."""
+    have = [c for c in cases if c.get("traced_cpu_s")]
+    if not have:
+        return []
+    def errors(cs):
+        return relative_errors([c["work_s"] for c in cs], [c["traced_cpu_s"] for c in cs])
+    err = errors(have)
+    per = []
+    for layout in sorted({c["layout"] for c in have}):
+        e = errors([c for c in have if c["layout"] == layout])
+        per.append(f"{layout_text(layout)} {100 * statistics.median(e):.1f}% / "
+                   f"{100 * max(e):.1f}%")
+    return [("predicted work vs the traced runs' CPU seconds: median / worst error",
+             f"{100 * statistics.median(err):.1f}% / {100 * max(err):.1f}%",
+             f"{len(have)} held-out cases, load-free: the calibration's work (contention 1, "
+             "no iteration factor) against the CPU time (schedstat) of the busiest rank in "
+             "the case's own traced iterations (median of its runs), which the load does "
+             "not stretch; on several ranks that CPU includes polling MPI while waiting. "
+             "Per layout: " + "; ".join(per))]
 
 
 def records_load(trace_path: str) -> bool:
@@ -360,6 +400,7 @@ def report(cases: list[dict], timing: dict, machines: dict, quick: bool,
                ("at the measured load: separated pairs ordered right",
                 f"{l_right} of {l_total}", ("wrong: " + ", ".join(l_wrong)) if l_wrong
                 else "all")] if with_load else []),
+            *work_rows(cases),
             ("calibrated without the iteration factor: median / worst error",
              f"{100 * plain['median_error']:.1f}% / {100 * plain['worst_error']:.1f}%",
              "host costs and in-situ task times only; factors fitted: " +

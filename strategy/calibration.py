@@ -31,13 +31,17 @@ What a trace determines (docs/simulator.md):
                 all-reduce's start = pack + Iallreduce) the event itself, fitted as
                 seconds + per_byte * bytes; for local copies and reductions, what the event
                 takes beyond the device model's memory time.
-  the iteration factor  what the recorded iterations still take beyond the simulation of
-                them with the above (the median of measured / predicted over the runs,
-                refined once), applied to task times and host costs. It stands for what
-                the model leaves out (ready order on several ranks, MPI progress, batches of
-                updates, the machine's drift); 0.88-1.29 in the benchmarks of 2026-12-02
-                morning, 1.02-1.39 at 12:09 and 2.45-2.66 on 4 ranks of 2 cores;
-                `factor=False` (--no-factor) leaves it out.
+  the iteration factor  on several ranks, what the recorded iterations still take beyond
+                the simulation of them with the above (the median of measured / predicted
+                over the runs, refined once), applied to task times and host costs. It
+                stands for what the model of ranks leaves out (MPI progress and polling,
+                wake-ups, ranks sharing cores); 1.25-1.42 on 2 ranks and 2.44-2.66 on 4
+                ranks of 2 cores at 12:09; `factor=False` (--no-factor) leaves it out. One
+                process fits none: its one thread runs every node, so its iteration is its
+                work times the contention (the held-out strategies' predicted work was
+                within 6-7% median of their traced CPU seconds), and a factor fitted there
+                held only the calibrating runs' noise (1.06-1.17; held out, 1 process x 4
+                devices 15.3% median error with it, 6.8% without).
 What it does not: link latency and bandwidth (a message's arrival is seen only when the
 receiving thread next polls, so the traces bound them loosely) and the end of an all-reduce
 (no event marks it); those stay the base machine's (calibrate_local's ping-pongs and
@@ -275,7 +279,8 @@ def calibrate(paths, base_model, base_profile: Profile | None = None, factor: bo
               loads: dict | None = None):
     """(machine model with host costs, in-situ profile, Fit) from trace files. `base_model`
     is a MachineModel with one device per rank of the runs (or one per device): its devices
-    and links are kept, its host costs replaced. `factor`: fit the iteration factor.
+    and links are kept, its host costs replaced. `factor`: fit the iteration factor (runs
+    of several ranks only).
     `loads`: {trace path: contention the OS counted while it ran}, instead of what the
     trace recorded over its iteration (recorded_load; traces of older runs have none).
     When every run has a load, it is used instead of the estimate from the task events
@@ -313,7 +318,7 @@ def calibrate(paths, base_model, base_profile: Profile | None = None, factor: bo
     fit.work = (model, profile)
     fit.residuals = residuals(runs, fit)
     fit.unscaled = with_factor(model, profile, fit.contention, "contention")
-    if factor:
+    if factor and ranks > 1:               # one thread: work x contention is its iteration
         for _ in range(2):                  # the simulation is nearly linear in k
             fit.factor *= statistics.median(m / p for _, m, p in fit.residuals if p > 0)
             fit.residuals = residuals(runs, fit)

@@ -7,7 +7,8 @@
   contention       wall seconds per second of work, the events against their keys' times;
   slice_length     how long a preemption held a task up;
   deflate_long_keys  with the load the OS counted per run: the work of keys preempted in
-                   every event (events / load), and of long keys no run timed.
+                   every event (events / load, a rare long wait shared by them), and of
+                   the keys no run timed (a line fitted to work, not to events).
 """
 from __future__ import annotations
 
@@ -133,8 +134,11 @@ def deflate_long_keys(runs, profile: Profile, base: Profile | None, slice_s: flo
     without a preemption, which holds for tasks short beside the slices: one of w seconds is
     preempted with probability about w (c - 1) / slice. A longer key (AlexNet's 10-30 ms
     convolutions at a load of 8 on 2 cores: every event preempted several times) has its
-    events stretched by its run's c on average, so its work is the mean of event / c. The
-    long keys no run timed get the profiler's time times the median ratio of work to the
+    events stretched by its run's c on average: its work is the mean of its events / c,
+    but a rare long wait is shared by the run's long keys, not priced into the key it
+    landed on (pooled_work). The keys no run timed are priced by
+    the line fitted to the timed keys' work (price_unseen_by_work), and the long
+    keys no run timed get the profiler's time times the median ratio of work to the
     profiler's time of the keys the runs did time that are long in the profiler too (its
     fastest repeat, alone_s, expecting a slice per repeat at the median load): those
     repeats were stretched alike, all of them preempted (without such keys, the ratio is 1
@@ -142,21 +146,72 @@ def deflate_long_keys(runs, profile: Profile, base: Profile | None, slice_s: flo
     the line fitted on the short ones (their fastest repeat is their work). Mixing the two
     priced AlexNet's first convolution (its fastest repeat 53 ms, stretched; in situ 8-12
     ms of work) at 87 ms with the ratio of 2 ms keys (1.6) on 4 logical devices."""
+    return deflate([(task_durations(r.graph, r.events), loads[r.path]) for r in runs],
+                   profile, base, slice_s)
+
+
+def deflate(per_run: list, profile: Profile, base: Profile | None, slice_s: float) -> float:
+    """deflate_long_keys on [({cost key: [event seconds]}, the run's load) per run]."""
     work: dict = {}
-    for r in runs:
-        c = loads[r.path]
+    for durations, c in per_run:
         limit = slice_s / (4 * (c - 1)) if c > 1 and slice_s > 0 else math.inf
-        for key, ts in task_durations(r.graph, r.events).items():
-            if profile.get(key, "cpu").seconds >= limit:
-                work.setdefault(key, []).extend(t / c for t in ts)
+        long = {key: ts for key, ts in durations.items()
+                if profile.get(key, "cpu").seconds >= limit}
+        typical = {key: profile.get(key, "cpu").seconds for key in long}
+        for key, w in pooled_work(long, c, typical, slice_s).items():
+            work.setdefault(key, []).extend([w] * len(long[key]))
     for key, ws in work.items():
         m = profile.get(key, "cpu")
         profile.add(key, "cpu", Measurement(statistics.fmean(ws), m.repeats, m.min_s, m.max_s))
-    load = statistics.median(loads[r.path] for r in runs)
+    load = statistics.median(c for _, c in per_run)
     if base is not None:
-        price_unseen_long_keys(profile, base, set(work), set(run_durations(runs)), load,
-                               slice_s)
+        seen = {key for durations, _ in per_run for key in durations}
+        price_unseen_by_work(profile, base, seen, load, slice_s)
+        price_unseen_long_keys(profile, base, set(work), seen, load, slice_s)
     return load
+
+
+def pooled_work(durations: dict, c: float, typical: dict, slice_s: float) -> dict:
+    """{key: work} of the long keys of one run ({key: [event seconds]}) at its contention c:
+    each key's mean of its events / c, with every event capped at what a stretched event
+    of the key takes (c x its typical time, `typical`: insitu_times' median without the
+    preempted events) plus two slices, and the time cut off by the caps shared by all the
+    long keys of the run in proportion to their capped events. Which key a long wait lands
+    on is chance (one 30 ms wait among the 36 events of an RNNLM LSTM step of 130 us priced
+    the step at 468 us by its mean, 130 us in the other fold; a key with 2 events, 32 us,
+    at 986 us by their median); its expected cost is in proportion to the work, and the
+    total is kept."""
+    capped = {k: [min(t, c * typical[k] + 2 * slice_s) for t in ts]
+              for k, ts in durations.items()}
+    kept = sum(map(sum, capped.values()))
+    share = sum(map(sum, durations.values())) / kept if kept > 0 else 1.0
+    return {k: statistics.fmean(ts) * share / c for k, ts in capped.items()}
+
+
+def price_unseen_by_work(profile: Profile, base: Profile, seen: set, load: float,
+                         slice_s: float) -> tuple | None:
+    """Price, in `profile`, the keys of `base` no run timed by the line work = a + f x
+    alone fitted (Theil-Sen, one point per key) to the timed keys' work in `profile` against
+    their time alone (alone_s), over the keys short in the profiler (their fastest repeat
+    unpreempted: below a slice / (load - 1)) when at least 3 differ; returns (a, f) or None.
+    The line insitu_times fits is to the events, so its slope holds the runs' contention
+    (in-situ = 1.6 us + 3.2 x alone on 2 ranks at a load of 2); priced by it, a strategy
+    never run paid the contention twice (RNNLM operation parallel on 2 ranks: 9.6 ms of work
+    from the other fold, 5.2 ms from its own traces, 6.6 ms of CPU per rank)."""
+    long_alone = slice_s / (load - 1) if load > 1 and slice_s > 0 else math.inf
+    points = [(alone_s(base, k), profile.get(k, "cpu").seconds) for k in seen
+              if alone_s(base, k) is not None]
+    short = [(x, y) for x, y in points if x < long_alone]
+    points = short if len({x for x, _ in short}) >= 3 else points
+    if len({x for x, _ in points}) < 3:
+        return None
+    a, f = _line(*zip(*points), most=2000)
+    for key in base.keys("cpu"):
+        if key not in seen:
+            m, x = base.get(key, "cpu"), alone_s(base, key)
+            profile.add(key, "cpu", Measurement(a + f * x, m.repeats, a + f * m.min_s,
+                                                a + f * m.max_s))
+    return a, f
 
 
 def price_unseen_long_keys(profile: Profile, base: Profile, timed_long: set, seen: set,

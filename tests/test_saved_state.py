@@ -217,7 +217,7 @@ def test_delta_equals_full_with_saved_state():
         mm = machine_model("p100:1")
         strategy = random_strategy(model, 4, 5)
         session = SimulationSession(model, mm, CostModel(), strategy)
-        assert any(k[0] == STATE for k in session._buffer_ids)
+        assert any(k[0] == STATE for k in session._buffers.ids)
         rng = random.Random(5)
         ops = [op for op in model.ops if op.type in ("multihead_attention", "linear",
                                                      "layernorm")]

@@ -168,3 +168,28 @@ def test_a_case_has_each_of_its_traced_runs_and_no_other_case_s(tmp_path):
                                                "rnnlm_data.t2.json")]
     assert trace_files(str(tmp_path), "rnnlm", "random1") == [str(tmp_path / "rnnlm_random1.json")]
     assert trace_files(str(tmp_path), "rnnlm", "random0") == []
+
+
+def test_work_is_checked_against_the_traced_runs_cpu_of_the_busiest_rank(tmp_path):
+    """traced_cpu: the median over a case's traces of its busiest rank's CPU seconds (the
+    LOAD_EVENT records); the report's load-free row compares the predicted work with it."""
+    import json
+    from bench.sim_accuracy import report, traced_cpu
+    from taskrt.trace import LOAD_EVENT
+    paths = []
+    for i, cpus in enumerate(((1.0, 3.0), (2.0, 1.0), (5.0, 4.0))):
+        p = tmp_path / f"t{i}.json"
+        p.write_text(json.dumps({"traceEvents": [
+            {"ph": "M", "pid": r, "name": LOAD_EVENT, "args": {"cpu_s": c, "wait_s": 0.0}}
+            for r, c in enumerate(cpus)]}))
+        paths.append(str(p))
+    assert traced_cpu(paths) == 3.0                 # busiest ranks 3, 2, 5
+    (tmp_path / "old.json").write_text(json.dumps({"traceEvents": []}))
+    assert traced_cpu([str(tmp_path / "old.json")]) is None
+    cases = [dict(case("a", 1, "x", 1.0, 1.1), work_s=1.2, traced_cpu_s=1.0),
+             dict(case("a", 2, "x", 1.0, 1.1), work_s=0.5, traced_cpu_s=1.0),
+             dict(case("a", 2, "y", 1.0, 1.1), work_s=0.5, traced_cpu_s=None)]
+    rows = {m: (v, n) for m, v, n in report(cases, {}, {}, quick=True)["rows"]}
+    value, note = rows["predicted work vs the traced runs' CPU seconds: median / worst error"]
+    assert value == "35.0% / 50.0%" and note.startswith("2 held-out cases")
+    assert "1 process x 2 devices 20.0% / 20.0%; 2 ranks 50.0% / 50.0%" in note

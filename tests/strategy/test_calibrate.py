@@ -48,7 +48,9 @@ def test_calibrate_fits_host_costs_and_task_times(traces):
     runs = load_runs(traces)
     keys = {n.cost_key for r in runs for n in r.graph.nodes if n.kind == "task"}
     assert keys == set(profile.keys("cpu"))
-    assert len(fit.residuals) == 2 and fit.factor > 0
+    # one process: its one thread's work x the contention is the iteration, no factor
+    # (a fitted one held the calibrating runs' noise: 1.06-1.17 on 1 process x 2 devices)
+    assert len(fit.residuals) == 2 and fit.factor == 1.0
     assert "host costs per node kind" in fit.text() and "residuals" in fit.text()
 
 
@@ -82,7 +84,8 @@ def test_gpu_traces_are_refused(traces, tmp_path, capsys):
 
 def test_loads_counted_by_the_os_set_the_contention_and_long_keys_work(traces):
     """With each run's load (wall / CPU seconds), the contention is their median and a key
-    whose time is long beside the preemption slices is priced by its events / the load."""
+    whose time is long beside the preemption slices is priced by its events / the load, a
+    rare long wait shared by the run's long keys (insitu.pooled_work)."""
     import statistics
     from strategy.insitu import insitu_profile, run_durations, slice_length
     from strategy.replay import task_durations
@@ -101,9 +104,16 @@ def test_loads_counted_by_the_os_set_the_contention_and_long_keys_work(traces):
         c = loads[r.path]
         # no preempted event seen (a quiet machine): no slice, so no key is long
         limit = slice_s / (4 * (c - 1)) if slice_s > 0 else float("inf")
-        for key, ts in task_durations(r.graph, r.events).items():
-            if medians.get(key, "cpu").seconds >= limit:
-                per_key.setdefault(key, []).extend(t / c for t in ts)
+        long = {key: ts for key, ts in task_durations(r.graph, r.events).items()
+                if medians.get(key, "cpu").seconds >= limit}
+        # each event capped at c x the key's median + 2 slices, what the caps cut off
+        # shared by the long keys in proportion to their capped events
+        capped = {k: [min(t, c * medians.get(k, "cpu").seconds + 2 * slice_s) for t in ts]
+                  for k, ts in long.items()}
+        kept = sum(map(sum, capped.values()))
+        share = sum(map(sum, long.values())) / kept if kept else 1.0
+        for key, ts in capped.items():
+            per_key.setdefault(key, []).extend([statistics.fmean(ts) * share / c] * len(ts))
     assert per_key or slice_s == 0       # the longest key is long where the OS took slices
     for key in {n.cost_key for r in runs for n in r.graph.nodes if n.kind == "task"}:
         want = statistics.fmean(per_key[key]) if key in per_key else \

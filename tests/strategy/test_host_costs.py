@@ -235,3 +235,48 @@ def test_iteration_factor_scales_task_times_and_host_costs():
     assert (send.seconds, send.per_byte) == pytest.approx((1.5e-5, 3e-10), rel=1e-12)
     assert m2.calibration["from_traces"]["iteration_factor"] == 1.5
     assert m2.device(0) == m.device(0) and m2.links == m.links
+
+
+def test_a_rare_long_wait_is_shared_by_the_long_keys_of_its_run():
+    """A long key's work is the mean of its events / the run's load, each event capped at
+    load x its typical time + 2 slices, and the time cut off shared by the run's long keys
+    in proportion to their capped events: a 30 ms wait landing on one of 36 events of a
+    100 us key is spread over every long key of the run, not priced into that key (each
+    key's own mean, the old rule, gives a 465 us and b 200 us: a/b 2.3, typically 0.5)."""
+    from strategy.insitu import deflate
+    from strategy.costs import Measurement, Profile
+    prof = Profile()
+    for k, t in (("a", 1e-4), ("b", 2e-4), ("s", 1e-5)):
+        prof.add(k, "cpu", Measurement(t, 1, t, t))
+    durations = {"a": [1e-4] * 35 + [30e-3], "b": [2e-4] * 40, "s": [1e-5] * 3}
+    slice_s = 4e-4                  # at a load of 2, long from 100 us: a and b, not s
+    assert deflate([(durations, 2.0)], prof, None, slice_s) == 2.0
+    a, b = prof.get("a", "cpu").seconds, prof.get("b", "cpu").seconds
+    # a's 30 ms event capped at 2 x 100 us + 2 slices = 1 ms
+    assert a / b == pytest.approx((35e-4 + 1e-3) / 36 / 2e-4)
+    # the long keys' events / the load are kept in total
+    assert 36 * a + 40 * b == pytest.approx((35e-4 + 30e-3 + 80e-4) / 2.0)
+    assert prof.get("s", "cpu").seconds == 1e-5         # short: its median stays
+
+
+def test_keys_no_run_timed_are_priced_by_the_line_fitted_to_work():
+    """With the loads known, the keys no run timed get the line work = a + f x alone fitted
+    to the timed keys' work (one point per key), not insitu_times' line fitted to their
+    events, whose slope holds the runs' load: priced by that, a strategy never run paid the
+    load twice (old code: u at 4.4x alone, the events' line, here)."""
+    from strategy.insitu import deflate, insitu_times
+    from strategy.costs import Measurement, Profile
+    base = Profile()
+    for k, t in (("a", 1e-5), ("b", 2e-5), ("c", 6e-5), ("u", 4e-5), ("L", 9e-3)):
+        base.add(k, "cpu", Measurement(t, 5, t, t))
+    # work = 2 x alone; at a load of 2 with slices of 0.4 ms, c (120 us of work) is long
+    # (every event stretched by the load), a and b short (their events are their work)
+    durations = {"a": [2e-5] * 4, "b": [4e-5] * 4, "c": [2.4e-4] * 4}
+    prof, (a0, f0), scaled = insitu_times(durations, base)
+    assert f0 == pytest.approx(4.4) and scaled == 2             # u, L priced by events
+    deflate([(durations, 2.0)], prof, base, 4e-4)
+    assert prof.get("u", "cpu").seconds == pytest.approx(2 * 4e-5)
+    for k in ("a", "b", "c"):                                   # timed: their work
+        assert prof.get(k, "cpu").seconds == pytest.approx(2 * base.get(k, "cpu").seconds)
+    # L, long in the profiler (all its repeats preempted), is priced by its own rule
+    assert prof.get("L", "cpu").seconds == pytest.approx(9e-3 / 2)
