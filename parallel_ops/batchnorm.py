@@ -20,6 +20,17 @@ the split, so in training the operator lowers to five launches:
 The last two are separate launches because a launch cannot both read a buffer as a
 weight and write it: the second writes with RW what the first computed. Each device
 holding a part of the buffers updates its own replica, so replicas stay identical.
+
+When the config splits none of n, h and w (one device, or channels only), every part holds
+all of its channels' values, so it needs no summed statistics: normalize then runs torch's
+own kernel (torch.native_batch_norm, the call eager PyTorch makes, so the same bits) on
+copies of the running buffers, which it reads as weights, and writes the updated copies
+to `<name>.running_next` itself; its backward is torch's (native_batch_norm_backward, the
+whole input gradient). The stats, centered and running_next parts then have empty rects
+(part() knows the degrees): they read and write nothing, and the sums get no gradient.
+The launches are the same under every config (lowering re-lowers one operator at a time);
+only the rects differ. Measured on ResNet-18 (docs/design.md): the statistics stages and
+their zero gradients cost ~5 ms of a ~60 ms CPU iteration.
 Evaluation (compiled with training=False) is a single launch using the running stats.
 `activation` (e.g. "relu") is applied to y by the normalize launch (or the evaluation one);
 see parallel_ops/activation.py.
@@ -47,7 +58,6 @@ from .errors import ShapeError
 from .model import Model, builder
 from .nchw import check_nchw
 from .op import ATTRIBUTE, PARAMETER, REDUCTION, SAMPLE, Dim, Op, PartSpec, Stage
-from .softmax import broadcast_zero
 from .tensor import Tensor
 
 NCHW = ("n", "c", "h", "w")
@@ -109,13 +119,14 @@ class BatchNorm2d(FusesActivation, Op):
         self._training_stages = [
             _SumStage(self, "stats", [x], [stats], self._stats,
                       labels={"inputs": (NCHW,), "weights": (), "outputs": (PER_CHANNEL,)},
-                      kinds=reduced),
+                      kinds=reduced, part=_split_samples_part),
             _SumStage(self, "centered", [x, stats], [centered], self._centered,
                       labels={"inputs": (NCHW, PER_CHANNEL), "weights": (),
-                              "outputs": (PER_CHANNEL,)}, kinds=reduced),
-            _Normalize(self, [x, stats, centered], y, affine_w),
+                              "outputs": (PER_CHANNEL,)}, kinds=reduced,
+                      part=_split_samples_part),
+            _Normalize(self, [x, stats, centered], [y, nxt], affine_w + list(running)),
             Stage(self, "running_next", [stats, centered], [nxt], self._running_next,
-                  weights=running, part=_channels_part, differentiable=False,
+                  weights=running, part=_running_next_part, differentiable=False,
                   replicated=True),
             Stage(self, "running_write", [nxt], list(running), _split_rows,
                   part=_channels_part, differentiable=False, replicated=True),
@@ -197,17 +208,28 @@ class BatchNorm2d(FusesActivation, Op):
 
     def _native_normalized(self, inputs, weights):
         """For a part of whole samples (_whole_samples): y from torch's own kernel, as eager
-        PyTorch computes it (the same bits), saving its mean and 1/std for its derivative.
-        The summed statistics are not read: the part's own are the same numbers."""
+        PyTorch computes it (the same call, so the same bits), with the running statistics
+        updated in copies of the buffers (the weights' last two): (y, the copies as the
+        (2, C) running_next part, what the derivative needs)."""
         x = inputs[0]
-        gamma, beta = weights if self.params["affine"] else (None, None)
-        y, mean, invstd = torch.native_batch_norm(x, gamma, beta, None, None, True, 0.0,
-                                                  self.params["eps"])
-        return y, (_NATIVE, x, gamma, mean, invstd)
+        gamma, beta = weights[:2] if self.params["affine"] else (None, None)
+        rm, rv = weights[-2:]
+        nxt = torch.cat((rm, rv)).view(2, -1)
+        new_mean, new_var = nxt.unbind()
+        y, mean, invstd = torch.native_batch_norm(x, gamma, beta, new_mean, new_var, True,
+                                                  self._momentum(), self.params["eps"])
+        return y, nxt, (_NATIVE, x, gamma, mean, invstd)
+
+    def _momentum(self) -> float:
+        """The factor eager PyTorch passes to its kernel: momentum, or 1 / steps run (a part
+        run before the first step, as saved_state measures one, takes the first step's)."""
+        m = self.params["momentum"]
+        return 1.0 / max(self.model.step_count, 1) if m is None else m
 
     def _native_backward(self, saved, dy, need_inputs, need_weights):
         """torch's derivative (what autograd runs for F.batch_norm): the whole input
-        gradient, so the two sums get zero gradients (their stages add zeros to dx)."""
+        gradient. The sums are not read by such a part (empty rects): no gradient for
+        them."""
         _, x, gamma, mean, invstd, act = saved
         dz = activation_backward(self.activation, dy, act, self)
         affine = gamma is not None
@@ -215,16 +237,17 @@ class BatchNorm2d(FusesActivation, Op):
                 affine and bool(need_weights[1])]
         dx, dgamma, dbeta = torch.ops.aten.native_batch_norm_backward(
             dz, x, gamma, None, None, mean, invstd, True, self.params["eps"], mask)
-        zeros = [broadcast_zero((1, x.shape[1]), self.accumulate, x.device)
-                 if need else None for need in need_inputs[1:]]
-        return [dx] + zeros, ([dgamma, dbeta] if affine else [])
+        return [dx, None, None], ([dgamma, dbeta] if affine else [])
 
     def _running_next(self, spec, inputs, weights):
         """torch's update: momentum in the buffers' dtype, the mean's update there, the
         unbiased variance's in the accumulation dtype. On the (1, C) sums as they come
         (no row selected) with the momenta as Python numbers already rounded to the
         buffers' dtype, which torch's kernels multiply by as they would by 0-d tensors of
-        that dtype: 14 aten operations (19 with 0-d momentum tensors and rows selected)."""
+        that dtype: 14 aten operations (19 with 0-d momentum tensors and rows selected).
+        Nothing for a part of whole samples' config (normalize gives running_next)."""
+        if spec is not None and spec.outputs[0].empty:
+            return [None]
         stats, centered = inputs
         rm, rv = weights
         m, keep = self._momenta(rm.dtype)
@@ -241,7 +264,7 @@ class BatchNorm2d(FusesActivation, Op):
         m = self.params["momentum"]
         if self._fixed_momenta is not None and self._fixed_momenta[0] == dtype:
             return self._fixed_momenta[1]
-        return _rounded_momenta(1.0 / self.model.step_count if m is None else m, dtype)
+        return _rounded_momenta(self._momentum(), dtype)
 
     # -- evaluation and the reference -------------------------------------------------------
     def forward(self, spec, inputs, weights):
@@ -267,46 +290,46 @@ class BatchNorm2d(FusesActivation, Op):
 
 
 class _SumStage(Stage):
-    """batchnorm2d's stats or centered launch. For a part of whole samples
-    (_whole_samples) its own backward (Op.explicit_backward): normalize's backward then
-    gives the whole input gradient (torch's kernel) and the sums a zero gradient, so this
-    stage's contribution to dx is zero, given without running autograd on the sum (as a
-    broadcast zero: the runtime adds it, or copies it in, with no tensor made for it)."""
+    """batchnorm2d's stats or centered launch. Its part of a config that splits no sample
+    dim is empty (_split_samples_part): it then runs nothing, without autograd
+    (Op.explicit_backward), and its backward has nothing to give."""
     explicit_backward = True
 
+    def forward(self, spec, inputs, weights):
+        return [None] if spec.outputs[0].empty else Stage.forward(self, spec, inputs, weights)
+
     def forward_saving(self, spec, inputs, weights):
-        x = inputs[0]
-        if x is None or not _whole_samples(self.parent, spec):
-            return None
-        return self.forward(spec, inputs, weights), x.device
+        return ([None], None) if spec.outputs[0].empty else None
 
     def backward(self, spec, saved, output_grads, need_inputs, need_weights):
-        """Zeros for every input asked for (x, and the centered stage's stats, which its
-        forward holds constant)."""
-        return [broadcast_zero(r.shape, getattr(torch, t.dtype), saved) if need else None
-                for t, r, need in zip(self.inputs, spec.inputs, need_inputs)], []
+        """An empty part's: it read nothing, so no gradient is asked of it."""
+        return [None] * len(self.inputs), []
 
 
 class _Normalize(Stage):
-    """batchnorm2d's normalize launch, with its own backward (Op.explicit_backward)."""
+    """batchnorm2d's normalize launch, with its own backward (Op.explicit_backward). Its
+    weights are gamma and beta (affine) and the running buffers, read only by a part of
+    whole samples; its outputs y and running_next, written only by such a part."""
     explicit_backward = True
 
-    def __init__(self, bn: BatchNorm2d, inputs, y: Tensor, affine_w):
-        super().__init__(bn, "normalize", inputs, [y], None, weights=affine_w,
+    def __init__(self, bn: BatchNorm2d, inputs, outputs, weights):
+        super().__init__(bn, "normalize", inputs, outputs, None, weights=weights,
                          labels={"inputs": (NCHW, PER_CHANNEL, PER_CHANNEL),
-                                 "weights": (("c",),) * len(affine_w), "outputs": (NCHW,)})
+                                 "weights": (("c",),) * len(weights),
+                                 "outputs": (NCHW, PER_CHANNEL)}, part=_normalize_part)
 
     def forward(self, spec, inputs, weights):
-        return [activate(self.parent.activation, self.parent._normalized(inputs, weights)[0])]
+        return self.forward_saving(spec, inputs, weights)[0]
 
     def forward_saving(self, spec, inputs, weights):
         bn = self.parent
-        if _whole_samples(bn, spec):
-            y, saved = bn._native_normalized(inputs, weights)
+        nxt = None
+        if _whole_samples(spec):
+            y, nxt, saved = bn._native_normalized(inputs, weights)
         else:
-            y, saved = bn._normalized(inputs, weights)
+            y, saved = bn._normalized(inputs, weights[:len(weights) - 2])
         out, act = activate_saving(bn.activation, y)
-        return [out], saved + (act,)
+        return [out, nxt], saved + (act,)
 
     def backward(self, spec, saved, output_grads, need_inputs, need_weights):
         if saved[0] is _NATIVE:
@@ -319,12 +342,50 @@ class _Normalize(Stage):
 _NATIVE = "native"              # the tag of what _native_normalized saves
 
 
-def _whole_samples(bn: BatchNorm2d, spec: PartSpec) -> bool:
-    """Whether a part holds every sample and position of its channels (a split by
-    channels only, or none): its statistics are then its own, and torch's kernel gives y
-    and the whole input gradient."""
-    r, (n, _, h, w) = spec.inputs[0], bn.inputs[0].shape
-    return (r.lo[0], r.hi[0], r.lo[2], r.hi[2], r.lo[3], r.hi[3]) == (0, n, 0, h, 0, w)
+def _samples_whole(degrees) -> bool:
+    """Whether a config of batchnorm2d's dims (n, c, h, w) splits none of n, h and w: each
+    part then holds every sample and position of its channels, its statistics its own."""
+    return degrees[0] == degrees[2] == degrees[3] == 1
+
+
+def _whole_samples(spec: PartSpec) -> bool:
+    """Whether a normalize part is one of whole samples (it writes running_next)."""
+    return not spec.outputs[1].empty
+
+
+def _emptied(spec: PartSpec, inputs=(), weights=(), outputs=()) -> PartSpec:
+    """`spec` with the rects at the given indices of each group made empty (not used)."""
+    def group(rects, drop):
+        return tuple(Rect(r.lo, r.lo) if i in drop else r for i, r in enumerate(rects))
+    return PartSpec(group(spec.inputs, inputs), group(spec.weights, weights),
+                    group(spec.outputs, outputs), spec.partial, spec.info)
+
+
+def _split_samples_part(stage, degrees, color) -> PartSpec:
+    """A stats or centered part: by the labels, or empty when samples are whole."""
+    spec = Op.part(stage, degrees, color)
+    if not _samples_whole(degrees):
+        return spec
+    return _emptied(spec, range(len(spec.inputs)), (), range(len(spec.outputs)))
+
+
+def _normalize_part(stage, degrees, color) -> PartSpec:
+    """A normalize part: whole samples read the running buffers (not the sums) and write
+    running_next; split samples read the sums (not the buffers) and write y only."""
+    spec = Op.part(stage, degrees, color)
+    if _samples_whole(degrees):
+        return _emptied(spec, inputs=(1, 2))
+    n = len(spec.weights)
+    return _emptied(spec, weights=(n - 2, n - 1), outputs=(1,))
+
+
+def _running_next_part(stage, degrees, color) -> PartSpec:
+    """A running_next part: its channel block, or empty when samples are whole."""
+    spec = _channels_part(stage, degrees, color)
+    if not _samples_whole(degrees):
+        return spec
+    return _emptied(spec, range(len(spec.inputs)), range(len(spec.weights)),
+                    range(len(spec.outputs)))
 
 
 def _bc(v: torch.Tensor) -> torch.Tensor:

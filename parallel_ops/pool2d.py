@@ -203,6 +203,28 @@ class AdaptiveAvgPool2d(Op):
         return [_averaging(info.rows, x.shape[2], x) @ x @
                 _averaging(info.cols, x.shape[3], x).T]
 
+    explicit_backward = True
+
+    def forward_saving(self, spec, inputs, weights):
+        """forward() without autograd for a part with every output row and column (torch's
+        kernel on the part's input), saving the input's shape for backward(); None (autograd)
+        for the others."""
+        x = inputs[0]
+        if x is None or not spec.info.whole:
+            return None
+        return [F.adaptive_avg_pool2d(x, self.params["output_size"])], x
+
+    def backward(self, spec, saved, output_grads, need_inputs, need_weights):
+        """What autograd runs on F.adaptive_avg_pool2d: for output size 1 torch takes the
+        mean over (h, w), whose derivative is the gradient expanded and divided by h * w;
+        else its adaptive pooling kernel's backward."""
+        x, dy = saved, output_grads[0]
+        if not need_inputs[0]:
+            return [None], []
+        if self.params["output_size"] == (1, 1):
+            return [dy.expand(x.shape) / (x.shape[2] * x.shape[3])], []
+        return [torch.ops.aten._adaptive_avg_pool2d_backward(dy, x)], []
+
     def reference(self, inputs, weights):
         return [F.adaptive_avg_pool2d(inputs[0], self.params["output_size"])]
 

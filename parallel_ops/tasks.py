@@ -285,6 +285,18 @@ def backward_task(ctx, *views):
     return out
 
 
+def empty_part(args: StageArgs, color) -> bool:
+    """Whether a stage launch's point is an empty part (every rect of its spec empty, e.g.
+    batch norm's statistics under a config that splits no sample dim): its forward and
+    backward points then read, write and keep nothing. The executors may skip such points
+    (the task functions' `idle`, taskrt.executor.local)."""
+    spec = args.specs[color]
+    return all(r.empty for group in (spec.inputs, spec.weights, spec.outputs) for r in group)
+
+
+forward_task.idle = backward_task.idle = empty_part
+
+
 def _explicit_grads(stage, plan: _Plan, saved, views, device) -> list:
     """backward_task's result from the op's own backward (Op.explicit_backward)."""
     if not plan.douts:                              # nothing flows back: zero gradients

@@ -11,14 +11,19 @@ full simulation instead: the same chain, for measuring what delta saves.
 
 Garbage collection. Every change allocates a graph's worth of long-lived objects, which sets
 off full collections of the whole heap many times per proposal (a tenth of the search time).
-The search runs with the collector paused (taskrt/gcpause.py) and collects every GC_EVERY
-proposals instead; a chain freezes the heap once its session is built (gc.freeze: torch,
-the model and the session's ~1M objects), so those collections walk only what proposals
-made (0.19 s instead of 1.6 s at Inception-v3 on 16 GPUs), and freezes again after each
-collection: what survives one (accepted graphs, the planner's remembered region plans) is not
-walked by the next (before, they took 50 of 271 CPU s of an 800-proposal search of
-Inception-v3 @16 under the profiler, and grew with the search). The search unfreezes at
-the end.
+The search runs with the collector paused (taskrt/gcpause.py); a chain freezes the heap once
+its session is built (gc.freeze: torch, the model and the session's ~1M objects), and the
+search freezes it again every GC_EVERY simulated proposals: what survives (accepted graphs,
+the planner's remembered region plans) is never walked again (before, those objects took 50
+of 271 CPU s of an 800-proposal search of Inception-v3 @16 under the profiler). A collection
+walks what was made since the last freeze, so its cost is proportional to the proposals
+since then (Inception-v3 @16: ~0.2 s per 32 proposals, 12-14% of the search's CPU time),
+and it comes before some of these freezes only: every GC_EVERY simulations at first, and
+twice as long after each collection that found little garbage (under GC_LITTLE objects in
+its GC_EVERY proposals; at most GC_EVERY_MOST apart). Garbage frozen unfound in between is
+collected after the search (it unfreezes at the end). Measured (2026-12-02): the exhaustive
+check's models leave no garbage at all, Inception-v3 @16 300-500 objects per 32 proposals
+(torch's pytree closures, a few bytes each).
 
 Known strategies. The simulation is deterministic, so the search remembers the cost of
 every strategy it has simulated (keyed by the XOR of its (operator, config) hashes and the
@@ -30,9 +35,14 @@ again: on LeNet's exhaustive check 35-40% of 1,000 proposals are known. `simulat
 result counts the proposals that were simulated.
 
 Temperature. The paper gives no beta, and a constant per millisecond means something else on
-every model and machine. Here beta = 1 / (temperature * cost of the first candidate): with the
-default temperature 0.01 a proposal 1% slower than the starting point is accepted with
-probability 1/e, a 5% slower one with 0.7%.
+every model and machine. A proposal changes one operator, which moves the iteration time by
+about 1/n of it (n searchable operators), so the temperature is a fraction of that share:
+beta = n / (temperature * cost of the first candidate). With the default temperature 0.01 a
+proposal slower by 1%/n of the starting point's time is accepted with probability 1/e (LeNet,
+4 operators: 0.25%; Inception-v3, 221: 0.0045%). (Before 2026-12-02 beta was n times smaller:
+on Inception-v3 --small @4, 265 of 322 uphill proposals were under 0.1% of the time and 95% of
+all proposals were accepted, a random walk; 600 proposals, seeds 0 and 1, found 51.4 ms there
+and 46.3 / 45.7 ms at the temperature of today.)
 
 Memory is a hard constraint: a strategy that does not fit is never a result (its predicted
 time is infinite). So that a chain that starts out of memory (data parallelism of a model
@@ -69,6 +79,13 @@ would not end before the budget does: a later candidate, another recomputation p
 candidate, a restart or a recomputation move is skipped instead (`skipped` in the result
 says what was). The first candidate's first session is always built, so a search takes at
 least one build. (A 150 s search of GPT 1.7B on 32 GPUs ran 585 s before this rule.)
+
+Session builds. A chain after the first starts from the last chain's session, changed
+operator by operator to its start (`_reach`: every change a delta simulation), when that
+many changes cost less CPU time than a session build by the means measured so far (a
+restart from the best differs from the last chain's end in a few operators; on the
+exhaustive check's models a build costs as much as 6-10 changes); otherwise, and with
+recomputation, a new session is built.
 
 Candidates. The search starts from data parallelism, then the expert strategy when one is
 given, then any other named `starts` (a strategy file), then `random_starts` random ones, and searches each in turn with an even share
@@ -108,7 +125,9 @@ MEMORY_MOVE = 0.75           # share of an out-of-memory chain's proposals aimed
 RECOMPUTE_MOVE = 0.05        # the most a default chain gives to switching recomputation
 OVER_MEMORY_RANK = 1e6       # seconds; see `ranked`
 _clock = time.perf_counter   # the search's clock (a test drives it)
-GC_EVERY = 32               # proposals between garbage collections (see the module doc)
+GC_EVERY = 32                # simulations between freezes of the heap (module doc) ...
+GC_EVERY_MOST = 1024         # ... and between collections, at most this many
+GC_LITTLE = 1000             # a collection that found fewer objects found little garbage
 MIN_PROPOSALS = 50           # the stop rule waits for this many proposals, or one per
                              # searchable operator when there are more
 
@@ -289,6 +308,11 @@ class Search:
         # (makespan, rank), or None for one the runtime could not plan.
         self.known: dict = {}
         self.simulated = 0
+        self.gc_every = self.next_gc = self.next_freeze = GC_EVERY    # see _collect
+        # Session builds and changes, their CPU seconds (module doc, "Session builds")
+        self.build_cpu, self.build_count, self.change_cpu, self.change_count = 0.0, 0, 0.0, 0
+        self.last_session = None      # the last chain's session, for _reach
+        self.reached = 0              # chains whose start was reached by changes
 
     def candidates(self) -> list[tuple[str, dict | None]]:
         out = [("data_parallel", None)]
@@ -378,10 +402,12 @@ class Search:
         return list(dict.fromkeys(self.units.plans.values())) if self.units else None
 
     def _build(self, strategy) -> SimulationSession:
-        t = _clock()
+        t, cpu = _clock(), time.process_time()
         session = self.session_factory(self.model, self.machine_model, self.costs, strategy,
                                        self.optimizer)
         self.build_s = max(self.build_s, _clock() - t)
+        self.build_cpu += time.process_time() - cpu
+        self.build_count += 1
         return session
 
     def _session(self, strategy, states=None, budget: Budget | None = None
@@ -425,8 +451,9 @@ class Search:
                cooling: float = 1.0) -> CandidateRun:
         t_start = _clock()
         # every plan for a new candidate, the best's state for a restart from the best
-        session = self._session(strategy, [self.best_state] if name.startswith("best")
-                                else self._plan_states(), budget)
+        session = self._reach(strategy) or self._session(
+            strategy, [self.best_state] if name.startswith("best") else self._plan_states(),
+            budget)
         gc.freeze()             # the periodic collections skip what exists now (module doc)
         secs, props = budget.share(left)     # after the build: each chain gets to search
         t0 = _clock()
@@ -436,7 +463,8 @@ class Search:
         cur = ranked(session.result, self.capacity)
         if self.beta is None:         # the scale of times, also when the start does not fit
             ref = session.result.span
-            self.beta = 1.0 / (self.temperature * (ref if ref > 0 else 1.0))
+            ops = max(1, len(self.space.searchable()))
+            self.beta = ops / (self.temperature * (ref if ref > 0 else 1.0))
         run = CandidateRun(name, cost, cost)
         if name == "data_parallel":
             self.breakdowns[name] = Breakdown.of(session)
@@ -457,8 +485,10 @@ class Search:
             if run.proposals >= props:
                 run.stopped_by = "proposals"
                 break
-            if run.proposals >= patience and best_at_t < elapsed / 2 \
-                    and best_at_p < run.proposals / 2:
+            # the paper's rule, half of the time without improvement, or of the proposals: a
+            # chain stuck among known strategies proposes them almost for free
+            if run.proposals >= patience and (best_at_t < elapsed / 2
+                                              or best_at_p < run.proposals / 2):
                 run.stopped_by = "no improvement"
                 break
             move = self._propose(session, fits, self._can_build(budget))
@@ -474,9 +504,8 @@ class Search:
                     run.known += 1      # unplannable, or simulated before and rejected now
                     continue
             self.simulated += 1
-            if self.simulated % GC_EVERY == 0:
-                gc.collect()
-                gc.freeze()     # what survived (kept plans, region plans) is not walked again
+            if self.simulated >= self.next_freeze:
+                self._collect()
             before = session, self.state
             try:
                 if move[0] == "recompute":      # a new session: the old one is the undo
@@ -484,7 +513,7 @@ class Search:
                                              [self.units.toggle(self.state, move[1])])
                     result = session.result
                 elif self.delta:
-                    result = session.change(move[1], move[2])
+                    result = self._change(session, move[1], move[2])
                 else:
                     session = self._session(_with(session.configs, move[1], move[2]))
                     result = session.result
@@ -520,7 +549,56 @@ class Search:
                                    current=cur, best=self.best))
         run.seconds = _clock() - t_start
         run.over_bytes = max(session.result.over_capacity.values(), default=0)
+        self.last_session = session
         return run
+
+    def _reach(self, strategy) -> SimulationSession | None:
+        """The last chain's session changed, operator by operator, to `strategy` (every
+        operator it does not name data parallel), when that costs less CPU time than a
+        session build by the measured means; else None (module doc, "Session builds")."""
+        session = self.last_session
+        if session is None or self.units is not None or not self.delta \
+                or not self.change_count:
+            return None
+        try:
+            target = resolve_configs(self.model, strategy, self.machine_model.taskrt_machine())
+        except ConfigError:
+            return None
+        todo = [(name, cfg) for name, cfg in target.items() if session.configs[name] != cfg]
+        if not self._cheaper_by_changes(len(todo)):
+            return None
+        self.last_session = None
+        try:
+            for name, cfg in todo:
+                self._change(session, name, cfg)
+        except (ConfigError, PlanError):
+            return None
+        self.reached += 1
+        return session
+
+    def _cheaper_by_changes(self, n: int) -> bool:
+        """Whether n changes cost less CPU time than a session build, by the means so far."""
+        return n * self.change_cpu / self.change_count < self.build_cpu / self.build_count
+
+    def _change(self, session, name: str, cfg):
+        """session.change, its CPU time counted (see _cheaper_by_changes)."""
+        t = time.process_time()
+        result = session.change(name, cfg)
+        self.change_cpu += time.process_time() - t
+        self.change_count += 1
+        return result
+
+    def _collect(self) -> None:
+        """Freeze the heap, after a garbage collection when one is due (module doc): the next
+        one GC_EVERY simulations later, or twice as many as this one waited (at most
+        GC_EVERY_MOST) when this one found little garbage."""
+        if self.simulated >= self.next_gc:
+            found = gc.collect()
+            self.gc_every = GC_EVERY if found >= GC_LITTLE else \
+                min(2 * self.gc_every, GC_EVERY_MOST)
+            self.next_gc = self.simulated + self.gc_every
+        gc.freeze()             # what survived (kept plans, region plans) is not walked again
+        self.next_freeze = self.simulated + GC_EVERY
 
     def _accept(self, r: float, cur: float, fits: bool, cooling: float) -> bool:
         """The Metropolis rule on ranks: out of memory the chain only goes downhill (into

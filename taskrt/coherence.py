@@ -222,8 +222,10 @@ class RegionState:
                 self.valid.add(piece, holders.copy())
         self.valid.add(rect, Holders(devices))
 
-    def retire_pending(self, rect: Rect) -> None:
-        for i, r, dev in self.pending.overlapping(rect):
+    def retire_pending(self, rect: Rect, found=None) -> None:
+        """Forget the pending sums in `rect`: those overlapping it (`found`, when the caller
+        has just asked pending.overlapping(rect)) lose their part of it."""
+        for i, r, dev in self.pending.overlapping(rect) if found is None else found:
             self.pending.remove(i)
             for piece in r.subtract(rect):
                 self.pending.add(piece, dev)
@@ -442,7 +444,7 @@ class RegionPlanner:
             preds |= self._buffer(d, in_partial[d], rect).read(rect, node)
             preds |= self._buffer(d, False, rect).write(rect, node)
         self._emit(node, preds, out)
-        self.state.retire_pending(rect)
+        self.state.retire_pending(rect, contribs)
         self.state.set_only_holder(rect, devices)
 
     def _reduce_to(self, owner: str, rect: Rect, device: int, contribs, out: list) -> None:
@@ -485,7 +487,7 @@ class RegionPlanner:
 
     def _mark_summed(self, rect: Rect, device: int, contribs) -> None:
         st = self.state
-        st.retire_pending(rect)
+        st.retire_pending(rect, contribs)
         if any(r.contains(rect) for _, r, _ in contribs):      # the common case: full sums
             st.set_only_holder(rect, (device,))
             return
@@ -512,8 +514,29 @@ def summed_pieces(rect: Rect, contribs) -> list[Rect]:
     their parts of `rect` as they are."""
     if len({dev for _, _, (dev, _) in contribs}) == 1:
         return [r.intersect(rect) for _, r, _ in contribs]
+    parts = [(r.intersect(rect), dev) for _, r, (dev, _) in contribs]
+    if not _cross_device_overlap(rect, parts):
+        # The common case, another partition's sums (each device's part of a gradient):
+        # no piece overlaps another device's, so none is cut.
+        return [p for p, _ in parts]
     summed: list[tuple[Rect, int]] = []         # (piece, device of its sum), in order found
     for _, r, (dev, _) in contribs:
         done = [q for q, d in summed if d != dev and q.overlaps(r)]
         summed += [(piece, dev) for piece in subtract_all(r.intersect(rect), done)]
     return [q for q, _ in summed]
+
+
+def _cross_device_overlap(rect: Rect, parts) -> bool:
+    """Whether two of `parts` [(part of `rect`, device)] of different devices overlap: a
+    sweep along the dimension where the parts start at the most places (for the parts of
+    one block partition, each part meets only its neighbours there)."""
+    d = max(range(rect.ndim), key=lambda k: len({p.lo[k] for p, _ in parts}))
+    active: list = []
+    for p, dev in sorted(parts, key=lambda x: x[0].lo[d]):
+        start = p.lo[d]
+        active = [(q, e) for q, e in active if q.hi[d] > start]
+        for q, e in active:
+            if e != dev and q.overlaps(p):
+                return True
+        active.append((p, dev))
+    return False

@@ -433,7 +433,11 @@ class Planner:
                 g.partial_rects[name, dev] = rect
             if initial:
                 g.initial_valid[name] = list(initial)
-            g.final_valid[name] = list(final_valid)
+            if final_valid or instance or partial or initial or pend:
+                # (else no launch uses the region any more since a replace(): a full plan
+                # does not know it; e.g. batch norm's sums under a config that splits no
+                # sample dim)
+                g.final_valid[name] = list(final_valid)
             if pend:
                 g.final_pending[name] = list(pend)
         self._dirty.clear()

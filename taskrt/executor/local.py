@@ -4,6 +4,8 @@ Nodes run one at a time in id order (a topological order). The graph is compiled
 steps with pre-sliced views (Legion-style tracing), so `run()` replays it without planning;
 consecutive independent points of launches with one `batch` function and args (the
 optimizer's updates) run as one batch per device, except when tracing (taskrt.launch);
+a point with no region requirements whose task function's `idle(args, color)` says it
+does nothing (parallel_ops' empty parts) is left out of the plan, except when tracing;
 temporaries (taskrt.liveness) are allocated before their first user and released after their
 last, and `keep` names the regions to read after run() ("all": nothing is freed).
 `write`/`read` move whole tensors in and out of the graph's regions.
@@ -21,6 +23,14 @@ from ..taskgraph import COPY, REDUCE, TASK
 from .instances import InstanceStore
 from .steps import (batch_key, batchable, batches_step, local_allreduce_step, local_copy_step,
                     reduce_step, task_step)
+
+
+def idle(node) -> bool:
+    """Whether a task node does nothing: no region requirements, and its task function's
+    `idle(args, color)` (optional) says so. Nothing reads what it would keep either (a
+    paired point of the same part is idle too)."""
+    check = getattr(node.launch.task, "idle", None) if node.kind is TASK else None
+    return check is not None and not node.requirements and check(node.launch.args, node.color)
 
 
 class LocalExecutor:
@@ -64,6 +74,9 @@ class LocalExecutor:
         no edge among them (they may run in any order: one batch per device), else one."""
         nodes, preds, out, i = self.graph.nodes, self.graph.preds, [], 0
         while i < len(nodes):
+            if not record_trace and idle(nodes[i]):
+                i += 1
+                continue
             j = i + 1
             if not record_trace and batchable(nodes[i]):
                 key = batch_key(nodes[i])

@@ -7,7 +7,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import parallel_ops.batchnorm  # noqa: F401  (attaches model.batchnorm2d)
-from parallel_ops import Model
+from parallel_ops import SGD, Model, ParallelConfig
+from taskrt import Machine
 
 
 class Ops(TorchDispatchMode):
@@ -62,3 +63,52 @@ def test_cumulative_momentum_runs_the_same_operations_every_step():
     first = run_counted(calls["running_next"])
     bn.model.step_count = 7
     assert run_counted(calls["running_next"]) == first
+
+
+def ops_per_launch(trainer) -> dict:
+    """{launch name: aten operation names} of one iteration of a local trainer, its plan
+    run entry by entry (after the trainer's own steps)."""
+    ex = trainer.executor
+    names = [ex.graph.nodes[ids[0]].describe().split()[1].split("[")[0]
+             for ids in ex.entries]
+    ops: dict = {}
+    with Ops() as counter:
+        ex.store.start_iteration()
+        for name, (step, allocate, free) in zip(names, ex.plan):
+            start = len(counter.names)
+            if allocate:
+                ex.store.begin(allocate)
+            step()
+            if free:
+                ex.store.release(free)
+            ops.setdefault(name, []).extend(counter.names[start:])
+    return ops
+
+
+@pytest.mark.parametrize("cfg", [ParallelConfig.of([0]), ParallelConfig.of([1, 0], c=2)],
+                         ids=str)
+def test_whole_samples_run_torch_batch_norm_only(cfg):
+    """A config that splits no sample dim (one device, or channels only): normalize runs
+    torch's kernel with the running statistics (what eager PyTorch runs); the statistics
+    parts are empty, run nothing and are left out of the local executor's plan, and no
+    zero gradient is made for the sums. Before:
+    stats 2, centered 7, running_next 14 operations per part forward, and 6 for the sums'
+    zero gradients in backward. (Values: test_batchnorm.py, bit for bit in float32.)"""
+    m = Model("bn", seed=0, dtype="float32")
+    x = m.input("x", (4, 6, 5, 5), requires_grad=True)
+    y = m.batchnorm2d(x, name="bn", activation="relu")
+    m.softmax_cross_entropy(y, m.input("labels", (4, 6, 5), dtype="int64"), name="loss")
+    g = torch.Generator().manual_seed(0)
+    feeds = {"x": torch.randn(4, 6, 5, 5, generator=g),
+             "labels": torch.randint(0, 5, (4, 6, 5), generator=g)}
+    trainer = m.compile(Machine.local(2), {"bn": cfg}, SGD(lr=0.1), executor="local")
+    trainer.step(feeds)
+    ops = ops_per_launch(trainer)
+    for launch in ("stats/fwd", "centered/fwd", "running_next/fwd", "stats/bwd",
+                   "centered/bwd"):
+        # Their points are empty parts: the local executor leaves them out of its plan.
+        assert f"bn/{launch}" not in ops, f"bn/{launch}: {ops[f'bn/{launch}']}"
+    assert "aten.native_batch_norm.default" in ops["bn/normalize/fwd"]
+    backward = ops["bn/normalize/bwd"]
+    assert "aten.native_batch_norm_backward.default" in backward
+    assert not any("zero" in name for name in backward), backward

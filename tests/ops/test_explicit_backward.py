@@ -250,3 +250,36 @@ def test_backward_missing_a_needed_gradient_is_a_clear_error():
                            r"task returned None for a Red\+ requirement.*need_inputs / "
                            r"need_weights"):
             parallel_steps(m, feeds, STRATEGIES["data parallel"], steps=1)
+
+
+def pool_stack(output_size):
+    import parallel_ops.pool2d  # noqa: F401  (attaches model.adaptive_avg_pool2d)
+    m = Model("explicit_pool", seed=3, dtype="float32")
+    x = m.input("x", (4, 3, 7, 6), requires_grad=True)
+    h = m.conv2d(x, 5, 3, padding=1, name="c", activation="relu")
+    h = m.flat(m.adaptive_avg_pool2d(h, output_size, name="pool"))
+    h = m.linear(h, 4, name="fc")
+    m.softmax_cross_entropy(h, m.input("labels", (4,), dtype="int64"), name="loss")
+    return m, random_feeds(m, 5, 4)
+
+
+# (output size, pool's config, explicit backward calls in 2 steps)
+POOL_CASES = [(1, ParallelConfig.of([0]), 2), (1, ParallelConfig.of([0, 1, 2], c=3), 6),
+              ((3, 2), ParallelConfig.of([0, 1], n=2), 4),
+              ((3, 2), ParallelConfig.of([1, 0], h=2), 0)]     # windows split: autograd
+
+
+@pytest.mark.parametrize("case", POOL_CASES, ids=lambda c: f"{c[0]}-{c[1]}")
+def test_adaptive_pool_same_bits_as_autograd(case):
+    """Adaptive average pooling's own backward on parts with every output row and column:
+    for output size 1 torch's mean (its derivative: expand, divide by h * w), else its
+    kernel's backward."""
+    from parallel_ops.pool2d import AdaptiveAvgPool2d
+    output_size, config, calls = case
+    m, feeds = pool_stack(output_size)
+    counts: dict = {}
+    explicit = _run(m, feeds, {"pool": config}, True, counts, AdaptiveAvgPool2d)
+    m2, _ = pool_stack(output_size)
+    autograd = _run(m2, feeds, {"pool": config}, False, cls=AdaptiveAvgPool2d)
+    _assert_same_bits(explicit, autograd)
+    assert counts.get("pool", 0) == calls

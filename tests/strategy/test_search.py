@@ -293,3 +293,101 @@ def test_without_restarts_the_search_ends_by_the_papers_stop_rule(setting):
     assert all(c.stopped_by == "no improvement" for c in r.candidates)
     assert r.proposals == sum(c.proposals for c in r.candidates) < 2000
     assert 0 < r.cpu_seconds and all(0 <= h[3] <= r.cpu_seconds for h in r.history)
+
+
+def test_collections_that_find_little_garbage_come_less_often(setting):
+    """A collection walks everything made since the heap was last frozen (Inception-v3 @16:
+    12-14% of a search's CPU time), and the exhaustive check's models make no garbage: the
+    heap is frozen every GC_EVERY simulations, and collected first only when a collection
+    is due; the interval doubles after each one that found little garbage, and is back to
+    GC_EVERY after one that found more."""
+    import gc
+
+    import strategy.search as search_module
+    m, mm, costs = setting
+    s = search_module.Search(m, mm, costs, seed=0, optimizer=SGD(lr=0.1))
+    every, collections = search_module.GC_EVERY, []
+
+    def step(garbage: int = 0):
+        for _ in range(garbage):        # cycles, as torch's pytree closures make
+            cycle = [1]
+            cycle.append(cycle)
+            del cycle
+        s.simulated = s.next_freeze
+        before = s.next_gc
+        s._collect()
+        collections.append(s.simulated >= before)
+        assert s.next_freeze == s.simulated + every
+
+    gc.collect()
+    gc.disable()                        # as the search runs (taskrt/gcpause.py)
+    try:
+        for _ in range(7):
+            step()
+        # frozen every 32 simulations, collected at 32, 96, 224: 64, then 128 apart
+        assert collections == [True, False, True, False, False, False, True]
+        assert s.gc_every == 8 * every and s.next_gc == 224 + 8 * every
+        for _ in range(200):
+            step(garbage=search_module.GC_LITTLE - 1)
+        assert s.gc_every == search_module.GC_EVERY_MOST
+        while s.simulated + every < s.next_gc:
+            step()
+        step(garbage=search_module.GC_LITTLE)
+        assert collections[-1] and s.gc_every == every
+    finally:
+        gc.unfreeze()
+        gc.enable()
+
+
+def test_a_chain_started_by_changing_the_last_session_walks_as_after_a_build(setting,
+                                                                            monkeypatch):
+    """Restarts and the random candidate reach their start by changing the last chain's
+    session (Search._reach) when that is cheaper than a build: the chains are the ones
+    that build every start. (The clock is driven by the test, one tick per simulated
+    proposal, so the stop rule fires at the same proposals in both searches.)"""
+    import strategy.search as search_module
+    m, mm, costs = setting
+    space = SearchSpace.for_machine(m, mm).restricted(frozen={"relu1"})
+    runs = []
+    for reach in (False, True):
+        monkeypatch.setattr(search_module, "_clock", lambda: s.simulated * 1e-3)
+        monkeypatch.setattr(search_module.Search, "_cheaper_by_changes",
+                            lambda self, n: reach)
+        s = search_module.Search(m, mm, costs, seed=3, space=space, optimizer=SGD(lr=0.1),
+                                 starts={"fc1 only": {"fc1": space.config(
+                                     m.op("fc1"), (1, 1, 2), (0, 1))}})
+        r = s.run(proposals=400)
+        runs.append((r, s.reached))
+    (built, none), (reached, count) = runs
+    assert none == 0 and count >= 3 and len(reached.candidates) >= 5
+    assert [(c.name, c.start, c.proposals, c.accepted, c.best) for c in reached.candidates] \
+        == [(c.name, c.start, c.proposals, c.accepted, c.best) for c in built.candidates]
+    assert reached.configs == built.configs and reached.predicted == built.predicted
+
+
+def test_the_temperature_is_a_fraction_of_one_operators_share_of_the_time(setting):
+    """beta = n / (T * cost of the first candidate), n searchable operators: a proposal
+    changes one operator, about 1/n of the iteration (on Inception-v3, 221 operators, the
+    temperature of the whole iteration accepted 95% of proposals)."""
+    m, mm, costs = setting
+    space = SearchSpace.for_machine(m, mm, frozen={"loss"})
+    r = search(m, mm, costs, proposals=5, seed=0, optimizer=SGD(lr=0.1), space=space,
+               temperature=0.02)
+    n = len(space.searchable())
+    assert n == len(m.ops) - 1
+    assert r.beta == pytest.approx(n / (0.02 * r.baselines["data_parallel"]))
+
+
+def test_a_chain_stops_when_half_its_proposals_brought_no_improvement(setting, monkeypatch):
+    """The paper's stop rule, half the time without improvement, or half the proposals: a
+    chain in a local optimum whose neighbours are all known strategies proposes them
+    almost for free (no simulation), so its time hardly grows (here, with the clock
+    stopped, not at all) while its proposals are spent."""
+    import strategy.search as search_module
+    monkeypatch.setattr(search_module, "_clock", lambda: 0.0)
+    m, mm, costs = setting
+    space = SearchSpace.for_machine(m, mm).restricted(frozen={"relu1", "loss"})
+    r = search(m, mm, costs, proposals=3000, seed=0, optimizer=SGD(lr=0.1), space=space,
+               restarts=False)
+    assert [c.stopped_by for c in r.candidates] == ["no improvement"] * 2
+    assert r.proposals < 1000

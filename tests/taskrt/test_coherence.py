@@ -354,12 +354,26 @@ def test_summed_pieces_equal_the_plain_definition():
     """coherence.summed_pieces (one device's sums taken as they are, a sum compared only
     with other devices' pieces) gives the pieces, in order, of the plain definition: each
     sum's part of the rect less every earlier piece. Sums drawn as the planner keeps them:
-    disjoint per device, overlapping across devices; one device alone, and several."""
+    disjoint per device, overlapping across devices; one device alone, and several; one
+    partition's parts spread over devices (no two overlap: taken as they are)."""
     rng = random.Random(11)
     shape = (8, 12, 6)
-    for trial in range(300):
+    for trial in range(600):
         contribs = []
-        for device in rng.sample(range(4), rng.choice([1, 1, 2, 3])):
+        if trial % 2:
+            # One partition's parts on several devices (a gradient's sums from the parts
+            # of another config), sometimes a part of it on one more device too.
+            degrees = tuple(rng.choice([1, 2, 3, 4]) for _ in shape)
+            colors = [(a, b, c) for a in range(degrees[0]) for b in range(degrees[1])
+                      for c in range(degrees[2])]
+            for color in colors:
+                contribs.append((len(contribs), block_rect(shape, degrees, color),
+                                 (rng.randrange(4, 10), rng.random() < 0.5)))
+            for color in rng.sample(colors, rng.choice([0, 0, 1])):
+                contribs.append((len(contribs), block_rect(shape, degrees, color),
+                                 (10, rng.random() < 0.5)))
+        for device in rng.sample(range(4), rng.choice([1, 1, 2, 3]) if trial % 2 == 0
+                                 else rng.choice([0, 0, 1])):
             degrees = tuple(rng.choice([1, 2, 3, 4]) for _ in shape)
             colors = [(a, b, c) for a in range(degrees[0]) for b in range(degrees[1])
                       for c in range(degrees[2])]

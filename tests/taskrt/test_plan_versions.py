@@ -4,11 +4,10 @@ for marks of any age: None once the log no longer reaches back that far."""
 import random
 import warnings
 
-from parallel_ops import SGD, lower
-from taskrt import Machine, Planner
+from taskrt import Machine
 
 from mpi.models import cnn, random_strategy
-from plan_checks import expanded
+from plan_checks import planner_of, replace_strategy
 
 warnings.simplefilter("ignore")
 
@@ -17,10 +16,7 @@ def test_versions_since_names_exactly_the_changed_launches():
     model, _ = cnn()
     machine = Machine.grid(4, 1)
     strategy = random_strategy(model, 4, seed=1)
-    low = lower(model, strategy, machine, SGD(lr=0.1))
-    planner = Planner(machine, initial=low.initial)
-    for launch in low.launches:
-        planner.add_launch(launch)
+    planner = planner_of(model, strategy, machine)
     planner.refresh()
     rng = random.Random(2)
     history = [(planner.next_version, planner.versions)]     # (mark, versions then)
@@ -28,10 +24,7 @@ def test_versions_since_names_exactly_the_changed_launches():
     for step in range(150):
         op = rng.choice(model.ops)
         trial = dict(strategy, **{op.name: random_strategy(model, 4, 100 + step)[op.name]})
-        new = lower(model, trial, machine, SGD(lr=0.1))
-        replaced = [l for l in new.launches
-                    if expanded(l) != expanded(planner.plans[planner.index[l.name]].launch)]
-        planner.replace(replaced, new.initial, record_undo=True)
+        replace_strategy(planner, model, trial, machine)
         planner.refresh()
         if rng.random() < 0.6:
             planner.undo()

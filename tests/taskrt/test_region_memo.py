@@ -16,7 +16,7 @@ from taskrt import Machine, Planner, plan
 from taskrt.regionmemo import RegionPlan, RegionPlanMemo
 
 from mpi.models import cnn, lstm_model, mlp, random_strategy
-from plan_checks import assert_same_plan, expanded
+from plan_checks import assert_same_plan, expanded, planner_of, replace_strategy
 
 warnings.simplefilter("ignore")       # analytic-cost fallback warnings
 
@@ -46,16 +46,10 @@ def test_remembered_region_plans_equal_a_full_plan(build):
     model, _ = build()
     machine = Machine.grid(4, 1)
     strategy = random_strategy(model, 4, seed=1)
-    low = lower(model, strategy, machine, SGD(lr=0.1))
-    planner = Planner(machine, initial=low.initial)
-    for launch in low.launches:
-        planner.add_launch(launch)
+    planner = planner_of(model, strategy, machine)
     for step, (name, cfg, keep) in enumerate(proposals(model, 4, 40, seed=3)):
         trial = dict(strategy, **{name: cfg})
-        new = lower(model, trial, machine, SGD(lr=0.1))
-        replaced = [l for l in new.launches
-                    if expanded(l) != expanded(planner.plans[planner.index[l.name]].launch)]
-        planner.replace(replaced, new.initial, record_undo=True)
+        new = replace_strategy(planner, model, trial, machine)
         assert_same_plan(planner.finish(), plan(new.launches, machine, initial=new.initial),
                          f"step {step}: {name} -> {cfg}")
         if keep:
