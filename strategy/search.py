@@ -91,7 +91,8 @@ Candidates. The search starts from data parallelism, then the expert strategy wh
 given, then any other named `starts` (a strategy file), then `random_starts` random ones, and searches each in turn with an even share
 of what is left of the budget (time in seconds and/or number of proposals). A candidate stops
 when its share is spent or, as in the paper, when its best has not improved for half of the
-time (or proposals) it has used. The result is the best strategy seen over all candidates,
+time (or proposals) it has used; under a budget of proposals alone, half of the proposals
+only, so that the seed alone decides the search (a stalled machine stops nothing early). The result is the best strategy seen over all candidates,
 so it is never slower in simulation than data parallelism (it starts there). Budget left
 after every candidate has stopped goes to restarts: from the best strategy so far with the
 temperature divided by 4 at each such restart, alternating with new random strategies.
@@ -486,9 +487,11 @@ class Search:
                 run.stopped_by = "proposals"
                 break
             # the paper's rule, half of the time without improvement, or of the proposals: a
-            # chain stuck among known strategies proposes them almost for free
-            if run.proposals >= patience and (best_at_t < elapsed / 2
-                                              or best_at_p < run.proposals / 2):
+            # chain stuck among known strategies proposes them almost for free. A budget of
+            # proposals alone (secs infinite) stops by proposals only, so that such a search
+            # repeats exactly with its seed, whatever the machine's speed
+            if run.proposals >= patience and (best_at_p < run.proposals / 2 or (
+                    secs != math.inf and best_at_t < elapsed / 2)):
                 run.stopped_by = "no improvement"
                 break
             move = self._propose(session, fits, self._can_build(budget))

@@ -391,3 +391,33 @@ def test_a_chain_stops_when_half_its_proposals_brought_no_improvement(setting, m
                restarts=False)
     assert [c.stopped_by for c in r.candidates] == ["no improvement"] * 2
     assert r.proposals < 1000
+
+
+def test_a_search_of_proposals_alone_repeats_whatever_the_clock(monkeypatch):
+    """A budget of proposals only is stopped by proposals only: the same seed gives the
+    same chains on a machine that stalls as on one that does not (a clock that jumps once;
+    with the time half of the rule, a stall at the 120th reading stopped a chain early)."""
+    import itertools
+
+    import strategy.search as search_module
+    mm = machine_model("p100:1")
+    m = Model("mlp6", seed=0)
+    h = m.input("x", (64, 256))
+    y = m.input("y", (64,), dtype="int64")
+    for i in range(6):
+        h = m.relu(m.linear(h, 256, name=f"fc{i}"), name=f"r{i}")
+    m.softmax_cross_entropy(m.linear(h, 64, name="out"), y, name="loss")
+
+    def run():
+        r = search(m, mm, CostModel(), proposals=600, seed=1, optimizer=SGD(lr=0.1),
+                   restarts=False, random_starts=1)
+        return [(c.name, c.proposals, c.stopped_by, c.best) for c in r.candidates], \
+            r.predicted, r.configs
+
+    monkeypatch.setattr(search_module, "_clock", lambda: 0.0)
+    steady = run()
+    for pause_at in (20, 60, 120, 240):
+        ticks = itertools.count()
+        monkeypatch.setattr(search_module, "_clock",
+                            lambda: (t := next(ticks)) + (1e6 if t > pause_at else 0.0))
+        assert run() == steady, pause_at
