@@ -1,0 +1,77 @@
+"""Interference within one launch: which requirements of its points may touch the same rect.
+
+Points of one launch run in any order (or at once), so two of them may share a rect only when
+both read or both reduce (also within one point: a tensor used twice gets two gradient
+contributions), or, in a launch of replicas, when they write the same rect on different
+devices. The planner checks each launch it adds or replaces before planning it.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+
+from .coherence import _R, _RED
+from .errors import PrivilegeError
+from .launch import IndexLaunch
+from .rectindex import RectIndex
+
+
+def check_interference(launch: IndexLaunch, points) -> None:
+    """Requirements of one launch may share a rect only when both read or both reduce
+    (also within one point: a tensor used twice gets two gradient contributions), or, in a
+    launch of replicas, when they write the same rect on different devices. Regions
+    where no pair can conflict (see _cannot_interfere) are not checked pair by pair."""
+    by_region: dict[str, list] = {}
+    for color, device, reqs in points:
+        for req in reqs:
+            by_region.setdefault(req.region.name, []).append((color, device, req))
+    check = {name for name, accs in by_region.items()
+             if not _cannot_interfere(accs, launch.replicas)}
+    if not check:
+        return
+    seen: dict[str, RectIndex] = defaultdict(RectIndex)
+    for color, device, reqs in points:
+        for req in reqs:
+            if req.region.name not in check:
+                continue
+            for _, r, (c2, d2, p2) in seen[req.region.name].overlapping(req.rect):
+                p1 = req.privilege
+                if (p1 is _R and p2 is _R) or (p1 is _RED and p2 is _RED):
+                    continue
+                if launch.replicas and c2 != color and d2 != device and r == req.rect \
+                        and p1 is p2:
+                    continue
+                where = "requirements" if c2 == color else "points"
+                raise PrivilegeError(
+                    f"Launch '{launch.name}': {where} {c2} ({p2.value}) and {color} "
+                    f"({p1.value}) both touch '{req.region.name}' at "
+                    f"{r.intersect(req.rect)}. Points of one launch may overlap only "
+                    "when both read or both reduce; split the launch or the rects.")
+            seen[req.region.name].add(req.rect, (color, device, req.privilege))
+
+
+def _cannot_interfere(accesses, replicas: bool) -> bool:
+    """True when no two of one region's (color, device, requirement) in a launch can conflict:
+    one access; all read or all reduce; all rects disjoint (shown along one dimension); or, in
+    a launch of replicas, one rect written alike by every point, each on its own device."""
+    if len(accesses) < 2:
+        return True
+    privs = {req.privilege for _, _, req in accesses}
+    if len(privs) == 1 and (_R in privs or _RED in privs):
+        return True
+    first = accesses[0][2].rect
+    if replicas and len(privs) == 1 and all(req.rect == first for _, _, req in accesses):
+        return len({c for c, _, _ in accesses}) == len(accesses) == \
+            len({d for _, d, _ in accesses})
+    rects = [req.rect for _, _, req in accesses if not req.rect.empty]
+    if len(rects) < 2:
+        return True
+    for d in range(first.ndim):
+        spans = sorted((r.lo[d], r.hi[d]) for r in rects)
+        end = spans[0][1]
+        for lo, hi in spans[1:]:
+            if lo < end:
+                break
+            end = hi
+        else:
+            return True
+    return False
