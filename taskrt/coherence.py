@@ -74,17 +74,26 @@ class BufferAccesses:
             self._writers_of.clear()
         preds = set()
         writers, readers = self.writers, self.readers
-        for i, r, n in writers.overlapping(rect):
+        found = writers.overlapping(rect)
+        same = None             # the id of a piece equal to `rect`: it takes the new writer
+        if len(found) == 1 and found[0][1] is rect:     # (disjoint: found by its rect)
+            same, _, n = found[0]
             preds.add(n)
-            writers.remove(i)
-            for piece in r.subtract(rect):
-                writers.add(piece, n)
+        else:
+            for i, r, n in found:
+                preds.add(n)
+                writers.remove(i)
+                for piece in r.subtract(rect):
+                    writers.add(piece, n)
         for i, r, refs in readers.overlapping(rect):
             preds |= refs
             readers.remove(i)
             for piece in r.subtract(rect):
                 self._add_readers(piece, refs)
-        writers.add(rect, ref)
+        if same is None:
+            writers.add(rect, ref)
+        else:
+            writers.renew(same, ref)
         preds.discard(ref)
         return preds
 
@@ -207,20 +216,28 @@ class RegionState:
         item's part gets `device` as a holder (what add_holder does without the query)."""
         valid = self.valid
         for i, r, part, holders in items:
+            if part is r:                   # all of the item: it moves to the end as is
+                holders.append(device)
+                valid.renew(i)
+                continue
             valid.remove(i)
-            if part is not r:
-                for piece in r.subtract(part):
-                    valid.add(piece, holders.copy())
+            for piece in r.subtract(part):
+                valid.add(piece, holders.copy())
             holders.append(device)
             valid.add(part, holders)
 
     def set_only_holder(self, rect: Rect, devices: Iterable[int]) -> None:
         self.held.clear()
-        for i, r, holders in self.valid.overlapping(rect):
-            self.valid.remove(i)
+        valid = self.valid
+        found = valid.overlapping(rect)
+        if len(found) == 1 and found[0][1] is rect:     # one piece, equal to rect
+            valid.renew(found[0][0], Holders(devices))
+            return
+        for i, r, holders in found:
+            valid.remove(i)
             for piece in r.subtract(rect):
-                self.valid.add(piece, holders.copy())
-        self.valid.add(rect, Holders(devices))
+                valid.add(piece, holders.copy())
+        valid.add(rect, Holders(devices))
 
     def retire_pending(self, rect: Rect, found=None) -> None:
         """Forget the pending sums in `rect`: those overlapping it (`found`, when the caller

@@ -15,7 +15,7 @@ class Rect:
     """An immutable n-d half-open box. (A plain slotted class rather than a dataclass: the
     planner creates and compares millions of them, and volume, emptiness and the hash are
     cached.)"""
-    __slots__ = ("lo", "hi", "empty", "volume", "_hash", "_shape")
+    __slots__ = ("lo", "hi", "empty", "volume", "_hash", "_shape", "cell_bits")
 
     def __init__(self, lo: tuple[int, ...], hi: tuple[int, ...]):
         if len(lo) != len(hi):
@@ -34,6 +34,7 @@ class Rect:
         _set_empty(self, volume == 0)
         _set_hash(self, None)             # computed on first use
         _set_shape(self, None)
+        _set_cell_bits(self, None)        # RectIndex's per-dimension size class, on first use
 
     def __setattr__(self, name, value):
         raise AttributeError(f"Rect is immutable (tried to set {name})")
@@ -174,9 +175,9 @@ class Rect:
     __repr__ = __str__
 
 
-_set_lo, _set_hi, _set_empty, _set_volume, _set_hash, _set_shape = (
+_set_lo, _set_hi, _set_empty, _set_volume, _set_hash, _set_shape, _set_cell_bits = (
     Rect.lo.__set__, Rect.hi.__set__, Rect.empty.__set__, Rect.volume.__set__,
-    Rect._hash.__set__, Rect._shape.__set__)
+    Rect._hash.__set__, Rect._shape.__set__, Rect.cell_bits.__set__)
 _WHOLE: dict = {}           # shape -> Rect.from_shape(shape)
 
 

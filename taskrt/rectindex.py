@@ -23,11 +23,12 @@ _MAX_CELLS_PER_ITEM = 64
 _DRIFT_BITS = 2          # rebuild when the typical extent is 4x off the cell size
 _SMALL = 32              # up to this many items: no grid, scan them
 _DRIFT_CHECK_EVERY = 7   # check for drift when the item count is a multiple of 8
+_KEEP = object()         # renew(): keep the item's value
 
 
 class RectIndex:
     __slots__ = ("_items", "_next_id", "_cell", "_grid", "_big", "_bits", "_sized", "_exact",
-                 "_ones", "_first", "disjoint")
+                 "_ones", "_first", "disjoint", "_home")
 
     def __init__(self, disjoint: bool = False):
         """`disjoint`: the caller promises items never overlap, so a query equal to an item's
@@ -39,7 +40,10 @@ class RectIndex:
         self._cell: tuple[int, ...] | None = None    # None: no grid (small or all empty)
         self._grid: dict[tuple[int, ...], set[int]] = {}
         self._big: set[int] = set()
-        self._bits: list[int] | None = None     # per dimension: sum of extent.bit_length()
+        # Grid mode: per item in the grid, its one cell, or the list of its cells (items in
+        # _big have none), so a removal need not work them out again.
+        self._home: dict[int, Any] = {}
+        self._bits: list[int] | None = None     # per dimension: sum of the items' cell_bits
         self._sized = 0                          # number of non-empty items (grid mode)
         self._ones: tuple[int, ...] = ()         # (1,) per dimension (grid mode)
         self._first: Rect | None = None          # the first item's rect: all have its ndim
@@ -73,9 +77,12 @@ class RectIndex:
         return n
 
     def _insert(self, item_id: int, rect: Rect) -> None:
-        first, last = self._cells(rect)
+        cell = self._cell
+        first = tuple(map(floordiv, rect.lo, cell))
+        last = tuple(map(floordiv, map(sub, rect.hi, self._ones), cell))
         grid = self._grid
         if first == last:                       # the common case: one cell
+            self._home[item_id] = first
             bucket = grid.get(first)
             if bucket is None:
                 grid[first] = {item_id}
@@ -85,19 +92,14 @@ class RectIndex:
         if self._count(first, last) > _MAX_CELLS_PER_ITEM:
             self._big.add(item_id)
             return
-        for cell in product(*[range(a, b + 1) for a, b in zip(first, last)]):
+        cells = list(product(*[range(a, b + 1) for a, b in zip(first, last)]))
+        self._home[item_id] = cells
+        for cell in cells:
             bucket = grid.get(cell)
             if bucket is None:
                 grid[cell] = {item_id}
             else:
                 bucket.add(item_id)
-
-    def _account(self, rect: Rect, sign: int) -> None:
-        # Per dimension: (extent - 1).bit_length(), the k of the smallest cell 2**k that
-        # holds the extent (a part of 35 fits a cell of 64: at most 2 cells, not 3 of 32).
-        widths = map(int.bit_length, map(sub, map(sub, rect.hi, rect.lo), self._ones))
-        self._bits = list(map(add if sign > 0 else sub, self._bits, widths))
-        self._sized += sign
 
     def _build_grid(self) -> None:
         """Enter grid mode: cells follow the typical extent of the items held."""
@@ -105,11 +107,12 @@ class RectIndex:
         if not sized:
             self._cell = None
             return
-        self._bits = [0] * sized[0].ndim
         self._ones = (1,) * sized[0].ndim
-        self._sized = 0
+        bits = [0] * sized[0].ndim
         for r in sized:
-            self._account(r, 1)
+            bits = list(map(add, bits, _cell_bits(r, self._ones)))
+        self._bits = bits
+        self._sized = len(sized)
         self._rebuild()
 
     def _rebuild(self) -> None:
@@ -117,6 +120,7 @@ class RectIndex:
         self._cell = tuple(1 << ((2 * b + n) // (2 * n)) for b in bits)
         self._grid = {}
         self._big = set()
+        self._home = {}
         for i, (r, _) in self._items.items():
             if not r.empty:          # empty items live only in _items (see add/remove)
                 self._insert(i, r)
@@ -150,7 +154,10 @@ class RectIndex:
             return item_id
         if rect.empty:
             return item_id
-        self._account(rect, 1)
+        cb = rect.cell_bits
+        self._bits = list(map(add, self._bits, cb if cb is not None else
+                              _cell_bits(rect, self._ones)))
+        self._sized += 1
         if not self._sized & _DRIFT_CHECK_EVERY and self._drifted():
             self._rebuild()
             return item_id
@@ -164,23 +171,55 @@ class RectIndex:
             del exact[rect]
         if self._cell is None or rect.empty:
             return
-        self._account(rect, -1)
+        self._bits = list(map(sub, self._bits, rect.cell_bits))
+        self._sized -= 1
         if len(self._items) <= _SMALL // 2:      # back to scanning
-            self._cell, self._grid, self._big = None, {}, set()
+            self._cell, self._grid, self._big, self._home = None, {}, set(), {}
             return
-        if item_id in self._big:
+        home = self._home.pop(item_id, None)
+        if home is None:
             self._big.discard(item_id)
             return
         grid = self._grid
-        first, last = self._cells(rect)
-        cells = (first,) if first == last else \
-            product(*[range(a, b + 1) for a, b in zip(first, last)])
-        for cell in cells:
-            bucket = grid.get(cell)
-            if bucket is not None:
+        if type(home) is tuple:                  # one cell
+            bucket = grid[home]
+            if len(bucket) == 1:
+                del grid[home]
+            else:
                 bucket.discard(item_id)
-                if not bucket:
-                    del grid[cell]
+            return
+        for cell in home:
+            bucket = grid[cell]
+            if len(bucket) == 1:
+                del grid[cell]
+            else:
+                bucket.discard(item_id)
+
+    def renew(self, item_id: int, value: Any = _KEEP) -> int:
+        """remove(item_id), then add of its rect with `value` (by default its own): the item
+        moves to the end of the insertion order under a new id, which is returned; its cells
+        are kept (what remove + add would work out again)."""
+        items = self._items
+        rect, old = items.pop(item_id)
+        new_id = self._next_id
+        self._next_id = new_id + 1
+        items[new_id] = (rect, old if value is _KEEP else value)
+        self._exact[rect] = new_id
+        if self._cell is None or rect.empty:
+            return new_id
+        home = self._home.pop(item_id, None)
+        if home is None:
+            big = self._big
+            big.discard(item_id)
+            big.add(new_id)
+            return new_id
+        self._home[new_id] = home
+        grid = self._grid
+        for cell in (home,) if type(home) is tuple else home:
+            bucket = grid[cell]
+            bucket.discard(item_id)
+            bucket.add(new_id)
+        return new_id
 
     def overlapping(self, rect: Rect) -> list[tuple[int, Rect, Any]]:
         """Items whose rect shares at least one point with `rect`, in insertion order."""
@@ -193,27 +232,55 @@ class RectIndex:
             i = self._exact.get(rect)
             if i is not None:
                 return [(i, rect, items[i][1])]
-        if self._cell is None:
+        cell = self._cell
+        if cell is None:
             return _scan(items.items(), rect)
-        first, last = self._cells(rect)
+        lo, hi = rect.lo, rect.hi
+        first = tuple(map(floordiv, lo, cell))
+        last = tuple(map(floordiv, map(sub, hi, self._ones), cell))
         grid = self._grid
         if first == last:                       # the common case: one cell
             bucket = grid.get(first)
             if self._big:
-                found = self._big.union(bucket) if bucket else self._big
+                found = sorted(self._big.union(bucket) if bucket else self._big)
             elif bucket:
-                found = bucket
+                if len(bucket) == 1:
+                    for i in bucket:
+                        r, v = items[i]
+                        if all(map(lt, r.lo, hi)) and all(map(lt, lo, r.hi)):
+                            return [(i, r, v)]
+                    return []
+                found = sorted(bucket)
             else:
                 return []
         elif self._count(first, last) >= len(items):
             return _scan(items.items(), rect)
         else:
             found = set(self._big)
-            for cell in product(*[range(a, b + 1) for a, b in zip(first, last)]):
-                bucket = grid.get(cell)
+            for c in product(*[range(a, b + 1) for a, b in zip(first, last)]):
+                bucket = grid.get(c)
                 if bucket:
                     found.update(bucket)
-        return _scan([(i, items[i]) for i in sorted(found)], rect)
+            found = sorted(found)
+        # Grid items are non-empty and of `rect`'s dimensionality (_scan without its checks).
+        out = []
+        for i in found:
+            r, v = items[i]
+            if all(map(lt, r.lo, hi)) and all(map(lt, lo, r.hi)):
+                out.append((i, r, v))
+        return out
+
+
+_set_cell_bits = Rect.cell_bits.__set__
+
+
+def _cell_bits(rect: Rect, ones: tuple[int, ...]) -> tuple[int, ...]:
+    """Per dimension: (extent - 1).bit_length(), the k of the smallest cell 2**k that holds
+    the extent (a part of 35 fits a cell of 64: at most 2 cells, not 3 of 32); kept on the
+    rect (a piece is entered in several indexes)."""
+    bits = tuple(map(int.bit_length, map(sub, map(sub, rect.hi, rect.lo), ones)))
+    _set_cell_bits(rect, bits)
+    return bits
 
 
 def _scan(entries, rect: Rect) -> list[tuple[int, Rect, Any]]:
