@@ -221,6 +221,39 @@ class RectIndex:
             bucket.add(new_id)
         return new_id
 
+    def replace(self, item_id: int, rect: Rect, value: Any) -> int:
+        """remove(item_id), then add(rect, value), in one step; returns the new id."""
+        items = self._items
+        old = items[item_id][0]
+        if self._cell is None or old.empty or rect.empty or len(rect.lo) != len(old.lo) \
+                or len(items) <= _SMALL // 2 + 1:
+            self.remove(item_id)
+            return self.add(rect, value)
+        del items[item_id]
+        exact = self._exact
+        if exact.get(old) == item_id:
+            del exact[old]
+        new_id = self._next_id
+        self._next_id = new_id + 1
+        items[new_id] = (rect, value)
+        exact[rect] = new_id
+        home = self._home.pop(item_id, None)
+        grid = self._grid
+        if home is None:
+            self._big.discard(item_id)
+        else:
+            for cell in (home,) if type(home) is tuple else home:
+                bucket = grid[cell]
+                if len(bucket) == 1:
+                    del grid[cell]
+                else:
+                    bucket.discard(item_id)
+        cb = rect.cell_bits
+        self._bits = list(map(add, map(sub, self._bits, old.cell_bits),
+                              cb if cb is not None else _cell_bits(rect, self._ones)))
+        self._insert(new_id, rect)
+        return new_id
+
     def overlapping(self, rect: Rect) -> list[tuple[int, Rect, Any]]:
         """Items whose rect shares at least one point with `rect`, in insertion order."""
         items = self._items
