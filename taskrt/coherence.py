@@ -24,6 +24,7 @@ for "initial data"; the planner turns references into ids when it assembles the 
 from __future__ import annotations
 
 from collections import defaultdict
+from operator import le
 from typing import Iterable
 
 from .errors import PlanError
@@ -128,6 +129,15 @@ class PendingSums:
         _, (device, _) = self._all.get(i)
         self._all.remove(i)
         self._by_device[device].remove(self._link.pop(i))
+
+    def replace(self, i: int, rect: Rect) -> int:
+        """remove(i), then add of `rect` with i's value, in one step; returns the new id."""
+        items = self._all
+        value = items.get(i)[1]
+        j = items.replace(i, rect, value)
+        own = self._by_device[value[0]]
+        self._link[j] = own.replace(self._link.pop(i), rect, j)
+        return j
 
     def overlapping(self, rect: Rect) -> list:
         """Every device's items overlapping `rect`, in insertion order."""
@@ -242,10 +252,15 @@ class RegionState:
     def retire_pending(self, rect: Rect, found=None) -> None:
         """Forget the pending sums in `rect`: those overlapping it (`found`, when the caller
         has just asked pending.overlapping(rect)) lose their part of it."""
-        for i, r, dev in self.pending.overlapping(rect) if found is None else found:
-            self.pending.remove(i)
-            for piece in r.subtract(rect):
-                self.pending.add(piece, dev)
+        pending = self.pending
+        for i, r, dev in pending.overlapping(rect) if found is None else found:
+            pieces = r.subtract(rect)
+            if len(pieces) == 1:        # (a sum of a whole part, read part by part)
+                pending.replace(i, pieces[0])
+                continue
+            pending.remove(i)
+            for piece in pieces:
+                pending.add(piece, dev)
 
 
 class RegionPlanner:
@@ -275,7 +290,9 @@ class RegionPlanner:
         old = rects.get(device)
         if old is None:
             rects[device] = rect
-        elif old is not rect and not old.contains(rect):
+        elif old is not rect and not (all(map(le, old.lo, rect.lo)) and
+                                      all(map(le, rect.hi, old.hi))):
+            # (Rect.contains inlined; an empty rect leaves the bounding box as it is)
             rects[device] = old.union_bbox(rect)
         buf = self.buffers.get((device, partial))
         if buf is None:
@@ -302,12 +319,19 @@ class RegionPlanner:
         """Record a task's requirement on this region; returns (pred refs, Red+ targets)."""
         rect, priv = req.rect, req.privilege
         st = self.state
-        preds: set = set()
         if priv.reads:
-            preds |= self._buffer(device, False, rect).read(rect, task_ref)
+            buf = self._buffer(device, False, rect)
+            preds = buf.read(rect, task_ref)        # a set of its own
+            if not priv.writes:
+                return preds, None
+            preds |= buf.write(rect, task_ref)
+        elif priv.writes:
+            preds = self._buffer(device, False, rect).write(rect, task_ref)
+        else:
+            preds = set()
         if priv.writes:
-            preds |= self._buffer(device, False, rect).write(rect, task_ref)
-            st.retire_pending(rect)
+            if len(st.pending):
+                st.retire_pending(rect)
             if replicas and rect in replica_writes:
                 st.add_holder(rect, device)
             else:
@@ -536,11 +560,16 @@ def summed_pieces(rect: Rect, contribs) -> list[Rect]:
         # The common case, another partition's sums (each device's part of a gradient):
         # no piece overlaps another device's, so none is cut.
         return [p for p, _ in parts]
-    summed: list[tuple[Rect, int]] = []         # (piece, device of its sum), in order found
+    # The pieces found so far are disjoint (each is cut by the other devices' before it, and
+    # one device's sums are disjoint), so an index of them answers "which overlap this sum".
+    summed = RectIndex(disjoint=True)       # piece -> device of its sum, in order found
+    out = []
     for _, r, (dev, _) in contribs:
-        done = [q for q, d in summed if d != dev and q.overlaps(r)]
-        summed += [(piece, dev) for piece in subtract_all(r.intersect(rect), done)]
-    return [q for q, _ in summed]
+        done = [q for _, q, d in summed.overlapping(r) if d != dev]
+        for piece in subtract_all(r.intersect(rect), done):
+            summed.add(piece, dev)
+            out.append(piece)
+    return out
 
 
 def _cross_device_overlap(rect: Rect, parts) -> bool:

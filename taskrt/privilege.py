@@ -16,22 +16,19 @@ class Privilege(Enum):
     READ_WRITE = "RW"      # read then update in place
     REDUCE_SUM = "Red+"    # contribute a partial value; contributions are summed before a read
 
-    @property
-    def reads(self) -> bool:
-        return self in (Privilege.READ, Privilege.READ_WRITE)
-
-    @property
-    def writes(self) -> bool:
-        return self in (Privilege.WRITE_DISCARD, Privilege.READ_WRITE)
+    # Each member also has `reads` and `writes` (bools, set below).
 
 
 R, WD, RW, RED = Privilege.READ, Privilege.WRITE_DISCARD, Privilege.READ_WRITE, Privilege.REDUCE_SUM
 
 # Each member's value also as a plain attribute: on Python 3.11 `member.value` is a property
 # costing about five attribute reads, and every task's cost key reads it per requirement
-# (TaskNode.cost_key).
+# (TaskNode.cost_key). Whether it reads or writes are plain attributes too (the planner asks
+# per requirement; as properties, two enum comparisons each).
 for _p in Privilege:
     _p.code = _p.value
+    _p.reads = _p in (R, RW)
+    _p.writes = _p in (WD, RW)
 del _p
 
 
