@@ -5,7 +5,9 @@ scan all items. Items are hashed into a uniform grid whose cell size per dimensi
 power of two near the typical (geometric mean) extent of the items held (the smallest power
 of two that holds it), so parts of one partition touch 1-2 cells per dimension, and a few slivers (halos, fragments left by
 subtraction) do not shrink the cells for everyone. The grid is rebuilt when that typical
-extent drifts 4x away from the cell size (checked every 8th insertion). Items that would
+extent drifts 4x away from the cell size (checked every 8th insertion). A grid item keeps
+its cells (a removal does not work them out again), and renew/replace move an item to the
+end of the insertion order in one step, as remove + add would. Items that would
 touch many cells, and queries that would visit more cells than there are items, fall back
 to scanning, so the cost is
 min(grid walk, scan). Small sets (most buffers hold a handful of pieces) skip the grid and
@@ -63,12 +65,6 @@ class RectIndex:
         return self._exact.get(rect)
 
     # -- grid helpers -------------------------------------------------------------------
-    def _cells(self, rect: Rect) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        """The first and last cell (per dimension) that the non-empty `rect` touches."""
-        cell = self._cell
-        return (tuple(map(floordiv, rect.lo, cell)),
-                tuple(map(floordiv, map(sub, rect.hi, self._ones), cell)))
-
     @staticmethod
     def _count(first, last) -> int:
         n = 1
@@ -77,6 +73,7 @@ class RectIndex:
         return n
 
     def _insert(self, item_id: int, rect: Rect) -> None:
+        # The first and last cell per dimension that the non-empty `rect` touches.
         cell = self._cell
         first = tuple(map(floordiv, rect.lo, cell))
         last = tuple(map(floordiv, map(sub, rect.hi, self._ones), cell))
