@@ -182,11 +182,16 @@ class Planner:
         lp = self.plans[li]
         points, replicas = lp.points, lp.launch.replicas
         replica_writes: set = set()
+        task_preds, task_targets = lp.task_preds, lp.task_targets
         for pi, k, req in accesses:
             preds, targets = rp.access((li, pi), points[pi][1], req, replicas, replica_writes)
-            per_region = lp.task_preds[pi]
-            per_region[name] = per_region.get(name, set()) | preds
-            lp.task_targets[pi][k] = targets
+            # Kept as a tuple (a set costs 216 bytes however few it holds; a point's preds
+            # per region are a few refs), in the set's order.
+            per_region = task_preds[pi]
+            known = per_region.get(name)
+            per_region[name] = (tuple(preds) if preds else ()) if known is None else \
+                tuple(set(known).union(preds))
+            task_targets[pi][k] = targets
 
     def _expand(self, launch: IndexLaunch):
         points = []
@@ -286,7 +291,7 @@ class Planner:
         for pi, (color, device, reqs) in enumerate(lp.points):
             refs = set()
             for p in preds_of[pi].values():
-                refs |= p
+                refs.update(p)
             if state_src[pi] is not None:
                 refs.add(state_src[pi])
             targets = tuple(targets_of[pi])
