@@ -28,6 +28,7 @@ from .launch import IndexLaunch
 from .machine import Machine
 from .nodegroups import NodeGroup, assemble
 from .undo import PlanUndo
+from .privilege import RW, R
 from .regionmemo import RegionPlan, RegionPlanMemo, region_key
 from .region import Region
 from .settings import Settings
@@ -38,7 +39,7 @@ class LaunchPlan:
     """The planner's record of one launch: its points, and what planning the regions it
     touches gave its point tasks. replace() gives a launch a new record."""
     __slots__ = ("launch", "points", "colors", "read_order", "regions", "task_preds",
-                 "task_targets", "state_src", "version")
+                 "task_targets", "state_src", "version", "refs")
 
     def __init__(self, launch: IndexLaunch, points: list, reads: dict, accesses: dict,
                  state_src: list):
@@ -53,6 +54,9 @@ class LaunchPlan:
         self.state_src = state_src                    # per point: task ref or None
         # Changes whenever one of its groups is rebuilt or put back (Planner.versions).
         self.version = -1
+        # Per point: its task ref (launch index, point index), made once (_task_refs): the
+        # region planners keep a ref per access, and other tasks' preds hold them.
+        self.refs: list | None = None
 
 
 class Planner:
@@ -183,8 +187,9 @@ class Planner:
         points, replicas = lp.points, lp.launch.replicas
         replica_writes: set = set()
         task_preds, task_targets = lp.task_preds, lp.task_targets
+        refs = lp.refs or _task_refs(lp, li)
         for pi, k, req in accesses:
-            preds, targets = rp.access((li, pi), points[pi][1], req, replicas, replica_writes)
+            preds, targets = rp.access(refs[pi], points[pi][1], req, replicas, replica_writes)
             # Kept as a tuple (a set costs 216 bytes however few it holds; a point's preds
             # per region are a few refs), in the set's order.
             per_region = task_preds[pi]
@@ -195,15 +200,22 @@ class Planner:
 
     def _expand(self, launch: IndexLaunch):
         points = []
+        known = self.regions
+        num_devices = len(self.machine.devices)
+        last = None
         for index, color in enumerate(launch.colors):
             reqs = launch.requirements(color)
             device = self._device_of(launch, index)
-            if not (isinstance(device, int) and 0 <= device < len(self.machine.devices)):
+            if not (isinstance(device, int) and 0 <= device < num_devices):
                 raise MappingError(f"Launch '{launch.name}' point {color}: mapped to device "
                                    f"{device}, which does not exist on {self.machine}. Use a "
-                                   f"device id in 0..{len(self.machine.devices) - 1}.")
-            for req in reqs:
-                self._region(req.region)
+                                   f"device id in 0..{num_devices - 1}.")
+            if reqs is not last:          # (replicas' points often share one tuple)
+                for req in reqs:
+                    region = req.region
+                    if known.get(region.name) is not region:
+                        self._region(region)
+                last = reqs
             points.append((color, device, reqs))
         return points
 
@@ -231,7 +243,7 @@ class Planner:
                 raise MappingError(f"Launch '{launch.name}' point {color} is on device {device} "
                                    f"but its state is on device {src_device} (from "
                                    f"'{launch.state_from}'). Map both launches' points alike.")
-            out.append((li, pi))
+            out.append(source.refs[pi] if source.refs else (li, pi))
         return out
 
     # -- the graph ---------------------------------------------------------------------------
@@ -605,6 +617,12 @@ def plan(launches: Sequence[IndexLaunch], machine: Machine,
         return p.finish()
 
 
+def _task_refs(lp: LaunchPlan, li: int) -> list:
+    """Launch `li`'s task refs (li, point), one tuple per point, kept on its record."""
+    lp.refs = [(li, pi) for pi in range(len(lp.points))]
+    return lp.refs
+
+
 def _by_region(points) -> tuple[dict, dict]:
     """A launch's expanded points grouped by region, in first-use order: the reads
     (color, device, rect) and every access (point index, requirement index, requirement)."""
@@ -613,7 +631,14 @@ def _by_region(points) -> tuple[dict, dict]:
     for pi, (color, device, reqs) in enumerate(points):
         for k, req in enumerate(reqs):
             name = req.region.name
-            if req.privilege.reads:
-                reads.setdefault(name, []).append((color, device, req.rect))
-            accesses.setdefault(name, []).append((pi, k, req))
+            priv = req.privilege
+            if priv is R or priv is RW:           # (priv.reads, without the property)
+                got = reads.get(name)
+                if got is None:
+                    got = reads[name] = []
+                got.append((color, device, req.rect))
+            got = accesses.get(name)
+            if got is None:
+                got = accesses[name] = []
+            got.append((pi, k, req))
     return reads, accesses
