@@ -64,11 +64,15 @@ class Planner:
 
     def __init__(self, machine: Machine,
                  initial: Mapping[Region, Iterable[tuple[Rect, int]]] | None = None,
-                 memo: RegionPlanMemo | None = None):
+                 memo: RegionPlanMemo | None = None, replannable: bool = True):
         """`memo`: the region plans replace() remembers and takes back when a region's log
         comes back (regionmemo.py); when None, one of Settings.plan_memo_nodes (resolved
-        now: TASKRT_PLAN_MEMO_NODES or the default), RegionPlanMemo(0) for none."""
+        now: TASKRT_PLAN_MEMO_NODES or the default), RegionPlanMemo(0) for none.
+        `replannable=False`: a planner built once (plan()): it keeps no per-region log of
+        the launches' accesses (what replace() replays), about a tenth of a large plan's
+        memory, and replace() is refused."""
         self.machine = machine
+        self.replannable = replannable
         self.regions: dict[str, Region] = {}
         self.initial: dict[str, list[tuple[Rect, int]]] = {}
         self.planners: dict[str, RegionPlanner] = {}
@@ -163,9 +167,10 @@ class Planner:
         self.index[launch.name] = li
         self._state_index = None
         self._mark((li, None))
-        for name in accesses:
-            entry = (li, reads.get(name), accesses[name])
-            self.log[name].append(entry)
+        if self.replannable:
+            for name in accesses:
+                entry = (li, reads.get(name), accesses[name])
+                self.log[name].append(entry)
         for name in reads:
             self._plan_reads(self._planner(name), name, li, reads[name])
         for name, acc in accesses.items():
@@ -366,15 +371,21 @@ class Planner:
             out += self.launch_groups(li)
         return out
 
-    def finish(self) -> TaskGraph:
+    def finish(self, release: bool = False) -> TaskGraph:
         """The TaskGraph of the launches planned so far: the object view of `groups()`, with
         ids, sorted predecessor and successor lists, and each region's buffers and valid
         pieces. Node objects that did not change are the same as in the previous graph
-        (with their new ids), so only the latest graph of a planner is valid."""
+        (with their new ids), so only the latest graph of a planner is valid.
+        `release`: the planner is not used again (plan()): its per-region and per-launch
+        state is dropped once read, before the graph's edge lists are made, so that the
+        two are not held at once at the peak of a large plan."""
         groups = self.groups()
         asm = assemble(groups, len(self._gids))
         g = TaskGraph(self.machine)
         g.regions = dict(self.regions)
+        self._region_infos(g)
+        if release:
+            self._release()
         nodes, launch_nodes = g.nodes, g.launch_nodes
         nid = 0
         for group in groups:
@@ -395,7 +406,9 @@ class Planner:
                         node.inputs = tuple(
                             ReduceInput(i.source, i.rect, c.id) if c is not None else i
                             for i, c in zip(node.inputs, staged))
+        del groups
         ptr, flat = asm.pred_ptr.tolist(), asm.preds.tolist()
+        del asm
         all_preds = g.preds
         succs = g.succs = [[] for _ in range(nid)]
         for i in range(nid):
@@ -403,6 +416,10 @@ class Planner:
             all_preds.append(ps)
             for p in ps:
                 succs[p].append(i)
+        return g
+
+    def _region_infos(self, g: TaskGraph) -> None:
+        """Each region's buffers and valid pieces, into the graph (for finish())."""
         for name, rp in self.planners.items():
             info = self._region_info.get(name) if name not in self._dirty else None
             if info is None:
@@ -424,7 +441,16 @@ class Planner:
             if pend:
                 g.final_pending[name] = list(pend)
         self._dirty.clear()
-        return g
+
+    def _release(self) -> None:
+        """Drop what only planning more or re-planning needs (finish(release=True)): the
+        region planners, logs, read node lists, per-launch preds and targets, and the node
+        groups (the graph's nodes are the groups' nodes). The planner is unusable after."""
+        self.planners, self.region_nodes, self.log = {}, {}, defaultdict(list)
+        self._groups, self._read_groups, self._tasks, self._task_memo = {}, {}, {}, {}
+        self._region_info = {}
+        for lp in self.plans:
+            lp.task_preds = lp.task_targets = lp.points = lp.refs = None
 
     # -- changing launches ---------------------------------------------------------------------
     def replace(self, launches: Sequence[IndexLaunch],
@@ -434,6 +460,10 @@ class Planner:
         operator), and new initial data for some regions, and re-plan the regions they touch,
         old or new. Returns those regions. With `record_undo`, `undo()` can then take the
         planner back to its state before this call (until the next replace or add_launch)."""
+        if not self.replannable:
+            raise PlanError("replace: this planner was made with replannable=False (as plan() "
+                            "makes one), so it kept no log to re-plan from. Make the Planner "
+                            "with replannable=True to change its launches.")
         self._undo = None
         self._marked = set()
         num_regions = len(self.regions)
@@ -611,10 +641,11 @@ def plan(launches: Sequence[IndexLaunch], machine: Machine,
     launch (inputs and weights); reading anything else before it is written is an error.
     """
     with gc_paused():
-        p = Planner(machine, initial)
+        # Built once: no log, no memo of region plans or task nodes (they serve replace()).
+        p = Planner(machine, initial, memo=RegionPlanMemo(0), replannable=False)
         for launch in launches:
             p.add_launch(launch)
-        return p.finish()
+        return p.finish(release=True)
 
 
 def _task_refs(lp: LaunchPlan, li: int) -> list:
