@@ -86,14 +86,16 @@ class _LaunchRegions:
         return r
 
 
-def _slot(group: str, i: int, _made: dict = {}) -> tuple:
-    """The layout entry (group, i), one shared tuple per pair (every point of every launch
-    has a layout entry per requirement)."""
-    key = group, i
-    entry = _made.get(key)
-    if entry is None:
-        entry = _made[key] = key
-    return entry
+_SLOTS: dict[str, tuple] = {}
+
+
+def _slots(group: str, n: int) -> tuple:
+    """The layout entries (group, 0), (group, 1), ... (at least n), one shared tuple per
+    pair: every point of every launch has a layout entry per requirement."""
+    made = _SLOTS.get(group, ())
+    if len(made) < n:
+        made = _SLOTS[group] = made + tuple((group, i) for i in range(len(made), max(n, 16)))
+    return made
 
 
 class _Shared:
@@ -108,7 +110,7 @@ class _Shared:
         self.layouts: dict[tuple, tuple] = {}
 
     def req(self, region: Region, rect: Rect, privilege) -> RegionRequirement:
-        key = (region.name, rect, privilege)
+        key = (region.name, rect, privilege.code)     # (an Enum's hash is Python code)
         r = self.reqs.get(key)
         if r is None or r.region is not region:
             r = self.reqs[key] = RegionRequirement(region, rect, privilege)
@@ -197,10 +199,11 @@ class _Lowering:
         """Append, in order, a requirement on each non-empty rect's region (only where
         only[i] is true, when given) and the task argument slot it fills."""
         req = self.shared.req
+        slots = _slots(slot, len(rects))
         for i, r in enumerate(rects):
             if not r.empty and (only is None or only[i]):
                 reqs.append(req(regions[i], r, privilege))
-                layout.append(_slot(slot, i))
+                layout.append(slots[i])
 
     # -- forward ---------------------------------------------------------------------------
     def _points(self, stage: Op, cfg: ParallelConfig):
@@ -234,12 +237,13 @@ class _Lowering:
         inputs = self._regions(stage.inputs, segment=recompute)
         shared = self.shared
         req = shared.req
+        in_slots, out_slots = _slots(IN, len(stage.inputs)), _slots(OUT, len(stage.outputs))
         for c, spec, dev in zip(colors, specs, devices):
             reqs, layout = [], []
             for i, (t, r) in enumerate(zip(stage.inputs, spec.inputs)):
                 if not r.empty:
                     reqs.append(req(inputs[i], r, R))
-                    layout.append(_slot(IN, i))
+                    layout.append(in_slots[i])
                     if t.name in self.model_inputs:
                         self._initial(initial, t.name, r, dev)
             self._require(reqs, layout, weights, spec.weights, W, R)
@@ -250,7 +254,7 @@ class _Lowering:
                     region = self.region(t) if recompute is None else \
                         self.recomputed(t, recompute)
                     reqs.append(req(region, r, priv))
-                    layout.append(_slot(OUT, i))
+                    layout.append(out_slots[i])
                     if t.is_weight:
                         self._initial(initial, t.name, r, dev)
             spec_of[c], layout_of[c], reqs_of[c] = spec, shared.layout(layout), tuple(reqs)

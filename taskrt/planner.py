@@ -305,20 +305,36 @@ class Planner:
         launch, preds_of, targets_of, state_src = lp.launch, lp.task_preds, lp.task_targets, \
             lp.state_src
         nodes, preds = [], []
+        task_gid: dict[int, int] = {}     # launch index -> its task group's id
+        gid_of = self._gid
+        tasks = self._tasks
         for pi, (color, device, reqs) in enumerate(lp.points):
-            refs = set()
+            # The preds resolved as _resolve does, with each launch's task group id looked
+            # up once rather than once per ref.
+            out = set()
             for p in preds_of[pi].values():
-                refs.update(p)
-            if state_src[pi] is not None:
-                refs.add(state_src[pi])
+                for r in p:
+                    if type(r) is tuple:
+                        l, q = r
+                        if q == pi and l == li:
+                            continue
+                        g = task_gid.get(l)
+                        if g is None:
+                            g = task_gid[l] = gid_of((l, None))
+                        out.add((g, q))
+                    elif r is not None:
+                        out.add(r.where)
+            src = state_src[pi]
+            if src is not None and src != (li, pi):
+                out.add((gid_of((src[0], None)), src[1]))
             targets = tuple(targets_of[pi])
-            node = self._tasks.get((li, pi))
+            node = tasks.get((li, pi))
             if node is None or node.targets != targets:
                 node = self._task_node(launch, pi, color, device, reqs, targets)
                 self._set_task((li, pi), node)
             nodes.append(node)
-            preds.append(self._resolve(refs, (li, pi)))
-        return NodeGroup.of(key, self._gid(key), nodes, preds)
+            preds.append(list(out))
+        return NodeGroup.of(key, gid_of(key), nodes, preds)
 
     def _new_version(self, li: int) -> None:
         self.plans[li].version = self._next_version
