@@ -23,40 +23,17 @@ from .coherence import RegionPlanner
 from .errors import MappingError, PlanError
 from .gcpause import gc_paused
 from .geometry import Rect
+from .graphview import graph_of
 from .interference import check_interference
 from .launch import IndexLaunch
+from .launchplan import LaunchPlan, by_region, task_refs
 from .machine import Machine
-from .nodegroups import NodeGroup, assemble
+from .nodegroups import NodeGroup
 from .undo import PlanUndo
-from .privilege import RW, R
 from .regionmemo import RegionPlan, RegionPlanMemo, region_key
 from .region import Region
 from .settings import Settings
-from .taskgraph import TASK, ReduceInput, TaskGraph, TaskNode
-
-
-class LaunchPlan:
-    """The planner's record of one launch: its points, and what planning the regions it
-    touches gave its point tasks. replace() gives a launch a new record."""
-    __slots__ = ("launch", "points", "colors", "read_order", "regions", "task_preds",
-                 "task_targets", "state_src", "version", "refs")
-
-    def __init__(self, launch: IndexLaunch, points: list, reads: dict, accesses: dict,
-                 state_src: list):
-        self.launch = launch
-        self.points = points                          # per point: (color, device, reqs)
-        self.colors = {c: k for k, (c, _, _) in enumerate(points)}   # color -> point index
-        self.read_order = list(reads)                 # regions it reads, by first read
-        self.regions = list(accesses)                 # regions it touches, by first use
-        # Per point: region name -> pred refs; and per requirement: Red+ targets (else None).
-        self.task_preds: list[dict] = [{} for _ in points]
-        self.task_targets: list[list] = [[None] * len(reqs) for _, _, reqs in points]
-        self.state_src = state_src                    # per point: task ref or None
-        # Changes whenever one of its groups is rebuilt or put back (Planner.versions).
-        self.version = -1
-        # Per point: its task ref (launch index, point index), made once (_task_refs): the
-        # region planners keep a ref per access, and other tasks' preds hold them.
-        self.refs: list | None = None
+from .taskgraph import TaskGraph, TaskNode
 
 
 class Planner:
@@ -162,7 +139,7 @@ class Planner:
         check_interference(launch, points)
         state_src = self._state_sources(launch, points) if launch.state_from else \
             [None] * len(points)
-        reads, accesses = _by_region(points)
+        reads, accesses = by_region(points)
         self.plans.append(LaunchPlan(launch, points, reads, accesses, state_src))
         self.index[launch.name] = li
         self._state_index = None
@@ -192,7 +169,7 @@ class Planner:
         points, replicas = lp.points, lp.launch.replicas
         replica_writes: set = set()
         task_preds, task_targets = lp.task_preds, lp.task_targets
-        refs = lp.refs or _task_refs(lp, li)
+        refs = lp.refs or task_refs(lp, li)
         for pi, k, req in accesses:
             preds, targets = rp.access(refs[pi], points[pi][1], req, replicas, replica_writes)
             # Kept as a tuple (a set costs 216 bytes however few it holds; a point's preds
@@ -390,83 +367,12 @@ class Planner:
     def finish(self, release: bool = False) -> TaskGraph:
         """The TaskGraph of the launches planned so far: the object view of `groups()`, with
         ids, sorted predecessor and successor lists, and each region's buffers and valid
-        pieces. Node objects that did not change are the same as in the previous graph
-        (with their new ids), so only the latest graph of a planner is valid.
+        pieces (graphview.py). Node objects that did not change are the same as in the
+        previous graph (with their new ids), so only the latest graph of a planner is valid.
         `release`: the planner is not used again (plan()): its per-region and per-launch
         state is dropped once read, before the graph's edge lists are made, so that the
         two are not held at once at the peak of a large plan."""
-        groups = self.groups()
-        asm = assemble(groups, len(self._gids))
-        g = TaskGraph(self.machine)
-        g.regions = dict(self.regions)
-        self._region_infos(g)
-        if release:
-            self._release()
-        nodes, launch_nodes = g.nodes, g.launch_nodes
-        nid = 0
-        for group in groups:
-            for node in group.nodes:
-                node.id = nid
-                nodes.append(node)
-                owner = node.launch.name if node.kind is TASK else node.owner
-                ids_of_owner = launch_nodes.get(owner)
-                if ids_of_owner is None:
-                    launch_nodes[owner] = [nid]
-                else:
-                    ids_of_owner.append(nid)
-                nid += 1
-        for group in groups:
-            if group.staged is not None:
-                for node, staged in zip(group.nodes, group.staged):
-                    if staged is not None:
-                        node.inputs = tuple(
-                            ReduceInput(i.source, i.rect, c.id) if c is not None else i
-                            for i, c in zip(node.inputs, staged))
-        del groups
-        ptr, flat = asm.pred_ptr.tolist(), asm.preds.tolist()
-        del asm
-        all_preds = g.preds
-        succs = g.succs = [[] for _ in range(nid)]
-        for i in range(nid):
-            ps = sorted(flat[ptr[i]:ptr[i + 1]])
-            all_preds.append(ps)
-            for p in ps:
-                succs[p].append(i)
-        return g
-
-    def _region_infos(self, g: TaskGraph) -> None:
-        """Each region's buffers and valid pieces, into the graph (for finish())."""
-        for name, rp in self.planners.items():
-            info = self._region_info.get(name) if name not in self._dirty else None
-            if info is None:
-                info = self._region_info[name] = (
-                    list(rp.instance_rects.items()), list(rp.partial_rects.items()),
-                    list(rp.initial), rp.final_valid(), rp.final_pending())
-            instance, partial, initial, final_valid, pend = info
-            for dev, rect in instance:
-                g.instance_rects[name, dev] = rect
-            for dev, rect in partial:
-                g.partial_rects[name, dev] = rect
-            if initial:
-                g.initial_valid[name] = list(initial)
-            if final_valid or instance or partial or initial or pend:
-                # (else no launch uses the region any more since a replace(): a full plan
-                # does not know it; e.g. batch norm's sums under a config that splits no
-                # sample dim)
-                g.final_valid[name] = list(final_valid)
-            if pend:
-                g.final_pending[name] = list(pend)
-        self._dirty.clear()
-
-    def _release(self) -> None:
-        """Drop what only planning more or re-planning needs (finish(release=True)): the
-        region planners, logs, read node lists, per-launch preds and targets, and the node
-        groups (the graph's nodes are the groups' nodes). The planner is unusable after."""
-        self.planners, self.region_nodes, self.log = {}, {}, defaultdict(list)
-        self._groups, self._read_groups, self._tasks, self._task_memo = {}, {}, {}, {}
-        self._region_info = {}
-        for lp in self.plans:
-            lp.task_preds = lp.task_targets = lp.points = lp.refs = None
+        return graph_of(self, release)
 
     # -- changing launches ---------------------------------------------------------------------
     def replace(self, launches: Sequence[IndexLaunch],
@@ -510,7 +416,7 @@ class Planner:
                 self._mark((li, name))
             for pi in range(len(old.points)):
                 self._set_task((li, pi), None)
-            reads, accesses = _by_region(points)
+            reads, accesses = by_region(points)
             # A new record: undo() puts the old one back as it was.
             lp = self.plans[li] = LaunchPlan(launch, points, reads, accesses,
                                              [None] * len(points))
@@ -662,30 +568,3 @@ def plan(launches: Sequence[IndexLaunch], machine: Machine,
         for launch in launches:
             p.add_launch(launch)
         return p.finish(release=True)
-
-
-def _task_refs(lp: LaunchPlan, li: int) -> list:
-    """Launch `li`'s task refs (li, point), one tuple per point, kept on its record."""
-    lp.refs = [(li, pi) for pi in range(len(lp.points))]
-    return lp.refs
-
-
-def _by_region(points) -> tuple[dict, dict]:
-    """A launch's expanded points grouped by region, in first-use order: the reads
-    (color, device, rect) and every access (point index, requirement index, requirement)."""
-    reads: dict[str, list] = {}
-    accesses: dict[str, list] = {}
-    for pi, (color, device, reqs) in enumerate(points):
-        for k, req in enumerate(reqs):
-            name = req.region.name
-            priv = req.privilege
-            if priv is R or priv is RW:           # (priv.reads, without the property)
-                got = reads.get(name)
-                if got is None:
-                    got = reads[name] = []
-                got.append((color, device, req.rect))
-            got = accesses.get(name)
-            if got is None:
-                got = accesses[name] = []
-            got.append((pi, k, req))
-    return reads, accesses
