@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from taskrt import IndexLaunch, Machine, Rect, Region, RegionRequirement
+from taskrt.launch import colors_of
 from taskrt.privilege import RED, RW, R, WD
 
 from .config import ParallelConfig, data_parallel, validate
@@ -85,6 +86,41 @@ class _LaunchRegions:
         return r
 
 
+_SLOTS: dict[str, tuple] = {}
+
+
+def _slots(group: str, n: int) -> tuple:
+    """The layout entries (group, 0), (group, 1), ... (at least n), one shared tuple per
+    pair: every point of every launch has a layout entry per requirement."""
+    made = _SLOTS.get(group, ())
+    if len(made) < n:
+        made = _SLOTS[group] = made + tuple((group, i) for i in range(len(made), max(n, 16)))
+    return made
+
+
+class _Shared:
+    """Values made while lowering one operator, each kept once: equal requirements (a
+    weight's whole rect read by every point of a data-parallel launch; a forward's rects
+    read again by its backward) and equal layouts (a launch's points mostly have one) are
+    one object, which saves the requirement's check and the memory of a copy per point."""
+    __slots__ = ("reqs", "layouts")
+
+    def __init__(self):
+        self.reqs: dict[tuple, RegionRequirement] = {}
+        self.layouts: dict[tuple, tuple] = {}
+
+    def req(self, region: Region, rect: Rect, privilege) -> RegionRequirement:
+        key = (region.name, rect, privilege.code)     # (an Enum's hash is Python code)
+        r = self.reqs.get(key)
+        if r is None or r.region is not region:
+            r = self.reqs[key] = RegionRequirement(region, rect, privilege)
+        return r
+
+    def layout(self, layout: list) -> tuple:
+        key = tuple(layout)
+        return self.layouts.setdefault(key, key)
+
+
 class _Lowering:
     """Lowers operators one at a time (each depends only on its own config), then assembles
     the iteration in program order, so a search can re-lower just the operator it changed."""
@@ -104,6 +140,7 @@ class _Lowering:
         self.segment_of: dict[str, int] = dict(getattr(model, "recompute", {}))
         self.producer = {t.name: op.name for op in model.ops for stage in op.stages()
                          for t in stage.outputs}
+        self.shared = _Shared()           # a new one per operator lowered (op())
 
     def _gradients(self) -> set[str]:
         """Names of the tensors that get a gradient (depends on the graph, not on configs):
@@ -157,20 +194,21 @@ class _Lowering:
             return _LaunchRegions(tensors, lambda t: self.region(t, grad=True))
         return _LaunchRegions(tensors, lambda t: self.recomputed(t, segment))
 
-    @staticmethod
-    def _require(reqs: list, layout: list, regions: "_LaunchRegions", rects, slot: str,
+    def _require(self, reqs: list, layout: list, regions: "_LaunchRegions", rects, slot: str,
                  privilege, only=None) -> None:
         """Append, in order, a requirement on each non-empty rect's region (only where
         only[i] is true, when given) and the task argument slot it fills."""
+        req = self.shared.req
+        slots = _slots(slot, len(rects))
         for i, r in enumerate(rects):
             if not r.empty and (only is None or only[i]):
-                reqs.append(RegionRequirement(regions[i], r, privilege))
-                layout.append((slot, i))
+                reqs.append(req(regions[i], r, privilege))
+                layout.append(slots[i])
 
     # -- forward ---------------------------------------------------------------------------
     def _points(self, stage: Op, cfg: ParallelConfig):
         degrees = cfg.aligned(stage.parent or stage)
-        launch_colors = IndexLaunch("_", None, degrees, lambda c: ()).colors
+        launch_colors = colors_of(tuple(int(d) for d in degrees))
         specs = [stage.part(degrees, c) for c in launch_colors]
         devices = list(cfg.devices)
         if not stage.replicated:
@@ -193,15 +231,19 @@ class _Lowering:
             any(t.requires_grad for t in stage.inputs + stage.weights))
         input_grads = tuple(self.training and t.requires_grad for t in stage.inputs)
         weight_grads = tuple(self.training and w.requires_grad for w in stage.weights)
-        colors = IndexLaunch("_", None, domain, lambda c: ()).colors
+        colors = colors_of(tuple(int(d) for d in domain))
         spec_of, layout_of, reqs_of = {}, {}, {}
         weights = self._regions(stage.weights)
+        inputs = self._regions(stage.inputs, segment=recompute)
+        shared = self.shared
+        req = shared.req
+        in_slots, out_slots = _slots(IN, len(stage.inputs)), _slots(OUT, len(stage.outputs))
         for c, spec, dev in zip(colors, specs, devices):
             reqs, layout = [], []
             for i, (t, r) in enumerate(zip(stage.inputs, spec.inputs)):
                 if not r.empty:
-                    reqs.append(RegionRequirement(self.recomputed(t, recompute), r, R))
-                    layout.append((IN, i))
+                    reqs.append(req(inputs[i], r, R))
+                    layout.append(in_slots[i])
                     if t.name in self.model_inputs:
                         self._initial(initial, t.name, r, dev)
             self._require(reqs, layout, weights, spec.weights, W, R)
@@ -211,11 +253,11 @@ class _Lowering:
                             else RED if stage.output_partial(spec, i) else WD)
                     region = self.region(t) if recompute is None else \
                         self.recomputed(t, recompute)
-                    reqs.append(RegionRequirement(region, r, priv))
-                    layout.append((OUT, i))
+                    reqs.append(req(region, r, priv))
+                    layout.append(out_slots[i])
                     if t.is_weight:
                         self._initial(initial, t.name, r, dev)
-            spec_of[c], layout_of[c], reqs_of[c] = spec, tuple(layout), tuple(reqs)
+            spec_of[c], layout_of[c], reqs_of[c] = spec, shared.layout(layout), tuple(reqs)
         # A recomputed stage keeps nothing in its forward; its recompute launch keeps it.
         keep = grad and (recompute is not None or self.segment_of.get(
             (stage.parent or stage).name) is None)
@@ -261,7 +303,7 @@ class _Lowering:
                 # output), and a recomputed output nobody else reads would otherwise be a
                 # result of the graph, kept for good.
                 self._require(reqs, layout, outputs, spec.outputs, OUT, R)
-            reqs_of[c], layout_of[c] = tuple(reqs), tuple(layout)
+            reqs_of[c], layout_of[c] = tuple(reqs), self.shared.layout(layout)
         args = StageArgs(stage, a.specs, layout_of, True, a.input_grads, a.weight_grads,
                          self.training)
         bwd = IndexLaunch(f"{stage.name}/bwd", backward_task, fwd.domain, reqs_of.__getitem__,
@@ -298,11 +340,16 @@ class _Lowering:
             for s in states:
                 self._initial(initial, s.name, r, dev)
 
+        made: dict[Rect, tuple] = {}      # per piece rect: replicas have equal ones
+
         def projection(c, pieces=pieces, w=w, states=states):
             r, _ = pieces[c[0]]
-            return (RegionRequirement(self.region(w), r, RW),
-                    RegionRequirement(self.region(w, grad=True), r, R),
-                    *(RegionRequirement(s, r, RW) for s in states))
+            reqs = made.get(r)
+            if reqs is None:
+                reqs = made[r] = (RegionRequirement(self.region(w), r, RW),
+                                  RegionRequirement(self.region(w, grad=True), r, R),
+                                  *(RegionRequirement(s, r, RW) for s in states))
+            return reqs
         return IndexLaunch(f"{w.name}/update", update_task, (len(pieces),), projection,
                            devices=[d for _, d in pieces], args=self.optimizer,
                            cost_tag=(type(self.optimizer).__name__.lower(), "update"),
@@ -312,6 +359,7 @@ class _Lowering:
     def op(self, op: Op, cfg: ParallelConfig) -> OpLaunches:
         """The launches of one operator under `cfg`."""
         out = OpLaunches([], [], {}, {}, {})
+        self.shared = _Shared()
         forward = {}
         for stage in op.stages():
             launch = self.lower_forward(stage, cfg, out.initial_forward)

@@ -48,7 +48,7 @@ class IndexLaunch:
         if any(d < 1 for d in self.domain):
             raise MappingError(f"Launch '{self.name}': domain {self.domain} has an empty "
                                "dimension. Every extent must be at least 1.")
-        self.colors = tuple(product(*(range(d) for d in self.domain)))
+        self.colors = colors_of(self.domain)
         if self.devices is not None:
             self.devices = tuple(self.devices)
             if len(self.devices) != len(self.colors):
@@ -68,3 +68,19 @@ class IndexLaunch:
 
     def __str__(self) -> str:
         return f"{self.name}{list(self.domain)}"
+
+
+_COLORS: dict[tuple[int, ...], tuple[Color, ...]] = {}
+
+
+def colors_of(domain: tuple[int, ...]) -> tuple[Color, ...]:
+    """The colors of a grid of this shape in row-major order, one tuple shared by every
+    launch of that domain (a launch on 1,024 devices would otherwise hold its own 1,024
+    color tuples; the point tasks of launches of one shape share them too)."""
+    colors = _COLORS.get(domain)
+    if colors is None:
+        colors = tuple(product(*(range(d) for d in domain)))
+        if len(_COLORS) < 4096:
+            _COLORS[domain] = colors
+    return colors
+

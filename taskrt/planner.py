@@ -23,36 +23,17 @@ from .coherence import RegionPlanner
 from .errors import MappingError, PlanError
 from .gcpause import gc_paused
 from .geometry import Rect
+from .graphview import graph_of
 from .interference import check_interference
 from .launch import IndexLaunch
+from .launchplan import LaunchPlan, by_region, task_refs
 from .machine import Machine
-from .nodegroups import NodeGroup, assemble
+from .nodegroups import NodeGroup
 from .undo import PlanUndo
 from .regionmemo import RegionPlan, RegionPlanMemo, region_key
 from .region import Region
 from .settings import Settings
-from .taskgraph import TASK, ReduceInput, TaskGraph, TaskNode
-
-
-class LaunchPlan:
-    """The planner's record of one launch: its points, and what planning the regions it
-    touches gave its point tasks. replace() gives a launch a new record."""
-    __slots__ = ("launch", "points", "colors", "read_order", "regions", "task_preds",
-                 "task_targets", "state_src", "version")
-
-    def __init__(self, launch: IndexLaunch, points: list, reads: dict, accesses: dict,
-                 state_src: list):
-        self.launch = launch
-        self.points = points                          # per point: (color, device, reqs)
-        self.colors = {c: k for k, (c, _, _) in enumerate(points)}   # color -> point index
-        self.read_order = list(reads)                 # regions it reads, by first read
-        self.regions = list(accesses)                 # regions it touches, by first use
-        # Per point: region name -> pred refs; and per requirement: Red+ targets (else None).
-        self.task_preds: list[dict] = [{} for _ in points]
-        self.task_targets: list[list] = [[None] * len(reqs) for _, _, reqs in points]
-        self.state_src = state_src                    # per point: task ref or None
-        # Changes whenever one of its groups is rebuilt or put back (Planner.versions).
-        self.version = -1
+from .taskgraph import TaskGraph, TaskNode
 
 
 class Planner:
@@ -60,11 +41,15 @@ class Planner:
 
     def __init__(self, machine: Machine,
                  initial: Mapping[Region, Iterable[tuple[Rect, int]]] | None = None,
-                 memo: RegionPlanMemo | None = None):
+                 memo: RegionPlanMemo | None = None, replannable: bool = True):
         """`memo`: the region plans replace() remembers and takes back when a region's log
         comes back (regionmemo.py); when None, one of Settings.plan_memo_nodes (resolved
-        now: TASKRT_PLAN_MEMO_NODES or the default), RegionPlanMemo(0) for none."""
+        now: TASKRT_PLAN_MEMO_NODES or the default), RegionPlanMemo(0) for none.
+        `replannable=False`: a planner built once (plan()): it keeps no per-region log of
+        the launches' accesses (what replace() replays), about a tenth of a large plan's
+        memory, and replace() is refused."""
         self.machine = machine
+        self.replannable = replannable
         self.regions: dict[str, Region] = {}
         self.initial: dict[str, list[tuple[Rect, int]]] = {}
         self.planners: dict[str, RegionPlanner] = {}
@@ -154,14 +139,15 @@ class Planner:
         check_interference(launch, points)
         state_src = self._state_sources(launch, points) if launch.state_from else \
             [None] * len(points)
-        reads, accesses = _by_region(points)
+        reads, accesses = by_region(points)
         self.plans.append(LaunchPlan(launch, points, reads, accesses, state_src))
         self.index[launch.name] = li
         self._state_index = None
         self._mark((li, None))
-        for name in accesses:
-            entry = (li, reads.get(name), accesses[name])
-            self.log[name].append(entry)
+        if self.replannable:
+            for name in accesses:
+                entry = (li, reads.get(name), accesses[name])
+                self.log[name].append(entry)
         for name in reads:
             self._plan_reads(self._planner(name), name, li, reads[name])
         for name, acc in accesses.items():
@@ -182,23 +168,36 @@ class Planner:
         lp = self.plans[li]
         points, replicas = lp.points, lp.launch.replicas
         replica_writes: set = set()
+        task_preds, task_targets = lp.task_preds, lp.task_targets
+        refs = lp.refs or task_refs(lp, li)
         for pi, k, req in accesses:
-            preds, targets = rp.access((li, pi), points[pi][1], req, replicas, replica_writes)
-            per_region = lp.task_preds[pi]
-            per_region[name] = per_region.get(name, set()) | preds
-            lp.task_targets[pi][k] = targets
+            preds, targets = rp.access(refs[pi], points[pi][1], req, replicas, replica_writes)
+            # Kept as a tuple (a set costs 216 bytes however few it holds; a point's preds
+            # per region are a few refs), in the set's order.
+            per_region = task_preds[pi]
+            known = per_region.get(name)
+            per_region[name] = (tuple(preds) if preds else ()) if known is None else \
+                tuple(set(known).union(preds))
+            task_targets[pi][k] = targets
 
     def _expand(self, launch: IndexLaunch):
         points = []
+        known = self.regions
+        num_devices = len(self.machine.devices)
+        last = None
         for index, color in enumerate(launch.colors):
             reqs = launch.requirements(color)
             device = self._device_of(launch, index)
-            if not (isinstance(device, int) and 0 <= device < len(self.machine.devices)):
+            if not (isinstance(device, int) and 0 <= device < num_devices):
                 raise MappingError(f"Launch '{launch.name}' point {color}: mapped to device "
                                    f"{device}, which does not exist on {self.machine}. Use a "
-                                   f"device id in 0..{len(self.machine.devices) - 1}.")
-            for req in reqs:
-                self._region(req.region)
+                                   f"device id in 0..{num_devices - 1}.")
+            if reqs is not last:          # (replicas' points often share one tuple)
+                for req in reqs:
+                    region = req.region
+                    if known.get(region.name) is not region:
+                        self._region(region)
+                last = reqs
             points.append((color, device, reqs))
         return points
 
@@ -226,7 +225,7 @@ class Planner:
                 raise MappingError(f"Launch '{launch.name}' point {color} is on device {device} "
                                    f"but its state is on device {src_device} (from "
                                    f"'{launch.state_from}'). Map both launches' points alike.")
-            out.append((li, pi))
+            out.append(source.refs[pi] if source.refs else (li, pi))
         return out
 
     # -- the graph ---------------------------------------------------------------------------
@@ -283,20 +282,36 @@ class Planner:
         launch, preds_of, targets_of, state_src = lp.launch, lp.task_preds, lp.task_targets, \
             lp.state_src
         nodes, preds = [], []
+        task_gid: dict[int, int] = {}     # launch index -> its task group's id
+        gid_of = self._gid
+        tasks = self._tasks
         for pi, (color, device, reqs) in enumerate(lp.points):
-            refs = set()
+            # The preds resolved as _resolve does, with each launch's task group id looked
+            # up once rather than once per ref.
+            out = set()
             for p in preds_of[pi].values():
-                refs |= p
-            if state_src[pi] is not None:
-                refs.add(state_src[pi])
+                for r in p:
+                    if type(r) is tuple:
+                        l, q = r
+                        if q == pi and l == li:
+                            continue
+                        g = task_gid.get(l)
+                        if g is None:
+                            g = task_gid[l] = gid_of((l, None))
+                        out.add((g, q))
+                    elif r is not None:
+                        out.add(r.where)
+            src = state_src[pi]
+            if src is not None and src != (li, pi):
+                out.add((gid_of((src[0], None)), src[1]))
             targets = tuple(targets_of[pi])
-            node = self._tasks.get((li, pi))
+            node = tasks.get((li, pi))
             if node is None or node.targets != targets:
                 node = self._task_node(launch, pi, color, device, reqs, targets)
                 self._set_task((li, pi), node)
             nodes.append(node)
-            preds.append(self._resolve(refs, (li, pi)))
-        return NodeGroup.of(key, self._gid(key), nodes, preds)
+            preds.append(list(out))
+        return NodeGroup.of(key, gid_of(key), nodes, preds)
 
     def _new_version(self, li: int) -> None:
         self.plans[li].version = self._next_version
@@ -349,65 +364,15 @@ class Planner:
             out += self.launch_groups(li)
         return out
 
-    def finish(self) -> TaskGraph:
+    def finish(self, release: bool = False) -> TaskGraph:
         """The TaskGraph of the launches planned so far: the object view of `groups()`, with
         ids, sorted predecessor and successor lists, and each region's buffers and valid
-        pieces. Node objects that did not change are the same as in the previous graph
-        (with their new ids), so only the latest graph of a planner is valid."""
-        groups = self.groups()
-        asm = assemble(groups, len(self._gids))
-        g = TaskGraph(self.machine)
-        g.regions = dict(self.regions)
-        nodes, launch_nodes = g.nodes, g.launch_nodes
-        nid = 0
-        for group in groups:
-            for node in group.nodes:
-                node.id = nid
-                nodes.append(node)
-                owner = node.launch.name if node.kind is TASK else node.owner
-                ids_of_owner = launch_nodes.get(owner)
-                if ids_of_owner is None:
-                    launch_nodes[owner] = [nid]
-                else:
-                    ids_of_owner.append(nid)
-                nid += 1
-        for group in groups:
-            if group.staged is not None:
-                for node, staged in zip(group.nodes, group.staged):
-                    if staged is not None:
-                        node.inputs = tuple(
-                            ReduceInput(i.source, i.rect, c.id) if c is not None else i
-                            for i, c in zip(node.inputs, staged))
-        ptr, flat = asm.pred_ptr.tolist(), asm.preds.tolist()
-        all_preds = g.preds
-        succs = g.succs = [[] for _ in range(nid)]
-        for i in range(nid):
-            ps = sorted(flat[ptr[i]:ptr[i + 1]])
-            all_preds.append(ps)
-            for p in ps:
-                succs[p].append(i)
-        for name, rp in self.planners.items():
-            info = self._region_info.get(name) if name not in self._dirty else None
-            if info is None:
-                info = self._region_info[name] = (
-                    list(rp.instance_rects.items()), list(rp.partial_rects.items()),
-                    list(rp.initial), rp.final_valid(), rp.final_pending())
-            instance, partial, initial, final_valid, pend = info
-            for dev, rect in instance:
-                g.instance_rects[name, dev] = rect
-            for dev, rect in partial:
-                g.partial_rects[name, dev] = rect
-            if initial:
-                g.initial_valid[name] = list(initial)
-            if final_valid or instance or partial or initial or pend:
-                # (else no launch uses the region any more since a replace(): a full plan
-                # does not know it; e.g. batch norm's sums under a config that splits no
-                # sample dim)
-                g.final_valid[name] = list(final_valid)
-            if pend:
-                g.final_pending[name] = list(pend)
-        self._dirty.clear()
-        return g
+        pieces (graphview.py). Node objects that did not change are the same as in the
+        previous graph (with their new ids), so only the latest graph of a planner is valid.
+        `release`: the planner is not used again (plan()): its per-region and per-launch
+        state is dropped once read, before the graph's edge lists are made, so that the
+        two are not held at once at the peak of a large plan."""
+        return graph_of(self, release)
 
     # -- changing launches ---------------------------------------------------------------------
     def replace(self, launches: Sequence[IndexLaunch],
@@ -417,6 +382,10 @@ class Planner:
         operator), and new initial data for some regions, and re-plan the regions they touch,
         old or new. Returns those regions. With `record_undo`, `undo()` can then take the
         planner back to its state before this call (until the next replace or add_launch)."""
+        if not self.replannable:
+            raise PlanError("replace: this planner was made with replannable=False (as plan() "
+                            "makes one), so it kept no log to re-plan from. Make the Planner "
+                            "with replannable=True to change its launches.")
         self._undo = None
         self._marked = set()
         num_regions = len(self.regions)
@@ -447,7 +416,7 @@ class Planner:
                 self._mark((li, name))
             for pi in range(len(old.points)):
                 self._set_task((li, pi), None)
-            reads, accesses = _by_region(points)
+            reads, accesses = by_region(points)
             # A new record: undo() puts the old one back as it was.
             lp = self.plans[li] = LaunchPlan(launch, points, reads, accesses,
                                              [None] * len(points))
@@ -594,21 +563,8 @@ def plan(launches: Sequence[IndexLaunch], machine: Machine,
     launch (inputs and weights); reading anything else before it is written is an error.
     """
     with gc_paused():
-        p = Planner(machine, initial)
+        # Built once: no log, no memo of region plans or task nodes (they serve replace()).
+        p = Planner(machine, initial, memo=RegionPlanMemo(0), replannable=False)
         for launch in launches:
             p.add_launch(launch)
-        return p.finish()
-
-
-def _by_region(points) -> tuple[dict, dict]:
-    """A launch's expanded points grouped by region, in first-use order: the reads
-    (color, device, rect) and every access (point index, requirement index, requirement)."""
-    reads: dict[str, list] = {}
-    accesses: dict[str, list] = {}
-    for pi, (color, device, reqs) in enumerate(points):
-        for k, req in enumerate(reqs):
-            name = req.region.name
-            if req.privilege.reads:
-                reads.setdefault(name, []).append((color, device, req.rect))
-            accesses.setdefault(name, []).append((pi, k, req))
-    return reads, accesses
+        return p.finish(release=True)

@@ -32,7 +32,7 @@ def direct_assembly(p: Planner):
             task_id[li, pi] = len(order)
             refs = set()
             for s in lp.task_preds[pi].values():
-                refs |= s
+                refs.update(s)
             if lp.state_src[pi] is not None:
                 refs.add(lp.state_src[pi])
             order.append(("task", (li, pi), refs))

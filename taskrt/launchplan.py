@@ -1,0 +1,58 @@
+"""LaunchPlan: the planner's record of one launch (its expanded points and what planning the
+regions it touches gave each point task), and how a launch's points group by region.
+The planner (planner.py) owns the records; re-planning (replace) and undo swap them."""
+from __future__ import annotations
+
+from .launch import IndexLaunch
+from .privilege import RW, R
+
+
+class LaunchPlan:
+    """The planner's record of one launch: its points, and what planning the regions it
+    touches gave its point tasks. replace() gives a launch a new record."""
+    __slots__ = ("launch", "points", "colors", "read_order", "regions", "task_preds",
+                 "task_targets", "state_src", "version", "refs")
+
+    def __init__(self, launch: IndexLaunch, points: list, reads: dict, accesses: dict,
+                 state_src: list):
+        self.launch = launch
+        self.points = points                          # per point: (color, device, reqs)
+        self.colors = {c: k for k, (c, _, _) in enumerate(points)}   # color -> point index
+        self.read_order = list(reads)                 # regions it reads, by first read
+        self.regions = list(accesses)                 # regions it touches, by first use
+        # Per point: region name -> pred refs; and per requirement: Red+ targets (else None).
+        self.task_preds: list[dict] = [{} for _ in points]
+        self.task_targets: list[list] = [[None] * len(reqs) for _, _, reqs in points]
+        self.state_src = state_src                    # per point: task ref or None
+        # Changes whenever one of its groups is rebuilt or put back (Planner.versions).
+        self.version = -1
+        # Per point: its task ref (launch index, point index), made once (task_refs): the
+        # region planners keep a ref per access, and other tasks' preds hold them.
+        self.refs: list | None = None
+
+
+def task_refs(lp: LaunchPlan, li: int) -> list:
+    """Launch `li`'s task refs (li, point), one tuple per point, kept on its record."""
+    lp.refs = [(li, pi) for pi in range(len(lp.points))]
+    return lp.refs
+
+
+def by_region(points) -> tuple[dict, dict]:
+    """A launch's expanded points grouped by region, in first-use order: the reads
+    (color, device, rect) and every access (point index, requirement index, requirement)."""
+    reads: dict[str, list] = {}
+    accesses: dict[str, list] = {}
+    for pi, (color, device, reqs) in enumerate(points):
+        for k, req in enumerate(reqs):
+            name = req.region.name
+            priv = req.privilege
+            if priv is R or priv is RW:           # (priv.reads, without the property)
+                got = reads.get(name)
+                if got is None:
+                    got = reads[name] = []
+                got.append((color, device, req.rect))
+            got = accesses.get(name)
+            if got is None:
+                got = accesses[name] = []
+            got.append((pi, k, req))
+    return reads, accesses
