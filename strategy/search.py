@@ -3,13 +3,9 @@
 The cost of a strategy is its simulated iteration time on a machine model. Each proposal
 gives one operator another config (strategy/space.py SearchSpace.propose: 40% uniformly
 random, 40% a neighbor of its config, 20% a regular config of the restricted space), and
-PAIR_MOVE of them give the same config, matched (SearchSpace.match: same devices and sample
-degree), to one of its neighbours in the dataflow too (SearchSpace.partners): operators
-that share devices are coupled (moving one alone adds transfers), so a chain stuck with
-two of them on one device reaches the pair on two devices only over a barrier of single
-moves (2-step RNNLM on 4 GPUs: 0.6-0.7% of the time; 0.05% with pair moves).
-strategy/delta.py re-simulates only what changed (a pair: two changes; rejected, the
-second is undone and the first changed back). A proposal that is
+in memory PAIR_MOVE of them give it, matched, to a dataflow neighbour too (strategy/moves.py
+pair_move); strategy/delta.py re-simulates only what changed (a rejected pair: the second
+change undone, the first changed back). A proposal that is
 `cost(new) - cost(cur)` slower is accepted with probability exp(-beta * that); rejected ones
 are undone (SimulationSession.undo: the planner's saved state and node groups are put back,
 nothing is re-planned or re-simulated). With delta=False every proposal (and undo) is a rebuild and
@@ -123,7 +119,7 @@ from taskrt.gcpause import gc_paused
 
 from .delta import SimulationSession
 from .explain import Breakdown
-from .moves import RecomputeUnits, shard_move
+from .moves import RecomputeUnits, pair_move, shard_move
 from .search_result import CandidateRun, SearchResult
 from .space import SearchSpace
 
@@ -227,7 +223,6 @@ class Search:
         self.build_cpu, self.build_count, self.change_cpu, self.change_count = 0.0, 0, 0.0, 0
         self.last_session = None      # the last chain's session, for _reach
         self.reached = 0              # chains whose start was reached by changes
-        self._ops: dict | None = None  # op name -> operator (see _op)
 
     def candidates(self) -> list[tuple[str, dict | None]]:
         out = [("data_parallel", None)]
@@ -362,19 +357,10 @@ class Search:
                 return ("op",) + move
         name, cfg = self.space.propose(self.rng, session.configs)
         if fits and self.rng.random() < PAIR_MOVE:
-            partners = self.space.partners(self._op(name))
-            if partners:
-                other = self.rng.choice(partners)
-                new = self.space.match(other, cfg, self._op(name))
-                if new is not None and new != session.configs[other.name]:
-                    return "pair", name, cfg, other.name, new, session.configs[name]
+            move = pair_move(self.space, session.configs, name, cfg, self.rng)
+            if move is not None:
+                return move
         return "op", name, cfg
-
-    def _op(self, name: str):
-        ops = self._ops
-        if ops is None:
-            ops = self._ops = {op.name: op for op in self.model.ops}
-        return ops[name]
 
     def _chain(self, name: str, strategy, budget: Budget, left: int,
                cooling: float = 1.0) -> CandidateRun:

@@ -65,6 +65,7 @@ class SearchSpace:
         self._degrees: dict[str, list[tuple[int, ...]]] = {}
         self._regular_space = None
         self._partners: dict | None = None         # see partners()
+        self._ops: dict | None = None              # see op()
 
     @classmethod
     def for_machine(cls, model, machine_model, **kw) -> "SearchSpace":
@@ -247,6 +248,12 @@ class SearchSpace:
             if new != cur:
                 return op.name, new
         return op.name, new
+
+    def op(self, name: str):
+        """The model's operator of that name."""
+        if self._ops is None:
+            self._ops = {op.name: op for op in self.model.ops}
+        return self._ops[name]
 
     def partners(self, op) -> list:
         """The searchable operators next to `op` in the dataflow: its producers and
