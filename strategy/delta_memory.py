@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from taskrt.liveness import STAGING, STATE, is_small, peak_bytes_of_users
+from taskrt.settings import Settings
 
 
 class _Column:
@@ -55,6 +56,9 @@ class BufferTable:
         self._kept_mask = np.zeros(0, dtype=bool)
         self._persistent_bytes = np.zeros(num_devices, dtype=np.int64)
         self._persistent_count = np.zeros(num_devices, dtype=np.int64)
+        # The small-buffer threshold, resolved once per table: reading it from the
+        # environment on every region update was 14% of a LeNet proposal's CPU time.
+        self._settings = Settings.resolve()
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -107,7 +111,7 @@ class BufferTable:
         if self._kept is None:
             return
         ids, devs, sizes = buffers
-        keep = slice(None) if name in self._kept else is_small(sizes)
+        keep = slice(None) if name in self._kept else is_small(sizes, self._settings)
         np.add.at(self._persistent_bytes, devs[keep], sign * sizes[keep])
         np.add.at(self._persistent_count, devs[keep], sign)
 
@@ -140,12 +144,12 @@ class BufferTable:
         per_count = self._persistent_count.copy()
         # Staging buffers in use: persistent when small (or their region is kept).
         staged = np.unique(users_buf[self.staging.array()[users_buf]])
-        keep = staged[kept_mask[region[staged]] | is_small(sizes[staged])]
+        keep = staged[kept_mask[region[staged]] | is_small(sizes[staged], self._settings)]
         np.add.at(per_bytes, dev[keep], sizes[keep])
         np.add.at(per_count, dev[keep], 1)
         persistent = {int(d): int(per_bytes[d]) for d in np.flatnonzero(per_count)}
         # Temporaries with users: allocated from their first user to their last.
-        temp = ~((kept_mask[region[users_buf]] | is_small(sizes[users_buf]))
+        temp = ~((kept_mask[region[users_buf]] | is_small(sizes[users_buf], self._settings))
                  & ~self.state.array()[users_buf])
         return peak_bytes_of_users(users_buf[temp], users_node[temp], dev, sizes, start, end,
                                    persistent)

@@ -1,5 +1,5 @@
 """The search's proposals beyond one operator's random config (SearchSpace.propose): moves
-aimed at memory, and activation recomputation toggled per segment.
+aimed at memory, pairs of coupled operators, and activation recomputation toggled per segment.
 
 Memory. A strategy over a device's capacity is invalid (strategy/search.py); from such a
 start (data parallelism of a model whose weights and Adam state do not fit one device) a
@@ -21,6 +21,9 @@ input) has on the tensor they share, on the same devices, where the operators' l
 (dim names per tensor axis) allow it: a linear reading a column-parallel linear's output
 becomes row parallel, the loss after a vocabulary-split output layer vocabulary-parallel,
 so no exchange is needed between them. Both only propose; the chain decides.
+
+Pairs. `pair_move` gives an operator's proposed config, matched, to a dataflow neighbour
+too (strategy/search.py PAIR_MOVE): coupled operators move together.
 
 Recomputation. `RecomputeUnits` are the segments (parallel_ops/recompute.py) a search may
 switch on and off one at a time: the distinct segments of the named plans it was given
@@ -141,6 +144,25 @@ def shard_move(space, session, rng: random.Random):
         if new is not None:
             return name, new
     return None
+
+
+def pair_move(space, configs, name: str, cfg, rng: random.Random):
+    """('pair', name, cfg, partner, its config matched to cfg, name's config now): operator
+    `name`'s new config also given to a neighbour in the dataflow (SearchSpace.partners),
+    matched (SearchSpace.match: same devices and sample degree); None when it has none or
+    the partner has that config already. Operators sharing devices are coupled (moving one
+    alone adds transfers): on the 2-step RNNLM on 4 GPUs a chain with two of them on one
+    device reached them on two devices only over a barrier of single moves of 0.6-0.7% of
+    the time; with pair moves the worst barrier is 0.05% (docs/design.md)."""
+    op = space.op(name)
+    partners = space.partners(op)
+    if not partners:
+        return None
+    other = rng.choice(partners)
+    new = space.match(other, cfg, op)
+    if new is None or new == configs[other.name]:
+        return None
+    return "pair", name, cfg, other.name, new, configs[name]
 
 
 def trade(space, op, cfg, rng: random.Random):
@@ -302,6 +324,7 @@ class RecomputeUnits:
         return best
 
 
-__all__ = ["fullest_device", "region_owner", "bytes_on", "saved_on", "shard_move", "trade",
+__all__ = ["fullest_device", "region_owner", "bytes_on", "saved_on", "shard_move", "pair_move",
+           "trade",
            "aligned", "GuidedSpace",
            "RecomputeUnits"]

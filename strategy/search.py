@@ -2,8 +2,10 @@
 
 The cost of a strategy is its simulated iteration time on a machine model. Each proposal
 gives one operator another config (strategy/space.py SearchSpace.propose: 40% uniformly
-random, 40% a neighbor of its config, 20% a regular config of the restricted space);
-strategy/delta.py re-simulates only what changed. A proposal that is
+random, 40% a neighbor of its config, 20% a regular config of the restricted space), and
+in memory PAIR_MOVE of them give it, matched, to a dataflow neighbour too (strategy/moves.py
+pair_move); strategy/delta.py re-simulates only what changed (a rejected pair: the second
+change undone, the first changed back). A proposal that is
 `cost(new) - cost(cur)` slower is accepted with probability exp(-beta * that); rejected ones
 are undone (SimulationSession.undo: the planner's saved state and node groups are put back,
 nothing is re-planned or re-simulated). With delta=False every proposal (and undo) is a rebuild and
@@ -117,7 +119,7 @@ from taskrt.gcpause import gc_paused
 
 from .delta import SimulationSession
 from .explain import Breakdown
-from .moves import RecomputeUnits, shard_move
+from .moves import RecomputeUnits, pair_move, shard_move
 from .search_result import CandidateRun, SearchResult
 from .space import SearchSpace
 
@@ -129,6 +131,7 @@ _clock = time.perf_counter   # the search's clock (a test drives it)
 GC_EVERY = 32                # simulations between freezes of the heap (module doc) ...
 GC_EVERY_MOST = 1024         # ... and between collections, at most this many
 GC_LITTLE = 1000             # a collection that found fewer objects found little garbage
+PAIR_MOVE = 0.3             # share of proposals that also give a partner a matching config
 MIN_PROPOSALS = 50           # the stop rule waits for this many proposals, or one per
                              # searchable operator when there are more
 
@@ -352,7 +355,12 @@ class Search:
             move = shard_move(self.space, session, self.rng)
             if move is not None:
                 return ("op",) + move
-        return ("op",) + self.space.propose(self.rng, session.configs)
+        name, cfg = self.space.propose(self.rng, session.configs)
+        if fits and self.rng.random() < PAIR_MOVE:
+            move = pair_move(self.space, session.configs, name, cfg, self.rng)
+            if move is not None:
+                return move
+        return "op", name, cfg
 
     def _chain(self, name: str, strategy, budget: Budget, left: int,
                cooling: float = 1.0) -> CandidateRun:
@@ -404,9 +412,12 @@ class Search:
             run.proposals += 1
             budget.used += 1
             new_key, known = key, ()
-            if move[0] == "op":
+            if move[0] != "recompute":
                 new_key = key ^ hash((move[1], session.configs[move[1]])) \
                     ^ hash((move[1], move[2]))
+                if move[0] == "pair":
+                    new_key ^= hash((move[3], session.configs[move[3]])) \
+                        ^ hash((move[3], move[4]))
                 known = self.known.get((new_key, self.state), ())
                 if known is None or (known and not self._accept(known[1], cur, fits,
                                                                 cooling)):
@@ -421,21 +432,26 @@ class Search:
                     session = self._session(session.configs,
                                              [self.units.toggle(self.state, move[1])])
                     result = session.result
+                elif self.delta and move[0] == "pair":
+                    result = self._change_pair(session, move)
                 elif self.delta:
                     result = self._change(session, move[1], move[2])
                 else:
-                    session = self._session(_with(session.configs, move[1], move[2]))
+                    configs = _with(session.configs, move[1], move[2])
+                    if move[0] == "pair":
+                        configs[move[3]] = move[4]
+                    session = self._session(configs)
                     result = session.result
                 t, r = result.makespan, ranked(result, self.capacity)
             except (ConfigError, PlanError) as e:
                 run.failed += 1
-                if move[0] == "op":
+                if move[0] != "recompute":
                     self.known[new_key, self.state] = None
                 if len(self.errors) < 5:
                     self.errors.append(f"{' '.join(map(str, move[1:]))}: {e}")
                 self._back_to(before, move)
                 continue
-            if move[0] == "op":
+            if move[0] != "recompute":
                 self.known[new_key, self.state] = (t, r)
             if known or self._accept(r, cur, fits, cooling):   # known: accepted above
                 cur, fits, key = r, result.valid, new_key
@@ -497,6 +513,17 @@ class Search:
         self.change_count += 1
         return result
 
+    def _change_pair(self, session, move: tuple):
+        """Two operators changed (a pair move, see _propose); on an error the session is
+        changed back to where it was."""
+        _, a, cfg_a, b, cfg_b, old_a = move
+        self._change(session, a, cfg_a)
+        try:
+            return self._change(session, b, cfg_b)
+        except (ConfigError, PlanError):
+            self._change(session, a, old_a)
+            raise
+
     def _collect(self) -> None:
         """Freeze the heap, after a garbage collection when one is due (module doc): the next
         one GC_EVERY simulations later, or twice as many as this one waited (at most
@@ -525,6 +552,8 @@ class Search:
                 set_recompute(self.model, self.units.segments(state))
         elif session is not None and self.delta:
             session.undo()            # a failed change() leaves the session as it was
+            if move[0] == "pair":     # one level of undo: the first change is re-done
+                self._change(session, move[1], move[5])
         elif not self.delta:
             old = self._session(old.configs)
         return old

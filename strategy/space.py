@@ -64,6 +64,8 @@ class SearchSpace:
         self.kinds = None if kinds is None else tuple(kinds)   # dim kinds it may split
         self._degrees: dict[str, list[tuple[int, ...]]] = {}
         self._regular_space = None
+        self._partners: dict | None = None         # see partners()
+        self._ops: dict | None = None              # see op()
 
     @classmethod
     def for_machine(cls, model, machine_model, **kw) -> "SearchSpace":
@@ -246,6 +248,65 @@ class SearchSpace:
             if new != cur:
                 return op.name, new
         return op.name, new
+
+    def op(self, name: str):
+        """The model's operator of that name."""
+        if self._ops is None:
+            self._ops = {op.name: op for op in self.model.ops}
+        return self._ops[name]
+
+    def partners(self, op) -> list:
+        """The searchable operators next to `op` in the dataflow: its producers and
+        consumers, looking through frozen operators (a convolution's partner past a frozen
+        relu and pool is the next convolution), in model order."""
+        if self._partners is None:
+            made, used = {}, {}
+            for o in self.model.ops:
+                for t in o.outputs:
+                    made[t.name] = o
+                for t in o.inputs:
+                    used.setdefault(t.name, []).append(o)
+            frozen = self.frozen
+            links: dict[str, set[str]] = {}
+            for o in self.model.ops:
+                if o.name in frozen:
+                    continue
+                seen, todo = {o.name}, [o]
+                while todo:             # consumers, through frozen ones
+                    for t in todo.pop().outputs:
+                        for c in used.get(t.name, ()):
+                            if c.name not in seen:
+                                seen.add(c.name)
+                                if c.name in frozen:
+                                    todo.append(c)
+                                else:
+                                    links.setdefault(o.name, set()).add(c.name)
+                                    links.setdefault(c.name, set()).add(o.name)
+            order = {o.name: k for k, o in enumerate(self.model.ops)}
+            ops = {o.name: o for o in self.model.ops}
+            self._partners = {name: [ops[n] for n in sorted(near, key=order.get)]
+                              for name, near in links.items()}
+        return self._partners.get(op.name, [])
+
+    def match(self, op, cfg: ParallelConfig, like) -> ParallelConfig | None:
+        """A config of `op` like `cfg` of operator `like`: on the same devices, with the
+        same sample degree, the other parts on dims of the same names where `op` has them
+        (the most such dims; the first such tuple in the space); None when this space has
+        no such config."""
+        if not self.has_devices(cfg.devices):
+            return None
+        sample = {d.name for d in like.dims if d.kind == "sample"}
+        n = max((cfg.degree(name) for name in sample), default=1)
+        p, best, score = len(cfg.devices), None, -1
+        for t in self.degree_tuples(op):
+            if prod(t) != p:
+                continue
+            if any(d.kind == "sample" and k != n for d, k in zip(op.dims, t)):
+                continue
+            same = sum(k == cfg.degree(d.name) for d, k in zip(op.dims, t))
+            if same > score:
+                best, score = t, same
+        return None if best is None else self.config(op, best, cfg.devices)
 
     def draw_op(self, rng: random.Random, ops: list):
         """The operator a proposal changes: uniformly drawn (a subclass may weigh them:
