@@ -60,6 +60,12 @@ class LocalExecutor:
         for buf, users in zip(self.store.temporaries, self.store.liveness.users):
             first.setdefault(users[0], []).append(buf)
             last.setdefault(users[-1], []).append(buf)
+        # Small buffers of regions nobody reads after run() are released too, cheaply
+        # (InstanceStore.make_light): memory a gradient or an activation held goes back to
+        # malloc after its last use, still in cache for the next tensor, as in eager PyTorch.
+        for buf, i, j in self.store.make_light():
+            first.setdefault(i, []).append(buf)
+            last.setdefault(j, []).append(buf)
         self.plan = []
         for ids in self.entries:
             step = self.steps[ids[0]] if len(ids) == 1 else \

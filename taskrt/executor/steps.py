@@ -174,6 +174,8 @@ def task_step(node, store: InstanceStore, contexts: dict) -> Callable[[], None]:
                 if kind == _CONTRIBUTE:
                     if (buf is None or not buf.adopt(value)) and not (
                             pieces and _viewed(value, pieces) and buf.alias(value)):
+                        if view.t is None:          # a light buffer left without storage
+                            buf.ensure()
                         _store(view.t, value)
                     continue
                 zero = is_zero(value)           # taskrt.executor.zeros: nothing to add
