@@ -295,6 +295,9 @@ def empty_part(args: StageArgs, color) -> bool:
 
 
 forward_task.idle = backward_task.idle = empty_part
+# They return every value they write, never writing their WD views in place (taskrt.executor.
+# steps: the executor may then leave an output's buffer without storage until it adopts it).
+forward_task.fresh_outputs = backward_task.fresh_outputs = True
 
 
 def _explicit_grads(stage, plan: _Plan, saved, views, device) -> list:

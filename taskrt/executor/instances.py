@@ -44,7 +44,7 @@ TORCH_DTYPES = {name: getattr(torch, name) for name in
 
 # Buffer.light: a small buffer liveness keeps persistent that the LocalExecutor releases after
 # its last use anyway: allocated before its first user (LIGHT_ALLOCATE), or left without
-# storage until its first user's Red+ contribution for all of it is adopted (LIGHT_LAZY).
+# storage until its first user returns a value for all of it to adopt (LIGHT_LAZY).
 LIGHT_ALLOCATE, LIGHT_LAZY = 1, 2
 
 
@@ -295,8 +295,9 @@ class InstanceStore:
         begin()s and release()s them like temporaries: released, a light buffer drops its
         storage (Buffer.drop: no free list, no countdown, no bytes counted: liveness's and
         the memory model's answers are unchanged, an upper bound); a buffer whose first user
-        gives a Red+ contribution for all of it (a gradient) gets no storage before it
-        (LIGHT_LAZY: the contribution is adopted, or copied into storage made then)."""
+        writes all of it from what it returns (`_writes_whole`: a gradient, an output of a
+        `fresh_outputs` task function) gets no storage before it (LIGHT_LAZY: the value is
+        adopted, or copied into storage made then)."""
         if not self.settings.min_temporary_bytes:
             return []
         every = Liveness.of(self.graph, self.keep, self.owned,
@@ -308,7 +309,7 @@ class InstanceStore:
             b = self.buffer(key)
             if b.temporary or b.light:
                 continue
-            lazy = _contributes_whole(self.graph.nodes[users[0]], key, b.rect)
+            lazy = _writes_whole(self.graph.nodes[users[0]], key, b.rect)
             b.light = LIGHT_LAZY if lazy else LIGHT_ALLOCATE
             out.append((b, users[0], users[-1]))
         return out
@@ -421,15 +422,23 @@ class InstanceStore:
         return out
 
 
-def _contributes_whole(node, key, rect) -> bool:
-    """Whether task `node` uses buffer `key` (of `rect`) only to give a Red+ contribution
-    for all of it that is stored, not added (task_step's _CONTRIBUTE write)."""
+def _writes_whole(node, key, rect) -> bool:
+    """Whether task `node` uses buffer `key` (of `rect`) only to write all of it from the
+    value it returns, so that it needs no storage before: a Red+ contribution that is
+    stored, not added (task_step's _CONTRIBUTE write; the task gets None for it), or a WD
+    requirement of a task function that never writes its views in place and says so
+    (`fresh_outputs`: it returns every value it writes)."""
     if node.kind is not TASK:
         return False
     kind, name = key[0], key[1]
+    fresh = getattr(node.launch.task, "fresh_outputs", False)
     found = False
     for req, targets in zip(node.requirements, node.targets):
         if req.region.name != name:
+            continue
+        if req.privilege is Privilege.WRITE_DISCARD and fresh and kind == INSTANCE \
+                and req.rect == rect:
+            found = True
             continue
         if req.privilege is not Privilege.REDUCE_SUM or len(targets) != 1:
             return False

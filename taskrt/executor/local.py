@@ -21,16 +21,8 @@ from ..trace import LoadMeter, TraceEvent, node_label, node_track
 from ..region import Region
 from ..taskgraph import COPY, REDUCE, TASK
 from .instances import InstanceStore
-from .steps import (batch_key, batchable, batches_step, local_allreduce_step, local_copy_step,
-                    reduce_step, task_step)
-
-
-def idle(node) -> bool:
-    """Whether a task node does nothing: no region requirements, and its task function's
-    `idle(args, color)` (optional) says so. Nothing reads what it would keep either (a
-    paired point of the same part is idle too)."""
-    check = getattr(node.launch.task, "idle", None) if node.kind is TASK else None
-    return check is not None and not node.requirements and check(node.launch.args, node.color)
+from .steps import (batch_key, batchable, batches_step, idle, local_allreduce_step,
+                    local_copy_step, reduce_step, task_step)
 
 
 class LocalExecutor:
