@@ -295,8 +295,8 @@ def empty_part(args: StageArgs, color) -> bool:
 
 
 forward_task.idle = backward_task.idle = empty_part
-# They return every value they write, never writing their WD views in place (taskrt.executor.
-# steps: the executor may then leave an output's buffer without storage until it adopts it).
+# They never write their WD views in place: they return the values (or None, unwritten);
+# taskrt.executor.steps: an output's buffer may then have no storage until it adopts one.
 forward_task.fresh_outputs = backward_task.fresh_outputs = True
 
 

@@ -427,7 +427,7 @@ def _writes_whole(node, key, rect) -> bool:
     value it returns, so that it needs no storage before: a Red+ contribution that is
     stored, not added (task_step's _CONTRIBUTE write; the task gets None for it), or a WD
     requirement of a task function that never writes its views in place and says so
-    (`fresh_outputs`: it returns every value it writes)."""
+    (`fresh_outputs`: it returns the value, or None to leave it unwritten)."""
     if node.kind is not TASK:
         return False
     kind, name = key[0], key[1]

@@ -12,9 +12,9 @@ Returned tensors are handed over: one that covers a whole buffer may become that
 storage (no copy; taskrt.executor.instances, "Adoption"), which later writers of the region
 (a Red+ accumulation, a RW task) change in place. A task must not read a tensor it returned
 after such a writer; autograd's version counter reports it for saved outputs. A task
-function with the attribute `fresh_outputs = True` promises to return a value for every WD
-requirement instead of writing its view: the local executor may then give it None for a
-WD view whose buffer has no storage yet (InstanceStore.make_light).
+function with the attribute `fresh_outputs = True` promises never to write a WD view in
+place (it returns the value, or None to leave it unwritten): the local executor may then
+give it None for a WD view whose buffer has no storage yet (InstanceStore.make_light).
 """
 from __future__ import annotations
 
@@ -165,10 +165,8 @@ def task_step(node, store: InstanceStore, contexts: dict) -> Callable[[], None]:
             for value, (kind, view, buf, pieces) in zip(out, writes):
                 if kind == _STORE:
                     if value is None or value is view.t:
-                        if view.t is None:
-                            raise TypeError("task returned None for a WD requirement it "
-                                            "was given no view of (its function says "
-                                            "fresh_outputs); return the value")
+                        if view.t is None:          # left unwritten: storage as before
+                            buf.ensure()
                         continue
                     if (buf is None or not buf.adopt(value)) and not (
                             pieces and _viewed(value, pieces) and buf.alias(value)):
