@@ -20,7 +20,7 @@ from ..errors import PlanError
 from ..trace import LoadMeter, TraceEvent, node_label, node_track
 from ..region import Region
 from ..taskgraph import COPY, REDUCE, TASK
-from .instances import InstanceStore
+from .instances import LIGHT_ALLOCATE, InstanceStore
 from .steps import (batch_key, batchable, batches_step, idle, local_allreduce_step,
                     local_copy_step, reduce_step, task_step)
 
@@ -56,7 +56,8 @@ class LocalExecutor:
         # (InstanceStore.make_light): memory a gradient or an activation held goes back to
         # malloc after its last use, still in cache for the next tensor, as in eager PyTorch.
         for buf, i, j in self.store.make_light():
-            first.setdefault(i, []).append(buf)
+            if buf.light == LIGHT_ALLOCATE:    # LIGHT_LAZY: nothing to do before its writer
+                first.setdefault(i, []).append(buf)
             last.setdefault(j, []).append(buf)
         self.plan = []
         for ids in self.entries:
