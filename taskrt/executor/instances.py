@@ -175,10 +175,9 @@ class Buffer:
         alias_sources says which and when), this buffer's storage instead of copying it;
         False (nothing changed) unless the buffer is allocated and `value` has its shape,
         dtype and device and does not require grad."""
-        shaped = self.tensor
-        if (shaped is None or value.requires_grad or value.dtype != self.dtype
-                or value.shape != shaped.shape or not value.is_contiguous()
-                or value.device != self.device_obj):
+        if ((self.tensor is None and self.light != LIGHT_LAZY) or value.requires_grad
+                or value.dtype != self.dtype or value.shape != self.size
+                or not value.is_contiguous() or value.device != self.device_obj):
             return False
         address = value.untyped_storage().data_ptr()
         owner = self.owners.get(address)
