@@ -15,8 +15,8 @@ one process, interleaved call by call, is reported beside it.
 Imported models are measured too: ResNet-18 (torchvision's layout, written in plain torch
 in examples/vision_blocks.py) and tiny Hugging Face GPT-2 and BERT (bench/_imported_hf.py)
 through parallel_ops.importer against the same modules eager. For them the rows also give
-the aten operations one iteration runs, ours and eager (a count no load changes), and where
-our iteration's time goes by node kind (`node_kinds`: the plan run node by node in this
+the aten operations one iteration runs, ours and eager (a count no load changes), and (for
+them and the small-layer CNN) where our iteration's time goes by node kind (`node_kinds`: the plan run node by node in this
 process, thread CPU time and aten operations per kind; not side by side, a profile).
 
 The optimizer is torch.optim.SGD with its default for CPU tensors (a loop over the
@@ -212,6 +212,7 @@ def ours_step(name: str, fused: bool, quick: bool):
     feeds = {"x": xv, "y": yv}
     step = functools.partial(trainer.step, feeds)
     step.nodes = len(trainer.graph)
+    step.trainer = trainer
     return step
 
 
@@ -257,6 +258,8 @@ def run(quick: bool = False) -> dict:
                      f"wall time with both in one process; {_device()}, 1 thread, "
                      f"{step_ours.nodes} graph nodes; "
                      f"{load()}; target <= {_target(name, fused)}"))
+        if name == next(iter(SHAPES)):          # many small layers: where per-node costs show
+            rows.append(profile_row(label, step_ours.trainer))
     _imported_hf_rows(quick, rows, data)
     label, entry, row, profile = imported_resnet18_row(quick)
     data[label] = entry

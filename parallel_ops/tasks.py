@@ -295,6 +295,9 @@ def empty_part(args: StageArgs, color) -> bool:
 
 
 forward_task.idle = backward_task.idle = empty_part
+# They never write their WD views in place: they return the values (or None, unwritten);
+# taskrt.executor.steps: an output's buffer may then have no storage until it adopts one.
+forward_task.fresh_outputs = backward_task.fresh_outputs = True
 
 
 def _explicit_grads(stage, plan: _Plan, saved, views, device) -> list:

@@ -24,6 +24,8 @@ adopts it while a view holds it (`borrowed`, by storage address).
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from ..errors import ExecutionError
@@ -32,11 +34,18 @@ from ..settings import Settings
 from .cpumemory import retain_freed_memory
 from ..liveness import (INSTANCE, PARTIAL, STAGING, STATE, Liveness, alias_sources,
                         is_temporary, own_bytes)
-from ..taskgraph import COPY
+from ..privilege import Privilege
+from ..taskgraph import COPY, TASK
 
 TORCH_DTYPES = {name: getattr(torch, name) for name in
                 ("float16", "bfloat16", "float32", "float64", "int8", "uint8", "int16",
                  "int32", "int64", "bool")}
+
+
+# Buffer.light: a small buffer liveness keeps persistent that the LocalExecutor releases after
+# its last use anyway: allocated before its first user (LIGHT_ALLOCATE), or left without
+# storage until its first user returns a value for all of it to adopt (LIGHT_LAZY).
+LIGHT_ALLOCATE, LIGHT_LAZY = 1, 2
 
 
 class View:
@@ -54,6 +63,7 @@ class SavedState:
     to its last, as it does a temporary's (`tensor` is set while counted)."""
     __slots__ = ("device", "nbytes", "users", "remaining", "tensor", "region")
     on_cpu = False
+    light = 0
 
     def __init__(self, device: int, nbytes: int):
         self.device, self.nbytes, self.region = device, nbytes, None
@@ -70,7 +80,7 @@ class Buffer:
     __slots__ = ("region", "rect", "device", "torch_device", "dtype", "numel", "nbytes",
                  "temporary", "tensor", "flat", "sliced_for", "shaped", "views", "users",
                  "remaining", "on_cpu", "size_key", "owners", "address", "device_obj",
-                 "spare", "borrowed", "borrow", "lent")
+                 "spare", "borrowed", "borrow", "lent", "light", "size")
 
     def __init__(self, region, rect: Rect, device: int, torch_device: str, temporary: bool,
                  owners: dict, borrowed: dict | None = None):
@@ -88,6 +98,10 @@ class Buffer:
         self.numel = rect.volume
         self.nbytes = region.nbytes(rect)
         self.temporary = temporary
+        # LIGHT_* when an executor drops the storage after the buffer's last use although it
+        # is persistent to liveness (small: see InstanceStore.make_light), else 0.
+        self.light = 0
+        self.size = torch.Size(rect.shape)
         self.on_cpu = self.device_obj.type == "cpu"
         self.size_key = (torch_device, self.dtype, self.numel)      # free-list class
         self.views: dict[Rect, View] = {}
@@ -137,10 +151,10 @@ class Buffer:
         is a contiguous tensor of the buffer's shape, dtype and device, not requiring grad,
         that owns its whole storage and shares it with no buffer of the store. (What attach()
         does, with the checks' results reused: this runs for most task outputs.)"""
-        shaped = self.tensor
-        if (shaped is None or value.requires_grad or value.dtype != self.dtype
-                or value.storage_offset() or value.shape != shaped.shape
-                or not value.is_contiguous() or value.device != self.device_obj):
+        if ((self.tensor is None and self.light != LIGHT_LAZY) or value.requires_grad
+                or value.dtype != self.dtype or value.storage_offset()
+                or value.shape != self.size or not value.is_contiguous()
+                or value.device != self.device_obj):
             return False
         storage = value.untyped_storage()
         address = storage.data_ptr()
@@ -161,10 +175,9 @@ class Buffer:
         alias_sources says which and when), this buffer's storage instead of copying it;
         False (nothing changed) unless the buffer is allocated and `value` has its shape,
         dtype and device and does not require grad."""
-        shaped = self.tensor
-        if (shaped is None or value.requires_grad or value.dtype != self.dtype
-                or value.shape != shaped.shape or not value.is_contiguous()
-                or value.device != self.device_obj):
+        if ((self.tensor is None and self.light != LIGHT_LAZY) or value.requires_grad
+                or value.dtype != self.dtype or value.shape != self.size
+                or not value.is_contiguous() or value.device != self.device_obj):
             return False
         address = value.untyped_storage().data_ptr()
         owner = self.owners.get(address)
@@ -181,6 +194,21 @@ class Buffer:
         for v in self.views.values():
             v.t = value if v.slices is None else value[v.slices]
         return True
+
+    def ensure(self) -> None:
+        """Give a light buffer left without storage (LIGHT_LAZY) storage of its own."""
+        if self.tensor is None:
+            self.attach(torch.empty(self.numel, dtype=self.dtype, device=self.torch_device))
+
+    def drop(self) -> None:
+        """Drop a light buffer's storage after its last use: an adopted tensor goes back to
+        the allocator at once (malloc hands it to the next tensor of that size while it is
+        still in cache, as eager PyTorch frees a gradient after its last use)."""
+        self._own(None)
+        self.flat = self.tensor = self.shaped = self.sliced_for = None
+        for v in self.views.values():
+            v.t = None
+        self.lent = False
 
     def detach(self) -> torch.Tensor | None:
         """Drop the storage; returns the one to reuse: the buffer's own, never an adopted
@@ -207,7 +235,7 @@ class InstanceStore:
 
     def __init__(self, graph, device_ids, keep="all", settings: Settings | None = None):
         self.settings = settings = Settings.resolve(settings)
-        self.graph = graph
+        self.graph, self.keep = graph, keep
         machine = graph.machine
         self.owned = set(device_ids)
         # The countdown (begin/end) is right in any order of running nodes (MPI); an
@@ -258,6 +286,32 @@ class InstanceStore:
                 if not b.temporary:
                     self.live[b.device] += b.nbytes
         self.peak: dict[int, int] | None = None
+
+    def make_light(self) -> list[tuple[Buffer, int, int]]:
+        """Mark the buffers that liveness keeps persistent only for being small (their
+        region is not kept) light, for an executor that runs nodes in a fixed order and so
+        knows their first and last user: [(buffer, first user's id, last user's id)]. It
+        begin()s and release()s them like temporaries: released, a light buffer drops its
+        storage (Buffer.drop: no free list, no countdown, no bytes counted: liveness's and
+        the memory model's answers are unchanged, an upper bound); a buffer whose first user
+        writes all of it from what it returns (`_writes_whole`: a gradient, an output of a
+        `fresh_outputs` task function) gets no storage before it (LIGHT_LAZY: the value is
+        adopted, or copied into storage made then)."""
+        if not self.settings.min_temporary_bytes:
+            return []
+        every = Liveness.of(self.graph, self.keep, self.owned,
+                            replace(self.settings, min_temporary_bytes=0))
+        out = []
+        for key, users in zip(every.keys, every.users):
+            if key[0] not in (INSTANCE, PARTIAL):
+                continue
+            b = self.buffer(key)
+            if b.temporary or b.light:
+                continue
+            lazy = _writes_whole(self.graph.nodes[users[0]], key, b.rect)
+            b.light = LIGHT_LAZY if lazy else LIGHT_ALLOCATE
+            out.append((b, users[0], users[-1]))
+        return out
 
     def buffer(self, key) -> Buffer:
         kind, name, dev, copy = key
@@ -312,6 +366,10 @@ class InstanceStore:
         """Node about to run: allocate the temporaries it uses that are not yet allocated."""
         for b in temps:
             if b.tensor is None:
+                if b.light:                        # make_light: not counted, no free list
+                    if b.light == LIGHT_ALLOCATE:
+                        b.attach(torch.empty(b.numel, dtype=b.dtype, device=b.torch_device))
+                    continue
                 if b.region is None:               # a SavedState: counted, not allocated
                     b.tensor = True
                 elif flats := self._free.get(b.size_key):
@@ -336,6 +394,9 @@ class InstanceStore:
     def release(self, temps) -> None:
         """Release temporaries whose last user is done (for an executor that knows it)."""
         for b in temps:
+            if b.light:
+                b.drop()
+                continue
             b.remaining = 0
             self._release(b)
 
@@ -358,3 +419,31 @@ class InstanceStore:
         out = {d: 0 for d in self.owned}
         out.update(self.liveness.peak_in_id_order())
         return out
+
+
+def _writes_whole(node, key, rect) -> bool:
+    """Whether task `node` uses buffer `key` (of `rect`) only to write all of it from the
+    value it returns, so that it needs no storage before: a Red+ contribution that is
+    stored, not added (task_step's _CONTRIBUTE write; the task gets None for it), or a WD
+    requirement of a task function that never writes its views in place and says so
+    (`fresh_outputs`: it returns the value, or None to leave it unwritten)."""
+    if node.kind is not TASK:
+        return False
+    kind, name = key[0], key[1]
+    fresh = getattr(node.launch.task, "fresh_outputs", False)
+    found = False
+    for req, targets in zip(node.requirements, node.targets):
+        if req.region.name != name:
+            continue
+        if req.privilege is Privilege.WRITE_DISCARD and fresh and kind == INSTANCE \
+                and req.rect == rect:
+            found = True
+            continue
+        if req.privilege is not Privilege.REDUCE_SUM or len(targets) != 1:
+            return False
+        t = targets[0]
+        if t.partial != (kind == PARTIAL) or t.accumulate or t.piece != req.rect \
+                or t.piece != rect:
+            return False
+        found = True
+    return found

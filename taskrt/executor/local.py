@@ -20,17 +20,9 @@ from ..errors import PlanError
 from ..trace import LoadMeter, TraceEvent, node_label, node_track
 from ..region import Region
 from ..taskgraph import COPY, REDUCE, TASK
-from .instances import InstanceStore
-from .steps import (batch_key, batchable, batches_step, local_allreduce_step, local_copy_step,
-                    reduce_step, task_step)
-
-
-def idle(node) -> bool:
-    """Whether a task node does nothing: no region requirements, and its task function's
-    `idle(args, color)` (optional) says so. Nothing reads what it would keep either (a
-    paired point of the same part is idle too)."""
-    check = getattr(node.launch.task, "idle", None) if node.kind is TASK else None
-    return check is not None and not node.requirements and check(node.launch.args, node.color)
+from .instances import LIGHT_ALLOCATE, InstanceStore
+from .steps import (batch_key, batchable, batches_step, idle, local_allreduce_step,
+                    local_copy_step, reduce_step, task_step)
 
 
 class LocalExecutor:
@@ -60,6 +52,13 @@ class LocalExecutor:
         for buf, users in zip(self.store.temporaries, self.store.liveness.users):
             first.setdefault(users[0], []).append(buf)
             last.setdefault(users[-1], []).append(buf)
+        # Small buffers of regions nobody reads after run() are released too, cheaply
+        # (InstanceStore.make_light): memory a gradient or an activation held goes back to
+        # malloc after its last use, still in cache for the next tensor, as in eager PyTorch.
+        for buf, i, j in self.store.make_light():
+            if buf.light == LIGHT_ALLOCATE:    # LIGHT_LAZY: nothing to do before its writer
+                first.setdefault(i, []).append(buf)
+            last.setdefault(j, []).append(buf)
         self.plan = []
         for ids in self.entries:
             step = self.steps[ids[0]] if len(ids) == 1 else \

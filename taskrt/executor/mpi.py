@@ -17,7 +17,8 @@ statistics and buckets often come within microseconds, and time.sleep sleeps 50 
 least), then sleeps with a short, growing back-off (IdleBackOff, up to poll_max_s: 200 us
 when each rank of the node can have its own core, else 1 ms). Batchable tasks that are ready
 together (the optimizer's updates once a bucket's all-reduce is done) run as one batch per
-device (taskrt.launch, IndexLaunch.batch), except when tracing.
+device (taskrt.launch, IndexLaunch.batch), and idle points (steps.idle: parallel_ops' empty
+parts) do nothing, except when tracing.
 
 Failures: an exception on any rank prints the rank, the node and the error and aborts every
 rank. The watchdog (taskrt/executor/watchdog.py, on by default) guards each iteration and
@@ -39,7 +40,7 @@ from ..errors import ExecutionError, PlanError
 from .collectives import Collectives, completed, rank_group
 from .instances import TORCH_DTYPES, InstanceStore
 from .scheduler import (COLLECT, POST_RECV, RECV, RUN, SEND, START, UNPACK, RankScheduler)
-from .steps import (BatchMember, batchable, local_copy_step, reduce_step,
+from .steps import (BatchMember, batchable, idle as is_idle, local_copy_step, nothing, reduce_step,
                     run_batches, task_step, view_of)
 from .policies import YIELD, BusyPoll, IdleBackOff, default_poll_max_s, ready_batch
 from .watchdog import Watchdog
@@ -166,7 +167,9 @@ class MPIExecutor:
             if role == RUN:
                 if n.kind is TASK:
                     self.steps[i] = task_step(n, store, contexts)
-                    if not self.record_trace and batchable(n):
+                    if not self.record_trace and is_idle(n):
+                        self.steps[i] = nothing     # an empty part (as LocalExecutor)
+                    elif not self.record_trace and batchable(n):
                         self.batch_members[i] = BatchMember(n, store, contexts)
                         self.batch_keys[i] = self.batch_members[i].key
                 elif n.kind is COPY:

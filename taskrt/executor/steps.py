@@ -11,7 +11,10 @@ value is the task's contribution; the executor adds it to the device's partial s
 Returned tensors are handed over: one that covers a whole buffer may become that buffer's
 storage (no copy; taskrt.executor.instances, "Adoption"), which later writers of the region
 (a Red+ accumulation, a RW task) change in place. A task must not read a tensor it returned
-after such a writer; autograd's version counter reports it for saved outputs.
+after such a writer; autograd's version counter reports it for saved outputs. A task
+function with the attribute `fresh_outputs = True` promises never to write a WD view in
+place (it returns the value, or None to leave it unwritten): the local executor may then
+give it None for a WD view whose buffer has no storage yet (InstanceStore.make_light).
 """
 from __future__ import annotations
 
@@ -161,9 +164,14 @@ def task_step(node, store: InstanceStore, contexts: dict) -> Callable[[], None]:
                                 f"{nwrites} value(s), one per WD/RW/Red+ requirement")
             for value, (kind, view, buf, pieces) in zip(out, writes):
                 if kind == _STORE:
-                    if value is not None and value is not view.t and (
-                            buf is None or not buf.adopt(value)) and not (
+                    if value is None or value is view.t:
+                        if view.t is None:          # left unwritten: storage as before
+                            buf.ensure()
+                        continue
+                    if (buf is None or not buf.adopt(value)) and not (
                             pieces and _viewed(value, pieces) and buf.alias(value)):
+                        if view.t is None:          # a light buffer left without storage
+                            buf.ensure()
                         _store(view.t, value)
                     continue
                 if value is None:
@@ -174,6 +182,8 @@ def task_step(node, store: InstanceStore, contexts: dict) -> Callable[[], None]:
                 if kind == _CONTRIBUTE:
                     if (buf is None or not buf.adopt(value)) and not (
                             pieces and _viewed(value, pieces) and buf.alias(value)):
+                        if view.t is None:          # a light buffer left without storage
+                            buf.ensure()
                         _store(view.t, value)
                     continue
                 zero = is_zero(value)           # taskrt.executor.zeros: nothing to add
@@ -210,6 +220,19 @@ def _viewed(value: torch.Tensor, sources) -> bool:
         if t is not None and t.untyped_storage().data_ptr() == address:
             return True
     return False
+
+
+def idle(node) -> bool:
+    """Whether a task node does nothing: no region requirements, and its task function's
+    `idle(args, color)` (optional) says so. Nothing reads what it would keep either (a
+    paired point of the same part is idle too). The executors skip such nodes except when
+    tracing (which times every node)."""
+    check = getattr(node.launch.task, "idle", None) if node.kind is TASK else None
+    return check is not None and not node.requirements and check(node.launch.args, node.color)
+
+
+def nothing() -> None:
+    """The step of an idle node."""
 
 
 def batchable(node) -> bool:
