@@ -31,6 +31,11 @@ What a trace determines (docs/simulator.md):
                 all-reduce's start = pack + Iallreduce) the event itself, fitted as
                 seconds + per_byte * bytes; for local copies and reductions, what the event
                 takes beyond the device model's memory time.
+  ranks sharing cores  on several ranks, the machine's other runnable threads
+                (strategy/cores.py background: from each rank's recorded load and its
+                events' overlap with the other ranks'), so that predict() gives each rank
+                the contention of the ranks working beside it (a strategy whose ranks take
+                turns is slowed less than one whose ranks all compute at once);
   the iteration factor  on several ranks, what the recorded iterations still take beyond
                 the simulation of them with the above (the median of measured / predicted
                 over the runs, refined once), applied to task times and host costs. It
@@ -131,6 +136,10 @@ class Fit:
                f"{self.load_source}: (CPU + run-queue wait) / CPU")
         lines.append(f"contention {self.contention:.3f} (wall seconds per second of work, "
                      f"from {how}); preemption slices {self.slice_s * 1e3:.2f} ms")
+        if self.background is not None:
+            lines.append(f"ranks sharing {self.cores} cores with {self.background:.2f} other "
+                         "runnable threads (each rank's contention from the ranks working "
+                         "beside it: strategy/cores.py)")
         if self.factor != 1.0:
             lines.append(f"iteration factor {self.factor:.3f} (task times and host costs; "
                          "what the runs take beyond their simulation)")
