@@ -96,9 +96,10 @@ def background(runs, cores: int) -> float | None:
     per_run = []
     for r in runs:
         c = recorded_contention(r.events)
-        ov = overlap(recorded_intervals(r.events))
-        if len(c) != r.ranks or set(c) - set(ov):
+        if len(c) != r.ranks:
             return None
+        ov = overlap(recorded_intervals(r.events))
+        ov = {k: ov.get(k, (0.0, 1.0)) for k in c}      # a rank may run no node at all
         busy = sum(ov[k][0] for k in c)
         if busy <= 0:
             continue

@@ -64,6 +64,9 @@ def test_background_is_cores_times_contention_minus_the_ranks_overlap():
     assert background([turns], 2) == pytest.approx(2.0)
     assert background([together, turns, turns], 2) == pytest.approx(2.0)   # the median
     assert background([_run(2, [(0, 0.0, 1.0)], {0: (1.0, 0.0)})], 2) is None  # a record missing
+    # a rank that runs no node (operation parallelism on more ranks than operators) counts
+    idle_rank = _run(2, [(0, 0.0, 1.0)], {0: (0.5, 0.25), 1: (0.001, 0.0)})
+    assert background([idle_rank], 2) == pytest.approx(2.0)
 
 
 def test_ranks_working_at_once_are_slowed_more_than_ranks_taking_turns():
