@@ -31,6 +31,11 @@ What a trace determines (docs/simulator.md):
                 all-reduce's start = pack + Iallreduce) the event itself, fitted as
                 seconds + per_byte * bytes; for local copies and reductions, what the event
                 takes beyond the device model's memory time.
+  ranks sharing cores  on several ranks, the machine's other runnable threads
+                (strategy/cores.py background: from each rank's recorded load and its
+                events' overlap with the other ranks'), so that predict() gives each rank
+                the contention of the ranks working beside it (a strategy whose ranks take
+                turns is slowed less than one whose ranks all compute at once);
   the iteration factor  on several ranks, what the recorded iterations still take beyond
                 the simulation of them with the above (the median of measured / predicted
                 over the runs, refined once), applied to task times and host costs. It
@@ -67,6 +72,7 @@ from .costs.profile import Measurement
 from .insitu import (_line, contention, deflate_long_keys, insitu_profile, run_durations,
                      slice_length)
 from .machines import HOST_KINDS, HostCost
+from .cores import background, machine_cores, per_thread_contention
 from .preemption import expected_makespan
 from .replay import ReplayError, measured_times, model_for_layout, recorded
 from .simulator import NodeTimer
@@ -107,6 +113,8 @@ class Fit:
     work: tuple | None = None       # (model, profile) before contention: the threads' work
     slice_s: float = 0.0            # the OS's time slice as the runs felt it (slice_length)
     load_source: str = "the task events"   # where the contention came from
+    background: float | None = None  # other runnable threads sharing the cores (cores.py)
+    cores: int = 1                   # the cores the recorded runs' ranks shared
 
     def text(self) -> str:
         lines = ["host costs per node kind (mean gap before its events + event host work):"]
@@ -128,6 +136,10 @@ class Fit:
                f"{self.load_source}: (CPU + run-queue wait) / CPU")
         lines.append(f"contention {self.contention:.3f} (wall seconds per second of work, "
                      f"from {how}); preemption slices {self.slice_s * 1e3:.2f} ms")
+        if self.background is not None:
+            lines.append(f"ranks sharing {self.cores} cores with {self.background:.2f} other "
+                         "runnable threads (each rank's contention from the ranks working "
+                         "beside it: strategy/cores.py)")
         if self.factor != 1.0:
             lines.append(f"iteration factor {self.factor:.3f} (task times and host costs; "
                          "what the runs take beyond their simulation)")
@@ -276,7 +288,7 @@ def with_factor(model, profile: Profile, k: float, name: str = "iteration_factor
 
 
 def calibrate(paths, base_model, base_profile: Profile | None = None, factor: bool = True,
-              loads: dict | None = None):
+              loads: dict | None = None, shared_cores: bool = True):
     """(machine model with host costs, in-situ profile, Fit) from trace files. `base_model`
     is a MachineModel with one device per rank of the runs (or one per device): its devices
     and links are kept, its host costs replaced. `factor`: fit the iteration factor (runs
@@ -284,7 +296,9 @@ def calibrate(paths, base_model, base_profile: Profile | None = None, factor: bo
     `loads`: {trace path: contention the OS counted while it ran}, instead of what the
     trace recorded over its iteration (recorded_load; traces of older runs have none).
     When every run has a load, it is used instead of the estimate from the task events
-    (see deflate_long_keys)."""
+    (see deflate_long_keys). `shared_cores`: on several ranks, give each rank the contention
+    of the ranks working beside it and the machine's other threads (strategy/cores.py),
+    fitted to the runs' per-rank load records; else one contention for every rank."""
     runs = load_runs(paths)
     if not runs:
         raise CalibrationError("calibrate: give at least one trace file (a run with --trace)")
@@ -315,6 +329,9 @@ def calibrate(paths, base_model, base_profile: Profile | None = None, factor: bo
         fit.load_source = "the OS's count" + ("" if any(given.get(r.path) for r in runs)
                                               else " recorded in the traces")
     fit.ranks = ranks
+    if shared_cores and ranks > 1:
+        fit.cores = machine_cores()
+        fit.background = background(runs, fit.cores)
     fit.work = (model, profile)
     fit.residuals = residuals(runs, fit)
     fit.unscaled = with_factor(model, profile, fit.contention, "contention")
@@ -333,16 +350,21 @@ def predict(fit: Fit, graph, int_ranges: dict, ranks: int, per_rank: int,
             contention: float | None = None, factor: float | None = None) -> float:
     """A calibration's prediction of an iteration of `graph` run on `ranks` x `per_rank`
     devices: the threads' work (times the iteration factor) under preemption at the
-    contention (default: the recorded runs'), strategy/preemption.py; one process pays it
-    in proportion to its work (the smooth limit, exact in expectation there)."""
-    c = fit.contention if contention is None else contention
+    contention (default: the recorded runs'; on several ranks with a fitted background,
+    each rank's from its overlap with the others, strategy/cores.py),
+    strategy/preemption.py; one process pays it in proportion to its work (the smooth
+    limit, exact in expectation there)."""
     k = fit.factor if factor is None else factor
     model, profile = with_factor(*fit.work, k) if k != 1.0 else fit.work
     costs = CostModel(profile, int_ranges=int_ranges)
+    layout = model_for_layout(model, ranks, per_rank)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", CostWarning)
-        return expected_makespan(graph, model_for_layout(model, ranks, per_rank), costs, c,
-                                 fit.slice_s if ranks > 1 else 0.0)
+        if contention is None and fit.background is not None and ranks > 1:
+            c = per_thread_contention(graph, layout, costs, fit.background, fit.cores)
+        else:
+            c = fit.contention if contention is None else contention
+        return expected_makespan(graph, layout, costs, c, fit.slice_s if ranks > 1 else 0.0)
 
 
 def at_contention(fit: Fit, c: float) -> tuple:

@@ -24,48 +24,63 @@ from .simulator import NodeTimer, simulate
 
 
 class PreemptedTimer(NodeTimer):
-    """NodeTimer whose nodes on a host thread are held up by preemption slices."""
+    """NodeTimer whose nodes on a host thread are held up by preemption slices.
+    `contention`: one number for every thread, or {thread: contention} (strategy/cores.py:
+    ranks sharing cores); a node on several threads (an all-reduce) takes the highest."""
 
-    def __init__(self, model, costs, contention: float, slice_s: float,
+    def __init__(self, model, costs, contention, slice_s: float,
                  rng: random.Random | None = None):
         super().__init__(model, costs)
-        if contention < 1 or slice_s < 0:
-            raise ValueError(f"PreemptedTimer: contention {contention} must be >= 1 and the "
-                             f"slice {slice_s} s >= 0")
-        self.contention = contention
-        self.rate = (contention - 1.0) / slice_s if slice_s > 0 else 0.0   # slices per s
-        self.slice_s, self.rng = slice_s, rng or random.Random(0)
         self.threads = {self.host(d) for d in range(model.num_devices)}
+        per = dict(contention) if isinstance(contention, dict) else \
+            dict.fromkeys(self.threads, contention)
+        if any(not c >= 1 for c in per.values()) or slice_s < 0 or set(per) != self.threads:
+            raise ValueError(f"PreemptedTimer: contention {contention} must be >= 1 (for "
+                             f"every host thread) and the slice {slice_s} s >= 0")
+        self.per_thread = per
+        self.contention = max(per.values(), default=1.0)
+        self.slice_s, self.rng = slice_s, rng or random.Random(0)
 
-    def stalled(self, seconds: float) -> float:
+    def stalled(self, seconds: float, contention: float | None = None) -> float:
         """`seconds` of a thread's work and the slices taken from it meanwhile."""
         if seconds <= 0:
             return seconds
+        c = self.contention if contention is None else contention
         if self.slice_s <= 0:                           # the smooth limit
-            return seconds * self.contention
-        x = seconds * self.rate                         # expected slices
+            return seconds * c
+        x = seconds * ((c - 1.0) / self.slice_s)        # expected slices
         whole = math.floor(x)
         return seconds + self.slice_s * (whole + (self.rng.random() < x - whole))
 
+    def _of(self, rs) -> float | None:
+        """The highest contention of the threads among resources rs (None: none)."""
+        per = self.per_thread
+        cs = [per[r] for r in rs if r in per]
+        return max(cs) if cs else None
+
     def timing(self, node):
         d, rs = super().timing(node)
-        if any(r in self.threads for r in rs):
-            d = self.stalled(d)
+        c = self._of(rs)
+        if c is not None:
+            d = self.stalled(d, c)
         return d, rs
 
     def host_phases(self, node):
         hd, hr, pd, pr = super().host_phases(node)
-        return self.stalled(hd), hr, self.stalled(pd), pr
+        return self.stalled(hd, self._of(hr)), hr, self.stalled(pd, self._of(pr)), pr
 
 
-def expected_makespan(graph, model, costs, contention: float, slice_s: float,
+def expected_makespan(graph, model, costs, contention, slice_s: float,
                       samples: int = 16, seed: int = 0) -> float:
     """The mean makespan of `samples` simulations of graph on `model` (the threads' work:
     task times and host costs without contention) with preemption slices of `slice_s`
-    taking (contention - 1) s per second of each thread's work."""
-    if contention <= 1.0 or slice_s <= 0:
-        return simulate(graph, model, costs, PreemptedTimer(model, costs, max(contention, 1.0),
-                                                            0.0)).makespan
+    taking (contention - 1) s per second of each thread's work (`contention`: a number, or
+    {thread: contention})."""
+    top = max(contention.values(), default=1.0) if isinstance(contention, dict) \
+        else contention
+    if top <= 1.0 or slice_s <= 0:
+        c = contention if isinstance(contention, dict) else max(contention, 1.0)
+        return simulate(graph, model, costs, PreemptedTimer(model, costs, c, 0.0)).makespan
     rng = random.Random(seed)
     return statistics.fmean(
         simulate(graph, model, costs, PreemptedTimer(model, costs, contention, slice_s,

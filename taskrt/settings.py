@@ -37,8 +37,9 @@ FIELDS = {
                    "the node has a core, else 1 ms; taskrt/executor/policies.py)"),
     "poll_busy_s": ("TASKRT_POLL_BUSY_S", 2e-4, False, None,
                     "least time between MPI polls while tasks run (negative: only when idle)"),
-    "spin_s": ("TASKRT_SPIN_S", 1e-3, False, 0,
-               "how long an idle rank yields the core before it sleeps"),
+    "spin_s": ("TASKRT_SPIN_S", None, False, 0,
+               "how long an idle rank yields the core before it sleeps (unset: 1 ms when "
+               "each rank of the node has a core, else 0; taskrt/executor/policies.py)"),
     "bucket_bytes": ("TASKRT_BUCKET_BYTES", 25 << 20, True, 0,
                      "gradient bucket size for all-reduces (0: one collective per node)"),
     "min_temporary_bytes": ("TASKRT_MIN_TEMPORARY_BYTES", 256 << 10, True, 0,
@@ -58,7 +59,7 @@ class Settings:
     watchdog_start_s: float = FIELDS["watchdog_start_s"][1]
     poll_max_s: float | None = FIELDS["poll_max_s"][1]
     poll_busy_s: float = FIELDS["poll_busy_s"][1]
-    spin_s: float = FIELDS["spin_s"][1]
+    spin_s: float | None = FIELDS["spin_s"][1]
     bucket_bytes: int = FIELDS["bucket_bytes"][1]
     min_temporary_bytes: int = FIELDS["min_temporary_bytes"][1]
     cpu_retain_bytes: int = FIELDS["cpu_retain_bytes"][1]

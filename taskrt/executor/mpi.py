@@ -12,7 +12,8 @@ involved (taskrt/executor/collectives.py). The progress loop runs each instructi
 RankScheduler with its handler (_on_run, _on_send, _on_post_recv, _on_unpack, _on_start) and
 follows pure policies (taskrt/executor/policies.py): it polls MPI between tasks while
 anything is in flight (BusyPoll, Settings.poll_busy_s), and never spins against other
-processes: a rank that runs out of work yields its core for Settings.spin_s (awaited
+processes: a rank that runs out of work yields its core for Settings.spin_s (none when the
+node's ranks outnumber its cores: policies.default_spin_s; awaited
 statistics and buckets often come within microseconds, and time.sleep sleeps 50 us at
 least), then sleeps with a short, growing back-off (IdleBackOff, up to poll_max_s: 200 us
 when each rank of the node can have its own core, else 1 ms). Batchable tasks that are ready
@@ -42,7 +43,8 @@ from .instances import TORCH_DTYPES, InstanceStore
 from .scheduler import (COLLECT, POST_RECV, RECV, RUN, SEND, START, UNPACK, RankScheduler)
 from .steps import (BatchMember, batchable, idle as is_idle, local_copy_step, nothing, reduce_step,
                     run_batches, task_step, view_of)
-from .policies import YIELD, BusyPoll, IdleBackOff, default_poll_max_s, ready_batch
+from .policies import (YIELD, BusyPoll, IdleBackOff, default_poll_max_s, default_spin_s,
+                       ready_batch)
 from .watchdog import Watchdog
 from ..settings import Settings
 from ..taskgraph import ALLREDUCE, COPY, TASK
@@ -65,13 +67,18 @@ def _host_buffer(shape, dtype, device: str) -> torch.Tensor:
     return torch.empty(shape, dtype=dtype, pin_memory=pin)
 
 
-def node_poll_max_s(comm) -> float:
-    """policies.default_poll_max_s for this node's ranks and cores. A collective call (every
-    rank builds its executor together)."""
+def node_ranks_and_cores(comm) -> tuple[int, int]:
+    """(ranks on this node, cores this process may use). A collective call (every rank
+    builds its executor together)."""
     _, ranks_here = local_rank_and_size(comm)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
         else (os.cpu_count() or 1)
-    return default_poll_max_s(ranks_here, cores)
+    return ranks_here, cores
+
+
+def node_poll_max_s(comm) -> float:
+    """policies.default_poll_max_s for this node's ranks and cores (a collective call)."""
+    return default_poll_max_s(*node_ranks_and_cores(comm))
 
 
 def cuda_aware_mpi() -> bool:
@@ -105,9 +112,11 @@ class MPIExecutor:
         # Longest sleep between polls when nothing is runnable: short enough for MPI's
         # progress (some MPIs progress non-blocking collectives only inside MPI calls), long
         # enough that waiting ranks leave the cores to computing ones.
-        # (always computed: node_poll_max_s is a collective call, which every rank makes)
-        by_cores = node_poll_max_s(self.comm)
-        self.poll_max_s = by_cores if settings.poll_max_s is None else settings.poll_max_s
+        # (always computed: node_ranks_and_cores is a collective call, which every rank makes)
+        here = node_ranks_and_cores(self.comm)
+        self.poll_max_s = default_poll_max_s(*here) if settings.poll_max_s is None \
+            else settings.poll_max_s
+        self.spin_s = default_spin_s(*here) if settings.spin_s is None else settings.spin_s
         self.abort_on_error = (self.comm.Get_size() > 1) if abort_on_error is None \
             else abort_on_error
         self.record_trace = record_trace
@@ -309,7 +318,7 @@ class MPIExecutor:
         clock = time.perf_counter
         t0 = clock()
         busy = BusyPoll(settings.poll_busy_s, t0)
-        idle = IdleBackOff(settings.spin_s, self.poll_max_s, t0)
+        idle = IdleBackOff(self.spin_s, self.poll_max_s, t0)
         trace = [] if self.record_trace else None
         meter = LoadMeter().start() if self.record_trace else None   # the OS's load, traced
         handlers = self._handlers

@@ -6,7 +6,8 @@ only carries them out.
   BusyPoll       while tasks run and messages or collectives are in flight, poll MPI between
                  tasks at most every Settings.poll_busy_s (negative: only when idle);
   IdleBackOff    a rank with nothing runnable first yields its core (sched_yield) for
-                 Settings.spin_s, then sleeps 20 us, 40 us, ... up to poll_max_s;
+                 Settings.spin_s (default_spin_s: none when the node's ranks outnumber its
+                 cores), then sleeps 20 us, 40 us, ... up to poll_max_s;
   ready_batch    a batchable instruction and the ready ones with its batch key;
   WatchdogLimit  an iteration's limit: fixed, or FACTOR x the slowest so far above a floor.
 """
@@ -29,6 +30,16 @@ def default_poll_max_s(ranks_here: int, cores: int) -> float:
     ~5 ms per iteration), else 1 ms (ranks share cores: wake-ups would take the core from
     a computing rank)."""
     return 2e-4 if ranks_here <= cores else 1e-3
+
+
+def default_spin_s(ranks_here: int, cores: int) -> float:
+    """1 ms when every rank of this node can have a core of its own, else 0: a yielding rank
+    stays runnable, so on 4 ranks of 2 cores the waiting ranks took half the cores' time
+    from the computing ones (the traced ranks' CPU was 2-4x their tasks' time), a cost
+    that depends on how long each rank waits, which no per-node cost can stand for.
+    Sleeping at once leaves a waiting rank idle, as the simulator's host thread is
+    (docs/simulator.md, "MPI progress")."""
+    return 1e-3 if ranks_here <= cores else 0.0
 
 
 class BusyPoll:

@@ -6,7 +6,7 @@ from collections import deque
 
 from taskrt.executor import mpi
 from taskrt.executor.policies import (FIRST_SLEEP_S, SLEEP, YIELD, BusyPoll, IdleBackOff,
-                                      default_poll_max_s, ready_batch)
+                                      default_poll_max_s, default_spin_s, ready_batch)
 from taskrt.executor.scheduler import RUN, SEND, Instruction
 
 
@@ -49,3 +49,12 @@ def test_poll_limit_is_shorter_when_each_rank_has_a_core(monkeypatch):
     monkeypatch.setattr(mpi, "local_rank_and_size", lambda comm: (0, 3))
     monkeypatch.setattr(mpi.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
     assert mpi.node_poll_max_s(None) == 1e-3
+
+
+def test_waiting_ranks_do_not_spin_when_they_outnumber_the_cores(monkeypatch):
+    assert default_spin_s(ranks_here=2, cores=2) == 1e-3
+    assert default_spin_s(ranks_here=4, cores=2) == 0.0       # sleep at once: stay off the run queue
+    monkeypatch.setattr(mpi, "local_rank_and_size", lambda comm: (0, 4))
+    monkeypatch.setattr(mpi.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    spin = default_spin_s(*mpi.node_ranks_and_cores(None))
+    assert IdleBackOff(spin, 1e-3, now=0.0).idle(0.0)[0] == SLEEP
