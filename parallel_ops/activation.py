@@ -27,7 +27,7 @@ from .op import REDUCTION
 
 # name -> the torch function (shared with the elementwise operators of the same names)
 ACTIVATIONS: dict[str, Callable] = {
-    "relu": F.relu,
+    "relu": torch.relu,          # F.relu's own kernel, without its Python wrapper
     "gelu": F.gelu,
     "tanh": torch.tanh,
     "sigmoid": torch.sigmoid,
@@ -54,13 +54,16 @@ def activate(activation: str | None, y: torch.Tensor) -> torch.Tensor:
 
 # name -> (what its derivative reads: the activation's "output" or its "input", the
 # derivative as autograd computes it: f(output gradient, what it reads, **torch kwargs))
+# (The operators' `.default` overloads: the same kernels, without the overload packet's
+# resolution on every call.)
+_aten = torch.ops.aten
 _DERIVATIVES: dict[str, tuple[str, Callable]] = {
-    "relu": ("output", lambda dy, y: torch.ops.aten.threshold_backward(dy, y, 0)),
-    "tanh": ("output", torch.ops.aten.tanh_backward),
-    "sigmoid": ("output", torch.ops.aten.sigmoid_backward),
+    "relu": ("output", lambda dy, y: _aten.threshold_backward.default(dy, y, 0)),
+    "tanh": ("output", _aten.tanh_backward.default),
+    "sigmoid": ("output", _aten.sigmoid_backward.default),
     "gelu": ("input", lambda dy, x, approximate="none":
-             torch.ops.aten.gelu_backward(dy, x, approximate=approximate)),
-    "relu6": ("input", lambda dy, x: torch.ops.aten.hardtanh_backward(dy, x, 0.0, 6.0)),
+             _aten.gelu_backward.default(dy, x, approximate=approximate)),
+    "relu6": ("input", lambda dy, x: _aten.hardtanh_backward.default(dy, x, 0.0, 6.0)),
 }
 
 

@@ -235,7 +235,7 @@ class BatchNorm2d(FusesActivation, Op):
         affine = gamma is not None
         mask = [bool(need_inputs[0]), affine and bool(need_weights[0]),
                 affine and bool(need_weights[1])]
-        dx, dgamma, dbeta = torch.ops.aten.native_batch_norm_backward(
+        dx, dgamma, dbeta = torch.ops.aten.native_batch_norm_backward.default(
             dz, x, gamma, None, None, mean, invstd, True, self.params["eps"], mask)
         return [dx, None, None], ([dgamma, dbeta] if affine else [])
 

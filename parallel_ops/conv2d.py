@@ -36,6 +36,10 @@ from .op import ATTRIBUTE, PARAMETER, REDUCTION, SAMPLE, Dim, Op, PartSpec
 from .tensor import Tensor
 
 
+# The overload itself: the same kernel, without the overload packet's resolution per call.
+_convolution_backward = torch.ops.aten.convolution_backward.default
+
+
 @dataclass(frozen=True)
 class ConvPart:
     """Per-part facts forward needs (kept in PartSpec.info)."""
@@ -167,7 +171,7 @@ class Conv2d(FusesActivation, Op):
         x, w, has_bias, act = saved
         dy = activation_backward(self.activation, output_grads[0], act, self)
         pr = self.params
-        dx, dw, db = torch.ops.aten.convolution_backward(
+        dx, dw, db = _convolution_backward(
             dy, x, w, [w.shape[0]] if has_bias else None, pr["stride"], spec.info.padding,
             pr["dilation"], False, (0, 0), 1,
             [need_inputs[0], need_weights[0], has_bias and need_weights[1]])

@@ -86,7 +86,7 @@ class Embedding(Op):
         dw = None
         if need_weights[0]:
             pad = self.params.get("padding_idx")
-            dw = torch.ops.aten.embedding_dense_backward(
+            dw = torch.ops.aten.embedding_dense_backward.default(
                 output_grads[0], idx, rows, -1 if pad is None else pad, False)
         return [None], [dw]
 

@@ -79,7 +79,7 @@ class LayerNorm(Op):
         affine = gamma is not None
         mask = [bool(need_inputs[0]), affine and bool(need_weights[0]),
                 affine and bool(need_weights[1])]
-        dx, dgamma, dbeta = torch.ops.aten.native_layer_norm_backward(
+        dx, dgamma, dbeta = torch.ops.aten.native_layer_norm_backward.default(
             output_grads[0], x, [x.shape[-1]], mean, rstd, gamma, beta, mask)
         return [dx, zero_stats_grad(spec, x, need_inputs[1])], \
             ([dgamma, dbeta] if affine else [])

@@ -150,11 +150,13 @@ class Buffer:
         of copying it in; False (nothing changed) unless the buffer is allocated and `value`
         is a contiguous tensor of the buffer's shape, dtype and device, not requiring grad,
         that owns its whole storage and shares it with no buffer of the store. (What attach()
-        does, with the checks' results reused: this runs for most task outputs.)"""
+        does, with the checks' results reused: this runs for most task outputs, so it makes
+        the fewest tensor calls: a contiguous tensor of the buffer's shape and dtype whose
+        storage has the buffer's bytes starts at offset 0, so that needs no call.)"""
         if ((self.tensor is None and self.light != LIGHT_LAZY) or value.requires_grad
-                or value.dtype != self.dtype or value.storage_offset()
-                or value.shape != self.size or not value.is_contiguous()
-                or value.device != self.device_obj):
+                or value.dtype is not self.dtype or value.shape != self.size
+                or not value.is_contiguous()
+                or not (value.is_cpu if self.on_cpu else value.device == self.device_obj)):
             return False
         storage = value.untyped_storage()
         address = storage.data_ptr()
@@ -163,7 +165,13 @@ class Buffer:
             return False
         if self.temporary and self.spare is None:
             self.spare = self.flat
-        self._own(address if self.numel else None)
+        if self.borrow is None and self.numel:      # _own(address), inlined: the common case
+            if self.address is not None:
+                del owners[self.address]
+            self.address = address
+            owners[address] = self
+        else:
+            self._own(address if self.numel else None)
         # never reused as a flat buffer (see detach)
         self.flat = self.sliced_for = self.shaped = self.tensor = value
         for v in self.views.values():
@@ -204,7 +212,12 @@ class Buffer:
         """Drop a light buffer's storage after its last use: an adopted tensor goes back to
         the allocator at once (malloc hands it to the next tensor of that size while it is
         still in cache, as eager PyTorch frees a gradient after its last use)."""
-        self._own(None)
+        if self.borrow is None:                     # _own(None), inlined
+            if self.address is not None:
+                del self.owners[self.address]
+                self.address = None
+        else:
+            self._own(None)
         self.flat = self.tensor = self.shaped = self.sliced_for = None
         for v in self.views.values():
             v.t = None

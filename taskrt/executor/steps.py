@@ -150,6 +150,8 @@ def task_step(node, store: InstanceStore, contexts: dict) -> Callable[[], None]:
                          tuple(args[k] for k in may_view.get(j, ())))
     fn = node.launch.task
     nwrites = len(writes)
+    if nwrites == 1 and writes[0][0] != _SPLIT:
+        return _one_write_step(node, dev, ctx, fn, args, *writes[0])
 
     def run() -> None:
         try:
@@ -197,6 +199,43 @@ def task_step(node, store: InstanceStore, contexts: dict) -> Callable[[], None]:
                         target.t.add_(part)
                     elif whole is None or not whole.adopt(part):
                         target.t.copy_(part)
+        except ExecutionError:
+            raise
+        except Exception as exc:
+            raise _fail(node, dev, exc) from exc
+    return run
+
+
+def _one_write_step(node, dev, ctx, fn, args, kind, view, buf, sources) -> Callable[[], None]:
+    """task_step's run() for the commonest task: one writing requirement, stored whole
+    (a forward part's output, an elementwise backward's input gradient). The same handling
+    as the general run(), with less Python per call (no loop over writes)."""
+    store = kind == _STORE
+
+    def run() -> None:
+        try:
+            value = fn(ctx, *map(_tensor_of, args))
+            if isinstance(value, (tuple, list)):
+                if len(value) != 1:
+                    raise TypeError(f"task returned {type(value).__name__} of length "
+                                    f"{len(value)}; expected 1 value(s), one per WD/RW/Red+ "
+                                    "requirement")
+                value = value[0]
+            if value is None:
+                if not store:
+                    raise TypeError("task returned None for a Red+ requirement; return its "
+                                    "contribution tensor (an op's own backward() must give "
+                                    "every gradient need_inputs / need_weights ask for)")
+                if view.t is None:                  # left unwritten: storage as before
+                    buf.ensure()
+                return
+            if store and value is view.t:
+                return
+            if (buf is None or not buf.adopt(value)) and not (
+                    sources and _viewed(value, sources) and buf.alias(value)):
+                if view.t is None:                  # a light buffer left without storage
+                    buf.ensure()
+                _store(view.t, value)
         except ExecutionError:
             raise
         except Exception as exc:
