@@ -294,7 +294,17 @@ def empty_part(args: StageArgs, color) -> bool:
     return all(r.empty for group in (spec.inputs, spec.weights, spec.outputs) for r in group)
 
 
+def order_only_reads(args: StageArgs, color) -> frozenset:
+    """The requirements of a backward point that only order it (its saved inputs, weights
+    and recomputed outputs: autograd's graph or the op's saved state holds what it needs of
+    them; backward_task never reads their views), by index: an executor may pass None for
+    them (taskrt.executor.instances: a light buffer dropped after its last real use)."""
+    return frozenset(k for k, (group, _) in enumerate(args.layouts[color])
+                     if group in (IN, W, OUT))
+
+
 forward_task.idle = backward_task.idle = empty_part
+backward_task.unread = order_only_reads
 # They never write their WD views in place: they return the values (or None, unwritten);
 # taskrt.executor.steps: an output's buffer may then have no storage until it adopts one.
 forward_task.fresh_outputs = backward_task.fresh_outputs = True

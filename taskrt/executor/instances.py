@@ -323,7 +323,7 @@ class InstanceStore:
                 continue
             lazy = _writes_whole(self.graph.nodes[users[0]], key, b.rect)
             b.light = LIGHT_LAZY if lazy else LIGHT_ALLOCATE
-            out.append((b, users[0], users[-1]))
+            out.append((b, users[0], _last_use(self.graph.nodes, users, key[1])))
         return out
 
     def buffer(self, key) -> Buffer:
@@ -432,6 +432,24 @@ class InstanceStore:
         out = {d: 0 for d in self.owned}
         out.update(self.liveness.peak_in_id_order())
         return out
+
+
+def _last_use(nodes, users, name: str) -> int:
+    """The last of a buffer's `users` (node ids in order; the first writes it) that uses
+    its data. A task's read requirements that its task function's `unread(args, color)`
+    names (indices) only order the task: its data comes from elsewhere (a backward part's
+    saved inputs, which autograd or the op's saved state holds), so the light buffer may be
+    dropped before, and the task then gets None for it."""
+    for i in reversed(users[1:]):
+        node = nodes[i]
+        unread = getattr(node.launch.task, "unread", None) if node.kind is TASK else None
+        if unread is None:
+            return i
+        skip = unread(node.launch.args, node.color)
+        if any(req.region.name == name and not (req.privilege is Privilege.READ and k in skip)
+               for k, req in enumerate(node.requirements)):
+            return i
+    return users[0]
 
 
 def _writes_whole(node, key, rect) -> bool:

@@ -59,3 +59,26 @@ def test_light_buffers_are_dropped_and_change_no_value(monkeypatch):
     assert copies == expected_copies        # the reshape's view kept (Buffer.alias), not copied
     for name in light.graph.initial_valid:
         assert torch.equal(light.executor.read(name), every.executor.read(name)), name
+
+
+def test_light_buffer_is_dropped_after_its_last_real_read(monkeypatch):
+    """A backward part's reads of its saved inputs only order it (parallel_ops.tasks:
+    order_only_reads; autograd or the op's saved state holds the data): the pre-ReLU output
+    of a linear is dropped after the ReLU's forward, as eager PyTorch frees it, not kept
+    until the ReLU's backward. The values stay those of the run with every buffer a
+    temporary (above, same model)."""
+    monkeypatch.setenv("TASKRT_MIN_TEMPORARY_BYTES", str(1 << 20))
+    m, feeds = _model()
+    trainer = m.compile(Machine.local(1), None, SGD(lr=0.1, momentum=0.9), executor="local")
+    ex = trainer.executor
+    dropped_by = {b.region.name: ex.graph.nodes[ids[-1]].launch.name
+                  for ids, (_, _, free) in zip(ex.entries, ex.plan) for b in free
+                  if b.light}
+    assert dropped_by["linear_0"] == "relu_0/fwd"
+    assert dropped_by["relu_0"] == "layernorm_0/normalize/fwd"
+    assert dropped_by["flat_0"] == "linear_2/fwd"
+    losses = [trainer.step(feeds) for _ in range(3)]
+    monkeypatch.setenv("TASKRT_MIN_TEMPORARY_BYTES", "0")
+    m, feeds = _model()
+    every = m.compile(Machine.local(1), None, SGD(lr=0.1, momentum=0.9), executor="local")
+    assert losses == [every.step(feeds) for _ in range(3)]
