@@ -15,6 +15,8 @@ after such a writer; autograd's version counter reports it for saved outputs. A 
 function with the attribute `fresh_outputs = True` promises never to write a WD view in
 place (it returns the value, or None to leave it unwritten): the local executor may then
 give it None for a WD view whose buffer has no storage yet (InstanceStore.make_light).
+A task function with `unread(args, color)` (the indices of read requirements whose views
+it never reads: they only order it) may get None for those (InstanceStore.make_light).
 """
 from __future__ import annotations
 
