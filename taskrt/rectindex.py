@@ -16,7 +16,7 @@ are scanned directly, which is what keeps planning cheap per node.
 from __future__ import annotations
 
 from itertools import product
-from operator import add, floordiv, sub
+from operator import add, sub
 from typing import Any, Iterator
 
 from .geometry import Rect
@@ -30,7 +30,7 @@ _KEEP = object()         # renew(): keep the item's value
 
 class RectIndex:
     __slots__ = ("_items", "_next_id", "_cell", "_grid", "_big", "_bits", "_sized", "_exact",
-                 "_ones", "_first", "disjoint", "_home")
+                 "_ones", "_first", "disjoint", "_home", "_span")
 
     def __init__(self, disjoint: bool = False):
         """`disjoint`: the caller promises items never overlap, so a query equal to an item's
@@ -48,6 +48,7 @@ class RectIndex:
         self._bits: list[int] | None = None     # per dimension: sum of the items' cell_bits
         self._sized = 0                          # number of non-empty items (grid mode)
         self._ones: tuple[int, ...] = ()         # (1,) per dimension (grid mode)
+        self._span = None                        # _spanner(ndim) (grid mode)
         self._first: Rect | None = None          # the first item's rect: all have its ndim
 
     def __len__(self) -> int:
@@ -74,9 +75,7 @@ class RectIndex:
 
     def _insert(self, item_id: int, rect: Rect) -> None:
         # The first and last cell per dimension that the non-empty `rect` touches.
-        cell = self._cell
-        first = tuple(map(floordiv, rect.lo, cell))
-        last = tuple(map(floordiv, map(sub, rect.hi, self._ones), cell))
+        first, last = self._span(rect.lo, rect.hi, self._cell)
         grid = self._grid
         if first == last:                       # the common case: one cell
             self._home[item_id] = first
@@ -105,6 +104,7 @@ class RectIndex:
             self._cell = None
             return
         self._ones = (1,) * sized[0].ndim
+        self._span = _spanner(sized[0].ndim)
         bits = [0] * sized[0].ndim
         for r in sized:
             bits = list(map(add, bits, _cell_bits(r, self._ones)))
@@ -265,9 +265,7 @@ class RectIndex:
         cell = self._cell
         if cell is None:
             return _scan(items.items(), rect)
-        lo, hi = rect.lo, rect.hi
-        first = tuple(map(floordiv, lo, cell))
-        last = tuple(map(floordiv, map(sub, hi, self._ones), cell))
+        first, last = self._span(rect.lo, rect.hi, cell)
         grid = self._grid
         if first == last:                       # the common case: one cell
             bucket = grid.get(first)
@@ -324,6 +322,23 @@ def _scanner(ndim: int) -> tuple:
     got = _SCANNERS.get(ndim)
     if got is None:
         got = _SCANNERS[ndim] = _make_scanners(ndim)
+    return got
+
+
+_SPANNERS: dict[int, Any] = {}
+
+
+def _spanner(ndim: int):
+    """span(lo, hi, cell) -> the first and last grid cell a non-empty rect [lo, hi) touches,
+    unrolled for `ndim` dimensions (as the scanners are: map() over tuples costs ~3x)."""
+    got = _SPANNERS.get(ndim)
+    if got is None:
+        first = "".join(f"lo[{d}] // cell[{d}], " for d in range(ndim))
+        last = "".join(f"(hi[{d}] - 1) // cell[{d}], " for d in range(ndim))
+        namespace: dict = {}
+        exec(compile(f"def span(lo, hi, cell):\n    return ({first}), ({last})\n",
+                     f"<rectindex spanner, {ndim}-d>", "exec"), namespace)
+        got = _SPANNERS[ndim] = namespace["span"]
     return got
 
 
