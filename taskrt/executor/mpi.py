@@ -13,10 +13,11 @@ RankScheduler with its handler (_on_run, _on_send, _on_post_recv, _on_unpack, _o
 follows pure policies (taskrt/executor/policies.py): it polls MPI between tasks while
 anything is in flight (BusyPoll, Settings.poll_busy_s), and never spins against other
 processes: a rank that runs out of work yields its core for Settings.spin_s (none when the
-node's ranks outnumber its cores: policies.default_spin_s; awaited
+node's ranks, with the other runnable threads its load average counts, outnumber its cores:
+policies.default_spin_s; awaited
 statistics and buckets often come within microseconds, and time.sleep sleeps 50 us at
 least), then sleeps with a short, growing back-off (IdleBackOff, up to poll_max_s: 200 us
-when each rank of the node can have its own core, else 1 ms). Batchable tasks that are ready
+when each rank of the node can have its own core beside the other processes, else 1 ms). Batchable tasks that are ready
 together (the optimizer's updates once a bucket's all-reduce is done) run as one batch per
 device (taskrt.launch, IndexLaunch.batch), and idle points (steps.idle: parallel_ops' empty
 parts) do nothing, except when tracing.
