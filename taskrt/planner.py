@@ -29,6 +29,7 @@ from .launch import IndexLaunch
 from .launchplan import LaunchPlan, by_region, task_refs
 from .machine import Machine
 from .nodegroups import NodeGroup
+from .oneshot import plan_once
 from .undo import PlanUndo
 from .regionmemo import RegionPlan, RegionPlanMemo, region_key
 from .region import Region
@@ -130,12 +131,15 @@ class Planner:
         return rp
 
     # -- adding launches -------------------------------------------------------------------
-    def add_launch(self, launch: IndexLaunch) -> None:
+    def add_launch(self, launch: IndexLaunch, points: list | None = None) -> None:
+        """Plan `launch` after the launches added so far (`points`: its _expand(), when
+        already made)."""
         if launch.name in self.index:
             raise PlanError(f"Launch '{launch.name}' added twice. Give launches unique names.")
         self._undo = None
         li = len(self.plans)
-        points = self._expand(launch)
+        if points is None:
+            points = self._expand(launch)
         check_interference(launch, points)
         state_src = self._state_sources(launch, points) if launch.state_from else \
             [None] * len(points)
@@ -565,6 +569,5 @@ def plan(launches: Sequence[IndexLaunch], machine: Machine,
     with gc_paused():
         # Built once: no log, no memo of region plans or task nodes (they serve replace()).
         p = Planner(machine, initial, memo=RegionPlanMemo(0), replannable=False)
-        for launch in launches:
-            p.add_launch(launch)
+        plan_once(p, launches)       # (oneshot.py: state dropped as soon as it is done with)
         return p.finish(release=True)
