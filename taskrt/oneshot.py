@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from .errors import PlanError
+
 
 def plan_once(planner, launches: Iterable) -> None:
     """Add `launches` (in program order) to `planner`, a Planner(replannable=False), as
@@ -45,6 +47,9 @@ def plan_once(planner, launches: Iterable) -> None:
         _drop_launch_state(planner, li)
         for name in retire_after.get(i, ()):
             retire_region(planner, name)
+    for name, rp in planner.planners.items():
+        if rp is None and name not in planner._region_info:
+            retire_region(planner, name)
 
 
 def _drop_launch_state(planner, li: int) -> None:
@@ -64,10 +69,22 @@ def retire_region(planner, name: str) -> None:
     RegionPlanner. The name stays in planner.planners (None) so the graph's region order
     is as before."""
     rp = planner.planners.get(name)
-    if rp is None:
-        return
+    if rp is None:                  # (an initial region no launch touched)
+        rp = planner._planner(name)
     planner._region_info[name] = (
         list(rp.instance_rects.items()), list(rp.partial_rects.items()), list(rp.initial),
         rp.final_valid(), rp.final_pending())
     planner.planners[name] = None
     planner._dirty.discard(name)
+
+
+def check_initial(region, pieces, machine) -> None:
+    """What RegionPlanner checks of a region's initial pieces (devices, bounds)."""
+    seen = set()
+    for rect, device in pieces:
+        machine[device]
+        if rect not in seen:
+            seen.add(rect)
+            if not region.rect.contains(rect):
+                raise PlanError(f"Initial data of '{region.name}': {rect} is outside the "
+                                f"region {region.rect}.")
