@@ -8,7 +8,9 @@ by launch: builds the launch's groups at once (its nodes' predecessors refer onl
 earlier groups and its own), drops its per-point preds and Red+ targets and its read node
 lists, and retires the region planners whose last launch it was (their buffers' accesses
 and valid pieces, most of a large plan's memory), keeping only what finish() copies into
-the graph. The graph is exactly the one planning all launches and then building the groups
+the graph. Such a planner also makes a region's planner at its first launch, not at the
+start (Planner.__init__): a model's weights and optimizer state are initial data on every
+device, and an optimizer's state is touched only by the last launches. The graph is exactly the one planning all launches and then building the groups
 gives (the same groups, built in the same program order).
 """
 from __future__ import annotations
@@ -22,7 +24,7 @@ def plan_once(planner, launches: Iterable) -> None:
     """Add `launches` (in program order) to `planner`, a Planner(replannable=False), as
     above; then planner.finish(release=True) gives the graph."""
     if planner.replannable:
-        raise ValueError("plan_once: the planner keeps a re-planning log (replannable=True); "
+        raise PlanError("plan_once: the planner keeps a re-planning log (replannable=True); "
                          "its launch and region state must stay. Use add_launch instead.")
     launches = launches if hasattr(launches, "__getitem__") else list(launches)
     # (by index: iterating `launches` below is what advances a progress bar, apps/progress.py)
