@@ -8,7 +8,8 @@ several ranks, n is the job's ranks that have work at that moment plus the machi
 runnable threads (the background, b): a rank that works while the others wait for its
 message runs faster than one of four ranks of data parallelism that all compute at once.
 A rank that waits is not runnable when it sleeps (the MPI executor's ranks sleep at once
-when they outnumber the cores: taskrt/executor/policies.py default_spin_s), so
+when they and the machine's other runnable threads outnumber the cores:
+taskrt/executor/policies.py default_spin_s), so
 
     contention of rank r = max(1, (k_r + b) / C)
 

@@ -16,7 +16,7 @@ are scanned directly, which is what keeps planning cheap per node.
 from __future__ import annotations
 
 from itertools import product
-from operator import add, floordiv, lt, sub
+from operator import add, sub
 from typing import Any, Iterator
 
 from .geometry import Rect
@@ -30,7 +30,7 @@ _KEEP = object()         # renew(): keep the item's value
 
 class RectIndex:
     __slots__ = ("_items", "_next_id", "_cell", "_grid", "_big", "_bits", "_sized", "_exact",
-                 "_ones", "_first", "disjoint", "_home")
+                 "_ones", "_first", "disjoint", "_home", "_span")
 
     def __init__(self, disjoint: bool = False):
         """`disjoint`: the caller promises items never overlap, so a query equal to an item's
@@ -48,6 +48,7 @@ class RectIndex:
         self._bits: list[int] | None = None     # per dimension: sum of the items' cell_bits
         self._sized = 0                          # number of non-empty items (grid mode)
         self._ones: tuple[int, ...] = ()         # (1,) per dimension (grid mode)
+        self._span = None                        # _spanner(ndim) (grid mode)
         self._first: Rect | None = None          # the first item's rect: all have its ndim
 
     def __len__(self) -> int:
@@ -74,9 +75,7 @@ class RectIndex:
 
     def _insert(self, item_id: int, rect: Rect) -> None:
         # The first and last cell per dimension that the non-empty `rect` touches.
-        cell = self._cell
-        first = tuple(map(floordiv, rect.lo, cell))
-        last = tuple(map(floordiv, map(sub, rect.hi, self._ones), cell))
+        first, last = self._span(rect.lo, rect.hi, self._cell)
         grid = self._grid
         if first == last:                       # the common case: one cell
             self._home[item_id] = first
@@ -105,6 +104,7 @@ class RectIndex:
             self._cell = None
             return
         self._ones = (1,) * sized[0].ndim
+        self._span = _spanner(sized[0].ndim)
         bits = [0] * sized[0].ndim
         for r in sized:
             bits = list(map(add, bits, _cell_bits(r, self._ones)))
@@ -265,22 +265,14 @@ class RectIndex:
         cell = self._cell
         if cell is None:
             return _scan(items.items(), rect)
-        lo, hi = rect.lo, rect.hi
-        first = tuple(map(floordiv, lo, cell))
-        last = tuple(map(floordiv, map(sub, hi, self._ones), cell))
+        first, last = self._span(rect.lo, rect.hi, cell)
         grid = self._grid
         if first == last:                       # the common case: one cell
             bucket = grid.get(first)
             if self._big:
                 found = sorted(self._big.union(bucket) if bucket else self._big)
             elif bucket:
-                if len(bucket) == 1:
-                    for i in bucket:
-                        r, v = items[i]
-                        if all(map(lt, r.lo, hi)) and all(map(lt, lo, r.hi)):
-                            return [(i, r, v)]
-                    return []
-                found = sorted(bucket)
+                found = bucket if len(bucket) == 1 else sorted(bucket)
             else:
                 return []
         elif self._count(first, last) >= len(items):
@@ -293,12 +285,7 @@ class RectIndex:
                     found.update(bucket)
             found = sorted(found)
         # Grid items are non-empty and of `rect`'s dimensionality (_scan without its checks).
-        out = []
-        for i in found:
-            r, v = items[i]
-            if all(map(lt, r.lo, hi)) and all(map(lt, lo, r.hi)):
-                out.append((i, r, v))
-        return out
+        return _pick(found, items, rect)
 
 
 _set_cell_bits = Rect.cell_bits.__set__
@@ -316,9 +303,70 @@ def _cell_bits(rect: Rect, ones: tuple[int, ...]) -> tuple[int, ...]:
 def _scan(entries, rect: Rect) -> list[tuple[int, Rect, Any]]:
     """The (id, rect, value) of `entries` [(id, (rect, value))] overlapping the non-empty
     `rect` of their dimensionality (Rect.overlaps inlined: this loop runs for every query)."""
-    lo, hi = rect.lo, rect.hi
-    out = []
-    for i, (r, v) in entries:
-        if not r.empty and all(map(lt, r.lo, hi)) and all(map(lt, lo, r.hi)):
-            out.append((i, r, v))
-    return out
+    return _scanner(len(rect.lo))[0](entries, rect)
+
+
+def _pick(found, items: dict, rect: Rect) -> list[tuple[int, Rect, Any]]:
+    """The (id, rect, value) of the grid items `found` (ids, ascending) that overlap `rect`:
+    _scan for items known non-empty and of `rect`'s dimensionality."""
+    return _scanner(len(rect.lo))[1](found, items, rect)
+
+
+# The overlap test of the two loops above, unrolled per dimensionality: `all(map(lt, ...))`
+# twice costs ~0.8 us per item, the unrolled comparisons ~0.15 us (a 40-item scan of 3-d
+# rects: 25 -> 5.5 us), and these loops are most of a RectIndex query.
+_SCANNERS: dict[int, tuple] = {}
+
+
+def _scanner(ndim: int) -> tuple:
+    got = _SCANNERS.get(ndim)
+    if got is None:
+        got = _SCANNERS[ndim] = _make_scanners(ndim)
+    return got
+
+
+_SPANNERS: dict[int, Any] = {}
+
+
+def _spanner(ndim: int):
+    """span(lo, hi, cell) -> the first and last grid cell a non-empty rect [lo, hi) touches,
+    unrolled for `ndim` dimensions (as the scanners are: map() over tuples costs ~3x)."""
+    got = _SPANNERS.get(ndim)
+    if got is None:
+        first = "".join(f"lo[{d}] // cell[{d}], " for d in range(ndim))
+        last = "".join(f"(hi[{d}] - 1) // cell[{d}], " for d in range(ndim))
+        namespace: dict = {}
+        exec(compile(f"def span(lo, hi, cell):\n    return ({first}), ({last})\n",
+                     f"<rectindex spanner, {ndim}-d>", "exec"), namespace)
+        got = _SPANNERS[ndim] = namespace["span"]
+    return got
+
+
+def _make_scanners(ndim: int) -> tuple:
+    if ndim == 0:                       # a 0-d rect is one point: non-empty ones overlap
+        test = "True"
+        bounds = ""
+    else:
+        test = " and ".join(f"a[{d}] < h{d} and l{d} < b[{d}]" for d in range(ndim))
+        names = ", ".join(f"l{d}" for d in range(ndim))
+        hnames = ", ".join(f"h{d}" for d in range(ndim))
+        bounds = f"    {names}, = rect.lo\n    {hnames}, = rect.hi\n"
+    src = (
+        "def scan(entries, rect):\n" + bounds +
+        "    out = []\n"
+        "    for i, (r, v) in entries:\n"
+        "        a = r.lo; b = r.hi\n"
+        f"        if {test} and not r.empty:\n"
+        "            out.append((i, r, v))\n"
+        "    return out\n"
+        "def pick(found, items, rect):\n" + bounds +
+        "    out = []\n"
+        "    for i in found:\n"
+        "        r, v = items[i]\n"
+        "        a = r.lo; b = r.hi\n"
+        f"        if {test}:\n"
+        "            out.append((i, r, v))\n"
+        "    return out\n")
+    namespace: dict = {}
+    exec(compile(src, f"<rectindex scanners, {ndim}-d>", "exec"), namespace)
+    return namespace["scan"], namespace["pick"]

@@ -291,7 +291,12 @@ class MPIExecutor:
         # mpirun forwards the ranks' output through pipes and stops forwarding when a rank
         # aborts: without a moment to drain, the message above was lost in ~1 of 10 runs.
         time.sleep(0.5)
-        self.comm.Abort(1)
+        try:
+            self.comm.Abort(1)
+        finally:
+            # MPICH's Abort can return before the process manager ends this rank (seen in ~1
+            # of 8 runs): the rank then went on to its next iteration and printed results.
+            os._exit(1)
 
     def _abort_job(self) -> None:
         """The watchdog's way out: end every rank of the job (never returns)."""

@@ -4,7 +4,7 @@ cores. The watchdog's limit is tests/taskrt/test_watchdog.py; the driver carryin
 under mpirun is tests/test_mpi.py."""
 from collections import deque
 
-from taskrt.executor import mpi
+from taskrt.executor import mpi, policies
 from taskrt.executor.policies import (FIRST_SLEEP_S, SLEEP, YIELD, BusyPoll, IdleBackOff,
                                       default_poll_max_s, default_spin_s, ready_batch)
 from taskrt.executor.scheduler import RUN, SEND, Instruction
@@ -44,17 +44,32 @@ def test_ready_batch_takes_same_key_runs_and_keeps_the_rest_in_order():
 
 
 def test_poll_limit_is_shorter_when_each_rank_has_a_core(monkeypatch):
-    assert default_poll_max_s(ranks_here=2, cores=2) == 2e-4
-    assert default_poll_max_s(ranks_here=4, cores=2) == 1e-3   # leave cores to computing ranks
+    assert default_poll_max_s(ranks_here=2, cores=2, others=0.0) == 2e-4
+    assert default_poll_max_s(ranks_here=4, cores=2, others=0.0) == 1e-3   # leave cores to computing ranks
+    assert default_poll_max_s(ranks_here=2, cores=2, others=3.5) == 1e-3   # other processes too
     monkeypatch.setattr(mpi, "local_rank_and_size", lambda comm: (0, 3))
     monkeypatch.setattr(mpi.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
     assert mpi.node_poll_max_s(None) == 1e-3
 
 
 def test_waiting_ranks_do_not_spin_when_they_outnumber_the_cores(monkeypatch):
-    assert default_spin_s(ranks_here=2, cores=2) == 1e-3
-    assert default_spin_s(ranks_here=4, cores=2) == 0.0       # sleep at once: stay off the run queue
+    assert default_spin_s(ranks_here=2, cores=2, others=0.0) == 1e-3
+    assert default_spin_s(ranks_here=4, cores=2, others=0.0) == 0.0  # sleep at once: stay off the run queue
     monkeypatch.setattr(mpi, "local_rank_and_size", lambda comm: (0, 4))
     monkeypatch.setattr(mpi.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
     spin = default_spin_s(*mpi.node_ranks_and_cores(None))
     assert IdleBackOff(spin, 1e-3, now=0.0).idle(0.0)[0] == SLEEP
+
+
+def test_waiting_ranks_do_not_spin_on_a_node_loaded_by_other_processes(monkeypatch):
+    # 2 ranks on 2 cores spin only while nothing else wants the cores (issue 21: on a load
+    # average of 7-10 spinning, then waking every 200 us, kept a waiting rank runnable and
+    # tripled its CPU beside its work)
+    assert default_spin_s(ranks_here=2, cores=2, others=0.4) == 0.0
+    assert default_spin_s(ranks_here=2, cores=4, others=1.5) == 1e-3
+    monkeypatch.setattr(policies.os, "getloadavg", lambda: (9.0, 8.0, 7.0))
+    assert policies.others_runnable(2) == 7.0
+    assert default_spin_s(2, 2) == 0.0 and default_poll_max_s(2, 2) == 1e-3
+    monkeypatch.setattr(policies.os, "getloadavg", lambda: (1.6, 1.0, 1.0))   # our ranks only
+    assert policies.others_runnable(2) == 0.0
+    assert default_spin_s(2, 2) == 1e-3 and default_poll_max_s(2, 2) == 2e-4
