@@ -56,6 +56,8 @@ def _region_infos(planner, g: TaskGraph) -> None:
     for name, rp in planner.planners.items():
         info = planner._region_info.get(name) if name not in planner._dirty else None
         if info is None:
+            if rp is None:              # (a one-shot planner makes a region's planner lazily)
+                rp = planner._planner(name)
             info = planner._region_info[name] = (
                 list(rp.instance_rects.items()), list(rp.partial_rects.items()),
                 list(rp.initial), rp.final_valid(), rp.final_pending())

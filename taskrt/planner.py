@@ -29,6 +29,7 @@ from .launch import IndexLaunch
 from .launchplan import LaunchPlan, by_region, task_refs
 from .machine import Machine
 from .nodegroups import NodeGroup
+from .oneshot import check_initial, plan_once
 from .undo import PlanUndo
 from .regionmemo import RegionPlan, RegionPlanMemo, region_key
 from .region import Region
@@ -85,8 +86,17 @@ class Planner:
         for region, pieces in (initial or {}).items():
             self._region(region)
             self.initial[region.name] = list(pieces)
-            self.planners[region.name] = RegionPlanner(region, machine, self.initial[region.name])
-            self._dirty.add(region.name)
+            if replannable:
+                self.planners[region.name] = RegionPlanner(region, machine,
+                                                           self.initial[region.name])
+                self._dirty.add(region.name)
+            else:
+                # Made at the region's first launch (_planner): a one-shot plan of a model's
+                # weights and optimizer state on many devices would otherwise hold every
+                # region's initial state from the start (an optimizer's state is touched
+                # only by the last launches). Checked now as RegionPlanner checks it.
+                check_initial(region, self.initial[region.name], machine)
+                self.planners[region.name] = None
 
     # -- bookkeeping ---------------------------------------------------------------------
     @property
@@ -125,17 +135,25 @@ class Planner:
     def _planner(self, name: str) -> RegionPlanner:
         rp = self.planners.get(name)
         if rp is None:
-            rp = self.planners[name] = RegionPlanner(self.regions[name], self.machine)
+            if name in self._region_info and not self.replannable:
+                raise PlanError(f"Region '{name}' is used after the launch planned as its "
+                                "last (oneshot.py): a one-shot plan must be given all its "
+                                "launches at once.")
+            rp = self.planners[name] = RegionPlanner(self.regions[name], self.machine,
+                                                     self.initial.get(name, ()))
             self._dirty.add(name)
         return rp
 
     # -- adding launches -------------------------------------------------------------------
-    def add_launch(self, launch: IndexLaunch) -> None:
+    def add_launch(self, launch: IndexLaunch, points: list | None = None) -> None:
+        """Plan `launch` after the launches added so far (`points`: its _expand(), when
+        already made)."""
         if launch.name in self.index:
             raise PlanError(f"Launch '{launch.name}' added twice. Give launches unique names.")
         self._undo = None
         li = len(self.plans)
-        points = self._expand(launch)
+        if points is None:
+            points = self._expand(launch)
         check_interference(launch, points)
         state_src = self._state_sources(launch, points) if launch.state_from else \
             [None] * len(points)
@@ -565,6 +583,5 @@ def plan(launches: Sequence[IndexLaunch], machine: Machine,
     with gc_paused():
         # Built once: no log, no memo of region plans or task nodes (they serve replace()).
         p = Planner(machine, initial, memo=RegionPlanMemo(0), replannable=False)
-        for launch in launches:
-            p.add_launch(launch)
+        plan_once(p, launches)       # (oneshot.py: state dropped as soon as it is done with)
         return p.finish(release=True)

@@ -1,0 +1,92 @@
+"""Planning a sequence of launches once (plan()), holding as little as possible at a time.
+
+A planner that is never re-planned (Planner(replannable=False)) needs no state of a launch
+once its node groups are built, and no state of a region once the last launch touching it
+is planned. So this expands every launch first (the points a plan makes anyway, kept on
+the launches' records until the end) to learn each region's last launch, then plans launch
+by launch: builds the launch's groups at once (its nodes' predecessors refer only to
+earlier groups and its own), drops its per-point preds and Red+ targets and its read node
+lists, and retires the region planners whose last launch it was (their buffers' accesses
+and valid pieces, most of a large plan's memory), keeping only what finish() copies into
+the graph. Such a planner also makes a region's planner at its first launch, not at the
+start (Planner.__init__): a model's weights and optimizer state are initial data on every
+device, and an optimizer's state is touched only by the last launches. The graph is exactly the one planning all launches and then building the groups
+gives (the same groups, built in the same program order).
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+from .errors import PlanError
+
+
+def plan_once(planner, launches: Iterable) -> None:
+    """Add `launches` (in program order) to `planner`, a Planner(replannable=False), as
+    above; then planner.finish(release=True) gives the graph."""
+    if planner.replannable:
+        raise PlanError("plan_once: the planner keeps a re-planning log (replannable=True); "
+                         "its launch and region state must stay. Use add_launch instead.")
+    launches = launches if hasattr(launches, "__getitem__") else list(launches)
+    # (by index: iterating `launches` below is what advances a progress bar, apps/progress.py)
+    expanded = [planner._expand(launches[i]) for i in range(len(launches))]
+    last_of: dict[str, int] = {}
+    for li, points in enumerate(expanded):
+        last = None
+        for _, _, reqs in points:
+            if reqs is last:              # (replicas' points often share one tuple)
+                continue
+            last = reqs
+            for req in reqs:
+                last_of[req.region.name] = li
+    retire_after: dict[int, list[str]] = {}
+    for name, li in last_of.items():
+        retire_after.setdefault(li, []).append(name)
+    for i, launch in enumerate(launches):
+        points, expanded[i] = expanded[i], None
+        li = len(planner.plans)
+        planner.add_launch(launch, points)
+        planner.refresh()
+        _drop_launch_state(planner, li)
+        for name in retire_after.get(i, ()):
+            retire_region(planner, name)
+    for name, rp in planner.planners.items():
+        if rp is None and name not in planner._region_info:
+            retire_region(planner, name)
+
+
+def _drop_launch_state(planner, li: int) -> None:
+    """What launch `li`'s groups were built from: no later launch reads it in a one-shot
+    plan (a state_from launch reads only the source's points, kept)."""
+    lp = planner.plans[li]
+    for name in lp.read_order:
+        planner.region_nodes.pop((li, name), None)
+    lp.task_preds = lp.task_targets = lp.refs = None
+    planner._tasks.clear()
+    planner._marked.clear()
+
+
+def retire_region(planner, name: str) -> None:
+    """Region `name` is planned for good: keep what finish() copies into the graph (its
+    buffers' bounding rects, initial and final valid pieces, pending sums) and drop its
+    RegionPlanner. The name stays in planner.planners (None) so the graph's region order
+    is as before."""
+    rp = planner.planners.get(name)
+    if rp is None:                  # (an initial region no launch touched)
+        rp = planner._planner(name)
+    planner._region_info[name] = (
+        list(rp.instance_rects.items()), list(rp.partial_rects.items()), list(rp.initial),
+        rp.final_valid(), rp.final_pending())
+    planner.planners[name] = None
+    planner._dirty.discard(name)
+
+
+def check_initial(region, pieces, machine) -> None:
+    """What RegionPlanner checks of a region's initial pieces (devices, bounds)."""
+    seen = set()
+    for rect, device in pieces:
+        machine[device]
+        if rect not in seen:
+            seen.add(rect)
+            if not region.rect.contains(rect):
+                raise PlanError(f"Initial data of '{region.name}': {rect} is outside the "
+                                f"region {region.rect}.")
