@@ -143,9 +143,11 @@ def run(quick: bool = False, points=None) -> dict:
 
 def report(results: dict) -> dict:
     """The benchmark's entry (title, results, rows) of measured points {key: point}."""
-    points = [r for r in results.values() if isinstance(r, dict) and "nodes" in r]
+    # Measured points only (an entry's results also hold its extrapolations: report() may be
+    # given a stored entry's results with one point run again).
+    points = [r for r in results.values() if isinstance(r, dict) and "kind" in r]
     rows = [_row(r) for r in points]
-    out = {k: r for k, r in results.items() if isinstance(r, dict) and "nodes" in r}
+    out = {k: r for k, r in results.items() if isinstance(r, dict) and "kind" in r}
     for kind in ("dp", "megatron"):
         pts = sorted((r for r in points if r["kind"] == kind and r["path"] == "session"
                       and r["layers"] == LAYERS), key=lambda r: r["gpus"])
