@@ -172,23 +172,12 @@ def task_step(node, store: InstanceStore, contexts: dict) -> Callable[[], None]:
                         if view.t is None:          # left unwritten: storage as before
                             buf.ensure()
                         continue
-                    if (buf is None or not buf.adopt(value)) and not (
-                            pieces and _viewed(value, pieces) and buf.alias(value)):
-                        if view.t is None:          # a light buffer left without storage
-                            buf.ensure()
-                        _store(view.t, value)
+                    _keep(value, view, buf, pieces)
                     continue
                 if value is None:
-                    raise TypeError("task returned None for a Red+ requirement; return its "
-                                    "contribution tensor (an op's own backward() must "
-                                    "give every gradient need_inputs / need_weights ask "
-                                    "for)")
+                    raise TypeError(_NONE_FOR_RED)
                 if kind == _CONTRIBUTE:
-                    if (buf is None or not buf.adopt(value)) and not (
-                            pieces and _viewed(value, pieces) and buf.alias(value)):
-                        if view.t is None:          # a light buffer left without storage
-                            buf.ensure()
-                        _store(view.t, value)
+                    _keep(value, view, buf, pieces)
                     continue
                 zero = is_zero(value)           # taskrt.executor.zeros: nothing to add
                 for target, sl, accumulate, whole in pieces:
@@ -225,24 +214,34 @@ def _one_write_step(node, dev, ctx, fn, args, kind, view, buf, sources) -> Calla
                 value = value[0]
             if value is None:
                 if not store:
-                    raise TypeError("task returned None for a Red+ requirement; return its "
-                                    "contribution tensor (an op's own backward() must give "
-                                    "every gradient need_inputs / need_weights ask for)")
+                    raise TypeError(_NONE_FOR_RED)
                 if view.t is None:                  # left unwritten: storage as before
                     buf.ensure()
                 return
             if store and value is view.t:
                 return
-            if (buf is None or not buf.adopt(value)) and not (
-                    sources and _viewed(value, sources) and buf.alias(value)):
-                if view.t is None:                  # a light buffer left without storage
-                    buf.ensure()
-                _store(view.t, value)
+            _keep(value, view, buf, sources)
         except ExecutionError:
             raise
         except Exception as exc:
             raise _fail(node, dev, exc) from exc
     return run
+
+
+_NONE_FOR_RED = ("task returned None for a Red+ requirement; return its contribution tensor "
+                 "(an op's own backward() must give every gradient need_inputs / "
+                 "need_weights ask for)")
+
+
+def _keep(value: torch.Tensor, view, buf, sources) -> None:
+    """Keep a task's value for its requirement: as the buffer's storage (adopted), as a view
+    of an argument it views (`sources`), or else copied into the view (a light buffer left
+    without storage gets it first)."""
+    if (buf is None or not buf.adopt(value)) and not (
+            sources and _viewed(value, sources) and buf.alias(value)):
+        if view.t is None:
+            buf.ensure()
+        _store(view.t, value)
 
 
 def _store(target: torch.Tensor, value: torch.Tensor) -> None:

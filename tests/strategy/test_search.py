@@ -23,17 +23,6 @@ from taskrt import plan
 pytestmark = pytest.mark.filterwarnings("ignore::strategy.costs.CostWarning")
 
 
-@pytest.fixture(scope="module")
-def setting():
-    mm = machine_model("p100:1")
-    m = Model("mlp", seed=0)
-    x = m.input("x", (64, 256))
-    y = m.input("y", (64,), dtype="int64")
-    h = m.relu(m.linear(x, 512, name="fc1"), name="relu1")
-    m.softmax_cross_entropy(m.linear(h, 1024, name="fc2"), y, name="loss")
-    return m, mm, CostModel()
-
-
 def full_time(m, mm, costs, strategy):
     machine = mm.taskrt_machine()
     low = lower(m, strategy, machine, SGD(lr=0.1))

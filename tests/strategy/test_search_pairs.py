@@ -3,27 +3,14 @@ operator's new config also given, matched, to a neighbour in the dataflow; a rej
 failed pair leaves the session as it was."""
 import pytest
 
-from parallel_ops import SGD, Model
+from parallel_ops import SGD
 from parallel_ops.config import ParallelConfig
 from parallel_ops.errors import ConfigError
-from strategy.costs import CostModel
 from strategy.delta import SimulationSession
-from strategy.machines import machine_model
 from strategy.search import Search
 from strategy.space import SearchSpace
 
 pytestmark = pytest.mark.filterwarnings("ignore::strategy.costs.CostWarning")
-
-
-@pytest.fixture(scope="module")
-def setting():
-    mm = machine_model("p100:1")
-    m = Model("mlp", seed=0)
-    x = m.input("x", (64, 256))
-    y = m.input("y", (64,), dtype="int64")
-    h = m.relu(m.linear(x, 512, name="fc1"), name="relu1")
-    m.softmax_cross_entropy(m.linear(h, 1024, name="fc2"), y, name="loss")
-    return m, mm, CostModel()
 
 
 def cfg(text_degrees, devices):
