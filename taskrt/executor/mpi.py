@@ -45,7 +45,7 @@ from .scheduler import (COLLECT, POST_RECV, RECV, RUN, SEND, START, UNPACK, Rank
 from .steps import (BatchMember, batchable, idle as is_idle, local_copy_step, nothing, reduce_step,
                     run_batches, task_step, view_of)
 from .policies import (YIELD, BusyPoll, IdleBackOff, default_poll_max_s, default_spin_s,
-                       ready_batch)
+                       others_runnable, ready_batch)
 from .watchdog import Watchdog
 from ..settings import Settings
 from ..taskgraph import ALLREDUCE, COPY, TASK
@@ -114,10 +114,13 @@ class MPIExecutor:
         # progress (some MPIs progress non-blocking collectives only inside MPI calls), long
         # enough that waiting ranks leave the cores to computing ones.
         # (always computed: node_ranks_and_cores is a collective call, which every rank makes)
-        here = node_ranks_and_cores(self.comm)
-        self.poll_max_s = default_poll_max_s(*here) if settings.poll_max_s is None \
-            else settings.poll_max_s
-        self.spin_s = default_spin_s(*here) if settings.spin_s is None else settings.spin_s
+        # One reading of the node's load for both decisions (they must agree).
+        ranks_here, cores = node_ranks_and_cores(self.comm)
+        others = others_runnable(ranks_here)
+        self.poll_max_s = default_poll_max_s(ranks_here, cores, others) \
+            if settings.poll_max_s is None else settings.poll_max_s
+        self.spin_s = default_spin_s(ranks_here, cores, others) if settings.spin_s is None \
+            else settings.spin_s
         self.abort_on_error = (self.comm.Get_size() > 1) if abort_on_error is None \
             else abort_on_error
         self.record_trace = record_trace
