@@ -10,6 +10,8 @@ forward part saved is unchanged when its backward runs).
 """
 from __future__ import annotations
 
+import functools
+import operator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -246,6 +248,11 @@ def forward_task(ctx, *views):
         if got is not None:
             ctx.saved = _Explicit(got[1])
             return _returned(got[0], plan)
+    return _forward_autograd(ctx, stage, plan, views)
+
+
+def _forward_autograd(ctx, stage, plan: _Plan, views):
+    """forward_task's part run with autograd (the op's backward comes from its graph)."""
     ins = _leaves(views, plan.input_grads)
     ws = _weight_leaves(plan, views)
     was_enabled = _grad_enabled()
@@ -268,6 +275,11 @@ def backward_task(ctx, *views):
         return ()
     if type(state) is _Explicit:
         return _explicit_grads(a.stage, plan, state.saved, views, ctx.torch_device)
+    return _autograd_grads(plan, state, views)
+
+
+def _autograd_grads(plan: _Plan, state, views) -> list:
+    """backward_task's result from the autograd graph a forward part kept."""
     ins, ws, outs = state
     targets = [ins[idx] if group == IN else ws[idx] for group, idx in plan.targets]
     ys, dys = [], []
@@ -283,6 +295,68 @@ def backward_task(ctx, *views):
     for g, t in zip(grads, targets):
         out.append(torch.zeros_like(t) if g is None else g)
     return out
+
+
+def _getter(positions):
+    """A callable of the views giving the list of those at `positions` (None where a
+    position is None): _picked with the loop decided once."""
+    if any(k is None for k in positions):
+        return lambda views: _picked(views, positions)
+    if not positions:
+        return lambda views: []
+    if len(positions) == 1:
+        k, = positions
+        return lambda views: [views[k]]
+    get = operator.itemgetter(*positions)
+    return lambda views: list(get(views))
+
+
+def bind_forward(ctx):
+    """forward_task for one point, what it looks up done once (the plan, the stage, the
+    positions of its inputs and weights among the views): a callable of the views only,
+    running the same operations. The executors compile each task node with it
+    (taskrt.executor.steps: a task function's `bind`)."""
+    a: StageArgs = ctx.args
+    stage = a.stage
+    if not a.grad or not stage.explicit_backward:
+        return functools.partial(forward_task, ctx)
+    plan = a.plan(ctx.color)
+    spec, training, saving = plan.spec, a.training, stage.forward_saving
+    ins, ws = _getter(plan.ins), _getter(plan.ws)
+    single = plan.all_kept and len(plan.kept) == 1
+
+    def forward(*views):
+        stage.training = training
+        got = saving(spec, ins(views), ws(views))
+        if got is None:
+            return _forward_autograd(ctx, stage, plan, views)
+        ctx.saved = _Explicit(got[1])
+        return got[0][0] if single else _returned(got[0], plan)
+    return forward
+
+
+def bind_backward(ctx):
+    """backward_task for one point, its look-ups done once (see bind_forward): the output
+    gradients' positions, which gradients to give and where they come from."""
+    a: StageArgs = ctx.args
+    plan = a.plan(ctx.color)
+    if not plan.targets or ctx.source is None:
+        return functools.partial(backward_task, ctx)
+    source, stage, spec = ctx.source, a.stage, plan.spec
+    douts = [k for _, k in plan.douts]
+    if [idx for idx, _ in plan.douts] != list(range(len(stage.outputs))):
+        return functools.partial(backward_task, ctx)    # an output without a gradient
+    douts = _getter(douts)
+    backward, need_in, need_w = stage.backward, plan.need_inputs, plan.need_weights
+    picks = tuple((0 if group == IN else 1, idx) for group, idx in plan.targets)
+
+    def run(*views):
+        state, source.saved = source.saved, None          # ctx.take_state()
+        if type(state) is not _Explicit:
+            return _autograd_grads(plan, state, views)
+        got = backward(spec, state.saved, douts(views), need_in, need_w)
+        return [got[g][i] for g, i in picks]
+    return run
 
 
 def empty_part(args: StageArgs, color) -> bool:
@@ -304,6 +378,7 @@ def order_only_reads(args: StageArgs, color) -> frozenset:
 
 
 forward_task.idle = backward_task.idle = empty_part
+forward_task.bind, backward_task.bind = bind_forward, bind_backward
 backward_task.unread = order_only_reads
 # They never write their WD views in place: they return the values (or None, unwritten);
 # taskrt.executor.steps: an output's buffer may then have no storage until it adopts one.

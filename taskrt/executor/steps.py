@@ -151,13 +151,19 @@ def task_step(node, store: InstanceStore, contexts: dict) -> Callable[[], None]:
             writes[w] = (kind, view, buf, () if buf is None else
                          tuple(args[k] for k in may_view.get(j, ())))
     fn = node.launch.task
+    # The task function bound to this point (`bind`: its look-ups done once), a callable of
+    # the views only.
+    bind = getattr(fn, "bind", None)
+    call = bind(ctx) if bind is not None else functools.partial(fn, ctx)
     nwrites = len(writes)
     if nwrites == 1 and writes[0][0] != _SPLIT:
-        return _one_write_step(node, dev, ctx, fn, args, *writes[0])
+        return _one_write_step(node, dev, call, args, *writes[0])
+    if nwrites > 1 and all(w[0] != _SPLIT for w in writes):
+        return _whole_writes_step(node, dev, call, args, writes)
 
     def run() -> None:
         try:
-            out = fn(ctx, *map(_tensor_of, args))
+            out = call(*map(_tensor_of, args))
             if nwrites == 0:
                 return
             if nwrites == 1 and not isinstance(out, (tuple, list)):
@@ -197,7 +203,7 @@ def task_step(node, store: InstanceStore, contexts: dict) -> Callable[[], None]:
     return run
 
 
-def _one_write_step(node, dev, ctx, fn, args, kind, view, buf, sources) -> Callable[[], None]:
+def _one_write_step(node, dev, call, args, kind, view, buf, sources) -> Callable[[], None]:
     """task_step's run() for the commonest task: one writing requirement, stored whole
     (a forward part's output, an elementwise backward's input gradient). The same handling
     as the general run(), with less Python per call (no loop over writes)."""
@@ -205,7 +211,7 @@ def _one_write_step(node, dev, ctx, fn, args, kind, view, buf, sources) -> Calla
 
     def run() -> None:
         try:
-            value = fn(ctx, *map(_tensor_of, args))
+            value = call(*map(_tensor_of, args))
             if isinstance(value, (tuple, list)):
                 if len(value) != 1:
                     raise TypeError(f"task returned {type(value).__name__} of length "
@@ -221,6 +227,36 @@ def _one_write_step(node, dev, ctx, fn, args, kind, view, buf, sources) -> Calla
             if store and value is view.t:
                 return
             _keep(value, view, buf, sources)
+        except ExecutionError:
+            raise
+        except Exception as exc:
+            raise _fail(node, dev, exc) from exc
+    return run
+
+
+def _whole_writes_step(node, dev, call, args, writes) -> Callable[[], None]:
+    """task_step's run() for a task with several writing requirements, each stored whole
+    (no piece accumulated or split: a backward part's input and weight gradients). The same
+    handling as the general run(), with the per-write decisions taken once."""
+    nwrites = len(writes)
+    # per write: (store?, view, buffer, sources)
+    plan = tuple((kind == _STORE, view, buf, sources) for kind, view, buf, sources in writes)
+
+    def run() -> None:
+        try:
+            out = call(*map(_tensor_of, args))
+            if out is None or len(out) != nwrites:
+                raise TypeError(f"task returned {type(out).__name__}"
+                                f"{'' if out is None else f' of length {len(out)}'}; expected "
+                                f"{nwrites} value(s), one per WD/RW/Red+ requirement")
+            for value, (store, view, buf, sources) in zip(out, plan):
+                if value is None:
+                    if not store:
+                        raise TypeError(_NONE_FOR_RED)
+                    if view.t is None:              # left unwritten: storage as before
+                        buf.ensure()
+                elif not store or value is not view.t:
+                    _keep(value, view, buf, sources)
         except ExecutionError:
             raise
         except Exception as exc:
