@@ -57,8 +57,12 @@ def activate(activation: str | None, y: torch.Tensor) -> torch.Tensor:
 # (The operators' `.default` overloads: the same kernels, without the overload packet's
 # resolution on every call.)
 _aten = torch.ops.aten
+# (For the ReLU, the commonest, the overload's own operator: without OpOverload.__call__'s
+# Python frame.)
+_threshold_backward = getattr(_aten.threshold_backward.default, "_op",
+                              _aten.threshold_backward.default)
 _DERIVATIVES: dict[str, tuple[str, Callable]] = {
-    "relu": ("output", lambda dy, y: _aten.threshold_backward.default(dy, y, 0)),
+    "relu": ("output", lambda dy, y: _threshold_backward(dy, y, 0)),
     "tanh": ("output", _aten.tanh_backward.default),
     "sigmoid": ("output", _aten.sigmoid_backward.default),
     "gelu": ("input", lambda dy, x, approximate="none":

@@ -36,8 +36,10 @@ from .op import ATTRIBUTE, PARAMETER, REDUCTION, SAMPLE, Dim, Op, PartSpec
 from .tensor import Tensor
 
 
-# The overload itself: the same kernel, without the overload packet's resolution per call.
-_convolution_backward = torch.ops.aten.convolution_backward.default
+# The overload's own operator: the same kernel, without the overload packet's resolution
+# nor OpOverload.__call__'s Python frame per call.
+_convolution_backward = getattr(torch.ops.aten.convolution_backward.default, "_op",
+                                torch.ops.aten.convolution_backward.default)
 
 
 @dataclass(frozen=True)

@@ -65,6 +65,7 @@ class LocalExecutor:
                 batches_step([graph.nodes[i] for i in ids], self.store, self.contexts)
             self.plan.append((step, tuple(b for i in ids for b in first.get(i, ())),
                               tuple(b for i in ids for b in last.get(i, ()))))
+        self._replay, self._replay_of = None, None      # see _replayed()
         self.trace: list[TraceEvent] = []
         self.trace_load: dict | None = None      # LoadMeter.stop() of the traced iteration
 
@@ -132,16 +133,29 @@ class LocalExecutor:
         return out
 
     # -- running ---------------------------------------------------------------------------
+    def _replayed(self) -> list:
+        """What run() replays: per entry of `plan` (step, temporaries to allocate, the
+        light buffers' drop methods, the other temporaries to release): InstanceStore.
+        release's test of each buffer's kind taken once (again if `plan` was replaced)."""
+        if self._replay_of is not self.plan:
+            self._replay = [(step, allocate, tuple(b.drop for b in free if b.light),
+                             tuple(b for b in free if not b.light))
+                            for step, allocate, free in self.plan]
+            self._replay_of = self.plan
+        return self._replay
+
     def run(self) -> None:
         """Execute every node once, in id order."""
         store = self.store
         store.start_iteration()
         begin, release = store.begin, store.release
         if not self.record_trace:
-            for step, allocate, free in self.plan:
+            for step, allocate, drops, free in self._replayed():
                 if allocate:
                     begin(allocate)
                 step()
+                for drop in drops:
+                    drop()
                 if free:
                     release(free)
             return

@@ -226,7 +226,8 @@ def _one_write_step(node, dev, call, args, kind, view, buf, sources) -> Callable
                 return
             if store and value is view.t:
                 return
-            _keep(value, view, buf, sources)
+            if buf is None or not buf.adopt(value):     # _keep, its common case inlined
+                _keep_unadopted(value, view, buf, sources)
         except ExecutionError:
             raise
         except Exception as exc:
@@ -255,8 +256,9 @@ def _whole_writes_step(node, dev, call, args, writes) -> Callable[[], None]:
                         raise TypeError(_NONE_FOR_RED)
                     if view.t is None:              # left unwritten: storage as before
                         buf.ensure()
-                elif not store or value is not view.t:
-                    _keep(value, view, buf, sources)
+                elif (not store or value is not view.t) and (buf is None
+                                                             or not buf.adopt(value)):
+                    _keep_unadopted(value, view, buf, sources)
         except ExecutionError:
             raise
         except Exception as exc:
@@ -273,8 +275,13 @@ def _keep(value: torch.Tensor, view, buf, sources) -> None:
     """Keep a task's value for its requirement: as the buffer's storage (adopted), as a view
     of an argument it views (`sources`), or else copied into the view (a light buffer left
     without storage gets it first)."""
-    if (buf is None or not buf.adopt(value)) and not (
-            sources and _viewed(value, sources) and buf.alias(value)):
+    if buf is None or not buf.adopt(value):
+        _keep_unadopted(value, view, buf, sources)
+
+
+def _keep_unadopted(value: torch.Tensor, view, buf, sources) -> None:
+    """_keep for a value the buffer did not adopt."""
+    if not (sources and _viewed(value, sources) and buf.alias(value)):
         if view.t is None:
             buf.ensure()
         _store(view.t, value)
