@@ -358,7 +358,7 @@ class InstanceStore:
             self.check_readable(name)
             raise ExecutionError(f"'{name}' on device {device} is not allocated outside the "
                                  "run that uses it.")
-        return b.tensor[rect.slices_within(b.rect)]
+        return b.tensor if rect == b.rect else b.tensor[rect.slices_within(b.rect)]
 
     def instance(self, region_name: str, device: int, rect: Rect) -> torch.Tensor:
         return self._tensor(self.instances, region_name, device, rect)

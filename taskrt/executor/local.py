@@ -106,7 +106,7 @@ class LocalExecutor:
             raise PlanError(f"write '{reg.name}': the plan has no initial data for it. Pass "
                             "it in plan(..., initial=...).")
         for rect, devices in pieces:
-            part = value[rect.slices_within(reg.rect)]
+            part = value if rect == reg.rect else value[rect.slices_within(reg.rect)]
             for d in devices:
                 self.store.instance(reg.name, d, rect).copy_(part)
 
