@@ -313,6 +313,8 @@ class RegionState:
         order; with one query of the valid pieces when none overlaps `rect` (a gradient's
         part summed for the first time: each piece is then added as it is)."""
         valid = self.valid
+        if not pieces:
+            return
         if valid.overlapping(rect):
             for piece in pieces:
                 self.set_only_holder(piece, devices)
