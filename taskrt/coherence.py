@@ -575,7 +575,7 @@ class RegionPlanner:
                 st.add_holder(piece, device)
             inputs.append((-1, ReduceInput("instance", piece), None))
         region = self.region
-        for k in sorted(range(len(contribs)), key=lambda k: (contribs[k][2][0], parts[k].lo)):
+        for k in sorted(range(len(contribs)), key=lambda k: (contribs[k][2][0], contribs[k][1].lo)):
             dev, partial = contribs[k][2]
             piece = parts[k]
             if dev == device:
