@@ -1,12 +1,12 @@
-"""coherence.PendingSums against a brute-force model: a device's own sums are kept in a dict
-while few and in an index of their own past coherence._OWN_SCAN, and either way of_device,
+"""pendingsums.PendingSums against a brute-force model: a device's own sums are kept in a dict
+while few and in an index of their own past pendingsums._OWN_SCAN, and either way of_device,
 overlapping, iteration and the ids must be what one list of (id, rect, value) in insertion
 order gives (the order decides the order of reductions' inputs and of the final pending
 pieces). Also RegionState.set_only_holder_of against set_only_holder piece by piece."""
 import random
 
 from taskrt import Rect, Region
-from taskrt import coherence
+from taskrt import pendingsums
 from taskrt.coherence import PendingSums, RegionState
 
 
@@ -35,7 +35,7 @@ def test_pending_sums_match_a_plain_list_across_the_promotion():
     for trial in range(12):
         sums, model = PendingSums(), {}
         # Enough sums on device 0 to pass _OWN_SCAN (its own index), few on the others.
-        for step in range(4 * coherence._OWN_SCAN):
+        for step in range(4 * pendingsums._OWN_SCAN):
             op = rng.random()
             if op < 0.5 or not model:
                 dev = 0 if rng.random() < 0.6 else rng.randrange(1, 4)
