@@ -30,6 +30,7 @@ from typing import Iterable
 from .errors import PlanError
 from .geometry import Rect, merge_adjacent, subtract_all
 from .privilege import Privilege
+from .pendingsums import PendingSums
 from .rectindex import RectIndex
 from .region import Region
 from .taskgraph import AllReduceNode, CopyNode, ReduceInput, ReduceNode, ReduceTarget
@@ -99,59 +100,6 @@ class BufferAccesses:
         return preds
 
 
-class PendingSums:
-    """The pending partial sums of a region: a RectIndex of (rect, (device, in partial
-    buffer?)) items, plus one index per device of its own items, so that a device's Red+
-    finds its sums without walking every device's (data parallelism on n devices leaves n
-    full-rect sums: one index alone made each Red+ O(n), a launch O(n^2))."""
-    __slots__ = ("_all", "_by_device", "_link")
-
-    def __init__(self):
-        self._all = RectIndex()                   # id -> (rect, (device, partial))
-        self._by_device: dict[int, RectIndex] = {}   # device -> (rect, id in _all)
-        self._link: dict[int, int] = {}           # id in _all -> id in its device's index
-
-    def __len__(self) -> int:
-        return len(self._all)
-
-    def __iter__(self):
-        return iter(self._all)
-
-    def add(self, rect: Rect, value: tuple[int, bool]) -> int:
-        i = self._all.add(rect, value)
-        own = self._by_device.get(value[0])
-        if own is None:
-            own = self._by_device[value[0]] = RectIndex()
-        self._link[i] = own.add(rect, i)
-        return i
-
-    def remove(self, i: int) -> None:
-        _, (device, _) = self._all.get(i)
-        self._all.remove(i)
-        self._by_device[device].remove(self._link.pop(i))
-
-    def replace(self, i: int, rect: Rect) -> int:
-        """remove(i), then add of `rect` with i's value, in one step; returns the new id."""
-        items = self._all
-        value = items.get(i)[1]
-        j = items.replace(i, rect, value)
-        own = self._by_device[value[0]]
-        self._link[j] = own.replace(self._link.pop(i), rect, j)
-        return j
-
-    def overlapping(self, rect: Rect) -> list:
-        """Every device's items overlapping `rect`, in insertion order."""
-        return self._all.overlapping(rect)
-
-    def of_device(self, device: int, rect: Rect) -> list:
-        """`device`'s items overlapping `rect`, in insertion order."""
-        own = self._by_device.get(device)
-        if own is None:
-            return []
-        items = self._all
-        return [(i, r, items.get(i)[1]) for _, r, i in own.overlapping(rect)]
-
-
 class Holders:
     """The devices holding a valid piece's current value, in the order they got it (its
     writer first), with a set for membership once there are more than _LONG of them. Each
@@ -195,6 +143,10 @@ class Holders:
 
 
 _LONG = 8       # holder lists longer than this get a set for membership
+
+
+def _first(item):
+    return item[0]
 
 
 class RegionState:
@@ -249,18 +201,26 @@ class RegionState:
                 valid.add(piece, holders.copy())
         valid.add(rect, Holders(devices))
 
+    def set_only_holder_of(self, rect: Rect, pieces: list[Rect], devices) -> None:
+        """set_only_holder(piece, devices) for each of the disjoint `pieces` of `rect`, in
+        order; with one query of the valid pieces when none overlaps `rect` (a gradient's
+        part summed for the first time: each piece is then added as it is)."""
+        valid = self.valid
+        if not pieces:
+            return
+        if valid.overlapping(rect):
+            for piece in pieces:
+                self.set_only_holder(piece, devices)
+            return
+        self.held.clear()
+        for piece in pieces:
+            valid.add(piece, Holders(devices))
+
     def retire_pending(self, rect: Rect, found=None) -> None:
         """Forget the pending sums in `rect`: those overlapping it (`found`, when the caller
         has just asked pending.overlapping(rect)) lose their part of it."""
         pending = self.pending
-        for i, r, dev in pending.overlapping(rect) if found is None else found:
-            pieces = r.subtract(rect)
-            if len(pieces) == 1:        # (a sum of a whole part, read part by part)
-                pending.replace(i, pieces[0])
-                continue
-            pending.remove(i)
-            for piece in pieces:
-                pending.add(piece, dev)
+        pending.retire(rect, pending.overlapping(rect) if found is None else found)
 
 
 class RegionPlanner:
@@ -491,9 +451,12 @@ class RegionPlanner:
     def _reduce_to(self, owner: str, rect: Rect, device: int, contribs, out: list) -> None:
         st = self.state
         base = st.valid.overlapping(rect)
+        # Each sum's part of `rect`, in the sums' order (the reduction's inputs and, in
+        # _mark_summed, the pieces it leaves summed).
+        parts = [r.intersect(rect) for _, r, _ in contribs]
         if not base and all(dev == device and not partial for _, _, (dev, partial) in contribs):
             # The sums are already in the reader's instance: nothing to run.
-            self._mark_summed(rect, device, contribs)
+            self._mark_summed(rect, device, contribs, parts)
             return
         inputs: list = []
         # The base: the value the partial sums are added to, gathered onto `device`.
@@ -504,17 +467,20 @@ class RegionPlanner:
                 self._copy(owner, piece, src, device, out)
                 st.add_holder(piece, device)
             inputs.append((-1, ReduceInput("instance", piece), None))
-        for _, r, (dev, partial) in sorted(contribs, key=lambda c: (c[2][0], c[1].lo)):
-            piece = r.intersect(rect)
+        region = self.region
+        for k in sorted(range(len(contribs)), key=lambda k: (contribs[k][2][0], contribs[k][1].lo)):
+            dev, partial = contribs[k][2]
+            piece = parts[k]
             if dev == device:
                 inputs.append((dev, ReduceInput("partial" if partial else "instance", piece),
                                None))
             else:
-                copy = self._copy(owner, piece, dev, device, out, reduction=True,
-                                  from_partial=partial)
+                # A reduction copy (_copy inlined: a new node is in no pred set yet).
+                copy = CopyNode(-1, owner, region, piece, dev, device, True, partial)
+                out.append((copy, self._buffer(dev, partial, piece).read(piece, copy), None))
                 inputs.append((dev, ReduceInput("staged", piece), copy))
-        inputs.sort(key=lambda x: x[0])
-        node = ReduceNode(-1, owner, self.region, rect, device, tuple(i for _, i, _ in inputs))
+        inputs.sort(key=_first)
+        node = ReduceNode(-1, owner, region, rect, device, tuple(i for _, i, _ in inputs))
         staged_from = [c for _, _, c in inputs]
         preds = {c for c in staged_from if c is not None}
         for inp in node.inputs:
@@ -524,19 +490,22 @@ class RegionPlanner:
                 preds |= self._buffer(device, True, inp.rect).read(inp.rect, node)
         preds |= self._buffer(device, False, rect).write(rect, node)
         self._emit(node, preds, out, staged_from)
-        self._mark_summed(rect, device, contribs)
+        self._mark_summed(rect, device, contribs, parts)
 
-    def _mark_summed(self, rect: Rect, device: int, contribs) -> None:
+    def _mark_summed(self, rect: Rect, device: int, contribs, parts) -> None:
+        """After a reduction of `rect` onto `device` of the sums `contribs` (whose parts of
+        `rect` are `parts`): the sums lose `rect`, and `device` alone holds what they added."""
         st = self.state
-        st.retire_pending(rect, contribs)
-        if any(r.contains(rect) for _, r, _ in contribs):      # the common case: full sums
-            st.set_only_holder(rect, (device,))
-            return
+        st.pending.retire(rect, contribs)
+        volume = rect.volume
+        for p in parts:
+            if p.volume == volume:      # the common case: a sum of all of `rect`
+                st.set_only_holder(rect, (device,))
+                return
         # Only where partial sums were added does `device` alone hold the result; the base
         # elsewhere is unchanged (its holders stay valid), and elements with neither base nor
         # partial sums stay unwritten, so reading them is still a PlanError.
-        for piece in summed_pieces(rect, contribs):
-            st.set_only_holder(piece, (device,))
+        st.set_only_holder_of(rect, summed_pieces(rect, contribs, parts), (device,))
 
     # -- the end state ---------------------------------------------------------------------------
     def final_valid(self) -> list[tuple[Rect, tuple[int, ...]]]:
@@ -547,15 +516,17 @@ class RegionPlanner:
         return [(r, d, partial) for _, r, (d, partial) in self.state.pending]
 
 
-def summed_pieces(rect: Rect, contribs) -> list[Rect]:
+def summed_pieces(rect: Rect, contribs, parts: list[Rect] | None = None) -> list[Rect]:
     """The part of `rect` that pending sums [(id, rect, (device, partial))] cover, as disjoint
     pieces: each sum's part of `rect` less what earlier sums covered, in order. One device's
     sums are disjoint (PendingSums), so a sum is compared only with other devices' pieces,
     and sums of one device alone (a gradient summed over time steps on its device) are
-    their parts of `rect` as they are."""
+    their parts of `rect` as they are. `parts`: the sums' parts of `rect`, when known."""
+    if parts is None:
+        parts = [r.intersect(rect) for _, r, _ in contribs]
     if len({dev for _, _, (dev, _) in contribs}) == 1:
-        return [r.intersect(rect) for _, r, _ in contribs]
-    parts = [(r.intersect(rect), dev) for _, r, (dev, _) in contribs]
+        return parts
+    parts = [(p, dev) for p, (_, _, (dev, _)) in zip(parts, contribs)]
     if not _cross_device_overlap(rect, parts):
         # The common case, another partition's sums (each device's part of a gradient):
         # no piece overlaps another device's, so none is cut.

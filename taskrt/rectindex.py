@@ -370,3 +370,10 @@ def _make_scanners(ndim: int) -> tuple:
     namespace: dict = {}
     exec(compile(src, f"<rectindex scanners, {ndim}-d>", "exec"), namespace)
     return namespace["scan"], namespace["pick"]
+
+
+def scan_items(entries, rect: Rect) -> list[tuple[int, Rect, Any]]:
+    """The (id, rect, value) of `entries` [(id, (rect, value))], in their order, whose rect
+    overlaps the non-empty `rect` (of their dimensionality): a RectIndex query's scan, for a
+    caller keeping a few items in a dict of its own (coherence.PendingSums)."""
+    return _scanner(len(rect.lo))[0](entries, rect)

@@ -390,3 +390,18 @@ def test_summed_pieces_equal_the_plain_definition():
         for _, r, _ in contribs:
             plain += subtract_all(r.intersect(rect), [q for q in plain if q.overlaps(r)])
         assert summed_pieces(rect, contribs) == plain, trial
+
+
+def test_a_devices_sums_enter_a_reduction_in_the_order_of_their_rects_not_their_parts():
+    """A reduction's inputs are in (device, the sum's lo) order: the order of the sums, not of
+    their parts of the read rect (which can differ: a sum starting in an earlier row can
+    reach the read rows at a later column). Guards reusing the parts for the sort."""
+    a, b = Rect.of((0, 4), (6, 8)), Rect.of((1, 4), (0, 6))       # disjoint, both on device 1
+    read = Rect.of((2, 4), (0, 8))
+    g = plan([one("a", X, a, RED, 1), one("b", X, b, RED, 1), one("c", X, FULL, RED, 0),
+              one("r", X, read, R, 0)], M4)
+    (red,) = nodes_of(g, "r", "reduce")
+    assert [(i.source, i.rect) for i in red.inputs] == [
+        ("instance", read), ("staged", a.intersect(read)), ("staged", b.intersect(read))]
+    assert [c.rect for c in copies(g, "r", reduction=True)] == [a.intersect(read),
+                                                                b.intersect(read)]

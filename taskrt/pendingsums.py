@@ -1,0 +1,115 @@
+"""PendingSums: the partial sums of one region not reduced yet, as coherence.py keeps them
+(each a rect and (device, in partial buffer?)), found by rect over all devices (a read's
+reduction) or over one device (its Red+ accumulating onto its own sums)."""
+from __future__ import annotations
+
+from .geometry import Rect
+from .rectindex import RectIndex, scan_items
+
+
+class PendingSums:
+    """The pending partial sums of a region: a RectIndex of (rect, (device, in partial
+    buffer?)) items, plus per device its own items, so that a device's Red+ finds its sums
+    without walking every device's (data parallelism on n devices leaves n full-rect sums:
+    one index alone made each Red+ O(n), a launch O(n^2)). A device's own items are a dict
+    {id: (rect, value)} (the item of the RectIndex, in its insertion order), scanned by
+    of_device, while it has at most _OWN_SCAN of them, and a RectIndex of its own past that:
+    a reduction retires a piece of every contributing device's sums (NMT: 16 per reduce,
+    ~30k per proposal), and a second index to update per retirement cost as much as the
+    first, while a device's Red+ (which asks for its sums) is rarer than the retirements."""
+    __slots__ = ("_all", "_by_device", "_link")
+
+    def __init__(self):
+        self._all = RectIndex()                   # id -> (rect, (device, partial))
+        # device -> {id in _all: its (rect, value)}, or past _OWN_SCAN items a RectIndex of
+        # (rect, id in _all), with _link: id in _all -> id in its device's RectIndex.
+        self._by_device: dict[int, dict | RectIndex] = {}
+        self._link: dict[int, int] = {}
+
+    def __len__(self) -> int:
+        return len(self._all)
+
+    def __iter__(self):
+        return iter(self._all)
+
+    def add(self, rect: Rect, value: tuple[int, bool]) -> int:
+        items = self._all
+        i = items.add(rect, value)
+        own = self._by_device.get(value[0])
+        if own is None:
+            self._by_device[value[0]] = {i: items.get(i)}
+        elif type(own) is dict:
+            own[i] = items.get(i)
+            if len(own) > _OWN_SCAN:
+                self._promote(value[0], own)
+        else:
+            self._link[i] = own.add(rect, i)
+        return i
+
+    def _promote(self, device: int, own: dict) -> None:
+        """`device`'s items from a dict into a RectIndex of their own."""
+        index, link = RectIndex(), self._link
+        for i, (rect, _) in own.items():
+            link[i] = index.add(rect, i)
+        self._by_device[device] = index
+
+    def remove(self, i: int) -> None:
+        items = self._all
+        device = items.get(i)[1][0]
+        items.remove(i)
+        own = self._by_device[device]
+        if type(own) is dict:
+            del own[i]
+        else:
+            own.remove(self._link.pop(i))
+
+    def replace(self, i: int, rect: Rect) -> int:
+        """remove(i), then add of `rect` with i's value, in one step; returns the new id."""
+        items = self._all
+        value = items.get(i)[1]
+        j = items.replace(i, rect, value)
+        own = self._by_device[value[0]]
+        if type(own) is dict:
+            del own[i]
+            own[j] = items.get(j)
+        else:
+            self._link[j] = own.replace(self._link.pop(i), rect, j)
+        return j
+
+    def retire(self, rect: Rect, found) -> None:
+        """The items `found` [(id, rect, value)] lose their part of `rect` (what
+        RegionState.retire_pending does: replace, or remove and add the pieces left)."""
+        items, by_device = self._all, self._by_device
+        get = items.get
+        for i, r, value in found:
+            pieces = r.subtract(rect)
+            if len(pieces) != 1:
+                self.remove(i)
+                for piece in pieces:
+                    self.add(piece, value)
+                continue
+            # (a sum of a whole part, read part by part: replace() inlined)
+            j = items.replace(i, pieces[0], value)
+            own = by_device[value[0]]
+            if type(own) is dict:
+                del own[i]
+                own[j] = get(j)
+            else:
+                self._link[j] = own.replace(self._link.pop(i), pieces[0], j)
+
+    def overlapping(self, rect: Rect) -> list:
+        """Every device's items overlapping `rect`, in insertion order."""
+        return self._all.overlapping(rect)
+
+    def of_device(self, device: int, rect: Rect) -> list:
+        """`device`'s items overlapping `rect`, in insertion order."""
+        own = self._by_device.get(device)
+        if not own or rect.empty:
+            return []
+        if type(own) is dict:
+            return scan_items(own.items(), rect)
+        items = self._all
+        return [(i, r, items.get(i)[1]) for _, r, i in own.overlapping(rect)]
+
+
+_OWN_SCAN = 48      # a device's pending sums up to this many: a dict, scanned
