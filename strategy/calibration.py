@@ -59,14 +59,13 @@ from __future__ import annotations
 
 import math
 import statistics
-import time
 import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from taskrt.taskgraph import ALLREDUCE, COPY
-from taskrt.trace import LOAD_EVENT, TraceEvent, contention_of, node_label, node_track
+from taskrt.trace import LOAD_EVENT, contention_of
 
 from .costs import CostModel, CostWarning, Profile
 from .costs.profile import Measurement
@@ -219,61 +218,24 @@ def host_kind(node, rank: int, machine) -> str:
 ALL_HOST = ("send", "recv", "allreduce_start")
 
 
-def tracer_costs(graph, repeats: int = 3) -> np.ndarray:
-    """Per node of `graph`, the seconds a traced run's executor spends recording its event
-    after the event ends (taskrt.executor's traced loops: the node's label and track as
-    text, a TraceEvent, the append), which an untraced run does not: its fastest of
-    `repeats` timings here. That time lies in the gap before the rank's next event, which
-    the host costs are fitted from; on one process of 4 logical devices at a load of 1 the
-    gaps were 8-15 us a node and the traced iterations 10-20 us a node longer than the
-    untraced runs of the same strategy (docs/simulator.md, 2026-12-03)."""
-    clock = time.perf_counter
-    best = np.full(len(graph.nodes), np.inf)
-    for _ in range(repeats):
-        sink = []
-        for node in graph.nodes:
-            t = clock()
-            sink.append(TraceEvent(node.id, node.kind, node_label(node), node_track(node),
-                                   t, t, getattr(node, "nbytes", 0)))
-            best[node.id] = min(best[node.id], clock() - t)
-    return best
-
-
-_TRACER: dict = {}          # graph fingerprint -> tracer_costs (runs of one graph share it)
-
-
-def _tracer_of(graph) -> np.ndarray:
-    key = graph.fingerprint()
-    got = _TRACER.get(key)
-    if got is None or len(got) != len(graph.nodes):
-        got = _TRACER[key] = tracer_costs(graph)
-    return got
-
-
-def host_samples(run: RecordedRun, device_time, tracer: bool = True) -> dict:
+def host_samples(run: RecordedRun, device_time) -> dict:
     """kind -> list of (gap before the event, event seconds beyond the modelled device time,
     bytes) over every rank's events; `device_time(node)` is the device phase the model
-    gives a node whose event holds one (local copies, reductions). `tracer`: each gap
-    without what recording the rank's previous event cost (tracer_costs), which only
-    traced runs pay."""
+    gives a node whose event holds one (local copies, reductions)."""
     per_rank: dict = {}
     for e in run.events:
         if e.get("ph") == "X" and "node" in (e.get("args") or {}):
             per_rank.setdefault(e.get("pid", 0), []).append(e)
     out: dict = {}
     g = run.graph
-    own = _tracer_of(g) if tracer else None
     for rank, evs in per_rank.items():
         evs.sort(key=lambda e: e["ts"])
-        prev_end, prev = None, None
+        prev_end = None
         for e in evs:
             node = g.nodes[int(e["args"]["node"])]
             start, dur = e["ts"] / 1e6, e["dur"] / 1e6
-            gap = None
-            if prev_end is not None:
-                recording = float(own[prev]) if own is not None else 0.0
-                gap = max(0.0, start - prev_end - recording)
-            prev_end, prev = start + dur, node.id
+            gap = max(0.0, start - prev_end) if prev_end is not None else None
+            prev_end = start + dur
             kind = host_kind(node, rank, g.machine)
             one_rank = kind == "allreduce_start" and len(
                 {g.machine.devices[d].rank for d in node.devices}) == 1
