@@ -8,7 +8,9 @@
   slice_length     how long a preemption held a task up;
   deflate_long_keys  with the load the OS counted per run: the work of keys preempted in
                    every event (events / load, a rare long wait shared by them), and of
-                   the keys no run timed (a line fitted to work, not to events).
+                   the keys no run timed (a line fitted to work, not to events), bounded by
+                   their operator's in-situ work per FLOP at the shapes the runs timed
+                   (price_unseen_by_operator).
 """
 from __future__ import annotations
 
@@ -191,7 +193,7 @@ def price_unseen_by_operator(profile: Profile, base: Profile, seen: set) -> int:
     a node in situ, where the batch-8 shape took 2.8 ms alone and 1.8 ms in situ, at the
     same in-situ 0.04 ns per FLOP. Returns how many keys it lowered."""
     groups: dict = {}
-    for key in seen:
+    for key in sorted(seen, key=repr):         # the same points in every process
         x = _size(base.work.get(key) or profile.work.get(key))
         m = profile.get(key, "cpu")
         if x > 0 and m is not None:
