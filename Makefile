@@ -24,7 +24,7 @@ demo: venv
 	OMP_NUM_THREADS=1 $(MPIRUN) -np $(NP) $(PY) -m mpi4py apps/inception.py --small --iterations 20 --search 20
 
 test: venv
-	$(PY) -m pytest -q -p no:cacheprovider tests
+	$(PY) -m pytest -q -p no:cacheprovider --durations=25 tests
 
 bench: venv
 	$(PY) -m bench
