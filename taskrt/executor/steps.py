@@ -219,10 +219,7 @@ def _one_write_step(node, dev, call, args, kind, view, buf, sources) -> Callable
                                     "requirement")
                 value = value[0]
             if value is None:
-                if not store:
-                    raise TypeError(_NONE_FOR_RED)
-                if view.t is None:                  # left unwritten: storage as before
-                    buf.ensure()
+                _left_unwritten(store, view, buf)
                 return
             if store and value is view.t:
                 return
@@ -252,10 +249,7 @@ def _whole_writes_step(node, dev, call, args, writes) -> Callable[[], None]:
                                 f"{nwrites} value(s), one per WD/RW/Red+ requirement")
             for value, (store, view, buf, sources) in zip(out, plan):
                 if value is None:
-                    if not store:
-                        raise TypeError(_NONE_FOR_RED)
-                    if view.t is None:              # left unwritten: storage as before
-                        buf.ensure()
+                    _left_unwritten(store, view, buf)
                 elif (not store or value is not view.t) and (buf is None
                                                              or not buf.adopt(value)):
                     _keep_unadopted(value, view, buf, sources)
@@ -264,6 +258,15 @@ def _whole_writes_step(node, dev, call, args, writes) -> Callable[[], None]:
         except Exception as exc:
             raise _fail(node, dev, exc) from exc
     return run
+
+
+def _left_unwritten(store: bool, view, buf) -> None:
+    """A task returned None for a write: fine for a STORE (the buffer keeps its storage, made
+    if it had none), an error for a Red+ contribution."""
+    if not store:
+        raise TypeError(_NONE_FOR_RED)
+    if view.t is None:
+        buf.ensure()
 
 
 _NONE_FOR_RED = ("task returned None for a Red+ requirement; return its contribution tensor "
