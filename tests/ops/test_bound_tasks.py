@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from parallel_ops import tasks
-from parallel_ops.tasks import DIN, DW, IN, W, StageArgs, bind_backward, forward_task
-from taskrt.executor.steps import TaskContext
+from parallel_ops.tasks import bind_backward
 
-from test_explicit_backward import STRATEGIES, _assert_same_bits, conv_stack, _Launch
+from test_explicit_backward import (STRATEGIES, _assert_same_bits, conv_part_after_forward,
+                                    conv_stack)
 from oracle import parallel_steps, random_feeds
 from parallel_ops import Model, ParallelConfig
 
@@ -74,20 +74,7 @@ def test_bound_same_bits_on_mixed_operators(strategy):
 def test_bound_backward_without_output_gradient_gives_zero_gradients():
     """A bound backward part that reads no output gradient falls back to backward_task's
     zero gradients, and takes the saved state."""
-    m = Model("zero_bound", seed=1, dtype="float64")
-    x = m.input("x", (2, 3, 5, 5), requires_grad=True)
-    m.conv2d(x, 4, 3, name="c", activation="relu")
-    op, color = m.op("c"), (0, 0, 0, 0, 0)
-    spec = op.part((1, 1, 1, 1, 1), color)
-    xv, wv, bv = torch.randn(2, 3, 5, 5, dtype=torch.float64), \
-        torch.randn(4, 3, 3, 3, dtype=torch.float64), torch.randn(4, dtype=torch.float64)
-    fwd = StageArgs(op, {color: spec}, {color: ((IN, 0), (W, 0), (W, 1))}, True, (True,),
-                    (True, True))
-    ctx = TaskContext(_Launch("c/fwd", fwd), color, 0, "cpu")
-    forward_task(ctx, xv, wv, bv)
-    bwd = StageArgs(op, {color: spec}, {color: ((IN, 0), (W, 0), (W, 1), (DIN, 0), (DW, 0),
-                                                (DW, 1))}, True, (True,), (True, True))
-    bctx = TaskContext(_Launch("c/bwd", bwd, "c/fwd"), color, 0, "cpu", source=ctx)
+    ctx, bctx, (xv, wv, bv) = conv_part_after_forward("zero_bound")
     grads = bind_backward(bctx)(xv, wv, bv, None, None, None)
     assert [tuple(g.shape) for g in grads] == [(2, 3, 5, 5), (4, 3, 3, 3), (4,)]
     assert all(not g.any() for g in grads)

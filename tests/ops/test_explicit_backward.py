@@ -209,12 +209,12 @@ class _Launch:
         self.name, self.args, self.state_from = name, args, state_from
 
 
-def test_part_without_output_gradient_gives_zero_gradients():
-    """A backward part that reads no output gradient (none flows back to it) returns zero
-    gradients of its inputs' and weights' part shapes, as the autograd path does."""
-    from parallel_ops.tasks import DIN, DW, IN, W, StageArgs, backward_task, forward_task
+def conv_part_after_forward(name: str):
+    """One explicit-backward conv part (fused ReLU, float64) whose forward has run:
+    (forward context, backward context reading no output gradient, (x, w, b))."""
+    from parallel_ops.tasks import DIN, DW, IN, W, StageArgs, forward_task
     from taskrt.executor.steps import TaskContext
-    m = Model("zero", seed=1, dtype="float64")
+    m = Model(name, seed=1, dtype="float64")
     x = m.input("x", (2, 3, 5, 5), requires_grad=True)
     m.conv2d(x, 4, 3, name="c", activation="relu")
     op, color = m.op("c"), (0, 0, 0, 0, 0)
@@ -225,10 +225,18 @@ def test_part_without_output_gradient_gives_zero_gradients():
                     (True, True))
     ctx = TaskContext(_Launch("c/fwd", fwd), color, 0, "cpu")
     forward_task(ctx, xv, wv, bv)
-    assert type(ctx.saved).__name__ == "_Explicit"          # the op's own backward's state
     bwd = StageArgs(op, {color: spec}, {color: ((IN, 0), (W, 0), (W, 1), (DIN, 0), (DW, 0),
                                                 (DW, 1))}, True, (True,), (True, True))
     bctx = TaskContext(_Launch("c/bwd", bwd, "c/fwd"), color, 0, "cpu", source=ctx)
+    return ctx, bctx, (xv, wv, bv)
+
+
+def test_part_without_output_gradient_gives_zero_gradients():
+    """A backward part that reads no output gradient (none flows back to it) returns zero
+    gradients of its inputs' and weights' part shapes, as the autograd path does."""
+    from parallel_ops.tasks import backward_task
+    ctx, bctx, (xv, wv, bv) = conv_part_after_forward("zero")
+    assert type(ctx.saved).__name__ == "_Explicit"          # the op's own backward's state
     grads = backward_task(bctx, xv, wv, bv, None, None, None)
     assert [tuple(g.shape) for g in grads] == [(2, 3, 5, 5), (4, 3, 3, 3), (4,)]
     assert all(g.dtype == torch.float64 and not g.any() for g in grads)
