@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from taskrt import IndexLaunch, Machine, Rect, Region, RegionRequirement
-from taskrt.launch import colors_of
 from taskrt.privilege import RED, RW, R, WD
 
 from .config import ParallelConfig, data_parallel, validate
@@ -26,7 +25,7 @@ from .errors import ConfigError
 from .model import Model
 from .op import Op
 from .recompute import recomputed_name
-from .saved_state import saved_bytes_of_parts
+from .launch_template import ForwardTemplate, Interned, requirement, signature
 from .tasks import (DIN, DOUT, DW, IN, OUT, W, StageArgs, backward_task, forward_task,
                     read_task, update_batch, update_task)
 from .tensor import Tensor
@@ -70,6 +69,9 @@ def resolve_configs(model: Model, strategy, machine: Machine) -> dict[str, Paral
     return out
 
 
+REMEMBERED_TEMPLATES = 4096  # forward templates a lowering keeps (a search meets many configs)
+
+
 class _LaunchRegions:
     """The regions of a stage's tensors in one launch, each looked up on its first use (so
     a region is made only where some point uses it, as when looked up point by point)."""
@@ -86,39 +88,43 @@ class _LaunchRegions:
         return r
 
 
-_SLOTS: dict[str, tuple] = {}
-
-
-def _slots(group: str, n: int) -> tuple:
-    """The layout entries (group, 0), (group, 1), ... (at least n), one shared tuple per
-    pair: every point of every launch has a layout entry per requirement."""
-    made = _SLOTS.get(group, ())
-    if len(made) < n:
-        made = _SLOTS[group] = made + tuple((group, i) for i in range(len(made), max(n, 16)))
-    return made
-
-
 class _Shared:
-    """Values made while lowering one operator, each kept once: equal requirements (a
+    """Requirements made while lowering one operator, each kept once: equal ones (a
     weight's whole rect read by every point of a data-parallel launch; a forward's rects
-    read again by its backward) and equal layouts (a launch's points mostly have one) are
-    one object, which saves the requirement's check and the memory of a copy per point."""
-    __slots__ = ("reqs", "layouts")
+    read again by its backward) are one object, which saves the memory of a copy per
+    point. Made a group at a time (a launch's atoms on one region, launch_template.py):
+    a group asked for again (a backward reading its forward's inputs) is found whole."""
+    __slots__ = ("regions",)
 
     def __init__(self):
-        self.reqs: dict[tuple, RegionRequirement] = {}
-        self.layouts: dict[tuple, tuple] = {}
+        # region name -> [region, {id(group): (group, requirements)}, {(rect, privilege
+        # code): requirement} made once a region gets a second, different group]
+        self.regions: dict[str, list] = {}
 
-    def req(self, region: Region, rect: Rect, privilege) -> RegionRequirement:
-        key = (region.name, rect, privilege.code)     # (an Enum's hash is Python code)
-        r = self.reqs.get(key)
-        if r is None or r.region is not region:
-            r = self.reqs[key] = RegionRequirement(region, rect, privilege)
-        return r
-
-    def layout(self, layout: list) -> tuple:
-        key = tuple(layout)
-        return self.layouts.setdefault(key, key)
+    def group(self, region: Region, rps: tuple) -> list:
+        """The requirements on `region` of the (rect, privilege) pairs `rps`, in order."""
+        got = self.regions.get(region.name)
+        if got is None or got[0] is not region:
+            reqs = [requirement(region, r, p) for r, p in rps]
+            self.regions[region.name] = [region, {id(rps): (rps, reqs)}, None]
+            return reqs
+        _, groups, atoms = got
+        hit = groups.get(id(rps))
+        if hit is not None:
+            return hit[1]
+        if atoms is None:
+            atoms = got[2] = {}
+            for old, reqs in groups.values():
+                for (r, p), q in zip(old, reqs):
+                    atoms.setdefault((r, p.code), q)
+        reqs = []
+        for r, p in rps:
+            q = atoms.get((r, p.code))
+            if q is None:
+                q = atoms[(r, p.code)] = requirement(region, r, p)
+            reqs.append(q)
+        groups[id(rps)] = (rps, reqs)
+        return reqs
 
 
 class _Lowering:
@@ -141,6 +147,13 @@ class _Lowering:
         self.producer = {t.name: op.name for op in model.ops for stage in op.stages()
                          for t in stage.outputs}
         self.shared = _Shared()           # a new one per operator lowered (op())
+        # Launch templates (launch_template.py) per (stage structure, degrees, devices), the
+        # structures' ids per stage, and the layouts, each kept once.
+        self.templates: dict[tuple, ForwardTemplate] = {}
+        self._signatures: dict[tuple, int] = {}
+        self._signature_of: dict[Op, int] = {}
+        self._roots: dict[Op, tuple] = {}
+        self.interned = Interned()
 
     def _gradients(self) -> set[str]:
         """Names of the tensors that get a gradient (depends on the graph, not on configs):
@@ -194,139 +207,96 @@ class _Lowering:
             return _LaunchRegions(tensors, lambda t: self.region(t, grad=True))
         return _LaunchRegions(tensors, lambda t: self.recomputed(t, segment))
 
-    def _require(self, reqs: list, layout: list, regions: "_LaunchRegions", rects, slot: str,
-                 privilege, only=None) -> None:
-        """Append, in order, a requirement on each non-empty rect's region (only where
-        only[i] is true, when given) and the task argument slot it fills."""
-        req = self.shared.req
-        slots = _slots(slot, len(rects))
-        for i, r in enumerate(rects):
-            if not r.empty and (only is None or only[i]):
-                reqs.append(req(regions[i], r, privilege))
-                layout.append(slots[i])
+    def template(self, stage: Op, cfg: ParallelConfig) -> ForwardTemplate:
+        """The forward template of `stage` under `cfg`, shared by the stages of one
+        structure (parallel_ops/launch_template.py)."""
+        sid = self._signature_of.get(stage)
+        if sid is None:
+            sid = self._signature_of[stage] = self._signatures.setdefault(
+                signature(stage, self._roots), len(self._signatures))
+        degrees = tuple(int(d) for d in cfg.aligned(stage.parent or stage))
+        devices = tuple(cfg.devices)
+        key = (sid, degrees, devices)
+        got = self.templates.get(key)
+        if got is None:
+            if len(self.templates) >= REMEMBERED_TEMPLATES:
+                self.templates.clear()
+                self.interned = Interned()
+            got = self.templates[key] = ForwardTemplate(stage, degrees, devices,
+                                                        self.interned)
+        return got
 
     # -- forward ---------------------------------------------------------------------------
-    def _points(self, stage: Op, cfg: ParallelConfig):
-        degrees = cfg.aligned(stage.parent or stage)
-        launch_colors = colors_of(tuple(int(d) for d in degrees))
-        specs = [stage.part(degrees, c) for c in launch_colors]
-        devices = list(cfg.devices)
-        if not stage.replicated:
-            return degrees, specs, devices
-        seen, keep_specs, keep_devs = set(), [], []
-        for s, d in zip(specs, devices):
-            key = (d, s.outputs)
-            if key not in seen:
-                seen.add(key)
-                keep_specs.append(s)
-                keep_devs.append(d)
-        return (len(keep_specs),), keep_specs, keep_devs
-
-    def lower_forward(self, stage: Op, cfg: ParallelConfig, initial: dict,
+    def lower_forward(self, stage: Op, template: ForwardTemplate, initial: dict,
                       recompute: int | None = None) -> IndexLaunch:
-        """The forward launch of `stage`; with `recompute` (its segment), the launch that
-        runs it again in backward, from and to the segment's recomputed regions."""
-        domain, specs, devices = self._points(stage, cfg)
+        """The forward launch of `stage` (its points: `template`); with `recompute` (its
+        segment), the launch that runs it again in backward, from and to the segment's
+        recomputed regions."""
         grad = self.training and stage.differentiable and (
             any(t.requires_grad for t in stage.inputs + stage.weights))
         input_grads = tuple(self.training and t.requires_grad for t in stage.inputs)
         weight_grads = tuple(self.training and w.requires_grad for w in stage.weights)
-        colors = colors_of(tuple(int(d) for d in domain))
-        spec_of, layout_of, reqs_of = {}, {}, {}
-        weights = self._regions(stage.weights)
-        inputs = self._regions(stage.inputs, segment=recompute)
-        shared = self.shared
-        req = shared.req
-        in_slots, out_slots = _slots(IN, len(stage.inputs)), _slots(OUT, len(stage.outputs))
-        for c, spec, dev in zip(colors, specs, devices):
-            reqs, layout = [], []
-            for i, (t, r) in enumerate(zip(stage.inputs, spec.inputs)):
-                if not r.empty:
-                    reqs.append(req(inputs[i], r, R))
-                    layout.append(in_slots[i])
-                    if t.name in self.model_inputs:
-                        self._initial(initial, t.name, r, dev)
-            self._require(reqs, layout, weights, spec.weights, W, R)
-            for i, (t, r) in enumerate(zip(stage.outputs, spec.outputs)):
-                if not r.empty:
-                    priv = (RW if (stage.replicated and t.is_weight)
-                            else RED if stage.output_partial(spec, i) else WD)
-                    region = self.region(t) if recompute is None else \
-                        self.recomputed(t, recompute)
-                    reqs.append(req(region, r, priv))
-                    layout.append(out_slots[i])
-                    if t.is_weight:
-                        self._initial(initial, t.name, r, dev)
-            spec_of[c], layout_of[c], reqs_of[c] = spec, shared.layout(layout), tuple(reqs)
+        regions = {IN: self._regions(stage.inputs, segment=recompute),
+                   W: self._regions(stage.weights),
+                   OUT: self._regions(stage.outputs, segment=recompute)}
+        reqs_of = template.reqs.make(template.colors, regions, self.shared)
+        names = {(IN, i): t.name for i, t in enumerate(stage.inputs)
+                 if t.name in self.model_inputs}
+        names.update({(OUT, i): t.name for i, t in enumerate(stage.outputs) if t.is_weight})
+        template.initial(initial, names)
         # A recomputed stage keeps nothing in its forward; its recompute launch keeps it.
         keep = grad and (recompute is not None or self.segment_of.get(
             (stage.parent or stage).name) is None)
-        args = StageArgs(stage, spec_of, layout_of, keep, input_grads, weight_grads,
-                         self.training)
+        args = StageArgs(stage, template.specs, template.layout_of, keep, input_grads,
+                         weight_grads, self.training)
         kind = "fwd" if recompute is None else "recompute"
-        return IndexLaunch(f"{stage.name}/{kind}", forward_task, domain, reqs_of.__getitem__,
-                           devices=devices, args=args, cost_tag=stage.cost_tag + ("fwd",),
-                           replicas=stage.replicated)
+        return IndexLaunch(f"{stage.name}/{kind}", forward_task, template.domain,
+                           reqs_of.__getitem__, devices=template.devices, args=args,
+                           cost_tag=stage.cost_tag + ("fwd",), replicas=stage.replicated)
 
     # -- backward --------------------------------------------------------------------------
-    def lower_backward(self, stage: Op, fwd: IndexLaunch,
+    def lower_backward(self, stage: Op, fwd: IndexLaunch, template: ForwardTemplate,
                        recompute: int | None = None) -> IndexLaunch | None:
         """The backward launch of `stage`, with its state from `fwd` (the recompute launch
-        of `recompute`, the stage's segment, when it has one)."""
+        of `recompute`, the stage's segment, when it has one; its points: `template`)."""
         a: StageArgs = fwd.args
         if not a.grad:
             return None
-        outs_with_grad = [t.name in self.has_grad for t in stage.outputs]
+        outs_with_grad = tuple(t.name in self.has_grad for t in stage.outputs)
         if not any(outs_with_grad):
             return None
-        reqs_of, layout_of = {}, {}
-        out_grads = self._regions(stage.outputs, grad=True)
-        inputs = self._regions(stage.inputs, segment=recompute)
-        weights = self._regions(stage.weights)
-        in_grads = self._regions(stage.inputs, grad=True)
-        weight_grads = self._regions(stage.weights, grad=True)
-        outputs = self._regions(stage.outputs, segment=recompute) \
-            if recompute is not None else None
-        for c in fwd.colors:
-            spec = a.specs[c]
-            reqs, layout = [], []
-            self._require(reqs, layout, out_grads, spec.outputs, DOUT, R, only=outs_with_grad)
-            # Reads of the saved inputs and weights: no data moves (they are already on
-            # this device), but later writers must wait for this task.
-            self._require(reqs, layout, inputs, spec.inputs, IN, R)
-            self._require(reqs, layout, weights, spec.weights, W, R)
-            self._require(reqs, layout, in_grads, spec.inputs, DIN, RED, only=a.input_grads)
-            self._require(reqs, layout, weight_grads, spec.weights, DW, RED,
-                          only=a.weight_grads)
-            if outputs is not None:
-                # The recomputed outputs too: autograd may keep them (an activation's
-                # output), and a recomputed output nobody else reads would otherwise be a
-                # result of the graph, kept for good.
-                self._require(reqs, layout, outputs, spec.outputs, OUT, R)
-            reqs_of[c], layout_of[c] = tuple(reqs), self.shared.layout(layout)
-        args = StageArgs(stage, a.specs, layout_of, True, a.input_grads, a.weight_grads,
+        bt = template.backward(stage, outs_with_grad, a.input_grads, a.weight_grads,
+                               recompute is not None)
+        # Reads of the saved inputs and weights: no data moves (they are already on this
+        # device), but later writers must wait for this task. With recomputation the
+        # recomputed outputs too: autograd may keep them (an activation's output), and a
+        # recomputed output nobody else reads would otherwise be a result of the graph,
+        # kept for good.
+        regions = {DOUT: self._regions(stage.outputs, grad=True),
+                   IN: self._regions(stage.inputs, segment=recompute),
+                   W: self._regions(stage.weights),
+                   DIN: self._regions(stage.inputs, grad=True),
+                   DW: self._regions(stage.weights, grad=True),
+                   OUT: self._regions(stage.outputs, segment=recompute)}
+        reqs_of = bt.reqs.make(template.colors, regions, self.shared)
+        args = StageArgs(stage, a.specs, bt.layout_of, True, a.input_grads, a.weight_grads,
                          self.training)
         bwd = IndexLaunch(f"{stage.name}/bwd", backward_task, fwd.domain, reqs_of.__getitem__,
                           devices=fwd.devices, args=args, cost_tag=stage.cost_tag + ("bwd",),
                           state_from=fwd.name)
         # What each forward point keeps for this backward besides regions (saved_state.py).
-        held = saved_bytes_of_parts(stage, {c: a.specs[c] for c in fwd.colors},
-                                    a.input_grads, a.weight_grads)
+        held = template.held(stage, a.input_grads, a.weight_grads)
         if any(held.values()):
             fwd.saved_bytes = bwd.saved_bytes = held
         return bwd
 
     # -- update ----------------------------------------------------------------------------
-    def lower_update(self, w, forward: dict[str, IndexLaunch], initial: dict) -> IndexLaunch:
+    def lower_update(self, w, templates: dict[str, ForwardTemplate], initial: dict
+                     ) -> IndexLaunch:
+        """The update launch of weight `w`: one point per distinct (part, device) of the
+        forward that reads it (`templates`: stage name -> its forward template)."""
         stage = next(s for s in w.owner.stages() if w in s.weights)
-        k = stage.weights.index(w)
-        fwd = forward[stage.name]
-        pieces, seen = [], set()          # (a set: data parallelism on n devices is n pieces)
-        for c, dev in zip(fwd.colors, fwd.devices):
-            r = fwd.args.specs[c].weights[k]
-            if not r.empty and (r, dev) not in seen:
-                seen.add((r, dev))
-                pieces.append((r, dev))
+        pieces = templates[stage.name].pieces(stage.weights.index(w))
         states = self.state_regions.get(w.name)
         if states is None:
             dtype = getattr(self.optimizer, "state_dtype", lambda d: d)(w.dtype)
@@ -335,10 +305,9 @@ class _Lowering:
             self.state_regions[w.name] = states
             for s in states:
                 self.regions[s.name] = s
-        for r, dev in pieces:
-            self._initial(initial, w.name, r, dev)
-            for s in states:
-                self._initial(initial, s.name, r, dev)
+        at = dict.fromkeys(pieces)
+        for name in [w.name] + [s.name for s in states]:
+            initial.setdefault(name, {}).update(at)
 
         made: dict[Rect, tuple] = {}      # per piece rect: replicas have equal ones
 
@@ -360,26 +329,30 @@ class _Lowering:
         """The launches of one operator under `cfg`."""
         out = OpLaunches([], [], {}, {}, {})
         self.shared = _Shared()
-        forward = {}
+        forward, templates = {}, {}
         for stage in op.stages():
-            launch = self.lower_forward(stage, cfg, out.initial_forward)
+            template = templates[stage.name] = self.template(stage, cfg)
+            launch = self.lower_forward(stage, template, out.initial_forward)
             forward[stage.name] = launch
             out.forward.append(launch)
         if self.training:
             segment = self.segment_of.get(op.name)
             if segment is not None:
-                out.recompute = [self.lower_forward(stage, cfg, {}, recompute=segment)
+                out.recompute = [self.lower_forward(stage, templates[stage.name], {},
+                                                    recompute=segment)
                                  for stage in op.stages()]
                 out.backward += out.recompute
                 forward = {launch.args.stage.name: launch for launch in out.recompute}
             for stage in reversed(op.stages()):
-                launch = self.lower_backward(stage, forward[stage.name], segment)
+                launch = self.lower_backward(stage, forward[stage.name],
+                                             templates[stage.name], segment)
                 if launch is not None:
                     out.backward.append(launch)
             if self.optimizer is not None:
                 for w in self.model.weights:
                     if w.owner is op and w.requires_grad and w.name in self.has_grad:
-                        out.updates[w.name] = self.lower_update(w, forward, out.initial_update)
+                        out.updates[w.name] = self.lower_update(w, templates,
+                                                                out.initial_update)
         return out
 
     def assemble(self, parts: dict[str, OpLaunches], configs) -> "Lowered":

@@ -1,0 +1,344 @@
+"""Launch templates: what a stage's launches ask for per point, made once per (stage
+structure, config) and shared by every operator of that structure.
+
+The points of a launch differ only in their rects and devices, and a model's repeated
+blocks are operators of one structure at one shape (GPT-3's 32 blocks, Inception's
+repeated modules): their parts, privileges, layouts and saved-state bytes are equal. A
+template holds them once: the PartSpec of every point, the distinct (slot, index, rect,
+privilege) "atoms" a launch requires and per point the atoms it asks for in order, the
+layouts, the (rect, device) pieces of initial data, and the bytes a forward part keeps for
+its backward. Lowering an operator then only makes one RegionRequirement per atom on the
+operator's own regions (parallel_ops/lowering.py); nothing is computed per point twice.
+
+When two stages have one structure (`signature`): the same class, and equal attributes
+other than the name, compared structurally: tensors by shape, dtype and gradient flags
+(never by name), functions by code and closure values, operators (a stage's parent) by
+their own attributes; any other object by identity. So equal signatures mean equal inputs
+to part() and to everything the lowering reads of a stage, while an attribute the
+signature cannot compare only loses the sharing.
+"""
+from __future__ import annotations
+
+from types import FunctionType, MethodType
+
+from operator import le
+
+from taskrt.errors import PrivilegeError
+from taskrt.geometry import Rect
+from taskrt.launch import colors_of
+from taskrt.privilege import RED, RW, R, WD, RegionRequirement
+
+from .op import Op
+from .saved_state import saved_bytes_of_parts
+from .tasks import DIN, DOUT, DW, IN, OUT, W
+from .tensor import Tensor
+
+_LEAVES = (bool, int, float, complex, bytes, type(None))
+
+
+class _Same:
+    """An object compared by identity inside a signature (and kept alive with it, so its
+    id is not reused by another object while the signature exists)."""
+    __slots__ = ("obj",)
+
+    def __init__(self, obj):
+        self.obj = obj
+
+    def __eq__(self, other):
+        return type(other) is _Same and other.obj is self.obj
+
+    def __hash__(self):
+        return id(self.obj)
+
+
+def signature(stage: Op, roots: dict) -> tuple:
+    """A hashable value equal for two stages exactly when they have one structure (module
+    doc): equal signatures, equal parts under every config. A stage is identified by its
+    operator's signature and its position among the operator's stages (`roots` caches
+    the operators')."""
+    root = stage.parent or stage
+    sig = roots.get(root)
+    if sig is None:
+        sig = roots[root] = _sig(root, frozenset())
+    if stage is root:
+        return sig, -1
+    for k, s in enumerate(root.stages()):
+        if s is stage:
+            return sig, k
+    return sig, _sig(stage, frozenset())      # a stage its operator does not list
+
+
+def _sig(v, visiting: frozenset):
+    t = type(v)
+    if t is str:
+        return v
+    if t is tuple or t is list:
+        return (t, tuple([_sig(x, visiting) for x in v]))
+    if isinstance(v, _LEAVES):
+        return (t, v)                         # 1, 1.0 and True are equal keys otherwise
+    if isinstance(v, Tensor):
+        return (t, v.shape, v.dtype, v.requires_grad, v.is_weight)
+    if isinstance(v, (tuple, list)):
+        return (t, tuple([_sig(x, visiting) for x in v]))
+    if isinstance(v, dict):
+        return (t, tuple([(_sig(k, visiting), _sig(x, visiting)) for k, x in v.items()]))
+    if isinstance(v, Op):
+        if id(v) in visiting:
+            return (t, "<cycle>")             # a stage's parent lists the stage again
+        visiting = visiting | {id(v)}
+        return (t, tuple([(k, _sig(x, visiting)) for k, x in vars(v).items()
+                          if k != "name"]))
+    if t is FunctionType:
+        cells = tuple([_sig(c.cell_contents, visiting) for c in v.__closure__ or ()])
+        return (t, v.__code__, _sig(v.__defaults__, visiting),
+                _sig(v.__kwdefaults__, visiting), cells)
+    if t is MethodType:
+        return (t, v.__func__, _sig(v.__self__, visiting))
+    if t.__eq__ is object.__eq__:
+        return _Same(v)
+    try:                                      # a value type (a dtype, a frozen dataclass)
+        hash(v)
+        return (t, v)
+    except TypeError:
+        return _Same(v)
+
+
+_new = object.__new__
+_set_region = RegionRequirement.region.__set__       # (slots of a frozen dataclass)
+_set_rect = RegionRequirement.rect.__set__
+_set_privilege = RegionRequirement.privilege.__set__
+
+
+def requirement(region, rect, privilege) -> RegionRequirement:
+    """RegionRequirement(region, rect, privilege) without its check that the rect lies in
+    the region, for an atom of a template, whose rect was checked against its tensor's
+    shape (the shape of each region lowering makes for it) when the template was made."""
+    r = _new(RegionRequirement)
+    _set_region(r, region)
+    _set_rect(r, rect)
+    _set_privilege(r, privilege)
+    return r
+
+
+def _check(stage: Op, tensor, rect) -> None:
+    """RegionRequirement's check of a rect against the region of `tensor`, once per atom."""
+    shape = tensor.shape
+    if len(rect.lo) != len(shape) or not (rect.empty or (
+            min(rect.lo, default=0) >= 0 and all(map(le, rect.hi, shape)))):
+        raise PrivilegeError(f"Requirement on '{tensor.name}': rect {rect} is not inside the "
+                             f"region {Rect.from_shape(shape)}. Clip it to the region "
+                             f"(part() of {stage} gives it).")
+
+
+_SLOTS: dict[str, tuple] = {}
+
+
+def slots(group: str, n: int) -> tuple:
+    """The layout entries (group, 0), (group, 1), ... (at least n), one shared tuple per
+    pair: every point of every launch has a layout entry per requirement."""
+    made = _SLOTS.get(group, ())
+    if len(made) < n:
+        made = _SLOTS[group] = made + tuple((group, i) for i in range(len(made), max(n, 16)))
+    return made
+
+
+class Interned:
+    """Values templates keep once per lowering: equal layouts (a launch's points mostly
+    have one), and equal (rect, privilege) groups (launch_template._Requirements)."""
+    __slots__ = ("layouts", "_groups")
+
+    def __init__(self):
+        self.layouts: dict[tuple, tuple] = {}
+        self._groups: dict[tuple, tuple] = {}
+
+    def layout(self, layout: tuple) -> tuple:
+        return self.layouts.setdefault(layout, layout)
+
+    def group(self, rps: tuple) -> tuple:
+        return self._groups.setdefault(tuple((r, p.code) for r, p in rps), rps)
+
+
+def points(stage: Op, degrees: tuple, devices: tuple) -> tuple:
+    """(domain, specs, devices) of a stage's forward launch: one point per color of the
+    degrees, or for a replicated stage one per distinct (device, output rects)."""
+    launch_colors = colors_of(degrees)
+    specs = [stage.part(degrees, c) for c in launch_colors]
+    if not stage.replicated:
+        return degrees, specs, devices
+    seen, keep_specs, keep_devs = set(), [], []
+    for s, d in zip(specs, devices):
+        key = (d, s.outputs)
+        if key not in seen:
+            seen.add(key)
+            keep_specs.append(s)
+            keep_devs.append(d)
+    return (len(keep_specs),), keep_specs, tuple(keep_devs)
+
+
+class _Requirements:
+    """The requirements of a launch's points as atoms (slot, index, rect, privilege) and
+    per point the atoms it asks for, in order. finish() numbers the atoms group by group
+    ((slot, index) in the order first asked for, so the operator's regions are made in the
+    order its points first use them), so a launch makes each group in one piece."""
+    __slots__ = ("groups", "points", "_atoms", "_index", "_stage", "_tensors")
+
+    def __init__(self, stage: Op):
+        self._stage = stage
+        self._tensors = {IN: stage.inputs, DIN: stage.inputs, W: stage.weights,
+                         DW: stage.weights, OUT: stage.outputs, DOUT: stage.outputs}
+        self._atoms: list[tuple] = []
+        self._index: dict = {}
+        self.points: list[tuple] = []
+        self.groups: list[tuple] = []     # (slot, index, ((rect, privilege), ...))
+
+    def add_point(self, asked: list) -> None:
+        index, atoms, got = self._index, self._atoms, []
+        for atom in asked:
+            k = index.get(atom)
+            if k is None:
+                _check(self._stage, self._tensors[atom[0]][atom[1]], atom[2])
+                k = index[atom] = len(atoms)
+                atoms.append(atom)
+            got.append(k)
+        self.points.append(tuple(got))
+
+    def finish(self, intern) -> None:
+        """Number the atoms group by group; `intern` keeps equal (rect, privilege) tuples
+        once (so an operator finds its forward's group again in its backward by identity)."""
+        atoms, by_group = self._atoms, {}
+        for k, (s, i, _, _) in enumerate(atoms):
+            by_group.setdefault((s, i), []).append(k)
+        number, n = [0] * len(atoms), 0
+        for (s, i), ks in by_group.items():
+            for k in ks:
+                number[k] = n
+                n += 1
+            self.groups.append((s, i, intern(tuple((atoms[k][2], atoms[k][3]) for k in ks))))
+        self.points = [tuple([number[k] for k in p]) for p in self.points]
+        self._atoms = self._index = None
+
+    def make(self, colors, regions: dict, shared) -> dict:
+        """color -> requirements tuple on the operator's regions (regions[slot][index]),
+        each group's made by `shared.group` (parallel_ops.lowering._Shared)."""
+        made = []
+        for s, i, rps in self.groups:
+            made += shared.group(regions[s][i], rps)
+        get = made.__getitem__
+        return dict(zip(colors, [tuple(map(get, p)) for p in self.points]))
+
+
+class ForwardTemplate:
+    """A stage's forward launch under one config (degrees, devices); its backward
+    (`backward`), its weights' update pieces (`pieces`) and its saved bytes, on demand."""
+
+    def __init__(self, stage: Op, degrees: tuple, devices: tuple, interned: Interned):
+        self.domain, specs, self.devices = points(stage, degrees, devices)
+        self.colors = colors_of(self.domain)
+        self.specs = dict(zip(self.colors, specs))
+        self.reqs = _Requirements(stage)
+        self.layout_of: dict = {}
+        self._interned = interned
+        layout = interned.layout
+        in_slots, out_slots = slots(IN, len(stage.inputs)), slots(OUT, len(stage.outputs))
+        w_slots = slots(W, len(stage.weights))
+        replicated = stage.replicated
+        weight_out = [t.is_weight for t in stage.outputs]
+        events: list[tuple] = []        # (slot, index, rect, device): inputs, weight outputs
+        n_in, n_out = len(stage.inputs), len(stage.outputs)
+        for c, spec, dev in zip(self.colors, specs, self.devices):
+            asked, layout_ = [], []
+            for i, r in enumerate(spec.inputs[:n_in]):     # (a spec may say more)
+                if not r.empty:
+                    asked.append((IN, i, r, R))
+                    layout_.append(in_slots[i])
+                    events.append((IN, i, r, dev))
+            for i, r in enumerate(spec.weights):
+                if not r.empty:
+                    asked.append((W, i, r, R))
+                    layout_.append(w_slots[i])
+            for i, r in enumerate(spec.outputs[:n_out]):
+                if not r.empty:
+                    priv = (RW if (replicated and weight_out[i])
+                            else RED if stage.output_partial(spec, i) else WD)
+                    asked.append((OUT, i, r, priv))
+                    layout_.append(out_slots[i])
+                    if weight_out[i]:
+                        events.append((OUT, i, r, dev))
+            self.reqs.add_point(asked)
+            self.layout_of[c] = layout(tuple(layout_))
+        self.reqs.finish(interned.group)
+        self.events = events
+        self.initial_groups: dict[tuple, dict] = {}   # (slot, index) -> {(rect, device)}
+        for s, i, r, dev in events:
+            self.initial_groups.setdefault((s, i), {})[(r, dev)] = None
+        self._backward: dict = {}
+        self._pieces: dict = {}
+        self._held = None
+
+    def initial(self, into: dict, names: dict) -> None:
+        """Record where the forward's data starts: names maps (slot, index) to the tensor
+        name for the inputs and outputs that count (model inputs, weight outputs), as
+        pieces {(rect, device): None} per name, in the order the points read them."""
+        keys = [k for k in self.initial_groups if k in names]
+        if len({names[k] for k in keys}) == len(keys):
+            for k in keys:
+                into.setdefault(names[k], {}).update(self.initial_groups[k])
+            return
+        for s, i, r, dev in self.events:           # one name twice: interleave as read
+            name = names.get((s, i))
+            if name is not None:
+                into.setdefault(name, {})[(r, dev)] = None
+
+    def backward(self, stage: Op, outs_with_grad: tuple, input_grads: tuple,
+                 weight_grads: tuple, recomputed: bool) -> "_BackwardTemplate":
+        key = (outs_with_grad, input_grads, weight_grads, recomputed)
+        got = self._backward.get(key)
+        if got is None:
+            got = self._backward[key] = _BackwardTemplate(self, stage, *key)
+        return got
+
+    def pieces(self, k: int) -> list:
+        """The distinct (rect, device) pieces of weight k over the points, in order."""
+        got = self._pieces.get(k)
+        if got is None:
+            got = self._pieces[k] = list(dict.fromkeys(
+                (self.specs[c].weights[k], dev) for c, dev in zip(self.colors, self.devices)
+                if not self.specs[c].weights[k].empty))
+        return got
+
+    def held(self, stage: Op, input_grads: tuple, weight_grads: tuple) -> dict:
+        """saved_bytes_of_parts of the points (one dict, shared by the launches made from
+        this template: nothing writes it)."""
+        if self._held is None:
+            self._held = saved_bytes_of_parts(stage, self.specs, input_grads, weight_grads)
+        return self._held
+
+
+class _BackwardTemplate:
+    """A stage's backward launch over its forward template's points: per point the output
+    gradients it reads (those that exist), the saved inputs and weights (read: later
+    writers wait for it), the input and weight gradients it contributes (Red+), and with
+    recomputation the recomputed outputs."""
+
+    def __init__(self, fwd: ForwardTemplate, stage: Op, outs_with_grad, input_grads,
+                 weight_grads, recomputed: bool):
+        self.reqs = _Requirements(stage)
+        self.layout_of: dict = {}
+        groups = [(DOUT, R, outs_with_grad), (IN, R, None), (W, R, None),
+                  (DIN, RED, input_grads), (DW, RED, weight_grads)]
+        if recomputed:
+            groups.append((OUT, R, None))
+        for c in fwd.colors:
+            spec = fwd.specs[c]
+            asked, layout_ = [], []
+            for slot, priv, only in groups:
+                rects = (spec.outputs if slot in (DOUT, OUT) else
+                         spec.inputs if slot in (IN, DIN) else spec.weights)
+                table = slots(slot, len(rects))
+                for i, r in enumerate(rects):
+                    if not r.empty and (only is None or only[i]):
+                        asked.append((slot, i, r, priv))
+                        layout_.append(table[i])
+            self.reqs.add_point(asked)
+            self.layout_of[c] = fwd._interned.layout(tuple(layout_))
+        self.reqs.finish(fwd._interned.group)
