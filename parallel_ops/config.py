@@ -79,11 +79,16 @@ def config_problems(op: Op, cfg: ParallelConfig, num_devices: int) -> list[str]:
     if len(cfg.devices) != parts:
         problems.append(f"{len(cfg.devices)} devices {list(cfg.devices)} for {parts} parts; "
                         "give exactly one device per part")
-    wrong = [d for d in cfg.devices if not _is_int(d)]
+    devices = cfg.devices
+    # (Checked per device only when some are not plain ints or out of range: a data-
+    # parallel config on 1,024 devices is validated per operator.)
+    plain = all(type(d) is int for d in devices)
+    wrong = [] if plain else [d for d in devices if not _is_int(d)]
     if wrong:
         problems.append(f"device ids {wrong} are not whole numbers; write devices as "
                         "numbers, e.g. [0, 1]")
-    bad = [d for d in cfg.devices if _is_int(d) and not 0 <= d < num_devices]
+    bad = [] if plain and (not devices or (min(devices) >= 0 and max(devices) < num_devices)) \
+        else [d for d in devices if _is_int(d) and not 0 <= d < num_devices]
     if bad:
         problems.append(f"devices {bad} do not exist (machine has 0..{num_devices - 1})")
     return problems

@@ -25,7 +25,7 @@ from .errors import ConfigError
 from .model import Model
 from .op import Op
 from .recompute import recomputed_name
-from .launch_template import ForwardTemplate, Interned, requirement, signature
+from .launch_template import ForwardTemplate, Group, Interned, requirements, signature
 from .tasks import (DIN, DOUT, DW, IN, OUT, W, StageArgs, backward_task, forward_task,
                     read_task, update_batch, update_task)
 from .tensor import Tensor
@@ -97,33 +97,33 @@ class _Shared:
     __slots__ = ("regions",)
 
     def __init__(self):
-        # region name -> [region, {id(group): (group, requirements)}, {(rect, privilege
-        # code): requirement} made once a region gets a second, different group]
+        # region name -> [region, {id(group): (group, its requirements)}, {(rect, privilege
+        # code): requirement}, made once the region gets a second, different group]
         self.regions: dict[str, list] = {}
 
-    def group(self, region: Region, rps: tuple) -> list:
-        """The requirements on `region` of the (rect, privilege) pairs `rps`, in order."""
+    def group(self, region: Region, group: Group) -> list:
+        """The requirements on `region` of the atoms of `group`, in order."""
         got = self.regions.get(region.name)
         if got is None or got[0] is not region:
-            reqs = [requirement(region, r, p) for r, p in rps]
-            self.regions[region.name] = [region, {id(rps): (rps, reqs)}, None]
+            reqs = requirements(region, group.rects, group.privileges)
+            self.regions[region.name] = [region, {id(group): (group, reqs)}, None]
             return reqs
         _, groups, atoms = got
-        hit = groups.get(id(rps))
+        hit = groups.get(id(group))
         if hit is not None:
             return hit[1]
         if atoms is None:
             atoms = got[2] = {}
             for old, reqs in groups.values():
-                for (r, p), q in zip(old, reqs):
-                    atoms.setdefault((r, p.code), q)
+                for key, q in zip(old.keys, reqs):
+                    atoms.setdefault(key, q)
         reqs = []
-        for r, p in rps:
-            q = atoms.get((r, p.code))
+        for key, r, p in zip(group.keys, group.rects, group.privileges):
+            q = atoms.get(key)
             if q is None:
-                q = atoms[(r, p.code)] = requirement(region, r, p)
+                q = atoms[key] = requirements(region, (r,), (p,))[0]
             reqs.append(q)
-        groups[id(rps)] = (rps, reqs)
+        groups[id(group)] = (group, reqs)
         return reqs
 
 
@@ -305,9 +305,11 @@ class _Lowering:
             self.state_regions[w.name] = states
             for s in states:
                 self.regions[s.name] = s
-        at = dict.fromkeys(pieces)
+        # One {piece: None} for the weight and its state, shared by the weights of the
+        # operators of one structure (nothing writes it: merged_initial copies).
+        at = templates[stage.name].pieces_at(stage.weights.index(w))
         for name in [w.name] + [s.name for s in states]:
-            initial.setdefault(name, {}).update(at)
+            initial[name] = {**initial[name], **at} if name in initial else at
 
         made: dict[Rect, tuple] = {}      # per piece rect: replicas have equal ones
 

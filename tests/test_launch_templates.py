@@ -1,0 +1,94 @@
+"""Launch templates (parallel_ops/launch_template.py): operators of one structure share what
+their launches ask for per point (parts, layouts, saved bytes), operators that differ in
+anything their part() may read do not, and a part's rect outside its tensor is still
+refused. What the launches ask for is unchanged (tests/test_graph_golden.py)."""
+import pytest
+
+from parallel_ops import SAMPLE, SGD, Dim, Model, Op, PartSpec, lower
+from parallel_ops.launch_template import signature
+from taskrt import Machine, Rect
+from taskrt.errors import PrivilegeError
+
+
+def blocks(width=8, batch=8):
+    """Two identical hidden layers (fc1, fc2) and a different one (fc3)."""
+    m = Model("blocks", seed=0)
+    x = m.input("x", (batch, width), requires_grad=True)
+    y = m.input("y", (batch,), dtype="int64")
+    h = m.linear(m.linear(x, width, name="fc1"), width, name="fc2")
+    m.softmax_cross_entropy(m.linear(h, 5, name="fc3"), y, name="loss")
+    return m
+
+
+def launch(low, name):
+    return next(l for l in low.launches if l.name == name)
+
+
+def test_identical_operators_share_parts_layouts_and_saved_bytes():
+    low = lower(blocks(), {}, Machine.grid(4, 1), SGD(lr=0.1))
+    for kind in ("fwd", "bwd"):
+        one, two = launch(low, f"fc1/{kind}"), launch(low, f"fc2/{kind}")
+        assert one.args.specs is two.args.specs, kind
+        assert one.args.layouts is two.args.layouts, kind
+        assert one.saved_bytes is two.saved_bytes, kind
+        for c in one.colors:           # the same rects (one object), each on its own region
+            a, b = one.requirements(c), two.requirements(c)
+            assert [r.rect for r in a] == [r.rect for r in b]
+            assert all(p.rect is q.rect for p, q in zip(a, b))
+            assert all(p.region is not q.region for p, q in zip(a, b))
+    fc3 = launch(low, "fc3/fwd")
+    assert fc3.args.specs is not launch(low, "fc1/fwd").args.specs
+
+
+class Window(Op):
+    """A custom operator whose part() reads an attribute that is not a parameter: each
+    part reads `ahead` more input rows than it writes (clipped to the input)."""
+    type = "window"
+
+    def __init__(self, model: Model, x, ahead: int, name: str):
+        super().__init__(name)
+        n, f = x.shape
+        self.inputs, self.ahead = [x], ahead
+        model.new_tensor(self, (n, f))
+        self.dims = (Dim("n", SAMPLE, n),)
+        self.labels = None
+
+    def part(self, degrees, color):
+        (lo, hi), = self.ranges(degrees, color).values()
+        f = self.inputs[0].shape[1]
+        return PartSpec((Rect((lo, 0), (min(hi + self.ahead, self.inputs[0].shape[0]), f)),),
+                        (), (Rect((lo, 0), (hi, f)),))
+
+    def forward(self, spec, inputs, weights):
+        return [inputs[0][:spec.outputs[0].shape[0]] * 2]
+
+
+def windows(aheads, rows=8):
+    m = Model("windows", seed=0)
+    x = m.input("x", (rows, 4))
+    for k, ahead in enumerate(aheads):
+        x = m.add_op(Window(m, x, ahead, f"w{k}")).outputs[0]
+    return m
+
+
+def test_operators_differing_in_what_part_reads_do_not_share():
+    model = windows([1, 2, 1])
+    low = lower(model, {}, Machine.grid(4, 1), None, training=False)
+    w0, w1, w2 = (launch(low, f"w{k}/fwd") for k in range(3))
+    for op, l in zip(model.ops, (w0, w1, w2)):       # every point: the op's own part()
+        for c in l.colors:
+            spec = op.part((4,), c)
+            assert l.args.specs[c] == spec
+            assert l.requirements(c)[0].rect == spec.inputs[0]
+    assert w0.args.specs is w2.args.specs
+    assert signature(model.ops[0], {}) == signature(model.ops[2], {})
+    assert signature(model.ops[0], {}) != signature(model.ops[1], {})
+
+
+def test_a_part_outside_its_tensor_is_refused():
+    model = windows([1])
+    model.ops[0].part = lambda degrees, color: PartSpec(
+        (Rect((0, 0), (9, 4)),), (), (Rect((0, 0), (2, 4)),))
+    with pytest.raises(PrivilegeError, match=r"Requirement on 'x': rect \[0:9,0:4\] is not "
+                                             r"inside the region \[0:8,0:4\]"):
+        lower(model, {}, Machine.grid(4, 1), None, training=False)
