@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from types import FunctionType, MethodType
 
+import weakref
 from collections import deque
 from itertools import repeat
 from operator import itemgetter, le
@@ -39,18 +40,26 @@ _LEAVES = (bool, int, float, complex, bytes, type(None))
 
 
 class _Same:
-    """An object compared by identity inside a signature (and kept alive with it, so its
-    id is not reused by another object while the signature exists)."""
-    __slots__ = ("obj",)
+    """An object compared by identity inside a signature. It holds the object weakly where
+    it can (templates outlive a lowering: a signature must not keep a model alive); one
+    whose object is gone equals nothing."""
+    __slots__ = ("ref", "_hash")
 
     def __init__(self, obj):
-        self.obj = obj
+        try:
+            self.ref = weakref.ref(obj)
+        except TypeError:
+            self.ref = lambda obj=obj: obj
+        self._hash = id(obj)
 
     def __eq__(self, other):
-        return type(other) is _Same and other.obj is self.obj
+        if type(other) is not _Same:
+            return False
+        mine = self.ref()
+        return mine is not None and mine is other.ref()
 
     def __hash__(self):
-        return id(self.obj)
+        return self._hash
 
 
 def signature(stage: Op, roots: dict) -> tuple:
@@ -166,6 +175,33 @@ class Interned:
         return g
 
 
+REMEMBERED_TEMPLATES = 4096       # forward templates kept (a search meets many configs)
+REMEMBERED_POINTS = 1 << 21       # and their points at most (a template of 1,024 points
+#                                   holds 1,024 PartSpecs)
+_TEMPLATES: dict[tuple, "ForwardTemplate"] = {}
+_INTERNED: list = []
+_POINTS = [0]
+
+
+def forward_template(stage: Op, sig: tuple, degrees: tuple, devices: tuple
+                     ) -> "ForwardTemplate":
+    """The forward template of `stage` (whose signature is `sig`) under these degrees (in
+    the order of its dims) and devices: made once per process for every stage of that
+    structure, until REMEMBERED_TEMPLATES or REMEMBERED_POINTS are reached (then the
+    cache starts again)."""
+    key = (sig, degrees, devices)
+    got = _TEMPLATES.get(key)
+    if got is None:
+        if len(_TEMPLATES) >= REMEMBERED_TEMPLATES or _POINTS[0] >= REMEMBERED_POINTS \
+                or not _INTERNED:
+            _TEMPLATES.clear()
+            _INTERNED[:] = [Interned()]
+            _POINTS[0] = 0
+        got = _TEMPLATES[key] = ForwardTemplate(stage, degrees, devices, _INTERNED[0])
+        _POINTS[0] += len(got.colors)
+    return got
+
+
 def points(stage: Op, degrees: tuple, devices: tuple) -> tuple:
     """(domain, specs, devices) of a stage's forward launch: one point per color of the
     degrees, or for a replicated stage one per distinct (device, output rects)."""
@@ -248,7 +284,7 @@ class _Requirements:
             self.groups.append((s, i, intern(tuple([atoms[k][2] for k in ks]),
                                              tuple([atoms[k][3] for k in ks]))))
         self.getters = [_getter([number[k] for k in p]) for p in self.points]
-        self.points = self._atoms = self._index = None
+        self.points = self._atoms = self._index = self._stage = self._tensors = None
 
     def make(self, colors, regions: dict, shared) -> dict:
         """color -> requirements tuple on the operator's regions (regions[slot][index]),

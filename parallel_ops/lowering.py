@@ -25,7 +25,7 @@ from .errors import ConfigError
 from .model import Model
 from .op import Op
 from .recompute import recomputed_name
-from .launch_template import ForwardTemplate, Group, Interned, requirements, signature
+from .launch_template import ForwardTemplate, Group, forward_template, requirements, signature
 from .tasks import (DIN, DOUT, DW, IN, OUT, W, StageArgs, backward_task, forward_task,
                     read_task, update_batch, update_task)
 from .tensor import Tensor
@@ -67,9 +67,6 @@ def resolve_configs(model: Model, strategy, machine: Machine) -> dict[str, Paral
         validate(op, cfg, machine)
         out[op.name] = cfg
     return out
-
-
-REMEMBERED_TEMPLATES = 4096  # forward templates a lowering keeps (a search meets many configs)
 
 
 class _LaunchRegions:
@@ -147,13 +144,10 @@ class _Lowering:
         self.producer = {t.name: op.name for op in model.ops for stage in op.stages()
                          for t in stage.outputs}
         self.shared = _Shared()           # a new one per operator lowered (op())
-        # Launch templates (launch_template.py) per (stage structure, degrees, devices), the
-        # structures' ids per stage, and the layouts, each kept once.
-        self.templates: dict[tuple, ForwardTemplate] = {}
-        self._signatures: dict[tuple, int] = {}
-        self._signature_of: dict[Op, int] = {}
+        # Each stage's signature (launch_template.py: its templates are shared by the
+        # stages of one structure), and each operator's, made once per lowering.
+        self._signature_of: dict[Op, tuple] = {}
         self._roots: dict[Op, tuple] = {}
-        self.interned = Interned()
 
     def _gradients(self) -> set[str]:
         """Names of the tensors that get a gradient (depends on the graph, not on configs):
@@ -208,23 +202,12 @@ class _Lowering:
         return _LaunchRegions(tensors, lambda t: self.recomputed(t, segment))
 
     def template(self, stage: Op, cfg: ParallelConfig) -> ForwardTemplate:
-        """The forward template of `stage` under `cfg`, shared by the stages of one
-        structure (parallel_ops/launch_template.py)."""
-        sid = self._signature_of.get(stage)
-        if sid is None:
-            sid = self._signature_of[stage] = self._signatures.setdefault(
-                signature(stage, self._roots), len(self._signatures))
-        degrees = tuple(int(d) for d in cfg.aligned(stage.parent or stage))
-        devices = tuple(cfg.devices)
-        key = (sid, degrees, devices)
-        got = self.templates.get(key)
-        if got is None:
-            if len(self.templates) >= REMEMBERED_TEMPLATES:
-                self.templates.clear()
-                self.interned = Interned()
-            got = self.templates[key] = ForwardTemplate(stage, degrees, devices,
-                                                        self.interned)
-        return got
+        """The forward template of `stage` under `cfg` (launch_template.py)."""
+        sig = self._signature_of.get(stage)
+        if sig is None:
+            sig = self._signature_of[stage] = signature(stage, self._roots)
+        return forward_template(stage, sig, tuple(int(d) for d in cfg.aligned(
+            stage.parent or stage)), tuple(cfg.devices))
 
     # -- forward ---------------------------------------------------------------------------
     def lower_forward(self, stage: Op, template: ForwardTemplate, initial: dict,
