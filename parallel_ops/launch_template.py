@@ -19,12 +19,13 @@ signature cannot compare only loses the sharing.
 """
 from __future__ import annotations
 
-from types import FunctionType, MethodType
-
 import weakref
 from collections import deque
 from itertools import repeat
 from operator import itemgetter, le
+from types import FunctionType, MethodType
+
+import torch
 
 from taskrt.errors import PrivilegeError
 from taskrt.geometry import Rect
@@ -105,8 +106,8 @@ def _sig(v, visiting: frozenset):
                 _sig(v.__kwdefaults__, visiting), cells)
     if t is MethodType:
         return (t, v.__func__, _sig(v.__self__, visiting))
-    if t.__eq__ is object.__eq__:
-        return _Same(v)
+    if t.__eq__ is object.__eq__ or isinstance(v, torch.Tensor):   # (a tensor's == is
+        return _Same(v)                                              # elementwise)
     try:                                      # a value type (a dtype, a frozen dataclass)
         hash(v)
         return (t, v)
@@ -155,8 +156,9 @@ def slots(group: str, n: int) -> tuple:
 
 
 class Interned:
-    """Values templates keep once per lowering: equal layouts (a launch's points mostly
-    have one), and equal (rect, privilege) groups (launch_template._Requirements)."""
+    """Values the templates keep once: equal layouts (a launch's points mostly have one),
+    and equal groups of atoms (_Requirements.finish; a backward finds its forward's group
+    of an input by identity)."""
     __slots__ = ("layouts", "_groups")
 
     def __init__(self):
