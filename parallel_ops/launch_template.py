@@ -22,7 +22,7 @@ from __future__ import annotations
 import weakref
 from collections import deque
 from itertools import repeat
-from operator import itemgetter, le
+from operator import attrgetter, itemgetter, le
 from types import FunctionType, MethodType
 
 import torch
@@ -133,14 +133,17 @@ def requirements(region, rects: tuple, privileges: tuple) -> list:
     return made
 
 
-def _check(stage: Op, tensor, rect) -> None:
-    """RegionRequirement's check of a rect against the region of `tensor`, once per atom."""
+def _check(stage: Op, tensor, rects) -> None:
+    """RegionRequirement's check of rects against the region of `tensor` (once per atom of
+    a template, not per requirement)."""
     shape = tensor.shape
-    if len(rect.lo) != len(shape) or not (rect.empty or (
-            min(rect.lo, default=0) >= 0 and all(map(le, rect.hi, shape)))):
-        raise PrivilegeError(f"Requirement on '{tensor.name}': rect {rect} is not inside the "
-                             f"region {Rect.from_shape(shape)}. Clip it to the region "
-                             f"(part() of {stage} gives it).")
+    whole, n = Rect.from_shape(shape), len(shape)
+    for rect in rects:
+        if rect is not whole and (len(rect.lo) != n or not (rect.empty or (
+                min(rect.lo, default=0) >= 0 and all(map(le, rect.hi, shape))))):
+            raise PrivilegeError(f"Requirement on '{tensor.name}': rect {rect} is not inside "
+                                 f"the region {whole}. Clip it to the region (part() of "
+                                 f"{stage} gives it).")
 
 
 _SLOTS: dict[str, tuple] = {}
@@ -266,7 +269,6 @@ class _Requirements:
         for atom in asked:
             k = index.get(atom)
             if k is None:
-                _check(self._stage, self._tensors[atom[0]][atom[1]], atom[2])
                 k = index[atom] = len(atoms)
                 atoms.append(atom)
             got.append(k)
@@ -283,8 +285,9 @@ class _Requirements:
             for k in ks:
                 number[k] = n
                 n += 1
-            self.groups.append((s, i, intern(tuple([atoms[k][2] for k in ks]),
-                                             tuple([atoms[k][3] for k in ks]))))
+            rects = tuple([atoms[k][2] for k in ks])
+            _check(self._stage, self._tensors[s][i], rects)
+            self.groups.append((s, i, intern(rects, tuple([atoms[k][3] for k in ks]))))
         self.getters = [_getter([number[k] for k in p]) for p in self.points]
         self.points = self._atoms = self._index = self._stage = self._tensors = None
 
@@ -401,21 +404,23 @@ class _BackwardTemplate:
                  weight_grads, recomputed: bool):
         self.reqs = _Requirements(stage)
         self.layout_of: dict = {}
-        groups = [(DOUT, R, outs_with_grad), (IN, R, None), (W, R, None),
-                  (DIN, RED, input_grads), (DW, RED, weight_grads)]
+        groups = [(DOUT, R, outs_with_grad, "outputs"), (IN, R, None, "inputs"),
+                  (W, R, None, "weights"), (DIN, RED, input_grads, "inputs"),
+                  (DW, RED, weight_grads, "weights")]
         if recomputed:
-            groups.append((OUT, R, None))
+            groups.append((OUT, R, None, "outputs"))
+        groups = [(slot, priv.code, only, attrgetter(field),
+                   slots(slot, len(getattr(stage, field))))
+                  for slot, priv, only, field in groups]
+        add, layout = self.reqs.add_point, fwd._interned.layout
         for c in fwd.colors:
             spec = fwd.specs[c]
             asked, layout_ = [], []
-            for slot, priv, only in groups:
-                rects = (spec.outputs if slot in (DOUT, OUT) else
-                         spec.inputs if slot in (IN, DIN) else spec.weights)
-                table = slots(slot, len(rects))
-                for i, r in enumerate(rects):
+            for slot, code, only, field, table in groups:
+                for i, r in enumerate(field(spec)):
                     if not r.empty and (only is None or only[i]):
-                        asked.append((slot, i, r, priv.code))
+                        asked.append((slot, i, r, code))
                         layout_.append(table[i])
-            self.reqs.add_point(asked)
-            self.layout_of[c] = fwd._interned.layout(tuple(layout_))
+            add(asked)
+            self.layout_of[c] = layout(tuple(layout_))
         self.reqs.finish(fwd._interned.group)
