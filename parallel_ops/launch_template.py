@@ -63,9 +63,25 @@ class _Same:
         return self._hash
 
 
-def signature(stage: Op, roots: dict) -> tuple:
-    """A hashable value equal for two stages exactly when they have one structure (module
-    doc): equal signatures, equal parts under every config. A stage is identified by its
+class Signature:
+    """A stage's structure as a hashable value (`signature`), its hash computed once (a
+    template lookup per stage and config)."""
+    __slots__ = ("value", "_hash")
+
+    def __init__(self, value: tuple):
+        self.value, self._hash = value, hash(value)
+
+    def __eq__(self, other):
+        return self is other or (type(other) is Signature and self._hash == other._hash
+                                 and self.value == other.value)
+
+    def __hash__(self):
+        return self._hash
+
+
+def signature(stage: Op, roots: dict) -> Signature:
+    """A value equal for two stages exactly when they have one structure (module doc):
+    equal signatures, equal parts under every config. A stage is identified by its
     operator's signature and its position among the operator's stages (`roots` caches
     the operators')."""
     root = stage.parent or stage
@@ -73,11 +89,11 @@ def signature(stage: Op, roots: dict) -> tuple:
     if sig is None:
         sig = roots[root] = _sig(root, frozenset())
     if stage is root:
-        return sig, -1
+        return Signature((sig, -1))
     for k, s in enumerate(root.stages()):
         if s is stage:
-            return sig, k
-    return sig, _sig(stage, frozenset())      # a stage its operator does not list
+            return Signature((sig, k))
+    return Signature((sig, _sig(stage, frozenset())))   # a stage its operator does not list
 
 
 def _sig(v, visiting: frozenset):
@@ -188,7 +204,7 @@ _INTERNED: list = []
 _POINTS = [0]
 
 
-def forward_template(stage: Op, sig: tuple, degrees: tuple, devices: tuple
+def forward_template(stage: Op, sig: Signature, degrees: tuple, devices: tuple
                      ) -> "ForwardTemplate":
     """The forward template of `stage` (whose signature is `sig`) under these degrees (in
     the order of its dims) and devices: made once per process for every stage of that

@@ -25,7 +25,8 @@ from .errors import ConfigError
 from .model import Model
 from .op import Op
 from .recompute import recomputed_name
-from .launch_template import ForwardTemplate, Group, forward_template, requirements, signature
+from .launch_template import (ForwardTemplate, Group, Signature, forward_template,
+                              requirements, signature)
 from .tasks import (DIN, DOUT, DW, IN, OUT, W, StageArgs, backward_task, forward_task,
                     read_task, update_batch, update_task)
 from .tensor import Tensor
@@ -146,7 +147,7 @@ class _Lowering:
         self.shared = _Shared()           # a new one per operator lowered (op())
         # Each stage's signature (launch_template.py: its templates are shared by the
         # stages of one structure), and each operator's, made once per lowering.
-        self._signature_of: dict[Op, tuple] = {}
+        self._signature_of: dict[Op, Signature] = {}
         self._roots: dict[Op, tuple] = {}
 
     def _gradients(self) -> set[str]:
