@@ -404,10 +404,11 @@ class ForwardTemplate:
 
     def held(self, stage: Op, input_grads: tuple, weight_grads: tuple) -> dict:
         """saved_bytes_of_parts of the points (one dict, shared by the launches made from
-        this template: nothing writes it)."""
+        this template: nothing writes it), None when every point keeps nothing."""
         if self._held is None:
-            self._held = saved_bytes_of_parts(stage, self.specs, input_grads, weight_grads)
-        return self._held
+            held = saved_bytes_of_parts(stage, self.specs, input_grads, weight_grads)
+            self._held = (held if any(held.values()) else None,)
+        return self._held[0]
 
 
 class _BackwardTemplate:

@@ -270,7 +270,7 @@ class _Lowering:
                           state_from=fwd.name)
         # What each forward point keeps for this backward besides regions (saved_state.py).
         held = template.held(stage, a.input_grads, a.weight_grads)
-        if any(held.values()):
+        if held is not None:
             fwd.saved_bytes = bwd.saved_bytes = held
         return bwd
 
