@@ -31,6 +31,7 @@ from .machine import Machine
 from .nodegroups import NodeGroup
 from .oneshot import check_initial, plan_once
 from .undo import PlanUndo
+from .regionclasses import RegionClasses
 from .regionmemo import RegionPlan, RegionPlanMemo, region_key
 from .region import Region
 from .settings import Settings
@@ -83,6 +84,10 @@ class Planner:
         # Read groups by the node list they were built from (id -> (list, group)): a region
         # plan taken back from the memo brings its lists, and so its groups, back.
         self._read_groups: dict[int, tuple[list, NodeGroup]] = {}
+        # While add_launches() adds launches: the regions planned alike (regionclasses.py);
+        # and each region given a class's shared RegionPlanner, with it.
+        self._classes: RegionClasses | None = None
+        self._shared: dict[str, RegionPlanner] = {}
         for region, pieces in (initial or {}).items():
             self._region(region)
             self.initial[region.name] = list(pieces)
@@ -145,6 +150,25 @@ class Planner:
         return rp
 
     # -- adding launches -------------------------------------------------------------------
+    def add_launches(self, launches: Iterable[IndexLaunch]) -> None:
+        """add_launch for each of `launches`, in program order, with regions that are planned
+        alike planned once (regionclasses.py): the same graph, for a fraction of the work
+        when the model repeats itself."""
+        launches = list(launches)
+        expanded = [self._expand(launch) for launch in launches]
+        self._classes = RegionClasses.find(self, launches, expanded, len(self.plans))
+        try:
+            for launch, points in zip(launches, expanded):
+                self.add_launch(launch, points)
+        finally:
+            self._classes = None
+
+    def touched_before(self, name: str) -> bool:
+        """Whether a launch added so far touched region `name`."""
+        if self.replannable:
+            return bool(self.log.get(name))
+        return self.planners.get(name) is not None or name in self._region_info
+
     def add_launch(self, launch: IndexLaunch, points: list | None = None) -> None:
         """Plan `launch` after the launches added so far (`points`: its _expand(), when
         already made)."""
@@ -158,6 +182,11 @@ class Planner:
         state_src = self._state_sources(launch, points) if launch.state_from else \
             [None] * len(points)
         reads, accesses = by_region(points)
+        classes = self._classes if self._classes else None
+        if self._shared:
+            for name in accesses:
+                if name not in (classes or ()):
+                    self._own_planner(name)
         self.plans.append(LaunchPlan(launch, points, reads, accesses, state_src))
         self.index[launch.name] = li
         self._state_index = None
@@ -167,9 +196,41 @@ class Planner:
                 entry = (li, reads.get(name), accesses[name])
                 self.log[name].append(entry)
         for name in reads:
-            self._plan_reads(self._planner(name), name, li, reads[name])
+            if classes is None or name not in classes:
+                self._plan_reads(self._planner(name), name, li, reads[name])
         for name, acc in accesses.items():
-            self._plan_accesses(self._planner(name), name, li, acc)
+            if classes is not None and name in classes:
+                self._install(name, li, acc, *classes.next_entry(name, li))
+            else:
+                self._plan_accesses(self._planner(name), name, li, acc)
+
+    def _own_planner(self, name: str) -> None:
+        """Before region `name` is planned further: if it has a class's shared RegionPlanner
+        (regionclasses.py), plan it again alone over its log, into its own."""
+        shared = self._shared.get(name)
+        if shared is None or self.planners.get(name) is not shared:
+            return
+        if not self.replannable:
+            raise PlanError(f"Region '{name}' is used by a launch added after add_launches() "
+                            "planned it with others alike, and this planner kept no log to "
+                            "re-plan it from. Give a one-shot planner all its launches at once.")
+        del self._shared[name]
+        self._replan_region(name)
+
+    def _install(self, name: str, li: int, accesses, items, per_access, rp) -> None:
+        """Put launch `li`'s part of region `name`'s plan made by its class in place: what
+        _plan_reads and _plan_accesses would have left."""
+        self.planners[name] = self._shared[name] = rp
+        self._dirty.add(name)
+        self._mark((li, None))
+        if items is not None:
+            self._mark((li, name))
+            self.region_nodes[li, name] = items
+        lp = self.plans[li]
+        preds, targets = lp.task_preds, lp.task_targets
+        for (pi, k, _), (p, t) in zip(accesses, per_access):
+            preds[pi][name] = p
+            targets[pi][k] = t
 
     def _mark(self, key: tuple) -> None:
         self._stale.add(key)
