@@ -9,8 +9,8 @@ only name things: a node's owner, a task's reference (launch index, point index)
 Models repeat. A transformer's blocks, a ResNet stage's bottlenecks, Inception's twin modules,
 split alike, give regions whose logs ask exactly the same things of them at other launches
 (a block's weights, its activations, their gradients, each block's optimizer state). Such
-regions form a class (`RegionClasses.find`: key = shape, dtype, initial pieces and the
-sequence of per-launch signatures). When a launch first touches a member of a class of two or
+regions form a class (`RegionClasses.find`: the key regionmemo.region_key gives, made from
+interned per-launch signatures). When a launch first touches a member of a class of two or
 more, the class's first member is planned alone over its whole log (`plan_alone`, the same
 RegionPlanner calls add_launch makes), and every member gets that plan with its own region and
 launches (`stamp`: new node objects, the same rects, devices and Red+ targets, references moved
@@ -30,7 +30,7 @@ from collections import defaultdict
 
 from .coherence import RegionPlanner
 from .launchplan import by_region
-from .regionmemo import RegionPlan
+from .regionmemo import RegionPlan, signature
 from .taskgraph import COPY, REDUCE, AllReduceNode, CopyNode, ReduceNode
 
 
@@ -71,20 +71,9 @@ class RegionClasses:
         logs: dict[str, list[int]] = defaultdict(list)
         sigs: dict[str, list[int]] = defaultdict(list)
         for i, points in enumerate(expanded):
-            # Per region touched, what this launch asks of it: (replicas?, per access (point,
-            # requirement index, device, rect, privilege)), in launchplan.by_region's order.
-            asks: dict[str, list] = {}
-            replicas = launches[i].replicas
-            for pi, (_, device, reqs) in enumerate(points):
-                for k, req in enumerate(reqs):
-                    name = req.region.name
-                    got = asks.get(name)
-                    if got is None:
-                        got = asks[name] = [replicas]
-                    got.append((pi, k, device, req.rect, req.privilege.code))
-            li = base + i
-            for name, got in asks.items():
-                sig = tuple(got)
+            replicas, li = launches[i].replicas, base + i
+            for name, acc in by_region(points)[1].items():
+                sig = signature(replicas, points, acc)
                 sid = ids.get(sig)
                 if sid is None:
                     sid = ids[sig] = len(ids)
@@ -138,7 +127,7 @@ class RegionClasses:
         if rc.template is None:
             rc.template = plan_alone(self.planner, rc.members[0], self._entries(rc.logs[0]))
         plan = rc.template if k == 0 else \
-            stamp(rc.template, self.planner.regions[name], rc.logs[0], rc.logs[k],
+            stamp(rc.template, self.planner.regions[name], rc.logs[k],
                   [self._launch(li).name for li in rc.logs[k]])
         rc.unstamped -= 1
         if not rc.unstamped:
@@ -184,15 +173,14 @@ def plan_alone(planner, name: str, entries: list[tuple]) -> RegionPlan:
                 tuple(set(known).union(preds))
             targets.append(t)
         per_entry.append([(merged[pi], t) for (pi, _, _), t in zip(accesses[name], targets)])
-    return RegionPlan(rp, nodes, per_entry, size)
+    return RegionPlan(rp, nodes, per_entry, size, name, tuple(li for li, *_ in entries))
 
 
-def stamp(plan: RegionPlan, region, lis_from: list[int], lis_to: list[int],
-          owners: list[str]) -> RegionPlan:
-    """`plan` (of a region over launches `lis_from`) for `region` over launches `lis_to`
-    (owners: their names): new nodes, references moved entry by entry; the same rects,
-    devices, Red+ targets and RegionPlanner."""
-    li_of = dict(zip(lis_from, lis_to))
+def stamp(plan: RegionPlan, region, lis_to, owners: list[str]) -> RegionPlan:
+    """`plan` (made for another region over launches plan.lis) for `region` over launches
+    `lis_to` (owners: their names): new nodes, references moved entry by entry; the same
+    rects, devices, Red+ targets and RegionPlanner."""
+    li_of = dict(zip(plan.lis, lis_to))
     node_of: dict = {}
 
     def moved(r):
@@ -225,4 +213,4 @@ def stamp(plan: RegionPlan, region, lis_from: list[int], lis_to: list[int],
         nodes.append(out)
     accesses = [[(tuple([moved(r) for r in preds]), targets) for preds, targets in per]
                 for per in plan.accesses]
-    return RegionPlan(plan.planner, nodes, accesses, plan.size)
+    return RegionPlan(plan.planner, nodes, accesses, plan.size, region.name, tuple(lis_to))

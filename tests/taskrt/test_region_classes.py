@@ -91,6 +91,34 @@ def test_replannable_planner_equals_planning_every_region():
                                                               last.initial))
 
 
+def test_remembered_plans_moved_to_regions_alike():
+    """A search changes one layer at a time: the plan a region got under a config is taken,
+    moved, by another layer's region under the same config (RegionPlanMemo.moved), and the
+    graph equals a plan made region by region after each change and undo."""
+    model, machine = tower(), Machine.grid(DEVICES, 1)
+    rng = random.Random(3)
+    options = [ParallelConfig.of([0, 1], n=2), ParallelConfig.of([2, 3], n=2),
+               ParallelConfig.of([1, 3], o=2)]
+    strategy = {}
+    low = lower(model, strategy, machine, SGD(lr=0.1))
+    p = Planner(machine, initial=low.initial)
+    p.add_launches(low.launches)
+    for step in range(30):
+        trial = dict(strategy)
+        trial[f"fc{rng.randrange(6)}"] = rng.choice(options)
+        new = replace_strategy(p, model, trial, machine)
+        assert digest(p.finish()) == digest(plan_region_by_region(new.launches, machine,
+                                                                  new.initial)), step
+        if rng.random() < 0.5:
+            p.undo()
+        else:
+            strategy = trial
+    assert p.memo.moved > 0                                            # (not vacuous)
+    last = lower(model, strategy, machine, SGD(lr=0.1))
+    assert digest(p.finish()) == digest(plan_region_by_region(last.launches, machine,
+                                                              last.initial))
+
+
 def test_a_later_launch_on_a_shared_region_plans_it_on_its_own():
     """A launch added after add_launches that touches a region planned with others: that
     region is planned again alone first, the others keep theirs."""
@@ -99,7 +127,7 @@ def test_a_later_launch_on_a_shared_region_plans_it_on_its_own():
     head, tail = low.launches[:-3], low.launches[-3:]
     p = Planner(machine, initial=low.initial)
     p.add_launches(head)
-    assert p._shared                                                   # (not vacuous)
+    assert p._frozen                                                   # (not vacuous)
     for launch in tail:
         p.add_launch(launch)
     assert digest(p.finish()) == digest(plan_region_by_region(low.launches, machine,
