@@ -18,15 +18,15 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from taskrt import IndexLaunch, Machine, Rect, Region, RegionRequirement
-from taskrt.privilege import RED, RW, R, WD
+from taskrt.privilege import RW, R
 
 from .config import ParallelConfig, data_parallel, validate
 from .errors import ConfigError
+from .launch_template import (ForwardTemplate, Group, Signature, forward_template,
+                              requirements, signature)
 from .model import Model
 from .op import Op
 from .recompute import recomputed_name
-from .launch_template import (ForwardTemplate, Group, Signature, forward_template,
-                              requirements, signature)
 from .tasks import (DIN, DOUT, DW, IN, OUT, W, StageArgs, backward_task, forward_task,
                     read_task, update_batch, update_task)
 from .tensor import Tensor
