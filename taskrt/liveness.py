@@ -292,9 +292,12 @@ class Liveness:
                                   count=len(graph.regions))
         name_kept = np.zeros(len(size), dtype=bool)
         name_kept[:n_rect] = region_kept[region[:n_rect]]
-        name_kept[n_rect:] = [k[0] == STAGING and k[1] in kept for k in uses.extras]
+        extras = len(uses.extras)
+        name_kept[n_rect:] = np.fromiter((k[0] == STAGING and k[1] in kept
+                                          for k in uses.extras), dtype=bool, count=extras)
         temporary = ~name_kept & ~is_small(size, settings)
-        temporary[n_rect:] |= [k[0] == STATE for k in uses.extras]
+        temporary[n_rect:] |= np.fromiter((k[0] == STATE for k in uses.extras), dtype=bool,
+                                          count=extras)
         owned = np.ones(len(size), dtype=bool) if devices is None else \
             np.isin(device, np.array(sorted(set(devices)), dtype=np.int64))
         # Persistent: an owned region buffer that is no temporary, used or not (staging
