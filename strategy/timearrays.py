@@ -54,13 +54,16 @@ def node_arrays_by_class(graph, classes, timer, resources) -> tuple:
         if i is None:
             i = provisional[r] = len(provisional)
         return i
-    by_tuple: dict = {}              # a tuple of resources -> their ids (nodes share them)
+    # A tuple of resources -> their ids, by identity: the timer hands out one tuple per
+    # device, per copy key and per all-reduce group (hashing a tuple of links would hash
+    # every link, a dataclass: Python code per link and node).
+    by_tuple: dict = {}
 
     def pids(rs) -> list:
-        got = by_tuple.get(rs)
-        if got is None:
-            got = by_tuple[rs] = [pid(r) for r in rs]
-        return got
+        got = by_tuple.get(id(rs))
+        if got is None or got[0] is not rs:
+            got = by_tuple[id(rs)] = (rs, [pid(r) for r in rs])
+        return got[1]
     # Tasks: per device its spec, compute resource and host thread.
     task_dev = classes.device
     devices = np.unique(task_dev)

@@ -33,7 +33,7 @@ from .errors import PlanError
 from .privilege import Privilege
 from .settings import Settings
 from .taskclasses import TaskClasses
-from .taskgraph import COPY, REDUCE, TASK
+from .taskgraph import ALLREDUCE, COPY, REDUCE, TASK
 
 INSTANCE, PARTIAL, STAGING, STATE = 0, 1, 2, 3
 
@@ -307,7 +307,8 @@ class Liveness:
         if len(stay):
             per = np.zeros(int(device.max()) + 1, dtype=np.int64)
             np.add.at(per, device[stay], size[stay])
-            for d in np.unique(device[stay]).tolist():
+            devs, first = np.unique(device[stay], return_index=True)
+            for d in devs[np.argsort(first)].tolist():      # in the buffers' order
                 persistent[d] = int(per[d])
         buf = uses.use_buf
         used = np.zeros(len(size), dtype=bool)
@@ -403,8 +404,22 @@ class BufferUses:
             return base + e
         ub: list[int] = []
         un: list[int] = []
+        gathered_buf, gathered_node = [], []      # all-reduces' uses, as arrays
         for node in others:                       # copies, reduces, all-reduces
             i = node.id
+            if node.kind is ALLREDUCE:
+                # buffers_of's rule with numpy (an all-reduce over 1,024 devices has 2,048
+                # keys): per member device its sums (partial buffer or instance) and its
+                # instance.
+                r = regions.get(node.region.name)
+                devs = np.array(node.devices, dtype=i8)
+                partial = np.array(node.in_partial or (False,) * len(devs), dtype=i8)
+                got = np.concatenate([(partial * n_regions + r) * n_dev + devs,
+                                      r * n_dev + devs]) if r is not None else \
+                    np.full(2 * len(devs), -1, dtype=i8)
+                gathered_buf.append(got)
+                gathered_node.append(np.full(len(got), i, dtype=i8))
+                continue
             for key in buffers_of(node, nodes):
                 ub.append(number(key))
                 un.append(i)
@@ -442,8 +457,9 @@ class BufferUses:
                 if key is not None:
                     state_buf.append(number(key))
                     state_node.append(i)
-        ids = np.concatenate([np.array(ub, dtype=i8), task_buf, np.array(state_buf, dtype=i8)])
-        out.use_node = np.concatenate([np.array(un, dtype=i8), task_node,
+        ids = np.concatenate([np.array(ub, dtype=i8), *gathered_buf, task_buf,
+                              np.array(state_buf, dtype=i8)])
+        out.use_node = np.concatenate([np.array(un, dtype=i8), *gathered_node, task_node,
                                        np.array(state_node, dtype=i8)])
         # Numbers -> buffer indices.
         n_rect = len(r_dev)
