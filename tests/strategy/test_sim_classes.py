@@ -27,7 +27,8 @@ from test_delta import app_model, cpu_ranks_with_host, p100_with_host
 warnings.simplefilter("ignore")       # analytic-cost fallback warnings
 
 BUILDS = {"mlp": lambda: mlp()[0], "cnn": lambda: cnn()[0], "lstm": lambda: lstm_model()[0],
-          "inception": lambda: app_model("inception"), "transformer": lambda: app_model("transformer")}
+          "inception": lambda: app_model("inception"),
+          "transformer": lambda: app_model("transformer")}
 
 
 def graph_of(name: str, seed: int, machine=None):
@@ -37,7 +38,10 @@ def graph_of(name: str, seed: int, machine=None):
     return SimulationSession(model, mm, CostModel(), strategy).graph, mm
 
 
-CASES = [(name, seed) for name in BUILDS for seed in (-1, 3, 4)]
+# Small models data parallel (seed -1) and under random strategies; apps: Inception's
+# concats and Red+ patterns, the transformer's saved state.
+CASES = [(name, seed) for name in ("mlp", "cnn", "lstm") for seed in (-1, 3, 4)] + \
+    [("inception", 3), ("transformer", -1), ("transformer", 3)]
 
 
 def reference_liveness(graph, keep=None, devices=None):
@@ -115,7 +119,7 @@ def test_liveness_equals_the_model_node_by_node(name, seed):
 
 @pytest.mark.parametrize("machine", [None, p100_with_host, cpu_ranks_with_host],
                          ids=["p100", "p100-host", "cpu-ranks-host"])
-@pytest.mark.parametrize("name,seed", [(n, s) for n, s in CASES if s != 4])
+@pytest.mark.parametrize("name,seed", [c for c in CASES if c[1] != 4 and c[0] != "inception"])
 def test_timing_by_class_equals_the_timer_node_by_node(name, seed, machine):
     graph, mm = graph_of(name, seed, machine)
     costs = CostModel()
