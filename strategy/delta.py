@@ -140,8 +140,7 @@ class SimulationSession:
                                                 optimizer or SGD(lr=0.1, momentum=0.9))
             lowered = self.lowering.lowered()
             self.planner = Planner(self.machine, initial=lowered.initial)
-            for launch in lowered.launches:
-                self.planner.add_launch(launch)
+            self.planner.add_launches(lowered.launches)
             self.timer = NodeTimer(machine_model, costs)
             self.resources = Resources()
             self._epoch = 0

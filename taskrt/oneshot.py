@@ -3,9 +3,9 @@
 A planner that is never re-planned (Planner(replannable=False)) needs no state of a launch
 once its node groups are built, and no state of a region once the last launch touching it
 is planned. So this expands every launch first (the points a plan makes anyway, kept on
-the launches' records until the end) to learn each region's last launch, then plans launch
-by launch: builds the launch's groups at once (its nodes' predecessors refer only to
-earlier groups and its own), drops its per-point preds and Red+ targets and its read node
+the launches' records until the end) to learn each region's last launch and the regions
+planned alike (planned once: regionclasses.py), then plans launch by launch: builds the
+launch's groups at once (its nodes' predecessors refer only to earlier groups and its own), drops its per-point preds and Red+ targets and its read node
 lists, and retires the region planners whose last launch it was (their buffers' accesses
 and valid pieces, most of a large plan's memory), keeping only what finish() copies into
 the graph. Such a planner also makes a region's planner at its first launch, not at the
@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from .errors import PlanError
+from .regionclasses import RegionClasses
 
 
 def plan_once(planner, launches: Iterable) -> None:
@@ -41,14 +42,17 @@ def plan_once(planner, launches: Iterable) -> None:
     retire_after: dict[int, list[str]] = {}
     for name, li in last_of.items():
         retire_after.setdefault(li, []).append(name)
+    base = len(planner.plans)
+    planner._classes = RegionClasses.find(planner, launches, expanded, base)
     for i, launch in enumerate(launches):
-        points, expanded[i] = expanded[i], None
         li = len(planner.plans)
-        planner.add_launch(launch, points)
+        planner.add_launch(launch, expanded[i])
+        expanded[i] = None
         planner.refresh()
         _drop_launch_state(planner, li)
         for name in retire_after.get(i, ()):
             retire_region(planner, name)
+    planner._classes = None
     for name, rp in planner.planners.items():
         if rp is None and name not in planner._region_info:
             retire_region(planner, name)

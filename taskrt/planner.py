@@ -15,6 +15,7 @@ TaskGraph object view the executors run from the same groups.
 """
 from __future__ import annotations
 
+import weakref
 from collections import defaultdict
 from itertools import islice
 from typing import Iterable, Mapping, Sequence
@@ -31,6 +32,7 @@ from .machine import Machine
 from .nodegroups import NodeGroup
 from .oneshot import check_initial, plan_once
 from .undo import PlanUndo
+from .regionclasses import RegionClasses, stamp
 from .regionmemo import RegionPlan, RegionPlanMemo, region_key
 from .region import Region
 from .settings import Settings
@@ -83,6 +85,12 @@ class Planner:
         # Read groups by the node list they were built from (id -> (list, group)): a region
         # plan taken back from the memo brings its lists, and so its groups, back.
         self._read_groups: dict[int, tuple[list, NodeGroup]] = {}
+        # While add_launches() adds launches: the regions planned alike (regionclasses.py).
+        self._classes: RegionClasses | None = None
+        # The RegionPlanners that may be shared: by regions planned alike, or with a
+        # remembered plan. Nothing plans further into one (_own_planner). Weak: a one-shot
+        # plan drops a class's planner once its members are planned.
+        self._frozen: weakref.WeakSet = weakref.WeakSet()
         for region, pieces in (initial or {}).items():
             self._region(region)
             self.initial[region.name] = list(pieces)
@@ -145,6 +153,25 @@ class Planner:
         return rp
 
     # -- adding launches -------------------------------------------------------------------
+    def add_launches(self, launches: Iterable[IndexLaunch]) -> None:
+        """add_launch for each of `launches`, in program order, with regions that are planned
+        alike planned once (regionclasses.py): the same graph, for a fraction of the work
+        when the model repeats itself."""
+        launches = list(launches)
+        expanded = [self._expand(launch) for launch in launches]
+        self._classes = RegionClasses.find(self, launches, expanded, len(self.plans))
+        try:
+            for launch, points in zip(launches, expanded):
+                self.add_launch(launch, points)
+        finally:
+            self._classes = None
+
+    def touched_before(self, name: str) -> bool:
+        """Whether a launch added so far touched region `name`."""
+        if self.replannable:
+            return bool(self.log.get(name))
+        return self.planners.get(name) is not None or name in self._region_info
+
     def add_launch(self, launch: IndexLaunch, points: list | None = None) -> None:
         """Plan `launch` after the launches added so far (`points`: its _expand(), when
         already made)."""
@@ -158,6 +185,11 @@ class Planner:
         state_src = self._state_sources(launch, points) if launch.state_from else \
             [None] * len(points)
         reads, accesses = by_region(points)
+        classes = self._classes if self._classes else None
+        if self._frozen:
+            for name in accesses:
+                if name not in (classes or ()):
+                    self._own_planner(name)
         self.plans.append(LaunchPlan(launch, points, reads, accesses, state_src))
         self.index[launch.name] = li
         self._state_index = None
@@ -167,9 +199,42 @@ class Planner:
                 entry = (li, reads.get(name), accesses[name])
                 self.log[name].append(entry)
         for name in reads:
-            self._plan_reads(self._planner(name), name, li, reads[name])
+            if classes is None or name not in classes:
+                self._plan_reads(self._planner(name), name, li, reads[name])
         for name, acc in accesses.items():
-            self._plan_accesses(self._planner(name), name, li, acc)
+            if classes is not None and name in classes:
+                self._install(name, li, acc, *classes.next_entry(name, li))
+            else:
+                self._plan_accesses(self._planner(name), name, li, acc)
+
+    def _own_planner(self, name: str) -> None:
+        """Before region `name` is planned further: if its RegionPlanner may be shared (with
+        regions planned alike, or with a remembered plan), plan it again alone over its log,
+        into its own."""
+        rp = self.planners.get(name)
+        if rp is None or rp not in self._frozen:
+            return
+        if not self.replannable:
+            raise PlanError(f"Region '{name}' is used by a launch added after add_launches() "
+                            "planned it with others alike, and this planner kept no log to "
+                            "re-plan it from. Give a one-shot planner all its launches at once.")
+        self._replan_region(name, remembered=False)
+
+    def _install(self, name: str, li: int, accesses, items, per_access, rp) -> None:
+        """Put launch `li`'s part of region `name`'s plan made by its class in place: what
+        _plan_reads and _plan_accesses would have left."""
+        self.planners[name] = rp
+        self._frozen.add(rp)
+        self._dirty.add(name)
+        self._mark((li, None))
+        if items is not None:
+            self._mark((li, name))
+            self.region_nodes[li, name] = items
+        lp = self.plans[li]
+        preds, targets = lp.task_preds, lp.task_targets
+        for (pi, k, _), (p, t) in zip(accesses, per_access):
+            preds[pi][name] = p
+            targets[pi][k] = t
 
     def _mark(self, key: tuple) -> None:
         self._stale.add(key)
@@ -514,13 +579,22 @@ class Planner:
                             "(an add_launch or another replace since then forgets it).")
         undo.restore(self)
 
-    def _replan_region(self, name: str) -> None:
-        """Plan region `name` again over its log, or take back the plan a log with the same
-        key got before (regionmemo.py)."""
+    def _replan_region(self, name: str, remembered: bool = True) -> None:
+        """Plan region `name` again over its log, or (`remembered`) take back the plan a log
+        with the same key got before (regionmemo.py), moved to this region if it was made
+        for another."""
         log = self.log[name]
-        key = region_key(name, self.initial.get(name, ()), log, self.plans)
-        known = self.memo.get(key)
+        key = region_key(self.regions[name], self.initial.get(name, ()), log, self.plans)
+        known = self.memo.get(key, name) if remembered else None
         if known is not None:
+            lis = tuple(li for li, _, _ in log)
+            if known.name != name or known.lis != lis:
+                # Made for another region alike (or other launches): moved to this one.
+                self.memo.moved += 1
+                known = stamp(known, self.regions[name], lis,
+                              [self.plans[li].launch.name for li in lis])
+                if self.memo.put(key, known):
+                    self._read_groups.clear()
             self._adopt(name, known)
             return
         region = self.regions[name]
@@ -537,8 +611,10 @@ class Planner:
             else:
                 self.region_nodes.pop((li, name), None)
             self._plan_accesses(rp, name, li, accesses)
-        if self.memo.max_nodes and self.memo.put(key, self._region_plan(name, log)):
-            self._read_groups.clear()
+        if remembered and self.memo.max_nodes:
+            self._frozen.add(rp)
+            if self.memo.put(key, self._region_plan(name, log)):
+                self._read_groups.clear()
 
     def _region_plan(self, name: str, log) -> RegionPlan:
         """What planning region `name` over `log` left in this planner (see RegionPlan)."""
@@ -550,7 +626,8 @@ class Planner:
             lp = self.plans[li]
             preds, targets = lp.task_preds, lp.task_targets
             per_entry.append([(preds[pi][name], targets[pi][k]) for pi, k, _ in accesses])
-        return RegionPlan(self.planners[name], nodes, per_entry, size)
+        return RegionPlan(self.planners[name], nodes, per_entry, size, name,
+                          tuple(li for li, _, _ in log))
 
     def _adopt(self, name: str, known: RegionPlan) -> None:
         """Put a remembered plan of region `name` in place: what _replan_region's planning

@@ -4,8 +4,10 @@ A region's plan -- its RegionPlanner's end state, the copy/reduce/all-reduce nod
 reads of it need, and the predecessors and Red+ targets of every task requirement on it -- is
 a function of the region's initial data and, per launch touching it in program order, of what
 the launch's points ask of it (point, device, rect, privilege) and whether the launch is one
-of replicas; of nothing else (regions are planned independently, coherence.py). That tuple is
-the plan's key here.
+of replicas; of nothing else (regions are planned independently, coherence.py). That tuple, without
+the region's name or the launches' indices, is the plan's key here: regions planned alike
+share it (regionclasses.py), and a plan made for one is moved to another by
+regionclasses.stamp.
 
 Planner.replace re-plans every region a changed launch touches. An MCMC search proposes
 configs near the current strategy (neighbours, the regular configs experts use) and undoes
@@ -27,51 +29,66 @@ from dataclasses import dataclass
 class RegionPlan:
     """What planning one region gave, aligned with its log (Planner.log[name]): per log entry,
     the read nodes of that launch (or None), and per access of the entry, the point's
-    predecessor refs on the region and the requirement's Red+ targets."""
+    predecessor refs on the region and the requirement's Red+ targets. `name` and `lis`: the
+    region and its log's launches it was made for (another region of the same key gets a
+    copy moved to its own: regionclasses.stamp)."""
     planner: object                   # the RegionPlanner at the end of the log
     nodes: list                       # per log entry: list of (node, refs, staged) or None
     accesses: list                    # per log entry: [(preds, targets)] per access
     size: int                         # nodes made, for the table's bound
+    name: str = ""
+    lis: tuple = ()
 
 
-def region_key(name: str, initial, log, plans) -> tuple:
-    """The key of a region's plan: its name and initial pieces, and per log entry (launch
-    index, replicas?, per access (point, requirement index, device, rect, privilege))."""
-    return (name, tuple(initial),
-            tuple((li, plans[li].launch.replicas,
-                   tuple((pi, k, plans[li].points[pi][1], req.rect, req.privilege)
-                         for pi, k, req in accesses))
+def signature(replicas: bool, points, accesses) -> tuple:
+    """What one launch asks of one region (its `accesses` [(point index, requirement index,
+    requirement)], launchplan.by_region): whether it is one of replicas, then per access
+    (point index, requirement index, device, rect, privilege)."""
+    return (replicas,) + tuple([(pi, k, points[pi][1], req.rect, req.privilege.code)
+                                for pi, k, req in accesses])
+
+
+def region_key(region, initial, log, plans) -> tuple:
+    """The key of a region's plan: its shape, dtype and initial pieces, and per log entry
+    what the launch asks of it (signature). No names: regions alike share a key."""
+    return (region.rect, region.dtype, tuple(initial),
+            tuple(signature(plans[li].launch.replicas, plans[li].points, accesses)
                   for li, _, accesses in log))
 
 
 class RegionPlanMemo:
-    """Region plans by key (region_key), bounded by the nodes they hold."""
-    __slots__ = ("max_nodes", "_plans", "_nodes", "hits", "misses", "clears")
+    """Region plans by key (region_key), per key one for each region it was made for,
+    bounded by the nodes they hold."""
+    __slots__ = ("max_nodes", "_plans", "_nodes", "hits", "misses", "clears", "moved")
 
     def __init__(self, max_nodes: int):
         if max_nodes < 0:
             raise ValueError(f"RegionPlanMemo: max_nodes={max_nodes}; give 0 (remember "
                              "nothing) or more")
         self.max_nodes = max_nodes
-        self._plans: dict[tuple, RegionPlan] = {}
+        self._plans: dict[tuple, dict[str, RegionPlan]] = {}
         self._nodes = 0
         self.hits = self.misses = self.clears = 0
+        self.moved = 0          # hits on a plan made for another region (Planner counts)
 
     def __len__(self) -> int:
-        return len(self._plans)
+        return sum(len(plans) for plans in self._plans.values())
 
     @property
     def nodes(self) -> int:
         """The nodes the remembered plans hold."""
         return self._nodes
 
-    def get(self, key: tuple) -> RegionPlan | None:
-        plan = self._plans.get(key)
-        if plan is None:
+    def get(self, key: tuple, name: str = "") -> RegionPlan | None:
+        """The plan of `key` made for region `name` if there is one, else one made for
+        another region (to be moved: regionclasses.stamp), else None."""
+        plans = self._plans.get(key)
+        if plans is None:
             self.misses += 1
-        else:
-            self.hits += 1
-        return plan
+            return None
+        self.hits += 1
+        plan = plans.get(name)
+        return plan if plan is not None else next(iter(plans.values()))
 
     def put(self, key: tuple, plan: RegionPlan) -> bool:
         """Remember `plan` (unless max_nodes is 0). Empties the table first when it would
@@ -84,6 +101,12 @@ class RegionPlanMemo:
             self._nodes = 0
             self.clears += 1
             emptied = True
-        self._plans[key] = plan
+        plans = self._plans.get(key)
+        if plans is None:
+            plans = self._plans[key] = {}
+        old = plans.get(plan.name)
+        if old is not None:
+            self._nodes -= old.size
+        plans[plan.name] = plan
         self._nodes += plan.size
         return emptied

@@ -1,0 +1,216 @@
+"""Regions that are planned alike, planned once.
+
+A region's plan is a function of its shape and dtype, its initial pieces and, per launch in its
+log, of what the launch's points ask of it (point, requirement index, device, rect, privilege)
+and whether the launch is one of replicas; of nothing else (coherence.py plans regions
+independently; regionmemo.py keys remembered plans the same way). The launches' identities
+only name things: a node's owner, a task's reference (launch index, point index).
+
+Models repeat. A transformer's blocks, a ResNet stage's bottlenecks, Inception's twin modules,
+split alike, give regions whose logs ask exactly the same things of them at other launches
+(a block's weights, its activations, their gradients, each block's optimizer state). Such
+regions form a class (`RegionClasses.find`: the key regionmemo.region_key gives, made from
+interned per-launch signatures). When a launch first touches a member of a class of two or
+more, the class's first member is planned alone over its whole log (`plan_alone`, the same
+RegionPlanner calls add_launch makes), and every member gets that plan with its own region and
+launches (`stamp`: new node objects, the same rects, devices and Red+ targets, references moved
+to the member's launches and nodes); the planner installs each launch's part of it as the
+launch is added. The graph is node for node the one planning every region gives
+(tests/taskrt/test_region_classes.py, golden digests), and a model of 32 equal blocks plans
+each distinct region once instead of 32 times.
+
+Members share the first member's RegionPlanner (its end state: buffers' bounding rects, valid
+pieces, pending sums; equal for all of them, by the key). The planner never plans more into a
+shared one: a later add_launch re-plans such a region alone first (Planner._own_planner), and
+replace() always plans into a new RegionPlanner.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+
+from .coherence import RegionPlanner
+from .launchplan import by_region
+from .regionmemo import RegionPlan, signature
+from .taskgraph import COPY, REDUCE, AllReduceNode, CopyNode, ReduceNode
+
+
+class RegionClass:
+    """The regions of one key, in order of their first launch; their plans once made."""
+    __slots__ = ("members", "logs", "template", "unstamped")
+
+    def __init__(self, members: list[str], logs: list[list[int]]):
+        self.members = members          # region names
+        self.logs = logs                # per member: its launches (indices), in program order
+        self.template: RegionPlan | None = None     # the first member's plan, once made
+        self.unstamped = len(members)   # members not yet given their plan
+
+
+class RegionClasses:
+    """The classes of two or more regions among a sequence of launches about to be added to a
+    planner, and each member's plan as the planner asks for it."""
+
+    def __init__(self, planner, launches: list, points_of, base: int):
+        """`points_of(li)`: launch li's expanded points (the launches are planner.plans[base:]
+        once added, `launches` until then)."""
+        self.planner = planner
+        self.launches = launches
+        self.points_of = points_of
+        self.base = base
+        self.of: dict[str, tuple[RegionClass, int]] = {}    # region -> (class, member index)
+        self._plans: dict[str, RegionPlan] = {}             # member -> its plan, until done
+        self._next: dict[str, int] = {}                     # member -> its next log entry
+        self._grouped: dict[int, tuple[dict, dict]] = {}    # li -> by_region, while needed
+
+    @classmethod
+    def find(cls, planner, launches: list, expanded: list, base: int,
+             points_of=None) -> "RegionClasses":
+        """Classes among `launches` (with their expanded points `expanded`), which will be
+        launches base, base + 1, ... of `planner`."""
+        self = cls(planner, launches, points_of or (lambda li: expanded[li - base]), base)
+        ids: dict[tuple, int] = {}              # per-launch signature -> a small int
+        logs: dict[str, list[int]] = defaultdict(list)
+        sigs: dict[str, list[int]] = defaultdict(list)
+        for i, points in enumerate(expanded):
+            replicas, li = launches[i].replicas, base + i
+            for name, acc in by_region(points)[1].items():
+                sig = signature(replicas, points, acc)
+                sid = ids.get(sig)
+                if sid is None:
+                    sid = ids[sig] = len(ids)
+                logs[name].append(li)
+                sigs[name].append(sid)
+        del ids
+        by_key: dict[tuple, list[str]] = defaultdict(list)
+        regions, initial = planner.regions, planner.initial
+        for name, sig in sigs.items():
+            if planner.touched_before(name):
+                continue            # (touched by launches added before: planned as usual)
+            region = regions[name]
+            by_key[(region.rect, region.dtype, tuple(initial.get(name, ())),
+                    tuple(sig))].append(name)
+        for names in by_key.values():
+            if len(names) > 1:
+                rc = RegionClass(names, [logs[n] for n in names])
+                for k, name in enumerate(names):
+                    self.of[name] = (rc, k)
+        return self
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.of
+
+    def __len__(self) -> int:
+        return len(self.of)
+
+    @property
+    def num_classes(self) -> int:
+        return len({id(rc) for rc, _ in self.of.values()})
+
+    def next_entry(self, name: str, li: int):
+        """Member `name`'s part of launch `li` (the next entry of its log): (its read nodes or
+        None, [(preds, Red+ targets)] per access, its RegionPlanner). Makes the class's
+        template and the member's plan on the member's first launch."""
+        plan = self._plans.get(name)
+        if plan is None:
+            plan = self._plan_of(name)
+            self._next[name] = 0
+        j = self._next[name]
+        rc, k = self.of[name]
+        assert rc.logs[k][j] == li, (name, li, rc.logs[k][j])
+        if j + 1 == len(plan.nodes):
+            del self._plans[name], self._next[name], self.of[name]
+        else:
+            self._next[name] = j + 1
+        return plan.nodes[j], plan.accesses[j], plan.planner
+
+    def _plan_of(self, name: str) -> RegionPlan:
+        rc, k = self.of[name]
+        if rc.template is None:
+            rc.template = plan_alone(self.planner, rc.members[0], self._entries(rc.logs[0]))
+        plan = rc.template if k == 0 else \
+            stamp(rc.template, self.planner.regions[name], rc.logs[k],
+                  [self._launch(li).name for li in rc.logs[k]])
+        rc.unstamped -= 1
+        if not rc.unstamped:
+            rc.template = None          # (each member holds its own plan now)
+        self._plans[name] = plan
+        return plan
+
+    def _launch(self, li: int):
+        return self.launches[li - self.base]
+
+    def _entries(self, lis: list[int]) -> list[tuple]:
+        """(li, launch, points, reads or None, accesses) of region-independent launches."""
+        return [(li, self._launch(li), self.points_of(li)) + self._by_region(li) for li in lis]
+
+    def _by_region(self, li: int) -> tuple[dict, dict]:
+        got = self._grouped.get(li)
+        if got is None:
+            # Launches before li are added already: their groupings are not asked for again.
+            for old in [k for k in self._grouped if k < li]:
+                del self._grouped[old]
+            got = self._grouped[li] = by_region(self.points_of(li))
+        return got
+
+
+def plan_alone(planner, name: str, entries: list[tuple]) -> RegionPlan:
+    """Plan region `name` over its log alone: entries [(li, launch, points, reads, accesses)]
+    (reads and accesses grouped by region, launchplan.by_region). The RegionPlanner calls,
+    and the merging of a point's preds, are those of Planner._plan_reads / _plan_accesses."""
+    rp = RegionPlanner(planner.regions[name], planner.machine, planner.initial.get(name, ()))
+    nodes, per_entry, size = [], [], 0
+    for li, launch, points, reads, accesses in entries:
+        mine = reads.get(name)
+        items = rp.plan_reads(launch, mine) if mine else None
+        nodes.append(items)
+        size += len(items) if items else 0
+        replicas, replica_writes = launch.replicas, set()
+        merged: dict[int, tuple] = {}
+        targets = []
+        for pi, k, req in accesses[name]:
+            preds, t = rp.access((li, pi), points[pi][1], req, replicas, replica_writes)
+            known = merged.get(pi)
+            merged[pi] = (tuple(preds) if preds else ()) if known is None else \
+                tuple(set(known).union(preds))
+            targets.append(t)
+        per_entry.append([(merged[pi], t) for (pi, _, _), t in zip(accesses[name], targets)])
+    return RegionPlan(rp, nodes, per_entry, size, name, tuple(li for li, *_ in entries))
+
+
+def stamp(plan: RegionPlan, region, lis_to, owners: list[str]) -> RegionPlan:
+    """`plan` (made for another region over launches plan.lis) for `region` over launches
+    `lis_to` (owners: their names): new nodes, references moved entry by entry; the same
+    rects, devices, Red+ targets and RegionPlanner."""
+    li_of = dict(zip(plan.lis, lis_to))
+    node_of: dict = {}
+
+    def moved(r):
+        if r is None:
+            return None
+        if type(r) is tuple:
+            return (li_of[r[0]], r[1])
+        return node_of[r]
+
+    nodes = []
+    for items, owner in zip(plan.nodes, owners):
+        if items is None:
+            nodes.append(None)
+            continue
+        out = []
+        for node, refs, staged in items:
+            kind = node.kind
+            if kind is COPY:
+                new = CopyNode(-1, owner, region, node.rect, node.src, node.dst,
+                               node.reduction, node.from_partial)
+            elif kind is REDUCE:
+                new = ReduceNode(-1, owner, region, node.rect, node.device, node.inputs)
+            else:
+                new = AllReduceNode(-1, owner, region, node.rect, node.devices,
+                                    node.in_partial)
+            node_of[node] = new
+            out.append((new, {moved(r) for r in refs},
+                        None if staged is None else [None if c is None else node_of[c]
+                                                     for c in staged]))
+        nodes.append(out)
+    accesses = [[(tuple([moved(r) for r in preds]), targets) for preds, targets in per]
+                for per in plan.accesses]
+    return RegionPlan(plan.planner, nodes, accesses, plan.size, region.name, tuple(lis_to))
