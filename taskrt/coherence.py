@@ -236,14 +236,22 @@ class RegionPlanner:
         self.partial_rects: dict[int, Rect] = {}
         self.sent: dict[int, int] = {}          # device -> elements copies took from it
         self.initial: list[tuple[Rect, tuple[int, ...]]] = []
+        initial = list(initial)
         for rect, device in initial:
             self.machine[device]
             if not region.rect.contains(rect):
                 raise PlanError(f"Initial data of '{region.name}': {rect} is outside the "
                                 f"region {region.rect}.")
             self._buffer(device, False, rect).write(rect, None)
-            self.state.add_holder(rect, device)
             self.initial.append((rect, (device,)))
+        first = initial[0][0] if initial else None
+        if first is not None and not first.empty and all(r == first for r, _ in initial):
+            # A replicated value (a weight, optimizer state on every device): one valid
+            # piece held by the devices in order, as add_holder device by device leaves it.
+            self.state.valid.add(first, Holders(dict.fromkeys(d for _, d in initial)))
+        else:
+            for rect, device in initial:
+                self.state.add_holder(rect, device)
 
     def _buffer(self, device: int, partial: bool, rect: Rect) -> BufferAccesses:
         rects = self.partial_rects if partial else self.instance_rects
