@@ -38,15 +38,18 @@ device exceeds its capacity is invalid, and its predicted time is reported as in
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import chain
 
 import numpy as np
 
 from taskrt.gcpause import gc_paused
 from taskrt.liveness import Liveness
+from taskrt.taskclasses import TaskClasses
 from taskrt.taskgraph import COPY, REDUCE, TASK
 from taskrt.trace import TraceEvent, node_label
 
 from .listsched import csr, list_schedule
+from .timearrays import node_arrays_by_class
 
 
 @dataclass
@@ -78,7 +81,7 @@ def memory_per_device(graph, start, end, keep=None) -> dict[int, int]:
     """Peak bytes per device over a timeline (node i runs from start[i] to end[i]):
     persistent buffers plus the temporaries live at once (see taskrt.liveness; `keep` as
     there: None keeps the graph's results, as the Trainer does)."""
-    with gc_paused():          # it allocates a few objects per node: see taskrt/gcpause.py
+    with gc_paused():          # it allocates a few objects per class: see taskrt/gcpause.py
         return Liveness.of(graph, keep).peak(start, end)
 
 
@@ -246,6 +249,26 @@ def _simulate(graph, model, costs, timer: NodeTimer | None) -> SimResult:
     timer = timer or NodeTimer(model, costs)
     n = len(graph.nodes)
     resources = Resources()
+    classes = TaskClasses.of(graph.nodes)
+    if type(timer).timing is NodeTimer.timing and \
+            type(timer).host_phases is NodeTimer.host_phases:
+        dur, counts, res_ids, host = node_arrays_by_class(graph, classes, timer, resources)
+    else:
+        dur, counts, res_ids, host = node_arrays(graph, timer, resources)
+    pred_counts = np.fromiter(map(len, graph.preds), dtype=np.int64, count=n)
+    preds = np.fromiter(chain.from_iterable(graph.preds), dtype=np.int64,
+                        count=int(pred_counts.sum()))
+    start, run, end, busy = timeline(dur, counts, res_ids, csr(pred_counts), preds, resources,
+                                     host, timer.ready_order)
+    memory = Liveness.of(graph, None, classes=classes).peak(start, end)
+    return result_of(model, start, end, busy, memory, run)
+
+
+def node_arrays(graph, timer: NodeTimer, resources: Resources) -> tuple:
+    """(dur, res_counts, res_ids, host) of every node, asking the timer node by node in
+    node order (a timer that overrides timing or host_phases: strategy/preemption.py draws
+    random slices per node); `host` is None without host costs, else the host phases as
+    timeline takes them. strategy/timearrays.py gives the same per task class."""
     dur: list[float] = []
     counts: list[int] = []
     res_ids: list[int] = []
@@ -277,19 +300,12 @@ def _simulate(graph, model, costs, timer: NodeTimer | None) -> SimResult:
             post_counts.append(len(pr))
             pre_ids += ids(hr)
             post_ids += ids(pr)
-    dur = np.array(dur, dtype=np.float64)
-    counts = np.array(counts, dtype=np.int64)
-    pred_counts = np.fromiter((len(p) for p in graph.preds), dtype=np.int64, count=n)
-    preds = np.fromiter((p for ps in graph.preds for p in ps), dtype=np.int64,
-                        count=int(pred_counts.sum()))
     host = (np.array(pre_dur, dtype=np.float64), np.array(pre_counts, dtype=np.int64),
             np.array(pre_ids, dtype=np.int64), np.array(post_dur, dtype=np.float64),
             np.array(post_counts, dtype=np.int64), np.array(post_ids, dtype=np.int64)) \
         if with_host else None
-    start, run, end, busy = timeline(dur, counts, np.array(res_ids, dtype=np.int64),
-                                     csr(pred_counts), preds, resources, host,
-                                     timer.ready_order)
-    return result_of(model, start, end, busy, memory_per_device(graph, start, end), run)
+    return (np.array(dur, dtype=np.float64), np.array(counts, dtype=np.int64),
+            np.array(res_ids, dtype=np.int64), host)
 
 
 def trace_of(graph, result: SimResult, timer: NodeTimer) -> list[TraceEvent]:

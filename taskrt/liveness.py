@@ -25,14 +25,15 @@ iteration) while such buffers are a sliver of any device's memory.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from operator import attrgetter, itemgetter
 
 import numpy as np
 
 from .errors import PlanError
 from .privilege import Privilege
 from .settings import Settings
-from .taskgraph import COPY, REDUCE, TASK
+from .taskclasses import TaskClasses
+from .taskgraph import ALLREDUCE, COPY, REDUCE, TASK
 
 INSTANCE, PARTIAL, STAGING, STATE = 0, 1, 2, 3
 
@@ -47,6 +48,7 @@ def is_small(nbytes, settings: Settings | None = None):
     return nbytes < Settings.resolve(settings).min_temporary_bytes
 _READS = (Privilege.READ, Privilege.READ_WRITE)
 _READ, _RW = Privilege.READ, Privilege.READ_WRITE
+_FIRST, _SECOND, _VOLUME = itemgetter(0), itemgetter(1), attrgetter("volume")
 
 
 def state_key(node):
@@ -246,99 +248,251 @@ def resolve_keep(graph, keep, results: set[str]) -> set[str]:
     return persistent | names
 
 
-@dataclass
 class Liveness:
-    """Temporaries of a graph (those on `devices`, or all): key, device, bytes and the ids of
-    their users in id order; and the bytes of persistent buffers per device."""
-    keys: list
-    device: list[int]
-    nbytes: list[int]
-    users: list[list[int]]
-    persistent: dict[int, int]
-    kept: set[str]
+    """Temporaries of a graph (those on `devices`, or all): key, device and bytes, and their
+    uses as arrays (use_buf[k] indexes the temporaries, use_node[k] is a node using it; in
+    node order, a node's repeated uses of a buffer possibly repeated); `users`: per
+    temporary the ids of its users in id order, each once; the bytes of persistent buffers
+    per device; the kept regions."""
+    __slots__ = ("_keys", "device", "nbytes", "use_buf", "use_node", "persistent", "kept",
+                 "_users", "_temps", "_uses")
+
+    def __init__(self, keys: list | None, device: list[int], nbytes: list[int], use_buf,
+                 use_node, persistent: dict[int, int], kept: set[str]):
+        self._keys, self.device, self.nbytes = keys, device, nbytes
+        self.use_buf = np.asarray(use_buf, dtype=np.int64)
+        self.use_node = np.asarray(use_node, dtype=np.int64)
+        self.persistent, self.kept = persistent, kept
+        self._users = None
+
+    @property
+    def users(self) -> list[list[int]]:
+        """Per temporary, its users' node ids in id order (each once)."""
+        if self._users is None:
+            n = 1 + int(self.use_node.max()) if len(self.use_node) else 1
+            pairs = np.unique(self.use_buf * n + self.use_node)
+            bufs, nodes = np.divmod(pairs, n)
+            cuts = np.flatnonzero(np.diff(bufs)) + 1
+            self._users = [u.tolist() for u in np.split(nodes, cuts)] if len(pairs) else []
+        return self._users
 
     @classmethod
-    def of(cls, graph, keep=None, devices=None, settings: Settings | None = None) -> "Liveness":
+    def of(cls, graph, keep=None, devices=None, settings: Settings | None = None,
+           classes: TaskClasses | None = None) -> "Liveness":
+        """`classes`: TaskClasses.of(graph.nodes), when the caller has it already."""
         settings = Settings.resolve(settings)
-        nodes = graph.nodes
-        users: dict = {}
-        read_by_writer: set[str] = set()
-        reads_of_writers: dict[str, list] = {}
-        for node in nodes:
-            i = node.id
-            if node.kind is TASK:                # buffers_of and task_reads_writes, inlined
-                d = node.device
-                keys, reads, writes = [], [], []
-                for req, targets in zip(node.requirements, node.targets):
-                    name = req.region.name
-                    priv = req.privilege
-                    if priv is _READ:
-                        reads.append(name)
-                    else:
-                        writes.append(name)
-                        if priv is _RW:
-                            reads.append(name)
-                    if targets is None:
-                        keys.append((INSTANCE, name, d, None))
-                    else:
-                        for t in targets:
-                            keys.append((PARTIAL if t.partial else INSTANCE, name, d, None))
-                key = state_key(node)             # None unless it keeps or takes state
-                if key is not None:
-                    keys.append(key)
-                if writes:
-                    read_by_writer.update(reads)
-                    for name in writes:
-                        reads_of_writers.setdefault(name, []).append(reads)
-            else:
-                keys = buffers_of(node, nodes)
-            for key in keys:
-                lst = users.get(key)
-                if lst is None:
-                    users[key] = [i]
-                elif lst[-1] != i:              # a node uses a buffer once
-                    lst.append(i)
-        results = results_of(graph.regions, read_by_writer,
-                             lambda name: reads_of_writers.get(name, ()))
+        uses = BufferUses.of(graph, classes)
+        results = results_of(graph.regions, uses.read_by_writer,
+                             lambda name: uses.reads_of_writers.get(name, ()))
         kept = resolve_keep(graph, keep, results)
-        owned = None if devices is None else set(devices)
-        live = cls([], [], [], [], {}, kept)
-        persistent, regions = live.persistent, graph.regions
-        keys, device, nbytes, user_lists = live.keys, live.device, live.nbytes, live.users
-        buffers = [((kind, name, dev, None), regions[name], rect)
-                   for kind, rects in ((INSTANCE, graph.instance_rects),
-                                       (PARTIAL, graph.partial_rects))
-                   for (name, dev), rect in rects.items()]
-        buffers += [(key, key[3].region, key[3].rect) for key in users if key[0] == STAGING]
-        for key, region, rect in buffers:
-            dev = key[2]
-            if owned is not None and dev not in owned:
-                continue
-            if not is_temporary(key[1], region.nbytes(rect), kept, settings):
-                persistent[dev] = persistent.get(dev, 0) + region.nbytes(rect)
-            else:
-                lst = users.get(key)
-                if lst is not None:         # a temporary nobody uses is never allocated
-                    keys.append(key)
-                    device.append(dev)
-                    nbytes.append(region.nbytes(rect))
-                    user_lists.append(lst)
-        for key, lst in users.items():      # saved state: always a temporary
-            if key[0] == STATE and (owned is None or key[2] in owned):
-                keys.append(key)
-                device.append(key[2])
-                nbytes.append(own_bytes(key))
-                user_lists.append(lst)
+        region, device, size = uses.region, uses.device, uses.nbytes
+        n_rect = len(size) - len(uses.extras)
+        # Temporary: not of a kept region and not small; saved state always.
+        region_kept = np.fromiter((name in kept for name in graph.regions), dtype=bool,
+                                  count=len(graph.regions))
+        name_kept = np.zeros(len(size), dtype=bool)
+        name_kept[:n_rect] = region_kept[region[:n_rect]]
+        extras = len(uses.extras)
+        name_kept[n_rect:] = np.fromiter((k[0] == STAGING and k[1] in kept
+                                          for k in uses.extras), dtype=bool, count=extras)
+        temporary = ~name_kept & ~is_small(size, settings)
+        temporary[n_rect:] |= np.fromiter((k[0] == STATE for k in uses.extras), dtype=bool,
+                                          count=extras)
+        owned = np.ones(len(size), dtype=bool) if devices is None else \
+            np.isin(device, np.array(sorted(set(devices)), dtype=np.int64))
+        # Persistent: an owned region buffer that is no temporary, used or not (staging
+        # buffers exist when used, and each is used).
+        persistent: dict[int, int] = {}
+        stay = np.flatnonzero(owned & ~temporary)
+        if len(stay):
+            per = np.zeros(int(device.max()) + 1, dtype=np.int64)
+            np.add.at(per, device[stay], size[stay])
+            devs, first = np.unique(device[stay], return_index=True)
+            for d in devs[np.argsort(first)].tolist():      # in the buffers' order
+                persistent[d] = int(per[d])
+        buf = uses.use_buf
+        used = np.zeros(len(size), dtype=bool)
+        used[buf[buf >= 0]] = True
+        temps = np.flatnonzero(owned & temporary & used)   # a temporary nobody uses: none
+        temp_of = np.full(len(size) + 1, -1, dtype=np.int64)      # [-1]: no buffer
+        temp_of[temps] = np.arange(len(temps), dtype=np.int64)
+        use_buf = temp_of[buf]
+        mine = use_buf >= 0
+        live = cls(None, device[temps].tolist(), size[temps].tolist(), use_buf[mine],
+                   uses.use_node[mine], persistent, kept)
+        live._temps, live._uses = temps, uses
         return live
+
+    @property
+    def keys(self) -> list:
+        """Per temporary, its key (as buffers_of gives it)."""
+        if self._keys is None:
+            self._keys = [self._uses.key(int(b)) for b in self._temps]
+        return self._keys
 
     def peak(self, start, end) -> dict[int, int]:
         """Peak bytes per device when node i runs from start[i] to end[i]."""
-        return peak_bytes(self.device, self.nbytes, self.users, start, end, self.persistent)
+        return peak_bytes_of_users(self.use_buf, self.use_node, self.device, self.nbytes,
+                                   start, end, self.persistent)
 
     def peak_in_id_order(self) -> dict[int, int]:
         """The peak when nodes run one at a time in id order (as LocalExecutor runs them)."""
-        n = 1 + max((u[-1] for u in self.users), default=-1)
+        n = 1 + (int(self.use_node.max()) if len(self.use_node) else -1)
         return self.peak(np.arange(n), np.arange(1, n + 1))
+
+
+class BufferUses:
+    """Every buffer of a graph and its nodes' uses of them, as arrays.
+
+    Buffers: the regions' instance and partial-sum buffers (graph.instance_rects,
+    partial_rects, in that order), then the staging buffers and saved states in the order
+    of their first use (`extras`, keys as buffers_of gives them); per buffer its region
+    index (`region`, -1 for an extra; into graph.regions), device and bytes. Uses:
+    use_node[k] uses buffer use_buf[k] (-1: a buffer the graph does not list), in no
+    particular order, a node's use of a buffer possibly repeated. And what results_of
+    needs: the regions read (R, RW) by tasks that write something, and per region
+    written the tuples of regions its writers read.
+
+    Tasks are taken per class (taskrt/taskclasses.py): buffers_of and task_reads_writes of
+    a class's first task give every task of the class its buffers, on its own device,
+    with numpy; saved state is asked per task of a launch that has some. Other nodes are
+    asked one by one (buffers_of): copies, reduces and all-reduces are few in most graphs."""
+    __slots__ = ("region", "device", "nbytes", "extras", "use_buf", "use_node",
+                 "read_by_writer", "reads_of_writers", "_rect_keys")
+
+    @classmethod
+    def of(cls, graph, classes: TaskClasses | None = None) -> "BufferUses":
+        nodes, i8 = graph.nodes, np.int64
+        classes = classes if classes is not None else TaskClasses.of(nodes)
+        out = cls()
+        regions = {name: i for i, name in enumerate(graph.regions)}
+        n_regions = len(regions)
+        # The regions' buffers (C-level maps over the graph's dicts: one per buffer).
+        itemsize = np.fromiter((r.itemsize for r in graph.regions.values()), dtype=i8,
+                               count=n_regions)
+        rect_keys, r_region, r_dev, r_bytes = [], [], [], []
+        for kind, rects in ((INSTANCE, graph.instance_rects), (PARTIAL, graph.partial_rects)):
+            keys = list(rects)
+            rect_keys.append((kind, keys))
+            at = np.fromiter(map(regions.__getitem__, map(_FIRST, keys)), dtype=i8,
+                             count=len(keys))
+            r_region.append(at + kind * n_regions)
+            r_dev.append(np.fromiter(map(_SECOND, keys), dtype=i8, count=len(keys)))
+            r_bytes.append(itemsize[at] * np.fromiter(map(_VOLUME, rects.values()), dtype=i8,
+                                                       count=len(keys)))
+        r_region, r_dev, r_bytes = (np.concatenate(x) for x in (r_region, r_dev, r_bytes))
+        others = [nodes[i] for i in classes.others.tolist()]
+        top = int(r_dev.max()) if len(r_dev) else -1
+        if len(classes.device):
+            top = max(top, int(classes.device.max()))
+        for node in others:
+            top = max(top, max(node.devices, default=-1))
+        n_dev = top + 1
+        extras: list = []
+        extra_ids: dict = {}
+        base = 2 * n_regions * n_dev              # extras are numbered base + their index
+
+        def number(key) -> int:
+            kind = key[0]
+            if kind == INSTANCE or kind == PARTIAL:
+                r = regions.get(key[1])
+                return -1 if r is None else (kind * n_regions + r) * n_dev + key[2]
+            e = extra_ids.get(key)
+            if e is None:
+                e = extra_ids[key] = len(extras)
+                extras.append(key)
+            return base + e
+        ub: list[int] = []
+        un: list[int] = []
+        gathered_buf, gathered_node = [], []      # all-reduces' uses, as arrays
+        for node in others:                       # copies, reduces, all-reduces
+            i = node.id
+            if node.kind is ALLREDUCE:
+                # buffers_of's rule with numpy (an all-reduce over 1,024 devices has 2,048
+                # keys): per member device its sums (partial buffer or instance) and its
+                # instance.
+                r = regions.get(node.region.name)
+                devs = np.array(node.devices, dtype=i8)
+                partial = np.array(node.in_partial or (False,) * len(devs), dtype=i8)
+                got = np.concatenate([(partial * n_regions + r) * n_dev + devs,
+                                      r * n_dev + devs]) if r is not None else \
+                    np.full(2 * len(devs), -1, dtype=i8)
+                gathered_buf.append(got)
+                gathered_node.append(np.full(len(got), i, dtype=i8))
+                continue
+            for key in buffers_of(node, nodes):
+                ub.append(number(key))
+                un.append(i)
+        # Tasks: per class, its buffers' numbers on device 0, and its reads and writes.
+        read_by_writer: set[str] = set()
+        reads_of_writers: dict[str, set] = {}
+        counts, flat, stateful = [], [], []
+        for first in classes.first:
+            d = first.device
+            got = [number(k) for k in buffers_of(first) if k[0] == INSTANCE or
+                   k[0] == PARTIAL]
+            counts.append(len(got))
+            flat += [g - d if g >= 0 else -n_dev for g in got]   # (< 0 on any device)
+            stateful.append(bool(first.launch.saved_bytes))
+            reads, writes = task_reads_writes(first)
+            if writes:
+                read_by_writer.update(reads)
+                for name in writes:
+                    reads_of_writers.setdefault(name, set()).add(reads)
+        cls_of = classes.cls
+        per_task = np.array(counts, dtype=i8)[cls_of] if len(counts) else np.zeros(0, i8)
+        ptr = np.zeros(len(counts) + 1, dtype=i8)
+        np.cumsum(counts, out=ptr[1:])
+        # Task t's uses: flat[ptr[c] : ptr[c + 1]] of its class c, each plus its device.
+        total = int(per_task.sum())
+        at = np.repeat(ptr[:-1][cls_of] - np.cumsum(per_task) + per_task, per_task) + \
+            np.arange(total, dtype=i8)
+        task_buf = np.array(flat, dtype=i8)[at] + np.repeat(classes.device, per_task)
+        task_buf[task_buf < 0] = -1
+        task_node = np.repeat(classes.ids, per_task)
+        state_buf, state_node = [], []
+        if any(stateful):
+            for i in classes.ids[np.array(stateful, dtype=bool)[cls_of]].tolist():
+                key = state_key(nodes[i])          # None unless it keeps or takes state
+                if key is not None:
+                    state_buf.append(number(key))
+                    state_node.append(i)
+        ids = np.concatenate([np.array(ub, dtype=i8), *gathered_buf, task_buf,
+                              np.array(state_buf, dtype=i8)])
+        out.use_node = np.concatenate([np.array(un, dtype=i8), *gathered_node, task_node,
+                                       np.array(state_node, dtype=i8)])
+        # Numbers -> buffer indices.
+        n_rect = len(r_dev)
+        numbers = r_region * n_dev + r_dev
+        order = np.argsort(numbers, kind="stable")
+        ordered = numbers[order]
+        buf = np.full(len(ids), -1, dtype=i8)
+        of_rect = np.flatnonzero((ids >= 0) & (ids < base))
+        if n_rect and len(of_rect):
+            pos = np.minimum(np.searchsorted(ordered, ids[of_rect]), n_rect - 1)
+            found = ordered[pos] == ids[of_rect]
+            buf[of_rect[found]] = order[pos[found]]
+        of_extra = ids >= base
+        buf[of_extra] = n_rect + ids[of_extra] - base
+        out.use_buf = buf
+        out.region = np.concatenate([r_region % max(n_regions, 1),
+                                     np.full(len(extras), -1, dtype=i8)])
+        out.device = np.concatenate([r_dev, np.array([k[2] for k in extras], dtype=i8)])
+        out.nbytes = np.concatenate([r_bytes,
+                                     np.array([own_bytes(k) if k[0] == STATE else
+                                               k[3].nbytes for k in extras], dtype=i8)])
+        out.extras, out._rect_keys = extras, rect_keys
+        out.read_by_writer, out.reads_of_writers = read_by_writer, reads_of_writers
+        return out
+
+    def key(self, b: int) -> tuple:
+        """The key (as buffers_of gives it) of buffer b."""
+        for kind, keys in self._rect_keys:
+            if b < len(keys):
+                name, dev = keys[b]
+                return (kind, name, dev, None)
+            b -= len(keys)
+        return self.extras[b]
 
 
 def peak_bytes(device, nbytes, users, start, end, persistent) -> dict[int, int]:

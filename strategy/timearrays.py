@@ -1,0 +1,160 @@
+"""What the list scheduler needs of every node of a graph (durations, resources, host
+phases) as arrays, computed per task class and device rather than per node.
+
+A point task's duration is a function of its cost key and its device's spec (the cost
+model's contract: strategy/costs/model.py looks it up by (cost key, device kind)), its
+resource is its device's compute unit and its host phase its device's host thread
+(NodeTimer.timing, host_phases). Tasks of one class (taskrt/taskclasses.py) have one cost
+key, so the cost model is asked once per (class, device spec), of the class's first task;
+copies, reduces and all-reduces (few in most graphs) are asked one by one. Resource ids
+are numbered in the order nodes first use them, as a loop over the nodes would (a
+result's `busy` lists resources in that order).
+
+Only for NodeTimer itself: a timer that overrides timing or host_phases (a preempted
+timer draws random slices per node, in node order) is asked node by node
+(simulator.node_arrays).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .listsched import csr
+
+
+def _scatter(n: int, counts_at: np.ndarray, ids_at: np.ndarray, other_ids: np.ndarray,
+             other_counts: np.ndarray, other_flat: np.ndarray, at_value) -> tuple:
+    """(counts, flat) in CSR form over n nodes: each node in `ids_at` has counts_at of
+    them, valued at_value (one per such node, counts_at is 1 or 0 per node); the nodes
+    other_ids have other_counts values each, other_flat joined."""
+    counts = np.zeros(n, dtype=np.int64)
+    counts[ids_at] = counts_at
+    counts[other_ids] = other_counts
+    ptr = csr(counts)
+    flat = np.zeros(int(ptr[-1]), dtype=np.int64)
+    has = counts_at > 0
+    flat[ptr[ids_at[has]]] = at_value[has]
+    if len(other_flat):
+        starts = np.repeat(ptr[other_ids] - (np.cumsum(other_counts) - other_counts),
+                           other_counts)
+        flat[starts + np.arange(len(other_flat), dtype=np.int64)] = other_flat
+    return counts, flat
+
+
+def node_arrays_by_class(graph, classes, timer, resources) -> tuple:
+    """(dur, res_counts, res_ids, host): as simulator.node_arrays gives them (`host`:
+    None without host costs), resources numbered in `resources` (empty when called)."""
+    nodes, model = graph.nodes, timer.model
+    n = len(nodes)
+    with_host = bool(timer.host_costs)
+    # Resources get provisional ids here, renumbered by first use at the end.
+    provisional: dict = {}
+
+    def pid(r) -> int:
+        i = provisional.get(r)
+        if i is None:
+            i = provisional[r] = len(provisional)
+        return i
+    # A tuple of resources -> their ids, by identity: the timer hands out one tuple per
+    # device, per copy key and per all-reduce group (hashing a tuple of links would hash
+    # every link, a dataclass: Python code per link and node).
+    by_tuple: dict = {}
+
+    def pids(rs) -> list:
+        got = by_tuple.get(id(rs))
+        if got is None or got[0] is not rs:
+            got = by_tuple[id(rs)] = (rs, [pid(r) for r in rs])
+        return got[1]
+    # Tasks: per device its spec, compute resource and host thread.
+    task_dev = classes.device
+    devices = np.unique(task_dev)
+    n_dev = int(devices.max()) + 1 if len(devices) else 0
+    spec_of: dict = {}                         # spec -> index
+    spec_idx = np.zeros(n_dev, dtype=np.int64)
+    compute = np.zeros(n_dev, dtype=np.int64)
+    host = np.zeros(n_dev, dtype=np.int64)
+    specs = []
+    for d in devices.tolist():
+        spec = model.device(d)
+        s = spec_of.get(spec)
+        if s is None:
+            s = spec_of[spec] = len(specs)
+            specs.append(spec)
+        spec_idx[d] = s
+        compute[d] = pid(timer.compute(d))
+        if with_host:
+            host[d] = pid(timer.host(d))
+    # Per (class, spec): the cost model's time of the class's first task on that spec.
+    pair = classes.cls * max(len(specs), 1) + spec_idx[task_dev]
+    pairs, inverse = np.unique(pair, return_inverse=True)
+    task_time = timer.costs.task_time
+    times = np.array([task_time(classes.first[p // len(specs)], specs[p % len(specs)])
+                      for p in pairs.tolist()], dtype=np.float64)
+    dur = np.zeros(n, dtype=np.float64)
+    dur[classes.ids] = times[inverse.reshape(-1)]
+    # Other nodes, one by one.
+    others = classes.others
+    o_counts, o_flat = [], []
+    pre_d, pre_c, pre_f, post_d, post_c, post_f = [], [], [], [], [], []
+    o_dur = []
+    timing, host_phases = timer.timing, timer.host_phases
+    for i in others.tolist():
+        node = nodes[i]
+        d, rs = timing(node)
+        o_dur.append(d)
+        o_counts.append(len(rs))
+        o_flat += pids(rs)
+        if with_host:
+            hd, hr, pd, pr = host_phases(node)
+            pre_d.append(hd)
+            pre_c.append(len(hr))
+            pre_f += pids(hr)
+            post_d.append(pd)
+            post_c.append(len(pr))
+            post_f += pids(pr)
+    i8 = np.int64
+    dur[others] = np.array(o_dur, dtype=np.float64)
+    ones = np.ones(len(classes.ids), dtype=i8)
+    res_counts, res_ids = _scatter(n, ones, classes.ids, others, np.array(o_counts, dtype=i8),
+                                   np.array(o_flat, dtype=i8), compute[task_dev])
+    host_arrays = None
+    if with_host:
+        pre_dur = np.zeros(n, dtype=np.float64)
+        post_dur = np.zeros(n, dtype=np.float64)
+        # A task's host phases (NodeTimer.host_phases): the same host cost for every task,
+        # on its device's thread, and nothing after.
+        if len(classes.first):
+            pre_dur[classes.ids] = timer.host_phases(classes.first[0])[0]
+        pre_dur[others] = np.array(pre_d, dtype=np.float64)
+        post_dur[others] = np.array(post_d, dtype=np.float64)
+        pre_counts, pre_ids = _scatter(n, ones, classes.ids, others, np.array(pre_c, dtype=i8),
+                                       np.array(pre_f, dtype=i8), host[task_dev])
+        zero = np.zeros(len(classes.ids), dtype=i8)
+        post_counts, post_ids = _scatter(n, zero, classes.ids, others,
+                                         np.array(post_c, dtype=i8), np.array(post_f, dtype=i8),
+                                         zero)
+        host_arrays = (pre_dur, pre_counts, pre_ids, post_dur, post_counts, post_ids)
+    # Renumber the resources by first use: node by node, its device resources, then the
+    # issuing and receiving host threads, each in order.
+    seqs = [(res_counts, res_ids)]
+    if with_host:
+        seqs += [(host_arrays[1], host_arrays[2]), (host_arrays[4], host_arrays[5])]
+    node_of, phase_of, ids = [], [], []
+    for phase, (counts, flat) in enumerate(seqs):
+        node_of.append(np.repeat(np.arange(n, dtype=i8), counts))
+        phase_of.append(np.full(len(flat), phase, dtype=i8))
+        ids.append(flat)
+    node_of, phase_of, ids = (np.concatenate(x) for x in (node_of, phase_of, ids))
+    order = np.lexsort((phase_of, node_of))          # stable: within a phase, in order
+    firsts = np.unique(ids[order], return_index=True)[1]
+    used = ids[order][np.sort(firsts)]                # provisional ids by first use
+    new = np.full(len(provisional), -1, dtype=i8)
+    new[used] = np.arange(len(used), dtype=i8)
+    items = list(provisional)
+    for p in used.tolist():
+        resources.id(items[p])
+    res_ids = new[res_ids]
+    if with_host:
+        pre_dur, pre_counts, pre_ids, post_dur, post_counts, post_ids = host_arrays
+        host_arrays = (pre_dur, pre_counts, new[pre_ids], post_dur, post_counts,
+                       new[post_ids])
+    return dur, res_counts, res_ids, host_arrays
