@@ -49,7 +49,7 @@ from taskrt.taskgraph import COPY, REDUCE, TASK
 from taskrt.trace import TraceEvent, node_label
 
 from .listsched import csr, list_schedule
-from .timearrays import node_arrays_by_class
+from .timearrays import node_arrays_by_class, timings_one_by_one
 
 
 @dataclass
@@ -269,9 +269,6 @@ def node_arrays(graph, timer: NodeTimer, resources: Resources) -> tuple:
     node order (a timer that overrides timing or host_phases: strategy/preemption.py draws
     random slices per node); `host` is None without host costs, else the host phases as
     timeline takes them. strategy/timearrays.py gives the same per task class."""
-    dur: list[float] = []
-    counts: list[int] = []
-    res_ids: list[int] = []
     # Resource ids per resource tuple: the nodes of one device, or of one pair of devices,
     # hold the same resources (1,024 point tasks of a launch: one lookup each, not a
     # generator over their resources).
@@ -282,28 +279,12 @@ def node_arrays(graph, timer: NodeTimer, resources: Resources) -> tuple:
         if got is None:
             got = ids_of[rs] = [resources.id(r) for r in rs]
         return got
-    with_host = bool(timer.host_costs)
-    pre_dur, post_dur, pre_counts, post_counts = [], [], [], []
-    pre_ids: list[int] = []
-    post_ids: list[int] = []
-    timing, host_phases = timer.timing, timer.host_phases
-    for node in graph.nodes:          # in id order
-        d, rs = timing(node)
-        dur.append(d)
-        counts.append(len(rs))
-        res_ids += ids(rs)
-        if with_host:
-            hd, hr, pd, pr = host_phases(node)
-            pre_dur.append(hd)
-            pre_counts.append(len(hr))
-            post_dur.append(pd)
-            post_counts.append(len(pr))
-            pre_ids += ids(hr)
-            post_ids += ids(pr)
+    dur, counts, res_ids, pre_dur, pre_counts, pre_ids, post_dur, post_counts, post_ids = \
+        timings_one_by_one(graph.nodes, timer, ids)       # in id order
     host = (np.array(pre_dur, dtype=np.float64), np.array(pre_counts, dtype=np.int64),
             np.array(pre_ids, dtype=np.int64), np.array(post_dur, dtype=np.float64),
             np.array(post_counts, dtype=np.int64), np.array(post_ids, dtype=np.int64)) \
-        if with_host else None
+        if timer.host_costs else None
     return (np.array(dur, dtype=np.float64), np.array(counts, dtype=np.int64),
             np.array(res_ids, dtype=np.int64), host)
 

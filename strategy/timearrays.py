@@ -40,6 +40,30 @@ def _scatter(n: int, counts_at: np.ndarray, ids_at: np.ndarray, other_ids: np.nd
     return counts, flat
 
 
+def timings_one_by_one(nodes, timer, ids) -> tuple:
+    """The timer asked node by node, in order: lists (durations, resource counts, resource
+    ids joined, and the host phases' durations, counts and ids before and after; those six
+    empty without host costs). `ids(resources)`: their ids, as a list."""
+    dur, counts, flat = [], [], []
+    pre_d, pre_c, pre_f, post_d, post_c, post_f = [], [], [], [], [], []
+    with_host = bool(timer.host_costs)
+    timing, host_phases = timer.timing, timer.host_phases
+    for node in nodes:
+        d, rs = timing(node)
+        dur.append(d)
+        counts.append(len(rs))
+        flat += ids(rs)
+        if with_host:
+            hd, hr, pd, pr = host_phases(node)
+            pre_d.append(hd)
+            pre_c.append(len(hr))
+            pre_f += ids(hr)
+            post_d.append(pd)
+            post_c.append(len(pr))
+            post_f += ids(pr)
+    return dur, counts, flat, pre_d, pre_c, pre_f, post_d, post_c, post_f
+
+
 def node_arrays_by_class(graph, classes, timer, resources) -> tuple:
     """(dur, res_counts, res_ids, host): as simulator.node_arrays gives them (`host`:
     None without host costs), resources numbered in `resources` (empty when called)."""
@@ -93,24 +117,8 @@ def node_arrays_by_class(graph, classes, timer, resources) -> tuple:
     dur[classes.ids] = times[inverse.reshape(-1)]
     # Other nodes, one by one.
     others = classes.others
-    o_counts, o_flat = [], []
-    pre_d, pre_c, pre_f, post_d, post_c, post_f = [], [], [], [], [], []
-    o_dur = []
-    timing, host_phases = timer.timing, timer.host_phases
-    for i in others.tolist():
-        node = nodes[i]
-        d, rs = timing(node)
-        o_dur.append(d)
-        o_counts.append(len(rs))
-        o_flat += pids(rs)
-        if with_host:
-            hd, hr, pd, pr = host_phases(node)
-            pre_d.append(hd)
-            pre_c.append(len(hr))
-            pre_f += pids(hr)
-            post_d.append(pd)
-            post_c.append(len(pr))
-            post_f += pids(pr)
+    o_dur, o_counts, o_flat, pre_d, pre_c, pre_f, post_d, post_c, post_f = \
+        timings_one_by_one([nodes[i] for i in others.tolist()], timer, pids)
     i8 = np.int64
     dur[others] = np.array(o_dur, dtype=np.float64)
     ones = np.ones(len(classes.ids), dtype=i8)
