@@ -43,11 +43,12 @@ def plan_once(planner, launches: Iterable) -> None:
     for name, li in last_of.items():
         retire_after.setdefault(li, []).append(name)
     base = len(planner.plans)
-    planner._classes = RegionClasses.find(planner, launches, expanded, base)
+    classes = planner._classes = RegionClasses.find(planner, launches, expanded, base)
     for i, launch in enumerate(launches):
         li = len(planner.plans)
         planner.add_launch(launch, expanded[i])
         expanded[i] = None
+        classes.release(li)
         planner.refresh()
         _drop_launch_state(planner, li)
         for name in retire_after.get(i, ()):

@@ -159,10 +159,12 @@ class Planner:
         when the model repeats itself."""
         launches = list(launches)
         expanded = [self._expand(launch) for launch in launches]
-        self._classes = RegionClasses.find(self, launches, expanded, len(self.plans))
+        classes = self._classes = RegionClasses.find(self, launches, expanded, len(self.plans))
         try:
             for launch, points in zip(launches, expanded):
+                li = len(self.plans)
                 self.add_launch(launch, points)
+                classes.release(li)
         finally:
             self._classes = None
 
@@ -181,10 +183,15 @@ class Planner:
         li = len(self.plans)
         if points is None:
             points = self._expand(launch)
-        check_interference(launch, points)
+        alike = self._classes
+        if alike is None:
+            check_interference(launch, points)
+        elif not alike.free_of_interference(li):
+            check_interference(launch, points)
+            alike.found_free(li)
         state_src = self._state_sources(launch, points) if launch.state_from else \
             [None] * len(points)
-        reads, accesses = by_region(points)
+        reads, accesses = by_region(points) if alike is None else alike.grouped(li)
         classes = self._classes if self._classes else None
         if self._frozen:
             for name in accesses:

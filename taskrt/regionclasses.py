@@ -59,7 +59,12 @@ class RegionClasses:
         self.of: dict[str, tuple[RegionClass, int]] = {}    # region -> (class, member index)
         self._plans: dict[str, RegionPlan] = {}             # member -> its plan, until done
         self._next: dict[str, int] = {}                     # member -> its next log entry
-        self._grouped: dict[int, tuple[dict, dict]] = {}    # li -> by_region, while needed
+        # li -> by_region of its points, from find() until the launch is added (release).
+        self._grouped: dict[int, tuple[dict, dict]] = {}
+        # li -> its regions' signature ids, in order; those of launches found free of
+        # interference (interference.py decides from exactly what a signature holds).
+        self._launch_sigs: dict[int, tuple] = {}
+        self._free: set[tuple] = set()
 
     @classmethod
     def find(cls, planner, launches: list, expanded: list, base: int,
@@ -72,13 +77,17 @@ class RegionClasses:
         sigs: dict[str, list[int]] = defaultdict(list)
         for i, points in enumerate(expanded):
             replicas, li = launches[i].replicas, base + i
-            for name, acc in by_region(points)[1].items():
+            grouped = self._grouped[li] = by_region(points)
+            mine = []
+            for name, acc in grouped[1].items():
                 sig = signature(replicas, points, acc)
                 sid = ids.get(sig)
                 if sid is None:
                     sid = ids[sig] = len(ids)
                 logs[name].append(li)
                 sigs[name].append(sid)
+                mine.append(sid)
+            self._launch_sigs[li] = tuple(mine)
         del ids
         by_key: dict[tuple, list[str]] = defaultdict(list)
         regions, initial = planner.regions, planner.initial
@@ -140,16 +149,27 @@ class RegionClasses:
 
     def _entries(self, lis: list[int]) -> list[tuple]:
         """(li, launch, points, reads or None, accesses) of region-independent launches."""
-        return [(li, self._launch(li), self.points_of(li)) + self._by_region(li) for li in lis]
+        return [(li, self._launch(li), self.points_of(li)) + self._grouped[li] for li in lis]
 
-    def _by_region(self, li: int) -> tuple[dict, dict]:
-        got = self._grouped.get(li)
-        if got is None:
-            # Launches before li are added already: their groupings are not asked for again.
-            for old in [k for k in self._grouped if k < li]:
-                del self._grouped[old]
-            got = self._grouped[li] = by_region(self.points_of(li))
-        return got
+    def grouped(self, li: int) -> tuple[dict, dict]:
+        """Launch li's points grouped by region (launchplan.by_region: reads, accesses), as
+        find() made them; until release(li)."""
+        return self._grouped[li]
+
+    def release(self, li: int) -> None:
+        """Launch li is added: its grouping is not asked for again."""
+        self._grouped.pop(li, None)
+        self._launch_sigs.pop(li, None)
+
+    def free_of_interference(self, li: int) -> bool:
+        """Whether a launch whose regions have launch li's signatures, in order, was found
+        free of interference (interference.check_interference's verdict on a region is a
+        function of its signature: rects, privileges, devices, points, replicas?)."""
+        return self._launch_sigs[li] in self._free
+
+    def found_free(self, li: int) -> None:
+        """check_interference passed launch li."""
+        self._free.add(self._launch_sigs[li])
 
 
 def plan_alone(planner, name: str, entries: list[tuple]) -> RegionPlan:
