@@ -115,7 +115,8 @@ def _show(a, out) -> int:
         print(f"{kind}: {len(prof.keys(kind))} keys, {total * 1e3:.4g} ms in all; slowest:",
               file=out)
         for sec, key in rows:
-            shapes = " ".join("x".join(map(str, s)) for _, s, _ in key[1][:3])
+            # (per requirement (privilege, shape, dtype), and for a Red+ how it is stored)
+            shapes = " ".join("x".join(map(str, req[1])) for req in key[1][:3])
             work = prof.work.get(key)
             print(f"  {sec * 1e3:9.4g} ms  {key[0][0]} {key[0][-1]} [{shapes}]"
                   f"{'  ' + str(work) if work else ''}", file=out)

@@ -2,6 +2,7 @@
 profile files (round trips, merges, corrupt files), analytic FLOPs and bytes against closed
 forms, calibration recovering known parameters, the once-per-process fallback warning, and
 the cache the simulator relies on."""
+import dataclasses
 import io
 import json
 import math
@@ -426,6 +427,22 @@ def test_show_and_bad_app(rnnlm_profile, capsys):
     assert "cpu:" in out.getvalue() and "slowest" in out.getvalue()
     assert costs_cli.main(["profile", "nope"], out=out) == 2
     assert "error: nope: no such app 'nope'; use alexnet" in capsys.readouterr().err
+
+
+def test_show_lists_reduction_keys_among_the_slowest(rnnlm_profile, tmp_path):
+    """A Red+ requirement's key entry has a fourth field (how its pieces are stored): show
+    printed only 3-field entries, so it failed whenever a backward key was among the top."""
+    path, _ = rnnlm_profile
+    prof = Profile.load(path)
+    red = [(k, d) for k, d in prof.times if any(len(req) == 4 for req in k[1])]
+    assert red                                                          # (not vacuous)
+    for k in red:                             # the slowest, whatever this run measured
+        prof.times[k] = dataclasses.replace(prof.times[k], seconds=10.0)
+    slow = tmp_path / "slow.profile"
+    prof.save(slow)
+    out = io.StringIO()
+    assert costs_cli.main(["show", str(slow), "--top", "2"], out=out) == 0
+    assert "1e+04 ms" in out.getvalue()
 
 
 @pytest.mark.parametrize("entry", [[["k"], "X", -1.0, 3, 0.0, 0.0],
