@@ -32,8 +32,9 @@ from .machine import Machine
 from .nodegroups import NodeGroup
 from .oneshot import check_initial, plan_once
 from .undo import PlanUndo
-from .regionclasses import RegionClasses, stamp
-from .regionmemo import RegionPlan, RegionPlanMemo, region_key
+from .regionclasses import RegionClasses
+from .regionmemo import RegionPlanMemo
+from .regionplans import install, own_planner, replan_region
 from .region import Region
 from .settings import Settings
 from .taskgraph import TaskGraph, TaskNode
@@ -88,7 +89,7 @@ class Planner:
         # While add_launches() adds launches: the regions planned alike (regionclasses.py).
         self._classes: RegionClasses | None = None
         # The RegionPlanners that may be shared: by regions planned alike, or with a
-        # remembered plan. Nothing plans further into one (_own_planner). Weak: a one-shot
+        # remembered plan. Nothing plans further into one (regionplans.own_planner). Weak: a one-shot
         # plan drops a class's planner once its members are planned.
         self._frozen: weakref.WeakSet = weakref.WeakSet()
         for region, pieces in (initial or {}).items():
@@ -196,7 +197,7 @@ class Planner:
         if self._frozen:
             for name in accesses:
                 if name not in (classes or ()):
-                    self._own_planner(name)
+                    own_planner(self, name)
         self.plans.append(LaunchPlan(launch, points, reads, accesses, state_src))
         self.index[launch.name] = li
         self._state_index = None
@@ -210,38 +211,9 @@ class Planner:
                 self._plan_reads(self._planner(name), name, li, reads[name])
         for name, acc in accesses.items():
             if classes is not None and name in classes:
-                self._install(name, li, acc, *classes.next_entry(name, li))
+                install(self, name, li, acc, *classes.next_entry(name, li))
             else:
                 self._plan_accesses(self._planner(name), name, li, acc)
-
-    def _own_planner(self, name: str) -> None:
-        """Before region `name` is planned further: if its RegionPlanner may be shared (with
-        regions planned alike, or with a remembered plan), plan it again alone over its log,
-        into its own."""
-        rp = self.planners.get(name)
-        if rp is None or rp not in self._frozen:
-            return
-        if not self.replannable:
-            raise PlanError(f"Region '{name}' is used by a launch added after add_launches() "
-                            "planned it with others alike, and this planner kept no log to "
-                            "re-plan it from. Give a one-shot planner all its launches at once.")
-        self._replan_region(name, remembered=False)
-
-    def _install(self, name: str, li: int, accesses, items, per_access, rp) -> None:
-        """Put launch `li`'s part of region `name`'s plan made by its class in place: what
-        _plan_reads and _plan_accesses would have left."""
-        self.planners[name] = rp
-        self._frozen.add(rp)
-        self._dirty.add(name)
-        self._mark((li, None))
-        if items is not None:
-            self._mark((li, name))
-            self.region_nodes[li, name] = items
-        lp = self.plans[li]
-        preds, targets = lp.task_preds, lp.task_targets
-        for (pi, k, _), (p, t) in zip(accesses, per_access):
-            preds[pi][name] = p
-            targets[pi][k] = t
 
     def _mark(self, key: tuple) -> None:
         self._stale.add(key)
@@ -529,7 +501,7 @@ class Planner:
             lp.state_src = self._state_sources(lp.launch, lp.points)
             self._mark((li, None))
         for name in touched:
-            self._replan_region(name)
+            replan_region(self, name)
         if self._undo is not None:        # the groups of before, to put back on undo
             self._undo.groups = {key: self._groups.get(key) for key in self._marked}
         return touched
@@ -585,76 +557,6 @@ class Planner:
             raise PlanError("undo: nothing to undo; call replace(..., record_undo=True) first "
                             "(an add_launch or another replace since then forgets it).")
         undo.restore(self)
-
-    def _replan_region(self, name: str, remembered: bool = True) -> None:
-        """Plan region `name` again over its log, or (`remembered`) take back the plan a log
-        with the same key got before (regionmemo.py), moved to this region if it was made
-        for another."""
-        log = self.log[name]
-        key = region_key(self.regions[name], self.initial.get(name, ()), log, self.plans)
-        known = self.memo.get(key, name) if remembered else None
-        if known is not None:
-            lis = tuple(li for li, _, _ in log)
-            if known.name != name or known.lis != lis:
-                # Made for another region alike (or other launches): moved to this one.
-                self.memo.moved += 1
-                known = stamp(known, self.regions[name], lis,
-                              [self.plans[li].launch.name for li in lis])
-                if self.memo.put(key, known):
-                    self._read_groups.clear()
-            self._adopt(name, known)
-            return
-        region = self.regions[name]
-        rp = self.planners[name] = RegionPlanner(region, self.machine, self.initial.get(name, ()))
-        self._dirty.add(name)
-        for li, reads, accesses in log:
-            self._mark((li, name))
-            self._mark((li, None))
-            task_preds = self.plans[li].task_preds
-            for pi, _, _ in accesses:
-                task_preds[pi].pop(name, None)
-            if reads:
-                self._plan_reads(rp, name, li, reads)
-            else:
-                self.region_nodes.pop((li, name), None)
-            self._plan_accesses(rp, name, li, accesses)
-        if remembered and self.memo.max_nodes:
-            self._frozen.add(rp)
-            if self.memo.put(key, self._region_plan(name, log)):
-                self._read_groups.clear()
-
-    def _region_plan(self, name: str, log) -> RegionPlan:
-        """What planning region `name` over `log` left in this planner (see RegionPlan)."""
-        nodes, per_entry, size = [], [], 0
-        for li, _, accesses in log:
-            items = self.region_nodes.get((li, name))
-            nodes.append(items)
-            size += len(items) if items else 0
-            lp = self.plans[li]
-            preds, targets = lp.task_preds, lp.task_targets
-            per_entry.append([(preds[pi][name], targets[pi][k]) for pi, k, _ in accesses])
-        return RegionPlan(self.planners[name], nodes, per_entry, size, name,
-                          tuple(li for li, _, _ in log))
-
-    def _adopt(self, name: str, known: RegionPlan) -> None:
-        """Put a remembered plan of region `name` in place: what _replan_region's planning
-        would have left (the same objects, so their groups are reused)."""
-        self.planners[name] = known.planner
-        self._dirty.add(name)
-        region_nodes = self.region_nodes
-        for (li, _, accesses), items, per_access in zip(self.log[name], known.nodes,
-                                                        known.accesses):
-            self._mark((li, name))
-            self._mark((li, None))
-            if items is None:
-                region_nodes.pop((li, name), None)
-            else:
-                region_nodes[li, name] = items
-            lp = self.plans[li]
-            preds, targets = lp.task_preds, lp.task_targets
-            for (pi, k, _), (p, t) in zip(accesses, per_access):
-                preds[pi][name] = p
-                targets[pi][k] = t
 
 
 def plan(launches: Sequence[IndexLaunch], machine: Machine,

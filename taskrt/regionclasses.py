@@ -21,7 +21,7 @@ each distinct region once instead of 32 times.
 
 Members share the first member's RegionPlanner (its end state: buffers' bounding rects, valid
 pieces, pending sums; equal for all of them, by the key). The planner never plans more into a
-shared one: a later add_launch re-plans such a region alone first (Planner._own_planner), and
+shared one: a later add_launch re-plans such a region alone first (regionplans.own_planner), and
 replace() always plans into a new RegionPlanner.
 """
 from __future__ import annotations
