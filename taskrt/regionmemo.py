@@ -119,6 +119,7 @@ class RegionPlanMemo:
         if old is not None:
             self._nodes -= old.size
         plans[plan.name] = plan
-        self._planners.add(plan.planner)
+        if plan.planner is not None:
+            self._planners.add(plan.planner)
         self._nodes += plan.size
         return emptied
