@@ -517,6 +517,12 @@ class Search:
         """Two operators changed (a pair move, see _propose); on an error the session is
         changed back to where it was."""
         _, a, cfg_a, b, cfg_b, old_a = move
+        if hasattr(session, "change_all"):     # both at once; undo() takes both back
+            t = time.process_time()
+            result = session.change_all([(a, cfg_a), (b, cfg_b)])
+            self.change_cpu += time.process_time() - t
+            self.change_count += 2
+            return result
         self._change(session, a, cfg_a)
         try:
             return self._change(session, b, cfg_b)
@@ -552,8 +558,8 @@ class Search:
                 set_recompute(self.model, self.units.segments(state))
         elif session is not None and self.delta:
             session.undo()            # a failed change() leaves the session as it was
-            if move[0] == "pair":     # one level of undo: the first change is re-done
-                self._change(session, move[1], move[5])
+            if move[0] == "pair" and not hasattr(session, "change_all"):
+                self._change(session, move[1], move[5])    # one level of undo: re-done
         elif not self.delta:
             old = self._session(old.configs)
         return old
