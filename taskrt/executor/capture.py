@@ -235,6 +235,7 @@ class CudaGraphs:
     def __init__(self):
         self.pools: dict = {}
         self.streams: dict = {}
+        self.replays = 0
 
     @staticmethod
     def capturable(device: torch.device) -> bool:
@@ -266,9 +267,9 @@ class CudaGraphs:
             g.replay()                # capture recorded the work; this iteration runs it
         return device, g
 
-    @staticmethod
-    def replay(handle) -> None:
+    def replay(self, handle) -> None:
         device, g = handle
+        self.replays += 1
         if device.index == torch.cuda.current_device():
             g.replay()
         else:
