@@ -80,8 +80,7 @@ class Segment:
         self.graph = None
 
     def __repr__(self) -> str:
-        where = f"graph on {self.device}" if self.device is not None else \
-            f"eager ({self.reason})"
+        where = f"eager ({self.reason})" if self.device is None else f"graph on {self.device}"
         return f"Segment[{self.start}:{self.stop} {where}]"
 
 
@@ -183,9 +182,11 @@ class Capture:
                 try:
                     seg.graph = self.backend.capture(seg.device, self._segment_fn(seg))
                 except ExecutionError as e:
-                    raise ExecutionError(f"CUDA-graph capture of {self._describe(seg)}: {e} "
-                                         f"Make that step capture-safe (or give its task "
-                                         f"function a capture_hazard), or {OFF_HINT}.") from e
+                    how = "" if OFF_HINT in str(e) else (
+                        " Make that step capture-safe (or give its task function a "
+                        f"capture_hazard), or {OFF_HINT}.")
+                    raise ExecutionError(f"CUDA-graph capture of {self._describe(seg)}: "
+                                         f"{e}{how}") from e
                 except Exception as e:
                     raise ExecutionError(f"CUDA-graph capture of {self._describe(seg)} "
                                          f"failed: {type(e).__name__}: {e}. A step in it may "
@@ -277,7 +278,10 @@ class CudaGraphs:
                 g.replay()
 
     def copy_stream(self, device) -> "_CopyStream":
-        return _CopyStream(device)
+        side = self.streams.get((device, "copies"))
+        if side is None:
+            side = self.streams[device, "copies"] = torch.cuda.Stream(device)
+        return _CopyStream(torch.cuda.current_stream(device), side)
 
 
 class _CopyStream:
@@ -285,9 +289,8 @@ class _CopyStream:
     it on the capture stream (so it overwrites nothing still being read) and is waited for
     by the first later entry that has it as a predecessor in the graph, and at the end."""
 
-    def __init__(self, device):
-        self.main = torch.cuda.current_stream(device)
-        self.side = torch.cuda.Stream(device)
+    def __init__(self, main, side):
+        self.main, self.side = main, side       # the capture stream, the copies' stream
         self.done: dict[int, "torch.cuda.Event"] = {}
 
     def run(self, node_id: int, step) -> None:
@@ -335,13 +338,15 @@ class CheckedReplay:
     def warmup(run: Callable[[], None]) -> None:
         run()
 
+    @staticmethod
+    def copy_stream(device) -> "_DeferredCopies":
+        return _DeferredCopies()
+
     def addresses(self) -> dict:
         """Every store buffer's storage address (what replays rely on)."""
-        out = {}
-        for bufs in (self.store.instances, self.store.partials, self.store.staging):
-            for key, b in bufs.items():
-                out[id(b)] = (b, None if b.tensor is None else b.tensor.data_ptr())
-        return out
+        return {id(b): (b, None if b.tensor is None else b.tensor.data_ptr())
+                for bufs in (self.store.instances, self.store.partials, self.store.staging)
+                for b in bufs.values()}
 
     def capture(self, device, fn: Callable[[], None]):
         from torch.utils._python_dispatch import TorchDispatchMode
@@ -396,3 +401,25 @@ class CheckedReplay:
                     f"storage {when} (address {address} -> {now}); a captured graph would "
                     "read or write the old address. Keep storage static while captured "
                     f"(InstanceStore.make_static), or {OFF_HINT}.")
+
+
+class _DeferredCopies:
+    """The checking replay's copy stream: the latest a second stream may run each copy
+    (in issue order, when an entry waits for it or at the segment's end), so a wait the
+    graph's edges do not give shows as a wrong value on the CPU."""
+
+    def __init__(self):
+        self.queue: list = []           # (node id, step), in issue order
+
+    def run(self, node_id: int, step) -> None:
+        self.queue.append((node_id, step))
+
+    def wait_for(self, preds) -> None:
+        if self.queue:
+            last = max((k for k, (i, _) in enumerate(self.queue) if i in preds), default=-1)
+            ready, self.queue = self.queue[:last + 1], self.queue[last + 1:]
+            for _, step in ready:
+                step()
+
+    def join(self) -> None:
+        self.wait_for({i for i, _ in self.queue})
