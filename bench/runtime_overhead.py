@@ -19,6 +19,10 @@ the aten operations one iteration runs, ours and eager (a count no load changes)
 them and the small-layer CNN) where our iteration's time goes by node kind (`node_kinds`: the plan run node by node in this
 process, thread CPU time and aten operations per kind; not side by side, a profile).
 
+On a GPU the CNN rows also time our runtime with CUDA-graph capture (TASKRT_CUDA_GRAPHS=1,
+taskrt/executor/capture.py) in a third process taking turns with the two others: the
+"ours with CUDA graphs" rows (SOAPFLOW_BENCH_GRAPHS=0 leaves them out).
+
 The optimizer is torch.optim.SGD with its default for CPU tensors (a loop over the
 parameters); our runtime runs a device's updates as one multi-tensor call
 (taskrt.launch: IndexLaunch.batch).
