@@ -358,8 +358,8 @@ class InstanceStore:
         allocated now and never released, nothing is adopted or viewed, so every tensor a
         step touches keeps its address from iteration to iteration (CUDA-graph capture,
         taskrt/executor/capture.py). Costs memory: the peak is then every buffer at once
-        (liveness's savings are given up); saved states are still counted from first to
-        last user by nobody (they live in the task contexts, as before)."""
+        (liveness's savings are given up; saved states, which the task contexts hold, are
+        no longer counted)."""
         for bufs in (self.instances, self.partials, self.staging):
             for b in bufs.values():
                 if b.tensor is None:
