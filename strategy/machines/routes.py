@@ -10,8 +10,9 @@ reaches its least latency; a level is popped by latency, then by that relaxation
 That is ~0.5 ms per source on 1,024 H100s (2,177 vertices) where a Python heap took 15 ms, so
 a simulation whose copies start on 1,000 devices no longer spends seconds on routes.
 
-Only what is asked for is kept: a route per (source, destination) pair, and the searches of
-the last few sources (a full table of routes grows with the square of the devices: 16M
+A search goes only as far as the routes asked of it (a route inside a node settles in two
+levels), and only what is asked for is kept: a route per (source, destination) pair, and the
+searches of the last few sources (a full table of routes grows with the square of the devices: 16M
 routes at 4,096 GPUs).
 """
 from __future__ import annotations
@@ -20,7 +21,9 @@ from collections import OrderedDict
 
 import numpy as np
 
-# Searches kept (per source: two int arrays over the vertices): enough for the collectives'
+from .errors import MachineModelError
+
+# Searches kept (per source: four arrays over the vertices): enough for the collectives'
 # ring/tree/hierarchical pairs of a group, bounded for machines of thousands of devices.
 KEPT_SEARCHES = 64
 
@@ -41,72 +44,76 @@ class Routes:
         self._num_vertices = len(adj)
         self._num_devices = num_devices
         self._pairs: dict[tuple[int, int], tuple] = {}
-        self._searches: OrderedDict[int, tuple[np.ndarray, np.ndarray]] = OrderedDict()
+        self._searches: OrderedDict[int, Search] = OrderedDict()
 
     def route(self, a: int, b: int) -> tuple[tuple, float, float]:
         """The route from device a to device b (a != b, both valid device ids)."""
         got = self._pairs.get((a, b))
         if got is None:
-            prev_vertex, prev_edge = self._search_from(a)
+            found = self._searches.get(a)
+            if found is None:
+                found = self._searches[a] = Search(a, self)
+                if len(self._searches) > KEPT_SEARCHES:
+                    self._searches.popitem(last=False)
+            else:
+                self._searches.move_to_end(a)
+            found.until(b)
             links, v = [], b
             while v != a:
-                links.append(self._links[prev_edge[v]])
-                v = prev_vertex[v]
+                links.append(self._links[found.prev_edge[v]])
+                v = found.prev_vertex[v]
             links.reverse()
             got = self._pairs[a, b] = (tuple(links), sum(l.latency for l in links),
                                        min(l.bandwidth for l in links))
         return got
 
-    def _search_from(self, src: int) -> tuple[np.ndarray, np.ndarray]:
-        got = self._searches.get(src)
-        if got is not None:
-            self._searches.move_to_end(src)
-            return got
-        got = self._searches[src] = search(src, self._ptr, self._nbr, self._latency,
-                                           self._num_vertices, self._num_devices)
-        if len(self._searches) > KEPT_SEARCHES:
-            self._searches.popitem(last=False)
-        return got
 
+class Search:
+    """The route search from one source, run level by level as far as asked (until()):
+    per vertex, the vertex and the edge (index into the CSR arrays) its route arrives by
+    (-1: the source, or not reached yet). Devices other than the source are reached but
+    never passed through. See the module doc for why this equals Dijkstra."""
+    __slots__ = ("src", "graph", "level", "lat", "prev_vertex", "prev_edge", "frontier",
+                 "hops")
 
-def search(src: int, ptr: np.ndarray, nbr: np.ndarray, latency: np.ndarray,
-           num_vertices: int, num_devices: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per vertex, the vertex and the edge (index into the CSR arrays ptr/nbr/latency) its
-    route from `src` arrives by (-1: src itself, or not reached). Devices other than src
-    are reached but never passed through. See the module doc for why this equals Dijkstra."""
-    level = np.full(num_vertices, -1, np.int64)
-    lat = np.zeros(num_vertices)
-    prev_vertex = np.full(num_vertices, -1, np.int64)
-    prev_edge = np.full(num_vertices, -1, np.int64)
-    level[src] = 0
-    frontier = np.array([src], np.int64)           # this level's vertices, in pop order
-    hops = 0
-    while frontier.size:
-        expand = frontier[(frontier >= num_devices) | (frontier == src)]
-        starts = ptr[expand]
-        counts = ptr[expand + 1] - starts
-        total = int(counts.sum())
-        if not total:
-            break
-        # every edge out of the level, in relaxation order (vertex by vertex, edges in order)
-        edge = np.repeat(starts - (np.cumsum(counts) - counts), counts) + np.arange(total)
-        source = np.repeat(expand, counts)
-        to = nbr[edge]
-        reach = lat[source] + latency[edge]
-        new = np.flatnonzero(level[to] == -1)      # to vertices no shorter route settled
-        if not new.size:
-            break
-        to_new, reach_new = to[new], reach[new]
-        # per vertex: its least latency, at its first relaxation reaching it
-        order = np.lexsort((new, reach_new, to_new))
-        first = np.ones(order.size, bool)
-        first[1:] = to_new[order[1:]] != to_new[order[:-1]]
-        pick = order[first]
-        vertex, vlat, at = to_new[pick], reach_new[pick], new[pick]
-        hops += 1
-        level[vertex] = hops
-        lat[vertex] = vlat
-        prev_vertex[vertex] = source[at]
-        prev_edge[vertex] = edge[at]
-        frontier = vertex[np.lexsort((at, vlat))]
-    return prev_vertex, prev_edge
+    def __init__(self, src: int, graph: Routes):
+        n = graph._num_vertices
+        self.src, self.graph = src, graph
+        self.level = np.full(n, -1, np.int64)
+        self.lat = np.zeros(n)
+        self.prev_vertex = np.full(n, -1, np.int64)
+        self.prev_edge = np.full(n, -1, np.int64)
+        self.level[src] = 0
+        self.frontier = np.array([src], np.int64)     # the last level's vertices, in pop order
+        self.hops = 0
+
+    def until(self, dst: int) -> None:
+        """Settle levels until `dst` is reached (every route is final once its level is)."""
+        g, src, level, lat = self.graph, self.src, self.level, self.lat
+        while level[dst] < 0:
+            frontier = self.frontier
+            expand = frontier[(frontier >= g._num_devices) | (frontier == src)]
+            starts = g._ptr[expand]
+            counts = g._ptr[expand + 1] - starts
+            total = int(counts.sum())
+            # every edge out of the level, in relaxation order (vertex by vertex, in order)
+            edge = np.repeat(starts - (np.cumsum(counts) - counts), counts) + np.arange(total)
+            source = np.repeat(expand, counts)
+            to = g._nbr[edge]
+            reach = lat[source] + g._latency[edge]
+            new = np.flatnonzero(level[to] == -1)      # to vertices no shorter route settled
+            if not new.size:
+                raise MachineModelError(f"no route from device {src} to device {dst}")
+            to_new, reach_new = to[new], reach[new]
+            # per vertex: its least latency, at its first relaxation reaching it
+            order = np.lexsort((new, reach_new, to_new))
+            first = np.ones(order.size, bool)
+            first[1:] = to_new[order[1:]] != to_new[order[:-1]]
+            pick = order[first]
+            vertex, vlat, at = to_new[pick], reach_new[pick], new[pick]
+            self.hops += 1
+            level[vertex] = self.hops
+            lat[vertex] = vlat
+            self.prev_vertex[vertex] = source[at]
+            self.prev_edge[vertex] = edge[at]
+            self.frontier = vertex[np.lexsort((at, vlat))]
