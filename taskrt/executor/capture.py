@@ -15,14 +15,9 @@ make_static), which capture needs: a graph reads and writes the addresses it saw
 buffer keeps its storage for good (no temporaries, no adoption; a new storage is an error).
 
 Backends: CudaGraphs (torch.cuda.CUDAGraph, one private memory pool and a side stream per
-device, copies on a second stream) and CheckedReplay, which captures on any device, the CPU
-included: it records every aten operation a segment runs (at the dispatcher, below
-autograd, with Python numbers baked in as a CUDA graph bakes them into its kernels), then
-replays those operations on the same tensors instead of the Python, checking before every
-replay that each store buffer has the address it had at capture. Tests run the executor
-with it (TASKRT_CUDA_GRAPHS=2): a host value a task reads per iteration, a tensor made on
-the host during capture, or a buffer re-allocated after capture then shows as a wrong
-result or an error on the CPU, as it would on a GPU.
+device, copies on a second stream) and CheckedReplay (taskrt/executor/capture_check.py),
+which captures on any device with CUDA graphs' semantics and checks what they rely on: the
+tests run the executor with it on the CPU (TASKRT_CUDA_GRAPHS=2).
 """
 from __future__ import annotations
 
@@ -32,8 +27,7 @@ import torch
 
 from ..errors import ExecutionError, PlanError
 from ..taskgraph import COPY, REDUCE, TASK
-
-OFF_HINT = "turn capture off with TASKRT_CUDA_GRAPHS=0"
+from .capture_check import OFF_HINT, CheckedReplay
 
 
 def backend_for(mode: int, torch_devices) -> "CudaGraphs | CheckedReplay | None":
@@ -312,114 +306,3 @@ class _CopyStream:
         if self.done:
             self.main.wait_stream(self.side)   # a capture must end with its streams joined
             self.done.clear()
-
-
-class CheckedReplay:
-    """Capture on any device by recording aten operations and replaying them (see the
-    module doc). It refuses what a CUDA graph cannot hold (an operation that syncs with the
-    host) and checks the store's addresses before every replay."""
-    name = "checked-replay"
-
-    # Operations that read a tensor's values on the host, or whose output shape depends on
-    # them: inside a CUDA-graph capture they fail (or would be baked in).
-    SYNCS = frozenset({"_local_scalar_dense", "item", "nonzero", "masked_select", "unique",
-                       "_unique", "_unique2", "unique_consecutive", "equal", "is_nonzero",
-                       "allclose", "repeat_interleave", "bincount", "histc"})
-
-    def __init__(self, store=None):
-        self.store = store
-        self.replays = 0
-
-    @staticmethod
-    def capturable(device: torch.device) -> bool:
-        return True
-
-    @staticmethod
-    def warmup(run: Callable[[], None]) -> None:
-        run()
-
-    @staticmethod
-    def copy_stream(device) -> "_DeferredCopies":
-        return _DeferredCopies()
-
-    def addresses(self) -> dict:
-        """Every store buffer's storage address (what replays rely on)."""
-        return {id(b): (b, None if b.tensor is None else b.tensor.data_ptr())
-                for bufs in (self.store.instances, self.store.partials, self.store.staging)
-                for b in bufs.values()}
-
-    def capture(self, device, fn: Callable[[], None]):
-        from torch.utils._python_dispatch import TorchDispatchMode
-        syncs = self.SYNCS
-        ops: list = []
-
-        class Recorder(TorchDispatchMode):
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                kwargs = kwargs or {}
-                if func.__name__.split(".")[0] in syncs:
-                    raise ExecutionError(
-                        f"operation {func.__name__} reads a tensor's values on the host "
-                        "(or has a data-dependent shape): a CUDA graph cannot capture it.")
-                out = func(*args, **kwargs)
-                ops.append((func, args, kwargs, out))
-                return out
-        before = self.addresses() if self.store is not None else {}
-        with Recorder():
-            fn()
-        if self.store is not None:
-            self._check(before, "during its capture")
-        return ops, before
-
-    def replay(self, handle) -> None:
-        from torch.utils._pytree import tree_leaves
-        ops, addresses = handle
-        if self.store is not None:
-            self._check(addresses, "after capture")
-        with torch.no_grad():
-            for func, args, kwargs, out in ops:
-                new = func(*args, **kwargs)
-                for r, n in zip(tree_leaves(out), tree_leaves(new)):
-                    if not isinstance(r, torch.Tensor):
-                        continue
-                    if n.shape != r.shape:
-                        raise ExecutionError(
-                            f"replay of {func.__name__}: its output has shape "
-                            f"{tuple(n.shape)}, {tuple(r.shape)} at capture; a captured "
-                            "graph cannot change shapes. Build a new executor, or "
-                            f"{OFF_HINT}.")
-                    if n.data_ptr() != r.data_ptr() or n.stride() != r.stride():
-                        r.copy_(n)        # where the graph's kernel would have written
-        self.replays += 1
-
-    @staticmethod
-    def _check(addresses: dict, when: str) -> None:
-        for b, address in addresses.values():
-            now = None if b.tensor is None else b.tensor.data_ptr()
-            if now != address:
-                raise ExecutionError(
-                    f"buffer of '{b.region.name}' {b.rect} on device {b.device} changed "
-                    f"storage {when} (address {address} -> {now}); a captured graph would "
-                    "read or write the old address. Keep storage static while captured "
-                    f"(InstanceStore.make_static), or {OFF_HINT}.")
-
-
-class _DeferredCopies:
-    """The checking replay's copy stream: the latest a second stream may run each copy
-    (in issue order, when an entry waits for it or at the segment's end), so a wait the
-    graph's edges do not give shows as a wrong value on the CPU."""
-
-    def __init__(self):
-        self.queue: list = []           # (node id, step), in issue order
-
-    def run(self, node_id: int, step) -> None:
-        self.queue.append((node_id, step))
-
-    def wait_for(self, preds) -> None:
-        if self.queue:
-            last = max((k for k, (i, _) in enumerate(self.queue) if i in preds), default=-1)
-            ready, self.queue = self.queue[:last + 1], self.queue[last + 1:]
-            for _, step in ready:
-                step()
-
-    def join(self) -> None:
-        self.wait_for({i for i, _ in self.queue})
