@@ -19,6 +19,10 @@ the aten operations one iteration runs, ours and eager (a count no load changes)
 them and the small-layer CNN) where our iteration's time goes by node kind (`node_kinds`: the plan run node by node in this
 process, thread CPU time and aten operations per kind; not side by side, a profile).
 
+On a GPU the CNN rows also time our runtime with CUDA-graph capture (TASKRT_CUDA_GRAPHS=1,
+taskrt/executor/capture.py) in a third process taking turns with the two others: the
+"ours with CUDA graphs" rows (SOAPFLOW_BENCH_GRAPHS=0 leaves them out).
+
 The optimizer is torch.optim.SGD with its default for CPU tensors (a loop over the
 parameters); our runtime runs a device's updates as one multi-tensor call
 (taskrt.launch: IndexLaunch.batch).
@@ -204,8 +208,11 @@ def _device() -> str:
         "SOAPFLOW_BENCH_DEVICE") == "cuda" else "cpu"
 
 
-def ours_step(name: str, fused: bool, quick: bool):
-    """One training iteration of the row's CNN on our runtime, as a callable."""
+def ours_step(name: str, fused: bool, quick: bool, graphs: bool = False):
+    """One training iteration of the row's CNN on our runtime, as a callable; `graphs`:
+    with CUDA-graph capture (TASKRT_CUDA_GRAPHS=1, in this worker process only)."""
+    if graphs:
+        os.environ["TASKRT_CUDA_GRAPHS"] = "1"
     torch.set_num_threads(1)
     batch, cin, size, layers, classes, xv, yv = _setup(name, quick)
     trainer = ours(batch, cin, size, layers, classes, _device(), fused=fused)
@@ -241,9 +248,11 @@ def run(quick: bool = False) -> dict:
     for name, fused in ROWS:
         label = name if fused else name + ", ReLU as separate operators"
         # Each in a process of its own, taking turns (the headline: as a user runs one).
-        t = alternating({"ours": (__name__, "ours_step", (name, fused, quick)),
-                         "pytorch": (__name__, "eager_step", (name, quick))},
-                        blocks=3 if quick else 15, clock=_clock())
+        makers = {"ours": (__name__, "ours_step", (name, fused, quick)),
+                  "pytorch": (__name__, "eager_step", (name, quick))}
+        if _graphs():                   # the same, with CUDA-graph capture, taking turns
+            makers["ours_graphs"] = (__name__, "ours_step", (name, fused, quick, True))
+        t = alternating(makers, blocks=3 if quick else 15, clock=_clock())
         # Both in this process, interleaved call by call (their caches and heap shared).
         step_ours, step_eager = ours_step(name, fused, quick), eager_step(name, quick)
         t1 = interleaved({"ours": step_ours, "pytorch": step_eager}, 3 if quick else 8)
@@ -258,6 +267,14 @@ def run(quick: bool = False) -> dict:
                      f"wall time with both in one process; {_device()}, 1 thread, "
                      f"{step_ours.nodes} graph nodes; "
                      f"{load()}; target <= {_target(name, fused)}"))
+        if "ours_graphs" in t:
+            g = t["ours_graphs"] / t["pytorch"]
+            data[label]["graphs"] = {"ours_ms": 1e3 * t["ours_graphs"], "ratio": g}
+            rows.append((f"{label}: ours with CUDA graphs / PyTorch eager", f"{g:.2f}x",
+                         f"{1e3 * t['ours_graphs']:.1f} vs {1e3 * t['pytorch']:.1f} "
+                         f"{_per_iteration(_clock())} (TASKRT_CUDA_GRAPHS=1, replays after "
+                         f"a warm-up and a capture iteration), each in its own process; "
+                         f"{load()}; target <= {_graphs_target(name)}"))
         if name == next(iter(SHAPES)):          # many small layers: where per-node costs show
             rows.append(profile_row(label, step_ours.trainer))
     _imported_hf_rows(quick, rows, data)
@@ -265,6 +282,17 @@ def run(quick: bool = False) -> dict:
     data[label] = entry
     rows += [row, profile]
     return {"title": "runtime overhead (1 device)", "rows": rows, "data": data}
+
+
+def _graphs() -> bool:
+    """Whether the CNN rows also time our runtime with CUDA-graph capture: on a GPU, unless
+    SOAPFLOW_BENCH_GRAPHS=0."""
+    return _device() == "cuda" and os.environ.get("SOAPFLOW_BENCH_GRAPHS", "1") != "0"
+
+
+def _graphs_target(name: str) -> str:
+    """Issue 22's GPU targets with capture: 16 small convolutions 0.7, 3 large 1.0."""
+    return "0.7" if name == next(iter(SHAPES)) else "1.0"
 
 
 def _target(name: str, fused: bool) -> str:

@@ -14,10 +14,10 @@ process CPU seconds (the machine is shared; wall time would count other processe
   predict  what `--simulate` does (apps/simulate.py predict: lower, plan, simulate once; no
            delta tables, about half the memory per node), once, start-up included, at 2, 8,
            16 and 32 blocks on 1,024 GPUs: the 32-block GPT-3 2.7B itself (the issue's
-           target: <= 10 s, <= 8 GB) under data parallelism (1M nodes, ~13 GB: run it
-           with nothing else big on the machine). Megatron's 32 blocks (2.6M nodes, ~15 GB)
-           do not fit beside the others here: that row is extrapolated from the deepest two
-           points (nodes, CPU and memory grow linearly with the blocks; the dp rows show it).
+           target: <= 10 s, <= 8 GB) under data parallelism (1M nodes, 2.6 GB) and under
+           Megatron's strategy (2.6M nodes, ~4 GB). (Where the deepest point of a strategy is
+           not run, a row extrapolates it from the deepest two: nodes, CPU and memory grow
+           linearly with the blocks; the dp rows show it.)
 Peak RSS is the process's VmHWM, with the model and torch loaded first (their share is the
 baseline). Reported per point: nodes, CPU seconds, us per node, peak RSS and KB per node
 above the baseline.
@@ -41,7 +41,7 @@ POINTS = [("dp", 256, LAYERS, "session"), ("dp", 1024, LAYERS, "session"),
           ("megatron", 1024, LAYERS, "session"), ("dp", 1024, LAYERS, "predict"),
           ("megatron", 1024, LAYERS, "predict"), ("dp", 1024, 8, "predict"),
           ("megatron", 1024, 8, "predict"), ("dp", 1024, 16, "predict"),
-          ("dp", 1024, 32, "predict")]
+          ("dp", 1024, 32, "predict"), ("megatron", 1024, 32, "predict")]
 FULL_DEPTH = 32
 QUICK_POINTS = [("dp", 8, LAYERS, "session"), ("dp", 16, LAYERS, "session"),
                 ("dp", 16, 4, "predict")]
@@ -169,7 +169,7 @@ def report(results: dict) -> dict:
                 out[f"{kind}@{gpus}x{FULL_DEPTH}/extrapolated"] = x = _extrapolated(*deep[-2:])
                 name = "data parallel" if kind == "dp" else "Megatron t=8"
                 rows.append((f"GPT-3 2.7B ({FULL_DEPTH} blocks), {gpus} simulated H100s, {name}: "
-                             "--simulate, EXTRAPOLATED (not run: memory)",
+                             "--simulate, EXTRAPOLATED (not run)",
                              f"~{x['nodes']:,.0f} nodes, ~{x['cpu_s']:.0f} s CPU, peak RSS "
                              f"~{x['peak_rss_gb']:.1f} GB",
                              f"linear in blocks from the measured {deep[-2]['layers']} and "

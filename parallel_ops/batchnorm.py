@@ -220,6 +220,13 @@ class BatchNorm2d(FusesActivation, Op):
                                                   self._momentum(), self.params["eps"])
         return y, nxt, (_NATIVE, x, gamma, mean, invstd)
 
+    def capture_hazard(self, spec=None) -> str | None:
+        """momentum=None (a cumulative average) reads the step count on the host every
+        step: a CUDA graph would bake one (taskrt.executor.capture runs it eagerly)."""
+        if self.training and self.params["momentum"] is None:
+            return "batch norm's cumulative average (momentum=None) reads the step count"
+        return None
+
     def _momentum(self) -> float:
         """The factor eager PyTorch passes to its kernel: momentum, or 1 / steps run (a part
         run before the first step, as saved_state measures one, takes the first step's)."""

@@ -135,6 +135,13 @@ class Dropout(Op):
         return keep_mask(self.model.seed, self.model.step_count, self.name, p,
                          self.inputs[0].shape, rect, x.device)
 
+    def capture_hazard(self, spec=None) -> str | None:
+        """Its mask changes every step (a hash of model.step_count, made on the host): a
+        CUDA graph would replay one mask (taskrt.executor.capture runs it eagerly)."""
+        if self.training and self.params["p"] != 0.0:
+            return "dropout's mask is a hash of the step count, made per step on the host"
+        return None
+
     def _factor(self) -> float:
         p = self.params["p"]
         return 0.0 if p == 1.0 else 1.0 / (1.0 - p)

@@ -49,6 +49,11 @@ class Embedding(Op):
         self.labels = {"inputs": (lead_labels,), "weights": (("v", "d"),),
                        "outputs": (lead_labels + ("d",),)}
 
+    def capture_hazard(self, spec=None) -> str | None:
+        """The index check reads the indices on the host (a sync a CUDA graph cannot
+        hold): taskrt.executor.capture runs the part eagerly, so bad indices still fail."""
+        return "embedding checks its indices on the host"
+
     def forward(self, spec, inputs, weights):
         (idx,), (w,) = inputs, weights
         v0, v1 = spec.weights[0].lo[0], spec.weights[0].hi[0]

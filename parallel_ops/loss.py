@@ -151,6 +151,20 @@ class SoftmaxCrossEntropy(Op):
     def stages(self):
         return self._stages
 
+    def capture_hazard(self, spec=None) -> str | None:
+        """The loss stage's part syncs with the host when labels may be ignored (it counts
+        the others) or its classes are split (it checks the labels' range): then
+        taskrt.executor.capture runs it eagerly. Its max and sumexp stages never do."""
+        info = getattr(spec, "info", None)
+        if not (isinstance(info, tuple) and len(info) == 3):
+            return None                                 # not the loss stage
+        (c0, c1), _, _ = info
+        if self.params.get("ignore_index") is not None:
+            return "cross-entropy counts the labels not ignored on the host"
+        if c1 - c0 != self.inputs[0].shape[-1]:
+            return "cross-entropy split on classes checks the labels' range on the host"
+        return None
+
     def reference(self, inputs, weights):
         logits, labels = inputs
         c = logits.shape[-1]

@@ -377,7 +377,25 @@ def order_only_reads(args: StageArgs, color) -> frozenset:
                      if group in (IN, W, OUT))
 
 
+def capture_hazard(args: StageArgs, color) -> str | None:
+    """Why a stage's part must run eagerly under CUDA-graph capture (its operator's
+    `capture_hazard(spec)`: it reads a host value that changes per step, or syncs with the
+    host), or None (taskrt.executor.capture; the backward part follows its forward)."""
+    op = getattr(args.stage, "parent", None) or args.stage
+    hazard = getattr(op, "capture_hazard", None)
+    return hazard(args.specs.get(color)) if hazard is not None else None
+
+
+def update_hazard(args, color) -> str:
+    """Optimizer updates run eagerly under CUDA-graph capture: they read host numbers that
+    change between steps (the step count: SGD momentum's first step, Adam's bias
+    correction; a learning rate a schedule sets), which a graph would bake in. A device's
+    updates are one multi-tensor call (update_batch), so this costs little."""
+    return "the optimizer update reads its step count and learning rate on the host"
+
+
 forward_task.idle = backward_task.idle = empty_part
+forward_task.capture_hazard = backward_task.capture_hazard = capture_hazard
 forward_task.bind, backward_task.bind = bind_forward, bind_backward
 backward_task.unread = order_only_reads
 # They never write their WD views in place: they return the values (or None, unwritten);
@@ -411,6 +429,9 @@ def update_batch(ctxs, tensors):
     (`update_many`, equal to `update` on each part in turn)."""
     ctxs[0].args.update_many([t[0] for t in tensors], [t[1] for t in tensors],
                              [t[2:] for t in tensors])
+
+
+update_task.capture_hazard = update_hazard
 
 
 def read_task(ctx, *views):

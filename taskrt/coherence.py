@@ -236,13 +236,26 @@ class RegionPlanner:
         self.partial_rects: dict[int, Rect] = {}
         self.sent: dict[int, int] = {}          # device -> elements copies took from it
         self.initial: list[tuple[Rect, tuple[int, ...]]] = []
+        # device -> the initial rects its instance holds, written (by None: initial data)
+        # into its BufferAccesses when _buffer first makes it: a weight replicated on 1,024
+        # devices whose planner some launches never ask about most devices costs no buffer
+        # per device (the same accesses result, as the writes come first either way).
+        self._initial_writes: dict[int, list[Rect]] = {}
         initial = list(initial)
+        checked = None
         for rect, device in initial:
             self.machine[device]
-            if not region.rect.contains(rect):
-                raise PlanError(f"Initial data of '{region.name}': {rect} is outside the "
-                                f"region {region.rect}.")
-            self._buffer(device, False, rect).write(rect, None)
+            if rect is not checked:
+                if not region.rect.contains(rect):
+                    raise PlanError(f"Initial data of '{region.name}': {rect} is outside the "
+                                    f"region {region.rect}.")
+                checked = rect
+            self._instance_rect(device, rect)
+            writes = self._initial_writes.get(device)
+            if writes is None:
+                self._initial_writes[device] = [rect]
+            else:
+                writes.append(rect)
             self.initial.append((rect, (device,)))
         first = initial[0][0] if initial else None
         if first is not None and not first.empty and all(r == first for r, _ in initial):
@@ -254,6 +267,17 @@ class RegionPlanner:
                 self.state.add_holder(rect, device)
 
     def _buffer(self, device: int, partial: bool, rect: Rect) -> BufferAccesses:
+        self._instance_rect(device, rect, partial)
+        buf = self.buffers.get((device, partial))
+        if buf is None:
+            buf = self.buffers[device, partial] = BufferAccesses()
+            if not partial and self._initial_writes:
+                for piece in self._initial_writes.pop(device, ()):
+                    buf.write(piece, None)
+        return buf
+
+    def _instance_rect(self, device: int, rect: Rect, partial: bool = False) -> None:
+        """The device's instance (or partial buffer) covers `rect` too: its bounding box."""
         rects = self.partial_rects if partial else self.instance_rects
         old = rects.get(device)
         if old is None:
@@ -262,10 +286,6 @@ class RegionPlanner:
                                       all(map(le, rect.hi, old.hi))):
             # (Rect.contains inlined; an empty rect leaves the bounding box as it is)
             rects[device] = old.union_bbox(rect)
-        buf = self.buffers.get((device, partial))
-        if buf is None:
-            buf = self.buffers[device, partial] = BufferAccesses()
-        return buf
 
     # -- step 1: reads -----------------------------------------------------------------------
     def plan_reads(self, launch, reads) -> list:

@@ -49,6 +49,11 @@ FIELDS = {
     "plan_memo_nodes": ("TASKRT_PLAN_MEMO_NODES", 300_000, True, 0,
                         "nodes of region plans a planner remembers for a search that comes "
                         "back to them (0: none; taskrt/regionmemo.py)"),
+    "cuda_graphs": ("TASKRT_CUDA_GRAPHS", 0, True, 0,
+                    "LocalExecutor: 1 = capture each CUDA device's work as CUDA graphs after "
+                    "a warm-up iteration and replay them (taskrt/executor/capture.py); 2 = "
+                    "the same on any device with the checking replay (tests, CPU); 0 = off. "
+                    "Off by default until a GPU session has verified it (docs/gpu.md)"),
 }
 
 
@@ -64,6 +69,7 @@ class Settings:
     min_temporary_bytes: int = FIELDS["min_temporary_bytes"][1]
     cpu_retain_bytes: int = FIELDS["cpu_retain_bytes"][1]
     plan_memo_nodes: int = FIELDS["plan_memo_nodes"][1]
+    cuda_graphs: int = FIELDS["cuda_graphs"][1]
 
     @classmethod
     def resolve(cls, explicit: "Settings | Mapping | None" = None,

@@ -6,8 +6,11 @@
 # 1. numerics: every operator test with its parallel side on CUDA (logical devices on the
 #    GPU), compared with the CPU float64 PyTorch reference; the explicit backward tests
 #    (tests/ops/test_explicit_backward*.py, the whole-row softmax/layernorm ones) included;
-# 2. the runtime-overhead benchmark on the GPU (16 small / 3 large convolutions vs eager) and
-#    the executor's per-task overhead;
+#    then the same with CUDA-graph capture on (TASKRT_CUDA_GRAPHS=1: taskrt/executor/
+#    capture.py), and tests/test_capture.py on the GPU (captured vs eager over five steps with
+#    new inputs, vs PyTorch, imported GPT-2, the hazards that must run eagerly);
+# 2. the runtime-overhead benchmark on the GPU (16 small / 3 large convolutions vs eager,
+#    ours without and with CUDA graphs, taking turns) and the executor's per-task overhead;
 # 3. the multi-rank tests with ranks on the GPU (two and four ranks sharing one GPU), once
 #    as they are and, if that fails or times out, once with TASKRT_POLL_MAX_S=0.0001 and a
 #    watchdog of 60 s (docs/gpu.md: under Open MPI the module did not finish in 240 s; the
@@ -58,8 +61,15 @@ step "environment"
 SOAPFLOW_TEST_DEVICE=cuda check ops_on_cuda 300 python3 -m pytest -q -p no:cacheprovider \
     tests/ops tests/test_custom_op.py tests/test_custom_op_gradients.py tests/test_lowering.py
 
-# 2. overhead
-SOAPFLOW_BENCH_DEVICE=cuda check overhead_bench 200 python3 -m bench runtime_overhead \
+# 1b. numerics with CUDA-graph capture on (capture in step 2, replays after)
+SOAPFLOW_TEST_DEVICE=cuda check capture_tests 150 python3 -m pytest -q -p no:cacheprovider \
+    tests/test_capture.py
+SOAPFLOW_TEST_DEVICE=cuda TASKRT_CUDA_GRAPHS=1 check ops_on_cuda_graphs 240 python3 -m pytest \
+    -q -p no:cacheprovider tests/ops tests/test_custom_op.py tests/test_custom_op_gradients.py \
+    tests/test_lowering.py
+
+# 2. overhead (the CNN rows time ours with capture too: the "ours with CUDA graphs" rows)
+SOAPFLOW_BENCH_DEVICE=cuda check overhead_bench 240 python3 -m bench runtime_overhead \
     executor_overhead --out "$OUT"
 
 # 3. multi-rank
@@ -77,6 +87,8 @@ check inception_cpu 120 python3 apps/inception.py --small --iterations 5 --quiet
     --device cpu
 check inception_gpu 120 python3 apps/inception.py --small --iterations 5 --quiet --json \
     --device cuda
+TASKRT_CUDA_GRAPHS=1 check inception_gpu_graphs 120 python3 apps/inception.py --small \
+    --iterations 5 --quiet --json --device cuda
 check inception_gpu_2ranks 150 mpirun -np 2 python3 -m mpi4py apps/inception.py --small \
     --iterations 5 --quiet --json --device cuda --trace "$OUT/inception_2ranks_gpu_trace.json"
 step "done in $((SECONDS - START_S))s"

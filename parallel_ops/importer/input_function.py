@@ -73,6 +73,11 @@ class InputFunction(Op):
         self._last = (tuple(t.clone() for t in inputs), y)
         return y
 
+    def capture_hazard(self, spec=None) -> str | None:
+        """Whether its sources changed is a test on the host (torch.equal, a sync a CUDA
+        graph cannot hold): taskrt.executor.capture runs it eagerly."""
+        return "input_function compares its sources with the last ones on the host"
+
     def forward(self, spec, inputs, weights):
         rect = spec.outputs[0]
         y = self._whole_of_values(inputs)

@@ -8,18 +8,18 @@ description is the model's identity: equality, files and round trips use it.
 Routing: the links form a graph whose vertices are devices and named points (switches, the
 host, NICs, the network "fabric"). A transfer from device a to device b takes the route with
 the fewest links, then the least total latency; it never passes through a third device.
-Routes are computed once per source device and cached. Owns no simulation: the simulator
+Routes are found on demand and kept (routes.py). Owns no simulation: the simulator
 decides when transfers run; this module says which links they occupy and for how long.
 """
 from __future__ import annotations
 
-import heapq
 import math
 import operator
 from typing import Iterable, Mapping, Sequence
 
 from .checks import check_description
 from .errors import MachineModelError
+from .routes import Routes
 from .specs import HOST_KINDS, DeviceSpec, HostCost, Link, LinkSpec, NodeType
 
 
@@ -63,7 +63,7 @@ class MachineModel:
             raise MachineModelError(f"machine '{name}': {len(problems)} problem"
                                     f"{'s' if len(problems) > 1 else ''}:\n  - " +
                                     "\n  - ".join(problems))
-        self._routes: dict[int, dict[int, tuple[tuple[Link, ...], float, float]]] = {}
+        self._routes: Routes | None = None        # made on the first route asked for
         # collectives.py's caches: candidates per group, group per device list as given,
         # (name, seconds) per (group, nbytes)
         self._collectives: dict[tuple[int, ...], dict] = {}
@@ -203,45 +203,14 @@ class MachineModel:
         return tuple(self._resources.values())
 
     # -- routes and transfers -------------------------------------------------------------
-    def _routes_from(self, src: int) -> dict:
-        # Dijkstra on (links, latency); device vertices other than src are never expanded.
-        n_dev = self.num_devices
-        best = {src: (0, 0.0)}
-        prev: dict[int, tuple[int, Link]] = {}
-        heap, seq = [(0, 0.0, 0, src)], 1
-        while heap:
-            hops, lat, _, v = heapq.heappop(heap)
-            if best.get(v) != (hops, lat) or (v < n_dev and v != src):
-                continue
-            for w, link in self._adj[v]:
-                key = (hops + 1, lat + link.latency)
-                if w not in best or key < best[w]:
-                    best[w] = key
-                    prev[w] = (v, link)
-                    heapq.heappush(heap, (*key, seq, w))
-                    seq += 1
-        out = {}
-        for dst in range(n_dev):
-            if dst == src or dst not in prev:
-                continue
-            path, v = [], dst
-            while v != src:
-                v, link = prev[v]
-                path.append(link)
-            path.reverse()
-            out[dst] = (tuple(path), sum(l.latency for l in path),
-                        min(l.bandwidth for l in path))
-        return out
-
     def route(self, a: int, b: int) -> tuple[tuple[Link, ...], float, float]:
         """(links, total latency, slowest bandwidth) of a transfer from device a to b."""
         a, b = self._check_device(a), self._check_device(b)
         if a == b:
             return (), 0.0, math.inf
-        routes = self._routes.get(a)
-        if routes is None:
-            routes = self._routes[a] = self._routes_from(a)
-        return routes[b]
+        if self._routes is None:
+            self._routes = Routes(self._adj, self.num_devices)
+        return self._routes.route(a, b)
 
     def path(self, a: int, b: int) -> tuple[Link, ...]:
         """The links a transfer from device a to device b occupies (empty when a == b)."""

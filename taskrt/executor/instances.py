@@ -241,6 +241,32 @@ class Buffer:
         return flat
 
 
+class StaticBuffer(Buffer):
+    """A buffer whose storage never changes once made (InstanceStore.make_static): what
+    CUDA-graph capture needs, since a captured graph reads and writes fixed addresses. A
+    task's output is copied into it (no adoption, no view of another buffer); new storage
+    for it is an error, never a silent re-allocation."""
+    __slots__ = ()
+
+    def adopt(self, value: torch.Tensor) -> bool:
+        return False
+
+    def alias(self, value: torch.Tensor) -> bool:
+        return False
+
+    def attach(self, flat: torch.Tensor, shaped: torch.Tensor | None = None) -> None:
+        if flat is not self.flat:
+            raise ExecutionError(
+                f"buffer of '{self.region.name}' {self.rect} on device {self.device}: new "
+                "storage for a buffer whose address a captured CUDA graph holds (static "
+                "storage, taskrt/executor/capture.py). Build a new executor for a changed "
+                "graph, or turn capture off (TASKRT_CUDA_GRAPHS=0).")
+        Buffer.attach(self, flat, shaped)
+
+    def drop(self) -> None:
+        self.attach(None)
+
+
 class InstanceStore:
     """The buffers of the devices one process owns. keep: see taskrt.liveness.resolve_keep
     ("all" frees nothing). settings: taskrt.settings (resolved here when None: a bad TASKRT_*
@@ -299,6 +325,7 @@ class InstanceStore:
                 if not b.temporary:
                     self.live[b.device] += b.nbytes
         self.peak: dict[int, int] | None = None
+        self.static = False           # make_static
 
     def make_light(self) -> list[tuple[Buffer, int, int]]:
         """Mark the buffers that liveness keeps persistent only for being small (their
@@ -325,6 +352,24 @@ class InstanceStore:
             b.light = LIGHT_LAZY if lazy else LIGHT_ALLOCATE
             out.append((b, users[0], _last_use(self.graph.nodes, users, key[1])))
         return out
+
+    def make_static(self) -> None:
+        """Give every buffer storage of its own for good (StaticBuffer): temporaries are
+        allocated now and never released, nothing is adopted or viewed, so every tensor a
+        step touches keeps its address from iteration to iteration (CUDA-graph capture,
+        taskrt/executor/capture.py). Costs memory: the peak is then every buffer at once
+        (liveness's savings are given up; saved states, which the task contexts hold, are
+        no longer counted)."""
+        for bufs in (self.instances, self.partials, self.staging):
+            for b in bufs.values():
+                if b.tensor is None:
+                    b.attach(torch.zeros(b.numel, dtype=b.dtype, device=b.torch_device))
+                    self.live[b.device] += b.nbytes
+                b.temporary, b.light, b.spare = False, 0, None
+                b.__class__ = StaticBuffer
+        self.temporaries = []
+        self.node_temps = {}
+        self.static = True
 
     def buffer(self, key) -> Buffer:
         kind, name, dev, copy = key

@@ -9,6 +9,11 @@ does nothing (parallel_ops' empty parts) is left out of the plan, except when tr
 temporaries (taskrt.liveness) are allocated before their first user and released after their
 last, and `keep` names the regions to read after run() ("all": nothing is freed).
 `write`/`read` move whole tensors in and out of the graph's regions.
+
+With CUDA-graph capture on (Settings.cuda_graphs, TASKRT_CUDA_GRAPHS; taskrt.executor.
+capture) and a device to capture, every buffer is static (no temporaries, no adoption),
+the first run() is a warm-up, the second captures each device's segments of the plan and
+later ones replay them.
 """
 from __future__ import annotations
 
@@ -20,6 +25,7 @@ from ..errors import PlanError
 from ..trace import LoadMeter, TraceEvent, node_label, node_track
 from ..region import Region
 from ..taskgraph import COPY, REDUCE, TASK
+from .capture import Capture, backend_for
 from .instances import LIGHT_ALLOCATE, InstanceStore
 from .steps import (batch_key, batchable, batches_step, idle, local_allreduce_step,
                     local_copy_step, reduce_step, task_step)
@@ -30,6 +36,10 @@ class LocalExecutor:
         self.graph = graph
         self.store = InstanceStore(graph, range(len(graph.machine.devices)), keep, settings)
         self.settings = self.store.settings
+        backend = None if record_trace else backend_for(self.settings.cuda_graphs,
+                                                         self.store.torch_device.values())
+        if backend is not None:
+            self.store.make_static()        # captured graphs need fixed addresses
         self.contexts: dict = {}
         self.steps = []
         for node in graph.nodes:
@@ -55,7 +65,7 @@ class LocalExecutor:
         # Small buffers of regions nobody reads after run() are released too, cheaply
         # (InstanceStore.make_light): memory a gradient or an activation held goes back to
         # malloc after its last use, still in cache for the next tensor, as in eager PyTorch.
-        for buf, i, j in self.store.make_light():
+        for buf, i, j in (() if self.store.static else self.store.make_light()):
             if buf.light == LIGHT_ALLOCATE:    # LIGHT_LAZY: nothing to do before its writer
                 first.setdefault(i, []).append(buf)
             last.setdefault(j, []).append(buf)
@@ -66,6 +76,7 @@ class LocalExecutor:
             self.plan.append((step, tuple(b for i in ids for b in first.get(i, ())),
                               tuple(b for i in ids for b in last.get(i, ()))))
         self._replay, self._replay_of = None, None      # see _replayed()
+        self.capture = None if backend is None else Capture(self, backend)
         self.trace: list[TraceEvent] = []
         self.trace_load: dict | None = None      # LoadMeter.stop() of the traced iteration
 
@@ -149,6 +160,9 @@ class LocalExecutor:
         store = self.store
         store.start_iteration()
         begin, release = store.begin, store.release
+        if self.capture is not None:
+            self.capture.run()
+            return
         if not self.record_trace:
             for step, allocate, drops, free in self._replayed():
                 if allocate:
