@@ -104,3 +104,18 @@ def test_cuda_eager_moves_model_and_batch_to_the_gpu(cuda_bench):
         ro.hf_step("pytorch", "gpt2", True)
     assert _frame_local(info.value, "eager_step", "device") == "cuda"
     assert imported.machine("cuda").devices[0].kind == "cuda"
+
+
+def test_gpu_steps_wait_for_the_gpu_and_keep_their_attributes(monkeypatch):
+    """On a GPU each timed call ends with torch.cuda.synchronize (recorded here, not run)."""
+    calls = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: calls.append("synchronize"))
+
+    def step():
+        calls.append("step")
+    step.nodes, step.trainer = 7, "trainer"
+    assert ro._synchronized(step, "cpu") is step
+    waiting = ro._synchronized(step, "cuda")
+    waiting()
+    assert calls == ["step", "synchronize"]
+    assert (waiting.nodes, waiting.trainer) == (7, "trainer")
