@@ -184,21 +184,34 @@ class SimulationSession:
     def change(self, op_name: str, config) -> SimResult:
         """Give one operator another config and return the new simulation result. `undo()`
         takes it back. On an error (a config that does not fit) the session is as before."""
+        return self.change_all([(op_name, config)])
+
+    def change_all(self, changes) -> SimResult:
+        """Give several operators other configs at once ([(op name, config)], distinct
+        operators) and return the new simulation result: what change() of each in turn
+        gives, with the regions they touch re-planned once and one simulation (a pair move's
+        two neighbours share their tensor's regions). `undo()` takes them all back. On an
+        error the session is as before."""
         lowering = self.lowering
-        before = (op_name, lowering.configs[op_name], lowering.parts[op_name], self.result, {},
-                  self._epoch)
+        olds = [(name, lowering.configs[name], lowering.parts[name]) for name, _ in changes]
+        if len({name for name, _, _ in olds}) != len(olds):
+            raise ValueError("SimulationSession.change_all: an operator named twice in "
+                             f"{[name for name, _ in changes]}; give each one config.")
+        before = (olds, self.result, {}, self._epoch)
         self._undo = None
         replaced = False
         with gc_paused():
             try:
-                part = lowering.change(op_name, config)
-                launches = part.forward + part.backward + list(part.updates.values())
-                names = set(part.initial_forward) | set(part.initial_update)
+                launches, names = [], set()
+                for op_name, config in changes:
+                    part = lowering.change(op_name, config)
+                    launches += part.forward + part.backward + list(part.updates.values())
+                    names |= set(part.initial_forward) | set(part.initial_update)
                 initial = lowering.initial_of(names)
                 replaced = True
                 touched = self.planner.replace(launches, initial, record_undo=True)
                 regions = self._buffers.regions
-                before[4].update((name, regions.get(name)) for name in touched)
+                before[2].update((name, regions.get(name)) for name in touched)
                 self._graph = None
                 self.result = self._simulate(touched)
             except BaseException:
@@ -208,7 +221,8 @@ class SimulationSession:
         return self.result
 
     def undo(self) -> SimResult:
-        """Take back the last change(): the plan, result and configs before it."""
+        """Take back the last change() or change_all(): the plan, result and configs before
+        it."""
         if self._undo is None:
             raise ValueError("SimulationSession.undo: no change to take back (one level).")
         before, self._undo = self._undo, None
@@ -217,8 +231,9 @@ class SimulationSession:
         return self.result
 
     def _restore(self, before, replaced: bool) -> None:
-        op_name, cfg, part, result, region_buffers, epoch = before
-        self.lowering.restore(op_name, cfg, part)
+        olds, result, region_buffers, epoch = before
+        for op_name, cfg, part in reversed(olds):
+            self.lowering.restore(op_name, cfg, part)
         if replaced and self.planner.can_undo:
             self.planner.undo()
         for name, entry in region_buffers.items():

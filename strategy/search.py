@@ -505,18 +505,19 @@ class Search:
         """Whether n changes cost less CPU time than a session build, by the means so far."""
         return n * self.change_cpu / self.change_count < self.build_cpu / self.build_count
 
-    def _change(self, session, name: str, cfg):
-        """session.change, its CPU time counted (see _cheaper_by_changes)."""
+    def _change(self, session, name: str, cfg, *more):
+        """session.change (change_all with the (name, cfg) in `more`), its CPU time counted."""
         t = time.process_time()
-        result = session.change(name, cfg)
+        result = session.change_all([(name, cfg), *more]) if more else session.change(name, cfg)
         self.change_cpu += time.process_time() - t
-        self.change_count += 1
+        self.change_count += 1 + len(more)
         return result
 
     def _change_pair(self, session, move: tuple):
-        """Two operators changed (a pair move, see _propose); on an error the session is
-        changed back to where it was."""
+        """Two operators changed (a pair move): at once where the session can, else in turn."""
         _, a, cfg_a, b, cfg_b, old_a = move
+        if hasattr(session, "change_all"):
+            return self._change(session, a, cfg_a, (b, cfg_b))
         self._change(session, a, cfg_a)
         try:
             return self._change(session, b, cfg_b)
@@ -552,8 +553,8 @@ class Search:
                 set_recompute(self.model, self.units.segments(state))
         elif session is not None and self.delta:
             session.undo()            # a failed change() leaves the session as it was
-            if move[0] == "pair":     # one level of undo: the first change is re-done
-                self._change(session, move[1], move[5])
+            if move[0] == "pair" and not hasattr(session, "change_all"):
+                self._change(session, move[1], move[5])    # one level of undo: re-done
         elif not self.delta:
             old = self._session(old.configs)
         return old

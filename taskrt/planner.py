@@ -34,7 +34,7 @@ from .oneshot import check_initial, plan_once
 from .undo import PlanUndo
 from .regionclasses import RegionClasses
 from .regionmemo import RegionPlanMemo
-from .regionplans import install, own_planner, replan_region
+from .regionplans import install, own_planner, remember_current, replan_region
 from .region import Region
 from .settings import Settings
 from .taskgraph import TaskGraph, TaskNode
@@ -460,6 +460,8 @@ class Planner:
             check_interference(launch, points)
             expanded.append((li, launch, points))
         initial = {region: list(pieces) for region, pieces in (initial or {}).items()}
+        remember_current(self, {name for li, _, _ in expanded for name in self.plans[li].regions}
+                         | {region.name for region in initial})
         for region in initial:
             self._region(region)
         self._undo = PlanUndo.record(self, expanded, initial,

@@ -231,6 +231,16 @@ def stamp(plan: RegionPlan, region, lis_to, owners: list[str]) -> RegionPlan:
                         None if staged is None else [None if c is None else node_of[c]
                                                      for c in staged]))
         nodes.append(out)
-    accesses = [[(tuple([moved(r) for r in preds]), targets) for preds, targets in per]
-                for per in plan.accesses]
+    # A point's preds come back in later entries (each reader of a part names its writer):
+    # each distinct tuple is moved once.
+    moved_preds: dict = {}
+    accesses = []
+    for per in plan.accesses:
+        out = []
+        for preds, targets in per:
+            new = moved_preds.get(preds)
+            if new is None:
+                new = moved_preds[preds] = tuple([moved(r) for r in preds])
+            out.append((new, targets))
+        accesses.append(out)
     return RegionPlan(plan.planner, nodes, accesses, plan.size, region.name, tuple(lis_to))

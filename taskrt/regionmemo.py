@@ -22,6 +22,7 @@ the search visits now.
 """
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 
@@ -59,7 +60,8 @@ def region_key(region, initial, log, plans) -> tuple:
 class RegionPlanMemo:
     """Region plans by key (region_key), per key one for each region it was made for,
     bounded by the nodes they hold."""
-    __slots__ = ("max_nodes", "_plans", "_nodes", "hits", "misses", "clears", "moved")
+    __slots__ = ("max_nodes", "_plans", "_nodes", "hits", "misses", "clears", "moved",
+                 "_planners")
 
     def __init__(self, max_nodes: int):
         if max_nodes < 0:
@@ -70,6 +72,9 @@ class RegionPlanMemo:
         self._nodes = 0
         self.hits = self.misses = self.clears = 0
         self.moved = 0          # hits on a plan made for another region (Planner counts)
+        # The RegionPlanners of the plans held (their end states), to tell whether a region's
+        # current plan is held without making its key (holds_planner).
+        self._planners: weakref.WeakSet = weakref.WeakSet()
 
     def __len__(self) -> int:
         return sum(len(plans) for plans in self._plans.values())
@@ -78,6 +83,11 @@ class RegionPlanMemo:
     def nodes(self) -> int:
         """The nodes the remembered plans hold."""
         return self._nodes
+
+    def holds_planner(self, rp) -> bool:
+        """Whether a plan held here ends in RegionPlanner `rp` (so a region planned into `rp`
+        has its plan, or one alike, held)."""
+        return rp in self._planners
 
     def get(self, key: tuple, name: str = "") -> RegionPlan | None:
         """The plan of `key` made for region `name` if there is one, else one made for
@@ -98,6 +108,7 @@ class RegionPlanMemo:
         emptied = False
         if self._nodes + plan.size > self.max_nodes and self._plans:
             self._plans.clear()
+            self._planners = weakref.WeakSet()
             self._nodes = 0
             self.clears += 1
             emptied = True
@@ -108,5 +119,7 @@ class RegionPlanMemo:
         if old is not None:
             self._nodes -= old.size
         plans[plan.name] = plan
+        if plan.planner is not None:
+            self._planners.add(plan.planner)
         self._nodes += plan.size
         return emptied

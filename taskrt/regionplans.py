@@ -89,6 +89,27 @@ def replan_region(planner, name: str, remembered: bool = True) -> None:
             planner._read_groups.clear()
 
 
+def remember_current(planner, names) -> None:
+    """Before replace() re-plans regions `names`: put each one's current plan in the memo
+    under its current key, unless a plan ending in its RegionPlanner is held there already.
+    A plan made by the session's build (add_launch, or installed from its class) was never
+    remembered, and a search comes straight back to it: a rejected pair move changes its
+    first operator back, a rejected proposal's neighbour is proposed again."""
+    memo = planner.memo
+    if not memo.max_nodes:
+        return
+    for name in names:
+        rp = planner.planners.get(name)
+        log = planner.log.get(name)
+        if rp is None or not log or memo.holds_planner(rp):
+            continue
+        key = region_key(planner.regions[name], planner.initial.get(name, ()), log,
+                         planner.plans)
+        planner._frozen.add(rp)         # shared with the memo from now on
+        if memo.put(key, region_plan(planner, name, log)):
+            planner._read_groups.clear()
+
+
 def region_plan(planner, name: str, log) -> RegionPlan:
     """What planning region `name` over `log` left in this planner (see RegionPlan)."""
     nodes, per_entry, size = [], [], 0
