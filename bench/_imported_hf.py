@@ -1,7 +1,8 @@
 """Tiny Hugging Face transformers (random init from a config, default dropout) trained on their
 own loss: GPT-2 (causal LM) and BERT (sequence classification). The step of the model
-imported with parallel_ops.importer, and the same step in eager PyTorch, for
-bench/runtime_overhead.py.
+imported with parallel_ops.importer, and the same step in eager PyTorch, on a device given
+by bench/runtime_overhead.py (which owns the choice of device, clock and CUDA-graph capture):
+model, batch and our executor's one device all on it. Built on the CPU, then moved.
 """
 from __future__ import annotations
 
@@ -55,16 +56,22 @@ def available() -> bool:
     return True
 
 
-def ours_step(kind: str, quick: bool):
-    """One training iteration of the imported model on one local device."""
+def machine(device: str) -> Machine:
+    """The machine our executor runs the imported model on: one local `device` ("cpu" or
+    "cuda")."""
+    return Machine.local(1, device)
+
+
+def ours_step(kind: str, quick: bool, device: str = "cpu"):
+    """One training iteration of the imported model on one local `device`, the batch on it."""
     from parallel_ops import SGD
     from parallel_ops.importer import import_module
     torch.set_num_threads(1)
     net, inputs = _model_and_batch(kind, quick)
     imp = import_module(net, inputs, method="export")
-    trainer = imp.model.compile(Machine.local(1), None, SGD(lr=0.01, momentum=0.9),
+    trainer = imp.model.compile(machine(device), None, SGD(lr=0.01, momentum=0.9),
                                 executor="local")
-    feeds = imp.feeds(**inputs)
+    feeds = {name: value.to(device) for name, value in imp.feeds(**inputs).items()}
 
     def step():
         trainer.step(feeds)
@@ -73,11 +80,14 @@ def ours_step(kind: str, quick: bool):
     return step
 
 
-def eager_step(kind: str, quick: bool):
-    """The same iteration in eager PyTorch (the malloc settings our executor uses)."""
+def eager_step(kind: str, quick: bool, device: str = "cpu"):
+    """The same iteration in eager PyTorch on `device` (the malloc settings our executor
+    uses)."""
     torch.set_num_threads(1)
     retain_freed_memory()
     net, inputs = _model_and_batch(kind, quick)
+    net = net.to(device)
+    inputs = {name: value.to(device) for name, value in inputs.items()}
     net.train()
     opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9, foreach=False)
 

@@ -19,9 +19,12 @@ the aten operations one iteration runs, ours and eager (a count no load changes)
 them and the small-layer CNN) where our iteration's time goes by node kind (`node_kinds`: the plan run node by node in this
 process, thread CPU time and aten operations per kind; not side by side, a profile).
 
-On a GPU the CNN rows also time our runtime with CUDA-graph capture (TASKRT_CUDA_GRAPHS=1,
+On a GPU (SOAPFLOW_BENCH_DEVICE=cuda) the CNN rows and the imported GPT-2 and BERT rows run
+there (ResNet-18 stays on the CPU), timed by wall time with torch.cuda.synchronize after
+each iteration, and also time our runtime with CUDA-graph capture (TASKRT_CUDA_GRAPHS=1,
 taskrt/executor/capture.py) in a third process taking turns with the two others: the
-"ours with CUDA graphs" rows (SOAPFLOW_BENCH_GRAPHS=0 leaves them out).
+"ours with CUDA graphs" rows (SOAPFLOW_BENCH_GRAPHS=0 leaves them out). _device, _clock,
+_graphs, _makers, _capture and _synchronized hold that choice for all of these rows.
 
 The optimizer is torch.optim.SGD with its default for CPU tensors (a loop over the
 parameters); our runtime runs a device's updates as one multi-tensor call
@@ -50,8 +53,8 @@ def alternating(makers: dict, blocks: int, clock: str = "cpu") -> dict:
 
 
 def _clock() -> str:
-    """The CNN rows' clock: CPU time on a CPU device, wall time on a GPU (whose work the
-    host's CPU time does not include). The imported models run on the CPU."""
+    """The clock of the rows that run on _device(): CPU time on a CPU device, wall time on a
+    GPU (whose work the host's CPU time does not include). ResNet-18 runs on the CPU."""
     return "wall" if _device() == "cuda" else "cpu"
 
 
@@ -204,15 +207,46 @@ def _setup(name: str, quick: bool):
 
 
 def _device() -> str:
+    """Where the CNN and imported HF rows run: "cuda" when SOAPFLOW_BENCH_DEVICE=cuda and
+    torch sees a GPU, else "cpu"."""
     return "cuda" if torch.cuda.is_available() and os.environ.get(
         "SOAPFLOW_BENCH_DEVICE") == "cuda" else "cpu"
+
+
+def _capture(graphs: bool) -> None:
+    """In a timing worker: CUDA-graph capture on for this process's executor when `graphs`
+    (the "ours with CUDA graphs" side)."""
+    if graphs:
+        os.environ["TASKRT_CUDA_GRAPHS"] = "1"
+
+
+def _synchronized(step, device: str):
+    """`step`, and on a GPU a wait for its queued work after it (so a wall-clock time per
+    call is the iteration's, not its launches'); keeps the step's attributes."""
+    if device != "cuda":
+        return step
+
+    @functools.wraps(step)
+    def run():
+        step()
+        torch.cuda.synchronize()
+    return run
+
+
+def _makers(ours: tuple, pytorch: tuple) -> dict:
+    """The processes of a row taking turns (bench._common.alternating): ours and eager, each
+    (module, factory, args); with _graphs(), ours again with (*args, True): capture on."""
+    makers = {"ours": ours, "pytorch": pytorch}
+    if _graphs():
+        module, factory, args = ours
+        makers["ours_graphs"] = (module, factory, (*args, True))
+    return makers
 
 
 def ours_step(name: str, fused: bool, quick: bool, graphs: bool = False):
     """One training iteration of the row's CNN on our runtime, as a callable; `graphs`:
     with CUDA-graph capture (TASKRT_CUDA_GRAPHS=1, in this worker process only)."""
-    if graphs:
-        os.environ["TASKRT_CUDA_GRAPHS"] = "1"
+    _capture(graphs)
     torch.set_num_threads(1)
     batch, cin, size, layers, classes, xv, yv = _setup(name, quick)
     trainer = ours(batch, cin, size, layers, classes, _device(), fused=fused)
@@ -220,7 +254,7 @@ def ours_step(name: str, fused: bool, quick: bool, graphs: bool = False):
     step = functools.partial(trainer.step, feeds)
     step.nodes = len(trainer.graph)
     step.trainer = trainer
-    return step
+    return _synchronized(step, _device())
 
 
 def eager_step(name: str, quick: bool):
@@ -238,9 +272,7 @@ def eager_step(name: str, quick: bool):
         opt.zero_grad()
         F.cross_entropy(net(xd), yd).backward()
         opt.step()
-        if device == "cuda":
-            torch.cuda.synchronize()
-    return step
+    return _synchronized(step, device)
 
 
 def run(quick: bool = False) -> dict:
@@ -248,10 +280,9 @@ def run(quick: bool = False) -> dict:
     for name, fused in ROWS:
         label = name if fused else name + ", ReLU as separate operators"
         # Each in a process of its own, taking turns (the headline: as a user runs one).
-        makers = {"ours": (__name__, "ours_step", (name, fused, quick)),
-                  "pytorch": (__name__, "eager_step", (name, quick))}
-        if _graphs():                   # the same, with CUDA-graph capture, taking turns
-            makers["ours_graphs"] = (__name__, "ours_step", (name, fused, quick, True))
+        # On a GPU a third: ours with CUDA-graph capture, taking turns with them.
+        makers = _makers((__name__, "ours_step", (name, fused, quick)),
+                         (__name__, "eager_step", (name, quick)))
         t = alternating(makers, blocks=3 if quick else 15, clock=_clock())
         # Both in this process, interleaved call by call (their caches and heap shared).
         step_ours, step_eager = ours_step(name, fused, quick), eager_step(name, quick)
@@ -268,13 +299,7 @@ def run(quick: bool = False) -> dict:
                      f"{step_ours.nodes} graph nodes; "
                      f"{load()}; target <= {_target(name, fused)}"))
         if "ours_graphs" in t:
-            g = t["ours_graphs"] / t["pytorch"]
-            data[label]["graphs"] = {"ours_ms": 1e3 * t["ours_graphs"], "ratio": g}
-            rows.append((f"{label}: ours with CUDA graphs / PyTorch eager", f"{g:.2f}x",
-                         f"{1e3 * t['ours_graphs']:.1f} vs {1e3 * t['pytorch']:.1f} "
-                         f"{_per_iteration(_clock())} (TASKRT_CUDA_GRAPHS=1, replays after "
-                         f"a warm-up and a capture iteration), each in its own process; "
-                         f"{load()}; target <= {_graphs_target(name)}"))
+            rows.append(_graphs_row(label, t, data[label], f"<= {_graphs_target(name)}"))
         if name == next(iter(SHAPES)):          # many small layers: where per-node costs show
             rows.append(profile_row(label, step_ours.trainer))
     _imported_hf_rows(quick, rows, data)
@@ -290,6 +315,16 @@ def _graphs() -> bool:
     return _device() == "cuda" and os.environ.get("SOAPFLOW_BENCH_GRAPHS", "1") != "0"
 
 
+def _graphs_row(label: str, t: dict, entry: dict, target: str) -> tuple:
+    """The "ours with CUDA graphs" row of a row's times `t` (its data goes to `entry`)."""
+    g = t["ours_graphs"] / t["pytorch"]
+    entry["graphs"] = {"ours_ms": 1e3 * t["ours_graphs"], "ratio": g}
+    return (f"{label}: ours with CUDA graphs / PyTorch eager", f"{g:.2f}x",
+            f"{1e3 * t['ours_graphs']:.1f} vs {1e3 * t['pytorch']:.1f} "
+            f"{_per_iteration(_clock())} (TASKRT_CUDA_GRAPHS=1, replays after a warm-up and "
+            f"a capture iteration), each in its own process; {load()}; target {target}")
+
+
 def _graphs_target(name: str) -> str:
     """Issue 22's GPU targets with capture: 16 small convolutions 0.7, 3 large 1.0."""
     return "0.7" if name == next(iter(SHAPES)) else "1.0"
@@ -302,9 +337,29 @@ def _target(name: str, fused: bool) -> str:
     return "1.0" if fused else "1.05"
 
 
+def hf_step(side: str, kind: str, quick: bool, graphs: bool = False):
+    """One training iteration of an imported HF model (bench/_imported_hf.py) on _device(),
+    ours (side "ours"; `graphs` as for ours_step) or eager ("pytorch"), as a callable."""
+    from bench import _imported_hf as imported
+    _capture(graphs)
+    device = _device()
+    make = {"ours": imported.ours_step, "pytorch": imported.eager_step}[side]
+    return _synchronized(make(kind, quick, device), device)
+
+
+def hf_makers(kind: str, quick: bool) -> dict:
+    """The processes of an imported HF model's row (_makers of hf_step)."""
+    return _makers((__name__, "hf_step", ("ours", kind, quick)),
+                   (__name__, "hf_step", ("pytorch", kind, quick)))
+
+
+# Issue 22's GPU target with capture for the imported models (BERT has none).
+HF_GRAPHS_TARGETS = {"gpt2": "<= 0.7"}
+
+
 def _imported_hf_rows(quick: bool, rows: list, data: dict) -> None:
     """Hugging Face GPT-2 and BERT imported unchanged (bench/_imported_hf.py) vs their eager
-    runs, each in a process of its own taking turns."""
+    runs, each in a process of its own taking turns (on a GPU, with ours with CUDA graphs)."""
     from bench import _imported_hf as imported
     for kind in imported.KINDS:
         name = {"gpt2": "GPT-2", "bert": "BERT"}[kind]
@@ -312,20 +367,21 @@ def _imported_hf_rows(quick: bool, rows: list, data: dict) -> None:
             rows.append((f"imported HF {name}: ours / PyTorch eager", "skipped",
                          "transformers is not installed (pip install -e '.[test]')"))
             continue
-        t = alternating({"ours": ("bench._imported_hf", "ours_step", (kind, quick)),
-                         "pytorch": ("bench._imported_hf", "eager_step", (kind, quick))},
-                        blocks=3 if quick else 15)
-        ours = imported.ours_step(kind, quick)
-        ops = (aten_ops(ours), aten_ops(imported.eager_step(kind, quick)))
+        t = alternating(hf_makers(kind, quick), blocks=3 if quick else 15, clock=_clock())
+        ours = hf_step("ours", kind, quick)
+        ops = (aten_ops(ours), aten_ops(hf_step("pytorch", kind, quick)))
         ratio = t["ours"] / t["pytorch"]
         label = f"imported HF {name} ({imported.describe(kind, quick)})"
         data[label] = {"ours_ms": 1e3 * t["ours"], "pytorch_ms": 1e3 * t["pytorch"],
                        "ratio": ratio, "aten_ops": {"ours": ops[0], "pytorch": ops[1]}}
         rows.append((f"{label}: ours / PyTorch eager", f"{ratio:.2f}x",
-                     f"{1e3 * t['ours']:.1f} vs {1e3 * t['pytorch']:.1f} {_per_iteration()}, "
-                     f"each in its own process; {ops[0]} vs {ops[1]} aten "
-                     f"operations per iteration; {ours.nodes} graph nodes; own loss, default "
-                     f"dropout; cpu, 1 thread; {load()}; target <= 1.10"))
+                     f"{1e3 * t['ours']:.1f} vs {1e3 * t['pytorch']:.1f} "
+                     f"{_per_iteration(_clock())}, each in its own process; {ops[0]} vs "
+                     f"{ops[1]} aten operations per iteration; {ours.nodes} graph nodes; own "
+                     f"loss, default dropout; {_device()}, 1 thread; {load()}; target <= 1.10"))
+        if "ours_graphs" in t:
+            rows.append(_graphs_row(label, t, data[label],
+                                    HF_GRAPHS_TARGETS.get(kind, "none (issue 22 sets GPT-2's)")))
         rows.append(profile_row(f"imported HF {name}", ours.trainer))
 
 

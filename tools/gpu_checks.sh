@@ -9,8 +9,10 @@
 #    then the same with CUDA-graph capture on (TASKRT_CUDA_GRAPHS=1: taskrt/executor/
 #    capture.py), and tests/test_capture.py on the GPU (captured vs eager over five steps with
 #    new inputs, vs PyTorch, imported GPT-2, the hazards that must run eagerly);
-# 2. the runtime-overhead benchmark on the GPU (16 small / 3 large convolutions vs eager,
-#    ours without and with CUDA graphs, taking turns) and the executor's per-task overhead;
+# 2. the runtime-overhead benchmark on the GPU (16 small / 3 large convolutions and the
+#    imported tiny GPT-2 and BERT vs eager, ours without and with CUDA graphs, taking turns;
+#    ResNet-18 stays on the CPU), then, in a step of its own, the executor's per-task
+#    overhead (both write OUT_DIR/results.json; the second adds its entry);
 # 3. the multi-rank tests with ranks on the GPU (two and four ranks sharing one GPU), once
 #    as they are and, if that fails or times out, once with TASKRT_POLL_MAX_S=0.0001 and a
 #    watchdog of 60 s (docs/gpu.md: under Open MPI the module did not finish in 240 s; the
@@ -68,9 +70,11 @@ SOAPFLOW_TEST_DEVICE=cuda TASKRT_CUDA_GRAPHS=1 check ops_on_cuda_graphs 240 pyth
     -q -p no:cacheprovider tests/ops tests/test_custom_op.py tests/test_custom_op_gradients.py \
     tests/test_lowering.py
 
-# 2. overhead (the CNN rows time ours with capture too: the "ours with CUDA graphs" rows)
+# 2. overhead (the CNN and imported GPT-2/BERT rows time ours with capture too: the "ours
+#    with CUDA graphs" rows; the image's transformers builds the HF models from configs)
 SOAPFLOW_BENCH_DEVICE=cuda check overhead_bench 240 python3 -m bench runtime_overhead \
-    executor_overhead --out "$OUT"
+    --out "$OUT"
+check executor_overhead 60 python3 -m bench executor_overhead --out "$OUT"
 
 # 3. multi-rank
 if ! check multi_rank 240 python3 -m pytest -q -p no:cacheprovider tests/test_mpi.py; then
