@@ -52,24 +52,22 @@ class BufferAccesses:
         self._writers_of: dict[Rect, set] = {}      # rect -> its writers (until a write)
 
     def _add_readers(self, rect: Rect, refs) -> None:
-        i = self.readers.find_exact(rect)
-        if i is None:
+        known = self.readers.exact_value(rect)
+        if known is None:
             self.readers.add(rect, set(refs))
         else:
-            self.readers.get(i)[1].update(refs)
+            known.update(refs)
 
     def read(self, rect: Rect, ref) -> set:
         known = self._writers_of.get(rect)
         if known is None:
             known = self._writers_of[rect] = {n for _, _, n in self.writers.overlapping(rect)}
-        preds = set(known)
-        readers = self.readers
-        i = readers.find_exact(rect)
-        if i is None:
-            readers.add(rect, {ref})
+        refs = self.readers.exact_value(rect)
+        if refs is None:
+            self.readers.add(rect, {ref})
         else:
-            readers.get(i)[1].add(ref)
-        return preds
+            refs.add(ref)
+        return set(known)
 
     def write(self, rect: Rect, ref) -> set:
         if self._writers_of:
@@ -267,7 +265,14 @@ class RegionPlanner:
                 self.state.add_holder(rect, device)
 
     def _buffer(self, device: int, partial: bool, rect: Rect) -> BufferAccesses:
-        self._instance_rect(device, rect, partial)
+        # (_instance_rect inlined: this runs for every access and copy)
+        rects = self.partial_rects if partial else self.instance_rects
+        old = rects.get(device)
+        if old is None:
+            rects[device] = rect
+        elif old is not rect and not (all(map(le, old.lo, rect.lo)) and
+                                      all(map(le, rect.hi, old.hi))):
+            rects[device] = old.union_bbox(rect)
         buf = self.buffers.get((device, partial))
         if buf is None:
             buf = self.buffers[device, partial] = BufferAccesses()

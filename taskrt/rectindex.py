@@ -30,7 +30,8 @@ _KEEP = object()         # renew(): keep the item's value
 
 class RectIndex:
     __slots__ = ("_items", "_next_id", "_cell", "_grid", "_big", "_bits", "_sized", "_exact",
-                 "_ones", "_first", "disjoint", "_home", "_span")
+                 "_ones", "_first", "disjoint", "_home", "_span", "_ndim", "_scan_fn",
+                 "_pick_fn")
 
     def __init__(self, disjoint: bool = False):
         """`disjoint`: the caller promises items never overlap, so a query equal to an item's
@@ -50,6 +51,8 @@ class RectIndex:
         self._ones: tuple[int, ...] = ()         # (1,) per dimension (grid mode)
         self._span = None                        # _spanner(ndim) (grid mode)
         self._first: Rect | None = None          # the first item's rect: all have its ndim
+        self._ndim = -1                          # its ndim; the query loops unrolled for it
+        self._scan_fn = self._pick_fn = None
 
     def __len__(self) -> int:
         return len(self._items)
@@ -64,6 +67,11 @@ class RectIndex:
     def find_exact(self, rect: Rect) -> int | None:
         """The id of an item whose rect equals `rect`, if any."""
         return self._exact.get(rect)
+
+    def exact_value(self, rect: Rect) -> Any:
+        """The value of the latest item whose rect equals `rect`, or None if there is none."""
+        i = self._exact.get(rect)
+        return None if i is None else self._items[i][1]
 
     # -- grid helpers -------------------------------------------------------------------
     @staticmethod
@@ -135,11 +143,13 @@ class RectIndex:
     # -- public API ---------------------------------------------------------------------
     def add(self, rect: Rect, value: Any) -> int:
         """Insert an item; returns its id. Empty rects are stored but never overlap anything."""
-        first = self._first
-        if first is None:
-            self._first = rect
-        elif len(rect.lo) != len(first.lo):
-            first._check_same_ndim(rect)        # raises the error naming both rects
+        if len(rect.lo) != self._ndim:
+            if self._first is None:
+                self._first = rect
+                self._ndim = len(rect.lo)
+                self._scan_fn, self._pick_fn = _scanner(self._ndim)
+            else:
+                self._first._check_same_ndim(rect)  # raises the error naming both rects
         item_id = self._next_id
         self._next_id = item_id + 1
         items = self._items
@@ -256,7 +266,7 @@ class RectIndex:
         items = self._items
         if not items or rect.empty:
             return []
-        if len(rect.lo) != len(self._first.lo):
+        if len(rect.lo) != self._ndim:
             self._first._check_same_ndim(rect)  # raises the error naming both rects
         if self.disjoint:
             i = self._exact.get(rect)
@@ -264,7 +274,7 @@ class RectIndex:
                 return [(i, rect, items[i][1])]
         cell = self._cell
         if cell is None:
-            return _scan(items.items(), rect)
+            return self._scan_fn(items.items(), rect)
         first, last = self._span(rect.lo, rect.hi, cell)
         grid = self._grid
         if first == last:                       # the common case: one cell
@@ -276,7 +286,7 @@ class RectIndex:
             else:
                 return []
         elif self._count(first, last) >= len(items):
-            return _scan(items.items(), rect)
+            return self._scan_fn(items.items(), rect)
         else:
             found = set(self._big)
             for c in product(*[range(a, b + 1) for a, b in zip(first, last)]):
@@ -285,7 +295,7 @@ class RectIndex:
                     found.update(bucket)
             found = sorted(found)
         # Grid items are non-empty and of `rect`'s dimensionality (_scan without its checks).
-        return _pick(found, items, rect)
+        return self._pick_fn(found, items, rect)
 
 
 _set_cell_bits = Rect.cell_bits.__set__
@@ -300,21 +310,10 @@ def _cell_bits(rect: Rect, ones: tuple[int, ...]) -> tuple[int, ...]:
     return bits
 
 
-def _scan(entries, rect: Rect) -> list[tuple[int, Rect, Any]]:
-    """The (id, rect, value) of `entries` [(id, (rect, value))] overlapping the non-empty
-    `rect` of their dimensionality (Rect.overlaps inlined: this loop runs for every query)."""
-    return _scanner(len(rect.lo))[0](entries, rect)
-
-
-def _pick(found, items: dict, rect: Rect) -> list[tuple[int, Rect, Any]]:
-    """The (id, rect, value) of the grid items `found` (ids, ascending) that overlap `rect`:
-    _scan for items known non-empty and of `rect`'s dimensionality."""
-    return _scanner(len(rect.lo))[1](found, items, rect)
-
-
-# The overlap test of the two loops above, unrolled per dimensionality: `all(map(lt, ...))`
-# twice costs ~0.8 us per item, the unrolled comparisons ~0.15 us (a 40-item scan of 3-d
-# rects: 25 -> 5.5 us), and these loops are most of a RectIndex query.
+# The overlap test of a query's loops (a scan of the items, a pick of the grid's), unrolled
+# per dimensionality: `all(map(lt, ...))` twice costs ~0.8 us per item, the unrolled
+# comparisons ~0.15 us (a 40-item scan of 3-d rects: 25 -> 5.5 us), and these loops are
+# most of a RectIndex query. An index keeps its own pair (set by its first item).
 _SCANNERS: dict[int, tuple] = {}
 
 
