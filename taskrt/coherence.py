@@ -24,11 +24,10 @@ for "initial data"; the planner turns references into ids when it assembles the 
 from __future__ import annotations
 
 from collections import defaultdict
-from operator import le
 from typing import Iterable
 
 from .errors import PlanError
-from .geometry import Rect, merge_adjacent, subtract_all
+from .geometry import Rect, inside_test, merge_adjacent, subtract_all
 from .privilege import Privilege
 from .pendingsums import PendingSums
 from .rectindex import RectIndex
@@ -228,6 +227,7 @@ class RegionPlanner:
         self.region = region
         self.machine = machine
         self._ranks = [d.rank for d in machine.devices]    # device -> its rank
+        self._inside = inside_test(region.rect.ndim)
         self.state = RegionState(region)
         self.buffers: dict[tuple[int, bool], BufferAccesses] = {}
         self.instance_rects: dict[int, Rect] = {}
@@ -270,8 +270,7 @@ class RegionPlanner:
         old = rects.get(device)
         if old is None:
             rects[device] = rect
-        elif old is not rect and not (all(map(le, old.lo, rect.lo)) and
-                                      all(map(le, rect.hi, old.hi))):
+        elif old is not rect and not self._inside(old, rect):
             rects[device] = old.union_bbox(rect)
         buf = self.buffers.get((device, partial))
         if buf is None:
@@ -287,9 +286,8 @@ class RegionPlanner:
         old = rects.get(device)
         if old is None:
             rects[device] = rect
-        elif old is not rect and not (all(map(le, old.lo, rect.lo)) and
-                                      all(map(le, rect.hi, old.hi))):
-            # (Rect.contains inlined; an empty rect leaves the bounding box as it is)
+        elif old is not rect and not self._inside(old, rect):
+            # (Rect.contains unrolled; an empty rect leaves the bounding box as it is)
             rects[device] = old.union_bbox(rect)
 
     # -- step 1: reads -----------------------------------------------------------------------
@@ -412,12 +410,21 @@ class RegionPlanner:
         if len(holders) == 1:
             src = holders[0]
         else:
-            ranks = self._ranks
-            rank = ranks[device]
-            same = [h for h in holders if ranks[h] == rank]
             # Ties go to the earliest holder (holders are kept in the order they got the
             # value, its writer first), so a piece is forwarded only to relieve a busier one.
-            src = min(same or holders, key=lambda h: sent.get(h, 0))
+            ranks = self._ranks
+            rank = ranks[device]
+            src = low = None            # the least-sent holder on the device's rank
+            first = least = None        # ... and among all holders
+            for h in holders:
+                n = sent.get(h, 0)
+                if ranks[h] == rank:
+                    if src is None or n < low:
+                        src, low = h, n
+                elif src is None and (first is None or n < least):
+                    first, least = h, n
+            if src is None:
+                src = first
         sent[src] = sent.get(src, 0) + elements
         return src
 

@@ -16,7 +16,6 @@ are scanned directly, which is what keeps planning cheap per node.
 from __future__ import annotations
 
 from itertools import product
-from operator import add, sub
 from typing import Any, Iterator
 
 from .geometry import Rect
@@ -46,9 +45,10 @@ class RectIndex:
         # Grid mode: per item in the grid, its one cell, or the list of its cells (items in
         # _big have none), so a removal need not work them out again.
         self._home: dict[int, Any] = {}
-        self._bits: list[int] | None = None     # per dimension: sum of the items' cell_bits
+        # Per dimension, the sum of the items' cell_bits, packed (_packed_bits) into one int.
+        self._bits = 0
         self._sized = 0                          # number of non-empty items (grid mode)
-        self._ones: tuple[int, ...] = ()         # (1,) per dimension (grid mode)
+        self._ones = None                        # _packed_bits(ndim) (grid mode)
         self._span = None                        # _spanner(ndim) (grid mode)
         self._first: Rect | None = None          # the first item's rect: all have its ndim
         self._ndim = -1                          # its ndim; the query loops unrolled for it
@@ -111,17 +111,18 @@ class RectIndex:
         if not sized:
             self._cell = None
             return
-        self._ones = (1,) * sized[0].ndim
+        self._ones = _packed_bits(sized[0].ndim)
         self._span = _spanner(sized[0].ndim)
-        bits = [0] * sized[0].ndim
+        bits = 0
         for r in sized:
-            bits = list(map(add, bits, _cell_bits(r, self._ones)))
+            cb = r.cell_bits
+            bits += _cell_bits(r, self._ones) if cb is None else cb
         self._bits = bits
         self._sized = len(sized)
         self._rebuild()
 
     def _rebuild(self) -> None:
-        n, bits = self._sized, self._bits
+        n, bits = self._sized, _unpacked(self._bits, self._ndim)
         self._cell = tuple(1 << ((2 * b + n) // (2 * n)) for b in bits)
         self._grid = {}
         self._big = set()
@@ -135,7 +136,7 @@ class RectIndex:
         n = self._sized
         limit = _DRIFT_BITS * n
         # A cell of 2**k has bit_length k+1; the items' mean k is sum/n.
-        for c, b in zip(self._cell, self._bits):
+        for c, b in zip(self._cell, _unpacked(self._bits, self._ndim)):
             if abs((c.bit_length() - 1) * n - b) > limit:
                 return True
         return False
@@ -162,8 +163,7 @@ class RectIndex:
         if rect.empty:
             return item_id
         cb = rect.cell_bits
-        self._bits = list(map(add, self._bits, cb if cb is not None else
-                              _cell_bits(rect, self._ones)))
+        self._bits += cb if cb is not None else _cell_bits(rect, self._ones)
         self._sized += 1
         if not self._sized & _DRIFT_CHECK_EVERY and self._drifted():
             self._rebuild()
@@ -178,7 +178,7 @@ class RectIndex:
             del exact[rect]
         if self._cell is None or rect.empty:
             return
-        self._bits = list(map(sub, self._bits, rect.cell_bits))
+        self._bits -= rect.cell_bits
         self._sized -= 1
         if len(self._items) <= _SMALL // 2:      # back to scanning
             self._cell, self._grid, self._big, self._home = None, {}, set(), {}
@@ -256,8 +256,7 @@ class RectIndex:
                 else:
                     bucket.discard(item_id)
         cb = rect.cell_bits
-        self._bits = list(map(add, map(sub, self._bits, old.cell_bits),
-                              cb if cb is not None else _cell_bits(rect, self._ones)))
+        self._bits += (cb if cb is not None else _cell_bits(rect, self._ones)) - old.cell_bits
         self._insert(new_id, rect)
         return new_id
 
@@ -301,13 +300,41 @@ class RectIndex:
 _set_cell_bits = Rect.cell_bits.__set__
 
 
-def _cell_bits(rect: Rect, ones: tuple[int, ...]) -> tuple[int, ...]:
+def _cell_bits(rect: Rect, packer) -> int:
     """Per dimension: (extent - 1).bit_length(), the k of the smallest cell 2**k that holds
-    the extent (a part of 35 fits a cell of 64: at most 2 cells, not 3 of 32); kept on the
-    rect (a piece is entered in several indexes)."""
-    bits = tuple(map(int.bit_length, map(sub, map(sub, rect.hi, rect.lo), ones)))
+    the extent (a part of 35 fits a cell of 64: at most 2 cells, not 3 of 32), packed into
+    one int (_packed_bits: an index sums them with one addition); kept on the rect (a piece
+    is entered in several indexes)."""
+    bits = packer(rect.lo, rect.hi)
     _set_cell_bits(rect, bits)
     return bits
+
+
+# Packed per-dimension sums: dimension d in bits [_FIELD * d, _FIELD * (d + 1)). Each field
+# is a sum of bit lengths (<= 64 each) over the items held, so it stays far below 2**_FIELD
+# and never borrows from or carries into its neighbour (items are removed only once added).
+_FIELD = 40
+_MASK = (1 << _FIELD) - 1
+_PACKERS: dict[int, Any] = {}
+
+
+def _packed_bits(ndim: int):
+    """packed(lo, hi) -> the cell bits of a non-empty rect [lo, hi), packed, unrolled for
+    `ndim` dimensions."""
+    got = _PACKERS.get(ndim)
+    if got is None:
+        terms = " | ".join(f"((hi[{d}] - lo[{d}] - 1).bit_length() << {_FIELD * d})"
+                           for d in range(ndim)) or "0"
+        namespace: dict = {}
+        exec(compile(f"def packed(lo, hi):\n    return {terms}\n",
+                     f"<rectindex cell bits, {ndim}-d>", "exec"), namespace)
+        got = _PACKERS[ndim] = namespace["packed"]
+    return got
+
+
+def _unpacked(bits: int, ndim: int) -> list[int]:
+    """The per-dimension sums packed in `bits`."""
+    return [(bits >> (_FIELD * d)) & _MASK for d in range(ndim)]
 
 
 # The overlap test of a query's loops (a scan of the items, a pick of the grid's), unrolled
