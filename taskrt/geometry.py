@@ -206,17 +206,21 @@ def _unrolled(ndim: int) -> tuple:
     def tup(names):
         return "(" + "".join(f"{x}, " for x in names) + ")"
 
+    def volume(lo, hi):                 # of a non-empty rect
+        return " * ".join(f"({h} - {l})" for l, h in zip(lo, hi)) or "1"
+
     unpack = (f"    slo = self.lo; shi = self.hi; olo = other.lo; ohi = other.hi\n"
               f"    {tup(s)} = slo\n    {tup(t)} = shi\n    {tup(o)} = olo\n"
               f"    {tup(p)} = ohi\n" +
               "".join(f"    i{d} = s{d} if s{d} > o{d} else o{d}\n"
                       f"    j{d} = t{d} if t{d} < p{d} else p{d}\n" for d in ds))
+    empty = " or ".join(f"j{d} <= i{d}" for d in ds) or "False"
     inter = ("def intersect(self, other):\n" + unpack +
              f"    lo = {tup(i)}\n    hi = {tup(j)}\n"
              "    if lo == slo and hi == shi:\n        return self\n"
              "    if lo == olo and hi == ohi:\n        return other\n"
-             "    return Rect(lo, hi)\n")
-    empty = " or ".join(f"j{d} <= i{d}" for d in ds) or "False"
+             f"    if {empty}:\n        return make(lo, hi, 0)\n"
+             f"    return make(lo, hi, {volume(i, j)})\n")
     whole = " and ".join(f"i{d} == s{d} and j{d} == t{d}" for d in ds) or "True"
     body = ""
     for d in ds:
@@ -224,19 +228,34 @@ def _unrolled(ndim: int) -> tuple:
         hi_below = j[:d] + [i[d]] + t[d + 1:]
         lo_above = i[:d] + [j[d]] + s[d + 1:]
         hi_above = j[:d] + [t[d]] + t[d + 1:]
-        body += (f"    if s{d} < i{d}:\n        out.append(Rect({tup(lo_below)}, "
-                 f"{tup(hi_below)}))\n"
-                 f"    if j{d} < t{d}:\n        out.append(Rect({tup(lo_above)}, "
-                 f"{tup(hi_above)}))\n")
+        body += (f"    if s{d} < i{d}:\n        out.append(make({tup(lo_below)}, "
+                 f"{tup(hi_below)}, {volume(lo_below, hi_below)}))\n"
+                 f"    if j{d} < t{d}:\n        out.append(make({tup(lo_above)}, "
+                 f"{tup(hi_above)}, {volume(lo_above, hi_above)}))\n")
     sub = ("def subtract(self, other):\n" + unpack +
            f"    if {empty}:\n        return [] if self.empty else [self]\n"
            f"    if {whole}:\n        return []\n"
            "    out = []\n" + body + "    return out\n")
-    namespace = {"Rect": Rect}
+    namespace = {"make": _made}
     exec(compile(inter + sub, f"<rect ops, {ndim}-d>", "exec"), namespace)
     return namespace["intersect"], namespace["subtract"]
 
 
+def _made(lo: tuple, hi: tuple, volume: int) -> Rect:
+    """Rect(lo, hi) of a known volume (what __init__ computes), without its checks and loop:
+    for the unrolled code's results, whose bounds have the same length."""
+    r = _new(Rect)
+    _set_lo(r, lo)
+    _set_hi(r, hi)
+    _set_volume(r, volume)
+    _set_empty(r, volume == 0)
+    _set_hash(r, None)
+    _set_shape(r, None)
+    _set_cell_bits(r, None)
+    return r
+
+
+_new = object.__new__
 _INTERSECT, _SUBTRACT = zip(*[_unrolled(n) for n in range(_UNROLLED)])
 
 
@@ -260,13 +279,17 @@ def inside_test(ndim: int):
 
 
 def bounding_box(rects: Iterable[Rect]) -> Rect | None:
-    """Smallest rect containing all non-empty rects, or None when there are none."""
-    box = None
-    for r in rects:
-        if r.empty:
-            continue
-        box = r if box is None else box.union_bbox(r)
-    return box
+    """Smallest rect containing all non-empty rects, or None when there are none (the one
+    rect itself when there is one; else a new rect, made once)."""
+    sized = [r for r in rects if not r.empty]
+    if len(sized) < 2:
+        return sized[0] if sized else None
+    first = sized[0]
+    for r in sized:
+        if len(r.lo) != len(first.lo):
+            first._check_same_ndim(r)
+    return Rect(tuple(map(min, *[r.lo for r in sized])),
+                tuple(map(max, *[r.hi for r in sized])))
 
 
 def subtract_all(rect: Rect, others: Iterable[Rect]) -> list[Rect]:

@@ -74,18 +74,11 @@ class RectIndex:
         return None if i is None else self._items[i][1]
 
     # -- grid helpers -------------------------------------------------------------------
-    @staticmethod
-    def _count(first, last) -> int:
-        n = 1
-        for a, b in zip(first, last):
-            n *= b - a + 1
-        return n
-
     def _insert(self, item_id: int, rect: Rect) -> None:
         # The first and last cell per dimension that the non-empty `rect` touches.
-        first, last = self._span(rect.lo, rect.hi, self._cell)
+        first, last, count = self._span(rect.lo, rect.hi, self._cell)
         grid = self._grid
-        if first == last:                       # the common case: one cell
+        if last is None:                        # the common case: one cell
             self._home[item_id] = first
             bucket = grid.get(first)
             if bucket is None:
@@ -93,7 +86,7 @@ class RectIndex:
             else:
                 bucket.add(item_id)
             return
-        if self._count(first, last) > _MAX_CELLS_PER_ITEM:
+        if count > _MAX_CELLS_PER_ITEM:
             self._big.add(item_id)
             return
         cells = list(product(*[range(a, b + 1) for a, b in zip(first, last)]))
@@ -274,9 +267,9 @@ class RectIndex:
         cell = self._cell
         if cell is None:
             return self._scan_fn(items.items(), rect)
-        first, last = self._span(rect.lo, rect.hi, cell)
+        first, last, count = self._span(rect.lo, rect.hi, cell)
         grid = self._grid
-        if first == last:                       # the common case: one cell
+        if last is None:                        # the common case: one cell
             bucket = grid.get(first)
             if self._big:
                 found = sorted(self._big.union(bucket) if bucket else self._big)
@@ -284,7 +277,7 @@ class RectIndex:
                 found = bucket if len(bucket) == 1 else sorted(bucket)
             else:
                 return []
-        elif self._count(first, last) >= len(items):
+        elif count >= len(items):
             return self._scan_fn(items.items(), rect)
         else:
             found = set(self._big)
@@ -355,14 +348,23 @@ _SPANNERS: dict[int, Any] = {}
 
 
 def _spanner(ndim: int):
-    """span(lo, hi, cell) -> the first and last grid cell a non-empty rect [lo, hi) touches,
-    unrolled for `ndim` dimensions (as the scanners are: map() over tuples costs ~3x)."""
+    """span(lo, hi, cell) -> (first, last, count): the first and last grid cell a non-empty
+    rect [lo, hi) touches and how many cells that is; last is None when it is one cell (the
+    common case: one tuple made, none compared). Unrolled for `ndim` dimensions (as the
+    scanners are: map() over tuples costs ~3x)."""
     got = _SPANNERS.get(ndim)
     if got is None:
-        first = "".join(f"lo[{d}] // cell[{d}], " for d in range(ndim))
-        last = "".join(f"(hi[{d}] - 1) // cell[{d}], " for d in range(ndim))
+        ds = range(ndim)
+        bounds = "".join(f"    a{d} = lo[{d}] // cell[{d}]; b{d} = (hi[{d}] - 1) // cell[{d}]\n"
+                         for d in ds)
+        one = " and ".join(f"a{d} == b{d}" for d in ds) or "True"
+        first = "".join(f"a{d}, " for d in ds)
+        last = "".join(f"b{d}, " for d in ds)
+        count = " * ".join(f"(b{d} - a{d} + 1)" for d in ds) or "1"
         namespace: dict = {}
-        exec(compile(f"def span(lo, hi, cell):\n    return ({first}), ({last})\n",
+        exec(compile(f"def span(lo, hi, cell):\n{bounds}    if {one}:\n"
+                     f"        return ({first}), None, 1\n"
+                     f"    return ({first}), ({last}), {count}\n",
                      f"<rectindex spanner, {ndim}-d>", "exec"), namespace)
         got = _SPANNERS[ndim] = namespace["span"]
     return got

@@ -219,7 +219,7 @@ def test_subtract_all_covers_rect_minus_union(data):
 def test_unrolled_intersect_and_subtract_equal_the_generic_loops(monkeypatch):
     """Rect.intersect and Rect.subtract run code unrolled per dimensionality (0 to 8
     dimensions); the generic loops (forced with _UNROLLED = 0) are the oracle: the same
-    pieces in the same order, and the same objects handed back."""
+    pieces in the same order, the same objects handed back, the same volumes."""
     import random
 
     import taskrt.geometry as geometry
@@ -238,3 +238,6 @@ def test_unrolled_intersect_and_subtract_equal_the_generic_loops(monkeypatch):
             (inter is b) == (want_inter is b), (a, b)
         assert pieces == want_pieces and \
             [p is a for p in pieces] == [p is a for p in want_pieces], (a, b)
+        # (results are made without __init__: their cached facts must be __init__'s)
+        assert [(p.volume, p.empty) for p in [inter] + pieces] == \
+            [(p.volume, p.empty) for p in [want_inter] + want_pieces], (a, b)
