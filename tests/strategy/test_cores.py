@@ -10,7 +10,7 @@ from strategy import standard
 from strategy.costs.app_profile import load_app
 from strategy.machines.specs import DeviceSpec, HostCost
 from strategy.cores import (background, contention_of_overlap, overlap, per_thread_contention,
-                            )
+                            sharing)
 from strategy.costs import CostModel
 from strategy.machines import cluster_model
 from strategy.preemption import PreemptedTimer, expected_makespan
