@@ -31,11 +31,13 @@ What a trace determines (docs/simulator.md):
                 all-reduce's start = pack + Iallreduce) the event itself, fitted as
                 seconds + per_byte * bytes; for local copies and reductions, what the event
                 takes beyond the device model's memory time.
-  ranks sharing cores  on several ranks, the machine's other runnable threads
-                (strategy/cores.py background: from each rank's recorded load and its
-                events' overlap with the other ranks'), so that predict() gives each rank
-                the contention of the ranks working beside it (a strategy whose ranks take
-                turns is slowed less than one whose ranks all compute at once);
+  ranks sharing cores  on several ranks, the machine's other runnable threads and the
+                share of its waits a waiting rank is runnable all the same (its wake-ups;
+                strategy/cores.py sharing: from each rank's recorded load and its events'
+                overlap with the other ranks', a run at contention 1 bounding them only),
+                so that predict() gives each rank the contention of the ranks working or
+                waking beside it (a strategy whose ranks take turns is slowed less than one
+                whose ranks all compute at once, by as much as the runs showed);
   the iteration factor  on several ranks, what the recorded iterations still take beyond
                 the simulation of them with the above (the median of measured / predicted
                 over the runs, refined once), applied to task times and host costs. It
