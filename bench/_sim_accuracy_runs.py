@@ -121,8 +121,9 @@ def worker(argv=None) -> dict:
         runs, contention, traced = ({name: [] for name in STRATEGIES} for _ in range(3))
         # Rounds of every strategy once, each round in another order (rotated), traced and
         # timed runs taking turns: every strategy sees the same loads and the same places in
-        # the worker's life (run all of one strategy first and its tasks ran 0.6x their time
-        # in the others' runs, 2026-12-03: the order, not the strategy).
+        # the worker's life (with all runs of a strategy in a row, data parallel, run first,
+        # ran its tasks at 0.6x their times in the other strategies' runs, 2026-12-03; in-order
+        # collections cannot tell the order's part from the strategy's).
         for i in range(max(a.repeats, a.traces if a.trace_dir else 0)):
             k = i % len(STRATEGIES)
             for name in STRATEGIES[k:] + STRATEGIES[:k]:
