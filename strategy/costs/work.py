@@ -50,51 +50,76 @@ _SHAPE_QUERIES = {_aten.sym_is_contiguous.default, _aten.is_contiguous.default,
                   torch.ops.prim.layout.default}
 
 
-class FlopCounter(_Mode):
-    """Total FLOPs of the aten operators run inside it, by torch's formulas, as
-    torch.utils.flop_counter.FlopCounterMode totals them (an operator without a formula is
-    decomposed where it can be and its parts counted). Pointwise operators are not
+class _Plan:
+    """What Counter does with one aten operator, fixed per operator."""
+    __slots__ = ("query", "kernel", "maybe_decompose", "composite", "packet")
+
+    def __init__(self, func):
+        self.query = func in _SHAPE_QUERIES
+        self.kernel = not func.is_view and func not in _NO_KERNEL
+        self.packet = func._overloadpacket
+        # decomposed when torch's formulas have none for it (FlopCounter's doc)
+        self.maybe_decompose = func is not torch.ops.prim.device.default \
+            and torch.Tag.pointwise not in func.tags
+        self.composite = torch._C._dispatch_has_kernel_for_dispatch_key(
+            func.name(), _COMPOSITE)
+
+
+_COMPOSITE = torch._C.DispatchKey.CompositeImplicitAutograd
+
+
+class Counter(_Mode):
+    """The FLOPs, kernels and (with `traffic`) kernel bytes of the aten operators run inside
+    it, in one dispatch mode (one Python frame per operator, not one per counter).
+
+    FLOPs: by torch's formulas (torch.utils.flop_counter.flop_registry), as
+    torch.utils.flop_counter.FlopCounterMode totals them: an operator without a formula is
+    decomposed where it can be and its parts counted. Pointwise operators are not
     decomposed: their parts are pointwise too, without formulas, and decomposing them on
     meta tensors runs torch's Python reference implementations, which made counting a
-    task 5x slower (18.6 -> 3.6 ms per cost key on Inception-v3 --small)."""
+    task 5x slower (18.6 -> 3.6 ms per cost key on Inception-v3 --small).
 
-    def __init__(self):
-        super().__init__()
-        self.total = 0
+    Kernels: the operators the code calls (not those of a decomposition), less views and
+    allocations; traffic: the bytes of the tensors each of them reads and writes."""
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func in _SHAPE_QUERIES:
-            return NotImplemented
-        packet = func._overloadpacket
-        if packet not in flop_registry and func is not torch.ops.prim.device.default \
-                and torch.Tag.pointwise not in func.tags:
-            with self:
-                r = func.decompose(*args, **kwargs)
-                if r is not NotImplemented:
-                    return r
-        out = func(*args, **kwargs)
-        formula = flop_registry.get(packet)
-        if formula is not None:
-            self.total += formula(*args, **kwargs, out_val=out)
-        return out
-
-
-class KernelCounter(_Mode):
-    """Counts the aten operators that launch a kernel (not views, not allocations) and, with
-    `traffic`, the bytes of the tensors they read and write."""
+    _PLANS: dict = {}
 
     def __init__(self, traffic: bool = False):
         super().__init__()
-        self.kernels, self.traffic, self._traffic = 0, 0, traffic
+        self.flops = self.kernels = self.traffic = 0
+        self._traffic = traffic
+        self._depth = 0            # > 0 inside a decomposition
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        if not func.is_view and func not in _NO_KERNEL:
+        kwargs = kwargs or {}
+        plan = self._PLANS.get(func)
+        if plan is None:
+            plan = self._PLANS[func] = _Plan(func)
+        if plan.query:
+            return NotImplemented
+        out = self._flops(func, plan, args, kwargs)
+        if plan.kernel and not self._depth:
             self.kernels += 1
             if self._traffic:
                 self.traffic += sum(t.nbytes for t in tree_leaves((args, kwargs, out))
                                     if isinstance(t, torch.Tensor))
+        return out
+
+    def _flops(self, func, plan, args, kwargs):
+        formula = flop_registry.get(plan.packet)
+        if formula is None and plan.maybe_decompose and (
+                plan.composite or _COMPOSITE in func.py_kernels):
+            self._depth += 1
+            try:
+                with self:
+                    r = func.decompose(*args, **kwargs)
+            finally:
+                self._depth -= 1
+            if r is not NotImplemented:
+                return r
+        out = func(*args, **kwargs)
+        if formula is not None:
+            self.flops += formula(*args, **kwargs, out_val=out)
         return out
 
 
@@ -112,13 +137,13 @@ def _count(node, device: str, graph, int_ranges, values: bool = False
            ) -> tuple[int, int, int]:
     fwd, step = node_steps(node, device, graph, int_ranges, values)
     memo = MetaMemo() if device == "meta" else contextlib.nullcontext()
-    flops, kernels = FlopCounter(), KernelCounter(_kernel_traffic(node))
+    counter = Counter(_kernel_traffic(node))
     with memo:
         if fwd is not None:
             fwd()
-        with SteadyStep(node), flops, kernels:
+        with SteadyStep(node), counter:
             step()
-    return flops.total, kernels.kernels, kernels.traffic
+    return counter.flops, counter.kernels, counter.traffic
 
 
 # Counting on real CPU tensors allocates the part's own bytes: above this, refuse (the
