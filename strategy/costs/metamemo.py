@@ -63,16 +63,24 @@ def _cacheable(func) -> bool:
         r.type.isSubtypeOf(torch._C.ListType.ofTensors()) for r in schema.returns)
 
 
-_FUNCTIONAL, _POINTWISE = 1, 2        # kinds of cacheable operator (MetaMemo._CACHEABLE)
+# Kinds of operator (MetaMemo._CACHEABLE): not remembered (0), remembered per signature,
+# also per shape-free signature (pointwise), an in-place pointwise one (returns its self).
+_FUNCTIONAL, _POINTWISE, _INPLACE = 1, 2, 3
 
 
 def _kind(func) -> int:
-    """0: not remembered; _FUNCTIONAL: remembered per signature; _POINTWISE: also per
-    shape-free signature (module doc)."""
+    pointwise = torch.Tag.pointwise in func.tags and len(func._schema.returns) == 1
     if not _cacheable(func):
-        return 0
-    return _POINTWISE if torch.Tag.pointwise in func.tags and len(func._schema.returns) == 1 \
-        else _FUNCTIONAL
+        return _INPLACE if pointwise and _in_place(func._schema) else 0
+    return _POINTWISE if pointwise else _FUNCTIONAL
+
+
+def _in_place(schema) -> bool:
+    """Whether the operator writes its first argument only and returns it."""
+    written = [a.alias_info is not None and a.alias_info.is_write for a in schema.arguments]
+    ret = schema.returns[0].alias_info
+    return bool(written) and written[0] and not any(written[1:]) and ret is not None \
+        and ret.is_write
 
 
 def _key(x):
@@ -197,6 +205,8 @@ class MetaMemo(_Mode):
         if not kind:
             return func(*args, **kwargs)
         general = None
+        if kind == _INPLACE:
+            return self._in_place(func, args, kwargs)
         if kind == _POINTWISE:
             try:
                 general = _pointwise(args, kwargs)
@@ -226,3 +236,26 @@ class MetaMemo(_Mode):
         if got is _UNCACHEABLE:
             return func(*args, **kwargs)
         return _rebuild(got)
+
+    def _in_place(self, func, args, kwargs):
+        """An in-place pointwise operator on meta tensors checks that its arguments
+        broadcast to its self's shape and that the result's dtype casts to self's (which
+        depends on the dtypes alone), and returns self: remembered per shape-free
+        signature as for _pointwise, for self's own shape."""
+        try:
+            general = _pointwise(args, kwargs)
+        except TypeError:           # an unhashable argument
+            general = None
+        if general is None or general[1] != tuple(args[0].shape):
+            return func(*args, **kwargs)
+        gkey = (func, general[0])
+        if self.DTYPES.get(gkey) is _SELF:
+            return args[0]
+        out = func(*args, **kwargs)
+        if len(self.DTYPES) >= MAX_ENTRIES:
+            self.DTYPES.clear()
+        self.DTYPES.setdefault(gkey, _SELF if out is args[0] else _UNCACHEABLE)
+        return out
+
+
+_SELF = object()           # MetaMemo.DTYPES: an in-place operator that returns its self

@@ -2,7 +2,7 @@
 every pointwise operator the apps' tasks run while counting, a dtype learned from one call
 gives, for random other shapes (broadcast, size-1 dimensions with any strides, 0-d
 tensors), exactly the shape, strides, offset and dtype that running torch's meta code
-gives."""
+gives; an in-place one returns its self exactly when running it does."""
 from __future__ import annotations
 
 import random
@@ -26,7 +26,7 @@ def _recorded_pointwise_calls(monkeypatch) -> dict:
     real = MetaMemo.__torch_dispatch__
 
     def spy(self, func, types, args=(), kwargs=None):
-        if metamemo._kind(func) == metamemo._POINTWISE:
+        if metamemo._kind(func) in (metamemo._POINTWISE, metamemo._INPLACE):
             try:
                 general = _pointwise(args, kwargs or {})
             except TypeError:
@@ -58,10 +58,10 @@ def _tensor(shape, stride, dtype):
     return torch.empty_strided(shape, stride, dtype=dtype, device="meta")
 
 
-def _variant(args, rng):
+def _variant(args, rng, in_place: bool):
     """The call's arguments with new random shapes: the same ranks, 0-d tensors kept 0-d,
-    each dimension either the new broadcast size or 1, a size-1 dimension's stride at
-    random (standard or not)."""
+    each dimension either the new broadcast size or 1 (all of it for an in-place
+    operator's self), a size-1 dimension's stride at random (standard or not)."""
     ranks = [len(a[1]) for a in args if isinstance(a, tuple) and a and a[0] == "tensor"]
     out = [rng.choice((1, 2, 3, 5, 8)) for _ in range(max(ranks))]
     new = []
@@ -70,7 +70,9 @@ def _variant(args, rng):
             new.append(a)
             continue
         r = len(a[1])
-        shape = tuple(1 if rng.random() < 0.3 else out[len(out) - r + i] for i in range(r))
+        whole = in_place and not new
+        shape = tuple(1 if rng.random() < 0.3 and not whole else out[len(out) - r + i]
+                      for i in range(r))
         stride = list(_contiguous_strides(shape))
         for i, d in enumerate(shape):
             if d == 1 and rng.random() < 0.5:
@@ -90,16 +92,18 @@ def _form(t):
 
 def test_pointwise_outputs_from_learned_dtypes_equal_running_them(monkeypatch):
     calls = _recorded_pointwise_calls(monkeypatch)
-    assert len({func for func, _ in calls}) >= 10, sorted(map(str, calls))
+    funcs = {func for func, _ in calls}
+    assert len(funcs) >= 10 and torch.ops.aten.add_.Tensor in funcs, sorted(map(str, funcs))
     monkeypatch.setattr(MetaMemo, "TABLE", {})
     monkeypatch.setattr(MetaMemo, "DTYPES", {})
     rng = random.Random(1)
     learned = 0
     for func, args, kwargs in calls.values():
+        in_place = metamemo._kind(func) == metamemo._INPLACE
         with MetaMemo():
             func(*_materialize(args), **kwargs)           # learns the dtype
         for _ in range(20):
-            new = _variant(args, rng)
+            new = _variant(args, rng, in_place)
             try:
                 want = func(*new, **kwargs)               # torch's meta code, no mode
             except RuntimeError:
@@ -108,6 +112,7 @@ def test_pointwise_outputs_from_learned_dtypes_equal_running_them(monkeypatch):
             with MetaMemo():
                 got = func(*new, **kwargs)
             assert _form(got) == _form(want), (func, [_describe(a) for a in new])
+            assert (got is new[0]) == (want is new[0]), func
             if general is not None and MetaMemo.DTYPES.get((func, general[0])) is not None:
                 learned += 1
     assert learned >= 200, learned
@@ -142,3 +147,14 @@ def test_a_zero_dim_tensor_promotes_otherwise(monkeypatch):
         assert mul(x, _tensor((), (), torch.float64)).dtype == torch.float32
         assert mul(x, _tensor((4,), (1,), torch.float64)).dtype == torch.float64
         assert mul(x, _tensor((), (), torch.float64)).dtype == torch.float32
+
+
+def test_an_in_place_operator_still_refuses_a_self_smaller_than_the_broadcast(monkeypatch):
+    monkeypatch.setattr(MetaMemo, "TABLE", {})
+    monkeypatch.setattr(MetaMemo, "DTYPES", {})
+    add_ = torch.ops.aten.add_.Tensor
+    x = _tensor((3, 4), (4, 1), torch.float32)
+    with MetaMemo():
+        assert add_(x, _tensor((3, 4), (4, 1), torch.float32)) is x
+        with pytest.raises(RuntimeError, match="doesn't match the broadcast shape"):
+            add_(_tensor((1, 4), (4, 1), torch.float32), x)
