@@ -87,12 +87,15 @@ def _key(x):
     """A hashable signature of an argument: tensors by (shape, stride, offset, dtype),
     containers by their items, other values by (type, value) so that True and 1 stay apart.
     TypeError for a tensor not on meta or an unhashable value (not remembered)."""
+    t = type(x)
+    if t is tuple or t is list:     # (the commonest cases first: the arguments)
+        return (t, tuple([_key(y) for y in x]))
     if isinstance(x, torch.Tensor):
         if x.device.type != "meta":
             raise TypeError
         return (tuple(x.shape), x.stride(), x.storage_offset(), x.dtype)
     if isinstance(x, (list, tuple)):
-        return (type(x), tuple(_key(y) for y in x))
+        return (t, tuple([_key(y) for y in x]))
     if isinstance(x, dict):
         return tuple(sorted((k, _key(v)) for k, v in x.items()))
     hash(x)
