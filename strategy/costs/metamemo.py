@@ -28,8 +28,10 @@ non-increasing from the outermost dimension, and equal ones tie only over size-1
 dimensions, whose tie-break keeps the order; so the order stays the natural one.) The
 dtype is remembered per such signature, from a first real run whose output is checked to
 be of that form, and later shapes get `torch.empty(shape, dtype)` without running
-torch's meta code (tests/strategy/test_meta_counting.py compares the two over random
-shapes of every pointwise operator the apps run).
+torch's meta code. An in-place pointwise operator returns its own first argument: it is
+remembered the same way (for arguments that broadcast to that argument's shape).
+tests/strategy/test_meta_pointwise.py compares both with running torch's meta code over
+random shapes of every pointwise operator the apps run.
 """
 from __future__ import annotations
 

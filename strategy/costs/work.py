@@ -1,7 +1,7 @@
 """The work of a task node, independent of any device: FLOPs, bytes and kernels.
 
 FLOPs come from torch's FLOP formulas (torch.utils.flop_counter.flop_registry, counted as
-its FlopCounterMode counts them, by FlopCounter below, which does not import torch._dynamo:
+its FlopCounterMode counts them, by Counter below, which does not import torch._dynamo:
 that import alone costs seconds) around the node's own executor step (parts.node_steps) on
 meta tensors, which compute nothing and allocate nothing: a forward node counts its
 forward; a backward node runs its paired forward outside the counter and counts only the
@@ -13,8 +13,8 @@ simulation of a large model must not allocate it). Built-in operators skip their
 values on meta tensors, so they always count on meta. FlopCounterMode counts
 matrix products, convolutions and attention; elementwise work counts zero, which leaves
 such parts to the memory term of the analytic model. On meta tensors, what each aten
-operator returns is remembered per input signature (metamemo.py: a third fewer seconds to
-count a new key, the same counts).
+operator returns is remembered per input signature, and a pointwise one's across shapes
+(metamemo.py: the same counts in a fraction of the time).
 
 Kernels are the aten operators the same run dispatches, less views and allocations (which
 launch nothing): what a device's per-kernel launch overhead multiplies.
@@ -84,11 +84,15 @@ class Counter(_Mode):
 
     _PLANS: dict = {}
 
-    def __init__(self, traffic: bool = False):
+    def __init__(self, traffic: bool = False, memo: MetaMemo | None = None):
         super().__init__()
         self.flops = self.kernels = self.traffic = 0
         self._traffic = traffic
         self._depth = 0            # > 0 inside a decomposition
+        # With `memo`, operators run through it as if it were the next mode down (one
+        # mode instead of two: torch's dispatch to a Python mode costs per operator).
+        self._run = (lambda func, args, kwargs: func(*args, **kwargs)) if memo is None \
+            else (lambda func, args, kwargs: memo.__torch_dispatch__(func, (), args, kwargs))
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -117,7 +121,7 @@ class Counter(_Mode):
                 self._depth -= 1
             if r is not NotImplemented:
                 return r
-        out = func(*args, **kwargs)
+        out = self._run(func, args, kwargs)
         if formula is not None:
             self.flops += _apply(formula, args, kwargs, out)
         return out
@@ -170,13 +174,13 @@ def _kernel_traffic(node) -> bool:
 def _count(node, device: str, graph, int_ranges, values: bool = False
            ) -> tuple[int, int, int]:
     fwd, step = node_steps(node, device, graph, int_ranges, values)
-    memo = MetaMemo() if device == "meta" else contextlib.nullcontext()
-    counter = Counter(_kernel_traffic(node))
-    with memo:
-        if fwd is not None:
+    memo = MetaMemo() if device == "meta" else None
+    counter = Counter(_kernel_traffic(node), memo)
+    if fwd is not None:
+        with memo or contextlib.nullcontext():
             fwd()
-        with SteadyStep(node), counter:
-            step()
+    with SteadyStep(node), counter:
+        step()
     return counter.flops, counter.kernels, counter.traffic
 
 
