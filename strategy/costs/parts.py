@@ -102,9 +102,12 @@ class PartStore:
         t = self.tensors.get((which, name, rect))
         if t is None:
             region = self.regions[name]
-            bound = int_bound(self.node, name, self.int_ranges)
-            t = self.tensors[which, name, rect] = make_tensor(rect.shape, region.dtype,
-                                                              self.device, bound, self.values)
+            if self.device == "meta":         # shapes only: no values, no index bound
+                t = torch.empty(rect.shape, dtype=TORCH_DTYPES[region.dtype], device="meta")
+            else:
+                t = make_tensor(rect.shape, region.dtype, self.device,
+                                int_bound(self.node, name, self.int_ranges), self.values)
+            self.tensors[which, name, rect] = t
         return t
 
     def instance(self, name: str, device: int, rect) -> torch.Tensor:
