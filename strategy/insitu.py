@@ -176,7 +176,7 @@ def deflate(per_run: list, profile: Profile, base: Profile | None, slice_s: floa
 
 def _size(work) -> float:
     """What a part's time grows with: its FLOPs, or for a part without (elementwise
-    operators: FlopCounter counts none) the bytes of its tensors; 0 when unknown."""
+    operators: the work Counter counts none) the bytes of its tensors; 0 when unknown."""
     if work is None:
         return 0.0
     return float(work.flops) if work.flops > 0 else float(work.bytes)
