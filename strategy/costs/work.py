@@ -58,7 +58,7 @@ class _Plan:
         self.query = func in _SHAPE_QUERIES
         self.kernel = not func.is_view and func not in _NO_KERNEL
         self.packet = func._overloadpacket
-        # decomposed when torch's formulas have none for it (FlopCounter's doc)
+        # decomposed when torch's formulas have none for it (Counter's doc)
         self.maybe_decompose = func is not torch.ops.prim.device.default \
             and torch.Tag.pointwise not in func.tags
         self.composite = torch._C._dispatch_has_kernel_for_dispatch_key(
