@@ -155,7 +155,7 @@ class SimulationSession:
         them again from the current graph when they hold several graphs' worth."""
         self._epoch += 1
         self._infos: dict = {}           # node -> what it adds to its group (_node_info)
-        self._copy_infos: dict = {}      # copy key -> the same, shared (_copy_info)
+        self._copy_timings: dict = {}    # (src, dst, bytes) -> a copy's timing (_copy_timing)
         self._sims: dict = {}            # NodeGroup -> _GroupSim
         self._buffers = BufferTable(len(self.machine.devices))   # buffers as dense ids
         # Per launch, its groups' arrays joined (_LaunchBlock), and over all of them the
@@ -257,11 +257,7 @@ class SimulationSession:
         """(duration, resource ids, buffer ids, regions read, regions written: a task's
         writes, or None when it writes nothing, host phases: (seconds, resource ids) before
         and after): what a node adds to its group's arrays, cached per node object
-        (unchanged nodes are the same objects in the next graph).
-        Copies, most of the nodes a change makes, differ only in their region, devices and
-        size: what those determine is computed once per such key (_copy_info)."""
-        if node.kind is COPY:
-            return self._copy_info(node)
+        (unchanged nodes are the same objects in the next graph). Copies: _group_sim."""
         d, rs = self.timer.timing(node)
         host = self._host_info(node)
         keys = buffers_of(node, staged=staged)
@@ -282,46 +278,69 @@ class SimulationSession:
         rid = self.resources.id
         return hd, tuple(rid(x) for x in hr), pd, tuple(rid(x) for x in pr)
 
-    def _copy_info(self, node) -> tuple:
-        key = (node.region.name, node.src, node.dst, node.nbytes, node.reduction,
-               node.from_partial)
-        info = self._copy_infos.get(key)
-        if info is None:
-            d, rs = self.timer.timing(node)
-            bufs = buffers_of(node)
-            if node.reduction:         # the staging buffer (last) is the node's own
-                bufs = bufs[:-1]
-            info = self._copy_infos[key] = (
-                d, tuple(self.resources.id(x) for x in rs),
-                tuple(self._buffer(b, 0) for b in bufs), (), None, self._host_info(node))
-        if node.reduction:
-            staging = self._buffer((STAGING, key[0], node.dst, node), key[3])
-            return info[0], info[1], info[2] + (staging,), (), None, info[5]
-        return info
+    def _copy_timing(self, node, key) -> tuple:
+        """(duration, resource ids, host phases with ids) of a copy: functions of its
+        (source, destination, bytes) `key`, computed once per key."""
+        d, rs = self.timer.timing(node)
+        rid = self.resources.id
+        got = self._copy_timings[key] = (d, tuple([rid(x) for x in rs]), self._host_info(node))
+        return got
 
     def _group_sim(self, group) -> _GroupSim:
-        infos, make = self._infos, self._node_info
+        """The group's arrays, node by node in one loop. Copies, most of the nodes a change
+        makes, are done inline: their timing is a function of (source, destination, bytes)
+        (_copy_timing) and their buffers are the region's instance (or partial sums) on
+        each side or a staging buffer of their own (liveness.buffers_of); other nodes are
+        asked once per node object (_node_info; unchanged nodes are the same objects in the
+        next graph)."""
+        infos, make, timings = self._infos, self._node_info, self._copy_timings
+        known, new_id = self._buffers.ids, self._buffers.id
         staged = group.staged
-        rows = []
-        for k, node in enumerate(group.nodes):
-            info = infos.get(node)
-            if info is None:
-                info = infos[node] = make(node, None if staged is None else staged[k])
-            rows.append(info)
-        n = len(rows)
+        dur, res_counts, res_ids, buf_ids, hosts = [], [], [], [], []
+        buf_counts = [2] * len(group.nodes)
         read_by_writers, reads_of_writers = set(), {}
-        for _, _, _, reads, writes, _ in rows:
-            if writes is not None:
-                read_by_writers.update(reads)
-                for w in writes:
-                    reads_of_writers.setdefault(w, set()).update(reads)
-        return _GroupSim(np.fromiter((r[0] for r in rows), dtype=np.float64, count=n),
-                         np.fromiter((len(r[1]) for r in rows), dtype=np.int64, count=n),
-                         np.fromiter((x for r in rows for x in r[1]), dtype=np.int64),
-                         np.fromiter((len(r[2]) for r in rows), dtype=np.int64, count=n),
-                         np.fromiter((x for r in rows for x in r[2]), dtype=np.int64),
-                         frozenset(read_by_writers), reads_of_writers,
-                         _host_arrays([r[5] for r in rows]) if self.timer.host_costs else None)
+        for k, node in enumerate(group.nodes):
+            if node.kind is COPY:
+                name, src, dst, nbytes = node.region.name, node.src, node.dst, node.nbytes
+                t = timings.get((src, dst, nbytes))
+                if t is None:
+                    t = self._copy_timing(node, (src, dst, nbytes))
+                d, rs, host = t
+                key = (PARTIAL if node.from_partial else INSTANCE, name, src, None) \
+                    if node.reduction else (INSTANCE, name, src, None)
+                a = known.get(key)
+                if a is None:
+                    a = new_id(key, 0)
+                if node.reduction:               # the staging buffer is the node's own
+                    b = new_id((STAGING, name, dst, node), nbytes)
+                else:
+                    key = (INSTANCE, name, dst, None)
+                    b = known.get(key)
+                    if b is None:
+                        b = new_id(key, 0)
+                buf_ids.append(a)
+                buf_ids.append(b)
+            else:
+                info = infos.get(node)
+                if info is None:
+                    info = infos[node] = make(node, None if staged is None else staged[k])
+                d, rs, bufs, reads, writes, host = info
+                buf_counts[k] = len(bufs)
+                buf_ids.extend(bufs)
+                if writes is not None:
+                    read_by_writers.update(reads)
+                    for w in writes:
+                        reads_of_writers.setdefault(w, set()).update(reads)
+            dur.append(d)
+            res_counts.append(len(rs))
+            res_ids.extend(rs)
+            hosts.append(host)
+        i8 = np.int64
+        return _GroupSim(np.array(dur, dtype=np.float64), np.array(res_counts, dtype=i8),
+                         np.array(res_ids, dtype=i8), np.array(buf_counts, dtype=i8),
+                         np.array(buf_ids, dtype=i8), frozenset(read_by_writers),
+                         reads_of_writers,
+                         _host_arrays(hosts) if self.timer.host_costs else None)
 
     def _region_buffer_arrays(self, name: str) -> tuple | None:
         """Region `name`'s instance and partial-sum buffers (ids, devices, bytes), or None
