@@ -28,6 +28,7 @@ from taskrt.gcpause import gc_paused
 from taskrt.liveness import (INSTANCE, PARTIAL, STAGING, buffers_of, own_bytes, results_of,
                              task_reads_writes)
 from taskrt.nodegroups import GroupRun, join, resolve
+from taskrt.taskclasses import class_key
 from taskrt.taskgraph import COPY, TASK
 
 from .delta_memory import BufferTable
@@ -156,6 +157,8 @@ class SimulationSession:
         self._epoch += 1
         self._infos: dict = {}           # node -> what it adds to its group (_node_info)
         self._copy_timings: dict = {}    # (src, dst, bytes) -> a copy's timing (_copy_timing)
+        self._copy_resources: dict = {}  # (src, dst) -> a copy's resource ids
+        self._class_infos: dict = {}     # (task class key, device) -> _node_info of a task
         self._sims: dict = {}            # NodeGroup -> _GroupSim
         self._buffers = BufferTable(len(self.machine.devices))   # buffers as dense ids
         # Per launch, its groups' arrays joined (_LaunchBlock), and over all of them the
@@ -282,18 +285,24 @@ class SimulationSession:
         """(duration, resource ids, host phases with ids) of a copy: functions of its
         (source, destination, bytes) `key`, computed once per key."""
         d, rs = self.timer.timing(node)
-        rid = self.resources.id
-        got = self._copy_timings[key] = (d, tuple([rid(x) for x in rs]), self._host_info(node))
+        # Its resources (the links of the path, or the device) depend on the devices only.
+        ids = self._copy_resources.get(key[:2])
+        if ids is None:
+            rid = self.resources.id
+            ids = self._copy_resources[key[:2]] = tuple([rid(x) for x in rs])
+        got = self._copy_timings[key] = (d, ids, self._host_info(node))
         return got
 
     def _group_sim(self, group) -> _GroupSim:
         """The group's arrays, node by node in one loop. Copies, most of the nodes a change
         makes, are done inline: their timing is a function of (source, destination, bytes)
         (_copy_timing) and their buffers are the region's instance (or partial sums) on
-        each side or a staging buffer of their own (liveness.buffers_of); other nodes are
-        asked once per node object (_node_info; unchanged nodes are the same objects in the
-        next graph)."""
+        each side or a staging buffer of their own (liveness.buffers_of). A task adds what
+        the first task of its class (taskrt/taskclasses.py: its cost key, buffers but for
+        the device, reads and writes) on its device added; other nodes are asked once per
+        node object (_node_info; unchanged nodes are the same objects in the next graph)."""
         infos, make, timings = self._infos, self._node_info, self._copy_timings
+        classes = self._class_infos
         known, new_id = self._buffers.ids, self._buffers.id
         staged = group.staged
         dur, res_counts, res_ids, buf_ids, hosts = [], [], [], [], []
@@ -321,9 +330,17 @@ class SimulationSession:
                 buf_ids.append(a)
                 buf_ids.append(b)
             else:
-                info = infos.get(node)
-                if info is None:
-                    info = infos[node] = make(node, None if staged is None else staged[k])
+                if node.kind is TASK and not node.launch.saved_bytes:
+                    # Tasks of one class on one device add the same (no saved state,
+                    # whose key has the task's color).
+                    key = (class_key(node), node.device)
+                    info = classes.get(key)
+                    if info is None:
+                        info = classes[key] = make(node, None)
+                else:
+                    info = infos.get(node)
+                    if info is None:
+                        info = infos[node] = make(node, None if staged is None else staged[k])
                 d, rs, bufs, reads, writes, host = info
                 buf_counts[k] = len(bufs)
                 buf_ids.extend(bufs)
@@ -426,6 +443,8 @@ class SimulationSession:
             self._sims = {g: sim for b in blocks for g, sim in zip(b.groups, b.sims)}
             self._sims.update((g, sim) for g in self.planner.remembered_groups()
                               if (sim := old.get(g)) is not None)
+            if len(self._class_infos) > self._live_nodes + TABLE_SLACK:
+                self._class_infos = {}           # only a cache: start it again
             if len(self._infos) > 4 * self._live_nodes + TABLE_SLACK:
                 self._infos = {n: t for b in blocks for g in b.groups for n in g.nodes
                                if (t := self._infos.get(n)) is not None}
