@@ -25,8 +25,8 @@ from parallel_ops.lowering import IncrementalLowering
 from parallel_ops.optim import SGD
 from taskrt import Planner
 from taskrt.gcpause import gc_paused
-from taskrt.liveness import (INSTANCE, PARTIAL, STAGING, buffers_of, own_bytes, results_of,
-                             task_reads_writes)
+from taskrt.liveness import (INSTANCE, PARTIAL, STAGING, STATE, buffers_of, own_bytes,
+                             results_of, state_key, task_reads_writes)
 from taskrt.nodegroups import GroupRun, join, resolve
 from taskrt.taskclasses import class_key
 from taskrt.taskgraph import COPY, TASK
@@ -158,7 +158,8 @@ class SimulationSession:
         self._infos: dict = {}           # node -> what it adds to its group (_node_info)
         self._copy_timings: dict = {}    # (src, dst, bytes) -> a copy's timing (_copy_timing)
         self._copy_resources: dict = {}  # (src, dst) -> a copy's resource ids
-        self._class_infos: dict = {}     # (task class key, device) -> _node_info of a task
+        # Per task class (its launch's cost tag for the launch): _task_info's template.
+        self._task_templates: dict = {}
         self._sims: dict = {}            # NodeGroup -> _GroupSim
         self._buffers = BufferTable(len(self.machine.devices))   # buffers as dense ids
         # Per launch, its groups' arrays joined (_LaunchBlock), and over all of them the
@@ -273,6 +274,44 @@ class SimulationSession:
         rid = self.resources.id
         return d, tuple(rid(x) for x in rs), bufs, reads, writes, host
 
+    def _task_info(self, node) -> tuple:
+        """_node_info of a point task from its class's template: what the cost key (the
+        launch's cost tag, the parts' shapes and the regions' dtypes), the buffers but for
+        the device and the regions read and written are functions of (taskrt/taskclasses.py;
+        the launch's cost tag stands for the launch, whose objects each change makes anew);
+        its duration per device spec, its resources and host phases per device. Saved
+        state (keyed by the task's color) is added per task."""
+        launch, dev = node.launch, node.device
+        key = (launch.cost_tag,) + class_key(node)[1:]
+        t = self._task_templates.get(key)
+        if t is None:
+            bufs = buffers_of(node)
+            if launch.saved_bytes and bufs and bufs[-1][0] == STATE:
+                bufs = bufs[:-1]
+            reads, writes = task_reads_writes(node)
+            t = self._task_templates[key] = (tuple([(b[0], b[1]) for b in bufs]),
+                                             reads if writes else (), writes or None, {}, {})
+        pattern, reads, writes, durations, per_device = t
+        got = per_device.get(dev)
+        if got is None:
+            spec = self.machine_model.device(dev)
+            d = durations.get(spec)
+            if d is None:
+                d = durations[spec] = self.timer.timing(node)[0]
+            known, new_id = self._buffers.ids, self._buffers.id
+            ids = []
+            for kind, name in pattern:
+                k = (kind, name, dev, None)
+                b = known.get(k)
+                ids.append(new_id(k, 0) if b is None else b)
+            got = per_device[dev] = (d, (self.resources.id(self.timer.compute(dev)),),
+                                     tuple(ids), reads, writes, self._host_info(node))
+        if launch.saved_bytes:
+            key = state_key(node)
+            if key is not None:
+                got = got[:2] + (got[2] + (self._buffer(key, own_bytes(key)),),) + got[3:]
+        return got
+
     def _host_info(self, node) -> tuple:
         """The node's host phases with resource ids (simulator.NodeTimer.host_phases)."""
         if not self.timer.host_costs:
@@ -302,7 +341,7 @@ class SimulationSession:
         the device, reads and writes) on its device added; other nodes are asked once per
         node object (_node_info; unchanged nodes are the same objects in the next graph)."""
         infos, make, timings = self._infos, self._node_info, self._copy_timings
-        classes = self._class_infos
+        task_info = self._task_info
         known, new_id = self._buffers.ids, self._buffers.id
         staged = group.staged
         dur, res_counts, res_ids, buf_ids, hosts = [], [], [], [], []
@@ -330,13 +369,8 @@ class SimulationSession:
                 buf_ids.append(a)
                 buf_ids.append(b)
             else:
-                if node.kind is TASK and not node.launch.saved_bytes:
-                    # Tasks of one class on one device add the same (no saved state,
-                    # whose key has the task's color).
-                    key = (class_key(node), node.device)
-                    info = classes.get(key)
-                    if info is None:
-                        info = classes[key] = make(node, None)
+                if node.kind is TASK:
+                    info = task_info(node)
                 else:
                     info = infos.get(node)
                     if info is None:
@@ -443,8 +477,6 @@ class SimulationSession:
             self._sims = {g: sim for b in blocks for g, sim in zip(b.groups, b.sims)}
             self._sims.update((g, sim) for g in self.planner.remembered_groups()
                               if (sim := old.get(g)) is not None)
-            if len(self._class_infos) > self._live_nodes + TABLE_SLACK:
-                self._class_infos = {}           # only a cache: start it again
             if len(self._infos) > 4 * self._live_nodes + TABLE_SLACK:
                 self._infos = {n: t for b in blocks for g in b.groups for n in g.nodes
                                if (t := self._infos.get(n)) is not None}
