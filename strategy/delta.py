@@ -32,6 +32,7 @@ from taskrt.taskclasses import class_key
 from taskrt.taskgraph import COPY, TASK
 
 from .delta_memory import BufferTable
+from .listsched import Checkpoints
 from .simulator import NO_HOST, NodeTimer, Resources, SimResult, result_of, timeline
 
 # Buffers the tables may hold beyond 4 per node of the graph and one per node the planner's
@@ -169,6 +170,10 @@ class SimulationSession:
         self._version_mark = 0                       # Planner.next_version when last synced
         self._num_block_sims = 0                     # sum(len(b.sims) for b in _blocks)
         self._read_by_writers: dict[str, int] = {}
+        # The last timeline's resource states, and how many of its first nodes the graph
+        # _blocks_now gave keeps (listsched.Checkpoints: a run resumes there).
+        self._checkpoints = Checkpoints(0, 0)
+        self._first_changed = 0
         self._writers_of: dict = defaultdict(dict)   # region -> {group sim: its reads}
         self._live_nodes = 0
 
@@ -437,11 +442,13 @@ class SimulationSession:
         counts, writers = self._read_by_writers, self._writers_of
         since = planner.versions_since(self._version_mark) if known else None
         self._version_mark = planner.next_version
+        first_block = known
         for li in (range(len(planner.plans)) if since is None else since):
             version = planner.plans[li].version
             if li < known and blocks[li].version == version:
                 continue
             new = self._block(li, version)
+            first_block = min(first_block, li)
             if li < known:
                 changed.append(li)
                 for s in blocks[li].sims:
@@ -457,6 +464,9 @@ class SimulationSession:
                 _count(counts, s.read_by_writers, 1)
                 for written, reads in s.reads_of_writers.items():
                     writers[written][s] = reads
+        # The nodes before the first changed launch are those of the last simulated graph.
+        self._first_changed = 0 if self._joined is None else \
+            int(self._joined.lens["dur"][:first_block].sum())
         if self._joined is None or len(blocks) != known or 4 * len(changed) > len(blocks):
             self._joined = _Joined(blocks, _SIM_ARRAYS + _RUN_ARRAYS +
                                    (_HOST_ARRAYS if self.timer.host_costs else ()))
@@ -487,7 +497,8 @@ class SimulationSession:
         host = tuple(a[f] for f in _HOST_ARRAYS) if self.timer.host_costs else None
         start, run, end, busy = timeline(a["dur"], a["res_counts"], a["res_ids"],
                                          asm.pred_ptr, asm.preds, self.resources, host,
-                                         self.timer.ready_order)
+                                         self.timer.ready_order, self._checkpoints,
+                                         self._first_changed)
         memory = self._memory(touched, start, end)
         return result_of(self.machine_model, start, end, busy, memory, run)
 
