@@ -7,10 +7,13 @@ groups of the launches using those regions (taskrt/nodegroups.py). Everything th
 needs per node (duration, resources, buffers used) is kept per group as arrays, joined per
 launch (a block, rebuilt when the planner gives the launch a new version) and over all
 launches (spliced where blocks changed), so a new graph's arrays cost O(changed launches) of
-Python, its node ids are resolved in bulk, and the whole
-timeline re-timed by the compiled list scheduler (strategy/listsched.py) and the memory peak
-by sorted allocation events (taskrt.liveness.peak_bytes_of_users). No per-node Python runs for
-the groups a change did not touch, and the result is by construction what a full
+Python, its node ids are resolved in bulk, and the timeline re-timed by the compiled list
+scheduler (strategy/listsched.py) from its last checkpoint before the first changed launch
+(in program order nothing before a node changes what it sees: listsched.Checkpoints), and
+the memory peak by one compiled sweep of sorted allocation events (strategy/memsweep.py).
+For a new group, what a copy's devices and bytes or a task's class and device determine is
+computed once per such key (_group_sim, _task_info). No per-node Python runs for the
+groups a change did not touch, and the result is by construction what a full
 simulation of the new graph gives (tests/strategy/test_delta.py checks it). The TaskGraph
 object view (`graph`) is built only when asked for.
 """

@@ -7,9 +7,10 @@ the planner's current rect). Per region the table holds its current instance/par
 buffers; what a change does not touch is not looked at again: the current byte sizes are
 one array updated where a region's buffers changed, and the persistent bytes of the
 regions' buffers per device are sums updated by the same deltas (recomputed over all
-regions only when the set of kept regions changes). What is left per proposal is numpy
-over the graph's buffer uses (which temporaries, their first and last users' times) and
-the sort of their allocation events (taskrt.liveness.peak_bytes_of_users).
+regions that enter or leave the kept set when it changes). What is left per proposal is
+one compiled pass over the graph's buffer uses (which temporaries, their first and last
+users' times) and the sort of their allocation events (strategy/memsweep.py: the model of
+taskrt.liveness.peak_bytes_of_users, which the tests compare it with).
 """
 from __future__ import annotations
 

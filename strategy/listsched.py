@@ -17,6 +17,16 @@ ready (ties in program order): the paper's Algorithm 1, and what the MPI executo
 ranks run whatever instruction is ready: taskrt/executor/scheduler.py), where program
 order would keep a rank's thread waiting for one message while later work is ready.
 
+Resuming (program order only, Checkpoints): node i's times depend only on nodes 0..i-1
+(its predecessors come before it, and its resources' state is what those nodes left), so
+a run saves the resources' state (free at, busy seconds) every EVERY nodes, and the next
+run of a graph whose first `first` nodes are the same (delta simulation: the launches
+before the first one a change touched) copies their times and starts at the checkpoint
+before `first`, bit for bit what a whole run gives (the same additions in the same
+order). Ready order pops nodes by time across the whole graph: it never resumes. Times
+after the changed launches are recomputed, not compared: a change's new durations move
+every later node on the critical path in practice.
+
 numba compiles the loop on first use in a process that simulates (a few seconds once; the
 machine code is cached in __pycache__ next to this file, and later processes pay about a
 second to import numba and load it). Without numba the same function runs as plain Python:
