@@ -31,11 +31,13 @@ What a trace determines (docs/simulator.md):
                 all-reduce's start = pack + Iallreduce) the event itself, fitted as
                 seconds + per_byte * bytes; for local copies and reductions, what the event
                 takes beyond the device model's memory time.
-  ranks sharing cores  on several ranks, the machine's other runnable threads
-                (strategy/cores.py background: from each rank's recorded load and its
-                events' overlap with the other ranks'), so that predict() gives each rank
-                the contention of the ranks working beside it (a strategy whose ranks take
-                turns is slowed less than one whose ranks all compute at once);
+  ranks sharing cores  on several ranks, the machine's other runnable threads and the
+                share of its waits a waiting rank is runnable all the same (its wake-ups;
+                strategy/cores.py sharing: from each rank's recorded load and its events'
+                overlap with the other ranks', a run at contention 1 bounding them only),
+                so that predict() gives each rank the contention of the ranks working or
+                waking beside it (a strategy whose ranks take turns is slowed less than one
+                whose ranks all compute at once, by as much as the runs showed);
   the iteration factor  on several ranks, what the recorded iterations still take beyond
                 the simulation of them with the above (the median of measured / predicted
                 over the runs, refined once), applied to task times and host costs. It
@@ -72,7 +74,7 @@ from .costs.profile import Measurement
 from .insitu import (_line, contention, deflate_long_keys, insitu_profile, run_durations,
                      slice_length)
 from .machines import HOST_KINDS, HostCost
-from .cores import background, machine_cores, per_thread_contention
+from .cores import machine_cores, per_thread_contention, sharing
 from .preemption import expected_makespan
 from .replay import ReplayError, measured_times, model_for_layout, recorded
 from .simulator import NodeTimer
@@ -114,6 +116,7 @@ class Fit:
     slice_s: float = 0.0            # the OS's time slice as the runs felt it (slice_length)
     load_source: str = "the task events"   # where the contention came from
     background: float | None = None  # other runnable threads sharing the cores (cores.py)
+    waiting: float = 0.0             # share of its waits a waiting rank is runnable (cores.py)
     cores: int = 1                   # the cores the recorded runs' ranks shared
 
     def text(self) -> str:
@@ -138,8 +141,9 @@ class Fit:
                      f"from {how}); preemption slices {self.slice_s * 1e3:.2f} ms")
         if self.background is not None:
             lines.append(f"ranks sharing {self.cores} cores with {self.background:.2f} other "
-                         "runnable threads (each rank's contention from the ranks working "
-                         "beside it: strategy/cores.py)")
+                         f"runnable threads, waiting ranks runnable {self.waiting:.2f} of their "
+                         "waits (each rank's contention from the ranks working beside it: "
+                         "strategy/cores.py)")
         if self.factor != 1.0:
             lines.append(f"iteration factor {self.factor:.3f} (task times and host costs; "
                          "what the runs take beyond their simulation)")
@@ -331,7 +335,9 @@ def calibrate(paths, base_model, base_profile: Profile | None = None, factor: bo
     fit.ranks = ranks
     if shared_cores and ranks > 1:
         fit.cores = machine_cores()
-        fit.background = background(runs, fit.cores)
+        shared = sharing(runs, fit.cores)
+        if shared is not None:
+            fit.background, fit.waiting = shared
     fit.work = (model, profile)
     fit.residuals = residuals(runs, fit)
     fit.unscaled = with_factor(model, profile, fit.contention, "contention")
@@ -361,7 +367,8 @@ def predict(fit: Fit, graph, int_ranges: dict, ranks: int, per_rank: int,
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", CostWarning)
         if contention is None and fit.background is not None and ranks > 1:
-            c = per_thread_contention(graph, layout, costs, fit.background, fit.cores)
+            c = per_thread_contention(graph, layout, costs, fit.background, fit.cores,
+                                      waiting=fit.waiting)
         else:
             c = fit.contention if contention is None else contention
         return expected_makespan(graph, layout, costs, c, fit.slice_s if ranks > 1 else 0.0)

@@ -89,12 +89,30 @@ def recorded_intervals(events: list) -> dict:
     return out
 
 
-def background(runs, cores: int) -> float | None:
-    """The machine's other runnable threads, b, fitted to recorded runs of several ranks
-    (strategy.calibration.RecordedRun): per run, b = C x its contention - the overlap of
-    its ranks, both weighted by the ranks' busy time; the median over the runs (at least
-    0). None when a run lacks a rank's load record."""
-    per_run = []
+# A run whose contention is at most this is at the floor of max(1, (k + b) / C): the OS
+# counted (next to) no run-queue wait (20-50 us over a 300 ms iteration on a quiet machine).
+FLOOR = 1.01
+
+
+def sharing(runs, cores: int) -> tuple[float, float] | None:
+    """(b, w) fitted to recorded runs of several ranks (strategy.calibration.RecordedRun):
+    the machine's other runnable threads b, and the share w of its waits a waiting rank is
+    runnable all the same (its wake-ups: sleeps of 20 us doubling to 1 ms, each a pass over
+    MPI). Per run, from its ranks' recorded loads and its events' overlap, both weighted by
+    the ranks' busy time: C x its contention - k (the ranks working at once) = b + w x (R -
+    k), R its ranks; the line through the runs (Theil-Sen, w in [0, 1], b >= 0). A run at
+    the floor (contention <= FLOOR: no thread waited for a core) determines nothing, only
+    that b + w (R - k) <= C - k: such runs bound b, and with no run above the floor (b, w) =
+    (0, 0), what the runs measured (nobody waited). None when a run lacks a rank's load
+    record.
+
+    Both were needed on the collection of 2026-12-03 13:56 (docs/simulator.md): on 4 ranks
+    of 2 cores the OS counted a contention of 1.79-1.97 for every strategy, those whose
+    ranks take turns (operation parallel, k about 1) as much as those whose ranks compute
+    at once (data parallel), and with w = 0 the first were predicted 33-44% too fast, the
+    second 25-51% too slow; on 2 ranks (contention 1.0000 in every run) taking C - k as b
+    gave a held-out data parallel (k near 2) a contention of 1.2-1.35 no run had."""
+    xs, ys, bounds = [], [], []
     for r in runs:
         c = recorded_contention(r.events)
         if len(c) != r.ranks:
@@ -106,14 +124,37 @@ def background(runs, cores: int) -> float | None:
             continue
         c_run = sum(ov[k][0] * c[k] for k in c) / busy
         k_run = sum(ov[k][0] * ov[k][1] for k in c) / busy
-        per_run.append(cores * c_run - k_run)
-    return max(0.0, statistics.median(per_run)) if per_run else None
+        point = (max(0.0, r.ranks - k_run), cores * c_run - k_run)
+        if c_run <= FLOOR:
+            bounds.append(point)
+        else:
+            xs.append(point[0])
+            ys.append(point[1])
+    if not xs and not bounds:
+        return None
+    if not xs:
+        return 0.0, 0.0
+    from .insitu import _line
+    b, w = _line(xs, ys)
+    if w > 1.0:
+        w = 1.0
+        b = max(0.0, statistics.median(y - x for x, y in zip(xs, ys)))
+    b = max(0.0, min([b, *(y - w * x for x, y in bounds)]))
+    return b, w
 
 
-def contention_of_overlap(k: float, b: float, cores: int) -> float:
-    """A thread's contention when k of the job's threads (itself included) and b others
-    share `cores` cores."""
-    return max(1.0, (k + b) / cores)
+def background(runs, cores: int) -> float | None:
+    """sharing()'s b alone (other runnable threads), waiting ranks taken as asleep."""
+    fit = sharing(runs, cores)
+    return None if fit is None else fit[0]
+
+
+def contention_of_overlap(k: float, b: float, cores: int, waiting: float = 0.0,
+                          ranks: int = 0) -> float:
+    """A thread's contention when k of the job's threads (itself included) work, the job's
+    other `ranks` - k wait (runnable a share `waiting` of it) and b others share `cores`
+    cores."""
+    return max(1.0, (k + waiting * max(0.0, ranks - k) + b) / cores)
 
 
 def simulated_intervals(graph, result, timer) -> dict:
@@ -139,7 +180,7 @@ def simulated_intervals(graph, result, timer) -> dict:
 
 
 def per_thread_contention(graph, model, costs, b: float, cores: int,
-                          rounds: int = ROUNDS) -> dict:
+                          rounds: int = ROUNDS, waiting: float = 0.0) -> dict:
     """{host thread: contention} of graph's ranks sharing `cores` cores with b other
     runnable threads: simulated at the contention their overlap implies, `rounds` times
     (starting from every rank working at once)."""
@@ -147,11 +188,12 @@ def per_thread_contention(graph, model, costs, b: float, cores: int,
     from .simulator import simulate
     probe = PreemptedTimer(model, costs, 1.0, 0.0)
     threads = sorted(probe.threads, key=str)
-    c = dict.fromkeys(threads, contention_of_overlap(len(threads), b, cores))
+    n = len(threads)
+    c = dict.fromkeys(threads, contention_of_overlap(n, b, cores))
     for _ in range(rounds):
         timer = PreemptedTimer(model, costs, c, 0.0)
         result = simulate(graph, model, costs, timer)
         ov = overlap(simulated_intervals(graph, result, timer))
-        c = {t: contention_of_overlap(ov[t][1], b, cores) if ov[t][0] > 0 else c[t]
+        c = {t: contention_of_overlap(ov[t][1], b, cores, waiting, n) if ov[t][0] > 0 else c[t]
              for t in threads}
     return c

@@ -9,7 +9,8 @@ from parallel_ops.lowering import lower
 from strategy import standard
 from strategy.costs.app_profile import load_app
 from strategy.machines.specs import DeviceSpec, HostCost
-from strategy.cores import (background, contention_of_overlap, overlap, per_thread_contention)
+from strategy.cores import (background, contention_of_overlap, overlap, per_thread_contention,
+                            sharing)
 from strategy.costs import CostModel
 from strategy.machines import cluster_model
 from strategy.preemption import PreemptedTimer, expected_makespan
@@ -67,6 +68,40 @@ def test_background_is_cores_times_contention_minus_the_ranks_overlap():
     # a rank that runs no node (operation parallelism on more ranks than operators) counts
     idle_rank = _run(2, [(0, 0.0, 1.0)], {0: (0.5, 0.25), 1: (0.001, 0.0)})
     assert background([idle_rank], 2) == pytest.approx(2.0)
+
+
+def _at(ranks, spans, contention):
+    """A run whose every rank felt `contention`: 1 s of CPU and (contention - 1) s waiting."""
+    return _run(ranks, spans, {r: (1.0, contention - 1.0) for r in range(ranks)})
+
+
+def test_runs_where_nobody_waited_for_a_core_give_no_background():
+    # a quiet machine: 2 ranks on 2 cores, contention 1 (no run-queue wait) whether the ranks
+    # work at once or take turns; C - k (0 and 1) only bounds b, it does not measure it
+    together = _at(2, [(0, 0.0, 1.0), (1, 0.0, 1.0)], 1.0)
+    turns = _at(2, [(0, 0.0, 1.0), (1, 1.0, 2.0)], 1.0)
+    assert sharing([turns, turns, together], 2) == (0.0, 0.0)
+    assert background([turns, turns], 2) == 0.0          # C - k would say 1.0
+    # a run above the floor is an estimate, those at the floor bound it
+    loaded = _at(2, [(0, 0.0, 1.0), (1, 1.0, 2.0)], 1.5)  # 2 x 1.5 - 1 = 2 others
+    assert background([loaded], 2) == pytest.approx(2.0)
+    assert background([loaded, together], 2) == pytest.approx(0.0)   # at most 2 - 2
+
+
+def test_waiting_ranks_runnable_share_is_fitted_from_runs_of_different_overlaps():
+    # 4 ranks on 2 cores with b = 0.5 others, a waiting rank runnable 0.6 of its wait:
+    # contention (k + 0.6 (4 - k) + 0.5) / 2 for k ranks working at once
+    b, w = 0.5, 0.6
+    def c(k):
+        return (k + w * (4 - k) + b) / 2
+    at_once = _at(4, [(r, 0.0, 1.0) for r in range(4)], c(4))
+    turns = _at(4, [(r, float(r), r + 1.0) for r in range(4)], c(1))
+    pairs = _at(4, [(r, float(r // 2), r // 2 + 1.0) for r in range(4)], c(2))
+    fb, fw = sharing([at_once, turns, pairs], 2)
+    assert (fb, fw) == (pytest.approx(b), pytest.approx(w))
+    assert contention_of_overlap(1, fb, 2, fw, 4) == pytest.approx(c(1))
+    assert contention_of_overlap(4, fb, 2, fw, 4) == pytest.approx(c(4))
+    assert contention_of_overlap(1, fb, 2) == 1.0          # waiting ranks asleep: a core free
 
 
 def test_ranks_working_at_once_are_slowed_more_than_ranks_taking_turns():
