@@ -114,30 +114,38 @@ def worker(argv=None) -> dict:
         return res, contention_since(before)
     for app_name in a.apps.split(","):
         app = load_workload(app_name)
-        for name in STRATEGIES:
-            path = os.path.join(a.folder, f"{app_name}_{name}.json")
-            argv = app_argv(devices) + ["--strategy", path, "--quiet", "--json",
-                                        "--devices-per-rank", str(a.devices_per_rank)]
-            runs, contention, traced = [], [], []
-            # traced and timed runs take turns, so that both see the same loads
-            for i in range(max(a.repeats, a.traces if a.trace_dir else 0)):
+        argvs = {name: app_argv(devices) + [
+                     "--strategy", os.path.join(a.folder, f"{app_name}_{name}.json"), "--quiet",
+                     "--json", "--devices-per-rank", str(a.devices_per_rank)]
+                 for name in STRATEGIES}
+        runs, contention, traced = ({name: [] for name in STRATEGIES} for _ in range(3))
+        # Rounds of every strategy once, each round in another order (rotated), traced and
+        # timed runs taking turns: every strategy sees the same loads and the same places in
+        # the worker's life (with all runs of a strategy in a row, data parallel, run first,
+        # ran its tasks at 0.6x their times in the other strategies' runs, 2026-12-03; in-order
+        # collections cannot tell the order's part from the strategy's).
+        for i in range(max(a.repeats, a.traces if a.trace_dir else 0)):
+            k = i % len(STRATEGIES)
+            for name in STRATEGIES[k:] + STRATEGIES[:k]:
+                argv = argvs[name]
                 if a.trace_dir and i < a.traces:
                     _, c = run_timed(argv + [
                         "--iterations", "1", "--warmup", "1", "--trace",
                         os.path.join(a.trace_dir, trace_name(app_name, name, i))])
-                    traced.append(c)
+                    traced[name].append(c)
                 if i < a.repeats:
                     res, c = run_timed(argv + ["--iterations", str(a.iterations),
                                                "--warmup", str(a.warmup)])
-                    runs.append(res.times)
-                    contention.append(c)
+                    runs[name].append(res.times)
+                    contention[name].append(c)
+        for name in STRATEGIES:
             out["cases"].append({"app": app_name, "strategy": name,
                                  "measured_s": statistics.median(
-                                     statistics.median(t) for t in runs),
-                                 "runs_s": runs, "load": os.getloadavg()[0],
-                                 "contention": contention,
-                                 "traced_contention": traced[0] if traced else None,
-                                 "traced_contentions": traced})
+                                     statistics.median(t) for t in runs[name]),
+                                 "runs_s": runs[name], "load": os.getloadavg()[0],
+                                 "contention": contention[name],
+                                 "traced_contention": (traced[name] or [None])[0],
+                                 "traced_contentions": traced[name]})
     out["load"].append(os.getloadavg()[0])
     return out
 

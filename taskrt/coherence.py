@@ -24,11 +24,10 @@ for "initial data"; the planner turns references into ids when it assembles the 
 from __future__ import annotations
 
 from collections import defaultdict
-from operator import le
 from typing import Iterable
 
 from .errors import PlanError
-from .geometry import Rect, merge_adjacent, subtract_all
+from .geometry import Rect, inside_test, merge_adjacent, subtract_all
 from .privilege import Privilege
 from .pendingsums import PendingSums
 from .rectindex import RectIndex
@@ -52,24 +51,22 @@ class BufferAccesses:
         self._writers_of: dict[Rect, set] = {}      # rect -> its writers (until a write)
 
     def _add_readers(self, rect: Rect, refs) -> None:
-        i = self.readers.find_exact(rect)
-        if i is None:
+        known = self.readers.exact_value(rect)
+        if known is None:
             self.readers.add(rect, set(refs))
         else:
-            self.readers.get(i)[1].update(refs)
+            known.update(refs)
 
     def read(self, rect: Rect, ref) -> set:
         known = self._writers_of.get(rect)
         if known is None:
             known = self._writers_of[rect] = {n for _, _, n in self.writers.overlapping(rect)}
-        preds = set(known)
-        readers = self.readers
-        i = readers.find_exact(rect)
-        if i is None:
-            readers.add(rect, {ref})
+        refs = self.readers.exact_value(rect)
+        if refs is None:
+            self.readers.add(rect, {ref})
         else:
-            readers.get(i)[1].add(ref)
-        return preds
+            refs.add(ref)
+        return set(known)
 
     def write(self, rect: Rect, ref) -> set:
         if self._writers_of:
@@ -230,6 +227,7 @@ class RegionPlanner:
         self.region = region
         self.machine = machine
         self._ranks = [d.rank for d in machine.devices]    # device -> its rank
+        self._inside = inside_test(region.rect.ndim)
         self.state = RegionState(region)
         self.buffers: dict[tuple[int, bool], BufferAccesses] = {}
         self.instance_rects: dict[int, Rect] = {}
@@ -267,7 +265,13 @@ class RegionPlanner:
                 self.state.add_holder(rect, device)
 
     def _buffer(self, device: int, partial: bool, rect: Rect) -> BufferAccesses:
-        self._instance_rect(device, rect, partial)
+        # (_instance_rect inlined: this runs for every access and copy)
+        rects = self.partial_rects if partial else self.instance_rects
+        old = rects.get(device)
+        if old is None:
+            rects[device] = rect
+        elif old is not rect and not self._inside(old, rect):
+            rects[device] = old.union_bbox(rect)
         buf = self.buffers.get((device, partial))
         if buf is None:
             buf = self.buffers[device, partial] = BufferAccesses()
@@ -282,9 +286,8 @@ class RegionPlanner:
         old = rects.get(device)
         if old is None:
             rects[device] = rect
-        elif old is not rect and not (all(map(le, old.lo, rect.lo)) and
-                                      all(map(le, rect.hi, old.hi))):
-            # (Rect.contains inlined; an empty rect leaves the bounding box as it is)
+        elif old is not rect and not self._inside(old, rect):
+            # (Rect.contains unrolled; an empty rect leaves the bounding box as it is)
             rects[device] = old.union_bbox(rect)
 
     # -- step 1: reads -----------------------------------------------------------------------
@@ -407,12 +410,21 @@ class RegionPlanner:
         if len(holders) == 1:
             src = holders[0]
         else:
-            ranks = self._ranks
-            rank = ranks[device]
-            same = [h for h in holders if ranks[h] == rank]
             # Ties go to the earliest holder (holders are kept in the order they got the
             # value, its writer first), so a piece is forwarded only to relieve a busier one.
-            src = min(same or holders, key=lambda h: sent.get(h, 0))
+            ranks = self._ranks
+            rank = ranks[device]
+            src = low = None            # the least-sent holder on the device's rank
+            first = least = None        # ... and among all holders
+            for h in holders:
+                n = sent.get(h, 0)
+                if ranks[h] == rank:
+                    if src is None or n < low:
+                        src, low = h, n
+                elif src is None and (first is None or n < least):
+                    first, least = h, n
+            if src is None:
+                src = first
         sent[src] = sent.get(src, 0) + elements
         return src
 

@@ -90,9 +90,12 @@ class Rect:
     def intersect(self, other: "Rect") -> "Rect":
         """The common part; possibly empty. When it equals self or other, that rect itself
         (no new object: the planner intersects millions of rects, most of them nested)."""
-        slo, shi, olo, ohi = self.lo, self.hi, other.lo, other.hi
-        if len(slo) != len(olo):
+        n = len(self.lo)
+        if n != len(other.lo):
             self._check_same_ndim(other)
+        if n < _UNROLLED:
+            return _INTERSECT[n](self, other)
+        slo, shi, olo, ohi = self.lo, self.hi, other.lo, other.hi
         lo = tuple(map(max, slo, olo))
         hi = tuple(map(min, shi, ohi))
         if lo == slo and hi == shi:
@@ -147,8 +150,11 @@ class Rect:
         in order, the part below the intersection and the part above it, each limited to
         the intersection in the dimensions before."""
         slo, shi = self.lo, self.hi
-        if len(slo) != len(other.lo):
+        n = len(slo)
+        if n != len(other.lo):
             self._check_same_ndim(other)
+        if n < _UNROLLED:
+            return _SUBTRACT[n](self, other)
         ilo = tuple(map(max, slo, other.lo))
         ihi = tuple(map(min, shi, other.hi))
         for l, h in zip(ilo, ihi):
@@ -181,14 +187,109 @@ _set_lo, _set_hi, _set_empty, _set_volume, _set_hash, _set_shape, _set_cell_bits
 _WHOLE: dict = {}           # shape -> Rect.from_shape(shape)
 
 
+# intersect and subtract unrolled per dimensionality (below _UNROLLED dimensions), generated
+# once: the generic loops call max/min through map per dimension and build lists, ~3-5x the
+# unrolled comparisons, and the planner intersects and subtracts millions of rects. The
+# generic bodies above are what they compute, and tests/taskrt/test_rect.py compares them.
+_UNROLLED = 9
+
+
+def _unrolled(ndim: int) -> tuple:
+    ds = range(ndim)
+    s = [f"s{d}" for d in ds]           # self.lo, self.hi
+    t = [f"t{d}" for d in ds]
+    o = [f"o{d}" for d in ds]           # other.lo, other.hi
+    p = [f"p{d}" for d in ds]
+    i = [f"i{d}" for d in ds]           # the intersection's lo, hi
+    j = [f"j{d}" for d in ds]
+
+    def tup(names):
+        return "(" + "".join(f"{x}, " for x in names) + ")"
+
+    def volume(lo, hi):                 # of a non-empty rect
+        return " * ".join(f"({h} - {l})" for l, h in zip(lo, hi)) or "1"
+
+    unpack = (f"    slo = self.lo; shi = self.hi; olo = other.lo; ohi = other.hi\n"
+              f"    {tup(s)} = slo\n    {tup(t)} = shi\n    {tup(o)} = olo\n"
+              f"    {tup(p)} = ohi\n" +
+              "".join(f"    i{d} = s{d} if s{d} > o{d} else o{d}\n"
+                      f"    j{d} = t{d} if t{d} < p{d} else p{d}\n" for d in ds))
+    empty = " or ".join(f"j{d} <= i{d}" for d in ds) or "False"
+    inter = ("def intersect(self, other):\n" + unpack +
+             f"    lo = {tup(i)}\n    hi = {tup(j)}\n"
+             "    if lo == slo and hi == shi:\n        return self\n"
+             "    if lo == olo and hi == ohi:\n        return other\n"
+             f"    if {empty}:\n        return make(lo, hi, 0)\n"
+             f"    return make(lo, hi, {volume(i, j)})\n")
+    whole = " and ".join(f"i{d} == s{d} and j{d} == t{d}" for d in ds) or "True"
+    body = ""
+    for d in ds:
+        lo_below = i[:d] + [s[d]] + s[d + 1:]
+        hi_below = j[:d] + [i[d]] + t[d + 1:]
+        lo_above = i[:d] + [j[d]] + s[d + 1:]
+        hi_above = j[:d] + [t[d]] + t[d + 1:]
+        body += (f"    if s{d} < i{d}:\n        out.append(make({tup(lo_below)}, "
+                 f"{tup(hi_below)}, {volume(lo_below, hi_below)}))\n"
+                 f"    if j{d} < t{d}:\n        out.append(make({tup(lo_above)}, "
+                 f"{tup(hi_above)}, {volume(lo_above, hi_above)}))\n")
+    sub = ("def subtract(self, other):\n" + unpack +
+           f"    if {empty}:\n        return [] if self.empty else [self]\n"
+           f"    if {whole}:\n        return []\n"
+           "    out = []\n" + body + "    return out\n")
+    namespace = {"make": _made}
+    exec(compile(inter + sub, f"<rect ops, {ndim}-d>", "exec"), namespace)
+    return namespace["intersect"], namespace["subtract"]
+
+
+def _made(lo: tuple, hi: tuple, volume: int) -> Rect:
+    """Rect(lo, hi) of a known volume (what __init__ computes), without its checks and loop:
+    for the unrolled code's results, whose bounds have the same length."""
+    r = _new(Rect)
+    _set_lo(r, lo)
+    _set_hi(r, hi)
+    _set_volume(r, volume)
+    _set_empty(r, volume == 0)
+    _set_hash(r, None)
+    _set_shape(r, None)
+    _set_cell_bits(r, None)
+    return r
+
+
+_new = object.__new__
+_INTERSECT, _SUBTRACT = zip(*[_unrolled(n) for n in range(_UNROLLED)])
+
+
+_INSIDE: dict = {}
+
+
+def inside_test(ndim: int):
+    """inside(box, rect) -> whether every lo of `rect` is >= box's and every hi <= box's (for
+    a non-empty rect, box.contains(rect)), unrolled for `ndim` dimensions: the planner asks
+    it of every access's instance (all(map(le, ...)) twice costs ~3x)."""
+    got = _INSIDE.get(ndim)
+    if got is None:
+        test = " and ".join([f"a[{d}] <= c[{d}]" for d in range(ndim)] +
+                            [f"d[{d}] <= b[{d}]" for d in range(ndim)]) or "True"
+        namespace: dict = {}
+        exec(compile(f"def inside(box, rect):\n    a = box.lo; b = box.hi; c = rect.lo; "
+                     f"d = rect.hi\n    return {test}\n", f"<rect inside, {ndim}-d>", "exec"),
+             namespace)
+        got = _INSIDE[ndim] = namespace["inside"]
+    return got
+
+
 def bounding_box(rects: Iterable[Rect]) -> Rect | None:
-    """Smallest rect containing all non-empty rects, or None when there are none."""
-    box = None
-    for r in rects:
-        if r.empty:
-            continue
-        box = r if box is None else box.union_bbox(r)
-    return box
+    """Smallest rect containing all non-empty rects, or None when there are none (the one
+    rect itself when there is one; else a new rect, made once)."""
+    sized = [r for r in rects if not r.empty]
+    if len(sized) < 2:
+        return sized[0] if sized else None
+    first = sized[0]
+    for r in sized:
+        if len(r.lo) != len(first.lo):
+            first._check_same_ndim(r)
+    return Rect(tuple(map(min, *[r.lo for r in sized])),
+                tuple(map(max, *[r.hi for r in sized])))
 
 
 def subtract_all(rect: Rect, others: Iterable[Rect]) -> list[Rect]:

@@ -16,7 +16,6 @@ are scanned directly, which is what keeps planning cheap per node.
 from __future__ import annotations
 
 from itertools import product
-from operator import add, sub
 from typing import Any, Iterator
 
 from .geometry import Rect
@@ -30,7 +29,8 @@ _KEEP = object()         # renew(): keep the item's value
 
 class RectIndex:
     __slots__ = ("_items", "_next_id", "_cell", "_grid", "_big", "_bits", "_sized", "_exact",
-                 "_ones", "_first", "disjoint", "_home", "_span")
+                 "_ones", "_first", "disjoint", "_home", "_span", "_ndim", "_scan_fn",
+                 "_pick_fn")
 
     def __init__(self, disjoint: bool = False):
         """`disjoint`: the caller promises items never overlap, so a query equal to an item's
@@ -45,11 +45,14 @@ class RectIndex:
         # Grid mode: per item in the grid, its one cell, or the list of its cells (items in
         # _big have none), so a removal need not work them out again.
         self._home: dict[int, Any] = {}
-        self._bits: list[int] | None = None     # per dimension: sum of the items' cell_bits
+        # Per dimension, the sum of the items' cell_bits, packed (_packed_bits) into one int.
+        self._bits = 0
         self._sized = 0                          # number of non-empty items (grid mode)
-        self._ones: tuple[int, ...] = ()         # (1,) per dimension (grid mode)
+        self._ones = None                        # _packed_bits(ndim) (grid mode)
         self._span = None                        # _spanner(ndim) (grid mode)
         self._first: Rect | None = None          # the first item's rect: all have its ndim
+        self._ndim = -1                          # its ndim; the query loops unrolled for it
+        self._scan_fn = self._pick_fn = None
 
     def __len__(self) -> int:
         return len(self._items)
@@ -65,19 +68,17 @@ class RectIndex:
         """The id of an item whose rect equals `rect`, if any."""
         return self._exact.get(rect)
 
-    # -- grid helpers -------------------------------------------------------------------
-    @staticmethod
-    def _count(first, last) -> int:
-        n = 1
-        for a, b in zip(first, last):
-            n *= b - a + 1
-        return n
+    def exact_value(self, rect: Rect) -> Any:
+        """The value of the latest item whose rect equals `rect`, or None if there is none."""
+        i = self._exact.get(rect)
+        return None if i is None else self._items[i][1]
 
+    # -- grid helpers -------------------------------------------------------------------
     def _insert(self, item_id: int, rect: Rect) -> None:
         # The first and last cell per dimension that the non-empty `rect` touches.
-        first, last = self._span(rect.lo, rect.hi, self._cell)
+        first, last, count = self._span(rect.lo, rect.hi, self._cell)
         grid = self._grid
-        if first == last:                       # the common case: one cell
+        if last is None:                        # the common case: one cell
             self._home[item_id] = first
             bucket = grid.get(first)
             if bucket is None:
@@ -85,7 +86,7 @@ class RectIndex:
             else:
                 bucket.add(item_id)
             return
-        if self._count(first, last) > _MAX_CELLS_PER_ITEM:
+        if count > _MAX_CELLS_PER_ITEM:
             self._big.add(item_id)
             return
         cells = list(product(*[range(a, b + 1) for a, b in zip(first, last)]))
@@ -103,17 +104,18 @@ class RectIndex:
         if not sized:
             self._cell = None
             return
-        self._ones = (1,) * sized[0].ndim
+        self._ones = _packed_bits(sized[0].ndim)
         self._span = _spanner(sized[0].ndim)
-        bits = [0] * sized[0].ndim
+        bits = 0
         for r in sized:
-            bits = list(map(add, bits, _cell_bits(r, self._ones)))
+            cb = r.cell_bits
+            bits += _cell_bits(r, self._ones) if cb is None else cb
         self._bits = bits
         self._sized = len(sized)
         self._rebuild()
 
     def _rebuild(self) -> None:
-        n, bits = self._sized, self._bits
+        n, bits = self._sized, _unpacked(self._bits, self._ndim)
         self._cell = tuple(1 << ((2 * b + n) // (2 * n)) for b in bits)
         self._grid = {}
         self._big = set()
@@ -127,7 +129,7 @@ class RectIndex:
         n = self._sized
         limit = _DRIFT_BITS * n
         # A cell of 2**k has bit_length k+1; the items' mean k is sum/n.
-        for c, b in zip(self._cell, self._bits):
+        for c, b in zip(self._cell, _unpacked(self._bits, self._ndim)):
             if abs((c.bit_length() - 1) * n - b) > limit:
                 return True
         return False
@@ -135,11 +137,13 @@ class RectIndex:
     # -- public API ---------------------------------------------------------------------
     def add(self, rect: Rect, value: Any) -> int:
         """Insert an item; returns its id. Empty rects are stored but never overlap anything."""
-        first = self._first
-        if first is None:
-            self._first = rect
-        elif len(rect.lo) != len(first.lo):
-            first._check_same_ndim(rect)        # raises the error naming both rects
+        if len(rect.lo) != self._ndim:
+            if self._first is None:
+                self._first = rect
+                self._ndim = len(rect.lo)
+                self._scan_fn, self._pick_fn = _scanner(self._ndim)
+            else:
+                self._first._check_same_ndim(rect)  # raises the error naming both rects
         item_id = self._next_id
         self._next_id = item_id + 1
         items = self._items
@@ -152,8 +156,7 @@ class RectIndex:
         if rect.empty:
             return item_id
         cb = rect.cell_bits
-        self._bits = list(map(add, self._bits, cb if cb is not None else
-                              _cell_bits(rect, self._ones)))
+        self._bits += cb if cb is not None else _cell_bits(rect, self._ones)
         self._sized += 1
         if not self._sized & _DRIFT_CHECK_EVERY and self._drifted():
             self._rebuild()
@@ -168,7 +171,7 @@ class RectIndex:
             del exact[rect]
         if self._cell is None or rect.empty:
             return
-        self._bits = list(map(sub, self._bits, rect.cell_bits))
+        self._bits -= rect.cell_bits
         self._sized -= 1
         if len(self._items) <= _SMALL // 2:      # back to scanning
             self._cell, self._grid, self._big, self._home = None, {}, set(), {}
@@ -246,8 +249,7 @@ class RectIndex:
                 else:
                     bucket.discard(item_id)
         cb = rect.cell_bits
-        self._bits = list(map(add, map(sub, self._bits, old.cell_bits),
-                              cb if cb is not None else _cell_bits(rect, self._ones)))
+        self._bits += (cb if cb is not None else _cell_bits(rect, self._ones)) - old.cell_bits
         self._insert(new_id, rect)
         return new_id
 
@@ -256,7 +258,7 @@ class RectIndex:
         items = self._items
         if not items or rect.empty:
             return []
-        if len(rect.lo) != len(self._first.lo):
+        if len(rect.lo) != self._ndim:
             self._first._check_same_ndim(rect)  # raises the error naming both rects
         if self.disjoint:
             i = self._exact.get(rect)
@@ -264,10 +266,10 @@ class RectIndex:
                 return [(i, rect, items[i][1])]
         cell = self._cell
         if cell is None:
-            return _scan(items.items(), rect)
-        first, last = self._span(rect.lo, rect.hi, cell)
+            return self._scan_fn(items.items(), rect)
+        first, last, count = self._span(rect.lo, rect.hi, cell)
         grid = self._grid
-        if first == last:                       # the common case: one cell
+        if last is None:                        # the common case: one cell
             bucket = grid.get(first)
             if self._big:
                 found = sorted(self._big.union(bucket) if bucket else self._big)
@@ -275,8 +277,8 @@ class RectIndex:
                 found = bucket if len(bucket) == 1 else sorted(bucket)
             else:
                 return []
-        elif self._count(first, last) >= len(items):
-            return _scan(items.items(), rect)
+        elif count >= len(items):
+            return self._scan_fn(items.items(), rect)
         else:
             found = set(self._big)
             for c in product(*[range(a, b + 1) for a, b in zip(first, last)]):
@@ -285,36 +287,53 @@ class RectIndex:
                     found.update(bucket)
             found = sorted(found)
         # Grid items are non-empty and of `rect`'s dimensionality (_scan without its checks).
-        return _pick(found, items, rect)
+        return self._pick_fn(found, items, rect)
 
 
 _set_cell_bits = Rect.cell_bits.__set__
 
 
-def _cell_bits(rect: Rect, ones: tuple[int, ...]) -> tuple[int, ...]:
+def _cell_bits(rect: Rect, packer) -> int:
     """Per dimension: (extent - 1).bit_length(), the k of the smallest cell 2**k that holds
-    the extent (a part of 35 fits a cell of 64: at most 2 cells, not 3 of 32); kept on the
-    rect (a piece is entered in several indexes)."""
-    bits = tuple(map(int.bit_length, map(sub, map(sub, rect.hi, rect.lo), ones)))
+    the extent (a part of 35 fits a cell of 64: at most 2 cells, not 3 of 32), packed into
+    one int (_packed_bits: an index sums them with one addition); kept on the rect (a piece
+    is entered in several indexes)."""
+    bits = packer(rect.lo, rect.hi)
     _set_cell_bits(rect, bits)
     return bits
 
 
-def _scan(entries, rect: Rect) -> list[tuple[int, Rect, Any]]:
-    """The (id, rect, value) of `entries` [(id, (rect, value))] overlapping the non-empty
-    `rect` of their dimensionality (Rect.overlaps inlined: this loop runs for every query)."""
-    return _scanner(len(rect.lo))[0](entries, rect)
+# Packed per-dimension sums: dimension d in bits [_FIELD * d, _FIELD * (d + 1)). Each field
+# is a sum of bit lengths (<= 64 each) over the items held, so it stays far below 2**_FIELD
+# and never borrows from or carries into its neighbour (items are removed only once added).
+_FIELD = 40
+_MASK = (1 << _FIELD) - 1
+_PACKERS: dict[int, Any] = {}
 
 
-def _pick(found, items: dict, rect: Rect) -> list[tuple[int, Rect, Any]]:
-    """The (id, rect, value) of the grid items `found` (ids, ascending) that overlap `rect`:
-    _scan for items known non-empty and of `rect`'s dimensionality."""
-    return _scanner(len(rect.lo))[1](found, items, rect)
+def _packed_bits(ndim: int):
+    """packed(lo, hi) -> the cell bits of a non-empty rect [lo, hi), packed, unrolled for
+    `ndim` dimensions."""
+    got = _PACKERS.get(ndim)
+    if got is None:
+        terms = " | ".join(f"((hi[{d}] - lo[{d}] - 1).bit_length() << {_FIELD * d})"
+                           for d in range(ndim)) or "0"
+        namespace: dict = {}
+        exec(compile(f"def packed(lo, hi):\n    return {terms}\n",
+                     f"<rectindex cell bits, {ndim}-d>", "exec"), namespace)
+        got = _PACKERS[ndim] = namespace["packed"]
+    return got
 
 
-# The overlap test of the two loops above, unrolled per dimensionality: `all(map(lt, ...))`
-# twice costs ~0.8 us per item, the unrolled comparisons ~0.15 us (a 40-item scan of 3-d
-# rects: 25 -> 5.5 us), and these loops are most of a RectIndex query.
+def _unpacked(bits: int, ndim: int) -> list[int]:
+    """The per-dimension sums packed in `bits`."""
+    return [(bits >> (_FIELD * d)) & _MASK for d in range(ndim)]
+
+
+# The overlap test of a query's loops (a scan of the items, a pick of the grid's), unrolled
+# per dimensionality: `all(map(lt, ...))` twice costs ~0.8 us per item, the unrolled
+# comparisons ~0.15 us (a 40-item scan of 3-d rects: 25 -> 5.5 us), and these loops are
+# most of a RectIndex query. An index keeps its own pair (set by its first item).
 _SCANNERS: dict[int, tuple] = {}
 
 
@@ -329,14 +348,23 @@ _SPANNERS: dict[int, Any] = {}
 
 
 def _spanner(ndim: int):
-    """span(lo, hi, cell) -> the first and last grid cell a non-empty rect [lo, hi) touches,
-    unrolled for `ndim` dimensions (as the scanners are: map() over tuples costs ~3x)."""
+    """span(lo, hi, cell) -> (first, last, count): the first and last grid cell a non-empty
+    rect [lo, hi) touches and how many cells that is; last is None when it is one cell (the
+    common case: one tuple made, none compared). Unrolled for `ndim` dimensions (as the
+    scanners are: map() over tuples costs ~3x)."""
     got = _SPANNERS.get(ndim)
     if got is None:
-        first = "".join(f"lo[{d}] // cell[{d}], " for d in range(ndim))
-        last = "".join(f"(hi[{d}] - 1) // cell[{d}], " for d in range(ndim))
+        ds = range(ndim)
+        bounds = "".join(f"    a{d} = lo[{d}] // cell[{d}]; b{d} = (hi[{d}] - 1) // cell[{d}]\n"
+                         for d in ds)
+        one = " and ".join(f"a{d} == b{d}" for d in ds) or "True"
+        first = "".join(f"a{d}, " for d in ds)
+        last = "".join(f"b{d}, " for d in ds)
+        count = " * ".join(f"(b{d} - a{d} + 1)" for d in ds) or "1"
         namespace: dict = {}
-        exec(compile(f"def span(lo, hi, cell):\n    return ({first}), ({last})\n",
+        exec(compile(f"def span(lo, hi, cell):\n{bounds}    if {one}:\n"
+                     f"        return ({first}), None, 1\n"
+                     f"    return ({first}), ({last}), {count}\n",
                      f"<rectindex spanner, {ndim}-d>", "exec"), namespace)
         got = _SPANNERS[ndim] = namespace["span"]
     return got
