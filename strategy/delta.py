@@ -7,10 +7,13 @@ groups of the launches using those regions (taskrt/nodegroups.py). Everything th
 needs per node (duration, resources, buffers used) is kept per group as arrays, joined per
 launch (a block, rebuilt when the planner gives the launch a new version) and over all
 launches (spliced where blocks changed), so a new graph's arrays cost O(changed launches) of
-Python, its node ids are resolved in bulk, and the whole
-timeline re-timed by the compiled list scheduler (strategy/listsched.py) and the memory peak
-by sorted allocation events (taskrt.liveness.peak_bytes_of_users). No per-node Python runs for
-the groups a change did not touch, and the result is by construction what a full
+Python, its node ids are resolved in bulk, and the timeline re-timed by the compiled list
+scheduler (strategy/listsched.py) from its last checkpoint before the first changed launch
+(in program order nothing before a node changes what it sees: listsched.Checkpoints), and
+the memory peak by one compiled sweep of sorted allocation events (strategy/memsweep.py).
+For a new group, what a copy's devices and bytes or a task's class and device determine is
+computed once per such key (_group_sim, _task_info). No per-node Python runs for the
+groups a change did not touch, and the result is by construction what a full
 simulation of the new graph gives (tests/strategy/test_delta.py checks it). The TaskGraph
 object view (`graph`) is built only when asked for.
 """
@@ -25,12 +28,14 @@ from parallel_ops.lowering import IncrementalLowering
 from parallel_ops.optim import SGD
 from taskrt import Planner
 from taskrt.gcpause import gc_paused
-from taskrt.liveness import (INSTANCE, PARTIAL, STAGING, buffers_of, own_bytes, results_of,
-                             task_reads_writes)
+from taskrt.liveness import (INSTANCE, PARTIAL, STAGING, STATE, buffers_of, own_bytes,
+                             results_of, state_key, task_reads_writes)
 from taskrt.nodegroups import GroupRun, join, resolve
+from taskrt.taskclasses import class_key
 from taskrt.taskgraph import COPY, TASK
 
 from .delta_memory import BufferTable
+from .listsched import Checkpoints
 from .simulator import NO_HOST, NodeTimer, Resources, SimResult, result_of, timeline
 
 # Buffers the tables may hold beyond 4 per node of the graph and one per node the planner's
@@ -155,7 +160,10 @@ class SimulationSession:
         them again from the current graph when they hold several graphs' worth."""
         self._epoch += 1
         self._infos: dict = {}           # node -> what it adds to its group (_node_info)
-        self._copy_infos: dict = {}      # copy key -> the same, shared (_copy_info)
+        self._copy_timings: dict = {}    # (src, dst, bytes) -> a copy's timing (_copy_timing)
+        self._copy_resources: dict = {}  # (src, dst) -> a copy's resource ids
+        # Per task class (its launch's cost tag for the launch): _task_info's template.
+        self._task_templates: dict = {}
         self._sims: dict = {}            # NodeGroup -> _GroupSim
         self._buffers = BufferTable(len(self.machine.devices))   # buffers as dense ids
         # Per launch, its groups' arrays joined (_LaunchBlock), and over all of them the
@@ -165,6 +173,10 @@ class SimulationSession:
         self._version_mark = 0                       # Planner.next_version when last synced
         self._num_block_sims = 0                     # sum(len(b.sims) for b in _blocks)
         self._read_by_writers: dict[str, int] = {}
+        # The last timeline's resource states, and how many of its first nodes the graph
+        # _blocks_now gave keeps (listsched.Checkpoints: a run resumes there).
+        self._checkpoints = Checkpoints(0, 0)
+        self._first_changed = 0
         self._writers_of: dict = defaultdict(dict)   # region -> {group sim: its reads}
         self._live_nodes = 0
 
@@ -257,11 +269,7 @@ class SimulationSession:
         """(duration, resource ids, buffer ids, regions read, regions written: a task's
         writes, or None when it writes nothing, host phases: (seconds, resource ids) before
         and after): what a node adds to its group's arrays, cached per node object
-        (unchanged nodes are the same objects in the next graph).
-        Copies, most of the nodes a change makes, differ only in their region, devices and
-        size: what those determine is computed once per such key (_copy_info)."""
-        if node.kind is COPY:
-            return self._copy_info(node)
+        (unchanged nodes are the same objects in the next graph). Copies: _group_sim."""
         d, rs = self.timer.timing(node)
         host = self._host_info(node)
         keys = buffers_of(node, staged=staged)
@@ -274,6 +282,44 @@ class SimulationSession:
         rid = self.resources.id
         return d, tuple(rid(x) for x in rs), bufs, reads, writes, host
 
+    def _task_info(self, node) -> tuple:
+        """_node_info of a point task from its class's template: what the cost key (the
+        launch's cost tag, the parts' shapes and the regions' dtypes), the buffers but for
+        the device and the regions read and written are functions of (taskrt/taskclasses.py;
+        the launch's cost tag stands for the launch, whose objects each change makes anew);
+        its duration per device spec, its resources and host phases per device. Saved
+        state (keyed by the task's color) is added per task."""
+        launch, dev = node.launch, node.device
+        key = (launch.cost_tag,) + class_key(node)[1:]
+        t = self._task_templates.get(key)
+        if t is None:
+            bufs = buffers_of(node)
+            if launch.saved_bytes and bufs and bufs[-1][0] == STATE:
+                bufs = bufs[:-1]
+            reads, writes = task_reads_writes(node)
+            t = self._task_templates[key] = (tuple([(b[0], b[1]) for b in bufs]),
+                                             reads if writes else (), writes or None, {}, {})
+        pattern, reads, writes, durations, per_device = t
+        got = per_device.get(dev)
+        if got is None:
+            spec = self.machine_model.device(dev)
+            d = durations.get(spec)
+            if d is None:
+                d = durations[spec] = self.timer.timing(node)[0]
+            known, new_id = self._buffers.ids, self._buffers.id
+            ids = []
+            for kind, name in pattern:
+                k = (kind, name, dev, None)
+                b = known.get(k)
+                ids.append(new_id(k, 0) if b is None else b)
+            got = per_device[dev] = (d, (self.resources.id(self.timer.compute(dev)),),
+                                     tuple(ids), reads, writes, self._host_info(node))
+        if launch.saved_bytes:
+            key = state_key(node)
+            if key is not None:
+                got = got[:2] + (got[2] + (self._buffer(key, own_bytes(key)),),) + got[3:]
+        return got
+
     def _host_info(self, node) -> tuple:
         """The node's host phases with resource ids (simulator.NodeTimer.host_phases)."""
         if not self.timer.host_costs:
@@ -282,46 +328,78 @@ class SimulationSession:
         rid = self.resources.id
         return hd, tuple(rid(x) for x in hr), pd, tuple(rid(x) for x in pr)
 
-    def _copy_info(self, node) -> tuple:
-        key = (node.region.name, node.src, node.dst, node.nbytes, node.reduction,
-               node.from_partial)
-        info = self._copy_infos.get(key)
-        if info is None:
-            d, rs = self.timer.timing(node)
-            bufs = buffers_of(node)
-            if node.reduction:         # the staging buffer (last) is the node's own
-                bufs = bufs[:-1]
-            info = self._copy_infos[key] = (
-                d, tuple(self.resources.id(x) for x in rs),
-                tuple(self._buffer(b, 0) for b in bufs), (), None, self._host_info(node))
-        if node.reduction:
-            staging = self._buffer((STAGING, key[0], node.dst, node), key[3])
-            return info[0], info[1], info[2] + (staging,), (), None, info[5]
-        return info
+    def _copy_timing(self, node, key) -> tuple:
+        """(duration, resource ids, host phases with ids) of a copy: functions of its
+        (source, destination, bytes) `key`, computed once per key."""
+        d, rs = self.timer.timing(node)
+        # Its resources (the links of the path, or the device) depend on the devices only.
+        ids = self._copy_resources.get(key[:2])
+        if ids is None:
+            rid = self.resources.id
+            ids = self._copy_resources[key[:2]] = tuple([rid(x) for x in rs])
+        got = self._copy_timings[key] = (d, ids, self._host_info(node))
+        return got
 
     def _group_sim(self, group) -> _GroupSim:
-        infos, make = self._infos, self._node_info
+        """The group's arrays, node by node in one loop. Copies, most of the nodes a change
+        makes, are done inline: their timing is a function of (source, destination, bytes)
+        (_copy_timing) and their buffers are the region's instance (or partial sums) on
+        each side or a staging buffer of their own (liveness.buffers_of). A task adds what
+        the first task of its class (taskrt/taskclasses.py: its cost key, buffers but for
+        the device, reads and writes) on its device added; other nodes are asked once per
+        node object (_node_info; unchanged nodes are the same objects in the next graph)."""
+        infos, make, timings = self._infos, self._node_info, self._copy_timings
+        task_info = self._task_info
+        known, new_id = self._buffers.ids, self._buffers.id
         staged = group.staged
-        rows = []
-        for k, node in enumerate(group.nodes):
-            info = infos.get(node)
-            if info is None:
-                info = infos[node] = make(node, None if staged is None else staged[k])
-            rows.append(info)
-        n = len(rows)
+        dur, res_counts, res_ids, buf_ids, hosts = [], [], [], [], []
+        buf_counts = [2] * len(group.nodes)
         read_by_writers, reads_of_writers = set(), {}
-        for _, _, _, reads, writes, _ in rows:
-            if writes is not None:
-                read_by_writers.update(reads)
-                for w in writes:
-                    reads_of_writers.setdefault(w, set()).update(reads)
-        return _GroupSim(np.fromiter((r[0] for r in rows), dtype=np.float64, count=n),
-                         np.fromiter((len(r[1]) for r in rows), dtype=np.int64, count=n),
-                         np.fromiter((x for r in rows for x in r[1]), dtype=np.int64),
-                         np.fromiter((len(r[2]) for r in rows), dtype=np.int64, count=n),
-                         np.fromiter((x for r in rows for x in r[2]), dtype=np.int64),
-                         frozenset(read_by_writers), reads_of_writers,
-                         _host_arrays([r[5] for r in rows]) if self.timer.host_costs else None)
+        for k, node in enumerate(group.nodes):
+            if node.kind is COPY:
+                name, src, dst, nbytes = node.region.name, node.src, node.dst, node.nbytes
+                t = timings.get((src, dst, nbytes))
+                if t is None:
+                    t = self._copy_timing(node, (src, dst, nbytes))
+                d, rs, host = t
+                key = (PARTIAL if node.from_partial else INSTANCE, name, src, None) \
+                    if node.reduction else (INSTANCE, name, src, None)
+                a = known.get(key)
+                if a is None:
+                    a = new_id(key, 0)
+                if node.reduction:               # the staging buffer is the node's own
+                    b = new_id((STAGING, name, dst, node), nbytes)
+                else:
+                    key = (INSTANCE, name, dst, None)
+                    b = known.get(key)
+                    if b is None:
+                        b = new_id(key, 0)
+                buf_ids.append(a)
+                buf_ids.append(b)
+            else:
+                if node.kind is TASK:
+                    info = task_info(node)
+                else:
+                    info = infos.get(node)
+                    if info is None:
+                        info = infos[node] = make(node, None if staged is None else staged[k])
+                d, rs, bufs, reads, writes, host = info
+                buf_counts[k] = len(bufs)
+                buf_ids.extend(bufs)
+                if writes is not None:
+                    read_by_writers.update(reads)
+                    for w in writes:
+                        reads_of_writers.setdefault(w, set()).update(reads)
+            dur.append(d)
+            res_counts.append(len(rs))
+            res_ids.extend(rs)
+            hosts.append(host)
+        i8 = np.int64
+        return _GroupSim(np.array(dur, dtype=np.float64), np.array(res_counts, dtype=i8),
+                         np.array(res_ids, dtype=i8), np.array(buf_counts, dtype=i8),
+                         np.array(buf_ids, dtype=i8), frozenset(read_by_writers),
+                         reads_of_writers,
+                         _host_arrays(hosts) if self.timer.host_costs else None)
 
     def _region_buffer_arrays(self, name: str) -> tuple | None:
         """Region `name`'s instance and partial-sum buffers (ids, devices, bytes), or None
@@ -367,11 +445,13 @@ class SimulationSession:
         counts, writers = self._read_by_writers, self._writers_of
         since = planner.versions_since(self._version_mark) if known else None
         self._version_mark = planner.next_version
+        first_block = known
         for li in (range(len(planner.plans)) if since is None else since):
             version = planner.plans[li].version
             if li < known and blocks[li].version == version:
                 continue
             new = self._block(li, version)
+            first_block = min(first_block, li)
             if li < known:
                 changed.append(li)
                 for s in blocks[li].sims:
@@ -387,6 +467,9 @@ class SimulationSession:
                 _count(counts, s.read_by_writers, 1)
                 for written, reads in s.reads_of_writers.items():
                     writers[written][s] = reads
+        # The nodes before the first changed launch are those of the last simulated graph.
+        self._first_changed = 0 if self._joined is None else \
+            int(self._joined.lens["dur"][:first_block].sum())
         if self._joined is None or len(blocks) != known or 4 * len(changed) > len(blocks):
             self._joined = _Joined(blocks, _SIM_ARRAYS + _RUN_ARRAYS +
                                    (_HOST_ARRAYS if self.timer.host_costs else ()))
@@ -417,7 +500,8 @@ class SimulationSession:
         host = tuple(a[f] for f in _HOST_ARRAYS) if self.timer.host_costs else None
         start, run, end, busy = timeline(a["dur"], a["res_counts"], a["res_ids"],
                                          asm.pred_ptr, asm.preds, self.resources, host,
-                                         self.timer.ready_order)
+                                         self.timer.ready_order, self._checkpoints,
+                                         self._first_changed)
         memory = self._memory(touched, start, end)
         return result_of(self.machine_model, start, end, busy, memory, run)
 

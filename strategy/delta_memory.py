@@ -7,16 +7,19 @@ the planner's current rect). Per region the table holds its current instance/par
 buffers; what a change does not touch is not looked at again: the current byte sizes are
 one array updated where a region's buffers changed, and the persistent bytes of the
 regions' buffers per device are sums updated by the same deltas (recomputed over all
-regions only when the set of kept regions changes). What is left per proposal is numpy
-over the graph's buffer uses (which temporaries, their first and last users' times) and
-the sort of their allocation events (taskrt.liveness.peak_bytes_of_users).
+regions that enter or leave the kept set when it changes). What is left per proposal is
+one compiled pass over the graph's buffer uses (which temporaries, their first and last
+users' times) and the sort of their allocation events (strategy/memsweep.py: the model of
+taskrt.liveness.peak_bytes_of_users, which the tests compare it with).
 """
 from __future__ import annotations
 
 import numpy as np
 
-from taskrt.liveness import STAGING, STATE, is_small, peak_bytes_of_users
+from taskrt.liveness import STAGING, STATE, is_small
 from taskrt.settings import Settings
+
+from .memsweep import sweep_peak
 
 
 class _Column:
@@ -122,11 +125,22 @@ class BufferTable:
         if kept == self._kept and len(self._kept_mask) == len(index):
             return
         if kept != self._kept:
-            self._kept = set(kept)
-            self._persistent_bytes[:] = 0
-            self._persistent_count[:] = 0
-            for name, buffers in self.regions.items():
-                self._add_persistent(name, buffers, 1)
+            # Only the regions that came into or left the kept set count differently.
+            changed = self._kept ^ kept if self._kept is not None else None
+            if changed is None or len(changed) > len(self.regions):
+                self._kept = set(kept)
+                self._persistent_bytes[:] = 0
+                self._persistent_count[:] = 0
+                for name, buffers in self.regions.items():
+                    self._add_persistent(name, buffers, 1)
+            else:
+                for name in changed:
+                    if name in self.regions:
+                        self._add_persistent(name, self.regions[name], -1)
+                self._kept = set(kept)
+                for name in changed:
+                    if name in self.regions:
+                        self._add_persistent(name, self.regions[name], 1)
         mask = np.zeros(len(index), dtype=bool)
         mask[[index[name] for name in kept if name in index]] = True
         self._kept_mask = mask
@@ -137,19 +151,7 @@ class BufferTable:
         buffer users_buf[i] and node j runs from start[j] to end[j], the regions in `kept`
         persisting."""
         self._set_kept(kept)
-        sizes = self._sizes()
-        region, kept_mask = self.region.array(), self._kept_mask
-        dev = self.dev.array()
-        per_bytes = self._persistent_bytes.copy()
-        per_count = self._persistent_count.copy()
-        # Staging buffers in use: persistent when small (or their region is kept).
-        staged = np.unique(users_buf[self.staging.array()[users_buf]])
-        keep = staged[kept_mask[region[staged]] | is_small(sizes[staged], self._settings)]
-        np.add.at(per_bytes, dev[keep], sizes[keep])
-        np.add.at(per_count, dev[keep], 1)
-        persistent = {int(d): int(per_bytes[d]) for d in np.flatnonzero(per_count)}
-        # Temporaries with users: allocated from their first user to their last.
-        temp = ~((kept_mask[region[users_buf]] | is_small(sizes[users_buf], self._settings))
-                 & ~self.state.array()[users_buf])
-        return peak_bytes_of_users(users_buf[temp], users_node[temp], dev, sizes, start, end,
-                                   persistent)
+        return sweep_peak(users_buf, users_node, start, end, self._sizes(), self.dev.array(),
+                          self.region.array(), self._kept_mask, self.staging.array(),
+                          self.state.array(), self._settings.min_temporary_bytes,
+                          self._persistent_bytes.copy(), self._persistent_count.copy())

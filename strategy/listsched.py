@@ -17,6 +17,16 @@ ready (ties in program order): the paper's Algorithm 1, and what the MPI executo
 ranks run whatever instruction is ready: taskrt/executor/scheduler.py), where program
 order would keep a rank's thread waiting for one message while later work is ready.
 
+Resuming (program order only, Checkpoints): node i's times depend only on nodes 0..i-1
+(its predecessors come before it, and its resources' state is what those nodes left), so
+a run saves the resources' state (free at, busy seconds) every EVERY nodes, and the next
+run of a graph whose first `first` nodes are the same (delta simulation: the launches
+before the first one a change touched) copies their times and starts at the checkpoint
+before `first`, bit for bit what a whole run gives (the same additions in the same
+order). Ready order pops nodes by time across the whole graph: it never resumes. Times
+after the changed launches are recomputed, not compared: a change's new durations move
+every later node on the critical path in practice.
+
 numba compiles the loop on first use in a process that simulates (a few seconds once; the
 machine code is cached in __pycache__ next to this file, and later processes pay about a
 second to import numba and load it). Without numba the same function runs as plain Python:
@@ -28,6 +38,7 @@ import numpy as np
 
 _SIGNATURE = ("void(f8[::1], i8[::1], i8[::1], i8[::1], i8[::1], i8, f8[::1], i8[::1], "
               "i8[::1], f8[::1], i8[::1], i8[::1], f8[::1], f8[::1], f8[::1], f8[::1])")
+_SIGNATURE_RESUMING = _SIGNATURE[:-1] + ", i8, i8, f8[:, ::1], f8[:, ::1])"
 
 
 def _hold(free, busy, ptr, ids, i, t, d):
@@ -46,9 +57,21 @@ def _hold(free, busy, ptr, ids, i, t, d):
 
 
 def _schedule(dur, res_ptr, res_ids, pred_ptr, preds, num_resources, pre_dur, pre_ptr,
-              pre_ids, post_dur, post_ptr, post_ids, start, run, end, busy):
+              pre_ids, post_dur, post_ptr, post_ids, start, run, end, busy, first, every,
+              saved_free, saved_busy):
+    """Program order. Before node i (i a multiple of `every`) the resources' state (when
+    each is free, its busy seconds) is saved in row i // every of saved_free/saved_busy;
+    the run starts at the saved row before node `first` (the caller has set start, run and
+    end of the nodes before it), as nothing before a node changes what it sees."""
     free = np.zeros(num_resources)
-    for i in range(dur.shape[0]):
+    i0 = (first // every) * every
+    if i0 > 0:
+        free[:] = saved_free[i0 // every, :num_resources]
+        busy[:] = saved_busy[i0 // every, :num_resources]
+    for i in range(i0, dur.shape[0]):
+        if i % every == 0:
+            saved_free[i // every, :num_resources] = free
+            saved_busy[i // every, :num_resources] = busy
         t = 0.0
         for k in range(pred_ptr[i], pred_ptr[i + 1]):
             e = end[preds[k]]
@@ -178,20 +201,61 @@ def _kernel(ready_order: bool = False):
             _hold = njit(cache=True, nogil=True, inline="always")(_hold)
             _push = njit(cache=True, nogil=True)(_push)
             _pop = njit(cache=True, nogil=True)(_pop)
-            _compiled = njit(_SIGNATURE, cache=True, nogil=True)(_schedule)
+            _compiled = njit(_SIGNATURE_RESUMING, cache=True, nogil=True)(_schedule)
             _compiled_ready = njit(_SIGNATURE, cache=True, nogil=True)(_schedule_ready)
     return _compiled_ready if ready_order else _compiled
 
 
+EVERY = 1024          # nodes between checkpoints (at the least)
+
+
+class Checkpoints:
+    """The resources' state every `every` nodes of the last program-order run (filled by
+    the run), and its start, run and end (`last`; None until a run completes): what a run
+    of a graph whose first nodes are those of that run, with the same arrays, resumes from
+    (delta simulation)."""
+    __slots__ = ("every", "free", "busy", "last")
+
+    def __init__(self, n: int, num_resources: int, every: int | None = None):
+        # Every EVERY nodes, or fewer rows for a large graph on many resources (<= 32 MiB).
+        self.every = every or max(EVERY, -(-2 * n * max(num_resources, 1) // (1 << 22)))
+        rows = (n + n // 4) // self.every + 2          # room for the graph to grow a little
+        width = num_resources + (16 if n else 0)
+        self.free = np.zeros((rows, width))
+        self.busy = np.zeros((rows, width))
+        self.last: tuple | None = None
+
+    def fits(self, n: int, num_resources: int) -> bool:
+        return n // self.every + 2 <= self.free.shape[0] and \
+            num_resources <= self.free.shape[1]
+
+
 def list_schedule(dur, res_ptr, res_ids, pred_ptr, preds, num_resources: int, host=None,
-                  ready_order: bool = False):
+                  ready_order: bool = False, checkpoints: Checkpoints | None = None,
+                  first: int = 0):
     """(start, run, end, busy): per node when it first holds a resource, when its device
     work starts and when it ends; per resource its busy seconds. `host` is None (no host
     phases) or (pre_dur, pre_ptr, pre_ids, post_dur, post_ptr, post_ids); `ready_order`:
-    resources serve in ready order instead of program order."""
+    resources serve in ready order instead of program order. `checkpoints` (program
+    order): filled as the run goes; with `first` > 0 the run resumes from them, the caller
+    promising that nodes 0..first-1 and everything about them are those of the run that
+    filled them (their times are taken from checkpoints.last). A run that cannot resume
+    (a first run, a graph or resource count the checkpoints do not fit) starts again."""
     n = len(dur)
     start, run, end = np.zeros(n), np.zeros(n), np.zeros(n)
     busy = np.zeros(num_resources)
+    if checkpoints is None or ready_order:
+        checkpoints, first = Checkpoints(0, num_resources, every=n + 1), 0
+    last, checkpoints.last = checkpoints.last, None
+    if last is None or not checkpoints.fits(n, num_resources):
+        if not checkpoints.fits(n, num_resources):
+            checkpoints.__init__(n, num_resources)
+        first = 0
+    # (the row before node `first` was written: first < the last run's node count)
+    first = max(0, min(first, len(last[0]) - 1 if last is not None else 0, n))
+    keep = (first // checkpoints.every) * checkpoints.every
+    for new, old in zip((start, run, end), last or ()):
+        new[:keep] = old[:keep]
     if host is None:
         none = np.zeros(n + 1, dtype=np.int64)
         empty = np.zeros(0, dtype=np.int64)
@@ -199,11 +263,16 @@ def list_schedule(dur, res_ptr, res_ids, pred_ptr, preds, num_resources: int, ho
     f8, i8 = np.float64, np.int64
     pre_dur, pre_ptr, pre_ids, post_dur, post_ptr, post_ids = host
     c = np.ascontiguousarray
-    _kernel(ready_order)(c(dur, dtype=f8), c(res_ptr, dtype=i8), c(res_ids, dtype=i8),
-              c(pred_ptr, dtype=i8), c(preds, dtype=i8), num_resources,
-              c(pre_dur, dtype=f8), c(pre_ptr, dtype=i8), c(pre_ids, dtype=i8),
-              c(post_dur, dtype=f8), c(post_ptr, dtype=i8), c(post_ids, dtype=i8),
-              start, run, end, busy)
+    args = (c(dur, dtype=f8), c(res_ptr, dtype=i8), c(res_ids, dtype=i8),
+            c(pred_ptr, dtype=i8), c(preds, dtype=i8), num_resources,
+            c(pre_dur, dtype=f8), c(pre_ptr, dtype=i8), c(pre_ids, dtype=i8),
+            c(post_dur, dtype=f8), c(post_ptr, dtype=i8), c(post_ids, dtype=i8),
+            start, run, end, busy)
+    if ready_order:
+        _kernel(True)(*args)
+    else:
+        _kernel(False)(*args, first, checkpoints.every, checkpoints.free, checkpoints.busy)
+        checkpoints.last = (start, run, end)
     return start, run, end, busy
 
 

@@ -206,20 +206,21 @@ class Resources:
 
 
 def timeline(dur, res_counts, res_ids, pred_ptr, preds, resources: Resources, host=None,
-             ready_order: bool = False):
+             ready_order: bool = False, checkpoints=None, first: int = 0):
     """(start, run, end, busy by resource name) of nodes in program order
     (strategy.listsched): each starts when its predecessors have ended and its resources are
     free (FIFO per resource in program order, or with `ready_order` in the order the nodes
     become ready: NodeTimer.ready_order), and holds them for its duration. `host`:
     None, or (pre seconds, pre counts, pre ids, post seconds, post counts, post ids) of the
-    nodes' host phases."""
+    nodes' host phases. `checkpoints`, `first`: listsched.list_schedule's (a run that
+    resumes where the last one's nodes changed: delta simulation)."""
     n = len(resources.items)
     phases = None
     if host is not None:
         pre_dur, pre_counts, pre_ids, post_dur, post_counts, post_ids = host
         phases = (pre_dur, csr(pre_counts), pre_ids, post_dur, csr(post_counts), post_ids)
     start, run, end, busy = list_schedule(dur, csr(res_counts), res_ids, pred_ptr, preds, n,
-                                          phases, ready_order)
+                                          phases, ready_order, checkpoints, first)
     ids = np.asarray(res_ids, dtype=np.int64)
     if host is not None:
         ids = np.concatenate([ids, np.asarray(pre_ids, dtype=np.int64),

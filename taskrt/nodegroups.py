@@ -18,6 +18,7 @@ launch's points are).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import chain
 
 import numpy as np
 
@@ -37,11 +38,13 @@ class NodeGroup:
     @classmethod
     def of(cls, key, gid: int, nodes: list, preds: list, staged=None) -> "NodeGroup":
         """`preds`: per node, a list of (group id, index) pairs."""
-        counts = np.fromiter((len(p) for p in preds), dtype=np.int64, count=len(preds))
-        flat = [x for p in preds for x in p]
-        if flat:
-            arr = np.array(flat, dtype=np.int64).reshape(-1, 2)
-            gids, idx = arr[:, 0].copy(), arr[:, 1].copy()
+        counts = np.fromiter(map(len, preds), dtype=np.int64, count=len(preds))
+        total = int(counts.sum())
+        if total:
+            # (a C loop over the pairs' numbers: np.array of a list of tuples is ~2x slower)
+            arr = np.fromiter(chain.from_iterable(chain.from_iterable(preds)), dtype=np.int64,
+                              count=2 * total)
+            gids, idx = arr[0::2].copy(), arr[1::2].copy()
         else:
             gids = idx = _EMPTY
         return cls(key, gid, nodes, counts, gids, idx, staged)

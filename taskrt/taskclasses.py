@@ -28,6 +28,17 @@ _SIGNATURE = attrgetter("region.name", "privilege.code", "rect.shape")
 _FLAGS = itemgetter(1, 2)
 
 
+def class_key(node) -> tuple:
+    """What decides a point task's class: (launch, per requirement (region name, privilege
+    code, part shape), per requirement None or its Red+ targets' (partial, accumulate))."""
+    targets = node.targets
+    if targets.count(None) == len(targets):
+        pattern = None
+    else:
+        pattern = tuple([None if t is None else tuple(map(_FLAGS, t)) for t in targets])
+    return (node.launch, tuple(map(_SIGNATURE, node.requirements)), pattern)
+
+
 class TaskClasses:
     """ids: the graph's task node ids, ascending; cls: per task, its class; device: per
     task, its device; first: per class, its first task node; others: the ids of the nodes
@@ -51,13 +62,7 @@ class TaskClasses:
             if node.kind is not TASK:
                 others.append(node.id)
                 continue
-            targets = node.targets
-            if targets.count(None) == len(targets):
-                pattern = None
-            else:
-                pattern = tuple([None if t is None else tuple(map(_FLAGS, t))
-                                 for t in targets])
-            key = (node.launch, tuple(map(_SIGNATURE, node.requirements)), pattern)
+            key = class_key(node)
             c = get(key)
             if c is None:
                 c = classes[key] = len(first)

@@ -4,6 +4,7 @@ kept regions or under the small-buffer size, temporaries from first to last user
 import random
 
 import numpy as np
+import pytest
 
 from strategy.delta_memory import BufferTable
 from taskrt.liveness import INSTANCE, PARTIAL, STAGING, STATE, is_small, peak_bytes_of_users
@@ -40,8 +41,9 @@ def from_scratch(table, regions, kept, users_buf, users_node, start, end):
                                persistent)
 
 
-def test_peak_equals_from_scratch_after_random_updates():
-    rng = random.Random(5)
+@pytest.mark.parametrize("seed", [5, 6, 7, 8])
+def test_peak_equals_from_scratch_after_random_updates(seed):
+    rng = random.Random(seed)
     table = BufferTable(DEVICES)
     copies = [_Copy() for _ in range(5)]
     own = [table.id((STAGING, rng.choice(REGIONS), rng.randrange(DEVICES), c),

@@ -1,0 +1,61 @@
+"""Delta simulation's timeline resumes from the last run's checkpoints at the first launch a
+change touched (strategy/listsched.py Checkpoints) and still equals full simulation exactly:
+with a checkpoint every few nodes, so that the small models resume mid-graph, after random
+changes and undos, with and without host costs (program order; ready order never resumes)."""
+import random
+
+import numpy as np
+import pytest
+
+import strategy.listsched as listsched
+from strategy.costs import CostModel
+from strategy.delta import SimulationSession
+from strategy.machine_model import machine_model
+
+from mpi.models import cnn, lstm_model, mlp, random_strategy
+from tests.strategy.test_delta import app_model, p100_with_host
+
+
+@pytest.fixture
+def resumed(monkeypatch):
+    """Checkpoints every 4 nodes; records each program-order run's `first`."""
+    monkeypatch.setattr(listsched, "EVERY", 4)
+    firsts = []
+    original = listsched.list_schedule
+
+    def spy(*args, **kwargs):
+        if kwargs.get("checkpoints", args[8] if len(args) > 8 else None) is not None:
+            firsts.append(kwargs.get("first", args[9] if len(args) > 9 else 0))
+        return original(*args, **kwargs)
+    monkeypatch.setattr("strategy.simulator.list_schedule", spy)
+    return firsts
+
+
+def check_resumed_equals_full(model, machine, changes, seed, firsts):
+    rng = random.Random(seed)
+    strategy = random_strategy(model, 4, seed)
+    session = SimulationSession(model, machine, CostModel(), strategy)
+    for k in range(changes):
+        op = rng.choice(model.ops)
+        config = random_strategy(model, 4, 1000 * seed + k)[op.name]
+        got = session.change(op.name, config)
+        if rng.random() < 0.3:
+            got = session.undo()
+        full = session.full()
+        assert got.makespan == full.makespan, f"change {k}: {op.name}"
+        assert np.array_equal(got.start, full.start) and np.array_equal(got.end, full.end)
+        assert got.busy == full.busy and got.memory == full.memory
+    assert any(f >= 8 for f in firsts), firsts       # resumed past a checkpoint
+
+
+@pytest.mark.parametrize("build", [mlp, cnn, lstm_model], ids=["mlp", "cnn", "lstm"])
+def test_resumed_timeline_equals_full(build, resumed):
+    check_resumed_equals_full(build()[0], machine_model("p100:1"), 10, 7, resumed)
+
+
+def test_resumed_timeline_equals_full_with_host_costs(resumed):
+    check_resumed_equals_full(cnn()[0], p100_with_host(), 10, 8, resumed)
+
+
+def test_resumed_timeline_equals_full_on_an_app(resumed):
+    check_resumed_equals_full(app_model("inception"), machine_model("p100:1"), 4, 9, resumed)
