@@ -265,13 +265,7 @@ class RegionPlanner:
                 self.state.add_holder(rect, device)
 
     def _buffer(self, device: int, partial: bool, rect: Rect) -> BufferAccesses:
-        # (_instance_rect inlined: this runs for every access and copy)
-        rects = self.partial_rects if partial else self.instance_rects
-        old = rects.get(device)
-        if old is None:
-            rects[device] = rect
-        elif old is not rect and not self._inside(old, rect):
-            rects[device] = old.union_bbox(rect)
+        self._instance_rect(device, rect, partial)
         buf = self.buffers.get((device, partial))
         if buf is None:
             buf = self.buffers[device, partial] = BufferAccesses()
