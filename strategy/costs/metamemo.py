@@ -141,7 +141,9 @@ _TENSOR = object()
 
 
 def _broadcast(shapes) -> tuple | None:
-    """The broadcast of `shapes` if they broadcast and no size is 0, else None."""
+    """The broadcast of `shapes` if they broadcast and no size is 0, else None.
+    (torch.broadcast_shapes gives the same shape but costs ~40 us a call here against ~2:
+    this runs once per pointwise operator counted.)"""
     nd = max(map(len, shapes))
     out = [1] * nd
     for s in shapes:
