@@ -54,10 +54,11 @@ from taskrt.geometry import Rect
 
 from .activation import (FusesActivation, activate, activate_saving, activated,
                          activation_backward, check_activation)
+from .workshape import activation_backward_kernels, activation_kernels
 from .errors import ShapeError
 from .model import Model, builder
 from .nchw import check_nchw
-from .op import ATTRIBUTE, PARAMETER, REDUCTION, SAMPLE, Dim, Op, PartSpec, Stage
+from .op import ATTRIBUTE, PARAMETER, REDUCTION, SAMPLE, Dim, Op, PartSpec, PartWork, Stage
 from .tensor import Tensor
 
 NCHW = ("n", "c", "h", "w")
@@ -119,17 +120,18 @@ class BatchNorm2d(FusesActivation, Op):
         self._training_stages = [
             _SumStage(self, "stats", [x], [stats], self._stats,
                       labels={"inputs": (NCHW,), "weights": (), "outputs": (PER_CHANNEL,)},
-                      kinds=reduced, part=_split_samples_part),
+                      kinds=reduced, part=_split_samples_part, work=_stats_work),
             _SumStage(self, "centered", [x, stats], [centered], self._centered,
                       labels={"inputs": (NCHW, PER_CHANNEL), "weights": (),
                               "outputs": (PER_CHANNEL,)}, kinds=reduced,
-                      part=_split_samples_part),
+                      part=_split_samples_part, work=_centered_work),
             _Normalize(self, [x, stats, centered], [y, nxt], affine_w + list(running)),
             Stage(self, "running_next", [stats, centered], [nxt], self._running_next,
                   weights=running, part=_running_next_part, differentiable=False,
-                  replicated=True),
+                  replicated=True, work=_running_next_work),
             Stage(self, "running_write", [nxt], list(running), _split_rows,
-                  part=_channels_part, differentiable=False, replicated=True),
+                  part=_channels_part, differentiable=False, replicated=True,
+                  work=lambda stage, phase, spec, plan: PartWork(0, 0)),
         ]
 
     def output_writers(self):
@@ -338,6 +340,9 @@ class _Normalize(Stage):
         out, act = activate_saving(bn.activation, y)
         return [out, nxt], saved + (act,)
 
+    def work(self, phase, spec, plan):
+        return _normalize_work(self, phase, spec, plan)
+
     def backward(self, spec, saved, output_grads, need_inputs, need_weights):
         if saved[0] is _NATIVE:
             return self.parent._native_backward(saved, output_grads[0], need_inputs,
@@ -347,6 +352,74 @@ class _Normalize(Stage):
 
 
 _NATIVE = "native"              # the tag of what _native_normalized saves
+
+
+# -- declared work (Op.work; strategy/costs/formulas.py): the kernels the code above runs.
+# A cast (.to) dispatches a kernel only between different dtypes: `_casts` counts them.
+
+def _casts(*pairs) -> int:
+    return sum(a != b for a, b in pairs)
+
+
+def _dtypes(stage):
+    """(x's dtype, the accumulation dtype), as torch dtypes."""
+    bn = stage.parent
+    return getattr(torch, bn.inputs[0].dtype), bn.accumulate
+
+
+def _stats_work(stage, phase, spec, plan):
+    """A sum; backward: autograd's cast of the expanded gradient to x's dtype."""
+    if spec.outputs[0].empty:
+        return PartWork(0, 0, nones=(0,))
+    x, acc = _dtypes(stage)
+    return PartWork(0, 1) if phase == "fwd" else PartWork(0, _casts((acc, x)))
+
+
+def _centered_work(stage, phase, spec, plan):
+    """Forward: the mean (a division, a cast), x - mean, its square, the sum. Backward
+    (autograd): the sum's cast, the square's two products and their sum, zeros for the
+    detached mean's gradient; only zeros when x wants no gradient."""
+    if spec.outputs[0].empty:
+        return PartWork(0, 0, nones=(0,))
+    x, acc = _dtypes(stage)
+    if phase == "fwd":
+        return PartWork(0, 4 + _casts((acc, x)))
+    if not plan.need_inputs[0]:
+        return PartWork(0, len(plan.targets))
+    return PartWork(0, 3 + _casts((acc, x)) + plan.need_inputs[1])
+
+
+def _running_next_work(stage, phase, spec, plan):
+    """_running_next's nine operations and casts; counted under momentum=None (its
+    momenta are computed with CPU tensors every call)."""
+    if spec.outputs[0].empty:
+        return PartWork(0, 0, nones=(0,))
+    bn = stage.parent
+    r = getattr(torch, bn.weights[-1].dtype)
+    if bn._fixed_momenta is None or bn._fixed_momenta[0] != r:
+        return None
+    acc = bn.accumulate
+    return PartWork(0, 9 + _casts((acc, r), (acc, r), (r, acc), (r, acc), (acc, r)))
+
+
+def _normalize_work(stage, phase, spec, plan):
+    """Whole samples: the buffers' cat and torch's kernel (or its backward). Split
+    samples: _normalized's and _normalize_backward's operations and casts."""
+    bn = stage.parent
+    act = activation_kernels(bn.activation) if phase == "fwd" else \
+        activation_backward_kernels(bn.activation)
+    if _whole_samples(spec):
+        return PartWork(0, (2 if phase == "fwd" else 1) + act)
+    x, acc = _dtypes(stage)
+    affine = bn.params["affine"]
+    if phase == "fwd":
+        return PartWork(0, 5 + 4 * _casts((acc, x)) + (3 if affine else 2) + 1 + act)
+    ni, nw = plan.need_inputs, plan.need_weights
+    k = act + 4 + _casts((x, acc)) + (1 + _casts((x, acc)) if affine else 0)
+    k += ni[0] + 3 * ni[1] + 5 * ni[2]
+    if affine:
+        k += nw[0] * (1 + _casts((acc, x))) + nw[1] * _casts((acc, x))
+    return PartWork(0, k)
 
 
 def _samples_whole(degrees) -> bool:

@@ -32,7 +32,9 @@ from .activation import (FusesActivation, activate, activate_saving, activated,
 from .errors import ShapeError
 from .model import Model, builder
 from .nchw import check_nchw, halo, out_size, pair, split_padding
-from .op import ATTRIBUTE, PARAMETER, REDUCTION, SAMPLE, Dim, Op, PartSpec
+from . import workshape
+from .op import ATTRIBUTE, PARAMETER, REDUCTION, SAMPLE, Dim, Op, PartSpec, PartWork
+from .workshape import activation_backward_kernels, activation_kernels
 from .tensor import Tensor
 
 
@@ -178,6 +180,28 @@ class Conv2d(FusesActivation, Op):
             pr["dilation"], False, (0, 0), 1,
             [need_inputs[0], need_weights[0], has_bias and need_weights[1]])
         return [dx], [dw, db]
+
+    def work(self, phase, spec, plan):
+        """The convolution (after an explicit pad: one more kernel, and its derivative in
+        backward when the input's gradient is wanted), its activation; backward's
+        activation derivative and convolution_backward. Parts reading only padding or
+        spanning groups are counted."""
+        info = spec.info
+        if spec.inputs[0].empty or info.span > 1 or info.group_in:
+            return None
+        x, w, y = spec.inputs[0].shape, spec.weights[0].shape, spec.outputs[0].shape
+        pad = any(info.explicit)
+        if phase == "fwd":
+            return PartWork(workshape.conv(x, w, y),
+                            1 + pad + activation_kernels(self.activation))
+        if pad:
+            x = (x[0], x[1], x[2] + info.explicit[2] + info.explicit[3],
+                 x[3] + info.explicit[0] + info.explicit[1])
+        has_bias = len(spec.weights) > 1 and not spec.weights[1].empty
+        mask = [plan.need_inputs[0], plan.need_weights[0],
+                has_bias and plan.need_weights[1]]
+        return PartWork(workshape.conv_backward(y, x, w, mask),
+                        1 + (pad and mask[0]) + activation_backward_kernels(self.activation))
 
     def reference(self, inputs, weights):
         pr = self.params

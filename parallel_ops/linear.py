@@ -19,7 +19,9 @@ from .activation import (FusesActivation, activate, activate_saving, activated,
                          activation_backward, check_activation)
 from .errors import ShapeError
 from .model import Model, builder
-from .op import ATTRIBUTE, PARAMETER, REDUCTION, SAMPLE, Dim, Op, PartSpec
+from . import workshape
+from .op import ATTRIBUTE, PARAMETER, REDUCTION, SAMPLE, Dim, Op, PartSpec, PartWork
+from .workshape import activation_backward_kernels, activation_kernels
 from .tensor import Tensor
 
 
@@ -106,6 +108,24 @@ class Linear(FusesActivation, Op):
         if has_bias and need_weights[1]:
             db = dy.sum(0)
         return [dx], [dw, db]
+
+    def work(self, phase, spec, plan):
+        """forward_saving's one matrix product (addmm with the bias) and activation;
+        backward's activation derivative, a product per wanted input or weight gradient,
+        the bias's sum."""
+        x, w = spec.inputs[0].shape, spec.weights[0].shape
+        if spec.inputs[0].empty or spec.weights[0].empty:
+            return None
+        rows = workshape.numel(x[:-1])
+        o, i = w
+        if phase == "fwd":
+            return PartWork(workshape.mm((rows, i), (i, o)),
+                            1 + activation_kernels(self.activation))
+        has_bias = len(spec.weights) > 1 and not spec.weights[1].empty
+        dx, dw = plan.need_inputs[0], plan.need_weights[0]
+        db = has_bias and plan.need_weights[1]
+        flops = dx * workshape.mm((rows, o), (o, i)) + dw * workshape.mm((i, rows), (rows, o))
+        return PartWork(flops, dx + dw + db + activation_backward_kernels(self.activation))
 
     def reference(self, inputs, weights):
         y = F.linear(inputs[0], *weights)

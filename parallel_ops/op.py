@@ -57,6 +57,19 @@ class PartSpec:
     info: Any = None                # op-specific facts for forward (e.g. padding of this part)
 
 
+@dataclass(frozen=True, slots=True)
+class PartWork:
+    """The declared work of one part in one phase (Op.work): the FLOPs torch's formulas
+    give for what its task function runs (parallel_ops.workshape), the kernels it
+    dispatches, and which of the values it returns (one per WD/RW/Red+ requirement, in
+    order) are zero contributions (`zeros`) or None (`nones`, written in place or not
+    at all); the executor stores each other one, a kernel the cost model adds."""
+    flops: int
+    kernels: int
+    zeros: tuple = ()
+    nones: tuple = ()
+
+
 class Op:
     """Base class of every operator and stage. Subclasses set the attributes in __init__."""
     type = "op"
@@ -166,6 +179,14 @@ class Op:
         says so (None elsewhere). Must equal autograd's gradients of forward."""
         raise NotImplementedError(f"{self.type} '{self.name}' has no explicit backward")
 
+    def work(self, phase: str, spec: PartSpec, plan) -> PartWork | None:
+        """The work of one part in `phase` ("fwd" or "bwd") without running it, exactly
+        what counting its task on meta tensors gives (strategy/costs/work.py; a test
+        compares them), or None: then it is counted. `plan` is the part's
+        parallel_ops.tasks._Plan (need_inputs, need_weights, kept outputs) and
+        self.training the mode of the launch."""
+        return None
+
     def reference(self, inputs: list, weights: list) -> list[torch.Tensor]:
         """Whole-tensor computation in plain PyTorch, the oracle for tests and reference runs."""
         raise NotImplementedError(f"{self.type} '{self.name}' has no reference")
@@ -208,7 +229,7 @@ class Stage(Op):
     def __init__(self, parent: Op, tag: str, inputs, outputs, forward, weights=(),
                  labels=None, kinds: dict | None = None, part=None,
                  differentiable: bool = True, replicated: bool = False,
-                 type: str | None = None, state_info=None):
+                 type: str | None = None, state_info=None, work=None):
         super().__init__(f"{parent.name}/{tag}")
         self.parent = parent
         self.type = type or f"{parent.type}.{tag}"   # the cost-model key; equal work, equal type
@@ -222,6 +243,10 @@ class Stage(Op):
         self._forward = forward
         self._part = part
         self._state_info = state_info
+        self._work = work
+
+    def work(self, phase, spec, plan):
+        return None if self._work is None else self._work(self, phase, spec, plan)
 
     def state_info(self, info):
         return info if self._state_info is None else self._state_info(info)

@@ -54,6 +54,13 @@ class _Optimizer:
         self._step(master, g.float(), rest)
         p.copy_(master)
 
+    def update_work(self, shape, weight_dtype: str, grad_dtype: str, step_count: int):
+        """(FLOPs, kernels) of `update` on a weight part (strategy/costs/formulas.py):
+        the master copy's cast of the gradient and copy back, and the step's kernels."""
+        master = self.master_weights
+        cast = master and self.state_dtype(weight_dtype) != grad_dtype
+        return 0, cast + master + self._step_kernels(step_count)
+
     def update_many(self, ps: list, gs: list, states: list) -> None:
         """`update` of many parts with multi-tensor (torch._foreach_*) calls: the same
         element-wise operations in the same order, so the same bits."""
@@ -102,6 +109,12 @@ class SGD(_Optimizer):
                 torch._foreach_add_(bufs, gs, alpha=1 - self.dampening)
             gs = torch._foreach_add(gs, bufs, alpha=self.momentum) if self.nesterov else bufs
         torch._foreach_add_(ps, gs, alpha=-self.lr)
+
+    def _step_kernels(self, step_count: int) -> int:
+        """Kernels of `_step`: weight decay's add, the momentum buffer's copy (first step)
+        or mul_ and add_, nesterov's add, the weight's add_."""
+        momentum = (1 if step_count <= 1 else 2) if self.momentum else 0
+        return bool(self.weight_decay) + momentum + bool(self.momentum and self.nesterov) + 1
 
     def __repr__(self) -> str:
         return (f"SGD(lr={self.lr}, momentum={self.momentum}, "
@@ -152,6 +165,11 @@ class Adam(_Optimizer):
         torch._foreach_div_(denom, math.sqrt(1 - b2 ** t))
         torch._foreach_add_(denom, self.eps)
         torch._foreach_addcdiv_(ps, ms, denom, value=-(self.lr / (1 - b1 ** t)))
+
+    def _step_kernels(self, step_count: int) -> int:
+        """Kernels of `_step`: weight decay's add, lerp_, mul_, addcmul_ (conj of a real
+        gradient is itself), sqrt, div, add_, addcdiv_."""
+        return bool(self.weight_decay) + 7
 
     def __repr__(self) -> str:
         return f"Adam(lr={self.lr}, betas={self.betas}, eps={self.eps})"

@@ -22,7 +22,7 @@ from taskrt.geometry import Rect
 from .errors import ShapeError
 from .model import Model, builder
 from .nchw import check_nchw, halo, out_size, pair, split_padding
-from .op import ATTRIBUTE, SAMPLE, Dim, Op, PartSpec
+from .op import PartWork, ATTRIBUTE, SAMPLE, Dim, Op, PartSpec
 from .tensor import Tensor
 
 
@@ -91,6 +91,10 @@ class _WindowPool(Op):
 class MaxPool2d(_WindowPool):
     type = "max_pool2d"
 
+    def work(self, phase, spec, plan):
+        """An explicit pad, the pooling kernel (or its backward, and the pad's)."""
+        return PartWork(0, 1 + any(spec.info.explicit))
+
     def forward(self, spec, inputs, weights):
         x, info = inputs[0], spec.info
         if any(info.explicit):
@@ -122,6 +126,13 @@ class AvgPool2d(_WindowPool):
             return min(i * s - p + k, size) - max(i * s - p, 0)
         return (tuple(inside(i, kh, sh, ph, h) for i in range(h0, h1)),
                 tuple(inside(j, kw, sw, pw, w) for j in range(w0, w1)))
+
+    def work(self, phase, spec, plan):
+        """As max_pool2d's for parts divided by the whole window; parts with their own
+        divisors (count_include_pad=False at a border) are counted."""
+        if spec.info.counts is not None:
+            return None
+        return PartWork(0, 1 + any(spec.info.explicit))
 
     def forward(self, spec, inputs, weights):
         x = inputs[0]
@@ -202,6 +213,15 @@ class AdaptiveAvgPool2d(Op):
             return [F.avg_pool2d(x, info.kernel)]
         return [_averaging(info.rows, x.shape[2], x) @ x @
                 _averaging(info.cols, x.shape[3], x).T]
+
+    def work(self, phase, spec, plan):
+        """One kernel each way (torch's adaptive pooling, a mean, or an average pool and
+        their derivatives: an expanded gradient divided); the averaging matrices' path is
+        counted."""
+        info = spec.info
+        if spec.inputs[0].empty or not (info.whole or info.kernel is not None):
+            return None
+        return PartWork(0, 1)
 
     explicit_backward = True
 

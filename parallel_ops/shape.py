@@ -29,7 +29,7 @@ from taskrt.geometry import Rect
 from .elementwise import axis_dims, axis_names
 from .errors import ShapeError
 from .model import Model, builder
-from .op import ATTRIBUTE, SAMPLE, Dim, Op, PartSpec
+from .op import PartWork, ATTRIBUTE, SAMPLE, Dim, Op, PartSpec
 from .tensor import Tensor
 
 
@@ -124,6 +124,10 @@ class Reshape(Op):
     def backward(self, spec, saved, output_grads, need_inputs, need_weights):
         return [output_grads[0].reshape(saved) if need_inputs[0] else None], []
 
+    def work(self, phase, spec, plan):
+        """Views both ways (a part's tensors are contiguous): no kernel."""
+        return None if spec.inputs[0].empty else PartWork(0, 0)
+
     def reference(self, inputs, weights):
         if self.type == "flat":
             return [torch.flatten(inputs[0], 1)]
@@ -163,6 +167,10 @@ class Transpose(Op):
         dy = output_grads[0]
         return [dy.transpose(self.params["d0"], self.params["d1"]) if need_inputs[0]
                 else None], []
+
+    def work(self, phase, spec, plan):
+        """Views both ways: no kernel."""
+        return None if spec.inputs[0].empty else PartWork(0, 0)
 
     def reference(self, inputs, weights):
         return [torch.transpose(inputs[0], self.params["d0"], self.params["d1"])]
@@ -225,6 +233,12 @@ class Concat(Op):
     def forward(self, spec, inputs, weights):
         axis = self.params["axis"]
         return [torch.cat([inputs[u].narrow(axis, a, b - a) for u, a, b in spec.info], axis)]
+
+    def work(self, phase, spec, plan):
+        """One cat; backward: autograd's slice_backward per narrowed input it wants."""
+        if phase == "fwd":
+            return PartWork(0, 1)
+        return PartWork(0, sum(1 for u, _, _ in spec.info if plan.need_inputs[u]))
 
     def reference(self, inputs, weights):
         return [torch.cat([inputs[u] for u in self.args], self.params["axis"])]

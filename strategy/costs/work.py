@@ -32,6 +32,7 @@ import torch
 from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import flop_registry, shape_wrapper
 
+from .formulas import declared_work
 from .metamemo import MetaMemo, _Mode
 from .parts import SteadyStep, node_steps
 from .profile import Work
@@ -216,6 +217,15 @@ def node_flops(node, graph=None, int_ranges=None) -> int:
 
 
 def node_work(node, graph=None, int_ranges=None) -> Work:
-    """FLOPs, bytes and kernels of one run of the node."""
+    """FLOPs, bytes and kernels of one run of the node: from its operator's declaration
+    (formulas.py) when it has one, else counted."""
+    w = declared_work(node)
+    if w is not None:
+        return w
+    return counted_work(node, graph, int_ranges)
+
+
+def counted_work(node, graph=None, int_ranges=None) -> Work:
+    """node_work by counting on meta tensors only (the declarations' oracle)."""
     flops, kernels, traffic = _counts(node, graph, int_ranges)
     return Work(float(flops), max(node_bytes(node), traffic), kernels)
