@@ -17,7 +17,8 @@ from .activation import (ACTIVATIONS, FusesActivation, activate, activate_saving
                          activation_backward, activation_saved, check_activation)
 from .errors import ShapeError
 from .model import Model, builder
-from .op import ATTRIBUTE, SAMPLE, Dim, Op
+from .op import ATTRIBUTE, SAMPLE, Dim, Op, PartWork
+from .workshape import activation_backward_kernels, activation_kernels
 from .tensor import Tensor
 
 
@@ -126,6 +127,26 @@ class Elementwise(FusesActivation, Op):
                 g = g.sum_to_size(shape)
             grads[k] = g if grads[k] is None else grads[k] + g
         return grads, []
+
+    def work(self, phase, spec, plan):
+        """The function (and a fused activation); backward: the derivative (the
+        activation's, a product per multiply argument, a sum down to a broadcast
+        argument's shape, a sum of a tensor given twice)."""
+        if self.type not in _BINARY:
+            return PartWork(0, 1)
+        if any(spec.inputs[k].empty for k in self.args):
+            return None
+        if phase == "fwd":
+            return PartWork(0, 1 + activation_kernels(self.activation))
+        out_ndim = len(spec.outputs[0].shape)
+        kernels, seen = activation_backward_kernels(self.activation), set()
+        for k in self.args:
+            if not plan.need_inputs[k]:
+                continue
+            kernels += (self.type == "multiply") + (len(spec.inputs[k].shape) != out_ndim) \
+                + (k in seen)
+            seen.add(k)
+        return PartWork(0, kernels)
 
     def reference(self, inputs, weights):
         y = _FUNCTIONS[self.type](*(inputs[k] for k in self.args), **self.kwargs)

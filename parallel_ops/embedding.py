@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from .errors import ShapeError
 from .model import Model, builder
-from .op import ATTRIBUTE, PARAMETER, REDUCTION, SAMPLE, Dim, Op
+from .op import PartWork, ATTRIBUTE, PARAMETER, REDUCTION, SAMPLE, Dim, Op
 from .tensor import Tensor
 
 
@@ -94,6 +94,15 @@ class Embedding(Op):
             dw = torch.ops.aten.embedding_dense_backward.default(
                 output_grads[0], idx, rows, -1 if pad is None else pad, False)
         return [None], [dw]
+
+    def work(self, phase, spec, plan):
+        """A part of the whole table: the lookup, or the table's gradient (one kernel
+        each); parts of a split vocabulary are counted."""
+        w = spec.weights[0]
+        if spec.inputs[0].empty or w.empty or w.lo[0] != 0 or \
+                w.hi[0] != self.params["num_embeddings"]:
+            return None
+        return PartWork(0, 1 if phase == "fwd" else int(plan.need_weights[0]))
 
     def reference(self, inputs, weights):
         return [F.embedding(inputs[0], weights[0], padding_idx=self.params.get("padding_idx"))]

@@ -24,7 +24,7 @@ from taskrt.geometry import Rect
 
 from .errors import ShapeError
 from .model import Model, builder
-from .op import ATTRIBUTE, SAMPLE, Dim, Op, PartSpec, Stage
+from .op import ATTRIBUTE, SAMPLE, Dim, Op, PartSpec, PartWork, Stage
 from .tensor import Tensor
 
 
@@ -140,12 +140,21 @@ class SoftmaxCrossEntropy(Op):
             grad.scatter_add_(-1, idx, -mine.to(grad.dtype))
             return [grad / count, loss]
 
+        def loss_work(stage, phase, spec, plan):
+            """loss_fwd's operations: with every class in one part, 11 (15 with ignored
+            labels); else 19 (23)."""
+            (c0, c1), _, _ = spec.info
+            whole = spec.inputs[1].shape[-1] == 1 and c1 - c0 == classes
+            return PartWork(0, (11 if whole else 19) + (0 if ignore is None else 4))
+
         self._stages = [
-            Stage(self, "max", [logits], [mx], max_fwd, part=max_part, differentiable=False),
+            Stage(self, "max", [logits], [mx], max_fwd, part=max_part, differentiable=False,
+                  work=lambda stage, phase, spec, plan: PartWork(0, 1)),    # an amax
             Stage(self, "sumexp", [logits, mx], [se], sumexp_fwd, part=sumexp_part,
-                  differentiable=False),
+                  differentiable=False,     # amax, sub, exp, sum
+                  work=lambda stage, phase, spec, plan: PartWork(0, 4)),
             Stage(self, "loss", [logits, mx, se, labels], [dlogits, loss], loss_fwd,
-                  part=loss_part, differentiable=False),
+                  part=loss_part, differentiable=False, work=loss_work),
         ]
 
     def stages(self):

@@ -24,7 +24,8 @@ from taskrt.executor.zeros import zero_contribution
 
 from .errors import ShapeError
 from .model import Model, builder
-from .op import ATTRIBUTE, SAMPLE, Dim, Op, PartSpec, Stage
+from .op import ATTRIBUTE, SAMPLE, Dim, Op, PartSpec, PartWork, Stage
+from .tasks import IN
 from .tensor import Tensor
 
 
@@ -49,10 +50,29 @@ class _RowStage(Stage):
     whole row are a function of x that normalize's derivative already accounts for). Parts
     of split rows run autograd through both stages as before."""
 
-    def __init__(self, *args, feat: int, whole_saving=None, whole_backward=None, **kw):
+    def __init__(self, *args, feat: int, whole_saving=None, whole_backward=None,
+                 whole_backward_kernels=None, **kw):
         super().__init__(*args, **kw)
         self.feat, self._saving, self._backward = feat, whole_saving, whole_backward
         self.explicit_backward = whole_saving is not None
+        self._backward_kernels = whole_backward_kernels
+
+    def work(self, phase, spec, plan):
+        """Parts of whole rows: the stats part computes nothing and gives x a zero gradient
+        (one zeros kernel); the normalize part runs torch's fused kernel (1) and its
+        derivative (`whole_backward_kernels(plan)`), and gives the statistics a zero
+        gradient. Parts of split rows (autograd through both stages) are counted."""
+        block = spec.inputs[0]
+        if self._saving is None or block.empty or block.hi[-1] - block.lo[-1] != self.feat:
+            return None
+        stats = self._saving is _stats_skipped
+        if phase == "fwd":
+            return PartWork(0, 0, nones=(0,)) if stats else PartWork(0, 1)
+        if stats:
+            return PartWork(0, 1, zeros=(0,))
+        zero = plan.need_inputs[1]
+        return PartWork(0, self._backward_kernels(plan) + zero,
+                        zeros=(plan.targets.index((IN, 1)),) if zero else ())
 
     def forward_saving(self, spec, inputs, weights):
         block = spec.inputs[0]
@@ -91,10 +111,12 @@ def zero_stats_grad(spec, x: torch.Tensor, need: bool):
 
 def row_stat_stages(op: Op, x: Tensor, y: Tensor, stats_fwd: Callable, norm_fwd: Callable,
                     weights: Sequence[Tensor] = (), whole_saving: Callable | None = None,
-                    whole_backward: Callable | None = None) -> list[Stage]:
+                    whole_backward: Callable | None = None,
+                    whole_backward_kernels: Callable | None = None) -> list[Stage]:
     """The stats and normalize stages of `op` (dims from row_dims) computing y from x; with
     `whole_saving`/`whole_backward` (normalize's forward_saving/backward for parts of whole
-    rows), an explicit backward for such parts (_RowStage)."""
+    rows), an explicit backward for such parts (_RowStage), whose kernels (but the zero
+    gradient's) `whole_backward_kernels(plan)` gives (Op.work)."""
     # norm_fwd gets the sizes of a row's Kc pieces as spec.info; weights split with the
     # last dim.
     *lead, feat = x.shape
@@ -125,7 +147,8 @@ def row_stat_stages(op: Op, x: Tensor, y: Tensor, stats_fwd: Callable, norm_fwd:
                       whole_backward=_stats_backward),
             _RowStage(op, "normalize", [x, stats], [y], norm_fwd, weights=weights,
                       part=norm_part, feat=feat, whole_saving=whole_saving,
-                      whole_backward=whole_backward)]
+                      whole_backward=whole_backward,
+                      whole_backward_kernels=whole_backward_kernels)]
 
 
 def _softmax_stats(spec, inputs, weights):
@@ -171,7 +194,9 @@ class Softmax(Op):
         y = model.new_tensor(self, x.shape, x.dtype)
         self._stages = row_stat_stages(self, x, y, _softmax_stats, _softmax_normalize,
                                        whole_saving=_softmax_saving,
-                                       whole_backward=_softmax_backward)
+                                       whole_backward=_softmax_backward,
+                                       whole_backward_kernels=lambda plan:
+                                       int(plan.need_inputs[0]))
 
     def stages(self):
         return self._stages
