@@ -28,7 +28,8 @@ from taskrt.geometry import Rect
 
 from .errors import ShapeError
 from .model import Model, builder
-from .op import PARAMETER, SAMPLE, Dim, Op, PartSpec, Stage
+from . import workshape
+from .op import PARAMETER, SAMPLE, Dim, Op, PartSpec, PartWork, Stage
 from .tensor import Tensor
 
 
@@ -83,7 +84,7 @@ class LSTM(Op):
             self._stages.append(Stage(self, f"step{t}", ins, outs, self._step,
                                       weights=self.weights, part=self._step_part(t),
                                       type="lstm.step",    # every step does the same work
-                                      state_info=_step_kind))
+                                      state_info=_step_kind, work=_step_work))
 
     def stages(self):
         return self._stages
@@ -151,6 +152,39 @@ class LSTM(Op):
         bound = 1 / math.sqrt(self.params["hidden_size"])
         return [torch.empty(w.shape).uniform_(-bound, bound, generator=generator)
                 for w in self.weights]
+
+
+def _step_work(stage, phase, spec, plan):
+    """LSTM._step's kernels. Forward: the input's addmm and b_hh's add, the recurrent mm
+    and its add, four gate activations, the cell (i*g, or f*c + i*g) and h = o*tanh(c).
+    Backward (autograd): the h gradients' sum, o's and tanh's products and derivative, the
+    cell output's gradient added, the cell's products, per gate its derivative and
+    select_backward (summed: 3 adds; f's only with a previous cell), each product's mm per wanted gradient, the biases'
+    sums, a select_backward per sliced input (t > 0) that wants a gradient; w_hh's zero
+    gradient at t = 0 without initial states. Parts whose weights want no gradient are
+    counted."""
+    t, steps = spec.info
+    n, fin = spec.inputs[0].shape[0], spec.inputs[0].shape[2]
+    hp, hid = spec.weights[1].shape[1], spec.weights[1].shape[2]
+    recurrent = len(spec.inputs) == 3
+    x_mm, h_mm = workshape.mm((n, fin), (fin, 4 * hp)), workshape.mm((n, hid), (hid, 4 * hp))
+    if phase == "fwd":
+        return PartWork(x_mm + recurrent * h_mm, 9 + 2 * recurrent + 2 * recurrent)
+    if not all(plan.need_weights):
+        return None
+    need = plan.need_inputs
+    outs = len(spec.outputs)            # y, then (hidden, cell) or the final (h_n, c_n)
+    h_grads, c_out = 1 + (outs > 1), outs > 2
+    k = (h_grads - 1) + 3 + c_out + 2 + (11 if recurrent else 8) + 2 + 1   # to the biases' sums
+    flops = 2 * x_mm                                   # w_ih's gradient and x's
+    k += need[0] * (1 + 1)                             # x's mm and select_backward
+    flops -= (not need[0]) * x_mm
+    if recurrent:
+        k += 1 + need[1] * (1 + (t > 0)) + 1 + need[2] * (1 + (t > 0))
+        flops += h_mm + need[1] * h_mm
+    else:
+        k += 1                                         # w_hh's zero gradient
+    return PartWork(flops, k)
 
 
 @builder
