@@ -22,7 +22,7 @@ from taskrt.geometry import Rect
 from .elementwise import axis_dims, axis_names
 from .errors import ShapeError
 from .model import Model, builder
-from .op import Op
+from .op import Op, PartWork
 from .tensor import Tensor
 
 _M32 = 0xFFFFFFFF
@@ -175,6 +175,19 @@ class Dropout(Op):
             return [None], []
         dy = output_grads[0]
         return [dy if saved is None else dy * saved], []
+
+    def work(self, phase, spec, plan):
+        """forward_saving's mask made with tensor operations (off the CPU, as on meta: a
+        zeros, per axis an arange, a product and a sum, the 40 operations of the hash, a
+        comparison), its cast and scaling, the product; backward's product. Reduced
+        precision parts (autograd's path) are counted."""
+        dtype = self.inputs[0].dtype
+        if spec.inputs[0].empty or dtype not in ("float32", "float64"):
+            return None
+        mask = self.training and self.params["p"] != 0.0
+        if phase == "bwd":
+            return PartWork(0, int(mask))
+        return PartWork(0, 45 + 3 * len(spec.inputs[0].shape) if mask else 0)
 
     def reference(self, inputs, weights):
         """The same hash mask applied to the whole tensor (see the module docstring)."""

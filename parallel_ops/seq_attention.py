@@ -17,7 +17,8 @@ import torch.nn.functional as F
 
 from .errors import ShapeError
 from .model import Model, builder
-from .op import ATTRIBUTE, PARAMETER, SAMPLE, Dim, Op
+from . import workshape
+from .op import ATTRIBUTE, PARAMETER, SAMPLE, Dim, Op, PartWork
 from .tensor import Tensor
 
 
@@ -50,6 +51,23 @@ class SeqAttention(Op):
         p = torch.softmax(torch.bmm(dec, enc.transpose(1, 2)), dim=-1)
         context = torch.bmm(p, enc)
         return [torch.tanh(F.linear(torch.cat([context, dec], dim=-1), weights[0]))]
+
+    def work(self, phase, spec, plan):
+        """Forward: two bmm, the softmax, the cat, the projection (mm and its output view:
+        torch's linear without a bias on 3-d input) and tanh. Backward (autograd): tanh's
+        derivative, the projection's two mm, each bmm's two, softmax's derivative, and the
+        sums of dec's and enc's two gradients; each product twice the forward's FLOPs.
+        Parts wanting only some gradients are counted."""
+        (n, tq, hid), (_, src, _) = spec.inputs[0].shape, spec.inputs[1].shape
+        o = spec.weights[0].shape[0]
+        flops = workshape.bmm((n, tq, hid), (n, hid, src)) + \
+            workshape.bmm((n, tq, src), (n, src, hid)) + \
+            workshape.mm((n * tq, 2 * hid), (2 * hid, o))
+        if phase == "fwd":
+            return PartWork(flops, 7)
+        if not (all(plan.need_inputs) and all(plan.need_weights)):
+            return None
+        return PartWork(2 * flops, 10)
 
     def reference(self, inputs, weights):
         dec, enc = inputs

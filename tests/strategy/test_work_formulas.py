@@ -73,7 +73,9 @@ COVERED = {"conv2d:fwd", "conv2d:bwd", "linear:fwd", "linear:bwd", "max_pool2d:f
            "softmax_ce.max:fwd", "softmax_ce.sumexp:fwd", "softmax_ce.loss:fwd",
            "layernorm.stats:fwd", "layernorm.stats:bwd", "layernorm.normalize:fwd",
            "layernorm.normalize:bwd", "embedding:fwd", "embedding:bwd", "add:fwd",
-           "add:bwd", "sgd:update", "adam:update", "read:read"}
+           "add:bwd", "sgd:update", "adam:update", "read:read", "lstm.step:fwd",
+           "lstm.step:bwd", "dropout:fwd", "dropout:bwd", "seq_attention:fwd",
+           "seq_attention:bwd"}
 
 
 def test_every_declared_work_equals_counting():
