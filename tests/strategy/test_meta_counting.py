@@ -22,9 +22,12 @@ from taskrt.taskgraph import TASK
 
 @pytest.fixture
 def counted_on(monkeypatch):
-    """The devices each counted task ran on: {launch name: {devices}}."""
+    """The devices each counted task ran on: {launch name: {devices}}. Every task is
+    counted (declared work, strategy/costs/formulas.py, is off): counting is the path of
+    operators without declarations and the declarations' oracle."""
     seen: dict = {}
     real = work_module._count
+    monkeypatch.setattr(work_module, "declared_work", lambda node: None)
 
     def count(node, device, *args, **kwargs):
         seen.setdefault(node.launch.name, set()).add(device)
@@ -67,6 +70,7 @@ def test_a_large_task_that_needs_values_is_costed_by_bytes_with_a_warning(monkey
             raise RuntimeError("Tensor.item() cannot be called on meta tensors")
         raise AssertionError("counted on CPU")
     monkeypatch.setattr(work_module, "_count", meta_fails)
+    monkeypatch.setattr(work_module, "declared_work", lambda node: None)   # counted
     monkeypatch.setattr(work_module, "CPU_COUNT_MAX_BYTES", 16)
     costs = CostModel()
     with pytest.warns(CostWarning, match=r"wte/fwd' cannot be counted on meta tensors .*"
