@@ -1,5 +1,9 @@
 """The work of a task node, independent of any device: FLOPs, bytes and kernels.
 
+Built-in operators declare it (formulas.py: Op.work per part and phase); what follows is
+counting, for a part without a declaration and as the declarations' oracle (equal by
+test: tests/strategy/test_work_formulas.py).
+
 FLOPs come from torch's FLOP formulas (torch.utils.flop_counter.flop_registry, counted as
 its FlopCounterMode counts them, by Counter below, which does not import torch._dynamo:
 that import alone costs seconds) around the node's own executor step (parts.node_steps) on
