@@ -97,12 +97,16 @@ class Embedding(Op):
 
     def work(self, phase, spec, plan):
         """A part of the whole table: the lookup, or the table's gradient (one kernel
-        each); parts of a split vocabulary are counted."""
+        each). A part of a split vocabulary (autograd's path): the local indices, which
+        are mine (3), clamped, the lookup, a zero and the where (8); backward: where's
+        derivative (a scalar zero and a where) and the table's gradient."""
         w = spec.weights[0]
-        if spec.inputs[0].empty or w.empty or w.lo[0] != 0 or \
-                w.hi[0] != self.params["num_embeddings"]:
+        if spec.inputs[0].empty or w.empty:
             return None
-        return PartWork(0, 1 if phase == "fwd" else int(plan.need_weights[0]))
+        need = int(plan.need_weights[0]) if phase == "bwd" else 1
+        if w.lo[0] == 0 and w.hi[0] == self.params["num_embeddings"]:
+            return PartWork(0, need)
+        return PartWork(0, 8 if phase == "fwd" else 3 * need)
 
     def reference(self, inputs, weights):
         return [F.embedding(inputs[0], weights[0], padding_idx=self.params.get("padding_idx"))]
