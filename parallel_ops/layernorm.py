@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from .errors import ShapeError
 from .model import Model, builder
-from .op import PARAMETER, Op
+from .op import PARAMETER, Op, PartWork
 from .softmax import row_dims, row_stat_stages, zero_stats_grad
 from .tensor import Tensor
 
@@ -50,7 +50,8 @@ class LayerNorm(Op):
         self._stages = row_stat_stages(self, x, y, _stats, self._normalize, self.weights,
                                        whole_saving=self._whole_saving,
                                        whole_backward=self._whole_backward,
-                                       whole_backward_kernels=lambda plan: 1)
+                                       whole_backward_kernels=lambda plan: 1,
+                                       split_work=self._split_work)
 
     def _normalize(self, spec, inputs, weights):
         x, stats = inputs
@@ -64,6 +65,18 @@ class LayerNorm(Op):
             gamma, beta = weights
             y = y * gamma + beta
         return [y]
+
+    def _split_work(self, is_stats: bool, phase, spec, plan):
+        """Kernels of a part of split rows (Op.work). Stats: mean, x - mean, its square,
+        the sum, the stack; backward (autograd) 8. Normalize: _normalize's 13 (and the
+        affine product and sum); backward (autograd) 22 (26 affine). Parts wanting only
+        some gradients are counted."""
+        affine = bool(self.params["elementwise_affine"])
+        if phase == "fwd":
+            return PartWork(0, 5 if is_stats else 13 + 2 * affine)
+        if not (all(plan.need_inputs) and all(plan.need_weights)):
+            return None
+        return PartWork(0, 8 if is_stats else 22 + 4 * affine)
 
     def _whole_saving(self, spec, inputs, weights):
         """Normalize of whole rows: torch's fused layer norm, saving what its derivative

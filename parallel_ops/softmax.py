@@ -51,8 +51,9 @@ class _RowStage(Stage):
     of split rows run autograd through both stages as before."""
 
     def __init__(self, *args, feat: int, whole_saving=None, whole_backward=None,
-                 whole_backward_kernels=None, **kw):
+                 whole_backward_kernels=None, split_work=None, **kw):
         super().__init__(*args, **kw)
+        self.tag, self._split_work = args[1], split_work
         self.feat, self._saving, self._backward = feat, whole_saving, whole_backward
         self.explicit_backward = whole_saving is not None
         self._backward_kernels = whole_backward_kernels
@@ -61,9 +62,15 @@ class _RowStage(Stage):
         """Parts of whole rows: the stats part computes nothing and gives x a zero gradient
         (one zeros kernel); the normalize part runs torch's fused kernel (1) and its
         derivative (`whole_backward_kernels(plan)`), and gives the statistics a zero
-        gradient. Parts of split rows (autograd through both stages) are counted."""
+        gradient. Parts of split rows (autograd through both stages): the op's
+        `split_work(is_stats, phase, spec, plan)` when it gives one, else counted."""
         block = spec.inputs[0]
-        if self._saving is None or block.empty or block.hi[-1] - block.lo[-1] != self.feat:
+        if block.empty:
+            return None
+        if block.hi[-1] - block.lo[-1] != self.feat:
+            return None if self._split_work is None else \
+                self._split_work(self.tag == "stats", phase, spec, plan)
+        if self._saving is None:
             return None
         stats = self._saving is _stats_skipped
         if phase == "fwd":
@@ -112,11 +119,13 @@ def zero_stats_grad(spec, x: torch.Tensor, need: bool):
 def row_stat_stages(op: Op, x: Tensor, y: Tensor, stats_fwd: Callable, norm_fwd: Callable,
                     weights: Sequence[Tensor] = (), whole_saving: Callable | None = None,
                     whole_backward: Callable | None = None,
-                    whole_backward_kernels: Callable | None = None) -> list[Stage]:
+                    whole_backward_kernels: Callable | None = None,
+                    split_work: Callable | None = None) -> list[Stage]:
     """The stats and normalize stages of `op` (dims from row_dims) computing y from x; with
     `whole_saving`/`whole_backward` (normalize's forward_saving/backward for parts of whole
     rows), an explicit backward for such parts (_RowStage), whose kernels (but the zero
-    gradient's) `whole_backward_kernels(plan)` gives (Op.work)."""
+    gradient's) `whole_backward_kernels(plan)` gives (Op.work); `split_work` declares
+    the parts of split rows (_RowStage.work)."""
     # norm_fwd gets the sizes of a row's Kc pieces as spec.info; weights split with the
     # last dim.
     *lead, feat = x.shape
@@ -144,11 +153,11 @@ def row_stat_stages(op: Op, x: Tensor, y: Tensor, stats_fwd: Callable, norm_fwd:
     explicit = whole_saving is not None
     return [_RowStage(op, "stats", [x], [stats], stats_fwd, part=stats_part, feat=feat,
                       whole_saving=_stats_skipped if explicit else None,
-                      whole_backward=_stats_backward),
+                      whole_backward=_stats_backward, split_work=split_work),
             _RowStage(op, "normalize", [x, stats], [y], norm_fwd, weights=weights,
                       part=norm_part, feat=feat, whole_saving=whole_saving,
                       whole_backward=whole_backward,
-                      whole_backward_kernels=whole_backward_kernels)]
+                      whole_backward_kernels=whole_backward_kernels, split_work=split_work)]
 
 
 def _softmax_stats(spec, inputs, weights):
