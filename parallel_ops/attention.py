@@ -22,8 +22,12 @@ from taskrt.geometry import Rect
 
 from .errors import ShapeError
 from .model import Model, builder
-from .op import ATTRIBUTE, REDUCTION, SAMPLE, Dim, Op, PartSpec
+from . import workshape
+from .op import ATTRIBUTE, REDUCTION, SAMPLE, Dim, Op, PartSpec, PartWork
 from .tensor import Tensor
+
+
+_ITEMSIZE = {"float32": 4, "float64": 8, "bfloat16": 2, "float16": 2}
 
 
 class MultiheadAttention(Op):
@@ -87,6 +91,61 @@ class MultiheadAttention(Op):
         ctx = torch.matmul(torch.softmax(scores, dim=-1), v)
         ctx = ctx.transpose(1, 2).reshape(n, s1 - s0, heads * hd)
         return [F.linear(ctx, w_out.reshape(embed, heads * hd), b_out)]
+
+    def work(self, phase, spec, plan):
+        """Forward: kernels, FLOPs and kernel bytes of forward() (module doc): per
+        projection an addmm (for a non-contiguous query slice torch's linear copies it:
+        clone, views, mm, the bias's add), per product two bmm with their output views and
+        a clone and view per operand torch's matmul cannot view as a batch of matrices,
+        the scaling, the causal mask (two aranges, a comparison, the fill), the softmax,
+        the context's copy to (n, s, E) unless a view, and the output projection (addmm,
+        or mm and its view without the bias). Backward (autograd) is counted."""
+        if phase != "fwd" or spec.inputs[0].empty:
+            return None
+        n, keys, embed = spec.inputs[0].shape
+        _, hp, hd, _ = spec.weights[0].shape
+        s0, s1 = spec.info
+        lq, p = s1 - s0, hp * hd
+        it = _ITEMSIZE[self.inputs[0].dtype]
+        k = t = 0
+        flops = workshape.mm((n * lq, embed), (embed, p)) + \
+            2 * workshape.mm((n * keys, embed), (embed, p)) + \
+            workshape.bmm((n * hp, lq, hd), (n * hp, hd, keys)) + \
+            workshape.bmm((n * hp, lq, keys), (n * hp, keys, hd)) + \
+            workshape.mm((n * lq, p), (p, embed))
+        # projections
+        for rows, sliced in ((lq, True), (keys, False), (keys, False)):
+            if sliced and not (n == 1 or lq == keys):
+                k, t = k + 5, t + 4 * n * rows * embed + (n * rows * embed + embed * p
+                                                          + n * rows * p) \
+                    + 2 * n * rows * p + (2 * n * rows * p + p)
+            else:
+                k, t = k + 1, t + p + n * rows * embed + embed * p + n * rows * p
+
+        def batched(shape, strides, rows, cols):     # matmul's operand as (n*hp, r, c)
+            return 0 if workshape.viewable(shape, strides, (n * hp, rows, cols)) \
+                else 4 * n * hp * rows * cols
+        proj = lambda rows: (rows * p, hd, p, 1)      # (n, hp, rows, hd) of a projection
+        scores = n * hp * lq * keys
+        for extra in (batched((n, hp, lq, hd), proj(lq), lq, hd),
+                      batched((n, hp, hd, keys), (keys * p, hd, 1, p), hd, keys),
+                      batched((n, hp, keys, hd), proj(keys), keys, hd)):
+            k, t = k + 2 * bool(extra), t + extra
+        k, t = k + 4, t + (n * lq * p + n * keys * p + scores) + 2 * scores \
+            + (scores + n * keys * p + n * lq * p) + 2 * n * lq * p      # bmm, views
+        k, t = k + 2, t + 2 * scores + 2 * scores                       # scale, softmax
+        mask = 0                # the causal mask's bytes: int64 positions, bool mask
+        if self.params["causal"]:
+            k, t = k + 4, t + 2 * scores
+            mask = 8 * lq + 8 * keys + (8 * lq + 8 * keys + lq * keys) + lq * keys
+        ctx = (n, lq, hp, hd)
+        if not workshape.viewable(ctx, (hp * lq * hd, hd, lq * hd, 1), (n, lq, p)):
+            k, t = k + 2, t + 4 * n * lq * p
+        if len(spec.weights) > 3 and not spec.weights[3].empty:
+            k, t = k + 1, t + embed + n * lq * p + p * embed + n * lq * embed
+        else:
+            k, t = k + 2, t + n * lq * p + p * embed + 3 * n * lq * embed
+        return PartWork(flops, k, traffic=t * it + mask)
 
     def reference(self, inputs, weights):
         (x,) = inputs

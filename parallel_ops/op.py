@@ -63,11 +63,13 @@ class PartWork:
     give for what its task function runs (parallel_ops.workshape), the kernels it
     dispatches, and which of the values it returns (one per WD/RW/Red+ requirement, in
     order) are zero contributions (`zeros`) or None (`nones`, written in place or not
-    at all); the executor stores each other one, a kernel the cost model adds."""
+    at all); the executor stores each other one, a kernel the cost model adds. `traffic`:
+    the bytes its kernels read and write (for an op with `kernel_traffic`)."""
     flops: int
     kernels: int
     zeros: tuple = ()
     nones: tuple = ()
+    traffic: int = 0
 
 
 class Op:

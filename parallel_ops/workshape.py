@@ -59,3 +59,28 @@ def activation_kernels(activation) -> int:
 def activation_backward_kernels(activation) -> int:
     """Kernels of its derivative in an explicit backward (activation_backward)."""
     return 0 if activation is None else 1
+
+
+def contiguous_strides(shape) -> tuple:
+    out, step = [], 1
+    for d in reversed(shape):
+        out.append(step)
+        step *= d
+    return tuple(reversed(out))
+
+
+def viewable(shape, strides, new_shape) -> bool:
+    """Whether torch's reshape of a tensor (shape, strides) to new_shape is a view (no
+    kernel) rather than a clone (ATen's computeStride, for tensors with elements)."""
+    view_d, chunk, tensor_numel, view_numel = len(new_shape) - 1, strides[-1], 1, 1
+    for d in range(len(shape) - 1, -1, -1):
+        tensor_numel *= shape[d]
+        if d == 0 or (shape[d - 1] != 1 and strides[d - 1] != tensor_numel * chunk):
+            while view_d >= 0 and (view_numel < tensor_numel or new_shape[view_d] == 1):
+                view_numel *= new_shape[view_d]
+                view_d -= 1
+            if view_numel != tensor_numel:
+                return False
+            if d > 0:
+                chunk, tensor_numel, view_numel = strides[d - 1], 1, 1
+    return view_d == -1

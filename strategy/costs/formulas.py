@@ -22,6 +22,27 @@ from .profile import Work
 _RED = Privilege.REDUCE_SUM
 
 
+def _store_traffic(node, zeros, nones) -> int:
+    """Bytes the step's stores read and write, for ops with `kernel_traffic`: a copy or
+    add, its target, its value and the result it returns; a zero_, its target and
+    result; each of the piece's size."""
+    traffic, w = 0, 0
+    for req, targets in zip(node.requirements, node.targets):
+        if req.privilege is not _RED and not req.privilege.writes:
+            continue
+        if w not in nones:
+            region = req.region
+            if req.privilege is not _RED:
+                traffic += (2 if w in zeros else 3) * region.nbytes(req.rect)
+            elif w in zeros:
+                traffic += sum(2 * region.nbytes(t.piece) for t in targets
+                               if not t.accumulate)
+            else:
+                traffic += sum(3 * region.nbytes(t.piece) for t in targets)
+        w += 1
+    return traffic
+
+
 def _store_kernels(node, zeros, nones) -> int:
     """Kernels of the executor's step storing a task's returned values: per writing
     requirement in order, one copy (or zero_) per stored value; a Red+ contribution
@@ -65,8 +86,7 @@ def declared_work(node) -> Work | None:
     if not isinstance(args, StageArgs) or not (args.grad or not args.stage.differentiable):
         return None
     stage = args.stage
-    if getattr(stage, "kernel_traffic", False):
-        return None
+    traffic = getattr(stage, "kernel_traffic", False)
     phase = launch.cost_tag[-1]
     plan = args.plan(node.color)
     if phase == "bwd" and not plan.targets:
@@ -75,5 +95,7 @@ def declared_work(node) -> Work | None:
     pw = stage.work(phase, plan.spec, plan)
     if pw is None:
         return None
-    return Work(float(pw.flops), _bytes(node),
-                pw.kernels + _store_kernels(node, pw.zeros, pw.nones))
+    nbytes = _bytes(node)
+    if traffic:        # as counting: the kernels' bytes when more than the parts'
+        nbytes = max(nbytes, pw.traffic + _store_traffic(node, pw.zeros, pw.nones))
+    return Work(float(pw.flops), nbytes, pw.kernels + _store_kernels(node, pw.zeros, pw.nones))
