@@ -99,9 +99,11 @@ class MultiheadAttention(Op):
         a clone and view per operand torch's matmul cannot view as a batch of matrices,
         the scaling, the causal mask (two aranges, a comparison, the fill), the softmax,
         the context's copy to (n, s, E) unless a view, and the output projection (addmm,
-        or mm and its view without the bias). Backward (autograd) is counted."""
-        if phase != "fwd" or spec.inputs[0].empty:
+        or mm and its view without the bias). Backward: `_backward_work`."""
+        if spec.inputs[0].empty:
             return None
+        if phase == "bwd":
+            return self._backward_work(spec, plan)
         n, keys, embed = spec.inputs[0].shape
         _, hp, hd, _ = spec.weights[0].shape
         s0, s1 = spec.info
@@ -145,6 +147,58 @@ class MultiheadAttention(Op):
             k, t = k + 1, t + embed + n * lq * p + p * embed + n * lq * embed
         else:
             k, t = k + 2, t + n * lq * p + p * embed + 3 * n * lq * embed
+        return PartWork(flops, k, traffic=t * it + mask)
+
+    def _backward_work(self, spec, plan):
+        """What autograd runs for forward(): the output projection's two mm (and the
+        bias's sum), per product two bmm (a clone and view of the context's gradient
+        unless a view), the derivatives of the softmax, the mask and the scaling, per
+        projection its gradient's copy to (n*L, P) unless a view, two mm and the bias's
+        sum (the query slice's slice_backward when it is not all positions), the weights'
+        and biases' three select_backward each, and the sums of the three gradients of x,
+        in_proj_weight and in_proj_bias. Parts wanting only some gradients are counted."""
+        bias = len(spec.weights) > 3 and not spec.weights[3].empty
+        if not (all(plan.need_inputs) and all(plan.need_weights[:3])
+                and (plan.need_weights[3] or not bias)):
+            return None
+        n, keys, embed = spec.inputs[0].shape
+        _, hp, hd, _ = spec.weights[0].shape
+        s0, s1 = spec.info
+        lq, p = s1 - s0, hp * hd
+        it = _ITEMSIZE[self.inputs[0].dtype]
+        scores = n * hp * lq * keys
+        flops = 2 * (workshape.mm((n * lq, embed), (embed, p)) +
+                     2 * workshape.mm((n * keys, embed), (embed, p)) +
+                     workshape.bmm((n * hp, lq, hd), (n * hp, hd, keys)) +
+                     workshape.bmm((n * hp, lq, keys), (n * hp, keys, hd)) +
+                     workshape.mm((n * lq, p), (p, embed)))
+        k = t = 0
+        if bias:                                                   # output projection
+            k, t = k + 3, t + n * lq * embed + embed
+        else:
+            k = k + 2
+        t += 2 * (n * lq * embed + embed * p + n * lq * p)
+        if not workshape.viewable((n, hp, lq, hd), (lq * p, hd, p, 1), (n * hp, lq, hd)):
+            k, t = k + 2, t + 4 * n * lq * p                      # the context's gradient
+        k, t = k + 2, t + (n * lq * p + n * keys * p + scores) + (scores + n * lq * p
+                                                                  + n * keys * p)
+        k, t = k + 2, t + 3 * scores + 2 * scores                 # softmax, scaling
+        mask = 0
+        if self.params["causal"]:
+            k, t, mask = k + 1, t + 2 * scores, lq * keys
+        k, t = k + 2, t + (scores + n * keys * p + n * lq * p) * 2   # scores' bmm
+        grads = ((lq, (lq * p, hd, lq * hd, 1)), (keys, (keys * p, 1, hd * keys, keys)),
+                 (keys, (keys * p, hd, keys * hd, 1)))           # q, k, v as (n, L, hp, hd)
+        for rows, strides in grads:
+            if not workshape.viewable((n, rows, hp, hd), (hp * rows * hd,) + strides[1:],
+                                      (n * rows, p)):
+                k, t = k + 2, t + 4 * n * rows * p
+            k, t = k + 3, t + 2 * (n * rows * p + p * embed + n * rows * embed) \
+                + n * rows * p + p
+        if lq != keys:
+            k, t = k + 1, t + n * lq * embed + n * keys * embed       # slice_backward
+        k, t = k + 6, t + 3 * 4 * p * embed + 3 * 4 * p              # select_backward
+        k, t = k + 6, t + 2 * 3 * n * keys * embed + 2 * 3 * 3 * p * embed + 2 * 3 * 3 * p
         return PartWork(flops, k, traffic=t * it + mask)
 
     def reference(self, inputs, weights):

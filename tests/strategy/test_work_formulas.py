@@ -78,7 +78,8 @@ COVERED = {"conv2d:fwd", "conv2d:bwd", "linear:fwd", "linear:bwd", "max_pool2d:f
            "layernorm.normalize:bwd", "embedding:fwd", "embedding:bwd", "add:fwd",
            "add:bwd", "sgd:update", "adam:update", "read:read", "lstm.step:fwd",
            "lstm.step:bwd", "dropout:fwd", "dropout:bwd", "seq_attention:fwd",
-           "seq_attention:bwd", "multihead_attention:fwd"}
+           "seq_attention:bwd", "multihead_attention:fwd",
+           "multihead_attention:bwd"}
 
 
 def test_every_declared_work_equals_counting():
