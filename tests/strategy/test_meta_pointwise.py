@@ -12,7 +12,7 @@ import pytest
 import torch
 from bench.sim_speed import random_config
 from strategy.costs import CostModel, CostWarning
-from strategy.costs import metamemo
+from strategy.costs import metamemo, work
 from strategy.costs.app_profile import load_app
 from strategy.costs.metamemo import MetaMemo, _contiguous_strides, _pointwise
 from strategy.delta import SimulationSession
@@ -36,6 +36,9 @@ def _recorded_pointwise_calls(monkeypatch) -> dict:
                                            dict(kwargs or {}))
         return real(self, func, types, args, kwargs)
     monkeypatch.setattr(MetaMemo, "__torch_dispatch__", spy)
+    # every key counted (declared work, strategy/costs/formulas.py, off): MetaMemo serves
+    # counting, the path of operators without declarations
+    monkeypatch.setattr(work, "declared_work", lambda node: None)
     rng = random.Random(0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", CostWarning)
