@@ -1,8 +1,9 @@
-"""A task group's arrays (strategy/taskgroups.py: per task class and device, as arrays) equal
-what the timer and taskrt.liveness give node by node: duration, compute resource, and the
-buffers each task uses (its saved state last), also after changes that make new buffers
-through other paths (copies), with several classes in one launch (uneven parts), and with
-host costs."""
+"""A node group's arrays in a SimulationSession equal what the timer and taskrt.liveness give
+node by node: duration, resources, and the buffers each node uses. Task groups are made per
+task class and device as arrays (strategy/taskgroups.py; a task's saved state last), read
+groups with their reduction copies' staging buffers made in one go; checked after changes
+and undos (buffers made through the other path in between), with several classes in one
+launch (uneven parts), and with host costs."""
 import random
 import warnings
 
@@ -30,6 +31,7 @@ def check_task_groups(session):
     for block in session._blocks:
         for group, sim in zip(block.groups, block.sims):
             if group.key[1] is not None:
+                check_read_group(session, group, sim)
                 continue
             nodes = group.nodes
             assert list(sim.dur) == [timer.timing(n)[0] for n in nodes]
@@ -52,6 +54,21 @@ def check_task_groups(session):
                 assert list(sim.host[0]) == [p[0] for p in pre]
                 assert list(sim.host[2]) == [rid[p[1][0]] for p in pre]
     return classes
+
+
+def check_read_group(session, group, sim):
+    timer, ids, rid = session.timer, session._buffers.ids, session.resources.ids
+    nodes, staged = group.nodes, group.staged
+    assert list(sim.dur) == [timer.timing(n)[0] for n in nodes]
+    assert list(sim.res_ids) == [rid[r] for n in nodes for r in timer.timing(n)[1]]
+    want = [[ids[key] for key in buffers_of(n, staged=None if staged is None else staged[k])]
+            for k, n in enumerate(nodes)]
+    assert list(sim.buf_counts) == [len(w) for w in want]
+    assert list(sim.buf_ids) == [b for w in want for b in w]
+    own = session._buffers.own_bytes.items
+    for n, w in zip(nodes, want):
+        if n.kind == "copy" and n.reduction:
+            assert own[w[1]] == n.nbytes            # the staging buffer's bytes
 
 
 def run_changes(model, seed, mm, changes=6):
