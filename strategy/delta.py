@@ -28,7 +28,7 @@ from parallel_ops.lowering import IncrementalLowering
 from parallel_ops.optim import SGD
 from taskrt import Planner
 from taskrt.gcpause import gc_paused
-from taskrt.liveness import INSTANCE, PARTIAL, buffers_of, own_bytes, results_of
+from taskrt.liveness import INSTANCE, PARTIAL, STAGING, buffers_of, own_bytes, results_of
 from taskrt.nodegroups import GroupRun, join, resolve
 from taskrt.taskgraph import COPY
 
@@ -248,9 +248,7 @@ class SimulationSession:
         d, rs = self.timer.timing(node)
         host = self._host_info(node)
         keys = buffers_of(node, staged=staged)
-        known = self._buffers.ids        # (a reduce's staged inputs are known: _group_sim)
-        bufs = tuple([known[key] if key in known else self._buffer(key, own_bytes(key))
-                      for key in keys])
+        bufs = tuple(self._buffer(key, own_bytes(key)) for key in keys)
         rid = self.resources.id
         return d, tuple(rid(x) for x in rs), bufs, host
 
@@ -286,14 +284,10 @@ class SimulationSession:
             return self._task_groups.sim(group)
         infos, make, timings = self._infos, self._node_info, self._copy_timings
         known, new_id = self._buffers.ids, self._buffers.id
-        nodes, staged = group.nodes, group.staged
-        # The reduction copies' staging buffers (their own), made in one go.
-        reductions = [node for node in nodes if node.kind is COPY and node.reduction]
-        staging = dict(zip(reductions, self._buffers.staging_ids(reductions))) \
-            if reductions else {}
+        staged = group.staged
         dur, res_counts, res_ids, buf_ids, hosts = [], [], [], [], []
-        buf_counts = [2] * len(nodes)
-        for k, node in enumerate(nodes):
+        buf_counts = [2] * len(group.nodes)
+        for k, node in enumerate(group.nodes):
             if node.kind is COPY:
                 name, src, dst, nbytes = node.region.name, node.src, node.dst, node.nbytes
                 t = timings.get((src, dst, nbytes))
@@ -305,8 +299,8 @@ class SimulationSession:
                 a = known.get(key)
                 if a is None:
                     a = new_id(key, 0)
-                if node.reduction:
-                    b = staging[node]
+                if node.reduction:               # the staging buffer is the node's own
+                    b = new_id((STAGING, name, dst, node), nbytes)
                 else:
                     key = (INSTANCE, name, dst, None)
                     b = known.get(key)

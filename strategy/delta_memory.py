@@ -116,30 +116,6 @@ class BufferTable:
             got = on[devices]
         return got
 
-    def staging_ids(self, copies: list) -> list[int]:
-        """The ids of the staging buffers of these reduction copies (keys (STAGING, region
-        name, destination, copy), own bytes the copy's), the new ones made in one go."""
-        get = self.ids.get
-        keys = [(STAGING, c.region.name, c.dst, c) for c in copies]
-        got = [get(k) for k in keys]
-        new = [j for j, b in enumerate(got) if b is None]
-        if new:
-            b0, m = len(self.dev.items), len(new)
-            made = [keys[j] for j in new]
-            self.ids.update(zip(made, range(b0, b0 + m)))
-            index = self.region_index
-            for k in made:
-                if k[1] not in index:
-                    index[k[1]] = len(index)
-            self.dev.items.extend([k[2] for k in made])
-            self.region.items.extend([index[k[1]] for k in made])
-            self.own_bytes.items.extend([k[3].nbytes for k in made])
-            self.staging.items.extend([True] * m)
-            self.state.items.extend([False] * m)
-            for j, b in zip(new, range(b0, b0 + m)):
-                got[j] = b
-        return got
-
     def _sizes(self) -> np.ndarray:
         """Per id: its own bytes, or a current region buffer's bytes (0 for one no longer
         current), grown by the ids added since the last call."""

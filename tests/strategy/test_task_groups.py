@@ -1,9 +1,9 @@
 """A node group's arrays in a SimulationSession equal what the timer and taskrt.liveness give
 node by node: duration, resources, and the buffers each node uses. Task groups are made per
 task class and device as arrays (strategy/taskgroups.py; a task's saved state last), read
-groups with their reduction copies' staging buffers made in one go; checked after changes
-and undos (buffers made through the other path in between), with several classes in one
-launch (uneven parts), and with host costs."""
+groups node by node (copies inline, a reduction copy's staging buffer its own); checked
+after changes and undos (buffers made through the other path in between), with several
+classes in one launch (uneven parts), and with host costs."""
 import random
 import warnings
 
