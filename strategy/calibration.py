@@ -381,13 +381,16 @@ def others_of(runs) -> float:
 
 
 def predict(fit: Fit, graph, int_ranges: dict, ranks: int, per_rank: int,
-            contention: float | None = None, factor: float | None = None) -> float:
+            contention: float | None = None, factor: float | None = None,
+            wakeups: bool = True) -> float:
     """A calibration's prediction of an iteration of `graph` run on `ranks` x `per_rank`
     devices: the threads' work (times the iteration factor) under preemption at the
     contention (default: the recorded runs'; on several ranks with a fitted background,
     each rank's from its overlap with the others, strategy/cores.py),
     strategy/preemption.py; one process pays it in proportion to its work (the smooth
-    limit, exact in expectation there)."""
+    limit, exact in expectation there). On several ranks a message that reaches a rank
+    with nothing to run waits for its next wake-up (fit.sleep, strategy/wakeups.py;
+    `wakeups=False`: not, e.g. for the threads' work alone)."""
     k = fit.factor if factor is None else factor
     model, profile = with_factor(*fit.work, k) if k != 1.0 else fit.work
     costs = CostModel(profile, int_ranges=int_ranges)
@@ -400,7 +403,7 @@ def predict(fit: Fit, graph, int_ranges: dict, ranks: int, per_rank: int,
         else:
             c = fit.contention if contention is None else contention
         delays = None
-        if fit.sleep is not None and ranks > 1:
+        if wakeups and fit.sleep is not None and ranks > 1:
             delays = {}
             for _ in range(WAKE_ROUNDS):
                 timer = PreemptedTimer(layout, costs, c, 0.0, delays=delays)

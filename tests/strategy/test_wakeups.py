@@ -91,3 +91,20 @@ def test_a_busy_receiver_waits_for_no_wake_up():
     costs = h.costs()
     timer = PreemptedTimer(m, costs, 1.0, 0.0)
     assert wake_delays(h.graph, simulate(h.graph, m, costs, timer), timer, SLEEPY) == {}
+
+
+def test_a_calibrations_prediction_holds_the_wake_up_and_its_work_does_not():
+    from strategy.calibration import Fit, predict
+    m = cpu_lab()
+    h = HandGraph(m)
+    region = h.region("x", 250)
+    a = h.task("a", 0, 1e-3)
+    c = h.copy(region, 0, 1, preds=[a])
+    b = h.task("b", 1, 1e-3, preds=[c])
+    for i in (a, b):
+        h.profile.add(h.graph.nodes[i].cost_key, "cpu", Measurement(1e-3))
+    fit = Fit(dict(HOST), {}, {}, 2, work=(m, h.profile), ranks=4, sleep=SLEEPY)
+    awake = predict(fit, h.graph, {}, 4, 1, wakeups=False)
+    assert predict(fit, h.graph, {}, 4, 1) == pytest.approx(awake + 345e-6, rel=1e-9)
+    assert predict(Fit(dict(HOST), {}, {}, 2, work=(m, h.profile), ranks=4), h.graph, {},
+                   4, 1) == pytest.approx(awake, rel=1e-12)      # no schedule: no wait
