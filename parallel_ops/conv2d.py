@@ -181,6 +181,16 @@ class Conv2d(FusesActivation, Op):
             [need_inputs[0], need_weights[0], has_bias and need_weights[1]])
         return [dx], [dw, db]
 
+    def saved_state_bytes(self, spec):
+        """forward_saving keeps its input and weights (regions) and what the activation's
+        derivative reads; the parts forward_saving refuses (autograd's path) are measured."""
+        info = spec.info
+        if (spec.inputs[0].empty or spec.weights[0].empty or info.span > 1
+                or info.group_in or any(info.explicit)):
+            return None
+        return workshape.activation_saved_bytes(self.activation, spec.outputs[0].shape,
+                                                self.inputs[0].dtype)
+
     def work(self, phase, spec, plan):
         """The convolution (after an explicit pad: one more kernel, and its derivative in
         backward when the input's gradient is wanted), its activation; backward's

@@ -176,6 +176,16 @@ class Dropout(Op):
         dy = output_grads[0]
         return [dy if saved is None else dy * saved], []
 
+    def saved_state_bytes(self, spec):
+        """forward_saving keeps the scaled mask of its part (none when it keeps every
+        value); reduced precision parts (autograd's path) are measured."""
+        dtype = self.inputs[0].dtype
+        if spec.inputs[0].empty or dtype not in ("float32", "float64"):
+            return None
+        if not self.training or self.params["p"] == 0.0:
+            return 0
+        return math.prod(spec.outputs[0].shape) * getattr(torch, dtype).itemsize
+
     def work(self, phase, spec, plan):
         """forward_saving's mask made with tensor operations (off the CPU, as on meta: a
         zeros, per axis an arange, a product and a sum, the 40 operations of the hash, a

@@ -127,6 +127,14 @@ class Linear(FusesActivation, Op):
         flops = dx * workshape.mm((rows, o), (o, i)) + dw * workshape.mm((i, rows), (rows, o))
         return PartWork(flops, dx + dw + db + activation_backward_kernels(self.activation))
 
+    def saved_state_bytes(self, spec):
+        """forward_saving keeps its input and weights (regions) and what the activation's
+        derivative reads; an empty input or weight part takes autograd's path (measured)."""
+        if not self.explicit_backward or spec.inputs[0].empty or spec.weights[0].empty:
+            return None
+        return workshape.activation_saved_bytes(self.activation, spec.outputs[0].shape,
+                                                self.inputs[0].dtype)
+
     def reference(self, inputs, weights):
         y = F.linear(inputs[0], *weights)
         return [activated(self.activation, y)]

@@ -14,7 +14,10 @@ tensors of the part's shapes (no data, no FLOPs; on CPU zeros for an operator wh
 needs values, such as an embedding's index check): the storages autograd saves (saved-tensor
 hooks) or forward_saving returns, less those of the part's inputs, weights and outputs. So
 every operator is covered, dtype by dtype (bfloat16 activations keep bfloat16 state), with
-nothing to declare by hand; an operator's own code decides it. Results are cached per stage
+nothing to declare by hand; an operator's own code decides it. An operator may declare
+them instead (Op.saved_state_bytes, from part shapes and dtypes, no tensor made): then
+they are not measured; tests/parallel_ops/test_saved_state_declared.py compares every
+declaration with the measurement. Results are cached per stage
 type, parameters, part shapes and dtypes (a search asks for the same parts many times).
 
 Assumptions (docs/large_models.md): a part's inputs arrive as contiguous tensors of its
@@ -90,6 +93,8 @@ def saved_bytes_of_parts(stage, specs: dict, input_grads, weight_grads) -> dict:
     for color, spec in specs.items():
         key = (head, _part_key(stage, spec))
         got = _CACHE.get(key)
+        if got is None:
+            got = stage.saved_state_bytes(spec)
         if got is None:
             try:
                 got = _measure(stage, spec, tuple(input_grads), tuple(weight_grads), "meta")

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from math import prod
 
+import torch
+
 from torch.utils.flop_counter import (addmm_flop, bmm_flop, conv_backward_flop,
                                       conv_flop_count, mm_flop)
 
@@ -84,3 +86,12 @@ def viewable(shape, strides, new_shape) -> bool:
             if d > 0:
                 chunk, tensor_numel, view_numel = strides[d - 1], 1, 1
     return view_d == -1
+
+
+def activation_saved_bytes(activation, out_shape, dtype: str) -> int:
+    """Bytes a fused activation's derivative keeps besides the part's regions
+    (parallel_ops.activation.activation_saved): the pre-activation values, for those whose
+    derivative reads its input (computed out of place); none for one that reads its output."""
+    if activation not in ("gelu", "relu6"):
+        return 0
+    return prod(out_shape) * getattr(torch, dtype).itemsize

@@ -1,0 +1,88 @@
+"""Declared saved state (Op.saved_state_bytes) against its oracle, parallel_ops.saved_state's
+measurement on meta tensors: for every forward part whose saved bytes a build of the apps
+asks for, under random configs (random degrees of every dim: empty parts, split
+reductions, replicas), and dtypes, a declaration equals the measurement exactly, so the
+memory model and every search are unchanged. A planted wrong declaration fails."""
+from __future__ import annotations
+
+import collections
+import random
+import warnings
+
+import parallel_ops.launch_template as launch_template
+from bench.sim_speed import build_graph, random_config
+from parallel_ops import saved_state
+from parallel_ops.linear import Linear
+from strategy.costs.app_profile import load_app
+from strategy.machine_model import machine_model
+
+DEVICES = 4
+CASES = [("transformer", ["--small"], 3), ("gpt", ["--small"], 3),
+         ("inception", ["--small"], 2), ("nmt", ["--small"], 2),
+         ("transformer", ["--small", "--dtype", "bfloat16"], 2)]
+
+
+def _measured(stage, spec, ig, wg) -> int:
+    try:
+        return saved_state._measure(stage, spec, tuple(ig), tuple(wg), "meta")
+    except RuntimeError:
+        return saved_state._measure(stage, spec, tuple(ig), tuple(wg), "cpu")
+
+
+def compare(cases, monkeypatch, seed: int = 0):
+    """(per stage type: parts declared, list of mismatches)."""
+    asked = []
+    real = launch_template.saved_bytes_of_parts
+
+    def record(stage, specs, ig, wg):
+        asked.append((stage, stage.training, dict(specs), tuple(ig), tuple(wg)))
+        return real(stage, specs, ig, wg)
+    monkeypatch.setattr(launch_template, "saved_bytes_of_parts", record)
+    monkeypatch.setattr(launch_template, "_TEMPLATES", {})   # each template asks once
+    rng = random.Random(seed)
+    machine = machine_model(f"p100:{DEVICES // 4}").taskrt_machine()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for app, flags, configs in cases:
+            net = load_app(app, flags, devices=DEVICES)
+            for trial in range(configs):
+                strategy = None if trial == 0 else {
+                    op.name: random_config(op, DEVICES, rng) for op in net.model.ops}
+                build_graph(net.model, strategy, machine, net.optimizer)
+    declared, wrong, seen = collections.Counter(), [], set()
+    for stage, training, specs, ig, wg in asked:
+        stage.training = training
+        for spec in specs.values():
+            key = (id(stage), training, ig, wg, saved_state._part_key(stage, spec))
+            if key in seen:
+                continue
+            seen.add(key)
+            got = stage.saved_state_bytes(spec)
+            if got is None:
+                continue
+            declared[stage.type] += 1
+            want = _measured(stage, spec, ig, wg)
+            if got != want:
+                wrong.append((stage.name, spec, got, want))
+    return declared, wrong
+
+
+COVERED = {"linear", "conv2d", "dropout", "batchnorm2d.stats", "batchnorm2d.centered"}
+
+
+def test_every_declared_saved_state_equals_measurement(monkeypatch):
+    declared, wrong = compare(CASES, monkeypatch)
+    assert not wrong, wrong[:5]
+    assert not COVERED - set(declared), declared
+    assert sum(declared.values()) >= 40, declared
+
+
+def test_a_wrong_declaration_is_caught(monkeypatch):
+    real = Linear.saved_state_bytes
+
+    def one_byte_too_many(self, spec):
+        got = real(self, spec)
+        return None if got is None else got + 1
+    monkeypatch.setattr(Linear, "saved_state_bytes", one_byte_too_many)
+    declared, wrong = compare([("transformer", ["--small"], 1)], monkeypatch)
+    assert declared["linear"] > 0 and len(wrong) == declared["linear"]
