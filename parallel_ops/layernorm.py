@@ -10,6 +10,8 @@ flows through both launches.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 
@@ -51,7 +53,8 @@ class LayerNorm(Op):
                                        whole_saving=self._whole_saving,
                                        whole_backward=self._whole_backward,
                                        whole_backward_kernels=lambda plan: 1,
-                                       split_work=self._split_work)
+                                       split_work=self._split_work,
+                                       whole_saved_bytes=self._whole_saved_bytes)
 
     def _normalize(self, spec, inputs, weights):
         x, stats = inputs
@@ -77,6 +80,12 @@ class LayerNorm(Op):
         if not (all(plan.need_inputs) and all(plan.need_weights)):
             return None
         return PartWork(0, 8 if is_stats else 22 + 4 * affine)
+
+    def _whole_saved_bytes(self, spec) -> int:
+        """What _whole_saving keeps besides regions: the part's mean and 1/std, one per row,
+        in torch's accumulation type (float32, float64 for float64) as on meta and CUDA."""
+        rows = math.prod(spec.inputs[0].shape[:-1])
+        return 2 * rows * (8 if self.inputs[0].dtype == "float64" else 4)
 
     def _whole_saving(self, spec, inputs, weights):
         """Normalize of whole rows: torch's fused layer norm, saving what its derivative

@@ -51,8 +51,10 @@ class _RowStage(Stage):
     of split rows run autograd through both stages as before."""
 
     def __init__(self, *args, feat: int, whole_saving=None, whole_backward=None,
-                 whole_backward_kernels=None, split_work=None, **kw):
+                 whole_backward_kernels=None, split_work=None, whole_saved_bytes=None,
+                 **kw):
         super().__init__(*args, **kw)
+        self._saved_bytes = whole_saved_bytes
         self.tag, self._split_work = args[1], split_work
         self.feat, self._saving, self._backward = feat, whole_saving, whole_backward
         self.explicit_backward = whole_saving is not None
@@ -80,6 +82,14 @@ class _RowStage(Stage):
         zero = plan.need_inputs[1]
         return PartWork(0, self._backward_kernels(plan) + zero,
                         zeros=(plan.targets.index((IN, 1)),) if zero else ())
+
+    def saved_state_bytes(self, spec):
+        """Parts of whole rows: what `whole_saving` keeps (the op's `whole_saved_bytes`);
+        parts of split rows (autograd's path) are measured."""
+        block = spec.inputs[0]
+        if self._saved_bytes is None or block.empty or block.hi[-1] - block.lo[-1] != self.feat:
+            return None
+        return self._saved_bytes(spec)
 
     def forward_saving(self, spec, inputs, weights):
         block = spec.inputs[0]
@@ -120,12 +130,14 @@ def row_stat_stages(op: Op, x: Tensor, y: Tensor, stats_fwd: Callable, norm_fwd:
                     weights: Sequence[Tensor] = (), whole_saving: Callable | None = None,
                     whole_backward: Callable | None = None,
                     whole_backward_kernels: Callable | None = None,
-                    split_work: Callable | None = None) -> list[Stage]:
+                    split_work: Callable | None = None,
+                    whole_saved_bytes: Callable | None = None) -> list[Stage]:
     """The stats and normalize stages of `op` (dims from row_dims) computing y from x; with
     `whole_saving`/`whole_backward` (normalize's forward_saving/backward for parts of whole
     rows), an explicit backward for such parts (_RowStage), whose kernels (but the zero
     gradient's) `whole_backward_kernels(plan)` gives (Op.work); `split_work` declares
-    the parts of split rows (_RowStage.work)."""
+    the parts of split rows (_RowStage.work); `whole_saved_bytes(spec)` the bytes
+    `whole_saving` keeps besides the regions (Op.saved_state_bytes)."""
     # norm_fwd gets the sizes of a row's Kc pieces as spec.info; weights split with the
     # last dim.
     *lead, feat = x.shape
@@ -153,11 +165,13 @@ def row_stat_stages(op: Op, x: Tensor, y: Tensor, stats_fwd: Callable, norm_fwd:
     explicit = whole_saving is not None
     return [_RowStage(op, "stats", [x], [stats], stats_fwd, part=stats_part, feat=feat,
                       whole_saving=_stats_skipped if explicit else None,
-                      whole_backward=_stats_backward, split_work=split_work),
+                      whole_backward=_stats_backward, split_work=split_work,
+                      whole_saved_bytes=(lambda spec: 0) if explicit else None),
             _RowStage(op, "normalize", [x, stats], [y], norm_fwd, weights=weights,
                       part=norm_part, feat=feat, whole_saving=whole_saving,
                       whole_backward=whole_backward,
-                      whole_backward_kernels=whole_backward_kernels, split_work=split_work)]
+                      whole_backward_kernels=whole_backward_kernels, split_work=split_work,
+                      whole_saved_bytes=whole_saved_bytes)]
 
 
 def _softmax_stats(spec, inputs, weights):
