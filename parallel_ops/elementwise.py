@@ -18,7 +18,7 @@ from .activation import (ACTIVATIONS, FusesActivation, activate, activate_saving
 from .errors import ShapeError
 from .model import Model, builder
 from .op import ATTRIBUTE, SAMPLE, Dim, Op, PartWork
-from .workshape import activation_backward_kernels, activation_kernels
+from .workshape import activation_backward_kernels, activation_kernels, activation_saved_bytes
 from .tensor import Tensor
 
 
@@ -127,6 +127,14 @@ class Elementwise(FusesActivation, Op):
                 g = g.sum_to_size(shape)
             grads[k] = g if grads[k] is None else grads[k] + g
         return grads, []
+
+    def saved_state_bytes(self, spec):
+        """add and multiply: their inputs (regions) or shapes and what the fused activation's
+        derivative reads; unary functions are measured."""
+        if self.type not in _BINARY or any(spec.inputs[k].empty for k in self.args):
+            return None
+        return activation_saved_bytes(self.activation, spec.outputs[0].shape,
+                                      self.outputs[0].dtype)
 
     def work(self, phase, spec, plan):
         """The function (and a fused activation); backward: the derivative (the

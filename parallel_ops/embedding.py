@@ -95,6 +95,15 @@ class Embedding(Op):
                 output_grads[0], idx, rows, -1 if pad is None else pad, False)
         return [None], [dw]
 
+    def saved_state_bytes(self, spec):
+        """forward_saving keeps its indices (a region); parts of some rows of the table
+        (autograd's path) are measured."""
+        w = spec.weights[0]
+        if spec.inputs[0].empty or w.empty or w.lo[0] != 0 \
+                or w.hi[0] != self.params["num_embeddings"]:
+            return None
+        return 0
+
     def work(self, phase, spec, plan):
         """A part of the whole table: the lookup, or the table's gradient (one kernel
         each). A part of a split vocabulary (autograd's path): the local indices, which

@@ -214,6 +214,10 @@ class AdaptiveAvgPool2d(Op):
         return [_averaging(info.rows, x.shape[2], x) @ x @
                 _averaging(info.cols, x.shape[3], x).T]
 
+    def saved_state_bytes(self, spec):
+        """forward_saving keeps its input (a region); other parts are measured."""
+        return None if spec.inputs[0].empty or not spec.info.whole else 0
+
     def work(self, phase, spec, plan):
         """One kernel each way (torch's adaptive pooling, a mean, or an average pool and
         their derivatives: an expanded gradient divided); the averaging matrices' path is

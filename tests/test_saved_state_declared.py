@@ -68,7 +68,8 @@ def compare(cases, monkeypatch, seed: int = 0):
 
 
 COVERED = {"linear", "conv2d", "dropout", "batchnorm2d.stats", "batchnorm2d.centered",
-           "layernorm.stats", "layernorm.normalize"}
+           "layernorm.stats", "layernorm.normalize",
+           "flat", "adaptive_avg_pool2d", "embedding", "add"}
 
 
 def test_every_declared_saved_state_equals_measurement(monkeypatch):
