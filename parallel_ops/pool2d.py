@@ -12,6 +12,8 @@ floor(i*H/oh) .. ceil((i+1)*H/oh)), so a part reads exactly the rows its outputs
 """
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 
 import torch
@@ -88,12 +90,30 @@ class _WindowPool(Op):
         return None
 
 
+def _padded_bytes(op, spec) -> int:
+    """Bytes of a window pooling part's input after its explicit pad (0 without one)."""
+    info = spec.info
+    if not any(info.explicit):
+        return 0
+    left, right, top, bottom = info.explicit
+    n, c, h, w = spec.inputs[0].shape
+    itemsize = getattr(torch, op.inputs[0].dtype).itemsize
+    return n * c * (h + top + bottom) * (w + left + right) * itemsize
+
+
 class MaxPool2d(_WindowPool):
     type = "max_pool2d"
 
     def work(self, phase, spec, plan):
         """An explicit pad, the pooling kernel (or its backward, and the pad's)."""
         return PartWork(0, 1 + any(spec.info.explicit))
+
+    def saved_state_bytes(self, spec, input_grads):
+        """Autograd's: with the input's gradient wanted, the pooling's indices (int64, one
+        per output) and its input when padded here (not a region)."""
+        if spec.inputs[0].empty or not input_grads[0]:
+            return None if spec.inputs[0].empty else 0
+        return math.prod(spec.outputs[0].shape) * 8 + _padded_bytes(self, spec)
 
     def forward(self, spec, inputs, weights):
         x, info = inputs[0], spec.info
@@ -126,6 +146,13 @@ class AvgPool2d(_WindowPool):
             return min(i * s - p + k, size) - max(i * s - p, 0)
         return (tuple(inside(i, kh, sh, ph, h) for i in range(h0, h1)),
                 tuple(inside(j, kw, sw, pw, w) for j in range(w0, w1)))
+
+    def saved_state_bytes(self, spec, input_grads):
+        """Autograd's, for parts divided by the whole window: its input when padded here
+        (not a region), with the input's gradient wanted; other parts are measured."""
+        if spec.inputs[0].empty or spec.info.counts is not None:
+            return None
+        return _padded_bytes(self, spec) if input_grads[0] else 0
 
     def work(self, phase, spec, plan):
         """As max_pool2d's for parts divided by the whole window; parts with their own
@@ -214,7 +241,7 @@ class AdaptiveAvgPool2d(Op):
         return [_averaging(info.rows, x.shape[2], x) @ x @
                 _averaging(info.cols, x.shape[3], x).T]
 
-    def saved_state_bytes(self, spec):
+    def saved_state_bytes(self, spec, input_grads):
         """forward_saving keeps its input (a region); other parts are measured."""
         return None if spec.inputs[0].empty or not spec.info.whole else 0
 
