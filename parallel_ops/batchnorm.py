@@ -344,6 +344,16 @@ class _Normalize(Stage):
         out, act = activate_saving(bn.activation, y)
         return [out, nxt], saved + (act,)
 
+    def saved_state_bytes(self, spec, input_grads):
+        """A part of whole samples (torch's kernel): its batch mean and 1/std per channel
+        in torch's accumulation type (x, gamma and the running copies are regions); parts
+        of split samples, and reduced precision, are measured."""
+        dtype = self.inputs[0].dtype
+        if spec.inputs[0].empty or not _whole_samples(spec) or \
+                dtype not in ("float32", "float64"):
+            return None
+        return 2 * spec.inputs[0].shape[1] * getattr(torch, dtype).itemsize
+
     def work(self, phase, spec, plan):
         return _normalize_work(self, phase, spec, plan)
 
