@@ -54,7 +54,7 @@ from taskrt.geometry import Rect
 
 from .activation import (FusesActivation, activate, activate_saving, activated,
                          activation_backward, check_activation)
-from .workshape import activation_backward_kernels, activation_kernels
+from .workshape import activation_backward_kernels, activation_kernels, activation_saved_bytes
 from .errors import ShapeError
 from .model import Model, builder
 from .nchw import check_nchw
@@ -345,14 +345,17 @@ class _Normalize(Stage):
         return [out, nxt], saved + (act,)
 
     def saved_state_bytes(self, spec, input_grads):
-        """A part of whole samples (torch's kernel): its batch mean and 1/std per channel
-        in torch's accumulation type (x, gamma and the running copies are regions); parts
-        of split samples, and reduced precision, are measured."""
+        """Per channel of the part, in x's dtype (float32, float64; reduced precision is
+        measured): a part of whole samples (torch's kernel) its batch mean and 1/std, one
+        of split samples (_normalized) its mean, 1/std and, affine, gamma * 1/std; and
+        what the activation's derivative reads (x, gamma, the running copies: regions)."""
         dtype = self.inputs[0].dtype
-        if spec.inputs[0].empty or not _whole_samples(spec) or \
-                dtype not in ("float32", "float64"):
+        if spec.inputs[0].empty or dtype not in ("float32", "float64"):
             return None
-        return 2 * spec.inputs[0].shape[1] * getattr(torch, dtype).itemsize
+        bn = self.parent
+        kept = 2 if _whole_samples(spec) or not bn.params["affine"] else 3
+        return kept * spec.inputs[0].shape[1] * getattr(torch, dtype).itemsize + \
+            activation_saved_bytes(bn.activation, spec.outputs[0].shape, dtype)
 
     def work(self, phase, spec, plan):
         return _normalize_work(self, phase, spec, plan)
