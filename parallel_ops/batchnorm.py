@@ -47,6 +47,8 @@ MobileNetV2 after one large step) drifts from eager PyTorch far beyond rounding.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 
@@ -311,8 +313,17 @@ class _SumStage(Stage):
         return ([None], None) if spec.outputs[0].empty else None
 
     def saved_state_bytes(self, spec, input_grads):
-        """An empty part keeps nothing; the others (autograd's path) are measured."""
-        return 0 if spec.outputs[0].empty else None
+        """An empty part keeps nothing. Others run autograd: the stats' sum keeps sizes
+        alone; centered's square keeps x - mean (the statistics are detached), when x's
+        gradient is wanted. Reduced precision is measured."""
+        dtype = self.inputs[0].dtype
+        if spec.outputs[0].empty:
+            return 0
+        if spec.inputs[0].empty or dtype not in ("float32", "float64"):
+            return None
+        if self.type.endswith(".stats") or not input_grads[0]:
+            return 0
+        return math.prod(spec.inputs[0].shape) * getattr(torch, dtype).itemsize
 
     def backward(self, spec, saved, output_grads, need_inputs, need_weights):
         """An empty part's: it read nothing, so no gradient is asked of it."""
