@@ -40,6 +40,11 @@ def task_refs(lp: LaunchPlan, li: int) -> list:
 def by_region(points) -> tuple[dict, dict]:
     """A launch's expanded points grouped by region, in first-use order: the reads
     (color, device, rect) and every access (point index, requirement index, requirement)."""
+    grouped = _by_region_alike(points)
+    return grouped if grouped is not None else _by_region_loop(points)
+
+
+def _by_region_loop(points) -> tuple[dict, dict]:
     reads: dict[str, list] = {}
     accesses: dict[str, list] = {}
     for pi, (color, device, reqs) in enumerate(points):
@@ -55,4 +60,37 @@ def by_region(points) -> tuple[dict, dict]:
             if got is None:
                 got = accesses[name] = []
             got.append((pi, k, req))
+    return reads, accesses
+
+
+def _by_region_alike(points) -> tuple[dict, dict] | None:
+    """by_region when every point asks the same regions with the same privileges in the same
+    order, each region once (the points of a launch differ in their rects and devices): per
+    requirement index one list over the points, not one dict lookup per point and
+    requirement. None when the points differ."""
+    if not points:
+        return None
+    first = points[0][2]
+    n = len(first)
+    regions = [req.region for req in first]
+    names = [region.name for region in regions]
+    if len(set(names)) != n:
+        return None
+    privs = [req.privilege for req in first]
+    for _, _, reqs in points:
+        if reqs is first:
+            continue
+        if len(reqs) != n:
+            return None
+        for k in range(n):
+            req = reqs[k]
+            if req.region is not regions[k] or req.privilege is not privs[k]:
+                return None
+    reads: dict[str, list] = {}
+    accesses: dict[str, list] = {}
+    for k, name in enumerate(names):
+        priv = privs[k]
+        if priv is R or priv is RW:
+            reads[name] = [(color, device, reqs[k].rect) for color, device, reqs in points]
+        accesses[name] = [(pi, k, reqs[k]) for pi, (_, _, reqs) in enumerate(points)]
     return reads, accesses

@@ -178,3 +178,30 @@ def test_buffer_leaves_the_aligned_mode_when_a_rect_overlaps():
     assert got[0][1] and got[0][2]        # aligned until `half`, general after
     assert got[0][0] == got[1][0]
     assert got[0][0][5] == {"w1", "w2", "r1", "r2", "r3"} and got[0][0][6] == {"w1", "w3"}
+
+
+def test_by_region_of_points_alike_equals_the_loop():
+    """launchplan.by_region's per-requirement lists (points asking the same regions with
+    the same privileges) give what its point-by-point loop gives, dict order included, and
+    it falls back to the loop when the points differ."""
+    from taskrt.launchplan import _by_region_alike, _by_region_loop
+    planner = Planner(MACHINE, INITIAL)
+    checked = 0
+    for seed in range(60):
+        for launch in _launches(_program(seed)):
+            points = planner._expand(launch)
+            alike, loop = _by_region_alike(points), _by_region_loop(points)
+            assert alike is not None
+            assert [list(d.items()) for d in alike] == [list(d.items()) for d in loop]
+            checked += 1
+    assert checked > 300
+    a, b = Rect((0, 0), (4, 6)), Rect((4, 0), (8, 6))
+    twice = [((0,), 0, (RegionRequirement(ACT, a, R), RegionRequirement(ACT, b, R)))]
+    other_priv = [((0,), 0, (RegionRequirement(ACT, a, R),)),
+                  ((1,), 1, (RegionRequirement(ACT, b, RW),))]
+    other_region = [((0,), 0, (RegionRequirement(ACT, a, R),)),
+                    ((1,), 1, (RegionRequirement(GW, b, R),))]
+    for points in (twice, other_priv, other_region):
+        assert _by_region_alike(points) is None
+        from taskrt.launchplan import by_region
+        assert by_region(points) == _by_region_loop(points)
