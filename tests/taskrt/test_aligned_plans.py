@@ -200,7 +200,7 @@ def test_by_region_of_points_alike_equals_the_loop():
     other_priv = [((0,), 0, (RegionRequirement(ACT, a, R),)),
                   ((1,), 1, (RegionRequirement(ACT, b, RW),))]
     other_region = [((0,), 0, (RegionRequirement(ACT, a, R),)),
-                    ((1,), 1, (RegionRequirement(GW, b, R),))]
+                    ((1,), 1, (RegionRequirement(GW, Rect((2, 0), (4, 6)), R),))]
     for points in (twice, other_priv, other_region):
         assert _by_region_alike(points) is None
         from taskrt.launchplan import by_region
