@@ -344,6 +344,13 @@ class RegionPlanner:
         held = st.held
         if (device, rect) in held:      # read before, nothing written since: all held
             return
+        if FAST_PATHS and not rect.empty:
+            # A valid piece of exactly `rect` (the valid pieces are disjoint: it alone) that
+            # the reader holds: what the walk below finds, without it.
+            holders = st.valid.exact_value(rect)
+            if holders is not None and device in holders:
+                held.add((device, rect))
+                return
         covered = 0
         by_source: dict[int, list[Rect]] = {}
         lacking = []
