@@ -49,9 +49,8 @@ class BufferAccesses:
             self.readers = RectIndex()                  # rect -> set of reader refs
 
     def _aligned(self, rect: Rect) -> bool:
-        """Whether the buffer stays aligned with `rect` accessed (else it is made general)."""
-        if rect in self._w or rect in self._r:
-            return True
+        """Whether the buffer stays aligned with `rect`, which is in neither dict, accessed: it
+        is disjoint from every rect seen (else the buffer is made general)."""
         if not rect.empty:
             seen = self._seen
             box = seen[0]
@@ -89,16 +88,21 @@ class BufferAccesses:
     def read(self, rect: Rect, ref) -> set:
         known = self._writers_of.get(rect)
         w = self._w
-        if w is not None and (known is not None or self._aligned(rect)):
+        if w is not None:
+            r = self._r
+            refs = r.get(rect)
             if known is None:
                 n = w.get(rect, _MISSING)
-                known = self._writers_of[rect] = set() if n is _MISSING else {n}
-            refs = self._r.get(rect)
-            if refs is None:
-                self._r[rect] = {ref}
-            else:
-                refs.add(ref)
-            return set(known)
+                if n is not _MISSING:
+                    known = self._writers_of[rect] = {n}
+                elif refs is not None or self._aligned(rect):
+                    known = self._writers_of[rect] = set()
+            if known is not None:
+                if refs is None:
+                    r[rect] = {ref}
+                else:
+                    refs.add(ref)
+                return set(known)
         if known is None:
             known = self._writers_of[rect] = {n for _, _, n in self.writers.overlapping(rect)}
         refs = self.readers.exact_value(rect)
@@ -112,15 +116,21 @@ class BufferAccesses:
         if self._writers_of:
             self._writers_of.clear()
         w = self._w
-        if w is not None and self._aligned(rect):
+        if w is not None:
             n = w.pop(rect, _MISSING)
-            preds = set() if n is _MISSING else {n}
-            refs = self._r.pop(rect, None)
-            if refs is not None:
-                preds |= refs
-            w[rect] = ref
-            preds.discard(ref)
-            return preds
+            if n is not _MISSING:
+                preds = {n}
+            elif rect in self._r or self._aligned(rect):
+                preds = set()
+            else:
+                preds = None                # made general: nothing was popped
+            if preds is not None:
+                refs = self._r.pop(rect, None)
+                if refs is not None:
+                    preds |= refs
+                w[rect] = ref
+                preds.discard(ref)
+                return preds
         preds = set()
         writers, readers = self.writers, self.readers
         found = writers.overlapping(rect)
