@@ -3,6 +3,9 @@ regions it touches gave each point task), and how a launch's points group by reg
 The planner (planner.py) owns the records; re-planning (replace) and undo swap them."""
 from __future__ import annotations
 
+from itertools import repeat
+from operator import attrgetter, is_, itemgetter, ne
+
 from .launch import IndexLaunch
 from .privilege import RW, R
 
@@ -66,31 +69,35 @@ def _by_region_loop(points) -> tuple[dict, dict]:
 def _by_region_alike(points) -> tuple[dict, dict] | None:
     """by_region when every point asks the same regions with the same privileges in the same
     order, each region once (the points of a launch differ in their rects and devices): per
-    requirement index one list over the points, not one dict lookup per point and
-    requirement. None when the points differ."""
+    requirement index one list over the points, made and checked by C loops (map), not one
+    dict lookup per point and requirement. None when the points differ."""
     if not points:
         return None
-    first = points[0][2]
+    reqs_of = list(map(_third, points))
+    first = reqs_of[0]
     n = len(first)
-    regions = [req.region for req in first]
-    names = [region.name for region in regions]
-    if len(set(names)) != n:
+    names = [req.region.name for req in first]
+    if len(set(names)) != n or any(map(ne, map(len, reqs_of), repeat(n))):
         return None
-    privs = [req.privilege for req in first]
-    for _, _, reqs in points:
-        if reqs is first:
-            continue
-        if len(reqs) != n:
+    cols = []
+    for k in range(n):
+        col = list(map(itemgetter(k), reqs_of))
+        if not (all(map(is_, map(_region, col), repeat(first[k].region))) and
+                all(map(is_, map(_privilege, col), repeat(first[k].privilege)))):
             return None
-        for k in range(n):
-            req = reqs[k]
-            if req.region is not regions[k] or req.privilege is not privs[k]:
-                return None
+        cols.append(col)
     reads: dict[str, list] = {}
     accesses: dict[str, list] = {}
-    for k, name in enumerate(names):
-        priv = privs[k]
+    colors = devices = None
+    for k, (name, col) in enumerate(zip(names, cols)):
+        priv = first[k].privilege
         if priv is R or priv is RW:
-            reads[name] = [(color, device, reqs[k].rect) for color, device, reqs in points]
-        accesses[name] = [(pi, k, reqs[k]) for pi, (_, _, reqs) in enumerate(points)]
+            if colors is None:
+                colors, devices = list(map(_first, points)), list(map(_second, points))
+            reads[name] = list(zip(colors, devices, map(_rect, col)))
+        accesses[name] = list(zip(range(len(col)), repeat(k), col))
     return reads, accesses
+
+
+_first, _second, _third = itemgetter(0), itemgetter(1), itemgetter(2)
+_region, _privilege, _rect = attrgetter("region"), attrgetter("privilege"), attrgetter("rect")

@@ -245,9 +245,11 @@ class Planner:
         known = self.regions
         num_devices = len(self.machine.devices)
         last = None
+        devices = launch.devices
         for index, color in enumerate(launch.colors):
             reqs = launch.requirements(color)
-            device = self._device_of(launch, index)
+            device = devices[index] if devices is not None else \
+                self._device_of(launch, index)
             if not (isinstance(device, int) and 0 <= device < num_devices):
                 raise MappingError(f"Launch '{launch.name}' point {color}: mapped to device "
                                    f"{device}, which does not exist on {self.machine}. Use a "
