@@ -251,7 +251,8 @@ def analyse(folder: str, data: dict) -> dict:
                     plain = predict(fit, g, ints, ranks_, per, factor=1.0)
                     before = simulate(g, shared_devices(base, per),
                                       CostModel(base_profiles, int_ranges=ints)).makespan
-                    work = predict(fit, g, ints, ranks_, per, contention=1.0, factor=1.0)
+                    work = predict(fit, g, ints, ranks_, per, contention=1.0, factor=1.0,
+                                   wakeups=False)          # work: not the ranks' sleeps
                     cpu = traced_cpu(trace_files(traces, a, strategy))
                     c = runs[(a, strategy)]
                     m = c["measured_s"]

@@ -75,9 +75,10 @@ from .insitu import (_line, contention, deflate_long_keys, insitu_profile, run_d
                      slice_length)
 from .machines import HOST_KINDS, HostCost
 from .cores import machine_cores, per_thread_contention, sharing
-from .preemption import expected_makespan
+from .preemption import PreemptedTimer, expected_makespan
 from .replay import ReplayError, measured_times, model_for_layout, recorded
-from .simulator import NodeTimer
+from .simulator import NodeTimer, simulate
+from .wakeups import ROUNDS as WAKE_ROUNDS, SleepSchedule, executor_schedule, wake_delays
 
 
 class CalibrationError(ValueError):
@@ -118,6 +119,7 @@ class Fit:
     background: float | None = None  # other runnable threads sharing the cores (cores.py)
     waiting: float = 0.0             # share of its waits a waiting rank is runnable (cores.py)
     cores: int = 1                   # the cores the recorded runs' ranks shared
+    sleep: SleepSchedule | None = None  # how an idle rank waits (several ranks; wakeups.py)
 
     def text(self) -> str:
         lines = ["host costs per node kind (mean gap before its events + event host work):"]
@@ -144,6 +146,12 @@ class Fit:
                          f"runnable threads, waiting ranks runnable {self.waiting:.2f} of their "
                          "waits (each rank's contention from the ranks working beside it: "
                          "strategy/cores.py)")
+        if self.sleep is not None:
+            sl = self.sleep
+            lines.append(f"idle ranks yield {sl.spin_s * 1e3:.1f} ms, then sleep "
+                         f"{sl.first_s * 1e6:.0f} us doubling to {sl.max_s * 1e6:.0f} us "
+                         f"(+{sl.overshoot_s * 1e6:.0f} us each): messages to a sleeping "
+                         "rank wait for its wake-up (strategy/wakeups.py)")
         if self.factor != 1.0:
             lines.append(f"iteration factor {self.factor:.3f} (task times and host costs; "
                          "what the runs take beyond their simulation)")
@@ -292,7 +300,7 @@ def with_factor(model, profile: Profile, k: float, name: str = "iteration_factor
 
 
 def calibrate(paths, base_model, base_profile: Profile | None = None, factor: bool = True,
-              loads: dict | None = None, shared_cores: bool = True):
+              loads: dict | None = None, shared_cores: bool = True, wakeups: bool = True):
     """(machine model with host costs, in-situ profile, Fit) from trace files. `base_model`
     is a MachineModel with one device per rank of the runs (or one per device): its devices
     and links are kept, its host costs replaced. `factor`: fit the iteration factor (runs
@@ -302,7 +310,10 @@ def calibrate(paths, base_model, base_profile: Profile | None = None, factor: bo
     When every run has a load, it is used instead of the estimate from the task events
     (see deflate_long_keys). `shared_cores`: on several ranks, give each rank the contention
     of the ranks working beside it and the machine's other threads (strategy/cores.py),
-    fitted to the runs' per-rank load records; else one contention for every rank."""
+    fitted to the runs' per-rank load records; else one contention for every rank.
+    `wakeups`: on several ranks, a message to a rank with nothing to run waits for the
+    rank's next wake-up (strategy/wakeups.py; the executor's sleep schedule for the runs'
+    ranks, cores and the other processes' load they recorded)."""
     runs = load_runs(paths)
     if not runs:
         raise CalibrationError("calibrate: give at least one trace file (a run with --trace)")
@@ -338,6 +349,9 @@ def calibrate(paths, base_model, base_profile: Profile | None = None, factor: bo
         shared = sharing(runs, fit.cores)
         if shared is not None:
             fit.background, fit.waiting = shared
+    if wakeups and ranks > 1:
+        fit.cores = machine_cores()
+        fit.sleep = executor_schedule(ranks, fit.cores, others_of(runs))
     fit.work = (model, profile)
     fit.residuals = residuals(runs, fit)
     fit.unscaled = with_factor(model, profile, fit.contention, "contention")
@@ -352,14 +366,31 @@ def calibrate(paths, base_model, base_profile: Profile | None = None, factor: bo
     return model.with_host_costs(model.host_costs, record), profile, fit
 
 
+def others_of(runs) -> float:
+    """The other processes' runnable threads while the runs ran, as the executor reads them
+    (policies.others_runnable: the load average less the ranks): the median over the runs
+    of the load average their traces recorded (0 where none did)."""
+    seen = []
+    for r in runs:
+        avg = [(e.get("args") or {}).get("loadavg") for e in r.events
+               if e.get("ph") == "M" and e.get("name") == LOAD_EVENT]
+        avg = [a for a in avg if isinstance(a, (int, float)) and not isinstance(a, bool)]
+        if avg:
+            seen.append(max(0.0, statistics.median(avg) - r.ranks))
+    return statistics.median(seen) if seen else 0.0
+
+
 def predict(fit: Fit, graph, int_ranges: dict, ranks: int, per_rank: int,
-            contention: float | None = None, factor: float | None = None) -> float:
+            contention: float | None = None, factor: float | None = None,
+            wakeups: bool = True) -> float:
     """A calibration's prediction of an iteration of `graph` run on `ranks` x `per_rank`
     devices: the threads' work (times the iteration factor) under preemption at the
     contention (default: the recorded runs'; on several ranks with a fitted background,
     each rank's from its overlap with the others, strategy/cores.py),
     strategy/preemption.py; one process pays it in proportion to its work (the smooth
-    limit, exact in expectation there)."""
+    limit, exact in expectation there). On several ranks a message that reaches a rank
+    with nothing to run waits for its next wake-up (fit.sleep, strategy/wakeups.py;
+    `wakeups=False`: not, e.g. for the threads' work alone)."""
     k = fit.factor if factor is None else factor
     model, profile = with_factor(*fit.work, k) if k != 1.0 else fit.work
     costs = CostModel(profile, int_ranges=int_ranges)
@@ -371,7 +402,15 @@ def predict(fit: Fit, graph, int_ranges: dict, ranks: int, per_rank: int,
                                       waiting=fit.waiting)
         else:
             c = fit.contention if contention is None else contention
-        return expected_makespan(graph, layout, costs, c, fit.slice_s if ranks > 1 else 0.0)
+        delays = None
+        if wakeups and fit.sleep is not None and ranks > 1:
+            delays = {}
+            for _ in range(WAKE_ROUNDS):
+                timer = PreemptedTimer(layout, costs, c, 0.0, delays=delays)
+                delays = wake_delays(graph, simulate(graph, layout, costs, timer), timer,
+                                     fit.sleep)
+        return expected_makespan(graph, layout, costs, c, fit.slice_s if ranks > 1 else 0.0,
+                                 delays=delays)
 
 
 def at_contention(fit: Fit, c: float) -> tuple:

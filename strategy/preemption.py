@@ -26,10 +26,12 @@ from .simulator import NodeTimer, simulate
 class PreemptedTimer(NodeTimer):
     """NodeTimer whose nodes on a host thread are held up by preemption slices.
     `contention`: one number for every thread, or {thread: contention} (strategy/cores.py:
-    ranks sharing cores); a node on several threads (an all-reduce) takes the highest."""
+    ranks sharing cores); a node on several threads (an all-reduce) takes the highest.
+    `delays`: {node id: seconds} its post phase (a message's unpack, an all-reduce's wait)
+    starts late, its receiver asleep when it arrived (strategy/wakeups.py)."""
 
     def __init__(self, model, costs, contention, slice_s: float,
-                 rng: random.Random | None = None):
+                 rng: random.Random | None = None, delays: dict | None = None):
         super().__init__(model, costs)
         self.threads = {self.host(d) for d in range(model.num_devices)}
         per = dict(contention) if isinstance(contention, dict) else \
@@ -40,6 +42,7 @@ class PreemptedTimer(NodeTimer):
         self.per_thread = per
         self.contention = max(per.values(), default=1.0)
         self.slice_s, self.rng = slice_s, rng or random.Random(0)
+        self.delays = delays or {}
 
     def stalled(self, seconds: float, contention: float | None = None) -> float:
         """`seconds` of a thread's work and the slices taken from it meanwhile."""
@@ -67,22 +70,27 @@ class PreemptedTimer(NodeTimer):
 
     def host_phases(self, node):
         hd, hr, pd, pr = super().host_phases(node)
-        return self.stalled(hd, self._of(hr)), hr, self.stalled(pd, self._of(pr)), pr
+        hd = self.stalled(hd, self._of(hr))             # in this order: the same draws
+        pd = self.stalled(pd, self._of(pr))
+        if self.delays and pr:
+            pd += self.delays.get(node.id, 0.0)     # asleep: not work, no slices
+        return hd, hr, pd, pr
 
 
 def expected_makespan(graph, model, costs, contention, slice_s: float,
-                      samples: int = 16, seed: int = 0) -> float:
+                      samples: int = 16, seed: int = 0, delays: dict | None = None) -> float:
     """The mean makespan of `samples` simulations of graph on `model` (the threads' work:
     task times and host costs without contention) with preemption slices of `slice_s`
     taking (contention - 1) s per second of each thread's work (`contention`: a number, or
-    {thread: contention})."""
+    {thread: contention}; `delays` as PreemptedTimer's)."""
     top = max(contention.values(), default=1.0) if isinstance(contention, dict) \
         else contention
     if top <= 1.0 or slice_s <= 0:
         c = contention if isinstance(contention, dict) else max(contention, 1.0)
-        return simulate(graph, model, costs, PreemptedTimer(model, costs, c, 0.0)).makespan
+        return simulate(graph, model, costs,
+                        PreemptedTimer(model, costs, c, 0.0, delays=delays)).makespan
     rng = random.Random(seed)
     return statistics.fmean(
         simulate(graph, model, costs, PreemptedTimer(model, costs, contention, slice_s,
-                                                     rng)).makespan
+                                                     rng, delays)).makespan
         for _ in range(samples))
