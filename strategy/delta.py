@@ -12,7 +12,7 @@ scheduler (strategy/listsched.py) from its last checkpoint before the first chan
 (in program order nothing before a node changes what it sees: listsched.Checkpoints), and
 the memory peak by one compiled sweep of sorted allocation events (strategy/memsweep.py).
 For a new group, what a copy's devices and bytes or a task's class and device determine is
-computed once per such key (_group_sim, _task_info). No per-node Python runs for the
+computed once per such key (_group_sim, strategy/taskgroups.py). No per-node Python runs for the
 groups a change did not touch, and the result is by construction what a full
 simulation of the new graph gives (tests/strategy/test_delta.py checks it). The TaskGraph
 object view (`graph`) is built only when asked for.
@@ -28,54 +28,28 @@ from parallel_ops.lowering import IncrementalLowering
 from parallel_ops.optim import SGD
 from taskrt import Planner
 from taskrt.gcpause import gc_paused
-from taskrt.liveness import (INSTANCE, PARTIAL, STAGING, STATE, buffers_of, own_bytes,
-                             results_of, state_key, task_reads_writes)
+from taskrt.liveness import INSTANCE, PARTIAL, STAGING, buffers_of, own_bytes, results_of
 from taskrt.nodegroups import GroupRun, join, resolve
-from taskrt.taskclasses import class_key
-from taskrt.taskgraph import COPY, TASK
+from taskrt.taskgraph import COPY
 
 from .delta_memory import BufferTable
 from .listsched import Checkpoints
 from .simulator import NO_HOST, NodeTimer, Resources, SimResult, result_of, timeline
+from .taskgroups import HOST_ARRAYS, GroupSim, TaskGroups, host_arrays
 
 # Buffers the tables may hold beyond 4 per node of the graph and one per node the planner's
 # memo remembers (a remembered copy brings its staging buffer back) before a restart.
 TABLE_SLACK = 65536
 
 
-@dataclass(eq=False, slots=True)
-class _GroupSim:
-    """What the simulator needs of one node group, as arrays aligned with its nodes."""
-    dur: np.ndarray
-    res_counts: np.ndarray
-    res_ids: np.ndarray
-    buf_counts: np.ndarray
-    buf_ids: np.ndarray
-    read_by_writers: frozenset     # regions read (R, RW) by tasks that write something
-    reads_of_writers: dict         # region written -> regions read by the tasks writing it
-    host: tuple | None             # _HOST_ARRAYS of its nodes, or None without host costs
-
-
 _SIM_ARRAYS = ("dur", "res_counts", "res_ids", "buf_counts", "buf_ids")
 _RUN_ARRAYS = ("gids", "offsets", "pred_count", "pred_gid", "pred_idx")
-# Host phases (simulator.timeline's `host`), only when the machine model has host costs.
-_HOST_ARRAYS = ("pre_dur", "pre_counts", "pre_ids", "post_dur", "post_counts", "post_ids")
-
-
-def _host_arrays(phases) -> tuple:
-    """Per-node host phases (seconds, ids, seconds, ids) as the six _HOST_ARRAYS."""
-    n = len(phases)
-    return (np.fromiter((p[0] for p in phases), dtype=np.float64, count=n),
-            np.fromiter((len(p[1]) for p in phases), dtype=np.int64, count=n),
-            np.fromiter((x for p in phases for x in p[1]), dtype=np.int64),
-            np.fromiter((p[2] for p in phases), dtype=np.float64, count=n),
-            np.fromiter((len(p[3]) for p in phases), dtype=np.int64, count=n),
-            np.fromiter((x for p in phases for x in p[3]), dtype=np.int64))
+_NO_READS = frozenset()           # a read group's nodes write no region (tasks do)
 
 
 @dataclass(eq=False, slots=True)
 class _LaunchBlock:
-    """One launch's groups (Planner.launch_groups), their _GroupSim arrays and their
+    """One launch's groups (Planner.launch_groups), their GroupSim arrays and their
     predecessor references (nodegroups.GroupRun) joined: the unit _simulate reuses while
     the launch's version is unchanged."""
     version: int
@@ -91,7 +65,7 @@ class _LaunchBlock:
     pred_count: np.ndarray
     pred_gid: np.ndarray
     pred_idx: np.ndarray
-    pre_dur: np.ndarray | None = None       # _HOST_ARRAYS: None without host costs
+    pre_dur: np.ndarray | None = None       # HOST_ARRAYS: None without host costs
     pre_counts: np.ndarray | None = None
     pre_ids: np.ndarray | None = None
     post_dur: np.ndarray | None = None
@@ -162,10 +136,11 @@ class SimulationSession:
         self._infos: dict = {}           # node -> what it adds to its group (_node_info)
         self._copy_timings: dict = {}    # (src, dst, bytes) -> a copy's timing (_copy_timing)
         self._copy_resources: dict = {}  # (src, dst) -> a copy's resource ids
-        # Per task class (its launch's cost tag for the launch): _task_info's template.
-        self._task_templates: dict = {}
-        self._sims: dict = {}            # NodeGroup -> _GroupSim
+        self._sims: dict = {}            # NodeGroup -> GroupSim
         self._buffers = BufferTable(len(self.machine.devices))   # buffers as dense ids
+        # Task groups' arrays (strategy/taskgroups.py), per task class and device.
+        self._task_groups = TaskGroups(self.machine_model, self.timer, self.resources,
+                                       self._buffers, self._host_info)
         # Per launch, its groups' arrays joined (_LaunchBlock), and over all of them the
         # counts of regions read by writing tasks (see _kept_regions; only counts above 0).
         self._blocks: list[_LaunchBlock] = []
@@ -266,59 +241,16 @@ class SimulationSession:
         return self._buffers.id(key, nbytes)
 
     def _node_info(self, node, staged) -> tuple:
-        """(duration, resource ids, buffer ids, regions read, regions written: a task's
-        writes, or None when it writes nothing, host phases: (seconds, resource ids) before
-        and after): what a node adds to its group's arrays, cached per node object
-        (unchanged nodes are the same objects in the next graph). Copies: _group_sim."""
+        """(duration, resource ids, buffer ids, host phases: (seconds, resource ids) before
+        and after) of a reduce or all-reduce: what it adds to its group's arrays, cached per
+        node object (unchanged nodes are the same objects in the next graph). Copies:
+        _group_sim; tasks: strategy/taskgroups.py."""
         d, rs = self.timer.timing(node)
         host = self._host_info(node)
         keys = buffers_of(node, staged=staged)
         bufs = tuple(self._buffer(key, own_bytes(key)) for key in keys)
-        reads, writes = (), None
-        if node.kind is TASK:
-            r, w = task_reads_writes(node)
-            if w:
-                reads, writes = r, w
         rid = self.resources.id
-        return d, tuple(rid(x) for x in rs), bufs, reads, writes, host
-
-    def _task_info(self, node) -> tuple:
-        """_node_info of a point task from its class's template: what the cost key (the
-        launch's cost tag, the parts' shapes and the regions' dtypes), the buffers but for
-        the device and the regions read and written are functions of (taskrt/taskclasses.py;
-        the launch's cost tag stands for the launch, whose objects each change makes anew);
-        its duration per device spec, its resources and host phases per device. Saved
-        state (keyed by the task's color) is added per task."""
-        launch, dev = node.launch, node.device
-        key = (launch.cost_tag,) + class_key(node)[1:]
-        t = self._task_templates.get(key)
-        if t is None:
-            bufs = buffers_of(node)
-            if launch.saved_bytes and bufs and bufs[-1][0] == STATE:
-                bufs = bufs[:-1]
-            reads, writes = task_reads_writes(node)
-            t = self._task_templates[key] = (tuple([(b[0], b[1]) for b in bufs]),
-                                             reads if writes else (), writes or None, {}, {})
-        pattern, reads, writes, durations, per_device = t
-        got = per_device.get(dev)
-        if got is None:
-            spec = self.machine_model.device(dev)
-            d = durations.get(spec)
-            if d is None:
-                d = durations[spec] = self.timer.timing(node)[0]
-            known, new_id = self._buffers.ids, self._buffers.id
-            ids = []
-            for kind, name in pattern:
-                k = (kind, name, dev, None)
-                b = known.get(k)
-                ids.append(new_id(k, 0) if b is None else b)
-            got = per_device[dev] = (d, (self.resources.id(self.timer.compute(dev)),),
-                                     tuple(ids), reads, writes, self._host_info(node))
-        if launch.saved_bytes:
-            key = state_key(node)
-            if key is not None:
-                got = got[:2] + (got[2] + (self._buffer(key, own_bytes(key)),),) + got[3:]
-        return got
+        return d, tuple(rid(x) for x in rs), bufs, host
 
     def _host_info(self, node) -> tuple:
         """The node's host phases with resource ids (simulator.NodeTimer.host_phases)."""
@@ -340,21 +272,21 @@ class SimulationSession:
         got = self._copy_timings[key] = (d, ids, self._host_info(node))
         return got
 
-    def _group_sim(self, group) -> _GroupSim:
-        """The group's arrays, node by node in one loop. Copies, most of the nodes a change
-        makes, are done inline: their timing is a function of (source, destination, bytes)
-        (_copy_timing) and their buffers are the region's instance (or partial sums) on
-        each side or a staging buffer of their own (liveness.buffers_of). A task adds what
-        the first task of its class (taskrt/taskclasses.py: its cost key, buffers but for
-        the device, reads and writes) on its device added; other nodes are asked once per
-        node object (_node_info; unchanged nodes are the same objects in the next graph)."""
+    def _group_sim(self, group) -> GroupSim:
+        """The group's arrays. A launch's point tasks: over the group as arrays, per task
+        class and device (strategy/taskgroups.py). A region's read nodes node by node in
+        one loop: copies, most of the nodes a change makes, inline: their timing is a
+        function of (source, destination, bytes) (_copy_timing) and their buffers are the
+        region's instance (or partial sums) on each side or a staging buffer of their own
+        (liveness.buffers_of); other nodes are asked once per node object (_node_info;
+        unchanged nodes are the same objects in the next graph)."""
+        if group.key[1] is None:
+            return self._task_groups.sim(group)
         infos, make, timings = self._infos, self._node_info, self._copy_timings
-        task_info = self._task_info
         known, new_id = self._buffers.ids, self._buffers.id
         staged = group.staged
         dur, res_counts, res_ids, buf_ids, hosts = [], [], [], [], []
         buf_counts = [2] * len(group.nodes)
-        read_by_writers, reads_of_writers = set(), {}
         for k, node in enumerate(group.nodes):
             if node.kind is COPY:
                 name, src, dst, nbytes = node.region.name, node.src, node.dst, node.nbytes
@@ -377,29 +309,21 @@ class SimulationSession:
                 buf_ids.append(a)
                 buf_ids.append(b)
             else:
-                if node.kind is TASK:
-                    info = task_info(node)
-                else:
-                    info = infos.get(node)
-                    if info is None:
-                        info = infos[node] = make(node, None if staged is None else staged[k])
-                d, rs, bufs, reads, writes, host = info
+                info = infos.get(node)
+                if info is None:
+                    info = infos[node] = make(node, None if staged is None else staged[k])
+                d, rs, bufs, host = info
                 buf_counts[k] = len(bufs)
                 buf_ids.extend(bufs)
-                if writes is not None:
-                    read_by_writers.update(reads)
-                    for w in writes:
-                        reads_of_writers.setdefault(w, set()).update(reads)
             dur.append(d)
             res_counts.append(len(rs))
             res_ids.extend(rs)
             hosts.append(host)
         i8 = np.int64
-        return _GroupSim(np.array(dur, dtype=np.float64), np.array(res_counts, dtype=i8),
-                         np.array(res_ids, dtype=i8), np.array(buf_counts, dtype=i8),
-                         np.array(buf_ids, dtype=i8), frozenset(read_by_writers),
-                         reads_of_writers,
-                         _host_arrays(hosts) if self.timer.host_costs else None)
+        return GroupSim(np.array(dur, dtype=np.float64), np.array(res_counts, dtype=i8),
+                        np.array(res_ids, dtype=i8), np.array(buf_counts, dtype=i8),
+                        np.array(buf_ids, dtype=i8), _NO_READS, {},
+                        host_arrays(hosts) if self.timer.host_costs else None)
 
     def _region_buffer_arrays(self, name: str) -> tuple | None:
         """Region `name`'s instance and partial-sum buffers (ids, devices, bytes), or None
@@ -408,13 +332,17 @@ class SimulationSession:
         if rp is None:
             return None
         ids, devs, sizes = [], [], []
+        nbytes, on = rp.region.nbytes, self._buffers.ids_on
         for kind, rects in ((INSTANCE, rp.instance_rects), (PARTIAL, rp.partial_rects)):
-            for dev, rect in rects.items():
-                ids.append(self._buffer((kind, name, dev, None), 0))
-                devs.append(dev)
-                sizes.append(rp.region.nbytes(rect))
-        return (np.array(ids, dtype=np.int64), np.array(devs, dtype=np.int64),
-                np.array(sizes, dtype=np.int64))
+            if rects:
+                d = np.fromiter(rects, dtype=np.int64, count=len(rects))
+                ids.append(on(kind, name, d))
+                devs.append(d)
+                sizes.append(np.fromiter(map(nbytes, rects.values()), dtype=np.int64,
+                                         count=len(rects)))
+        if not ids:
+            return tuple(np.zeros(0, dtype=np.int64) for _ in range(3))
+        return tuple(join(x) for x in (ids, devs, sizes))
 
     # -- the simulation ------------------------------------------------------------------------
     def _block(self, li: int, version: int) -> _LaunchBlock:
@@ -427,7 +355,7 @@ class SimulationSession:
                 s = sims[g] = self._group_sim(g)
             per.append(s)
         run = GroupRun.of(groups)
-        host = (join([s.host[k] for s in per]) for k in range(len(_HOST_ARRAYS))) \
+        host = (join([s.host[k] for s in per]) for k in range(len(HOST_ARRAYS))) \
             if self.timer.host_costs else ()
         return _LaunchBlock(version, groups, per,
                             *(join([getattr(s, f) for s in per]) for f in _SIM_ARRAYS),
@@ -472,7 +400,7 @@ class SimulationSession:
             int(self._joined.lens["dur"][:first_block].sum())
         if self._joined is None or len(blocks) != known or 4 * len(changed) > len(blocks):
             self._joined = _Joined(blocks, _SIM_ARRAYS + _RUN_ARRAYS +
-                                   (_HOST_ARRAYS if self.timer.host_costs else ()))
+                                   (HOST_ARRAYS if self.timer.host_costs else ()))
         elif changed:
             self._joined.splice(blocks, changed)
         return blocks
@@ -493,11 +421,13 @@ class SimulationSession:
             if len(self._infos) > 4 * self._live_nodes + TABLE_SLACK:
                 self._infos = {n: t for b in blocks for g in b.groups for n in g.nodes
                                if (t := self._infos.get(n)) is not None}
+            if len(self._task_groups.class_of) > 4 * self._live_nodes + TABLE_SLACK:
+                self._task_groups.forget_nodes()
         a, lens = self._joined.arrays, self._joined.lens
         asm = resolve(a["gids"], a["offsets"], lens["gids"], lens["dur"], a["pred_count"],
                       a["pred_gid"], a["pred_idx"], self.planner.num_group_ids)
         self._live_nodes = asm.num_nodes
-        host = tuple(a[f] for f in _HOST_ARRAYS) if self.timer.host_costs else None
+        host = tuple(a[f] for f in HOST_ARRAYS) if self.timer.host_costs else None
         start, run, end, busy = timeline(a["dur"], a["res_counts"], a["res_ids"],
                                          asm.pred_ptr, asm.preds, self.resources, host,
                                          self.timer.ready_order, self._checkpoints,

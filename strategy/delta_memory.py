@@ -52,7 +52,10 @@ class BufferTable:
         self.regions: dict[str, tuple] = {}
         self.initial_names: set[str] = set()      # regions with initial data
         self._bytes = np.zeros(0, dtype=np.int64)    # per id: own or current region bytes
-        self._num_devices = num_devices
+        self.num_devices = num_devices
+        # Per (kind, region name): the ids of its buffers (kind, name, d, None) by device d,
+        # -1 where none yet (ids_on), made on first use and kept current by id().
+        self._on: dict[tuple, np.ndarray] = {}
         # For the kept set `_kept`: per device, bytes and count of the regions' persistent
         # buffers, and per region index whether it is kept.
         self._kept: set[str] | None = None
@@ -80,7 +83,38 @@ class BufferTable:
             self.own_bytes.items.append(nbytes)
             self.staging.items.append(key[0] == STAGING)
             self.state.items.append(key[0] == STATE)
+            if key[3] is None:
+                on = self._on.get(key[:2])
+                if on is not None:
+                    on[key[2]] = b
         return b
+
+    def ids_on(self, kind: str, name: str, devices: np.ndarray) -> np.ndarray:
+        """The ids of the buffers (kind, name, d, None) for the devices d in `devices` (an
+        int64 array), made where new: a region's instance or partial sums (kind INSTANCE
+        or PARTIAL, own bytes 0), numbered in device order."""
+        on = self._on.get((kind, name))
+        if on is None:
+            get = self.ids.get
+            on = self._on[(kind, name)] = np.array(
+                [get((kind, name, d, None), -1) for d in range(self.num_devices)],
+                dtype=np.int64)
+        got = on[devices]
+        if len(got) and got.min() < 0:
+            new = np.unique(devices[got < 0]).tolist()
+            b0, m = len(self.dev.items), len(new)
+            self.ids.update(zip([(kind, name, d, None) for d in new], range(b0, b0 + m)))
+            r = self.region_index.get(name)
+            if r is None:
+                r = self.region_index[name] = len(self.region_index)
+            self.dev.items.extend(new)
+            self.region.items.extend([r] * m)
+            self.own_bytes.items.extend([0] * m)
+            self.staging.items.extend([False] * m)
+            self.state.items.extend([False] * m)
+            on[new] = np.arange(b0, b0 + m, dtype=np.int64)
+            got = on[devices]
+        return got
 
     def _sizes(self) -> np.ndarray:
         """Per id: its own bytes, or a current region buffer's bytes (0 for one no longer

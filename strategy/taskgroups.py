@@ -1,0 +1,222 @@
+"""What the simulator needs of one launch's point tasks (a task node group,
+taskrt/nodegroups.py), computed over the group's tasks as arrays (strategy/delta.py's
+SimulationSession asks it for each new task group).
+
+The point tasks of a launch differ only in their rects and devices. A task's cost key, its
+buffers but for the device and the regions it reads and writes are functions of its class
+(taskrt/taskclasses.py's class_key, with the launch's cost tag for the launch: a template,
+made of the class's first task); its duration of (template, device spec), its resource of
+its device, its buffers of (template, device), and saved state (keyed by its color) is
+added per task. So per group the Python per task is finding its template (a dict lookup
+for a task seen before, class_key for a new one) and, for a launch that keeps state, its
+state buffer; durations, resource and buffer ids are gathers by template and device.
+A task group rebuilt with the same task objects (the planner gives a launch's tasks new
+predecessors but keeps the nodes) reuses its arrays: they do not depend on predecessors.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from operator import attrgetter
+
+import numpy as np
+
+from taskrt.liveness import STATE, buffers_of, own_bytes, state_key, task_reads_writes
+from taskrt.taskclasses import class_key
+
+from .listsched import csr
+
+_DEVICE = attrgetter("device")
+_I8 = np.int64
+
+
+@dataclass(eq=False, slots=True)
+class GroupSim:
+    """What the simulator needs of one node group, as arrays aligned with its nodes."""
+    dur: np.ndarray
+    res_counts: np.ndarray
+    res_ids: np.ndarray
+    buf_counts: np.ndarray
+    buf_ids: np.ndarray
+    read_by_writers: frozenset     # regions read (R, RW) by tasks that write something
+    reads_of_writers: dict         # region written -> regions read by the tasks writing it
+    host: tuple | None             # HOST_ARRAYS of its nodes, or None without host costs
+
+
+# Host phases (simulator.timeline's `host`), only when the machine model has host costs.
+HOST_ARRAYS = ("pre_dur", "pre_counts", "pre_ids", "post_dur", "post_counts", "post_ids")
+
+
+def host_arrays(phases) -> tuple:
+    """Per-node host phases (seconds, ids, seconds, ids) as the six HOST_ARRAYS."""
+    n = len(phases)
+    return (np.fromiter((p[0] for p in phases), dtype=np.float64, count=n),
+            np.fromiter((len(p[1]) for p in phases), dtype=_I8, count=n),
+            np.fromiter((x for p in phases for x in p[1]), dtype=_I8),
+            np.fromiter((p[2] for p in phases), dtype=np.float64, count=n),
+            np.fromiter((len(p[3]) for p in phases), dtype=_I8, count=n),
+            np.fromiter((x for p in phases for x in p[3]), dtype=_I8))
+
+
+@dataclass(eq=False, slots=True)
+class _Template:
+    """A task class: its buffers' (kind, region name) but for the device (saved state not
+    included), the regions it reads when it writes something, what it writes (None:
+    nothing), and its duration per device spec."""
+    pattern: tuple
+    reads: tuple
+    writes: tuple | None
+    durations: dict = field(default_factory=dict)
+    ids: np.ndarray | None = None      # per pattern entry and device: buffer id, -1: unknown
+
+
+class TaskGroups:
+    """Task groups' GroupSims for one SimulationSession's tables (its buffer ids and
+    resource ids; made again when the session starts its tables again)."""
+
+    def __init__(self, machine_model, timer, resources, buffers, host_info):
+        self.machine_model, self.timer = machine_model, timer
+        self.resources, self.buffers = resources, buffers
+        self._host_info = host_info          # node -> its host phases with resource ids
+        self._index: dict = {}               # template key -> index in _templates
+        self._templates: list[_Template] = []
+        self.class_of: dict = {}             # task node -> its template's index
+        self._last: dict = {}                # group id -> (its nodes, their GroupSim)
+        n = buffers.num_devices
+        self._compute = np.full(n, -1, dtype=_I8)   # per device: compute resource id
+        self._spec = np.full(n, -1, dtype=_I8)      # per device: index in _specs
+        self._specs: list = []
+        self._hosts: dict = {}               # device -> a task's host phases there
+
+    def forget_nodes(self) -> None:
+        """Drop the per-node template cache (bounded like the session's other tables)."""
+        self.class_of = {}
+
+    def _template(self, node) -> int:
+        key = (node.launch.cost_tag,) + class_key(node)[1:]
+        t = self._index.get(key)
+        if t is None:
+            bufs = buffers_of(node)
+            if node.launch.saved_bytes and bufs and bufs[-1][0] == STATE:
+                bufs = bufs[:-1]
+            reads, writes = task_reads_writes(node)
+            t = self._index[key] = len(self._templates)
+            self._templates.append(_Template(tuple([(b[0], b[1]) for b in bufs]),
+                                             reads if writes else (), writes or None))
+        return t
+
+    def _devices(self, devices: np.ndarray) -> None:
+        """Spec and compute resource of each of these devices, where not known yet."""
+        new = devices[self._spec[devices] < 0]
+        if not len(new):
+            return
+        for d in np.unique(new).tolist():
+            spec = self.machine_model.device(d)
+            try:
+                s = self._specs.index(spec)
+            except ValueError:
+                s = len(self._specs)
+                self._specs.append(spec)
+            self._spec[d] = s
+            self._compute[d] = self.resources.id(self.timer.compute(d))
+
+    def _buffer_ids(self, tpl: _Template, devs: np.ndarray) -> np.ndarray:
+        """(tasks, pattern entries): the template's buffer ids on each task's device."""
+        if tpl.ids is None:
+            tpl.ids = np.full((len(tpl.pattern), self.buffers.num_devices), -1, dtype=_I8)
+        got = tpl.ids[:, devs]
+        if got.min() < 0:
+            on = self.buffers.ids_on
+            for row, (kind, name) in enumerate(tpl.pattern):
+                tpl.ids[row, devs] = on(kind, name, devs)
+            got = tpl.ids[:, devs]
+        return got.T
+
+    def sim(self, group) -> GroupSim:
+        """The GroupSim of a task group (all of one launch's point tasks)."""
+        nodes = group.nodes
+        last = self._last.get(group.gid)
+        if last is not None and last[0] == nodes:       # the same task objects
+            return last[1]
+        n = len(nodes)
+        # Step 1: each task's template (most groups have one).
+        class_of, template = self.class_of, self._template
+        tix = []
+        for node in nodes:
+            t = class_of.get(node)
+            if t is None:
+                t = class_of[node] = template(node)
+            tix.append(t)
+        devs = np.fromiter(map(_DEVICE, nodes), dtype=_I8, count=n)
+        self._devices(devs)
+        one = tix.count(tix[0]) == n
+        templates = [tix[0]] if one else sorted(set(tix))
+        tix = None if one else np.array(tix, dtype=_I8)
+        # Step 2: durations per (template, device spec), from the first such task.
+        timing, num_specs = self.timer.timing, len(self._specs)
+        if one and num_specs == 1:
+            durations, spec = self._templates[templates[0]].durations, self._specs[0]
+            d = durations.get(spec)
+            if d is None:
+                d = durations[spec] = timing(nodes[0])[0]
+            dur = np.full(n, d)
+        else:
+            pair = self._spec[devs] + (0 if one else tix * num_specs)
+            pairs, first, inverse = np.unique(pair, return_index=True, return_inverse=True)
+            times = np.empty(len(pairs))
+            for j, (p, f) in enumerate(zip(pairs.tolist(), first.tolist())):
+                t = templates[0] if one else p // num_specs
+                durations, spec = self._templates[t].durations, self._specs[p % num_specs]
+                d = durations.get(spec)
+                if d is None:
+                    d = durations[spec] = timing(nodes[f])[0]
+                times[j] = d
+            dur = times[inverse.reshape(-1)]
+        # Step 3: buffers: the template's on the task's device, then its saved state.
+        sizes = [len(self._templates[t].pattern) for t in templates]
+        if one:
+            counts = np.full(n, sizes[0], dtype=_I8)
+        else:
+            counts = np.array(sizes, dtype=_I8)[np.searchsorted(templates, tix)]
+        state = None
+        if nodes[0].launch.saved_bytes:
+            table = self.buffers
+            state = np.fromiter((-1 if (k := state_key(node)) is None
+                                 else table.id(k, own_bytes(k)) for node in nodes),
+                                dtype=_I8, count=n)
+            counts = counts + (state >= 0)
+        if one and state is None:
+            buf_ids = self._buffer_ids(self._templates[templates[0]], devs).reshape(-1) \
+                if sizes[0] else np.zeros(0, dtype=_I8)
+        else:
+            ptr = csr(counts)
+            buf_ids = np.empty(int(ptr[-1]), dtype=_I8)
+            for t, size in zip(templates, sizes):
+                if size:
+                    idx = np.arange(n) if one else np.flatnonzero(tix == t)
+                    at = (ptr[idx][:, None] + np.arange(size)).reshape(-1)
+                    buf_ids[at] = self._buffer_ids(self._templates[t], devs[idx]).reshape(-1)
+            if state is not None:
+                has = state >= 0
+                buf_ids[ptr[1:][has] - 1] = state[has]
+        read_by_writers, reads_of_writers = set(), {}
+        for t in templates:
+            tpl = self._templates[t]
+            if tpl.writes is not None:
+                read_by_writers.update(tpl.reads)
+                for w in tpl.writes:
+                    reads_of_writers.setdefault(w, set()).update(tpl.reads)
+        host = None
+        if self.timer.host_costs:
+            # A task's host phases depend on its device only (NodeTimer.host_phases).
+            hosts, info = self._hosts, self._host_info
+            phases = []
+            for k, d in enumerate(devs.tolist()):
+                h = hosts.get(d)
+                if h is None:
+                    h = hosts[d] = info(nodes[k])
+                phases.append(h)
+            host = host_arrays(phases)
+        sim = GroupSim(dur, np.ones(n, dtype=_I8), self._compute[devs], counts, buf_ids,
+                       frozenset(read_by_writers), reads_of_writers, host)
+        self._last[group.gid] = (nodes, sim)
+        return sim
