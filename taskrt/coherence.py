@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Iterable
 
+from .bufferaccesses import BufferAccesses
 from .errors import PlanError
 from .geometry import Rect, inside_test, merge_adjacent, subtract_all
 from .privilege import Privilege
@@ -36,65 +37,9 @@ from .taskgraph import AllReduceNode, CopyNode, ReduceInput, ReduceNode, ReduceT
 
 _R, _WD, _RW, _RED = (Privilege.READ, Privilege.WRITE_DISCARD, Privilege.READ_WRITE,
                       Privilege.REDUCE_SUM)
-
-
-class BufferAccesses:
-    """Accesses of one physical buffer: the last writer per piece, and the readers since,
-    grouped by the rect they read (many tasks read the same part). The writers a read of a
-    rect depends on are kept per rect until the next write (later launches read the parts
-    earlier ones read)."""
-    __slots__ = ("writers", "readers", "_writers_of")
-
-    def __init__(self):
-        self.writers = RectIndex(disjoint=True)     # piece -> last writer ref
-        self.readers = RectIndex()                  # rect -> set of reader refs
-        self._writers_of: dict[Rect, set] = {}      # rect -> its writers (until a write)
-
-    def _add_readers(self, rect: Rect, refs) -> None:
-        known = self.readers.exact_value(rect)
-        if known is None:
-            self.readers.add(rect, set(refs))
-        else:
-            known.update(refs)
-
-    def read(self, rect: Rect, ref) -> set:
-        known = self._writers_of.get(rect)
-        if known is None:
-            known = self._writers_of[rect] = {n for _, _, n in self.writers.overlapping(rect)}
-        refs = self.readers.exact_value(rect)
-        if refs is None:
-            self.readers.add(rect, {ref})
-        else:
-            refs.add(ref)
-        return set(known)
-
-    def write(self, rect: Rect, ref) -> set:
-        if self._writers_of:
-            self._writers_of.clear()
-        preds = set()
-        writers, readers = self.writers, self.readers
-        found = writers.overlapping(rect)
-        same = None             # the id of a piece equal to `rect`: it takes the new writer
-        if len(found) == 1 and found[0][1] is rect:     # (disjoint: found by its rect)
-            same, _, n = found[0]
-            preds.add(n)
-        else:
-            for i, r, n in found:
-                preds.add(n)
-                writers.remove(i)
-                for piece in r.subtract(rect):
-                    writers.add(piece, n)
-        for i, r, refs in readers.overlapping(rect):
-            preds |= refs
-            readers.remove(i)
-            for piece in r.subtract(rect):
-                self._add_readers(piece, refs)
-        if same is None:
-            writers.add(rect, ref)
-        else:
-            writers.renew(same, ref)
-        preds.discard(ref)
-        return preds
+# The shortcuts below that do what the general code does with fewer calls (access_points'
+# reads, _reduce_targets' first sum); off only to compare the two (test_aligned_plans.py).
+FAST_PATHS = True
 
 
 class Holders:
@@ -299,6 +244,34 @@ class RegionPlanner:
             self._copy_in(launch, color, device, rect, out)
         return out
 
+    # -- step 2: the points' requirements ------------------------------------------------------
+    def access_points(self, refs, points, accesses, replicas: bool) -> list:
+        """access() of each of one launch's `accesses` of this region [(point index,
+        requirement index, requirement)], in order: [(pred refs, Red+ targets)]. `refs`,
+        `points`: the launch's task refs and expanded points by point index. A read, the most
+        common access, is done here inline (access() without its calls)."""
+        out = []
+        append = out.append
+        replica_writes: set = set()
+        buffers, rects, inside = self.buffers, self.instance_rects, self._inside
+        access = self.access
+        fast = FAST_PATHS
+        for pi, k, req in accesses:
+            device = points[pi][1]
+            if req.privilege is not _R or not fast:
+                append(access(refs[pi], device, req, replicas, replica_writes))
+                continue
+            rect = req.rect
+            buf = buffers.get((device, False))
+            if buf is None:
+                buf = self._buffer(device, False, rect)
+            else:
+                box = rects[device]         # (a buffer's instance has a box)
+                if box is not rect and not inside(box, rect):
+                    self._instance_rect(device, rect)
+            append((buf.read(rect, refs[pi]), None))
+        return out
+
     # -- step 2: one point's requirement --------------------------------------------------------
     def access(self, task_ref, device: int, req, replicas: bool, replica_writes: set):
         """Record a task's requirement on this region; returns (pred refs, Red+ targets)."""
@@ -337,8 +310,13 @@ class RegionPlanner:
         the region has no value there (a gradient: the sum starts from nothing), and into
         the partial buffer where a value exists (it is the base the sums are added to)."""
         st = self.state
+        found = st.pending.of_device(device, rect)
+        if not found and FAST_PATHS and not rect.empty and not st.valid.overlapping(rect):
+            # The common case, a gradient's first sum here: one piece into the instance.
+            st.pending.add(rect, (device, False))
+            return (ReduceTarget(rect, False, False),)
         targets, rest = [], [rect]
-        for _, held, (_, partial) in st.pending.of_device(device, rect):
+        for _, held, (_, partial) in found:
             targets.append(ReduceTarget(held.intersect(rect), partial, True))
             rest = [p for q in rest for p in q.subtract(held)]
         for q in rest:
@@ -366,6 +344,13 @@ class RegionPlanner:
         held = st.held
         if (device, rect) in held:      # read before, nothing written since: all held
             return
+        if FAST_PATHS and not rect.empty:
+            # A valid piece of exactly `rect` (the valid pieces are disjoint: it alone) that
+            # the reader holds: what the walk below finds, without it.
+            holders = st.valid.exact_value(rect)
+            if holders is not None and device in holders:
+                held.add((device, rect))
+                return
         covered = 0
         by_source: dict[int, list[Rect]] = {}
         lacking = []

@@ -142,7 +142,11 @@ class Rect:
             return other
         if other.empty:
             return self
-        self._check_same_ndim(other)
+        n = len(self.lo)
+        if n != len(other.lo):
+            self._check_same_ndim(other)
+        if n < _UNROLLED:
+            return _UNION[n](self, other)
         return Rect(tuple(map(min, self.lo, other.lo)), tuple(map(max, self.hi, other.hi)))
 
     def subtract(self, other: "Rect") -> list["Rect"]:
@@ -236,9 +240,16 @@ def _unrolled(ndim: int) -> tuple:
            f"    if {empty}:\n        return [] if self.empty else [self]\n"
            f"    if {whole}:\n        return []\n"
            "    out = []\n" + body + "    return out\n")
+    # The bounding box of two non-empty rects (union_bbox after its checks).
+    k = [f"k{d}" for d in ds]
+    m = [f"m{d}" for d in ds]
+    union = ("def union(self, other):\n" + unpack +
+             "".join(f"    k{d} = s{d} if s{d} < o{d} else o{d}\n"
+                     f"    m{d} = t{d} if t{d} > p{d} else p{d}\n" for d in ds) +
+             f"    return make({tup(k)}, {tup(m)}, {volume(k, m)})\n")
     namespace = {"make": _made}
-    exec(compile(inter + sub, f"<rect ops, {ndim}-d>", "exec"), namespace)
-    return namespace["intersect"], namespace["subtract"]
+    exec(compile(inter + sub + union, f"<rect ops, {ndim}-d>", "exec"), namespace)
+    return namespace["intersect"], namespace["subtract"], namespace["union"]
 
 
 def _made(lo: tuple, hi: tuple, volume: int) -> Rect:
@@ -256,7 +267,7 @@ def _made(lo: tuple, hi: tuple, volume: int) -> Rect:
 
 
 _new = object.__new__
-_INTERSECT, _SUBTRACT = zip(*[_unrolled(n) for n in range(_UNROLLED)])
+_INTERSECT, _SUBTRACT, _UNION = zip(*[_unrolled(n) for n in range(_UNROLLED)])
 
 
 _INSIDE: dict = {}

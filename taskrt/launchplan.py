@@ -3,6 +3,9 @@ regions it touches gave each point task), and how a launch's points group by reg
 The planner (planner.py) owns the records; re-planning (replace) and undo swap them."""
 from __future__ import annotations
 
+from itertools import repeat
+from operator import attrgetter, is_, itemgetter, ne
+
 from .launch import IndexLaunch
 from .privilege import RW, R
 
@@ -40,6 +43,11 @@ def task_refs(lp: LaunchPlan, li: int) -> list:
 def by_region(points) -> tuple[dict, dict]:
     """A launch's expanded points grouped by region, in first-use order: the reads
     (color, device, rect) and every access (point index, requirement index, requirement)."""
+    grouped = _by_region_alike(points)
+    return grouped if grouped is not None else _by_region_loop(points)
+
+
+def _by_region_loop(points) -> tuple[dict, dict]:
     reads: dict[str, list] = {}
     accesses: dict[str, list] = {}
     for pi, (color, device, reqs) in enumerate(points):
@@ -56,3 +64,40 @@ def by_region(points) -> tuple[dict, dict]:
                 got = accesses[name] = []
             got.append((pi, k, req))
     return reads, accesses
+
+
+def _by_region_alike(points) -> tuple[dict, dict] | None:
+    """by_region when every point asks the same regions with the same privileges in the same
+    order, each region once (the points of a launch differ in their rects and devices): per
+    requirement index one list over the points, made and checked by C loops (map), not one
+    dict lookup per point and requirement. None when the points differ."""
+    if not points:
+        return None
+    reqs_of = list(map(_third, points))
+    first = reqs_of[0]
+    n = len(first)
+    names = [req.region.name for req in first]
+    if len(set(names)) != n or any(map(ne, map(len, reqs_of), repeat(n))):
+        return None
+    cols = []
+    for k in range(n):
+        col = list(map(itemgetter(k), reqs_of))
+        if not (all(map(is_, map(_region, col), repeat(first[k].region))) and
+                all(map(is_, map(_privilege, col), repeat(first[k].privilege)))):
+            return None
+        cols.append(col)
+    reads: dict[str, list] = {}
+    accesses: dict[str, list] = {}
+    colors = devices = None
+    for k, (name, col) in enumerate(zip(names, cols)):
+        priv = first[k].privilege
+        if priv is R or priv is RW:
+            if colors is None:
+                colors, devices = list(map(_first, points)), list(map(_second, points))
+            reads[name] = list(zip(colors, devices, map(_rect, col)))
+        accesses[name] = list(zip(range(len(col)), repeat(k), col))
+    return reads, accesses
+
+
+_first, _second, _third = itemgetter(0), itemgetter(1), itemgetter(2)
+_region, _privilege, _rect = attrgetter("region"), attrgetter("privilege"), attrgetter("rect")

@@ -228,12 +228,10 @@ class Planner:
         self._dirty.add(name)
         self._mark((li, None))
         lp = self.plans[li]
-        points, replicas = lp.points, lp.launch.replicas
-        replica_writes: set = set()
         task_preds, task_targets = lp.task_preds, lp.task_targets
         refs = lp.refs or task_refs(lp, li)
-        for pi, k, req in accesses:
-            preds, targets = rp.access(refs[pi], points[pi][1], req, replicas, replica_writes)
+        for (pi, k, _), (preds, targets) in zip(accesses, rp.access_points(
+                refs, lp.points, accesses, lp.launch.replicas)):
             # Kept as a tuple (a set costs 216 bytes however few it holds; a point's preds
             # per region are a few refs), in the set's order.
             per_region = task_preds[pi]
@@ -247,9 +245,11 @@ class Planner:
         known = self.regions
         num_devices = len(self.machine.devices)
         last = None
+        devices = launch.devices
         for index, color in enumerate(launch.colors):
             reqs = launch.requirements(color)
-            device = self._device_of(launch, index)
+            device = devices[index] if devices is not None else \
+                self._device_of(launch, index)
             if not (isinstance(device, int) and 0 <= device < num_devices):
                 raise MappingError(f"Launch '{launch.name}' point {color}: mapped to device "
                                    f"{device}, which does not exist on {self.machine}. Use a "

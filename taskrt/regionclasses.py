@@ -183,11 +183,11 @@ def plan_alone(planner, name: str, entries: list[tuple]) -> RegionPlan:
         items = rp.plan_reads(launch, mine) if mine else None
         nodes.append(items)
         size += len(items) if items else 0
-        replicas, replica_writes = launch.replicas, set()
         merged: dict[int, tuple] = {}
         targets = []
-        for pi, k, req in accesses[name]:
-            preds, t = rp.access((li, pi), points[pi][1], req, replicas, replica_writes)
+        refs = [(li, pi) for pi in range(len(points))]
+        for (pi, _, _), (preds, t) in zip(accesses[name], rp.access_points(
+                refs, points, accesses[name], launch.replicas)):
             known = merged.get(pi)
             merged[pi] = (tuple(preds) if preds else ()) if known is None else \
                 tuple(set(known).union(preds))

@@ -1,0 +1,157 @@
+"""BufferAccesses: the accesses of one physical buffer (a region's instance or partial-sum
+buffer on one device) that give a new access its true dependences: the last writer per piece
+and the readers since. coherence.py keeps one per (region, device, partial?); this module
+knows nothing of devices, copies or sums."""
+from __future__ import annotations
+
+from itertools import islice
+
+from .geometry import Rect
+from .rectindex import RectIndex
+
+# Whether a buffer starts in its aligned mode (BufferAccesses); off only to compare the two
+# (tests/taskrt/test_aligned_buffers.py plans both ways and compares the graphs).
+ALIGNED_BUFFERS = True
+_ALIGNED_RECTS = 256    # a buffer with more distinct rects is made general (the test is O(n))
+_MISSING = object()
+
+
+class BufferAccesses:
+    """Accesses of one physical buffer: the last writer per piece, and the readers since,
+    grouped by the rect they read (many tasks read the same part). The writers a read of a
+    rect depends on are kept per rect until the next write (later launches read the parts
+    earlier ones read).
+
+    Aligned mode. While every rect the buffer has been accessed with is equal to or
+    disjoint from every other (a device's part of each launch, the common case: the same
+    part of each time step, read after it is written), no access ever splits a piece and a
+    query of one of those rects finds at most the item of that rect. The buffer then keeps
+    its writers and readers as dicts by rect, in the order their RectIndexes would hold
+    them (a write moves its piece to the end, as RectIndex.renew and remove + add do), and
+    answers by lookup; a new rect is checked once against the rects seen (`_seen`). The
+    first rect that overlaps a seen one without being equal to it (or an empty rect) turns
+    the buffer into the general mode for good: the dicts become the RectIndexes, item by
+    item in order, which is all of a RectIndex a query can tell (it answers in insertion
+    order whatever its grid), so both modes give the same predecessors."""
+    __slots__ = ("writers", "readers", "_writers_of", "_w", "_r", "_seen")
+
+    def __init__(self):
+        self._writers_of: dict[Rect, set] = {}      # rect -> its writers (until a write)
+        if ALIGNED_BUFFERS:
+            self._w: dict | None = {}                # rect -> last writer ref
+            self._r: dict = {}                       # rect -> set of reader refs
+            # [their bounding box, every rect accessed (pairwise disjoint)...]
+            self._seen: list | None = [None]
+            self.writers = self.readers = None
+        else:
+            self._w = None
+            self.writers = RectIndex(disjoint=True)     # piece -> last writer ref
+            self.readers = RectIndex()                  # rect -> set of reader refs
+
+    def _aligned(self, rect: Rect) -> bool:
+        """Whether the buffer stays aligned with `rect`, which is in neither dict, accessed: it
+        is disjoint from every rect seen (else the buffer is made general)."""
+        if not rect.empty:
+            seen = self._seen
+            box = seen[0]
+            if box is None:
+                seen[0] = rect
+                seen.append(rect)
+                return True
+            # Parts are met in order (time steps, blocks), so a new one is mostly outside
+            # the box of those seen: no rect-by-rect test.
+            if not box.overlaps(rect) or not any(map(rect.overlaps, islice(seen, 1, None))):
+                seen[0] = box.union_bbox(rect)
+                seen.append(rect)
+                if len(seen) <= _ALIGNED_RECTS:
+                    return True
+        self._general()
+        return False
+
+    def _general(self) -> None:
+        """Leave the aligned mode: the dicts become the RectIndexes, in order."""
+        writers, readers = RectIndex(disjoint=True), RectIndex()
+        for rect, ref in self._w.items():
+            writers.add(rect, ref)
+        for rect, refs in self._r.items():
+            readers.add(rect, refs)
+        self.writers, self.readers = writers, readers
+        self._w = self._r = self._seen = None
+
+    def _add_readers(self, rect: Rect, refs) -> None:
+        known = self.readers.exact_value(rect)
+        if known is None:
+            self.readers.add(rect, set(refs))
+        else:
+            known.update(refs)
+
+    def read(self, rect: Rect, ref) -> set:
+        known = self._writers_of.get(rect)
+        w = self._w
+        if w is not None:
+            r = self._r
+            refs = r.get(rect)
+            if known is None:
+                n = w.get(rect, _MISSING)
+                if n is not _MISSING:
+                    known = self._writers_of[rect] = {n}
+                elif refs is not None or self._aligned(rect):
+                    known = self._writers_of[rect] = set()
+            if known is not None:
+                if refs is None:
+                    r[rect] = {ref}
+                else:
+                    refs.add(ref)
+                return set(known)
+        if known is None:
+            known = self._writers_of[rect] = {n for _, _, n in self.writers.overlapping(rect)}
+        refs = self.readers.exact_value(rect)
+        if refs is None:
+            self.readers.add(rect, {ref})
+        else:
+            refs.add(ref)
+        return set(known)
+
+    def write(self, rect: Rect, ref) -> set:
+        if self._writers_of:
+            self._writers_of.clear()
+        w = self._w
+        if w is not None:
+            n = w.pop(rect, _MISSING)
+            if n is not _MISSING:
+                preds = {n}
+            elif rect in self._r or self._aligned(rect):
+                preds = set()
+            else:
+                preds = None                # made general: nothing was popped
+            if preds is not None:
+                refs = self._r.pop(rect, None)
+                if refs is not None:
+                    preds |= refs
+                w[rect] = ref
+                preds.discard(ref)
+                return preds
+        preds = set()
+        writers, readers = self.writers, self.readers
+        found = writers.overlapping(rect)
+        same = None             # the id of a piece equal to `rect`: it takes the new writer
+        if len(found) == 1 and found[0][1] is rect:     # (disjoint: found by its rect)
+            same, _, n = found[0]
+            preds.add(n)
+        else:
+            for i, r, n in found:
+                preds.add(n)
+                writers.remove(i)
+                for piece in r.subtract(rect):
+                    writers.add(piece, n)
+        for i, r, refs in readers.overlapping(rect):
+            preds |= refs
+            readers.remove(i)
+            for piece in r.subtract(rect):
+                self._add_readers(piece, refs)
+        if same is None:
+            writers.add(rect, ref)
+        else:
+            writers.renew(same, ref)
+        preds.discard(ref)
+        return preds
