@@ -92,6 +92,24 @@ class MultiheadAttention(Op):
         ctx = ctx.transpose(1, 2).reshape(n, s1 - s0, heads * hd)
         return [F.linear(ctx, w_out.reshape(embed, heads * hd), b_out)]
 
+    def saved_state_bytes(self, spec, input_grads, weight_grads):
+        """Autograd's, with every gradient wanted (other parts are measured): the four
+        bmm operands as torch's matmul batches them (q, k, v per head, the probabilities:
+        copies, or views of storages of that size), the context copied to (n, s, E) for
+        the output projection, the causal mask (bool, s x keys), and a query slice of x
+        that is not contiguous (n > 1 and s < keys: linear copies it)."""
+        if spec.inputs[0].empty or not (all(input_grads) and all(weight_grads)):
+            return None
+        n, keys, embed = spec.inputs[0].shape
+        _, heads, hd, _ = spec.weights[0].shape
+        s0, s1 = spec.info
+        s = s1 - s0
+        items = heads * hd * (n * s + 2 * n * keys + n * s) + n * heads * s * keys
+        if s != keys and n > 1:
+            items += n * s * embed
+        mask = s * keys if self.params["causal"] else 0
+        return items * getattr(torch, self.inputs[0].dtype).itemsize + mask
+
     def work(self, phase, spec, plan):
         """Forward: kernels, FLOPs and kernel bytes of forward() (module doc): per
         projection an addmm (for a non-contiguous query slice torch's linear copies it:

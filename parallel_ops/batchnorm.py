@@ -312,7 +312,7 @@ class _SumStage(Stage):
     def forward_saving(self, spec, inputs, weights):
         return ([None], None) if spec.outputs[0].empty else None
 
-    def saved_state_bytes(self, spec, input_grads):
+    def saved_state_bytes(self, spec, input_grads, weight_grads):
         """An empty part keeps nothing. Others run autograd: the stats' sum keeps sizes
         alone; centered's square keeps x - mean (the statistics are detached), when x's
         gradient is wanted. Reduced precision is measured."""
@@ -355,7 +355,7 @@ class _Normalize(Stage):
         out, act = activate_saving(bn.activation, y)
         return [out, nxt], saved + (act,)
 
-    def saved_state_bytes(self, spec, input_grads):
+    def saved_state_bytes(self, spec, input_grads, weight_grads):
         """Per channel of the part, in x's dtype (float32, float64; reduced precision is
         measured): a part of whole samples (torch's kernel) its batch mean and 1/std, one
         of split samples (_normalized) its mean, 1/std and, affine, gamma * 1/std; and

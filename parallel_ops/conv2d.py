@@ -181,7 +181,7 @@ class Conv2d(FusesActivation, Op):
             [need_inputs[0], need_weights[0], has_bias and need_weights[1]])
         return [dx], [dw, db]
 
-    def saved_state_bytes(self, spec, input_grads):
+    def saved_state_bytes(self, spec, input_grads, weight_grads):
         """forward_saving keeps its input and weights (regions) and what the activation's
         derivative reads; the parts forward_saving refuses (autograd's path) are measured."""
         info = spec.info

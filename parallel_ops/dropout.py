@@ -176,7 +176,7 @@ class Dropout(Op):
         dy = output_grads[0]
         return [dy if saved is None else dy * saved], []
 
-    def saved_state_bytes(self, spec, input_grads):
+    def saved_state_bytes(self, spec, input_grads, weight_grads):
         """forward_saving keeps the scaled mask of its part (none when it keeps every
         value); reduced precision parts (autograd's path) are measured."""
         dtype = self.inputs[0].dtype

@@ -128,7 +128,7 @@ class Elementwise(FusesActivation, Op):
             grads[k] = g if grads[k] is None else grads[k] + g
         return grads, []
 
-    def saved_state_bytes(self, spec, input_grads):
+    def saved_state_bytes(self, spec, input_grads, weight_grads):
         """add and multiply: their inputs (regions) or shapes and what the fused activation's
         derivative reads; unary functions are measured."""
         if self.type not in _BINARY or any(spec.inputs[k].empty for k in self.args):

@@ -95,7 +95,7 @@ class Embedding(Op):
                 output_grads[0], idx, rows, -1 if pad is None else pad, False)
         return [None], [dw]
 
-    def saved_state_bytes(self, spec, input_grads):
+    def saved_state_bytes(self, spec, input_grads, weight_grads):
         """forward_saving keeps its indices (a region); parts of some rows of the table
         (autograd's path) are measured."""
         w = spec.weights[0]

@@ -127,7 +127,7 @@ class Linear(FusesActivation, Op):
         flops = dx * workshape.mm((rows, o), (o, i)) + dw * workshape.mm((i, rows), (rows, o))
         return PartWork(flops, dx + dw + db + activation_backward_kernels(self.activation))
 
-    def saved_state_bytes(self, spec, input_grads):
+    def saved_state_bytes(self, spec, input_grads, weight_grads):
         """forward_saving keeps its input and weights (regions) and what the activation's
         derivative reads; an empty input or weight part takes autograd's path (measured)."""
         if not self.explicit_backward or spec.inputs[0].empty or spec.weights[0].empty:

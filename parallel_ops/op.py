@@ -189,11 +189,13 @@ class Op:
         self.training the mode of the launch."""
         return None
 
-    def saved_state_bytes(self, spec: PartSpec, input_grads: tuple) -> int | None:
+    def saved_state_bytes(self, spec: PartSpec, input_grads: tuple,
+                          weight_grads: tuple) -> int | None:
         """The bytes one forward part keeps for its backward besides its regions, without
         running it: exactly what parallel_ops.saved_state measures on meta tensors (a test
-        compares them), or None: then it is measured. input_grads: per input, whether its
-        gradient is wanted (StageArgs.input_grads); self.training is the launch's mode."""
+        compares them), or None: then it is measured. input_grads, weight_grads: per input
+        and weight, whether its gradient is wanted (StageArgs); self.training is the
+        launch's mode."""
         return None
 
     def reference(self, inputs: list, weights: list) -> list[torch.Tensor]:

@@ -108,7 +108,7 @@ class MaxPool2d(_WindowPool):
         """An explicit pad, the pooling kernel (or its backward, and the pad's)."""
         return PartWork(0, 1 + any(spec.info.explicit))
 
-    def saved_state_bytes(self, spec, input_grads):
+    def saved_state_bytes(self, spec, input_grads, weight_grads):
         """Autograd's: with the input's gradient wanted, the pooling's indices (int64, one
         per output) and its input when padded here (not a region)."""
         if spec.inputs[0].empty or not input_grads[0]:
@@ -147,7 +147,7 @@ class AvgPool2d(_WindowPool):
         return (tuple(inside(i, kh, sh, ph, h) for i in range(h0, h1)),
                 tuple(inside(j, kw, sw, pw, w) for j in range(w0, w1)))
 
-    def saved_state_bytes(self, spec, input_grads):
+    def saved_state_bytes(self, spec, input_grads, weight_grads):
         """Autograd's, for parts divided by the whole window: its input when padded here
         (not a region), with the input's gradient wanted; other parts are measured."""
         if spec.inputs[0].empty or spec.info.counts is not None:
@@ -241,7 +241,7 @@ class AdaptiveAvgPool2d(Op):
         return [_averaging(info.rows, x.shape[2], x) @ x @
                 _averaging(info.cols, x.shape[3], x).T]
 
-    def saved_state_bytes(self, spec, input_grads):
+    def saved_state_bytes(self, spec, input_grads, weight_grads):
         """forward_saving keeps its input (a region); other parts are measured."""
         return None if spec.inputs[0].empty or not spec.info.whole else 0
 

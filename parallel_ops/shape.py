@@ -124,7 +124,7 @@ class Reshape(Op):
     def backward(self, spec, saved, output_grads, need_inputs, need_weights):
         return [output_grads[0].reshape(saved) if need_inputs[0] else None], []
 
-    def saved_state_bytes(self, spec, input_grads):
+    def saved_state_bytes(self, spec, input_grads, weight_grads):
         """forward_saving keeps the input part's shape alone."""
         return None if spec.inputs[0].empty else 0
 
@@ -234,7 +234,7 @@ class Concat(Op):
         info = tuple((u, a - spans[u][0], b - spans[u][0]) for u, a, b in info)
         return PartSpec(tuple(inputs), (), spec.outputs, info=info)
 
-    def saved_state_bytes(self, spec, input_grads):
+    def saved_state_bytes(self, spec, input_grads, weight_grads):
         """Autograd's cat and narrow keep sizes alone."""
         return 0
 

@@ -83,7 +83,7 @@ class _RowStage(Stage):
         return PartWork(0, self._backward_kernels(plan) + zero,
                         zeros=(plan.targets.index((IN, 1)),) if zero else ())
 
-    def saved_state_bytes(self, spec, input_grads):
+    def saved_state_bytes(self, spec, input_grads, weight_grads):
         """Parts of whole rows: what `whole_saving` keeps (the op's `whole_saved_bytes`);
         parts of split rows (autograd's path) are measured."""
         block = spec.inputs[0]

@@ -57,7 +57,7 @@ def compare(cases, monkeypatch, seed: int = 0):
             if key in seen:
                 continue
             seen.add(key)
-            got = stage.saved_state_bytes(spec, ig)
+            got = stage.saved_state_bytes(spec, ig, wg)
             if got is None:
                 continue
             declared[stage.type] += 1
@@ -71,7 +71,8 @@ def compare(cases, monkeypatch, seed: int = 0):
 COVERED = {"linear", "conv2d", "dropout", "batchnorm2d.stats", "batchnorm2d.centered",
            "layernorm.stats", "layernorm.normalize",
            "flat", "adaptive_avg_pool2d", "embedding", "add",
-           "max_pool2d", "avg_pool2d", "concat", "batchnorm2d.normalize"}
+           "max_pool2d", "avg_pool2d", "concat", "batchnorm2d.normalize",
+           "multihead_attention"}
 
 
 def test_every_declared_saved_state_equals_measurement(monkeypatch):
@@ -80,7 +81,7 @@ def test_every_declared_saved_state_equals_measurement(monkeypatch):
     # bytes kept besides regions: a GELU's input, a dropout's mask, layer norm's
     # statistics, pooling's indices and padded input
     assert {"linear", "dropout", "layernorm.normalize", "max_pool2d", "avg_pool2d",
-            "batchnorm2d.normalize", "batchnorm2d.centered"} \
+            "batchnorm2d.normalize", "batchnorm2d.centered", "multihead_attention"} \
         <= {t for t, n in nonzero.items() if n}, nonzero
     assert not COVERED - set(declared), declared
     assert sum(declared.values()) >= 40, declared
@@ -89,8 +90,8 @@ def test_every_declared_saved_state_equals_measurement(monkeypatch):
 def test_a_wrong_declaration_is_caught(monkeypatch):
     real = Linear.saved_state_bytes
 
-    def one_byte_too_many(self, spec, ig):
-        got = real(self, spec, ig)
+    def one_byte_too_many(self, spec, ig, wg):
+        got = real(self, spec, ig, wg)
         return None if got is None else got + 1
     monkeypatch.setattr(Linear, "saved_state_bytes", one_byte_too_many)
     declared, _, wrong = compare([("transformer", ["--small"], 1)], monkeypatch)
