@@ -94,7 +94,7 @@ def saved_bytes_of_parts(stage, specs: dict, input_grads, weight_grads) -> dict:
         key = (head, _part_key(stage, spec))
         got = _CACHE.get(key)
         if got is None:
-            got = stage.saved_state_bytes(spec, tuple(input_grads))
+            got = stage.saved_state_bytes(spec, tuple(input_grads), tuple(weight_grads))
         if got is None:
             try:
                 got = _measure(stage, spec, tuple(input_grads), tuple(weight_grads), "meta")
