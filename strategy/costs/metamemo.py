@@ -38,6 +38,8 @@ from __future__ import annotations
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from parallel_ops.workshape import contiguous_strides
+
 
 class _Mode(TorchDispatchMode):
     """A dispatch mode that opts out of torch wrapping its __torch_dispatch__ in
@@ -115,7 +117,7 @@ def _pointwise(args, kwargs) -> tuple | None:
             shape = a.shape
             if a.device.type != "meta" or type(a) is not torch.Tensor or \
                     not a.is_contiguous() or \
-                    (1 in shape and a.stride() != _contiguous_strides(shape)):
+                    (1 in shape and a.stride() != contiguous_strides(shape)):
                 return None         # (is_contiguous() does not check size-1 strides)
             shapes.append(shape)
             sig.append((_TENSOR, a.dtype, a.dim() == 0))
@@ -159,14 +161,6 @@ def _broadcast(shapes) -> tuple | None:
     if 0 in out:
         return None
     return tuple(out)
-
-
-def _contiguous_strides(shape) -> tuple:
-    strides, step = [], 1
-    for d in reversed(shape):
-        strides.append(step)
-        step *= d
-    return tuple(reversed(strides))
 
 
 def _template(out):
@@ -238,7 +232,7 @@ class MetaMemo(_Mode):
             if general is not None:
                 self.DTYPES[gkey] = out.dtype if type(out) is torch.Tensor and \
                     tuple(out.shape) == general[1] and out.storage_offset() == 0 and \
-                    out.stride() == _contiguous_strides(general[1]) else _UNCACHEABLE
+                    out.stride() == contiguous_strides(general[1]) else _UNCACHEABLE
             return out
         if got is _UNCACHEABLE:
             return func(*args, **kwargs)

@@ -14,7 +14,8 @@ from bench.sim_speed import random_config
 from strategy.costs import CostModel, CostWarning
 from strategy.costs import metamemo, work
 from strategy.costs.app_profile import load_app
-from strategy.costs.metamemo import MetaMemo, _contiguous_strides, _pointwise
+from parallel_ops.workshape import contiguous_strides
+from strategy.costs.metamemo import MetaMemo, _pointwise
 from strategy.delta import SimulationSession
 from strategy.machine_model import machine_model
 
@@ -76,7 +77,7 @@ def _variant(args, rng, in_place: bool):
         whole = in_place and not new
         shape = tuple(1 if rng.random() < 0.3 and not whole else out[len(out) - r + i]
                       for i in range(r))
-        stride = list(_contiguous_strides(shape))
+        stride = list(contiguous_strides(shape))
         for i, d in enumerate(shape):
             if d == 1 and rng.random() < 0.5:
                 stride[i] = rng.choice((1, 7, 1000))

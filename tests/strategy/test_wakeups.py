@@ -78,16 +78,24 @@ def cpu_lab():
     return from_dict(d, "lab").with_host_costs(HOST)
 
 
-def test_a_busy_receiver_waits_for_no_wake_up():
+def cpu_chain(busy_s: float | None = None):
+    """chain() on cpu_lab with its tasks' times measured; with busy_s, d1 also runs a task
+    of busy_s, made before the message arrives."""
     m = cpu_lab()
     h = HandGraph(m)
     region = h.region("x", 250)
-    a = h.task("a", 0, 1e-3)
-    c = h.copy(region, 0, 1, preds=[a])
-    busy = h.task("busy", 1, 5e-3)                    # d1 works while the message comes
-    b = h.task("b", 1, 1e-3, preds=[c])
-    for i, t in ((a, 1e-3), (busy, 5e-3), (b, 1e-3)):
+    timed = [(h.task("a", 0, 1e-3), 1e-3)]
+    c = h.copy(region, 0, 1, preds=[timed[0][0]])
+    if busy_s is not None:
+        timed.append((h.task("busy", 1, busy_s), busy_s))
+    timed.append((h.task("b", 1, 1e-3, preds=[c]), 1e-3))
+    for i, t in timed:
         h.profile.add(h.graph.nodes[i].cost_key, "cpu", Measurement(t))
+    return m, h
+
+
+def test_a_busy_receiver_waits_for_no_wake_up():
+    m, h = cpu_chain(busy_s=5e-3)                     # d1 works while the message comes
     costs = h.costs()
     timer = PreemptedTimer(m, costs, 1.0, 0.0)
     assert wake_delays(h.graph, simulate(h.graph, m, costs, timer), timer, SLEEPY) == {}
@@ -95,14 +103,7 @@ def test_a_busy_receiver_waits_for_no_wake_up():
 
 def test_a_calibrations_prediction_holds_the_wake_up_and_its_work_does_not():
     from strategy.calibration import Fit, predict
-    m = cpu_lab()
-    h = HandGraph(m)
-    region = h.region("x", 250)
-    a = h.task("a", 0, 1e-3)
-    c = h.copy(region, 0, 1, preds=[a])
-    b = h.task("b", 1, 1e-3, preds=[c])
-    for i in (a, b):
-        h.profile.add(h.graph.nodes[i].cost_key, "cpu", Measurement(1e-3))
+    m, h = cpu_chain()
     fit = Fit(dict(HOST), {}, {}, 2, work=(m, h.profile), ranks=4, sleep=SLEEPY)
     awake = predict(fit, h.graph, {}, 4, 1, wakeups=False)
     assert predict(fit, h.graph, {}, 4, 1) == pytest.approx(awake + 345e-6, rel=1e-9)
