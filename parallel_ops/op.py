@@ -72,6 +72,28 @@ class PartWork:
     traffic: int = 0
 
 
+# What an operator's code computes: a built-in declaration (Op.work, Op.saved_state_bytes)
+# describes the built-in versions of these, not a user's subclass's own.
+_COMPUTING = ("forward", "forward_saving", "backward", "part")
+
+
+def declaration_holds(op, name: str) -> bool:
+    """Whether `op`'s declared `name` ("work" or "saved_state_bytes") describes the code it
+    runs: no class of its own below the built-in ones (this package's) overrides a computing
+    method without declaring `name` itself, and for a stage, the same of the operator that
+    made it (its stages run that operator's methods). A user's subclass of a built-in operator
+    with its own forward is counted and measured, never priced by its parent's formula."""
+    for klass in type(op).__mro__:
+        if klass.__module__.startswith(__package__ + "."):
+            break
+        if name in vars(klass):
+            return True
+        if any(m in vars(klass) for m in _COMPUTING):
+            return False
+    parent = getattr(op, "parent", None)
+    return parent is None or declaration_holds(parent, name)
+
+
 class Op:
     """Base class of every operator and stage. Subclasses set the attributes in __init__."""
     type = "op"

@@ -31,6 +31,7 @@ import torch
 
 from taskrt.executor.steps import TaskContext
 
+from .op import declaration_holds
 from .tasks import OUT, StageArgs, _Explicit, forward_task, part_views
 
 _CACHE: dict = {}
@@ -61,7 +62,7 @@ def _flat(x) -> list:
 
 def _stage_key(stage, input_grads, weight_grads) -> tuple:
     """What of the cache key is the same for every part of a stage."""
-    return (stage.cost_tag, stage.training, stage.explicit_backward,
+    return (type(stage), stage.cost_tag, stage.training, stage.explicit_backward,
             tuple(t.dtype for t in stage.inputs + stage.weights + stage.outputs),
             tuple(input_grads), tuple(weight_grads))
 
@@ -89,12 +90,14 @@ def saved_bytes_of_parts(stage, specs: dict, input_grads, weight_grads) -> dict:
     """saved_bytes (on meta, cached) of every part {color: PartSpec} of one stage: the
     stage's share of the cache key is made once (a launch has up to thousands of parts)."""
     head = _stage_key(stage, input_grads, weight_grads)
+    declared = declaration_holds(stage, "saved_state_bytes")
     out = {}
     for color, spec in specs.items():
         key = (head, _part_key(stage, spec))
         got = _CACHE.get(key)
         if got is None:
-            got = stage.saved_state_bytes(spec, tuple(input_grads), tuple(weight_grads))
+            got = stage.saved_state_bytes(spec, tuple(input_grads), tuple(weight_grads)) \
+                if declared else None
         if got is None:
             try:
                 got = _measure(stage, spec, tuple(input_grads), tuple(weight_grads), "meta")

@@ -14,6 +14,7 @@ user-written operator, a code path a formula does not cover): the node is counte
 """
 from __future__ import annotations
 
+from parallel_ops.op import declaration_holds
 from parallel_ops.tasks import StageArgs, read_task, update_task
 from taskrt.privilege import Privilege
 
@@ -92,6 +93,8 @@ def declared_work(node) -> Work | None:
     if phase == "bwd" and not plan.targets:
         return Work(0.0, _bytes(node), 0)
     stage.training = args.training          # as forward_task sets it
+    if not declaration_holds(stage, "work"):
+        return None
     pw = stage.work(phase, plan.spec, plan)
     if pw is None:
         return None
