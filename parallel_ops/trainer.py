@@ -18,6 +18,7 @@ import torch
 
 from taskrt import LocalExecutor, Machine, plan
 from taskrt.discovery import discover_machine, launched_by_mpi
+from taskrt.gcpause import gc_paused
 
 from .config import ParallelConfig, format_devices
 from .errors import ShapeError
@@ -42,14 +43,18 @@ class Trainer:
         # (SGD's first step, Adam's bias correction), which trainers may share.
         self.step_count = 0
         self.optimizer_steps = 0
-        self.lowered = lower(model, strategy, self.machine, optimizer, training)
-        self.configs = self.lowered.configs
-        self.graph = plan(self.lowered.launches, self.machine, initial=self.lowered.initial)
-        if use_mpi:
-            from taskrt.executor.mpi import MPIExecutor
-            self.executor = MPIExecutor(self.graph, record_trace=record_trace, keep=keep)
-        else:
-            self.executor = LocalExecutor(self.graph, record_trace=record_trace, keep=keep)
+        # What compiling allocates (launches, the graph, the executor's plans) lives as long
+        # as the trainer: collecting mid-compile would walk it again and again (taskrt.gcpause).
+        with gc_paused(long_lived=True):
+            self.lowered = lower(model, strategy, self.machine, optimizer, training)
+            self.configs = self.lowered.configs
+            self.graph = plan(self.lowered.launches, self.machine,
+                              initial=self.lowered.initial)
+            if use_mpi:
+                from taskrt.executor.mpi import MPIExecutor
+                self.executor = MPIExecutor(self.graph, record_trace=record_trace, keep=keep)
+            else:
+                self.executor = LocalExecutor(self.graph, record_trace=record_trace, keep=keep)
         with torch.no_grad():
             for w in model.weights:
                 if w.name in self.graph.initial_valid:
