@@ -12,6 +12,7 @@ from .coherence import RegionPlanner
 from .errors import PlanError
 from .regionclasses import stamp
 from .regionmemo import RegionPlan, region_key
+from .slabplans import slab_plan
 
 
 def own_planner(planner, name: str) -> None:
@@ -67,6 +68,14 @@ def replan_region(planner, name: str, remembered: bool = True) -> None:
             if planner.memo.put(key, known):
                 planner._read_groups.clear()
         adopt(planner, name, known)
+        return
+    sliced = slab_plan(planner, name, log)
+    if sliced is not None:
+        # Its planner holds no buffers' accesses (slabplans.py): never planned further.
+        planner._frozen.add(sliced.planner)
+        adopt(planner, name, sliced)
+        if remembered and planner.memo.max_nodes and planner.memo.put(key, sliced):
+            planner._read_groups.clear()
         return
     region = planner.regions[name]
     rp = planner.planners[name] = RegionPlanner(region, planner.machine,
