@@ -3,22 +3,25 @@
 An LSTM is one operator with a launch per time step, so its activations and their gradients
 are regions holding every step, and a change of its config re-plans regions whose logs ask
 the same things of each step's slice (NMT@16: 40 steps, ~10k copies and reductions a region).
-When every log entry of a region stays inside one slab along some dimension (the slabs: the
-union of the entries' extents there), the slabs are planned independently of each other by
-coherence.py (no rect of one overlaps another's: valid pieces, pending sums and every
-buffer's accesses of one slab never meet another's) except for one shared count, the
-elements each device has sent (`RegionPlanner._choose_source` spreads copies by it). Slabs
-whose entries ask alike, translated to the slab's start, form a class; `slab_plan` plans each
-class's first slab alone (`plan_alone`), recording every source choice, then replays all
-slabs' choices in log order against the region's real count: if each choice comes out as
-recorded, every slab's plan is its class's plan translated (`stamp` with a rect shift), node
-for node what planning the region whole gives; if one does not, it returns None and the
+When every access rect of a region's log stays inside one slab along some dimension (the
+slabs: the unions of overlapping extents there), and each log entry reads inside one slab
+(a recurrent step reads step t-1 and writes step t: two slabs, reads in one), the slabs are
+planned independently of each other by coherence.py (valid pieces, pending sums and every
+buffer's accesses of one slab never meet another's; rect operations commute with a shift,
+and a RectIndex answers in insertion order whatever its grid) except for one shared count,
+the elements each device has sent (`RegionPlanner._choose_source` spreads copies by it).
+Slabs whose entries ask alike, translated to the slab's start, form a class; `slab_plan`
+plans each class's first slab alone (`plan_alone`), recording every source choice, then
+replays all slabs' choices in log order against the region's real counts: if each comes out
+as recorded, every slab's plan is its class's plan translated (`stamp` with a rect shift),
+node for node what planning the region whole gives; if one does not, it returns None and the
 caller plans the region whole. Only for regions without initial data and with no sums left
 pending at the end (the end state's pending order would interleave the slabs).
 
-The RegionPlanner it leaves holds the end state the graph reads (valid pieces, pending sums,
-instances' bounding rects, the sent counts) but not the buffers' accesses, so it is frozen:
-a later launch re-plans the region alone first (regionplans.own_planner).
+The RegionPlanner it leaves (SlabbedEnd) holds the end state the graph and the simulator read
+(valid pieces, the instances' bounding rects in the order planning whole meets them, the sent
+counts) but not the buffers' accesses, so it is frozen: a later launch re-plans the region
+alone first (regionplans.own_planner).
 """
 from __future__ import annotations
 
