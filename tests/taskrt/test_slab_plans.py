@@ -126,6 +126,29 @@ def test_slab_plans_equal_whole_plans(monkeypatch, seed):
     assert _plans(monkeypatch, seed, True) == _plans(monkeypatch, seed, False)
 
 
+@pytest.mark.parametrize("seed", range(20))
+def test_a_launch_added_after_a_slab_plan(monkeypatch, seed):
+    """A region planned slab by slab keeps no buffers' accesses: a launch added later (reads
+    of every step of x and h, a write of x's first step) plans into a region re-planned
+    whole, not into that end state."""
+    def build(on):
+        monkeypatch.setattr(slabplans, "SLAB_PLANS", on)
+        rng = random.Random(seed)
+        configs = [_config(rng), _config(rng)]
+        p = Planner(MACHINE, memo=RegionPlanMemo(0))
+        p.add_launches(_program(configs))
+        op = rng.randrange(2)
+        p.replace(_operator(op, _config(rng)))
+        whole = Rect((0, 0, 0), (STEPS, 8, 6))
+        reqs = (RegionRequirement(X, whole, R), RegionRequirement(H, whole, R))
+        p.add_launch(IndexLaunch("extra", noop, (2,), lambda c: reqs, devices=[0, 3]))
+        p.add_launch(IndexLaunch("first", noop, (1,), lambda c: (RegionRequirement(
+            X, Rect((0, 0, 0), (1, 8, 6)), WD),), devices=[1]))
+        return _state(p)
+
+    assert build(True) == build(False)
+
+
 def test_slab_plans_are_used(monkeypatch):
     """The programs above do re-plan regions slab by slab (else the comparison shows
     nothing), and some fall back (a source choice differing from the slab's class)."""
