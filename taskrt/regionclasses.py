@@ -31,7 +31,8 @@ from collections import defaultdict
 from .coherence import RegionPlanner
 from .launchplan import by_region
 from .regionmemo import RegionPlan, signature
-from .taskgraph import COPY, REDUCE, AllReduceNode, CopyNode, ReduceNode
+from .taskgraph import (COPY, REDUCE, AllReduceNode, CopyNode, ReduceInput, ReduceNode,
+                        ReduceTarget)
 
 
 class RegionClass:
@@ -172,11 +173,14 @@ class RegionClasses:
         self._free.add(self._launch_sigs[li])
 
 
-def plan_alone(planner, name: str, entries: list[tuple]) -> RegionPlan:
+def plan_alone(planner, name: str, entries: list[tuple], rp=None) -> RegionPlan:
     """Plan region `name` over its log alone: entries [(li, launch, points, reads, accesses)]
     (reads and accesses grouped by region, launchplan.by_region). The RegionPlanner calls,
-    and the merging of a point's preds, are those of Planner._plan_reads / _plan_accesses."""
-    rp = RegionPlanner(planner.regions[name], planner.machine, planner.initial.get(name, ()))
+    and the merging of a point's preds, are those of Planner._plan_reads / _plan_accesses.
+    `rp`: the RegionPlanner to plan into (a new one with the region's initial data if None)."""
+    if rp is None:
+        rp = RegionPlanner(planner.regions[name], planner.machine,
+                           planner.initial.get(name, ()))
     nodes, per_entry, size = [], [], 0
     for li, launch, points, reads, accesses in entries:
         mine = reads.get(name)
@@ -196,12 +200,27 @@ def plan_alone(planner, name: str, entries: list[tuple]) -> RegionPlan:
     return RegionPlan(rp, nodes, per_entry, size, name, tuple(li for li, *_ in entries))
 
 
-def stamp(plan: RegionPlan, region, lis_to, owners: list[str]) -> RegionPlan:
+def stamp(plan: RegionPlan, region, lis_to, owners: list[str], shift=None) -> RegionPlan:
     """`plan` (made for another region over launches plan.lis) for `region` over launches
     `lis_to` (owners: their names): new nodes, references moved entry by entry; the same
-    rects, devices, Red+ targets and RegionPlanner."""
+    rects, devices, Red+ targets and RegionPlanner. `shift`: a function moving each rect
+    (of nodes, reduction inputs and Red+ targets), for a plan made for another slab of the
+    same region (slabplans.py)."""
     li_of = dict(zip(plan.lis, lis_to))
     node_of: dict = {}
+    if shift is None:
+        def rect(r):
+            return r
+        inputs_of = targets_of = rect
+    else:
+        rect = shift
+
+        def inputs_of(inputs):
+            return tuple([ReduceInput(i.source, shift(i.rect), i.copy_id) for i in inputs])
+
+        def targets_of(targets):
+            return None if targets is None else \
+                tuple([ReduceTarget(shift(t.piece), t.partial, t.accumulate) for t in targets])
 
     def moved(r):
         if r is None:
@@ -219,12 +238,13 @@ def stamp(plan: RegionPlan, region, lis_to, owners: list[str]) -> RegionPlan:
         for node, refs, staged in items:
             kind = node.kind
             if kind is COPY:
-                new = CopyNode(-1, owner, region, node.rect, node.src, node.dst,
+                new = CopyNode(-1, owner, region, rect(node.rect), node.src, node.dst,
                                node.reduction, node.from_partial)
             elif kind is REDUCE:
-                new = ReduceNode(-1, owner, region, node.rect, node.device, node.inputs)
+                new = ReduceNode(-1, owner, region, rect(node.rect), node.device,
+                                 inputs_of(node.inputs))
             else:
-                new = AllReduceNode(-1, owner, region, node.rect, node.devices,
+                new = AllReduceNode(-1, owner, region, rect(node.rect), node.devices,
                                     node.in_partial)
             node_of[node] = new
             out.append((new, {moved(r) for r in refs},
@@ -241,6 +261,6 @@ def stamp(plan: RegionPlan, region, lis_to, owners: list[str]) -> RegionPlan:
             new = moved_preds.get(preds)
             if new is None:
                 new = moved_preds[preds] = tuple([moved(r) for r in preds])
-            out.append((new, targets))
+            out.append((new, targets_of(targets)))
         accesses.append(out)
     return RegionPlan(plan.planner, nodes, accesses, plan.size, region.name, tuple(lis_to))

@@ -12,6 +12,7 @@ from .coherence import RegionPlanner
 from .errors import PlanError
 from .regionclasses import stamp
 from .regionmemo import RegionPlan, region_key
+from .slabplans import slab_plan
 
 
 def own_planner(planner, name: str) -> None:
@@ -53,7 +54,8 @@ def put_accesses(lp, name: str, accesses, per_access) -> None:
 def replan_region(planner, name: str, remembered: bool = True) -> None:
     """Plan region `name` again over its log, or (`remembered`) take back the plan a log
     with the same key got before (regionmemo.py), moved to this region if it was made
-    for another."""
+    for another, or plan it slab by slab (slabplans.py). Without `remembered` the region
+    gets a RegionPlanner of its own that can be planned further."""
     log = planner.log[name]
     key = region_key(planner.regions[name], planner.initial.get(name, ()), log, planner.plans)
     known = planner.memo.get(key, name) if remembered else None
@@ -67,6 +69,15 @@ def replan_region(planner, name: str, remembered: bool = True) -> None:
             if planner.memo.put(key, known):
                 planner._read_groups.clear()
         adopt(planner, name, known)
+        return
+    # (Not for own_planner, which re-plans a region to plan further into it.)
+    sliced = slab_plan(planner, name, log) if remembered else None
+    if sliced is not None:
+        # Its planner holds no buffers' accesses (slabplans.py): never planned further.
+        planner._frozen.add(sliced.planner)
+        adopt(planner, name, sliced)
+        if remembered and planner.memo.max_nodes and planner.memo.put(key, sliced):
+            planner._read_groups.clear()
         return
     region = planner.regions[name]
     rp = planner.planners[name] = RegionPlanner(region, planner.machine,

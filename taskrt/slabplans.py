@@ -1,0 +1,287 @@
+"""Re-planning a region slab by slab: the time steps of a sequence model's region planned once.
+
+An LSTM is one operator with a launch per time step, so its activations and their gradients
+are regions holding every step, and a change of its config re-plans regions whose logs ask
+the same things of each step's slice (NMT@16: 40 steps, ~10k copies and reductions a region).
+When every access rect of a region's log stays inside one slab along some dimension (the
+slabs: the unions of overlapping extents there), and each log entry reads inside one slab
+(a recurrent step reads step t-1 and writes step t: two slabs, reads in one), the slabs are
+planned independently of each other by coherence.py (valid pieces, pending sums and every
+buffer's accesses of one slab never meet another's; rect operations commute with a shift,
+and a RectIndex answers in insertion order whatever its grid) except for one shared count,
+the elements each device has sent (`RegionPlanner._choose_source` spreads copies by it).
+Slabs whose entries ask alike, translated to the slab's start, form a class; `slab_plan`
+plans each class's first slab alone (`plan_alone`), recording every source choice, then
+replays all slabs' choices in log order against the region's real counts: if each comes out
+as recorded, every slab's plan is its class's plan translated (`stamp` with a rect shift),
+node for node what planning the region whole gives; if one does not, it returns None and the
+caller plans the region whole. Only for regions without initial data and with no sums left
+pending at the end (the end state's pending order would interleave the slabs).
+
+The RegionPlanner it leaves (SlabbedEnd) holds the end state the graph and the simulator read
+(valid pieces, the instances' bounding rects in the order planning whole meets them, the sent
+counts) but not the buffers' accesses, so it is frozen: a later launch re-plans the region
+alone first (regionplans.own_planner).
+"""
+from __future__ import annotations
+
+from bisect import bisect_right
+
+from .coherence import RegionPlanner
+from .errors import PlanError
+from .geometry import Rect
+from .regionclasses import plan_alone, stamp
+from .regionmemo import RegionPlan
+
+# Off only to compare with planning regions whole (tests/taskrt/test_slab_plans.py).
+SLAB_PLANS = True
+
+
+class _RecordingPlanner(RegionPlanner):
+    """A RegionPlanner that records, per launch's reads, each source choice it makes
+    (holders, reader device, elements, chosen source) and the buffers it first touches
+    there ((partial?, device), in order: the order of the region's instance_rects)."""
+
+    def __init__(self, region, machine):
+        super().__init__(region, machine)
+        self.choices: dict[str, list] = {}
+        self.touches: dict[str, list] = {}
+        self._current: list = []
+        self._touch: list | None = None
+
+    def plan_reads(self, launch, reads) -> list:
+        self._current = self.choices[launch.name] = []
+        self._touch = self.touches[launch.name] = []
+        try:
+            return super().plan_reads(launch, reads)
+        finally:
+            self._touch = None
+
+    def _instance_rect(self, device: int, rect, partial: bool = False) -> None:
+        touch = self._touch
+        if touch is not None and (partial, device) not in touch:
+            touch.append((partial, device))
+        super()._instance_rect(device, rect, partial)
+
+    def _choose_source(self, holders, device: int, elements: int) -> int:
+        src = super()._choose_source(holders, device, elements)
+        self._current.append((tuple(holders), device, elements, src))
+        return src
+
+
+def slab_plan(planner, name: str, log) -> RegionPlan | None:
+    """Region `name`'s plan over `log` made slab by slab (module doc), or None where that does
+    not apply or a source choice differs from its class's."""
+    if not SLAB_PLANS or len(log) < 2 or planner.initial.get(name):
+        return None
+    plans = planner.plans
+    region = planner.regions[name]
+    split = _slabs(region, log)
+    if split is None:
+        return None
+    d, starts = split
+    # Each entry's part in each slab it touches (its accesses there; its reads must all be in
+    # one slab, so that its read nodes are that slab's), and per slab the signatures of its
+    # parts translated to the slab's start (what decides its plan: regionmemo.signature).
+    parts_of: list[list] = [[] for _ in starts]         # per slab: (entry, access positions)
+    sigs: list[list] = [[] for _ in starts]
+    where: list[list] = []              # per entry: (slab, index in its parts, positions)
+    for e, (li, reads, accesses) in enumerate(log):
+        lp = plans[li]
+        points = lp.points
+        if reads and len({bisect_right(starts, r.lo[d]) for _, _, r in reads}) > 1:
+            return None
+        by_slab: dict[int, list[int]] = {}
+        for a, (_, _, req) in enumerate(accesses):
+            k = bisect_right(starts, req.rect.lo[d]) - 1
+            got = by_slab.get(k)
+            if got is None:
+                by_slab[k] = [a]
+            else:
+                got.append(a)
+        mine = []
+        for k, positions in by_slab.items():
+            base = starts[k]
+            sig = [lp.launch.replicas]
+            for a in positions:
+                pi, kk, req = accesses[a]
+                r = req.rect
+                lo, hi = list(r.lo), list(r.hi)
+                lo[d] -= base
+                hi[d] -= base
+                sig.append((pi, kk, points[pi][1], tuple(lo), tuple(hi), req.privilege.code))
+            mine.append((k, len(parts_of[k]), positions))
+            parts_of[k].append((e, positions))
+            sigs[k].append(tuple(sig))
+        where.append(mine)
+    classes: dict[tuple, list[int]] = {}
+    for k, sig in enumerate(sigs):
+        classes.setdefault(tuple(sig), []).append(k)
+    if len(classes) == len(starts):
+        return None                     # no two slabs alike: nothing to save
+    members = list(classes.values())
+    class_of = [0] * len(starts)
+    for c, ks in enumerate(members):
+        for k in ks:
+            class_of[k] = c
+    # Step 1: each class's first slab planned alone, its source choices recorded.
+    templates, choices, touches = [], [], []    # per class: its plan; per part: what it did
+    for ks in members:
+        rp = _RecordingPlanner(region, planner.machine)
+        entries = []
+        for e, positions in parts_of[ks[0]]:
+            li, reads, accesses = log[e]
+            lp = plans[li]
+            mine = [accesses[a] for a in positions]
+            has_reads = reads and any(req.privilege.reads for _, _, req in mine)
+            entries.append((li, lp.launch, lp.points, {name: reads} if has_reads else {},
+                            {name: mine}))
+        try:
+            plan = plan_alone(planner, name, entries, rp)
+        except PlanError:
+            return None                 # planned whole, it raises what the user should see
+        if len(rp.state.pending):
+            return None
+        templates.append(plan)
+        choices.append([rp.choices.get(launch.name, ()) for _, launch, *_ in entries])
+        touches.append([rp.touches.get(launch.name, ()) for _, launch, *_ in entries])
+    # Step 2: every slab's source choices, in log order, against the region's real counts.
+    final = SlabbedEnd(region, planner.machine)
+    choose = final._choose_source
+    for mine in where:
+        for k, j, _ in mine:
+            for holders, device, elements, src in choices[class_of[k]][j]:
+                if choose(holders, device, elements) != src:
+                    return None
+    # Step 3: each slab gets its class's plan, translated; the end state is put together.
+    per_slab = []
+    for k, start in enumerate(starts):
+        first = members[class_of[k]][0]
+        template = templates[class_of[k]]
+        if k == first:
+            per_slab.append(template)
+        else:
+            lis = [log[e][0] for e, _ in parts_of[k]]
+            per_slab.append(stamp(template, region, lis, [plans[li].launch.name for li in lis],
+                                  _shifter(d, start - starts[first])))
+        final.slabs.append((template.planner, d, start - starts[first]))
+    nodes, per_entry, size = [], [], 0
+    for (li, _, accesses), mine in zip(log, where):
+        items = None
+        got: list = [None] * len(accesses)
+        for k, j, positions in mine:
+            plan = per_slab[k]
+            if plan.nodes[j] is not None:
+                items = plan.nodes[j]
+            for a, pt in zip(positions, plan.accesses[j]):
+                got[a] = pt
+        if len(mine) > 1:
+            # A point's preds on the region are those of all its accesses (_plan_accesses).
+            union: dict[int, set] = {}
+            for (pi, _, _), (preds, _) in zip(accesses, got):
+                union.setdefault(pi, set()).update(preds)
+            got = [(tuple(union[pi]), targets)
+                   for (pi, _, _), (_, targets) in zip(accesses, got)]
+        nodes.append(items)
+        size += len(items) if items else 0
+        per_entry.append(got)
+    if not _bounding_rects(final, log, plans, where, per_entry, touches, class_of):
+        return None
+    return RegionPlan(final, nodes, per_entry, size, name, tuple(li for li, _, _ in log))
+
+
+def _slabs(region, log):
+    """(d, slab starts) for the dimension along which the log's access rects fall into the
+    most slabs (two or more; a slab: a union of rects' extents there), or None."""
+    spans = [set() for _ in range(region.rect.ndim)]
+    for _, _, accesses in log:
+        for _, _, req in accesses:
+            r = req.rect
+            if r.empty:
+                return None
+            for d, lo_hi in enumerate(zip(r.lo, r.hi)):
+                spans[d].add(lo_hi)
+    best = None
+    for d, found in enumerate(spans):
+        merged: list[list[int]] = []
+        for a, b in sorted(found):
+            if merged and a < merged[-1][1]:
+                if b > merged[-1][1]:
+                    merged[-1][1] = b
+            else:
+                merged.append([a, b])
+        if len(merged) > 1 and (best is None or len(merged) > len(best[1])):
+            best = (d, merged)
+    if best is None:
+        return None
+    return best[0], [a for a, _ in best[1]]
+
+
+def _shifter(d: int, delta: int):
+    """A function moving rects by `delta` along dimension `d` (one new Rect per rect)."""
+    moved: dict[Rect, Rect] = {}
+
+    def shift(r: Rect) -> Rect:
+        got = moved.get(r)
+        if got is None:
+            lo, hi = list(r.lo), list(r.hi)
+            lo[d] += delta
+            hi[d] += delta
+            got = moved[r] = Rect(tuple(lo), tuple(hi))
+        return got
+    return shift
+
+
+def _bounding_rects(final, log, plans, where, per_entry, touches, class_of) -> bool:
+    """`final`'s instance_rects and partial_rects: per device the bounding box of its slabs',
+    in the order planning the region whole touches them: per log entry, the buffers its
+    reads touched (recorded in its slab's class), then per access its device's instance,
+    or for a Red+ the buffers of its targets."""
+    order: dict[tuple, None] = {}
+    for (li, _, accesses), mine, got in zip(log, where, per_entry):
+        for k, j, _ in mine:
+            for key in touches[class_of[k]][j]:
+                order.setdefault(key)
+        points = plans[li].points
+        for (pi, _, req), (_, targets) in zip(accesses, got):
+            device = points[pi][1]
+            if targets is None:
+                order.setdefault((False, device))
+            else:
+                for t in targets:
+                    order.setdefault((t.partial, device))
+    boxes: dict[tuple, Rect] = {}
+    for rp, dd, delta in final.slabs:
+        shift = _shifter(dd, delta) if delta else None
+        for partial, rects in ((False, rp.instance_rects), (True, rp.partial_rects)):
+            for device, r in rects.items():
+                r = shift(r) if shift else r
+                old = boxes.get((partial, device))
+                boxes[partial, device] = r if old is None else old.union_bbox(r)
+    if order.keys() != boxes.keys():
+        return False                        # (not expected: then plan the region whole)
+    for key in order:
+        (final.partial_rects if key[0] else final.instance_rects)[key[1]] = boxes[key]
+    return True
+
+
+class SlabbedEnd(RegionPlanner):
+    """The end state of a region planned slab by slab: its slabs' end states (each its
+    class's RegionPlanner moved along d), the instances' and partial buffers' bounding rects
+    (in the order planning the region whole would have met them), the sent counts. It holds
+    no buffers' accesses and is never planned further (frozen)."""
+
+    def __init__(self, region, machine):
+        super().__init__(region, machine)
+        self.slabs: list[tuple] = []        # (class's RegionPlanner, d, delta)
+
+    def final_valid(self) -> list[tuple[Rect, tuple[int, ...]]]:
+        out = []
+        for rp, d, delta in self.slabs:
+            shift = _shifter(d, delta) if delta else None
+            for _, r, holders in rp.state.valid:
+                out.append((shift(r) if shift else r, tuple(sorted(holders))))
+        return sorted(out, key=lambda x: (x[0].lo, x[0].hi))
+
+    def final_pending(self) -> list:
+        return []                           # (slab_plan requires none)
