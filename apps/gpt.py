@@ -24,10 +24,13 @@ from __future__ import annotations
 
 import sys
 
-from apps.common import App, UsageError, main
-from apps.sizes import add_size_arguments
-from apps.transformer import SMALL, gpt_network, mixed_strategy
-from parallel_ops.recompute import per_block, per_op, set_recompute
+from apps.startgc import imports_paused
+
+with imports_paused():                 # (torch's and our objects: apps/startgc.py)
+    from apps.common import App, UsageError, main
+    from apps.sizes import add_size_arguments
+    from apps.transformer import SMALL, gpt_network, mixed_strategy
+    from parallel_ops.recompute import per_block, per_op, set_recompute
 
 VOCAB, SEQ = 51200, 2048
 # name -> (heads, width, layers); GPT-3's 13B has width 5140 in its paper, 5120 here (a

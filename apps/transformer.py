@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import sys
 
-import torch
+from apps.startgc import imports_paused
 
-from apps.common import App, Network, P, UsageError, main
-from apps.sizes import add_size_arguments, sizes, stream
-from parallel_ops import Model
+with imports_paused():                 # (torch's and our objects: apps/startgc.py)
+    import torch
+
+    from apps.common import App, Network, P, UsageError, main
+    from apps.sizes import add_size_arguments, sizes, stream
+    from parallel_ops import Model
 
 FULL = dict(vocab=50257, width=768, heads=12, layers=12, seq_len=1024)
 SMALL = dict(vocab=256, width=32, heads=4, layers=2, seq_len=16)
