@@ -22,11 +22,9 @@ default) nothing.
 """
 from __future__ import annotations
 
-import sys
+from apps.scriptgc import exit_frozen, imports_paused
 
-from apps.startgc import imports_paused
-
-with imports_paused():                 # (torch's and our objects: apps/startgc.py)
+with imports_paused():                 # (torch's and our objects: apps/scriptgc.py)
     from apps.common import App, UsageError, main
     from apps.sizes import add_size_arguments
     from apps.transformer import SMALL, gpt_network, mixed_strategy
@@ -161,4 +159,4 @@ APP = App("gpt", "GPT", build, per_device_batch=4, small_per_device_batch=4,
           lr=0.05, model_flops=iteration_flops, recompute_plans=search_plans, search=search)
 
 if __name__ == "__main__":
-    sys.exit(main(APP))
+    exit_frozen(main(APP))          # (no collection at shutdown: apps/scriptgc.py)

@@ -14,11 +14,9 @@ Synthetic token streams following a learnable rule (apps/sizes.py), deterministi
 """
 from __future__ import annotations
 
-import sys
+from apps.scriptgc import exit_frozen, imports_paused
 
-from apps.startgc import imports_paused
-
-with imports_paused():                 # (torch's and our objects: apps/startgc.py)
+with imports_paused():                 # (torch's and our objects: apps/scriptgc.py)
     import torch
 
     from apps.common import App, Network, P, UsageError, main
@@ -95,4 +93,4 @@ APP = App("transformer", "Transformer", build, per_device_batch=8, small_per_dev
           mixed_strategy=mixed_strategy, lr=0.05)
 
 if __name__ == "__main__":
-    sys.exit(main(APP))
+    exit_frozen(main(APP))          # (no collection at shutdown: apps/scriptgc.py)

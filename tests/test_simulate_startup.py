@@ -1,6 +1,7 @@
-"""What `--simulate` spends before simulating: an app script imports torch and the project
-with the cyclic collector paused (apps/startgc.py: no full collection during those
-imports), and loading the compiled list scheduler and memory sweep does not import
+"""What `--simulate` spends besides simulating: an app script imports torch and the project
+with the cyclic collector paused (apps/scriptgc.py: no full collection during those
+imports) and exits with every object frozen (no collection walks them at shutdown), and
+loading the compiled list scheduler and memory sweep does not import
 scipy.linalg (strategy/numbastart.py: numba's BLAS probe), while scipy.linalg still imports
 afterwards and the compiled loops give what their Python versions give. Run in a fresh
 interpreter: the test process has long imported all of it."""
@@ -26,6 +27,8 @@ try:
     runpy.run_path("apps/transformer.py", run_name="__main__")
 except SystemExit as e:
     assert not e.code, e.code
+print("FROZEN AT EXIT", gc.get_freeze_count() > 10000)
+gc.unfreeze()
 import strategy.memsweep
 strategy.memsweep._kernel()
 print("LINALG", "scipy.linalg" in sys.modules)
@@ -34,12 +37,13 @@ print("LINALG AFTER", scipy.linalg.__name__)
 """
 
 
-def test_simulate_startup_skips_collections_and_blas_probe():
+def test_simulate_skips_collections_and_blas_probe():
     got = subprocess.run([sys.executable, "-c", SCRIPT], cwd=ROOT, capture_output=True,
                          text=True, timeout=600)
     assert got.returncode == 0, got.stderr[-2000:]
     lines = got.stdout.splitlines()
     assert "iteration time" in got.stdout, got.stdout[-2000:]
     assert "FULL COLLECTIONS IN IMPORTS 0" in lines, lines
+    assert "FROZEN AT EXIT True" in lines, lines
     assert "LINALG False" in lines, lines[-3:]
     assert "LINALG AFTER scipy.linalg" in lines, lines[-3:]
