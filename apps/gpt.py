@@ -22,12 +22,13 @@ default) nothing.
 """
 from __future__ import annotations
 
-import sys
+from apps.scriptgc import exit_frozen, imports_paused
 
-from apps.common import App, UsageError, main
-from apps.sizes import add_size_arguments
-from apps.transformer import SMALL, gpt_network, mixed_strategy
-from parallel_ops.recompute import per_block, per_op, set_recompute
+with imports_paused():                 # (torch's and our objects: apps/scriptgc.py)
+    from apps.common import App, UsageError, main
+    from apps.sizes import add_size_arguments
+    from apps.transformer import SMALL, gpt_network, mixed_strategy
+    from parallel_ops.recompute import per_block, per_op, set_recompute
 
 VOCAB, SEQ = 51200, 2048
 # name -> (heads, width, layers); GPT-3's 13B has width 5140 in its paper, 5120 here (a
@@ -158,4 +159,4 @@ APP = App("gpt", "GPT", build, per_device_batch=4, small_per_device_batch=4,
           lr=0.05, model_flops=iteration_flops, recompute_plans=search_plans, search=search)
 
 if __name__ == "__main__":
-    sys.exit(main(APP))
+    exit_frozen(main(APP))          # (no collection at shutdown: apps/scriptgc.py)

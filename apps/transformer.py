@@ -14,13 +14,14 @@ Synthetic token streams following a learnable rule (apps/sizes.py), deterministi
 """
 from __future__ import annotations
 
-import sys
+from apps.scriptgc import exit_frozen, imports_paused
 
-import torch
+with imports_paused():                 # (torch's and our objects: apps/scriptgc.py)
+    import torch
 
-from apps.common import App, Network, P, UsageError, main
-from apps.sizes import add_size_arguments, sizes, stream
-from parallel_ops import Model
+    from apps.common import App, Network, P, UsageError, main
+    from apps.sizes import add_size_arguments, sizes, stream
+    from parallel_ops import Model
 
 FULL = dict(vocab=50257, width=768, heads=12, layers=12, seq_len=1024)
 SMALL = dict(vocab=256, width=32, heads=4, layers=2, seq_len=16)
@@ -92,4 +93,4 @@ APP = App("transformer", "Transformer", build, per_device_batch=8, small_per_dev
           mixed_strategy=mixed_strategy, lr=0.05)
 
 if __name__ == "__main__":
-    sys.exit(main(APP))
+    exit_frozen(main(APP))          # (no collection at shutdown: apps/scriptgc.py)

@@ -36,6 +36,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .numbastart import blas_probe_skipped
+
 _SIGNATURE = ("void(f8[::1], i8[::1], i8[::1], i8[::1], i8[::1], i8, f8[::1], i8[::1], "
               "i8[::1], f8[::1], i8[::1], i8[::1], f8[::1], f8[::1], f8[::1], f8[::1])")
 _SIGNATURE_RESUMING = _SIGNATURE[:-1] + ", i8, i8, f8[:, ::1], f8[:, ::1])"
@@ -198,11 +200,12 @@ def _kernel(ready_order: bool = False):
             _compiled, _compiled_ready = _schedule, _schedule_ready
         else:
             global _hold, _push, _pop
-            _hold = njit(cache=True, nogil=True, inline="always")(_hold)
-            _push = njit(cache=True, nogil=True)(_push)
-            _pop = njit(cache=True, nogil=True)(_pop)
-            _compiled = njit(_SIGNATURE_RESUMING, cache=True, nogil=True)(_schedule)
-            _compiled_ready = njit(_SIGNATURE, cache=True, nogil=True)(_schedule_ready)
+            with blas_probe_skipped():            # (numbastart.py: 0.2 s of start-up)
+                _hold = njit(cache=True, nogil=True, inline="always")(_hold)
+                _push = njit(cache=True, nogil=True)(_push)
+                _pop = njit(cache=True, nogil=True)(_pop)
+                _compiled = njit(_SIGNATURE_RESUMING, cache=True, nogil=True)(_schedule)
+                _compiled_ready = njit(_SIGNATURE, cache=True, nogil=True)(_schedule_ready)
     return _compiled_ready if ready_order else _compiled
 
 

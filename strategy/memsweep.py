@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .numbastart import blas_probe_skipped
+
 _SIGNATURE = ("void(i8[::1], i8[::1], f8[::1], f8[::1], i8[::1], i8[::1], i8[::1], b1[::1], "
               "b1[::1], b1[::1], i8, i8[::1], i8[::1], i8[::1], b1[::1])")
 
@@ -125,7 +127,8 @@ def _kernel():
         except ImportError:                   # pragma: no cover - numba is a dependency
             _compiled = _sweep
         else:
-            _compiled = njit(_SIGNATURE, cache=True, nogil=True)(_sweep)
+            with blas_probe_skipped():            # (numbastart.py)
+                _compiled = njit(_SIGNATURE, cache=True, nogil=True)(_sweep)
     return _compiled
 
 

@@ -56,29 +56,54 @@ def _ring_pairs(group):
     return [(group[i], group[(i + 1) % k]) for i in range(k)]
 
 
-def _candidates(model, group: tuple[int, ...]) -> dict[str, list[list[_Part]]]:
+def _candidates(model, group: tuple[int, ...], by_source: bool = True
+                ) -> dict[str, list[list[_Part]]]:
+    """Every algorithm's stages for `group`. `by_source`: find all their routes first,
+    source by source (below); False asks for them in the algorithms' order (the test's
+    oracle: the same routes, so the same parts)."""
     k = len(group)
-    out = {"ring": [[_part(model, _ring_pairs(group), 2 * (k - 1), 1 / k)]]}
+    ring = _ring_pairs(group)
     # tree: heap layout; level d holds positions 2^d-1 .. 2^(d+1)-2
     levels, d = [], 1
     while (1 << d) - 1 < k:
         kids = range((1 << d) - 1, min((1 << (d + 1)) - 1, k))
         levels.append([(group[i], group[(i - 1) // 2]) for i in kids])
         d += 1
-    up = [[_part(model, pairs, 1, 1.0)] for pairs in reversed(levels)]
-    down = [[_part(model, [(b, a) for a, b in pairs], 1, 1.0)] for pairs in levels]
-    out["tree"] = up + down
     by_node: dict[int, list[int]] = {}
     for dev in group:
         by_node.setdefault(model.node_of(dev), []).append(dev)
     members = list(by_node.values())
-    if len(members) > 1 and max(len(m) for m in members) > 1:
+    hierarchical = len(members) > 1 and max(len(m) for m in members) > 1
+    if hierarchical:
         m_min = min(len(m) for m in members)
+        rings = [[m[r] for m in members] for r in range(m_min)]
+        across_pairs = [p for r in rings for p in _ring_pairs(r)]
+    if by_source:
+        # A route is a function of its two ends alone (routes.py), but routes.py keeps only
+        # the searches of its last KEPT_SEARCHES sources: asked in the algorithms' order
+        # (the ring, the tree's levels up and down, the rings across nodes) a source's
+        # search was made again and again (3,645 searches for 1,024 devices, where 1,024
+        # sources would do). Asked source by source, each search is made once.
+        wanted = set(ring)
+        for level in levels:
+            wanted.update(level)
+            wanted.update((b, a) for a, b in level)
+        if hierarchical:
+            for m in members:
+                if len(m) > 1:
+                    wanted.update(_ring_pairs(m))
+            wanted.update(across_pairs)
+        for a, b in sorted(wanted):
+            model.route(a, b)
+    out = {"ring": [[_part(model, ring, 2 * (k - 1), 1 / k)]]}
+    up = [[_part(model, pairs, 1, 1.0)] for pairs in reversed(levels)]
+    down = [[_part(model, [(b, a) for a, b in pairs], 1, 1.0)] for pairs in levels]
+    out["tree"] = up + down
+    if hierarchical:
         inside = [_part(model, _ring_pairs(m), len(m) - 1, 1 / len(m))
                   for m in members if len(m) > 1]
-        rings = [[m[r] for m in members] for r in range(m_min)]
-        across = _part(model, [p for ring in rings for p in _ring_pairs(ring)],
-                       2 * (len(members) - 1), 1 / (m_min * len(members)))
+        across = _part(model, across_pairs, 2 * (len(members) - 1),
+                       1 / (m_min * len(members)))
         out["hierarchical"] = [inside, [across], inside]
     return out
 

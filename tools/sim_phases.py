@@ -1,0 +1,98 @@
+"""Where a `--simulate` run's CPU goes, phase by phase (docs/design.md "Simulator speed").
+
+    python tools/sim_phases.py                  # GPT-3 2.7B, data parallel, 128 H100s
+    python tools/sim_phases.py 1024 32          # GPUs (DGX-H100 nodes of 8), blocks
+
+Runs apps/gpt.py --simulate (bf16, Adam, one sequence per GPU) in this process with timers
+around the functions that make up each phase (lowering, the one-shot plan's steps, the
+simulator's task classes, node arrays, timeline and memory model, the report) and prints
+JSON: process CPU seconds per phase, and per graph node. The imports are those of
+apps/gpt.py, numba's are in the timeline; the interpreter's exit is not seen from inside
+(apps/scriptgc.py). Phases nest (planning holds its steps): they do not add up. Run from
+the repository root with PYTHONPATH set to it; numbers on a shared machine need old and
+new code taking turns.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import resource
+import runpy
+import sys
+import time
+from contextlib import redirect_stdout
+
+# (label, module, attribute path): what a phase runs.
+PHASES = [
+    ("lowering", "parallel_ops.lowering", "lower"),
+    ("planning", "taskrt.planner", "plan"),
+    ("planning: expand", "taskrt.planner", "Planner._expand"),
+    ("planning: region classes", "taskrt.regionclasses", "RegionClasses.find"),
+    ("planning: add_launch", "taskrt.planner", "Planner.add_launch"),
+    ("planning: node groups", "taskrt.planner", "Planner.refresh"),
+    ("planning: finish (object graph)", "taskrt.planner", "Planner.finish"),
+    ("simulation", "strategy.simulator", "simulate"),
+    ("simulation: task classes", "taskrt.taskclasses", "TaskClasses.of"),
+    ("simulation: node arrays", "strategy.timearrays", "node_arrays_by_class"),
+    ("simulation: timeline (numba loaded here)", "strategy.simulator", "timeline"),
+    ("simulation: memory (Liveness)", "taskrt.liveness", "Liveness.of"),
+    ("report", "apps.simulate", "prediction_report"),
+]
+
+
+def _timed(cpu: dict, returned: dict, label: str, module: str, path: str) -> None:
+    """Replace module.path by a wrapper adding its process CPU to cpu[label] (and keeping
+    its last result in returned[label]), also where another module imported the function
+    by name."""
+    owner = importlib.import_module(module)
+    *outer, name = path.split(".")
+    for part in outer:
+        owner = getattr(owner, part)
+    raw = owner.__dict__[name]
+    func = raw.__func__ if isinstance(raw, (classmethod, staticmethod)) else raw
+
+    def wrapper(*args, **kwargs):
+        start = time.process_time()
+        try:
+            returned[label] = func(*args, **kwargs)
+            return returned[label]
+        finally:
+            cpu[label] = cpu.get(label, 0.0) + time.process_time() - start
+    wrapper.__wrapped__ = func
+    setattr(owner, name, type(raw)(wrapper) if isinstance(raw, (classmethod, staticmethod))
+            else wrapper)
+    if not outer:
+        for other in list(sys.modules.values()):
+            if getattr(other, name, None) is func:
+                setattr(other, name, wrapper)
+
+
+def measure(gpus: int = 128, blocks: int = 32) -> dict:
+    cpu: dict[str, float] = {}
+    returned: dict = {}
+    start = time.process_time()
+    import apps.gpt  # noqa: F401  (torch and the apps, as the script imports them)
+    import apps.simulate  # noqa: F401
+    cpu["imports (torch, apps)"] = time.process_time() - start
+    for label, module, path in PHASES:
+        _timed(cpu, returned, label, module, path)
+    sys.argv = ["apps/gpt.py", "--config", "gpt3-2.7b", "--layers", str(blocks), "--machine",
+                f"dgx-h100:{gpus // 8}", "--batch-size", str(gpus), "--dtype", "bfloat16",
+                "--optimizer", "adam", "--simulate", "--quiet"]
+    try:
+        with redirect_stdout(sys.stderr):            # (the report; stdout gets the JSON)
+            runpy.run_path("apps/gpt.py", run_name="__main__")
+    except SystemExit as e:
+        if e.code:
+            raise
+    cpu["whole run (inside the process)"] = time.process_time() - start
+    n = len(returned["simulation"].start)
+    return {"gpus": gpus, "blocks": blocks, "nodes": n,
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "cpu_s": {k: round(v, 3) for k, v in cpu.items()},
+            "us_per_node": {k: round(v / n * 1e6, 2) for k, v in cpu.items()}}
+
+
+if __name__ == "__main__":
+    args = [int(a) for a in sys.argv[1:3]]
+    print(json.dumps(measure(*args), indent=1))
