@@ -38,6 +38,12 @@ What a trace determines (docs/simulator.md):
                 so that predict() gives each rank the contention of the ranks working or
                 waking beside it (a strategy whose ranks take turns is slowed less than one
                 whose ranks all compute at once, by as much as the runs showed);
+  gradient buckets  on several ranks, the executor fuses all-reduces into buckets, one
+                MPI collective each, posted when the last member is ready; predict() does
+                the same (strategy/gradbuckets.py), and the collective's wait beyond its
+                links, per number of ranks taking part, is measured from the traces (post to
+                every member rank's first use: 8-21 ms for 4 ranks of 2 cores asleep between
+                polls, where the machine model's all-reduce takes 0.1-0.5 ms);
   the iteration factor  on several ranks, what the recorded iterations still take beyond
                 the simulation of them with the above (the median of measured / predicted
                 over the runs, refined once), applied to task times and host costs. It
@@ -121,7 +127,7 @@ class Fit:
     waiting: float = 0.0             # share of its waits a waiting rank is runnable (cores.py)
     cores: int = 1                   # the cores the recorded runs' ranks shared
     sleep: SleepSchedule | None = None  # how an idle rank waits (several ranks; wakeups.py)
-    collective_s: dict | None = None    # {ranks: s} a bucket's collective beyond its links (gradbuckets.py)
+    collective_s: dict | None = None    # {ranks: s} a bucket's wait beyond links (gradbuckets)
 
     def text(self) -> str:
         lines = ["host costs per node kind (mean gap before its events + event host work):"]

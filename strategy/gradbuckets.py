@@ -8,16 +8,17 @@ MPI (Testsome), and a rank with nothing to run polls between sleeps (wakeups.py)
 simulator times all-reduces node by node, each on the links as soon as its own gradient is
 summed. On the collection of 2026-12-04 (4 ranks of 2 cores, ranks sleeping 1 ms between
 polls) data and attribute parallel form one bucket of all their gradients (134 KB - 3.6 MB),
-and the first update of any rank started 5-15 ms after the last rank had started the
-bucket's last member (5-7 ms RNNLM, 8-12 ms the Transformer, 9-15 ms AlexNet; on 2 ranks,
-whose ranks spin, 0.2-2.8 ms), where the machine model's all-reduce takes 0.1-0.5 ms.
+and the last rank's first update started 8-21 ms after the last rank had started the
+bucket's last member (on 2 ranks, whose ranks spin, 0.2-2.8 ms), where the machine model's
+all-reduce takes 0.1-0.5 ms.
 
 `bucketed` gives a graph whose bucket members wait for every member's inputs (what the
 executor does); `collective_waits` measures, per bucket of a recorded run, the time from
-its last member's start event (every rank) to the first event of a node that uses one of its
-members, beyond the model's link time for the bucket; its median is `Fit.collective_s`, and
-`bucket_delays` holds every member's wait phase back by it in a prediction (a wait, not work:
-no slices).
+its members' last start event (any rank) to the first event using a member on the last
+member rank to run one, beyond the model's link time for the bucket; the median per number
+of ranks taking part is `Fit.collective_s` (strategy/calibration.py), and `bucket_delays`
+holds each bucket's first member that much longer on its links in a prediction (a wait, not
+work: no slices, no thread held; the members after it queue behind it on the links).
 """
 from __future__ import annotations
 

@@ -15,9 +15,8 @@ from strategy.preemption import PreemptedTimer, expected_makespan
 from strategy.simulator import simulate
 
 sys.path.insert(0, str(Path(__file__).parent))
-from sim_graphs import lab  # noqa: E402
-from test_wakeups import cpu_lab  # noqa: E402
 from sim_graphs import HandGraph  # noqa: E402
+from test_wakeups import cpu_lab  # noqa: E402
 from strategy.costs import Measurement  # noqa: E402
 
 HOST = {"task": HostCost(0.0, 0.0), "allreduce_start": HostCost(1e-5, 0.0),
