@@ -41,9 +41,10 @@ What a trace determines (docs/simulator.md):
   gradient buckets  on several ranks, the executor fuses all-reduces into buckets, one
                 MPI collective each, posted when the last member is ready; predict() does
                 the same (strategy/gradbuckets.py), and the collective's wait beyond its
-                links, per number of ranks taking part, is measured from the traces (post to
-                every member rank's first use: 8-21 ms for 4 ranks of 2 cores asleep between
-                polls, where the machine model's all-reduce takes 0.1-0.5 ms);
+                links is measured from the traces (post to every member rank's first use:
+                8-21 ms for 4 ranks of 2 cores asleep between polls, where the machine
+                model's all-reduce takes 0.1-0.5 ms), a line in log2(1 + KiB) of the
+                bucket's bytes per number of ranks taking part;
   the iteration factor  on several ranks, what the recorded iterations still take beyond
                 the simulation of them with the above (the median of measured / predicted
                 over the runs, refined once), applied to task times and host costs. It
@@ -161,7 +162,8 @@ class Fit:
                          f"(+{sl.overshoot_s * 1e6:.0f} us each): messages to a sleeping "
                          "rank wait for its wake-up (strategy/wakeups.py)")
         if self.collective_s:
-            waits = ", ".join(f"{p} ranks {w * 1e3:.1f} ms" for p, w in self.collective_s.items())
+            waits = ", ".join(f"{p} ranks {a * 1e3:.2f} + {f * 1e3:.2f} ms x log2(1 + KiB)"
+                              for p, (a, f) in self.collective_s.items())
             lines.append(f"a gradient bucket's collective beyond its links: {waits} (from "
                          "its last start to every member rank's first use; "
                          "strategy/gradbuckets.py)")

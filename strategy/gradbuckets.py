@@ -15,10 +15,12 @@ all-reduce takes 0.1-0.5 ms.
 `bucketed` gives a graph whose bucket members wait for every member's inputs (what the
 executor does); `collective_waits` measures, per bucket of a recorded run, the time from
 its members' last start event (any rank) to the first event using a member on the last
-member rank to run one, beyond the model's link time for the bucket; the median per number
-of ranks taking part is `Fit.collective_s` (strategy/calibration.py), and `bucket_delays`
-holds each bucket's first member that much longer on its links in a prediction (a wait, not
-work: no slices, no thread held; the members after it queue behind it on the links).
+member rank to run one, beyond the model's link time for the bucket; per number of ranks
+taking part, a line in log2(1 + KiB) of the bucket's bytes through them (`size_x`: the
+wait grew from 0-3 ms at 0.3 KB to 11-21 ms at 1-4 MB) is `Fit.collective_s`
+(strategy/calibration.py), and `bucket_delays` holds each bucket's first member that much
+longer on its links in a prediction (a wait, not work: no slices, no thread held; the
+members after it queue behind it on the links).
 """
 from __future__ import annotations
 
@@ -74,8 +76,16 @@ def rounds(p: int) -> int:
     return max(1, math.ceil(math.log2(p)))
 
 
-def collective_waits(run, link_time) -> list[tuple[int, float]]:
-    """(ranks, seconds) per multi-rank bucket of a recorded run (strategy.calibration.
+def size_x(nbytes: float) -> float:
+    """The size coordinate a collective's wait is a line in: log2(1 + KiB). The rounds of
+    messages and handshakes grow with the size (eager messages, then rendezvous, then
+    pipelined pieces); on the collection of 2026-12-04 a 4-rank bucket waited 0-3 ms at
+    0.1-0.3 KB, 5-8 ms at 33-37 KB, 9-16 ms at 100-170 KB and 11-21 ms at 1.1-3.6 MB."""
+    return math.log2(1.0 + nbytes / 1024.0)
+
+
+def collective_waits(run, link_time) -> list[tuple[int, int, float]]:
+    """(ranks, bytes, seconds) per multi-rank bucket of a recorded run (strategy.calibration.
     RecordedRun): from the end of the last start event of its members (on any rank) to when
     the last member rank started an event using a member (the iteration waits for every
     member), less `link_time(member nodes)` (the model's time on the links). Buckets whose
@@ -103,32 +113,33 @@ def collective_waits(run, link_time) -> list[tuple[int, float]]:
                 seen[rank] = min(seen.get(rank, s), s)
         if not seen:
             continue
-        wait = max(seen.values()) - max(started[m] for m in b) - \
-            link_time([g.nodes[m] for m in b])
-        out.append((group_size(g, b), wait))
+        nodes = [g.nodes[m] for m in b]
+        wait = max(seen.values()) - max(started[m] for m in b) - link_time(nodes)
+        out.append((group_size(g, b), sum(n.nbytes for n in nodes), wait))
     return out
 
 
 def collective_wait(runs, link_time) -> dict | None:
-    """{ranks: seconds} a bucket's collective takes beyond its links, per number of ranks
-    taking part: the median over the runs' buckets of that many ranks of collective_waits
-    (at least 0); None when no run has one."""
+    """{ranks: (a, f)}: a bucket's collective over that many ranks waits a + f x size_x(its
+    bytes) seconds beyond its links, a Theil-Sen line (a, f >= 0) through the runs' buckets
+    of that many ranks (collective_waits); None when no run has a bucket."""
+    from .insitu import _line
     by_size: dict = {}
     for r in runs:
-        for p, w in collective_waits(r, link_time):
-            by_size.setdefault(p, []).append(w)
+        for p, nbytes, w in collective_waits(r, link_time):
+            by_size.setdefault(p, []).append((size_x(nbytes), w))
     if not by_size:
         return None
-    return {p: max(0.0, statistics.median(ws)) for p, ws in sorted(by_size.items())}
+    return {p: _line([x for x, _ in rows], [w for _, w in rows])
+            for p, rows in sorted(by_size.items())}
 
 
-def wait_of(waits: dict, p: int) -> float:
-    """The wait of a collective of p ranks: measured for p, else that of the nearest size
-    measured scaled by the rounds (`rounds`)."""
-    if p in waits:
-        return waits[p]
-    q = min(waits, key=lambda q: (abs(q - p), q))
-    return waits[q] * rounds(p) / rounds(q)
+def wait_of(waits: dict, p: int, nbytes: float) -> float:
+    """The wait of a collective of p ranks and nbytes: the line measured for p, else that of
+    the nearest size measured scaled by the rounds (`rounds`)."""
+    q = p if p in waits else min(waits, key=lambda q: (abs(q - p), q))
+    a, f = waits[q]
+    return max(0.0, a + f * size_x(nbytes)) * rounds(p) / rounds(q)
 
 
 def bucket_delays(graph, buckets, waits: dict) -> dict:
@@ -137,7 +148,7 @@ def bucket_delays(graph, buckets, waits: dict) -> dict:
     links, so the whole bucket completes that much later; no thread is held)."""
     out = {}
     for b in buckets:
-        w = wait_of(waits, group_size(graph, b))
+        w = wait_of(waits, group_size(graph, b), sum(graph.nodes[m].nbytes for m in b))
         if w > 0:
             out[b[0]] = w
     return out

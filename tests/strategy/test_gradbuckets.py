@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from strategy.gradbuckets import (bucket_delays, bucketed, buckets_of, collective_wait,
-                                  collective_waits, wait_of)
+                                  collective_waits, size_x, wait_of)
 from strategy.machines.specs import HostCost
 from strategy.preemption import PreemptedTimer, expected_makespan
 from strategy.simulator import simulate
@@ -23,7 +23,7 @@ HOST = {"task": HostCost(0.0, 0.0), "allreduce_start": HostCost(1e-5, 0.0),
         "allreduce_wait": HostCost(1e-5, 0.0)}
 
 
-def two_gradients():
+def two_gradients(elements: int = 250):
     """Ranks 0 and 1 each compute gradient g1 (1 ms), then g2 (1 ms) once rank 2's task x
     (3 ms) is done: their threads are free from 1 to 3 ms; each gradient is all-reduced over
     ranks 0 and 1 (one bucket: same ranks, same dtype); an update uses each."""
@@ -34,7 +34,7 @@ def two_gradients():
     g2 = [h.task(f"g2_{d}", d, 1e-3, preds=[g1[d], x]) for d in (0, 1)]
     timed = [(x, 3e-3)] + [(i, 1e-3) for i in g1 + g2]
     h.g2 = g2
-    r1, r2 = h.region("w1", 250), h.region("w2", 250)
+    r1, r2 = h.region("w1", elements), h.region("w2", elements)
     a1 = h.allreduce(r1, (0, 1), preds=g1)
     a2 = h.allreduce(r2, (0, 1), preds=g2)
     ups = [h.task(f"up{k}_{d}", d, 1e-4, preds=[a]) for k, a in ((1, a1), (2, a2))
@@ -76,16 +76,27 @@ def test_a_collectives_wait_runs_to_the_last_rank_that_sees_it():
         (0, up1_0, 8.0, 0.1), (0, up2_0, 8.1, 0.1),           # rank 0 sees it at 8 ms
         (1, up2_1, 12.0, 0.1), (1, up1_1, 12.1, 0.1)])        # rank 1 at 12 ms
     waits = collective_waits(run, lambda nodes: 0.5e-3 * len(nodes))
-    assert waits == [(2, pytest.approx(12e-3 - 5.2e-3 - 1e-3))]
-    assert collective_wait([run, run], lambda nodes: 0.0) == {2: pytest.approx(6.8e-3)}
+    assert waits == [(2, 2000, pytest.approx(12e-3 - 5.2e-3 - 1e-3))]
     assert collective_wait([recorded(h, [(0, up1_0, 1.0, 0.1)])], lambda n: 0.0) is None
 
 
+def test_a_collectives_wait_is_a_line_in_its_size():
+    def bucket_waiting(elements, wait_ms):
+        m, h, a1, a2, ups = two_gradients(elements)
+        return recorded(h, [(0, a1, 1.0, 0.0), (1, a2, 2.0, 0.0),
+                            (0, ups[0], 2.0 + wait_ms, 0.1), (1, ups[3], 2.0 + wait_ms, 0.1)])
+    small, large = bucket_waiting(128, 3.0), bucket_waiting(384, 5.0)   # 1 KiB, 3 KiB
+    assert size_x(1024) == 1.0 and size_x(3072) == 2.0
+    a, f = collective_wait([small, large, small], lambda nodes: 0.0)[2]
+    assert (a, f) == (pytest.approx(1e-3), pytest.approx(2e-3))
+    assert collective_wait([small, small], lambda nodes: 0.0) == {2: (pytest.approx(3e-3), 0.0)}
+
+
 def test_a_sizes_wait_scales_by_its_rounds_where_not_measured():
-    waits = {2: 2e-3, 4: 10e-3}
-    assert wait_of(waits, 4) == 10e-3
-    assert wait_of(waits, 8) == pytest.approx(15e-3)        # 3 rounds against 2
-    assert wait_of({4: 10e-3}, 2) == pytest.approx(5e-3)
+    waits = {2: (2e-3, 0.0), 4: (4e-3, 1e-3)}
+    assert wait_of(waits, 4, 3072) == pytest.approx(6e-3)
+    assert wait_of(waits, 8, 3072) == pytest.approx(9e-3)   # 3 rounds against 2
+    assert wait_of({4: (10e-3, 0.0)}, 2, 0) == pytest.approx(5e-3)
 
 
 def test_the_wait_holds_the_links_not_the_ranks_threads():
@@ -96,7 +107,7 @@ def test_the_wait_holds_the_links_not_the_ranks_threads():
     g = bucketed(h.graph, buckets_of(h.graph))
     timer = PreemptedTimer(m, costs, 1.0, 0.0)
     before = simulate(g, m, costs, timer)
-    held = bucket_delays(g, buckets_of(g), {2: 6e-3})
+    held = bucket_delays(g, buckets_of(g), {2: (6e-3, 0.0)})
     assert held == {a1: 6e-3}                                # the bucket's first member
     late = PreemptedTimer(m, costs, 1.0, 0.0, link_delays=held)
     after = simulate(g, m, costs, late)
@@ -121,6 +132,6 @@ def test_a_calibrations_prediction_fuses_the_bucket_and_holds_its_wait():
                      PreemptedTimer(m, costs, 1.0, 0.0)).makespan
     assert predict(fit, h.graph, {}, 2, 1) == pytest.approx(fused, rel=1e-12)
     assert fused > node_by_node + 1e-4
-    fit.collective_s = {2: 6e-3}
+    fit.collective_s = {2: (6e-3, 0.0)}
     assert predict(fit, h.graph, {}, 2, 1) == pytest.approx(fused + 6e-3, abs=2e-5)
     assert predict(fit, h.graph, {}, 2, 1, wakeups=False) == pytest.approx(fused, rel=1e-12)
