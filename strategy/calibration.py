@@ -415,6 +415,11 @@ def predict(fit: Fit, graph, int_ranges: dict, ranks: int, per_rank: int,
     held = None
     if ranks > 1:                           # the executor's buckets: one collective each
         buckets = buckets_of(graph)
+        if any(len(b) > 1 for b in buckets) and not NodeTimer(layout, costs).ready_order:
+            raise CalibrationError(
+                "predict: a model of several ranks without host costs cannot hold the MPI "
+                "executor's gradient buckets (its nodes are scheduled in program order); "
+                "use the model a calibration from traces of several ranks returned")
         graph = bucketed(graph, buckets)
         if wakeups and fit.collective_s is not None:
             held = bucket_delays(graph, buckets, fit.collective_s)

@@ -36,14 +36,15 @@ from taskrt.taskgraph import ALLREDUCE
 
 def buckets_of(graph, max_bytes: int | None = None) -> list[tuple[int, ...]]:
     """The buckets of graph's all-reduces over several ranks, as the MPI executor forms them
-    (member ids in order), in order of their first member."""
+    (member ids in order; at most `max_bytes`, default Settings' bucket_bytes as this
+    process's environment sets it, as the executor would), in order of their first member."""
     machine = graph.machine
 
     def group_of(n):
         g = rank_group(n, machine)
         return g if len(g) > 1 else None
     got = allreduce_buckets(graph, group_of, lambda n: sum_dtype(n.region),
-                            Settings().bucket_bytes if max_bytes is None else max_bytes)
+                            Settings.resolve().bucket_bytes if max_bytes is None else max_bytes)
     return sorted(set(got.values()))
 
 

@@ -135,3 +135,12 @@ def test_a_calibrations_prediction_fuses_the_bucket_and_holds_its_wait():
     fit.collective_s = {2: (6e-3, 0.0)}
     assert predict(fit, h.graph, {}, 2, 1) == pytest.approx(fused + 6e-3, abs=2e-5)
     assert predict(fit, h.graph, {}, 2, 1, wakeups=False) == pytest.approx(fused, rel=1e-12)
+
+
+def test_a_model_without_host_costs_is_refused_rather_than_scheduled_out_of_order():
+    from strategy.calibration import CalibrationError, Fit, predict
+    m, h, a1, a2, _ = two_gradients()
+    bare = m.with_host_costs({})
+    fit = Fit({}, {}, {}, 2, work=(bare, h.profile), ranks=2)
+    with pytest.raises(CalibrationError, match="gradient buckets"):
+        predict(fit, h.graph, {}, 2, 1)
