@@ -38,6 +38,13 @@ What a trace determines (docs/simulator.md):
                 so that predict() gives each rank the contention of the ranks working or
                 waking beside it (a strategy whose ranks take turns is slowed less than one
                 whose ranks all compute at once, by as much as the runs showed);
+  gradient buckets  on several ranks, the executor fuses all-reduces into buckets, one
+                MPI collective each, posted when the last member is ready; predict() does
+                the same (strategy/gradbuckets.py), and the collective's wait beyond its
+                links is measured from the traces (post to every member rank's first use:
+                8-21 ms for 4 ranks of 2 cores asleep between polls, where the machine
+                model's all-reduce takes 0.1-0.5 ms), a line in log2(1 + KiB) of the
+                bucket's bytes per number of ranks taking part;
   the iteration factor  on several ranks, what the recorded iterations still take beyond
                 the simulation of them with the above (the median of measured / predicted
                 over the runs, refined once), applied to task times and host costs. It
@@ -75,6 +82,7 @@ from .insitu import (_line, contention, deflate_long_keys, insitu_profile, run_d
                      slice_length)
 from .machines import HOST_KINDS, HostCost
 from .cores import machine_cores, per_thread_contention, sharing
+from .gradbuckets import bucket_delays, bucketed, buckets_of, collective_wait
 from .preemption import PreemptedTimer, expected_makespan
 from .replay import ReplayError, measured_times, model_for_layout, recorded
 from .simulator import NodeTimer, simulate
@@ -120,6 +128,7 @@ class Fit:
     waiting: float = 0.0             # share of its waits a waiting rank is runnable (cores.py)
     cores: int = 1                   # the cores the recorded runs' ranks shared
     sleep: SleepSchedule | None = None  # how an idle rank waits (several ranks; wakeups.py)
+    collective_s: dict | None = None    # {ranks: s} a bucket's wait beyond links (gradbuckets)
 
     def text(self) -> str:
         lines = ["host costs per node kind (mean gap before its events + event host work):"]
@@ -152,6 +161,12 @@ class Fit:
                          f"{sl.first_s * 1e6:.0f} us doubling to {sl.max_s * 1e6:.0f} us "
                          f"(+{sl.overshoot_s * 1e6:.0f} us each): messages to a sleeping "
                          "rank wait for its wake-up (strategy/wakeups.py)")
+        if self.collective_s:
+            waits = ", ".join(f"{p} ranks {a * 1e3:.2f} + {f * 1e3:.2f} ms x log2(1 + KiB)"
+                              for p, (a, f) in self.collective_s.items())
+            lines.append(f"a gradient bucket's collective beyond its links: {waits} (from "
+                         "its last start to every member rank's first use; "
+                         "strategy/gradbuckets.py)")
         if self.factor != 1.0:
             lines.append(f"iteration factor {self.factor:.3f} (task times and host costs; "
                          "what the runs take beyond their simulation)")
@@ -352,6 +367,8 @@ def calibrate(paths, base_model, base_profile: Profile | None = None, factor: bo
     if wakeups and ranks > 1:
         fit.cores = machine_cores()
         fit.sleep = executor_schedule(ranks, fit.cores, others_of(runs))
+        fit.collective_s = collective_wait(runs, lambda nodes: sum(plain.timing(n)[0]
+                                                                   for n in nodes))
     fit.work = (model, profile)
     fit.residuals = residuals(runs, fit)
     fit.unscaled = with_factor(model, profile, fit.contention, "contention")
@@ -395,6 +412,17 @@ def predict(fit: Fit, graph, int_ranges: dict, ranks: int, per_rank: int,
     model, profile = with_factor(*fit.work, k) if k != 1.0 else fit.work
     costs = CostModel(profile, int_ranges=int_ranges)
     layout = model_for_layout(model, ranks, per_rank)
+    held = None
+    if ranks > 1:                           # the executor's buckets: one collective each
+        buckets = buckets_of(graph)
+        if any(len(b) > 1 for b in buckets) and not NodeTimer(layout, costs).ready_order:
+            raise CalibrationError(
+                "predict: a model of several ranks without host costs cannot hold the MPI "
+                "executor's gradient buckets (its nodes are scheduled in program order); "
+                "use the model a calibration from traces of several ranks returned")
+        graph = bucketed(graph, buckets)
+        if wakeups and fit.collective_s is not None:
+            held = bucket_delays(graph, buckets, fit.collective_s)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", CostWarning)
         if contention is None and fit.background is not None and ranks > 1:
@@ -406,11 +434,11 @@ def predict(fit: Fit, graph, int_ranges: dict, ranks: int, per_rank: int,
         if wakeups and fit.sleep is not None and ranks > 1:
             delays = {}
             for _ in range(WAKE_ROUNDS):
-                timer = PreemptedTimer(layout, costs, c, 0.0, delays=delays)
+                timer = PreemptedTimer(layout, costs, c, 0.0, delays=delays, link_delays=held)
                 delays = wake_delays(graph, simulate(graph, layout, costs, timer), timer,
                                      fit.sleep)
         return expected_makespan(graph, layout, costs, c, fit.slice_s if ranks > 1 else 0.0,
-                                 delays=delays)
+                                 delays=delays, link_delays=held)
 
 
 def at_contention(fit: Fit, c: float) -> tuple:
