@@ -200,7 +200,7 @@ def _kernel(ready_order: bool = False):
             _compiled, _compiled_ready = _schedule, _schedule_ready
         else:
             global _hold, _push, _pop
-            with blas_probe_skipped():            # (numbastart.py: 0.2 s of start-up)
+            with blas_probe_skipped():            # (numbastart.py)
                 _hold = njit(cache=True, nogil=True, inline="always")(_hold)
                 _push = njit(cache=True, nogil=True)(_push)
                 _pop = njit(cache=True, nogil=True)(_pop)
