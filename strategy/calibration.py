@@ -434,11 +434,11 @@ def predict(fit: Fit, graph, int_ranges: dict, ranks: int, per_rank: int,
         if wakeups and fit.sleep is not None and ranks > 1:
             delays = {}
             for _ in range(WAKE_ROUNDS):
-                timer = PreemptedTimer(layout, costs, c, 0.0, delays=delays, link_delays=held)
+                timer = PreemptedTimer(layout, costs, c, 0.0, delays=delays, collectives=held)
                 delays = wake_delays(graph, simulate(graph, layout, costs, timer), timer,
                                      fit.sleep)
         return expected_makespan(graph, layout, costs, c, fit.slice_s if ranks > 1 else 0.0,
-                                 delays=delays, link_delays=held)
+                                 delays=delays, collectives=held)
 
 
 def at_contention(fit: Fit, c: float) -> tuple:
