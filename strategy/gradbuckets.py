@@ -18,10 +18,10 @@ its members' last start event (any rank) to the first event using a member on th
 member rank to run one, beyond the model's link time for the bucket; per number of ranks
 taking part, a line in log2(1 + KiB) of the bucket's bytes through them (`size_x`: the
 wait grew from 0-3 ms at 0.3 KB to 11-21 ms at 1-4 MB) is `Fit.collective_s`
-(strategy/calibration.py), and `bucket_delays` holds each bucket's first member that much
-longer in a prediction, on a resource of the bucket's own (a wait, not work: no slices, no
-thread held, and the links stay free for other messages; the members after it queue behind
-it there).
+(strategy/calibration.py), and `bucket_collectives` gives each bucket a resource of its
+own in a prediction, which its first member holds that much longer (a wait, not work: no
+slices, no thread held, and the links stay free for other messages; the members after it
+queue behind it there).
 """
 from __future__ import annotations
 
@@ -144,7 +144,7 @@ def wait_of(waits: dict, p: int, nbytes: float) -> float:
     return max(0.0, a + f * size_x(nbytes)) * rounds(p) / rounds(q)
 
 
-def bucket_delays(graph, buckets, waits: dict) -> dict:
+def bucket_collectives(graph, buckets, waits: dict) -> dict:
     """{node id: (resource, seconds)} for PreemptedTimer's `collectives`: a bucket's members
     hold one resource of their own (the bucket's collective) instead of links, so that
     other messages go on meanwhile; its first member holds it its collective's wait longer

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from strategy.gradbuckets import (bucket_delays, bucketed, buckets_of, collective_wait,
-                                  collective_waits, size_x, wait_of)
+from strategy.gradbuckets import (bucket_collectives, bucketed, buckets_of,
+                                  collective_wait, collective_waits, size_x, wait_of)
 from strategy.machines.specs import HostCost
 from strategy.preemption import PreemptedTimer, expected_makespan
 from strategy.simulator import simulate
@@ -108,7 +108,7 @@ def test_the_wait_holds_neither_the_ranks_threads_nor_the_links():
     g = bucketed(h.graph, buckets_of(h.graph))
     timer = PreemptedTimer(m, costs, 1.0, 0.0)
     before = simulate(g, m, costs, timer)
-    held = bucket_delays(g, buckets_of(g), {2: (6e-3, 0.0)})
+    held = bucket_collectives(g, buckets_of(g), {2: (6e-3, 0.0)})
     bucket = ("collective", a1)
     assert held == {a1: (bucket, 6e-3), a2: (bucket, 0.0)}   # the first member waits
     late = PreemptedTimer(m, costs, 1.0, 0.0, collectives=held)
