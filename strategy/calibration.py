@@ -82,7 +82,7 @@ from .insitu import (_line, contention, deflate_long_keys, insitu_profile, run_d
                      slice_length)
 from .machines import HOST_KINDS, HostCost
 from .cores import machine_cores, per_thread_contention, sharing
-from .gradbuckets import bucket_delays, bucketed, buckets_of, collective_wait
+from .gradbuckets import bucket_collectives, bucketed, buckets_of, collective_wait
 from .preemption import PreemptedTimer, expected_makespan
 from .replay import ReplayError, measured_times, model_for_layout, recorded
 from .simulator import NodeTimer, simulate
@@ -422,7 +422,7 @@ def predict(fit: Fit, graph, int_ranges: dict, ranks: int, per_rank: int,
                 "use the model a calibration from traces of several ranks returned")
         graph = bucketed(graph, buckets)
         if wakeups and fit.collective_s is not None:
-            held = bucket_delays(graph, buckets, fit.collective_s)
+            held = bucket_collectives(graph, buckets, fit.collective_s)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", CostWarning)
         if contention is None and fit.background is not None and ranks > 1:
@@ -434,11 +434,11 @@ def predict(fit: Fit, graph, int_ranges: dict, ranks: int, per_rank: int,
         if wakeups and fit.sleep is not None and ranks > 1:
             delays = {}
             for _ in range(WAKE_ROUNDS):
-                timer = PreemptedTimer(layout, costs, c, 0.0, delays=delays, link_delays=held)
+                timer = PreemptedTimer(layout, costs, c, 0.0, delays=delays, collectives=held)
                 delays = wake_delays(graph, simulate(graph, layout, costs, timer), timer,
                                      fit.sleep)
         return expected_makespan(graph, layout, costs, c, fit.slice_s if ranks > 1 else 0.0,
-                                 delays=delays, link_delays=held)
+                                 delays=delays, collectives=held)
 
 
 def at_contention(fit: Fit, c: float) -> tuple:

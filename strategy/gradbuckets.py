@@ -18,9 +18,10 @@ its members' last start event (any rank) to the first event using a member on th
 member rank to run one, beyond the model's link time for the bucket; per number of ranks
 taking part, a line in log2(1 + KiB) of the bucket's bytes through them (`size_x`: the
 wait grew from 0-3 ms at 0.3 KB to 11-21 ms at 1-4 MB) is `Fit.collective_s`
-(strategy/calibration.py), and `bucket_delays` holds each bucket's first member that much
-longer on its links in a prediction (a wait, not work: no slices, no thread held; the
-members after it queue behind it on the links).
+(strategy/calibration.py), and `bucket_collectives` gives each bucket a resource of its
+own in a prediction, which its first member holds that much longer (a wait, not work: no
+slices, no thread held, and the links stay free for other messages; the members after it
+queue behind it there).
 """
 from __future__ import annotations
 
@@ -143,13 +144,16 @@ def wait_of(waits: dict, p: int, nbytes: float) -> float:
     return max(0.0, a + f * size_x(nbytes)) * rounds(p) / rounds(q)
 
 
-def bucket_delays(graph, buckets, waits: dict) -> dict:
-    """{node id: seconds} for PreemptedTimer's link_delays: each bucket's first member holds
-    its links its collective's wait longer (the members after it queue behind it on the
-    links, so the whole bucket completes that much later; no thread is held)."""
+def bucket_collectives(graph, buckets, waits: dict) -> dict:
+    """{node id: (resource, seconds)} for PreemptedTimer's `collectives`: a bucket's members
+    hold one resource of their own (the bucket's collective) instead of links, so that
+    other messages go on meanwhile; its first member holds it its collective's wait longer
+    and the members after it queue behind it, so the whole bucket completes that much
+    later; no thread is held."""
     out = {}
     for b in buckets:
         w = wait_of(waits, group_size(graph, b), sum(graph.nodes[m].nbytes for m in b))
-        if w > 0:
-            out[b[0]] = w
+        key = ("collective", b[0])
+        for m in b:
+            out[m] = (key, w if m == b[0] else 0.0)
     return out

@@ -29,12 +29,14 @@ class PreemptedTimer(NodeTimer):
     ranks sharing cores); a node on several threads (an all-reduce) takes the highest.
     `delays`: {node id: seconds} its post phase (a message's unpack, an all-reduce's wait)
     starts late, its receiver asleep when it arrived (strategy/wakeups.py).
-    `link_delays`: {node id: seconds} it holds its links longer (a bucket's collective
-    advancing only at its ranks' polls: strategy/gradbuckets.py); no thread is held."""
+    `collectives`: {node id: (resource, seconds)}: an all-reduce of a gradient bucket
+    (strategy/gradbuckets.py) holds `resource` (its bucket's one collective) instead of
+    links, `seconds` longer (the collective advancing at its ranks' polls): no thread is
+    held, and the links stay free for other messages."""
 
     def __init__(self, model, costs, contention, slice_s: float,
                  rng: random.Random | None = None, delays: dict | None = None,
-                 link_delays: dict | None = None):
+                 collectives: dict | None = None):
         super().__init__(model, costs)
         self.threads = {self.host(d) for d in range(model.num_devices)}
         per = dict(contention) if isinstance(contention, dict) else \
@@ -46,7 +48,7 @@ class PreemptedTimer(NodeTimer):
         self.contention = max(per.values(), default=1.0)
         self.slice_s, self.rng = slice_s, rng or random.Random(0)
         self.delays = delays or {}
-        self.link_delays = link_delays or {}
+        self.collectives = collectives or {}
 
     def stalled(self, seconds: float, contention: float | None = None) -> float:
         """`seconds` of a thread's work and the slices taken from it meanwhile."""
@@ -70,8 +72,10 @@ class PreemptedTimer(NodeTimer):
         c = self._of(rs)
         if c is not None:
             d = self.stalled(d, c)
-        if self.link_delays:
-            d += self.link_delays.get(node.id, 0.0)     # on links: not work, no slices
+        held = self.collectives.get(node.id) if self.collectives else None
+        if held is not None:                # not work: no slices
+            resource, wait = held
+            return d + wait, (resource,)
         return d, rs
 
     def host_phases(self, node):
@@ -85,20 +89,20 @@ class PreemptedTimer(NodeTimer):
 
 def expected_makespan(graph, model, costs, contention, slice_s: float,
                       samples: int = 16, seed: int = 0, delays: dict | None = None,
-                      link_delays: dict | None = None) -> float:
+                      collectives: dict | None = None) -> float:
     """The mean makespan of `samples` simulations of graph on `model` (the threads' work:
     task times and host costs without contention) with preemption slices of `slice_s`
     taking (contention - 1) s per second of each thread's work (`contention`: a number, or
-    {thread: contention}; `delays` and `link_delays` as PreemptedTimer's)."""
+    {thread: contention}; `delays` and `collectives` as PreemptedTimer's)."""
     top = max(contention.values(), default=1.0) if isinstance(contention, dict) \
         else contention
     if top <= 1.0 or slice_s <= 0:
         c = contention if isinstance(contention, dict) else max(contention, 1.0)
         return simulate(graph, model, costs,
                         PreemptedTimer(model, costs, c, 0.0, delays=delays,
-                                       link_delays=link_delays)).makespan
+                                       collectives=collectives)).makespan
     rng = random.Random(seed)
     return statistics.fmean(
         simulate(graph, model, costs, PreemptedTimer(model, costs, contention, slice_s,
-                                                     rng, delays, link_delays)).makespan
+                                                     rng, delays, collectives)).makespan
         for _ in range(samples))

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from strategy.gradbuckets import (bucket_delays, bucketed, buckets_of, collective_wait,
-                                  collective_waits, size_x, wait_of)
+from strategy.gradbuckets import (bucket_collectives, bucketed, buckets_of,
+                                  collective_wait, collective_waits, size_x, wait_of)
 from strategy.machines.specs import HostCost
 from strategy.preemption import PreemptedTimer, expected_makespan
 from strategy.simulator import simulate
@@ -99,17 +99,19 @@ def test_a_sizes_wait_scales_by_its_rounds_where_not_measured():
     assert wait_of({4: (10e-3, 0.0)}, 2, 0) == pytest.approx(5e-3)
 
 
-def test_the_wait_holds_the_links_not_the_ranks_threads():
+def test_the_wait_holds_neither_the_ranks_threads_nor_the_links():
     m, h, a1, a2, ups = two_gradients()
     costs = h.costs()
     free = h.task("other", 0, 2e-3, preds=[h.g2[0]])       # rank 0's work during the wait
     h.profile.add(h.graph.nodes[free].cost_key, "cpu", Measurement(2e-3))
+    message = h.copy(h.region("msg", 250), 0, 1, preds=[free])   # and a message on the links
     g = bucketed(h.graph, buckets_of(h.graph))
     timer = PreemptedTimer(m, costs, 1.0, 0.0)
     before = simulate(g, m, costs, timer)
-    held = bucket_delays(g, buckets_of(g), {2: (6e-3, 0.0)})
-    assert held == {a1: 6e-3}                                # the bucket's first member
-    late = PreemptedTimer(m, costs, 1.0, 0.0, link_delays=held)
+    held = bucket_collectives(g, buckets_of(g), {2: (6e-3, 0.0)})
+    bucket = ("collective", a1)
+    assert held == {a1: (bucket, 6e-3), a2: (bucket, 0.0)}   # the first member waits
+    late = PreemptedTimer(m, costs, 1.0, 0.0, collectives=held)
     after = simulate(g, m, costs, late)
     assert after.run[a1] == before.run[a1]
     for a in (a1, a2):                        # the whole bucket ends 6 ms past its post
@@ -117,8 +119,10 @@ def test_the_wait_holds_the_links_not_the_ranks_threads():
         assert before.end[a] < before.run[a1] + 2.1e-3
     assert before.start[free] < before.end[a1]              # it ran during the bucket ...
     assert after.end[free] <= before.end[free]             # ... and still does
+    assert after.run[message] < after.end[a1]                 # on the links during the wait
+    assert after.end[message] <= before.end[message] + 1e-12  # ... as soon as before
     assert after.makespan > before.makespan + 3.9e-3
-    assert expected_makespan(g, m, costs, 1.0, 0.0, link_delays=held) == \
+    assert expected_makespan(g, m, costs, 1.0, 0.0, collectives=held) == \
         pytest.approx(after.makespan, rel=1e-12)
 
 
