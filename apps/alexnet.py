@@ -16,11 +16,12 @@ reports the accuracy of every batch (measured before training on it) and, at the
 """
 from __future__ import annotations
 
-import sys
+from apps.scriptgc import exit_frozen, imports_paused
 
-from apps.cnn import add_image_arguments, image_model, image_network, image_sizes
-from apps.common import App, Network, P, main
-from parallel_ops import Model
+with imports_paused():                 # (torch's and our objects: apps/scriptgc.py)
+    from apps.cnn import add_image_arguments, image_model, image_network, image_sizes
+    from apps.common import App, Network, P, main
+    from parallel_ops import Model
 
 
 def build(a) -> Network:
@@ -59,4 +60,4 @@ APP = App("alexnet", "AlexNet", build, per_device_batch=256, small_per_device_ba
           mixed_strategy=mixed_strategy, expert="one_weird_trick", lr=0.01, image=True)
 
 if __name__ == "__main__":
-    sys.exit(main(APP))
+    exit_frozen(main(APP))          # (no collection at shutdown: apps/scriptgc.py)

@@ -15,12 +15,13 @@ divided by 8, 75x75 images (the smallest the strided layers allow), 10 classes, 
 """
 from __future__ import annotations
 
-import sys
+from apps.scriptgc import exit_frozen, imports_paused
 
-from apps.cnn import (add_image_arguments, conv_bn, image_model, image_network,
-                      image_sizes)
-from apps.common import App, Network, P, main
-from parallel_ops import Model
+with imports_paused():                 # (torch's and our objects: apps/scriptgc.py)
+    from apps.cnn import (add_image_arguments, conv_bn, image_model, image_network,
+                          image_sizes)
+    from apps.common import App, Network, P, main
+    from parallel_ops import Model
 
 EPS = 0.001
 
@@ -154,4 +155,4 @@ APP = App("inception", "Inception-v3", build, per_device_batch=64, small_per_dev
           mixed_strategy=mixed_strategy, expert="one_weird_trick", lr=0.01, image=True)
 
 if __name__ == "__main__":
-    sys.exit(main(APP))
+    exit_frozen(main(APP))          # (no collection at shutdown: apps/scriptgc.py)

@@ -13,12 +13,13 @@ divided by 8, 64x64 images, 10 classes, same depth and topology.
 """
 from __future__ import annotations
 
-import sys
+from apps.scriptgc import exit_frozen, imports_paused
 
-from apps.cnn import (add_image_arguments, conv_bn, image_model, image_network,
-                      image_sizes)
-from apps.common import App, Network, P, main
-from parallel_ops import Model
+with imports_paused():                 # (torch's and our objects: apps/scriptgc.py)
+    from apps.cnn import (add_image_arguments, conv_bn, image_model, image_network,
+                          image_sizes)
+    from apps.common import App, Network, P, main
+    from parallel_ops import Model
 
 BLOCKS = {50: (3, 4, 6, 3), 101: (3, 4, 23, 3), 152: (3, 8, 36, 3)}
 
@@ -69,4 +70,4 @@ APP = App("resnet", "ResNet", build, per_device_batch=64, small_per_device_batch
           expert="one_weird_trick", lr=0.01, image=True)
 
 if __name__ == "__main__":
-    sys.exit(main(APP))
+    exit_frozen(main(APP))          # (no collection at shutdown: apps/scriptgc.py)

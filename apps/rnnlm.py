@@ -12,13 +12,14 @@ next tokens.
 """
 from __future__ import annotations
 
-import sys
+from apps.scriptgc import exit_frozen, imports_paused
 
-import torch
+with imports_paused():                 # (torch's and our objects: apps/scriptgc.py)
+    import torch
 
-from apps.common import App, Network, P, main
-from apps.sizes import add_size_arguments, sizes, stream
-from parallel_ops import Model
+    from apps.common import App, Network, P, main
+    from apps.sizes import add_size_arguments, sizes, stream
+    from parallel_ops import Model
 
 FULL = dict(vocab=20480, embed=2048, hidden=2048, layers=2, seq_len=40)
 SMALL = dict(vocab=256, embed=32, hidden=32, layers=2, seq_len=8)
@@ -65,4 +66,4 @@ APP = App("rnnlm", "RNNLM", build, per_device_batch=64, small_per_device_batch=8
           mixed_strategy=mixed_strategy, expert="layer_per_device", lr=0.1)
 
 if __name__ == "__main__":
-    sys.exit(main(APP))
+    exit_frozen(main(APP))          # (no collection at shutdown: apps/scriptgc.py)

@@ -13,11 +13,12 @@ by --seed. Each LSTM layer is one operator (`rnn_l0` ..
 """
 from __future__ import annotations
 
-import sys
+from apps.scriptgc import exit_frozen, imports_paused
 
-from apps.common import App, Network, P, main
-from apps.sizes import add_size_arguments, sizes
-from parallel_ops import Model
+with imports_paused():                 # (torch's and our objects: apps/scriptgc.py)
+    from apps.common import App, Network, P, main
+    from apps.sizes import add_size_arguments, sizes
+    from parallel_ops import Model
 
 FULL = dict(vocab=20480, embed=1024, hidden=1024, layers=4, seq_len=40, classes=10)
 SMALL = dict(vocab=256, embed=32, hidden=32, layers=4, seq_len=8, classes=10)
@@ -64,4 +65,4 @@ APP = App("rnntc", "RNNTC", build, per_device_batch=64, small_per_device_batch=8
           mixed_strategy=mixed_strategy, expert="layer_per_device", lr=0.05)
 
 if __name__ == "__main__":
-    sys.exit(main(APP))
+    exit_frozen(main(APP))          # (no collection at shutdown: apps/scriptgc.py)

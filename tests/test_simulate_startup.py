@@ -47,3 +47,26 @@ def test_simulate_skips_collections_and_blas_probe():
     assert "FROZEN AT EXIT True" in lines, lines
     assert "LINALG False" in lines, lines[-3:]
     assert "LINALG AFTER scipy.linalg" in lines, lines[-3:]
+
+
+APP_SCRIPTS = sorted(p for p in (ROOT / "apps").glob("*.py")
+                     if "__main__" in p.read_text() and "main(APP)" in p.read_text())
+
+
+def test_every_app_script_pauses_its_imports_and_exits_frozen():
+    """The paper's apps and the Transformer/GPT all start and end the same way."""
+    import ast
+    assert len(APP_SCRIPTS) >= 8, APP_SCRIPTS
+    for path in APP_SCRIPTS:
+        tree = ast.parse(path.read_text())
+        paused = [n for n in tree.body if isinstance(n, ast.With)
+                  and ast.unparse(n.items[0].context_expr) == "imports_paused()"]
+        assert paused, f"{path.name}: imports not inside `with imports_paused():`"
+        outside = [ast.unparse(n) for n in tree.body
+                   if isinstance(n, (ast.Import, ast.ImportFrom))
+                   and not ast.unparse(n).startswith(("from __future__", "from apps.scriptgc"))]
+        assert not outside, f"{path.name}: imports outside the paused block: {outside}"
+        main_block = [n for n in tree.body if isinstance(n, ast.If)
+                      and "__main__" in ast.unparse(n.test)]
+        assert main_block and "exit_frozen(main(APP))" in ast.unparse(main_block[0]), \
+            f"{path.name}: its __main__ block does not end with exit_frozen(main(APP))"
