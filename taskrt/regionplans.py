@@ -76,7 +76,7 @@ def replan_region(planner, name: str, remembered: bool = True) -> None:
         # Its planner holds no buffers' accesses (slabplans.py): never planned further.
         planner._frozen.add(sliced.planner)
         adopt(planner, name, sliced)
-        if remembered and planner.memo.max_nodes and planner.memo.put(key, sliced):
+        if planner.memo.max_nodes and planner.memo.put(key, sliced):
             planner._read_groups.clear()
         return
     region = planner.regions[name]

@@ -117,8 +117,10 @@ def slab_plan(planner, name: str, log) -> RegionPlan | None:
     classes: dict[tuple, list[int]] = {}
     for k, sig in enumerate(sigs):
         classes.setdefault(tuple(sig), []).append(k)
-    if len(classes) == len(starts):
-        return None                     # no two slabs alike: nothing to save
+    if 2 * len(classes) > len(starts):
+        # Planning the classes' first slabs would cost over half of planning the region
+        # whole, which a differing source choice then adds.
+        return None
     members = list(classes.values())
     class_of = [0] * len(starts)
     for c, ks in enumerate(members):
