@@ -8,9 +8,12 @@ scipy is installed; `import numba` itself imports only the top-level scipy packa
 side by side, GPT-3 2.7B on 128 GPUs). Our loops call no BLAS (no np.dot, no linear
 algebra), so while they are made, `scipy.linalg` is unimportable (None in sys.modules):
 numba records that BLAS is missing and goes on.
-Consequence: in such a process a numba function that calls np.dot fails to compile with
-numba's "scipy 0.16+ is required for linear algebra". A process that has imported
-scipy.linalg already is unchanged, and scipy.linalg imports normally afterwards.
+Consequence: numba's arraymath records that BLAS is missing (`_HAVE_BLAS`, read once at its
+import), so in such a process the inner products of np.cov / np.corrcoef in numba code use
+numba's own loop instead of BLAS (equal up to rounding, slower for large inputs). np.dot and the
+rest of numba's linear algebra check for scipy when they compile, and scipy.linalg imports
+normally after the block (checked: a numba np.dot compiles and runs afterwards). A process
+that has imported scipy.linalg already is unchanged.
 """
 from __future__ import annotations
 
