@@ -56,15 +56,15 @@ def _sweep(users_buf, users_node, start, end, sizes, dev, region, kept_mask, sta
         i = users_node[k]
         if start[i] < born[b]:
             born[b] = start[i]
+        # _LATE: a user ending at the latest end so far takes no time (a last user that
+        # takes no time, once the latest end is final)
         if end[i] > dies[b]:
             dies[b] = end[i]
-        flags[b] |= _USED
-    for k in range(m):                       # a last user that takes no time
-        b = users_buf[k]
-        if flags[b] & _USED:
-            i = users_node[k]
-            if end[i] == dies[b] and start[i] == end[i]:
-                flags[b] |= _LATE
+            flags[b] = (flags[b] & _COUNTED) | _USED | (_LATE if start[i] == end[i] else 0)
+        elif end[i] == dies[b] and start[i] == end[i]:
+            flags[b] |= _USED | _LATE
+        else:
+            flags[b] |= _USED
     t = 0
     for j in range(nt):
         if flags[touched[j]] & _USED:
