@@ -65,10 +65,6 @@ def _sweep(users_buf, users_node, start, end, sizes, dev, region, kept_mask, sta
             flags[b] |= _USED | _LATE
         else:
             flags[b] |= _USED
-    t = 0
-    for j in range(nt):
-        if flags[touched[j]] & _USED:
-            t += 1
     # Events: 2 per temporary, grouped by device (counting), then sorted by time within
     # each device's group (any order among equal times: see the module doc).
     num_dev = peak.shape[0]
