@@ -19,7 +19,7 @@ import numpy as np
 from taskrt.liveness import STAGING, STATE, is_small
 from taskrt.settings import Settings
 
-from .memsweep import sweep_peak
+from .memsweep import Scratch, sweep_peak
 
 
 class _Column:
@@ -65,6 +65,7 @@ class BufferTable:
         # The small-buffer threshold, resolved once per table: reading it from the
         # environment on every region update was 14% of a LeNet proposal's CPU time.
         self._settings = Settings.resolve()
+        self._scratch = Scratch()                 # the sweeps' working entries per id
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -188,4 +189,5 @@ class BufferTable:
         return sweep_peak(users_buf, users_node, start, end, self._sizes(), self.dev.array(),
                           self.region.array(), self._kept_mask, self.staging.array(),
                           self.state.array(), self._settings.min_temporary_bytes,
-                          self._persistent_bytes.copy(), self._persistent_count.copy())
+                          self._persistent_bytes.copy(), self._persistent_count.copy(),
+                          self._scratch)

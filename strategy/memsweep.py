@@ -13,7 +13,9 @@ each device's first event is an allocation: a buffer allocated and released at o
 released late), so a sweep needs only, per (device, time), the sums of its releases, its
 allocations and its late releases: the order of events within one kind and time, which
 the sort may not keep, cannot change it. The result is the reference's exactly (integer
-sums; tests/strategy/test_delta_memory.py compares them on random cases).
+sums; tests/strategy/test_delta_memory.py compares them on random cases). A sweep looks at
+the buffers its uses name only (their working entries live in a Scratch kept between
+sweeps), not at every id of the table, which holds several graphs' buffers.
 """
 from __future__ import annotations
 
@@ -22,26 +24,33 @@ import numpy as np
 from .numbastart import blas_probe_skipped
 
 _SIGNATURE = ("void(i8[::1], i8[::1], f8[::1], f8[::1], i8[::1], i8[::1], i8[::1], b1[::1], "
-              "b1[::1], b1[::1], i8, i8[::1], i8[::1], i8[::1], b1[::1])")
+              "b1[::1], b1[::1], i8, i8[::1], i8[::1], i8[::1], b1[::1], i8[::1], i8, "
+              "f8[::1], f8[::1], u1[::1])")
+_COUNTED, _USED, _LATE = 1, 2, 4          # bits of Scratch.flags
 
 
 def _sweep(users_buf, users_node, start, end, sizes, dev, region, kept_mask, staging, state,
-           threshold, per_bytes, per_count, peak, has_temp):
+           threshold, per_bytes, per_count, peak, has_temp, stamp, now, born, dies, flags):
     """Adds the staging buffers in use that persist to per_bytes / per_count (per device);
     sets peak[d] to device d's most temporary bytes live at once and has_temp[d] where
-    device d has a temporary with users."""
-    nb = sizes.shape[0]
-    born = np.full(nb, np.inf)
-    dies = np.full(nb, -np.inf)
-    counted = np.zeros(nb, dtype=np.bool_)
-    used = np.zeros(nb, dtype=np.bool_)
-    late = np.zeros(nb, dtype=np.bool_)
+    device d has a temporary with users. stamp, born, dies, flags: a Scratch's arrays (a
+    buffer's entries are set up when its stamp is not `now`: only used buffers are
+    looked at, however many the table holds)."""
     m = users_buf.shape[0]
+    touched = np.empty(m, dtype=np.int64)      # the buffers used, in order of first use
+    nt = 0
     for k in range(m):
         b = users_buf[k]
+        if stamp[b] != now:
+            stamp[b] = now
+            born[b] = np.inf
+            dies[b] = -np.inf
+            flags[b] = 0
+            touched[nt] = b
+            nt += 1
         keep = kept_mask[region[b]] or sizes[b] < threshold
-        if keep and staging[b] and not counted[b]:
-            counted[b] = True
+        if keep and staging[b] and not flags[b] & _COUNTED:
+            flags[b] |= _COUNTED
             per_bytes[dev[b]] += sizes[b]
             per_count[dev[b]] += 1
         if keep and not state[b]:
@@ -49,43 +58,40 @@ def _sweep(users_buf, users_node, start, end, sizes, dev, region, kept_mask, sta
         i = users_node[k]
         if start[i] < born[b]:
             born[b] = start[i]
+        # _LATE: a user ending at the latest end so far takes no time (a last user that
+        # takes no time, once the latest end is final)
         if end[i] > dies[b]:
             dies[b] = end[i]
-        used[b] = True
-    for k in range(m):                       # a last user that takes no time
-        b = users_buf[k]
-        if used[b]:
-            i = users_node[k]
-            if end[i] == dies[b] and start[i] == end[i]:
-                late[b] = True
-    t = 0
-    for b in range(nb):
-        if used[b]:
-            t += 1
-    # Events: 2 per temporary, sorted by time, then (stably) by device.
-    times = np.empty(2 * t)
-    bufs = np.empty(2 * t, dtype=np.int64)
-    j = 0
-    for b in range(nb):
-        if used[b]:
-            times[j], bufs[j] = born[b], b
-            times[j + 1], bufs[j + 1] = dies[b], -1 - b
-            j += 2
-    by_time = np.argsort(times, kind="mergesort")
+            flags[b] = (flags[b] & _COUNTED) | _USED | (_LATE if start[i] == end[i] else 0)
+        elif end[i] == dies[b] and start[i] == end[i]:
+            flags[b] |= _USED | _LATE
+        else:
+            flags[b] |= _USED
+    # Events: 2 per temporary, grouped by device (counting), then sorted by time within
+    # each device's group (any order among equal times: see the module doc).
     num_dev = peak.shape[0]
     dev_ptr = np.zeros(num_dev + 1, dtype=np.int64)
-    for j in range(2 * t):
-        b = bufs[j]
-        dev_ptr[dev[b if b >= 0 else -1 - b] + 1] += 1
+    for q in range(nt):
+        b = touched[q]
+        if flags[b] & _USED:
+            dev_ptr[dev[b] + 1] += 2
     for d in range(num_dev):
         dev_ptr[d + 1] += dev_ptr[d]
     fill = dev_ptr[:num_dev].copy()
-    order = np.empty(2 * t, dtype=np.int64)
-    for j in by_time:
-        b = bufs[j]
-        d = dev[b if b >= 0 else -1 - b]
-        order[fill[d]] = j
-        fill[d] += 1
+    times = np.empty(dev_ptr[num_dev])
+    bufs = np.empty(dev_ptr[num_dev], dtype=np.int64)
+    for q in range(nt):
+        b = touched[q]
+        if flags[b] & _USED:
+            j = fill[dev[b]]
+            times[j], bufs[j] = born[b], b
+            times[j + 1], bufs[j + 1] = dies[b], -1 - b
+            fill[dev[b]] = j + 2
+    order = np.empty(dev_ptr[num_dev], dtype=np.int64)
+    for d in range(num_dev):
+        lo, hi = dev_ptr[d], dev_ptr[d + 1]
+        if hi > lo:
+            order[lo:hi] = lo + np.argsort(times[lo:hi], kind="mergesort")
     for d in range(num_dev):
         live = 0
         best = 0
@@ -99,7 +105,7 @@ def _sweep(users_buf, users_node, start, end, sizes, dev, region, kept_mask, sta
                 if b >= 0:
                     allocated += sizes[b]
                     allocs += 1
-                elif late[-1 - b]:
+                elif flags[-1 - b] & _LATE:
                     late_released += sizes[-1 - b]
                 else:
                     released += sizes[-1 - b]
@@ -112,6 +118,32 @@ def _sweep(users_buf, users_node, start, end, sizes, dev, region, kept_mask, sta
             live -= late_released
         has_temp[d] = any_event
         peak[d] = best
+
+
+class Scratch:
+    """Per buffer id, the sweep's working entries (first use, last use, flags), kept from
+    one sweep to the next so that a sweep sets up only the buffers it uses: a session's
+    table holds several graphs' buffers (strategy/delta.py starts it again only past 4 per
+    node), and filling arrays over all of them was most of a sweep."""
+    __slots__ = ("stamp", "now", "born", "dies", "flags")
+
+    def __init__(self):
+        self.now = 0
+        self._grow(0)
+
+    def _grow(self, n: int) -> None:
+        # Entries are set up by the sweep that stamps them: new arrays need no copy (every
+        # stamp so far is below the next sweep's).
+        self.stamp = np.zeros(n, dtype=np.int64)         # 0: never (sweeps count from 1)
+        self.born, self.dies = np.empty(n), np.empty(n)
+        self.flags = np.zeros(n, dtype=np.uint8)
+
+    def next(self, num_buffers: int) -> int:
+        """The stamp of a new sweep over `num_buffers` buffer ids (arrays grown to fit)."""
+        if len(self.stamp) < num_buffers:
+            self._grow(max(num_buffers, 2 * len(self.stamp)))
+        self.now += 1
+        return self.now
 
 
 _compiled = None
@@ -133,13 +165,17 @@ def _kernel():
 
 
 def sweep_peak(users_buf, users_node, start, end, sizes, dev, region, kept_mask, staging,
-               state, threshold: int, per_bytes, per_count) -> dict[int, int]:
+               state, threshold: int, per_bytes, per_count,
+               scratch: Scratch | None = None) -> dict[int, int]:
     """Peak bytes per device: per_bytes (a device listed where per_count > 0, ascending)
     plus the staging buffers in use that persist, plus the most temporaries live at once
     (devices with temporaries but no persistent buffers after those, ascending): what
     BufferTable.peak computed with numpy and taskrt.liveness.peak_bytes_of_users.
-    per_bytes and per_count are updated in place (pass copies)."""
+    per_bytes and per_count are updated in place (pass copies). `scratch`: the working
+    entries kept between sweeps of one table (a fresh one when None)."""
     num_dev = len(per_bytes)
+    scratch = scratch or Scratch()
+    now = scratch.next(len(sizes))
     peak = np.zeros(num_dev, dtype=np.int64)
     has_temp = np.zeros(num_dev, dtype=bool)
     c = np.ascontiguousarray
@@ -147,7 +183,8 @@ def sweep_peak(users_buf, users_node, start, end, sizes, dev, region, kept_mask,
     _kernel()(c(users_buf, dtype=i8), c(users_node, dtype=i8), c(start, dtype=np.float64),
               c(end, dtype=np.float64), c(sizes, dtype=i8), c(dev, dtype=i8),
               c(region, dtype=i8), c(kept_mask, dtype=bool), c(staging, dtype=bool),
-              c(state, dtype=bool), int(threshold), per_bytes, per_count, peak, has_temp)
+              c(state, dtype=bool), int(threshold), per_bytes, per_count, peak, has_temp,
+              scratch.stamp, now, scratch.born, scratch.dies, scratch.flags)
     out = {int(d): int(per_bytes[d]) for d in np.flatnonzero(per_count)}
     for d in np.flatnonzero(has_temp).tolist():
         out[d] = out.get(d, 0) + int(peak[d])

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from strategy.delta_memory import BufferTable
+from strategy.memsweep import Scratch, sweep_peak
 from taskrt.liveness import INSTANCE, PARTIAL, STAGING, STATE, is_small, peak_bytes_of_users
 
 DEVICES = 4
@@ -80,3 +81,30 @@ def test_peak_equals_from_scratch_after_random_updates(seed):
         want = from_scratch(table, current, kept, users_buf, users_node, start, end)
         assert got == want, f"step {step}"
     assert len(kept_seen) > 10          # the kept set changed many times
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_sweep_with_kept_scratch_equals_a_fresh_one(seed):
+    """A sweep sets up only the buffers it uses in a Scratch kept between sweeps: entries
+    left by earlier sweeps (other buffers, other times, a smaller table) change nothing."""
+    rng = np.random.default_rng(seed)
+    scratch = Scratch()
+    n = 20
+    for step in range(80):
+        n += int(rng.integers(0, 8))           # the table grows between sweeps
+        sizes = rng.choice([0, 8, 4096, 10 ** 6], size=n).astype(np.int64)
+        dev = rng.integers(0, DEVICES, size=n).astype(np.int64)
+        region = rng.integers(0, 3, size=n).astype(np.int64)
+        kept = rng.random(3) < 0.3
+        staging, state = rng.random(n) < 0.3, rng.random(n) < 0.1
+        nodes, uses = 10, int(rng.integers(1, 40))
+        users_buf = rng.integers(0, n, size=uses).astype(np.int64)
+        users_node = rng.integers(0, nodes, size=uses).astype(np.int64)
+        start = rng.choice([0.0, 1.0, 2.0, 3.0], size=nodes)
+        end = start + rng.choice([0.0, 0.5, 1.0], size=nodes)
+        per = rng.choice([0, 100], size=DEVICES).astype(np.int64)
+        count = (per > 0).astype(np.int64)
+        args = (users_buf, users_node, start, end, sizes, dev, region, kept, staging, state,
+                4096)
+        got = sweep_peak(*args, per.copy(), count.copy(), scratch)
+        assert got == sweep_peak(*args, per.copy(), count.copy(), Scratch()), f"step {step}"
