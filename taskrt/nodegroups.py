@@ -37,7 +37,7 @@ class NodeGroup:
 
     @classmethod
     def of(cls, key, gid: int, nodes: list, preds: list, staged=None) -> "NodeGroup":
-        """`preds`: per node, a list of (group id, index) pairs."""
+        """`preds`: per node, a list (or a set) of (group id, index) pairs."""
         counts = np.fromiter(map(len, preds), dtype=np.int64, count=len(preds))
         total = int(counts.sum())
         if total:

@@ -347,6 +347,9 @@ class Planner:
         task_gid: dict[int, int] = {}     # launch index -> its task group's id
         gid_of = self._gid
         tasks = self._tasks
+        # A planner that is never re-planned builds each launch's tasks once (add_launch
+        # marks only the new launch's, replace() is refused): no node to reuse or keep.
+        once = not self.replannable
         for pi, (color, device, reqs) in enumerate(lp.points):
             # The preds resolved as _resolve does, with each launch's task group id looked
             # up once rather than once per ref.
@@ -367,12 +370,15 @@ class Planner:
             if src is not None and src != (li, pi):
                 out.add((gid_of((src[0], None)), src[1]))
             targets = tuple(targets_of[pi])
+            preds.append(out)           # (NodeGroup.of reads a set as the list of it)
+            if once:
+                nodes.append(TaskNode(-1, launch, color, device, reqs, targets))
+                continue
             node = tasks.get((li, pi))
             if node is None or node.targets != targets:
                 node = self._task_node(launch, pi, color, device, reqs, targets)
                 self._set_task((li, pi), node)
             nodes.append(node)
-            preds.append(list(out))
         return NodeGroup.of(key, gid_of(key), nodes, preds)
 
     def _new_version(self, li: int) -> None:
