@@ -104,6 +104,22 @@ def test_waiting_ranks_runnable_share_is_fitted_from_runs_of_different_overlaps(
     assert contention_of_overlap(1, fb, 2) == 1.0          # waiting ranks asleep: a core free
 
 
+def test_a_negative_intercept_is_fitted_through_the_origin_not_cut_to_zero():
+    # the fold of data, attribute parallel and random0 on 4 ranks (2026-12-04): no other
+    # runnable threads, waiting ranks runnable 0.7 of their wait, and the ranks that all
+    # work at once counted below k / C (y = C c - k = -0.4 at x = R - k = 0); the free line
+    # through the three is about -0.4 + 0.83 x, and cut to 0 + 0.83 x it prices ranks that
+    # take turns at (1 + 0.83 x 3) / 2 = 1.75 where they ran at 1.55
+    w = 0.7
+    at_once = _at(4, [(r, 0.0, 1.0) for r in range(4)], 1.8)
+    turns = _at(4, [(r, float(r), r + 1.0) for r in range(4)], (1 + w * 3) / 2)
+    pairs = _at(4, [(r, float(r // 2), r // 2 + 1.0) for r in range(4)], (2 + w * 2) / 2)
+    fb, fw = sharing([at_once, turns, pairs], 2)
+    assert (fb, fw) == (0.0, pytest.approx(w))
+    assert contention_of_overlap(1, fb, 2, fw, 4) == pytest.approx(1.55)
+    # a line whose free intercept is >= 0 keeps its slope (the test above)
+
+
 def test_ranks_working_at_once_are_slowed_more_than_ranks_taking_turns():
     m = cluster_model("four", CPU, 4).with_host_costs(HOST)
     costs = CostModel()
