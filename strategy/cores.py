@@ -100,7 +100,8 @@ def sharing(runs, cores: int) -> tuple[float, float] | None:
     runnable all the same (its wake-ups: sleeps of 20 us doubling to 1 ms, each a pass over
     MPI). Per run, from its ranks' recorded loads and its events' overlap, both weighted by
     the ranks' busy time: C x its contention - k (the ranks working at once) = b + w x (R -
-    k), R its ranks; the line through the runs (Theil-Sen, w in [0, 1], b >= 0). A run at
+    k), R its ranks; the line through the runs (Theil-Sen, w in [0, 1], b >= 0: through
+    the origin where the free line's intercept is below 0, through_origin). A run at
     the floor (contention <= FLOOR: no thread waited for a core) determines nothing, only
     that b + w (R - k) <= C - k: such runs bound b, and with no run above the floor (b, w) =
     (0, 0), what the runs measured (nobody waited). None when a run lacks a rank's load
@@ -152,7 +153,7 @@ def through_origin(xs, ys, w: float) -> float:
     data, attribute parallel and random0 was -0.42 + 0.93 x (data parallel at x 0.3-1.0,
     y about 0; the others at x 1.2-2.5, y 0.7 x), and kept as 0 + 0.93 x it gave the
     strategies whose ranks take turns (x about 2.8) a contention near 2 (docs/simulator.md,
-    2026-12-04 18:20)."""
+    "Waiting ranks that wake, fitted with b >= 0", 2026-12-04)."""
     if statistics.median(y - w * x for x, y in zip(xs, ys)) >= 0:
         return w
     ratios = [y / x for x, y in zip(xs, ys) if x > 0]
