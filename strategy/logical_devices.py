@@ -82,6 +82,11 @@ class SharedDevices:
         ha, hb = self.host(a), self.host(b)
         return 0.0 if ha == hb else self.model.transfer_time(nbytes, ha, hb)
 
+    def transfer_line(self, a: int, b: int) -> tuple:
+        """(path(a, b), latency, bandwidth): MachineModel.transfer_line of the hosts'."""
+        ha, hb = self.host(a), self.host(b)
+        return ((), 0.0, float("inf")) if ha == hb else self.model.transfer_line(ha, hb)
+
     def _members(self, devices) -> dict[int, int]:
         count: dict[int, int] = {}
         for d in set(devices):
