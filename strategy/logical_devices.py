@@ -3,7 +3,7 @@
 process, so `local` calibrated in one process has one device but the run has K).
 
 The view answers the simulator's questions (device, compute_resource, path, transfer_time,
-allreduce_time, links_of_allreduce, taskrt_machine) for logical device ids:
+transfer_line, allreduce_time, links_of_allreduce, taskrt_machine) for logical device ids:
   compute    the K logical devices of a device share its compute resource, so their tasks
              run one after another, as they do in one process;
   copies     between logical devices of one device have no links: the simulator times them
