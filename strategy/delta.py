@@ -262,8 +262,9 @@ class SimulationSession:
 
     def _copy_timing(self, node, key) -> tuple:
         """(duration, resource ids, host phases with ids) of a copy: functions of its
-        (source, destination, bytes) `key`, computed once per key."""
-        d, rs = self.timer.timing(node)
+        (source, destination, bytes) `key`, computed once per key (the session's timer is
+        a NodeTimer: its copy_timing is what timing() answers for the node)."""
+        d, rs = self.timer.copy_timing(*key)
         # Its resources (the links of the path, or the device) depend on the devices only.
         ids = self._copy_resources.get(key[:2])
         if ids is None:

@@ -3,7 +3,7 @@
 process, so `local` calibrated in one process has one device but the run has K).
 
 The view answers the simulator's questions (device, compute_resource, path, transfer_time,
-allreduce_time, links_of_allreduce, taskrt_machine) for logical device ids:
+transfer_line, allreduce_time, links_of_allreduce, taskrt_machine) for logical device ids:
   compute    the K logical devices of a device share its compute resource, so their tasks
              run one after another, as they do in one process;
   copies     between logical devices of one device have no links: the simulator times them
@@ -81,6 +81,11 @@ class SharedDevices:
     def transfer_time(self, nbytes: int, a: int, b: int) -> float:
         ha, hb = self.host(a), self.host(b)
         return 0.0 if ha == hb else self.model.transfer_time(nbytes, ha, hb)
+
+    def transfer_line(self, a: int, b: int) -> tuple:
+        """(path(a, b), latency, bandwidth): MachineModel.transfer_line of the hosts'."""
+        ha, hb = self.host(a), self.host(b)
+        return ((), 0.0, float("inf")) if ha == hb else self.model.transfer_line(ha, hb)
 
     def _members(self, devices) -> dict[int, int]:
         count: dict[int, int] = {}

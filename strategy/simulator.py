@@ -88,6 +88,9 @@ def memory_per_device(graph, start, end, keep=None) -> dict[int, int]:
 NO_HOST = (0.0, (), 0.0, ())
 
 
+_NO_LINE = object()   # NodeTimer._copy_line: the model's copy times are asked per copy
+
+
 class NodeTimer:
     """Duration and resources of each node on a machine model with a cost model, and its
     host phases (host_phases)."""
@@ -96,7 +99,7 @@ class NodeTimer:
         self.model, self.costs = model, costs
         self._compute = {}
         self._hosts = {}
-        self._copies: dict = {}       # (src, dst, bytes) -> timing: a function of the model
+        self._copy_lines: dict = {}   # (src, dst) -> a copy's timing as a line in its bytes
         self._tasks: dict = {}        # device -> (its spec, its compute resource as a tuple)
         self.host_costs = dict(getattr(model, "host_costs", None) or {})
         # A calibrated model of several ranks: the MPI executor's ranks run what is ready.
@@ -151,6 +154,37 @@ class NodeTimer:
         spec = self.model.device(device)
         return spec.launch_overhead + nbytes / spec.memory_bandwidth
 
+    def copy_timing(self, src: int, dst: int, nbytes: int) -> tuple[float, tuple]:
+        """(seconds, resources) of a copy of nbytes from src to dst: over the links of the
+        path, or, when the path has none, a memory copy on src (read and write) on its
+        compute. Both are lines in the bytes, start + (scale * nbytes) / bandwidth, kept per
+        (src, dst): the link line is the model's transfer_line (its latency and slowest
+        bandwidth, the terms transfer_time adds, so the result is transfer_time's bit for
+        bit), the memory line _memory_time's terms. A model without transfer_line is asked
+        for path and transfer_time per copy."""
+        line = self._copy_lines.get((src, dst))
+        if line is None:
+            line = self._copy_lines[src, dst] = self._copy_line(src, dst)
+        if line is _NO_LINE:
+            links = self.model.path(src, dst)
+            if not links:
+                return self._memory_time(src, 2 * nbytes), (self.compute(src),)
+            return self.model.transfer_time(nbytes, src, dst), tuple(links)
+        start, scale, bandwidth, resources = line
+        return start + (scale * nbytes) / bandwidth, resources
+
+    def _copy_line(self, src: int, dst: int) -> tuple:
+        """(start, scale, bandwidth, resources) of copies from src to dst (copy_timing), or
+        _NO_LINE when the model has no transfer_line."""
+        fn = getattr(self.model, "transfer_line", None)
+        if fn is None:
+            return _NO_LINE
+        links, latency, bandwidth = fn(src, dst)
+        if not links:
+            spec = self.model.device(src)
+            return spec.launch_overhead, 2, spec.memory_bandwidth, (self.compute(src),)
+        return latency, 1, bandwidth, tuple(links)
+
     def timing(self, node) -> tuple[float, tuple]:
         kind = node.kind
         if kind is TASK:
@@ -160,18 +194,7 @@ class NodeTimer:
                                                    (self.compute(node.device),))
             return self.costs.task_time(node, task[0]), task[1]
         if kind is COPY:
-            key = (node.src, node.dst, node.nbytes)
-            got = self._copies.get(key)
-            if got is None:
-                links = self.model.path(node.src, node.dst)
-                if not links:
-                    got = (self._memory_time(node.src, 2 * node.nbytes),
-                           (self.compute(node.src),))
-                else:
-                    got = (self.model.transfer_time(node.nbytes, node.src, node.dst),
-                           tuple(links))
-                self._copies[key] = got
-            return got
+            return self.copy_timing(node.src, node.dst, node.nbytes)
         if kind is REDUCE:
             moved = node.nbytes + sum(node.region.nbytes(i.rect) for i in node.inputs)
             return self._memory_time(node.device, moved), (self.compute(node.device),)

@@ -224,6 +224,12 @@ class MachineModel:
         _, latency, bandwidth = self.route(a, b)
         return latency + nbytes / bandwidth
 
+    def transfer_line(self, a: int, b: int) -> tuple[tuple[Link, ...], float, float]:
+        """(path(a, b), latency, bandwidth) with transfer_time(n, a, b) == latency + n /
+        bandwidth exactly for every n when the path has links: what the simulator keeps per
+        (source, destination) to time a copy of any size without a route lookup."""
+        return self.route(a, b)
+
     # -- collectives (collectives.py) -----------------------------------------------------
     def allreduce_times(self, nbytes: int, devices: Iterable[int]) -> dict[str, float]:
         """Seconds of each applicable algorithm: 'ring', 'hierarchical', 'tree'."""

@@ -96,6 +96,45 @@ def test_bytes_on_is_kept_per_state_and_follows_changes_and_undos():
             assert bytes_on(session, device) == _bytes_on(session, device)
 
 
+def walked_regions(session, device: int) -> tuple[dict, dict]:
+    """bytes_on's first two parts by the plain walk: every region's owner found by name
+    (region_owner), its instance and partial-sum rects on `device` summed."""
+    ops = {op.name: op for op in session.model.ops}
+    weights = {w.name for op in ops.values() for w in op.weights}
+    by_weight, by_activation = {}, {}
+    for name, rp in session.planner.planners.items():
+        op = region_owner(name, ops)
+        if op is None:
+            continue
+        nbytes = sum(rp.region.nbytes(rects[device]) for rects in
+                     (rp.instance_rects, rp.partial_rects) if device in rects)
+        if nbytes:
+            into = by_weight if name.split("@")[0] in weights else by_activation
+            into[op.name] = into.get(op.name, 0) + nbytes
+    return by_weight, by_activation
+
+
+def test_bytes_on_regions_equal_the_plain_walk_through_changes_and_undos():
+    """bytes_on keeps each region name's owner per session: its counts are the plain walk's
+    on every device through shard moves, random configs and undos."""
+    from strategy.experts import megatron
+    m, mm = gpt(2), lab(uniform=True)
+    session = SimulationSession(m, mm, CostModel(), megatron(m, 4, 4, tensor_parallel=2),
+                                Adam())
+    space = SearchSpace.for_machine(m, mm)
+    rng = random.Random(3)
+    for k in range(8):
+        for device in range(mm.num_devices):
+            assert bytes_on(session, device)[:2] == walked_regions(session, device)
+        move = shard_move(space, session, rng) if k % 2 else None
+        if move is None:
+            op = rng.choice(m.ops)
+            move = op.name, space.random_config(op, rng)
+        session.change(*move)
+        if k % 3 == 2:
+            session.undo()
+
+
 def test_shard_move_splits_a_convolution_which_gives_no_labels():
     # conv2d computes every part's rects itself (labels None): its weights split along its
     # parameter (output channels) and reduction (input channels) dims. Crashed the search
