@@ -217,8 +217,7 @@ def _setup(app_name: str, preset: str, small: bool, cost_models: dict | None):
     cost_models = {} if cost_models is None else cost_models
     costs = cost_models.get((app_name, small))
     if costs is None:
-        costs = cost_models[app_name, small] = CostModel(int_ranges=net.int_ranges,
-                                                         max_nodes=200_000)
+        costs = cost_models[app_name, small] = CostModel(int_ranges=net.int_ranges)
     return net, mm, gpus, costs
 
 

@@ -1,7 +1,7 @@
 """CostModel: the time of a task node on a device spec, for the simulator.
 
     costs = CostModel(Profile.load("cpu.profile"))
-    costs.prepare(graph, machine_model)        # optional: fills the cache, one warning
+    costs.prepare(graph, machine_model)        # optional: one warning for a whole graph
     t = costs.task_time(node, machine_model.device(node.device))
     print(costs.explain(node, spec))          # measured / analytic / calibrated, and why
 
@@ -12,9 +12,11 @@ spec. The first time a (node, kind) is asked, the answer comes from, in order:
               in `calibrations`, or fitted on first need from the profile when it holds at
               least analytic.MIN_POINTS measurements of the kind);
   analytic    the analytic model with default efficiencies.
-Then it is cached per node object, so the simulator's repeated calls are one dict lookup.
-The node cache holds at most `max_nodes` entries (cleared when full; the per-key cache stays),
-so nodes replaced during a search do not accumulate.
+Then it is cached per (cost key, kind). Nothing is cached per node object: a CostModel
+lives as long as a search, or a benchmark's many searches, and a node kept as a cache key
+keeps its launch and regions alive (a per-node cache of up to 1M entries grew a process by
+~1 GB a search_quality cell, to the OOM killer); the simulator asks once per node or per task
+class (taskgroups.py) and keeps what it needs with the graph it times.
 
 Missing measurements never abort: they fall back to the analytic model and one warning per
 process (CostWarning) says how many keys were missing (`prepare` counts a whole graph
@@ -59,13 +61,11 @@ class Explanation:
 class CostModel:
     def __init__(self, profile: Profile | None = None,
                  calibrations: dict[str, Calibration] | None = None,
-                 auto_calibrate: bool = True, int_ranges=None, max_nodes: int = 1_000_000):
+                 auto_calibrate: bool = True, int_ranges=None):
         self.profile = profile if profile is not None else Profile()
         self.calibrations: dict[str, Calibration] = dict(calibrations or {})
         self.auto_calibrate = auto_calibrate
         self.int_ranges = int_ranges
-        self.max_nodes = max_nodes
-        self._nodes: dict = {}          # (node, kind) -> seconds: the simulator's path
         self._times: dict = {}          # (cost key, kind) -> seconds
         self._sources: dict = {}        # (cost key, kind) -> "measured" | ...
         self._work: dict = dict(self.profile.work)   # cost key -> Work
@@ -75,15 +75,7 @@ class CostModel:
     # -- the simulator's interface ------------------------------------------------------------
     def task_time(self, node, spec) -> float:
         """Seconds `node` (a TaskNode) takes on a device described by `spec`."""
-        try:
-            return self._nodes[node, spec.kind]
-        except KeyError:
-            pass
-        t = self._key_time(node, spec)
-        if len(self._nodes) >= self.max_nodes:
-            self._nodes.clear()
-        self._nodes[node, spec.kind] = t
-        return t
+        return self._key_time(node, spec)
 
     def prepare(self, graph, machine_model) -> None:
         """Cost every task node of `graph` on its device, warning once with the full count
@@ -98,13 +90,6 @@ class CostModel:
             self._quiet -= 1
         if len(self.missing) > before:
             self._warn()
-
-    def forget(self, nodes) -> None:
-        """Drop nodes (replaced by a graph update) from the node cache."""
-        kinds = {k for _, k in self._times}
-        for n in nodes:
-            for kind in kinds:
-                self._nodes.pop((n, kind), None)
 
     # -- lookups -------------------------------------------------------------------------------
     def _key_time(self, node, spec) -> float:
