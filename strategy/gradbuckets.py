@@ -25,7 +25,6 @@ queue behind it there).
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 import statistics
 
@@ -60,11 +59,7 @@ def bucketed(graph, buckets) -> object:
         inputs = sorted({p for m in b for p in graph.preds[m]})
         for m in b:
             preds[m] = inputs
-    succs: list[list[int]] = [[] for _ in preds]
-    for i, ps in enumerate(preds):
-        for p in ps:
-            succs[p].append(i)
-    return dataclasses.replace(graph, preds=preds, succs=succs)
+    return graph.with_preds(preds)
 
 
 def group_size(graph, bucket) -> int:

@@ -38,7 +38,6 @@ device exceeds its capacity is invalid, and its predicted time is reported as in
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from itertools import chain
 
 import numpy as np
 
@@ -271,7 +270,6 @@ def simulate(graph, model, costs, timer: NodeTimer | None = None) -> SimResult:
 
 def _simulate(graph, model, costs, timer: NodeTimer | None) -> SimResult:
     timer = timer or NodeTimer(model, costs)
-    n = len(graph.nodes)
     resources = Resources()
     classes = TaskClasses.of(graph.nodes)
     if type(timer).timing is NodeTimer.timing and \
@@ -279,10 +277,8 @@ def _simulate(graph, model, costs, timer: NodeTimer | None) -> SimResult:
         dur, counts, res_ids, host = node_arrays_by_class(graph, classes, timer, resources)
     else:
         dur, counts, res_ids, host = node_arrays(graph, timer, resources)
-    pred_counts = np.fromiter(map(len, graph.preds), dtype=np.int64, count=n)
-    preds = np.fromiter(chain.from_iterable(graph.preds), dtype=np.int64,
-                        count=int(pred_counts.sum()))
-    start, run, end, busy = timeline(dur, counts, res_ids, csr(pred_counts), preds, resources,
+    pred_ptr, preds = graph.pred_csr()
+    start, run, end, busy = timeline(dur, counts, res_ids, pred_ptr, preds, resources,
                                      host, timer.ready_order)
     memory = Liveness.of(graph, None, classes=classes).peak(start, end)
     return result_of(model, start, end, busy, memory, run)

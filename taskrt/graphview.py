@@ -3,7 +3,10 @@ order, sorted predecessor and successor lists, and each region's buffers and val
 Executors, traces and tests run from it; the search never builds it (nodegroups.py)."""
 from __future__ import annotations
 
+import weakref
 from collections import defaultdict
+
+import numpy as np
 
 from .nodegroups import assemble
 from .taskgraph import TASK, ReduceInput, TaskGraph
@@ -39,16 +42,17 @@ def graph_of(planner, release: bool = False) -> TaskGraph:
                         ReduceInput(i.source, i.rect, c.id) if c is not None else i
                         for i, c in zip(node.inputs, staged))
     del groups
-    ptr, flat = asm.pred_ptr.tolist(), asm.preds.tolist()
-    del asm
-    all_preds = g.preds
-    succs = g.succs = [[] for _ in range(nid)]
-    for i in range(nid):
-        ps = sorted(flat[ptr[i]:ptr[i + 1]])
-        all_preds.append(ps)
-        for p in ps:
-            succs[p].append(i)
+    g.set_edges(*sorted_rows(asm.pred_ptr, asm.preds))
     return g
+
+
+def sorted_rows(ptr: np.ndarray, flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """CSR rows (flat[ptr[i]:ptr[i + 1]]) each in ascending order (sorted only if one is not)."""
+    if len(flat) > 1:
+        row = np.repeat(np.arange(len(ptr) - 1, dtype=np.int64), np.diff(ptr))
+        if np.any((flat[1:] < flat[:-1]) & (row[1:] == row[:-1])):
+            flat = flat[np.lexsort((flat, row))]
+    return ptr, flat
 
 
 def _region_infos(planner, g: TaskGraph) -> None:
@@ -58,14 +62,10 @@ def _region_infos(planner, g: TaskGraph) -> None:
         if info is None:
             if rp is None:              # (a one-shot planner makes a region's planner lazily)
                 rp = planner._planner(name)
-            info = planner._region_info[name] = (
-                list(rp.instance_rects.items()), list(rp.partial_rects.items()),
-                list(rp.initial), rp.final_valid(), rp.final_pending())
+            info = planner._region_info[name] = region_info(planner, rp)
         instance, partial, initial, final_valid, pend = info
-        for dev, rect in instance:
-            g.instance_rects[name, dev] = rect
-        for dev, rect in partial:
-            g.partial_rects[name, dev] = rect
+        g.instance_rects.add_region(name, instance)
+        g.partial_rects.add_region(name, partial)
         if initial:
             g.initial_valid[name] = list(initial)
         if final_valid or instance or partial or initial or pend:
@@ -76,6 +76,27 @@ def _region_infos(planner, g: TaskGraph) -> None:
         if pend:
             g.final_pending[name] = list(pend)
     planner._dirty.clear()
+    if planner.replannable:
+        planner._frozen_info.clear()
+
+
+def region_info(planner, rp) -> tuple:
+    """What finish() copies of a region's RegionPlanner `rp` into the graph: its buffers'
+    (device, rect) pairs (instance, partial), initial pieces, final valid pieces and pending
+    sums. Regions planned alike share a frozen planner (regionclasses.py; never planned
+    further): they share one tuple, made once (`planner._frozen_info`, by the planner's id
+    with a weak reference to it: the id of a planner dropped since may be reused), and the
+    graph's BufferRects one list."""
+    frozen = rp in planner._frozen
+    if frozen:
+        known = planner._frozen_info.get(id(rp))
+        if known is not None and known[0]() is rp:
+            return known[1]
+    info = (list(rp.instance_rects.items()), list(rp.partial_rects.items()), list(rp.initial),
+            rp.final_valid(), rp.final_pending())
+    if frozen:
+        planner._frozen_info[id(rp)] = (weakref.ref(rp), info)
+    return info
 
 
 def _release(planner) -> None:
@@ -85,5 +106,6 @@ def _release(planner) -> None:
     planner.planners, planner.region_nodes, planner.log = {}, {}, defaultdict(list)
     planner._groups, planner._read_groups, planner._tasks, planner._task_memo = {}, {}, {}, {}
     planner._region_info = {}
+    planner._frozen_info = {}
     for lp in planner.plans:
         lp.task_preds = lp.task_targets = lp.points = lp.refs = None

@@ -29,6 +29,7 @@ from operator import attrgetter, itemgetter
 
 import numpy as np
 
+from .bufferrects import BufferRects
 from .errors import PlanError
 from .privilege import Privilege
 from .settings import Settings
@@ -367,19 +368,46 @@ class BufferUses:
         out = cls()
         regions = {name: i for i, name in enumerate(graph.regions)}
         n_regions = len(regions)
-        # The regions' buffers (C-level maps over the graph's dicts: one per buffer).
+        # The regions' buffers: per distinct list of (device, rect) pairs (regions planned
+        # alike share one: bufferrects.py) its devices and volumes, once.
         itemsize = np.fromiter((r.itemsize for r in graph.regions.values()), dtype=i8,
                                count=n_regions)
         rect_keys, r_region, r_dev, r_bytes = [], [], [], []
+        per_list: dict = {}     # id(pairs) -> (pairs, devices, volumes, devices 0, 1, ...?)
+        # Per (kind, region): its first buffer's index, its count, and whether its devices
+        # are 0, 1, ... in order (then device d's buffer is the first's index + d).
+        slot_start = np.full(2 * n_regions, -1, dtype=i8)
+        slot_len = np.zeros(2 * n_regions, dtype=i8)
+        slot_direct = np.ones(2 * n_regions, dtype=bool)
+        done = 0
         for kind, rects in ((INSTANCE, graph.instance_rects), (PARTIAL, graph.partial_rects)):
-            keys = list(rects)
-            rect_keys.append((kind, keys))
-            at = np.fromiter(map(regions.__getitem__, map(_FIRST, keys)), dtype=i8,
-                             count=len(keys))
+            names, lists, at, dev, vol, direct = [], [], [], [], [], []
+            for name, pairs in as_buffer_rects(rects).per_region():
+                known = per_list.get(id(pairs))
+                if known is None or known[0] is not pairs:
+                    devs = np.fromiter(map(_FIRST, pairs), dtype=i8, count=len(pairs))
+                    known = per_list[id(pairs)] = (
+                        pairs, devs, np.fromiter(map(_VOLUME, map(_SECOND, pairs)), dtype=i8,
+                                                 count=len(pairs)),
+                        bool((devs == np.arange(len(devs))).all()))
+                names.append(name)
+                lists.append(pairs)
+                at.append(regions[name])
+                dev.append(known[1])
+                vol.append(known[2])
+                direct.append(known[3])
+            counts = np.fromiter(map(len, lists), dtype=i8, count=len(lists))
+            slots = np.array(at, dtype=i8) + kind * n_regions
+            slot_len[slots] = counts
+            slot_start[slots] = done + np.cumsum(counts) - counts
+            slot_direct[slots] = np.array(direct, dtype=bool)
+            done += int(counts.sum())
+            rect_keys.append((kind, names, lists, np.cumsum(counts)))
+            at = np.repeat(np.array(at, dtype=i8), counts)
             r_region.append(at + kind * n_regions)
-            r_dev.append(np.fromiter(map(_SECOND, keys), dtype=i8, count=len(keys)))
-            r_bytes.append(itemsize[at] * np.fromiter(map(_VOLUME, rects.values()), dtype=i8,
-                                                       count=len(keys)))
+            r_dev.append(np.concatenate(dev) if dev else np.zeros(0, dtype=i8))
+            r_bytes.append(itemsize[at] * (np.concatenate(vol) if vol else
+                                           np.zeros(0, dtype=i8)))
         r_region, r_dev, r_bytes = (np.concatenate(x) for x in (r_region, r_dev, r_bytes))
         others = [nodes[i] for i in classes.others.tolist()]
         top = int(r_dev.max()) if len(r_dev) else -1
@@ -452,26 +480,46 @@ class BufferUses:
         task_node = np.repeat(classes.ids, per_task)
         state_buf, state_node = [], []
         if any(stateful):
-            for i in classes.ids[np.array(stateful, dtype=bool)[cls_of]].tolist():
-                key = state_key(nodes[i])          # None unless it keeps or takes state
-                if key is not None:
-                    state_buf.append(number(key))
+            # state_key per task, with its launch's part taken once per class.
+            held = [None if not keeps else
+                    ((f.launch.state_from or f.launch.name) + "@state", f.launch.saved_bytes)
+                    for f, keeps in zip(classes.first, stateful)]
+            mask = np.array(stateful, dtype=bool)[cls_of]
+            for i, c, d in zip(classes.ids[mask].tolist(), cls_of[mask].tolist(),
+                               classes.device[mask].tolist()):
+                color = nodes[i].color
+                state_name, saved = held[c]
+                nbytes = saved.get(color, 0)
+                if nbytes:                  # (else it keeps or takes no state)
+                    key = (STATE, state_name, d, (color, nbytes))
+                    e = extra_ids.get(key)
+                    if e is None:
+                        e = extra_ids[key] = len(extras)
+                        extras.append(key)
+                    state_buf.append(base + e)
                     state_node.append(i)
         ids = np.concatenate([np.array(ub, dtype=i8), *gathered_buf, task_buf,
                               np.array(state_buf, dtype=i8)])
         out.use_node = np.concatenate([np.array(un, dtype=i8), *gathered_node, task_node,
                                        np.array(state_node, dtype=i8)])
-        # Numbers -> buffer indices.
+        # Numbers -> buffer indices: at once where the region's devices are 0, 1, ...;
+        # else by a search among those regions' buffers.
         n_rect = len(r_dev)
-        numbers = r_region * n_dev + r_dev
-        order = np.argsort(numbers, kind="stable")
-        ordered = numbers[order]
         buf = np.full(len(ids), -1, dtype=i8)
         of_rect = np.flatnonzero((ids >= 0) & (ids < base))
-        if n_rect and len(of_rect):
-            pos = np.minimum(np.searchsorted(ordered, ids[of_rect]), n_rect - 1)
-            found = ordered[pos] == ids[of_rect]
-            buf[of_rect[found]] = order[pos[found]]
+        slot, dev = np.divmod(ids[of_rect], max(n_dev, 1))
+        direct = slot_direct[slot]
+        hit = direct & (dev < slot_len[slot])
+        buf[of_rect[hit]] = slot_start[slot[hit]] + dev[hit]
+        rest = of_rect[~direct]
+        if len(rest):
+            among = np.flatnonzero(~slot_direct[r_region])
+            numbers = (r_region * n_dev + r_dev)[among]
+            order = np.argsort(numbers, kind="stable")
+            ordered = numbers[order]
+            pos = np.minimum(np.searchsorted(ordered, ids[rest]), len(ordered) - 1)
+            found = ordered[pos] == ids[rest]
+            buf[rest[found]] = among[order[pos[found]]]
         of_extra = ids >= base
         buf[of_extra] = n_rect + ids[of_extra] - base
         out.use_buf = buf
@@ -487,12 +535,27 @@ class BufferUses:
 
     def key(self, b: int) -> tuple:
         """The key (as buffers_of gives it) of buffer b."""
-        for kind, keys in self._rect_keys:
-            if b < len(keys):
-                name, dev = keys[b]
-                return (kind, name, dev, None)
-            b -= len(keys)
+        for kind, names, lists, ends in self._rect_keys:
+            total = int(ends[-1]) if len(ends) else 0
+            if b < total:
+                r = int(np.searchsorted(ends, b, side="right"))
+                dev = lists[r][b - (int(ends[r - 1]) if r else 0)][0]
+                return (kind, names[r], dev, None)
+            b -= total
         return self.extras[b]
+
+
+def as_buffer_rects(rects) -> BufferRects:
+    """`rects` as a BufferRects (a graph's; a plain dict (region, device) -> Rect is copied)."""
+    if isinstance(rects, BufferRects):
+        return rects
+    out = BufferRects()
+    per: dict = {}
+    for (name, dev), rect in rects.items():
+        per.setdefault(name, []).append((dev, rect))
+    for name, pairs in per.items():
+        out.add_region(name, pairs)
+    return out
 
 
 def peak_bytes(device, nbytes, users, start, end, persistent) -> dict[int, int]:

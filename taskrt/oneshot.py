@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from .errors import PlanError
+from .graphview import region_info
 from .regionclasses import RegionClasses
 
 
@@ -78,9 +79,7 @@ def retire_region(planner, name: str) -> None:
     rp = planner.planners.get(name)
     if rp is None:                  # (an initial region no launch touched)
         rp = planner._planner(name)
-    planner._region_info[name] = (
-        list(rp.instance_rects.items()), list(rp.partial_rects.items()), list(rp.initial),
-        rp.final_valid(), rp.final_pending())
+    planner._region_info[name] = region_info(planner, rp)
     planner.planners[name] = None
     planner._dirty.discard(name)
 

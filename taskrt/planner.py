@@ -92,6 +92,8 @@ class Planner:
         # remembered plan. Nothing plans further into one (regionplans.own_planner). Weak: a one-shot
         # plan drops a class's planner once its members are planned.
         self._frozen: weakref.WeakSet = weakref.WeakSet()
+        # id(frozen RegionPlanner) -> (a weak ref to it, graphview.region_info of it): shared by its regions.
+        self._frozen_info: dict[int, tuple] = {}
         for region, pieces in (initial or {}).items():
             self._region(region)
             self.initial[region.name] = list(pieces)

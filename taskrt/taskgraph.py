@@ -8,11 +8,16 @@ topological order. The simulator and the executors consume the same graph.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from dataclasses import dataclass, field
 from enum import StrEnum
+from itertools import chain
 from typing import Any, Iterator, NamedTuple
 
+import numpy as np
+
+from .bufferrects import BufferRects
 from .geometry import Rect
 from .privilege import RegionRequirement
 from .region import Region
@@ -173,29 +178,78 @@ Node = TaskNode | CopyNode | ReduceNode | AllReduceNode
 
 @dataclass
 class TaskGraph:
+    """`preds[i]` / `succs[i]`: node i's predecessor / successor ids, ascending. A planned
+    graph holds them as arrays (`pred_csr()`, what the simulator reads) and makes the lists
+    on first use (executors, traces, tests): 1M nodes' lists are ~0.6 s of Python."""
     machine: Any
     nodes: list = field(default_factory=list)
-    preds: list[list[int]] = field(default_factory=list)
-    succs: list[list[int]] = field(default_factory=list)
     launch_nodes: dict[str, list[int]] = field(default_factory=dict)
     regions: dict[str, Region] = field(default_factory=dict)
-    # Bounding rect of the instance (and of the partial-sum buffer) per (region name, device).
-    instance_rects: dict[tuple[str, int], Rect] = field(default_factory=dict)
-    partial_rects: dict[tuple[str, int], Rect] = field(default_factory=dict)
+    # Bounding rect of the instance (and of the partial-sum buffer) per (region name, device),
+    # kept per region (bufferrects.py).
+    instance_rects: BufferRects = field(default_factory=BufferRects)
+    partial_rects: BufferRects = field(default_factory=BufferRects)
     # Where valid data lives before the first node runs / after the last, per region name.
     initial_valid: dict[str, list[tuple[Rect, tuple[int, ...]]]] = field(default_factory=dict)
     final_valid: dict[str, list[tuple[Rect, tuple[int, ...]]]] = field(default_factory=dict)
     # Partial sums never reduced by a read: (rect, device, in partial buffer?) per region.
     final_pending: dict[str, list[tuple[Rect, int, bool]]] = field(default_factory=dict)
 
+    def __post_init__(self):
+        self._preds: list[list[int]] | None = []
+        self._succs: list[list[int]] | None = []
+        self._csr: tuple[np.ndarray, np.ndarray] | None = None
+
+    def set_edges(self, pred_ptr: np.ndarray, pred_ids: np.ndarray) -> None:
+        """The graph's edges as CSR arrays: node i's predecessors are
+        pred_ids[pred_ptr[i]:pred_ptr[i + 1]], ascending, each once."""
+        self._csr = (pred_ptr, pred_ids)
+        self._preds = self._succs = None
+
+    def pred_csr(self) -> tuple[np.ndarray, np.ndarray]:
+        """(pred_ptr, pred_ids) as set_edges takes them."""
+        if self._csr is None:
+            counts = np.fromiter(map(len, self._preds), dtype=np.int64, count=len(self._preds))
+            ptr = np.zeros(len(counts) + 1, dtype=np.int64)
+            np.cumsum(counts, out=ptr[1:])
+            self._csr = (ptr, np.fromiter(chain.from_iterable(self._preds), dtype=np.int64,
+                                          count=int(ptr[-1])))
+        return self._csr
+
+    @property
+    def preds(self) -> list[list[int]]:
+        if self._preds is None:
+            ptr, flat = self._csr[0].tolist(), self._csr[1].tolist()
+            self._preds = [flat[ptr[i]:ptr[i + 1]] for i in range(len(ptr) - 1)]
+        return self._preds
+
+    @property
+    def succs(self) -> list[list[int]]:
+        if self._succs is None:
+            preds = self.preds
+            succs = self._succs = [[] for _ in range(len(preds))]
+            for i, ps in enumerate(preds):
+                for p in ps:
+                    succs[p].append(i)
+        return self._succs
+
+    def with_preds(self, preds: list[list[int]]) -> "TaskGraph":
+        """A copy sharing everything but the edges: node i's predecessors are preds[i]
+        (each ascending; successors follow from them)."""
+        g = dataclasses.replace(self)
+        g._preds, g._succs, g._csr = preds, None, None
+        return g
+
     def add(self, node, preds) -> None:
         assert node.id == len(self.nodes)
+        all_preds, all_succs = self.preds, self.succs
+        self._csr = None
         self.nodes.append(node)
         ps = sorted(p for p in set(preds) if p is not None and p != node.id)
-        self.preds.append(ps)
-        self.succs.append([])
+        all_preds.append(ps)
+        all_succs.append([])
         for p in ps:
-            self.succs[p].append(node.id)
+            all_succs[p].append(node.id)
         self.launch_nodes.setdefault(node.owner, []).append(node.id)
 
     def __len__(self) -> int:
@@ -206,7 +260,7 @@ class TaskGraph:
 
     @property
     def num_edges(self) -> int:
-        return sum(len(p) for p in self.preds)
+        return int(self.pred_csr()[0][-1])
 
     def tasks(self) -> list[TaskNode]:
         return [n for n in self.nodes if n.kind is TASK]
