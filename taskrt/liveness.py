@@ -328,7 +328,7 @@ class Liveness:
     def keys(self) -> list:
         """Per temporary, its key (as buffers_of gives it)."""
         if self._keys is None:
-            self._keys = [self._uses.key(int(b)) for b in self._temps]
+            self._keys = self._uses.keys(self._temps)
         return self._keys
 
     def peak(self, start, end) -> dict[int, int]:
@@ -535,14 +535,21 @@ class BufferUses:
 
     def key(self, b: int) -> tuple:
         """The key (as buffers_of gives it) of buffer b."""
+        return self.keys(np.array([b], dtype=np.int64))[0]
+
+    def keys(self, bs: np.ndarray) -> list[tuple]:
+        """The keys of buffers `bs` (ascending), in that order."""
+        out, base = [], 0
         for kind, names, lists, ends in self._rect_keys:
             total = int(ends[-1]) if len(ends) else 0
-            if b < total:
-                r = int(np.searchsorted(ends, b, side="right"))
-                dev = lists[r][b - (int(ends[r - 1]) if r else 0)][0]
-                return (kind, names[r], dev, None)
-            b -= total
-        return self.extras[b]
+            mine = bs[(bs >= base) & (bs < base + total)] - base
+            at = np.searchsorted(ends, mine, side="right")
+            within = mine - np.concatenate([[0], ends])[at]
+            out += [(kind, names[r], lists[r][j][0], None)
+                    for r, j in zip(at.tolist(), within.tolist())]
+            base += total
+        out += [self.extras[b - base] for b in bs[bs >= base].tolist()]
+        return out
 
 
 def as_buffer_rects(rects) -> BufferRects:
