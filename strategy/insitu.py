@@ -10,7 +10,9 @@
                    every event (events / load, a rare long wait shared by them), and of
                    the keys no run timed (a line fitted to work, not to events), bounded by
                    their operator's in-situ work per FLOP at the shapes the runs timed
-                   (price_unseen_by_operator).
+                   (price_unseen_by_operator);
+  rank_speeds      on several ranks, how fast each rank ran beside the others in one
+                   recorded iteration (preemption.expected_makespan draws them).
 """
 from __future__ import annotations
 
@@ -18,6 +20,8 @@ import math
 import statistics
 
 import numpy as np
+
+from taskrt.taskgraph import TASK
 
 from .costs import Profile
 from .costs.profile import Measurement
@@ -297,6 +301,34 @@ def price_unseen_long_keys(profile: Profile, base: Profile, timed_long: set, see
                                                 ratio * m.min_s, ratio * m.max_s))
             priced += 1
     return priced
+
+
+def rank_speeds(runs, profile: Profile) -> list[tuple]:
+    """How fast each rank ran in a recorded iteration, beside its other ranks: one tuple per
+    run of several ranks, each rank's task events' total over what they take at the
+    profile's prices, divided by that ratio over all the run's ranks (the iteration's
+    shared speed is the contention's and the iteration factor's to hold), ranks without
+    tasks left out. On 2 ranks at a load of 1.00 the ranks of one iteration ran the same
+    tasks up to 1.5x apart (RNNLM data parallel: 6.7 and 10.4 ms), and coupled ranks wait
+    for the slower (preemption.expected_makespan draws these)."""
+    out = []
+    for r in runs:
+        if r.ranks < 2:
+            continue
+        per: dict = {}
+        for e in r.events:
+            if e.get("ph") == "X" and "node" in (e.get("args") or {}):
+                node = r.graph.nodes[int(e["args"]["node"])]
+                if node.kind is TASK:
+                    spent = per.setdefault(e.get("pid", 0), [0.0, 0.0])
+                    spent[0] += e["dur"] / 1e6
+                    spent[1] += profile.get(node.cost_key, "cpu").seconds
+        per = {rank: (a, p) for rank, (a, p) in per.items() if a > 0 and p > 0}
+        if len(per) < 2:
+            continue
+        shared = sum(a for a, _ in per.values()) / sum(p for _, p in per.values())
+        out.append(tuple(sorted(a / p / shared for a, p in per.values())))
+    return out
 
 
 def slice_length(durations: dict, profile: Profile) -> float:
