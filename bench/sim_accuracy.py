@@ -23,7 +23,8 @@ most of the benchmark's time).
 - calibrated (cross-validated): the strategies are split in two folds; the traces of one
   fold (every app) calibrate the layout's model (strategy/calibration.py: host costs per
   node kind, in-situ task times, contention and preemption slices, the profiler's times
-  scaled to in situ for keys not seen, the iteration factor) and predict the strategies of
+  scaled to in situ for keys not seen, the ranks' speeds in one iteration, the iteration
+  factor) and predict the strategies of
   the other fold, which it never saw (calibration.predict);
 - at the measured load: the same, at the contention the OS counted during the case's own
   runs (the calibration's is what it counted during the calibrating traces' iterations,

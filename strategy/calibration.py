@@ -45,6 +45,11 @@ What a trace determines (docs/simulator.md):
                 8-21 ms for 4 ranks of 2 cores asleep between polls, where the machine
                 model's all-reduce takes 0.1-0.5 ms), a line in log2(1 + KiB) of the
                 bucket's bytes per number of ranks taking part;
+  ranks' speeds  on several ranks, how fast each rank ran its tasks beside the others in
+                one recorded iteration (insitu.rank_speeds: 6.7 and 10.4 ms for the same
+                50 tasks of RNNLM data parallel on 2 ranks at a load of 1.00); predict()
+                draws a recorded iteration's speeds per simulation (preemption.py), so
+                coupled ranks wait for the slower, as the runs did;
   the iteration factor  on several ranks, what the recorded iterations still take beyond
                 the simulation of them with the above (the median of measured / predicted
                 over the runs, refined once), applied to task times and host costs. It
@@ -78,8 +83,8 @@ from taskrt.trace import LOAD_EVENT, contention_of
 
 from .costs import CostModel, CostWarning, Profile
 from .costs.profile import Measurement
-from .insitu import (_line, contention, deflate_long_keys, insitu_profile, run_durations,
-                     slice_length)
+from .insitu import (_line, contention, deflate_long_keys, insitu_profile, rank_speeds,
+                     run_durations, slice_length)
 from .machines import HOST_KINDS, HostCost
 from .cores import machine_cores, per_thread_contention, sharing
 from .gradbuckets import bucket_collectives, bucketed, buckets_of, collective_wait
@@ -129,6 +134,7 @@ class Fit:
     cores: int = 1                   # the cores the recorded runs' ranks shared
     sleep: SleepSchedule | None = None  # how an idle rank waits (several ranks; wakeups.py)
     collective_s: dict | None = None    # {ranks: s} a bucket's wait beyond links (gradbuckets)
+    speeds: list | None = None      # per recorded iteration, its ranks' relative speeds
 
     def text(self) -> str:
         lines = ["host costs per node kind (mean gap before its events + event host work):"]
@@ -167,6 +173,11 @@ class Fit:
             lines.append(f"a gradient bucket's collective beyond its links: {waits} (from "
                          "its last start to every member rank's first use; "
                          "strategy/gradbuckets.py)")
+        if self.speeds:
+            apart = statistics.median(max(t) / min(t) for t in self.speeds)
+            lines.append(f"the ranks of one iteration ran their tasks {apart:.2f}x apart "
+                         f"(median of {len(self.speeds)} recorded iterations; the "
+                         "prediction draws them: strategy/preemption.py)")
         if self.factor != 1.0:
             lines.append(f"iteration factor {self.factor:.3f} (task times and host costs; "
                          "what the runs take beyond their simulation)")
@@ -315,7 +326,8 @@ def with_factor(model, profile: Profile, k: float, name: str = "iteration_factor
 
 
 def calibrate(paths, base_model, base_profile: Profile | None = None, factor: bool = True,
-              loads: dict | None = None, shared_cores: bool = True, wakeups: bool = True):
+              loads: dict | None = None, shared_cores: bool = True, wakeups: bool = True,
+              rank_spread: bool = True):
     """(machine model with host costs, in-situ profile, Fit) from trace files. `base_model`
     is a MachineModel with one device per rank of the runs (or one per device): its devices
     and links are kept, its host costs replaced. `factor`: fit the iteration factor (runs
@@ -328,7 +340,9 @@ def calibrate(paths, base_model, base_profile: Profile | None = None, factor: bo
     fitted to the runs' per-rank load records; else one contention for every rank.
     `wakeups`: on several ranks, a message to a rank with nothing to run waits for the
     rank's next wake-up (strategy/wakeups.py; the executor's sleep schedule for the runs'
-    ranks, cores and the other processes' load they recorded)."""
+    ranks, cores and the other processes' load they recorded). `rank_spread`: on several
+    ranks, the ranks of one iteration run at the different speeds the runs showed
+    (insitu.rank_speeds), drawn in each of the prediction's simulations."""
     runs = load_runs(paths)
     if not runs:
         raise CalibrationError("calibrate: give at least one trace file (a run with --trace)")
@@ -370,6 +384,8 @@ def calibrate(paths, base_model, base_profile: Profile | None = None, factor: bo
         fit.collective_s = collective_wait(runs, lambda nodes: sum(plain.timing(n)[0]
                                                                    for n in nodes))
     fit.work = (model, profile)
+    if rank_spread and ranks > 1:
+        fit.speeds = rank_speeds(runs, profile) or None
     fit.residuals = residuals(runs, fit)
     fit.unscaled = with_factor(model, profile, fit.contention, "contention")
     if factor and ranks > 1:               # one thread: work x contention is its iteration
@@ -407,7 +423,8 @@ def predict(fit: Fit, graph, int_ranges: dict, ranks: int, per_rank: int,
     strategy/preemption.py; one process pays it in proportion to its work (the smooth
     limit, exact in expectation there). On several ranks a message that reaches a rank
     with nothing to run waits for its next wake-up (fit.sleep, strategy/wakeups.py;
-    `wakeups=False`: not, e.g. for the threads' work alone)."""
+    `wakeups=False`: not, e.g. for the threads' work alone), and each simulation draws the
+    ranks' speeds of one recorded iteration (fit.speeds)."""
     k = fit.factor if factor is None else factor
     model, profile = with_factor(*fit.work, k) if k != 1.0 else fit.work
     costs = CostModel(profile, int_ranges=int_ranges)
@@ -438,7 +455,8 @@ def predict(fit: Fit, graph, int_ranges: dict, ranks: int, per_rank: int,
                 delays = wake_delays(graph, simulate(graph, layout, costs, timer), timer,
                                      fit.sleep)
         return expected_makespan(graph, layout, costs, c, fit.slice_s if ranks > 1 else 0.0,
-                                 delays=delays, collectives=held)
+                                 delays=delays, collectives=held,
+                                 speeds=fit.speeds if ranks > 1 else None)
 
 
 def at_contention(fit: Fit, c: float) -> tuple:

@@ -10,7 +10,9 @@
                    every event (events / load, a rare long wait shared by them), and of
                    the keys no run timed (a line fitted to work, not to events), bounded by
                    their operator's in-situ work per FLOP at the shapes the runs timed
-                   (price_unseen_by_operator).
+                   (price_unseen_by_operator);
+  rank_speeds      on several ranks, how fast each rank ran beside the others in one
+                   recorded iteration (preemption.expected_makespan draws them).
 """
 from __future__ import annotations
 
@@ -18,6 +20,8 @@ import math
 import statistics
 
 import numpy as np
+
+from taskrt.taskgraph import TASK
 
 from .costs import Profile
 from .costs.profile import Measurement
@@ -147,7 +151,11 @@ def deflate_long_keys(runs, profile: Profile, base: Profile | None, slice_s: flo
     / the load: the profiler ran at the runs' load). Keys short in the profiler keep
     the line fitted on the short ones (their fastest repeat is their work). Mixing the two
     priced AlexNet's first convolution (its fastest repeat 53 ms, stretched; in situ 8-12
-    ms of work) at 87 ms with the ratio of 2 ms keys (1.6) on 4 logical devices."""
+    ms of work) at 87 ms with the ratio of 2 ms keys (1.6) on 4 logical devices. A key long
+    in some runs and short in others (a load of 1.14 in one, 1.00 in the rest: a slice of
+    0.12 ms makes keys from 0.2 ms long in the first only) is priced by all its events, each
+    run's estimate weighted by its events: pooled work where it is long, the median of its
+    events where it is short."""
     return deflate([(task_durations(r.graph, r.events), loads[r.path]) for r in runs],
                    profile, base, slice_s)
 
@@ -155,6 +163,7 @@ def deflate_long_keys(runs, profile: Profile, base: Profile | None, slice_s: flo
 def deflate(per_run: list, profile: Profile, base: Profile | None, slice_s: float) -> float:
     """deflate_long_keys on [({cost key: [event seconds]}, the run's load) per run]."""
     work: dict = {}
+    short: dict = {}                # key -> its events in the runs where it is short
     for durations, c in per_run:
         limit = slice_s / (4 * (c - 1)) if c > 1 and slice_s > 0 else math.inf
         long = {key: ts for key, ts in durations.items()
@@ -162,7 +171,16 @@ def deflate(per_run: list, profile: Profile, base: Profile | None, slice_s: floa
         typical = {key: profile.get(key, "cpu").seconds for key in long}
         for key, w in pooled_work(long, c, typical, slice_s).items():
             work.setdefault(key, []).extend([w] * len(long[key]))
+        for key, ts in durations.items():
+            if key not in long:
+                short.setdefault(key, []).extend(ts)
     for key, ws in work.items():
+        # the runs where the key is short beside a slice timed its work too: their events'
+        # median, weighted by their events (one run at a load of 1.14 is not the only word
+        # on a key 179 other events timed at a load of 1.00)
+        rest = short.get(key, [])
+        if rest:
+            ws = ws + [statistics.median(rest)] * len(rest)
         m = profile.get(key, "cpu")
         profile.add(key, "cpu", Measurement(statistics.fmean(ws), m.repeats, m.min_s, m.max_s))
     load = statistics.median(c for _, c in per_run)
@@ -283,6 +301,34 @@ def price_unseen_long_keys(profile: Profile, base: Profile, timed_long: set, see
                                                 ratio * m.min_s, ratio * m.max_s))
             priced += 1
     return priced
+
+
+def rank_speeds(runs, profile: Profile) -> list[tuple]:
+    """How fast each rank ran in a recorded iteration, beside its other ranks: one tuple per
+    run of several ranks, each rank's task events' total over what they take at the
+    profile's prices, divided by that ratio over all the run's ranks (the iteration's
+    shared speed is the contention's and the iteration factor's to hold), ranks without
+    tasks left out. On 2 ranks at a load of 1.00 the ranks of one iteration ran the same
+    tasks up to 1.5x apart (RNNLM data parallel: 6.7 and 10.4 ms), and coupled ranks wait
+    for the slower (preemption.expected_makespan draws these)."""
+    out = []
+    for r in runs:
+        if r.ranks < 2:
+            continue
+        per: dict = {}
+        for e in r.events:
+            if e.get("ph") == "X" and "node" in (e.get("args") or {}):
+                node = r.graph.nodes[int(e["args"]["node"])]
+                if node.kind is TASK:
+                    spent = per.setdefault(e.get("pid", 0), [0.0, 0.0])
+                    spent[0] += e["dur"] / 1e6
+                    spent[1] += profile.get(node.cost_key, "cpu").seconds
+        per = {rank: (a, p) for rank, (a, p) in per.items() if a > 0 and p > 0}
+        if len(per) < 2:
+            continue
+        shared = sum(a for a, _ in per.values()) / sum(p for _, p in per.values())
+        out.append(tuple(sorted(a / p / shared for a, p in per.values())))
+    return out
 
 
 def slice_length(durations: dict, profile: Profile) -> float:

@@ -259,6 +259,27 @@ def test_a_rare_long_wait_is_shared_by_the_long_keys_of_its_run():
     assert prof.get("s", "cpu").seconds == 1e-5         # short: its median stays
 
 
+def test_a_key_long_in_one_run_keeps_the_events_of_the_runs_where_it_is_short():
+    """A key long beside a slice in one run (at a load of 1.14 with 0.12 ms slices, from
+    0.2 ms) and short in the others (a load of 1.00: nothing is long) is priced by all its
+    events, weighted by their number: its pooled work in the loaded run, its median in the
+    quiet ones. (Failed before: the one loaded run's 12 events, 5.9 ms / 1.14, priced
+    RNNLM's LSTM backward at 190 us where its other 168 events said 281 us.)"""
+    from strategy.insitu import deflate
+    from strategy.costs import Measurement, Profile
+    prof = Profile()
+    prof.add("k", "cpu", Measurement(2.8e-4, 1, 2.8e-4, 2.8e-4))
+    loaded = {"k": [2.28e-4] * 12}                  # work 200 us x the load of 1.14
+    quiet = {"k": [2.8e-4] * 100 + [9e-4] * 4}      # its median, not its mean
+    assert deflate([(loaded, 1.14), (quiet, 1.0), (quiet, 1.0)], prof, None, 1.2e-4) == 1.0
+    want = (12 * 2e-4 + 208 * 2.8e-4) / 220
+    assert prof.get("k", "cpu").seconds == pytest.approx(want)
+    # a key long in every run it ran in keeps its pooled work alone
+    prof.add("k", "cpu", Measurement(2.8e-4, 1, 2.8e-4, 2.8e-4))
+    deflate([(loaded, 1.14)], prof, None, 1.2e-4)
+    assert prof.get("k", "cpu").seconds == pytest.approx(2e-4)
+
+
 def test_keys_no_run_timed_are_priced_by_the_line_fitted_to_work():
     """With the loads known, the keys no run timed get the line work = a + f x alone fitted
     to the timed keys' work (one point per key), not insitu_times' line fitted to their
