@@ -8,6 +8,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from taskrt import PartitionError, Rect, RectError, Region, block_bounds, block_rect
+from taskrt import rectindex
 from taskrt.rectindex import RectIndex
 
 # -- RectIndex --------------------------------------------------------------------------------
@@ -91,7 +92,14 @@ def test_rectindex_does_not_scan_everything():
     assert [v for _, _, v in ix.overlapping(Rect((401,), (409,)))] == [100, 101, 102]
 
 
-def test_rectindex_cells_follow_the_typical_extent():
+@pytest.fixture
+def grid_at_insertion(monkeypatch):
+    """The grid built as soon as an index holds more than _SMALL items, whatever its queries
+    (as before the cost rule, rectindex._grid_pays): for tests of the grid itself."""
+    monkeypatch.setattr(rectindex, "_LARGE", rectindex._SMALL)
+
+
+def test_rectindex_cells_follow_the_typical_extent(grid_at_insertion):
     """A few slivers do not shrink the cells for everyone; a new typical size rebuilds them."""
     ix = RectIndex()
     ids = [ix.add(Rect((32 * i, 0), (32 * i + 32, 64)), i) for i in range(100)]
@@ -106,10 +114,13 @@ def test_rectindex_cells_follow_the_typical_extent():
     assert [v for _, _, v in ix.overlapping(Rect((5, 0), (6, 1)))] == ["sliver", 2]
 
 
-def test_rectindex_of_partition_fragments_equals_brute_force():
+@pytest.mark.parametrize("grid_rule", ["cost", "at insertion"])
+def test_rectindex_of_partition_fragments_equals_brute_force(grid_rule, monkeypatch):
     """What the planner's indexes hold: the parts of block partitions of one 4-d region, cut
     into fragments by the parts of another partition (one-cell and many-cell items, the grid
     entered and left), queried with parts and fragments; every answer equals a scan."""
+    if grid_rule == "at insertion":
+        monkeypatch.setattr(rectindex, "_LARGE", rectindex._SMALL)
     rng = random.Random(3)
     shape = (16, 64, 35, 35)
     index = RectIndex(disjoint=True)
@@ -135,7 +146,7 @@ def test_rectindex_of_partition_fragments_equals_brute_force():
     assert sorted(i for i, _, _ in index) == sorted(model)
 
 
-def test_rectindex_items_over_many_cells_are_found_by_one_cell_queries():
+def test_rectindex_items_over_many_cells_are_found_by_one_cell_queries(grid_at_insertion):
     """Items too big for the grid (kept aside) are in every answer they overlap, also when
     the query fits in one cell (its own fast path)."""
     shape = (16, 64, 35, 35)
@@ -199,3 +210,38 @@ def test_region_validation():
     with pytest.raises(PartitionError, match=r"shape \(2, -1\) must be non-negative"):
         Region("w", (2, -1))
     assert Region("w", (2, 3), "float64").nbytes() == 48
+
+
+def test_rectindex_grid_built_when_its_queries_pay_for_it():
+    """Up to _LARGE items an index scans until its scans have cost more than a grid would
+    have (rectindex._grid_pays): an index mostly added to (the valid pieces a re-plan cuts)
+    stays a scan, one queried often gets its grid in the middle of a query, and past
+    _LARGE items the grid is built at insertion. Every answer equals a brute-force scan."""
+    rng = random.Random(5)
+    rects = [Rect((x, y), (x + 4, y + 4)) for x in range(0, 40, 4) for y in range(0, 40, 4)]
+    index = RectIndex(disjoint=True)
+    model = {}
+    for r in rects:                         # 100 items, no queries: no grid
+        model[index.add(r, None)] = r
+    assert index._cell is None
+    built_at = None
+    for q in range(200):
+        x, y = rng.randrange(0, 40), rng.randrange(0, 40)
+        query = Rect((x, y), (x + rng.randrange(1, 9), y + rng.randrange(1, 9)))
+        assert index.overlapping(query) == [(i, r, None) for i, r in model.items()
+                                            if r.overlaps(query)]
+        if built_at is None and index._cell is not None:
+            built_at = q
+    assert built_at is not None and built_at > 0      # built by a query, after some scans
+    added = RectIndex()
+    for r in rects:                         # adds outweigh the queries: it stays a scan
+        added.add(r, None)
+        added.overlapping(r)
+        for _ in range(9):
+            added.remove(added.add(Rect((100, 100), (101, 101)), None))
+    assert added._cell is None
+    big = RectIndex()
+    for k in range(rectindex._LARGE + 1):
+        big.add(Rect((4 * k, 0), (4 * k + 4, 4)), k)
+    assert big._cell is not None
+    assert [v for _, _, v in big.overlapping(Rect((9, 1), (13, 2)))] == [2, 3]
