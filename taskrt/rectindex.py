@@ -11,9 +11,10 @@ end of the insertion order in one step, as remove + add would. Items that would
 touch many cells, and queries that would visit more cells than there are items, fall back
 to scanning, so the cost is
 min(grid walk, scan). Small sets (most buffers hold a handful of pieces) skip the grid and
-are scanned directly, which is what keeps planning cheap per node. Sets of up to _LARGE
-items get the grid only once their queries have paid for it (_grid_pays): a grid makes
-each insertion dearer, and the valid pieces a re-plan cuts are inserted ~8 times per query.
+are scanned directly, which is what keeps planning cheap per node. An index made with
+`grid_on_demand` (a region's valid pieces) gets the grid, up to _LARGE items, only once its
+queries have paid for it (_grid_pays): a grid makes each insertion dearer, and the valid
+pieces a re-plan cuts are inserted ~8 times per query.
 """
 from __future__ import annotations
 
@@ -40,11 +41,13 @@ _KEEP = object()         # renew(): keep the item's value
 class RectIndex:
     __slots__ = ("_items", "_next_id", "_cell", "_grid", "_big", "_bits", "_sized", "_exact",
                  "_ones", "_first", "disjoint", "_home", "_span", "_ndim", "_scan_fn",
-                 "_pick_fn", "_scanned", "_queries", "_updates")
+                 "_pick_fn", "_scanned", "_queries", "_updates", "_grid_at")
 
-    def __init__(self, disjoint: bool = False):
+    def __init__(self, disjoint: bool = False, grid_on_demand: bool = False):
         """`disjoint`: the caller promises items never overlap, so a query equal to an item's
-        rect is answered by that item alone (the common case, found by a dict lookup)."""
+        rect is answered by that item alone (the common case, found by a dict lookup).
+        `grid_on_demand`: up to _LARGE items, the grid is built by a query once scanning has
+        cost more than it would have (_grid_pays), not at _SMALL items."""
         self.disjoint = disjoint
         self._exact: dict[Rect, int] = {}       # rect -> id of the latest item with it
         self._items: dict[int, tuple[Rect, Any]] = {}
@@ -66,6 +69,7 @@ class RectIndex:
         # Scan mode with more than _SMALL items: items scanned, queries, and adds, removes
         # and renews (_grid_pays)
         self._scanned = self._queries = self._updates = 0
+        self._grid_at = _LARGE if grid_on_demand else _SMALL    # built at insertion past it
 
     def __len__(self) -> int:
         return len(self._items)
@@ -172,7 +176,7 @@ class RectIndex:
         if self._cell is None:
             if len(items) > _SMALL:
                 self._updates += 1
-                if len(items) > _LARGE:
+                if len(items) > self._grid_at:
                     self._build_grid()
             return item_id
         if rect.empty:

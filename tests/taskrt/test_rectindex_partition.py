@@ -92,14 +92,7 @@ def test_rectindex_does_not_scan_everything():
     assert [v for _, _, v in ix.overlapping(Rect((401,), (409,)))] == [100, 101, 102]
 
 
-@pytest.fixture
-def grid_at_insertion(monkeypatch):
-    """The grid built as soon as an index holds more than _SMALL items, whatever its queries
-    (as before the cost rule, rectindex._grid_pays): for tests of the grid itself."""
-    monkeypatch.setattr(rectindex, "_LARGE", rectindex._SMALL)
-
-
-def test_rectindex_cells_follow_the_typical_extent(grid_at_insertion):
+def test_rectindex_cells_follow_the_typical_extent():
     """A few slivers do not shrink the cells for everyone; a new typical size rebuilds them."""
     ix = RectIndex()
     ids = [ix.add(Rect((32 * i, 0), (32 * i + 32, 64)), i) for i in range(100)]
@@ -115,15 +108,13 @@ def test_rectindex_cells_follow_the_typical_extent(grid_at_insertion):
 
 
 @pytest.mark.parametrize("grid_rule", ["cost", "at insertion"])
-def test_rectindex_of_partition_fragments_equals_brute_force(grid_rule, monkeypatch):
+def test_rectindex_of_partition_fragments_equals_brute_force(grid_rule):
     """What the planner's indexes hold: the parts of block partitions of one 4-d region, cut
     into fragments by the parts of another partition (one-cell and many-cell items, the grid
     entered and left), queried with parts and fragments; every answer equals a scan."""
-    if grid_rule == "at insertion":
-        monkeypatch.setattr(rectindex, "_LARGE", rectindex._SMALL)
     rng = random.Random(3)
     shape = (16, 64, 35, 35)
-    index = RectIndex(disjoint=True)
+    index = RectIndex(disjoint=True, grid_on_demand=grid_rule == "cost")
     model: dict[int, Rect] = {}
     for step in range(12):
         colors = tuple(rng.choice([1, 2, 4, 8, 16][:k]) for k in (5, 4, 2, 2))
@@ -146,7 +137,7 @@ def test_rectindex_of_partition_fragments_equals_brute_force(grid_rule, monkeypa
     assert sorted(i for i, _, _ in index) == sorted(model)
 
 
-def test_rectindex_items_over_many_cells_are_found_by_one_cell_queries(grid_at_insertion):
+def test_rectindex_items_over_many_cells_are_found_by_one_cell_queries():
     """Items too big for the grid (kept aside) are in every answer they overlap, also when
     the query fits in one cell (its own fast path)."""
     shape = (16, 64, 35, 35)
@@ -213,13 +204,14 @@ def test_region_validation():
 
 
 def test_rectindex_grid_built_when_its_queries_pay_for_it():
-    """Up to _LARGE items an index scans until its scans have cost more than a grid would
-    have (rectindex._grid_pays): an index mostly added to (the valid pieces a re-plan cuts)
-    stays a scan, one queried often gets its grid in the middle of a query, and past
-    _LARGE items the grid is built at insertion. Every answer equals a brute-force scan."""
+    """Made with grid_on_demand, up to _LARGE items an index scans until its scans have cost
+    more than a grid would have (rectindex._grid_pays): an index mostly added to (the valid
+    pieces a re-plan cuts) stays a scan, one queried often gets its grid in the middle of a
+    query, and past _LARGE items the grid is built at insertion. Every answer equals a
+    brute-force scan."""
     rng = random.Random(5)
     rects = [Rect((x, y), (x + 4, y + 4)) for x in range(0, 40, 4) for y in range(0, 40, 4)]
-    index = RectIndex(disjoint=True)
+    index = RectIndex(disjoint=True, grid_on_demand=True)
     model = {}
     for r in rects:                         # 100 items, no queries: no grid
         model[index.add(r, None)] = r
@@ -233,14 +225,15 @@ def test_rectindex_grid_built_when_its_queries_pay_for_it():
         if built_at is None and index._cell is not None:
             built_at = q
     assert built_at is not None and built_at > 0      # built by a query, after some scans
-    added = RectIndex()
+    added = RectIndex(grid_on_demand=True)
     for r in rects:                         # adds outweigh the queries: it stays a scan
         added.add(r, None)
         added.overlapping(r)
         for _ in range(9):
             added.remove(added.add(Rect((100, 100), (101, 101)), None))
     assert added._cell is None
-    big = RectIndex()
+    assert RectIndex(grid_on_demand=False)._grid_at == rectindex._SMALL
+    big = RectIndex(grid_on_demand=True)
     for k in range(rectindex._LARGE + 1):
         big.add(Rect((4 * k, 0), (4 * k + 4, 4)), k)
     assert big._cell is not None
