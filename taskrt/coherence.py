@@ -96,7 +96,8 @@ class RegionState:
 
     def __init__(self, region: Region):
         self.region = region
-        self.valid = RectIndex(disjoint=True)   # (rect, Holders: writer first; one per item)
+        # (rect, Holders: writer first; one per item); the grid when queries pay for it
+        self.valid = RectIndex(disjoint=True, grid_on_demand=True)
         self.pending = PendingSums()  # (rect, (device, in partial buffer?)), disjoint per device
         # (device, rect) pairs known to hold the current value of all of rect: what a read
         # left. Holders are only added until some rect gets new only holders

@@ -11,7 +11,10 @@ end of the insertion order in one step, as remove + add would. Items that would
 touch many cells, and queries that would visit more cells than there are items, fall back
 to scanning, so the cost is
 min(grid walk, scan). Small sets (most buffers hold a handful of pieces) skip the grid and
-are scanned directly, which is what keeps planning cheap per node.
+are scanned directly, which is what keeps planning cheap per node. An index made with
+`grid_on_demand` (a region's valid pieces) gets the grid, up to _LARGE items, only once its
+queries have paid for it (_grid_pays): a grid makes each insertion dearer, and the valid
+pieces a re-plan cuts are inserted ~8 times per query.
 """
 from __future__ import annotations
 
@@ -23,6 +26,14 @@ from .geometry import Rect
 _MAX_CELLS_PER_ITEM = 64
 _DRIFT_BITS = 2          # rebuild when the typical extent is 4x off the cell size
 _SMALL = 32              # up to this many items: no grid, scan them
+_LARGE = 512             # past this many items: a grid, whatever the queries
+# Between the two, the grid is built when the items scanned so far (while there were more
+# than _SMALL) exceed what a grid would have cost instead, in scanned items (~0.06 us each
+# in the unrolled scan): a grid query ~0.7 us, and each add, remove or renew ~1-2 us more
+# than in a scanned set (its cells, its buckets). Grid or scan, the answers are the same
+# (insertion order), so this decides only the cost.
+_GRID_QUERY = 10
+_GRID_UPDATE = 20
 _DRIFT_CHECK_EVERY = 7   # check for drift when the item count is a multiple of 8
 _KEEP = object()         # renew(): keep the item's value
 
@@ -30,11 +41,13 @@ _KEEP = object()         # renew(): keep the item's value
 class RectIndex:
     __slots__ = ("_items", "_next_id", "_cell", "_grid", "_big", "_bits", "_sized", "_exact",
                  "_ones", "_first", "disjoint", "_home", "_span", "_ndim", "_scan_fn",
-                 "_pick_fn")
+                 "_pick_fn", "_scanned", "_queries", "_updates", "_grid_at")
 
-    def __init__(self, disjoint: bool = False):
+    def __init__(self, disjoint: bool = False, grid_on_demand: bool = False):
         """`disjoint`: the caller promises items never overlap, so a query equal to an item's
-        rect is answered by that item alone (the common case, found by a dict lookup)."""
+        rect is answered by that item alone (the common case, found by a dict lookup).
+        `grid_on_demand`: up to _LARGE items, the grid is built by a query once scanning has
+        cost more than it would have (_grid_pays), not at _SMALL items."""
         self.disjoint = disjoint
         self._exact: dict[Rect, int] = {}       # rect -> id of the latest item with it
         self._items: dict[int, tuple[Rect, Any]] = {}
@@ -53,6 +66,10 @@ class RectIndex:
         self._first: Rect | None = None          # the first item's rect: all have its ndim
         self._ndim = -1                          # its ndim; the query loops unrolled for it
         self._scan_fn = self._pick_fn = None
+        # Scan mode with more than _SMALL items: items scanned, queries, and adds, removes
+        # and renews (_grid_pays)
+        self._scanned = self._queries = self._updates = 0
+        self._grid_at = _LARGE if grid_on_demand else _SMALL    # built at insertion past it
 
     def __len__(self) -> int:
         return len(self._items)
@@ -124,6 +141,13 @@ class RectIndex:
             if not r.empty:          # empty items live only in _items (see add/remove)
                 self._insert(i, r)
 
+    def _grid_pays(self, n: int) -> bool:
+        """Count a scan of `n` (> _SMALL) items; whether a grid would have cost less so far
+        (then it is built: past _LARGE items it is built at insertion)."""
+        self._scanned += n
+        self._queries += 1
+        return self._scanned > _GRID_QUERY * self._queries + _GRID_UPDATE * self._updates
+
     def _drifted(self) -> bool:
         """The typical extent is 4x off the cell size in some dimension."""
         n = self._sized
@@ -151,7 +175,9 @@ class RectIndex:
         self._exact[rect] = item_id
         if self._cell is None:
             if len(items) > _SMALL:
-                self._build_grid()
+                self._updates += 1
+                if len(items) > self._grid_at:
+                    self._build_grid()
             return item_id
         if rect.empty:
             return item_id
@@ -169,12 +195,17 @@ class RectIndex:
         exact = self._exact
         if exact.get(rect) == item_id:
             del exact[rect]
-        if self._cell is None or rect.empty:
+        if self._cell is None:
+            if len(self._items) >= _SMALL:
+                self._updates += 1
+            return
+        if rect.empty:
             return
         self._bits -= rect.cell_bits
         self._sized -= 1
         if len(self._items) <= _SMALL // 2:      # back to scanning
             self._cell, self._grid, self._big, self._home = None, {}, set(), {}
+            self._scanned = self._queries = self._updates = 0
             return
         home = self._home.pop(item_id, None)
         if home is None:
@@ -205,7 +236,11 @@ class RectIndex:
         self._next_id = new_id + 1
         items[new_id] = (rect, old if value is _KEEP else value)
         self._exact[rect] = new_id
-        if self._cell is None or rect.empty:
+        if self._cell is None:
+            if len(items) > _SMALL:
+                self._updates += 1
+            return new_id
+        if rect.empty:
             return new_id
         home = self._home.pop(item_id, None)
         if home is None:
@@ -266,7 +301,13 @@ class RectIndex:
                 return [(i, rect, items[i][1])]
         cell = self._cell
         if cell is None:
-            return self._scan_fn(items.items(), rect)
+            n = len(items)
+            if n <= _SMALL or not self._grid_pays(n):
+                return self._scan_fn(items.items(), rect)
+            self._build_grid()
+            cell = self._cell
+            if cell is None:                    # (all items empty)
+                return []
         first, last, count = self._span(rect.lo, rect.hi, cell)
         grid = self._grid
         if last is None:                        # the common case: one cell

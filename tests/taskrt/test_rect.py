@@ -241,3 +241,15 @@ def test_unrolled_intersect_and_subtract_equal_the_generic_loops(monkeypatch):
         # (results are made without __init__: their cached facts must be __init__'s)
         assert [(p.volume, p.empty) for p in [inter] + pieces] == \
             [(p.volume, p.empty) for p in [want_inter] + want_pieces], (a, b)
+
+
+def test_rects_made_by_every_path_are_immutable_rects():
+    """Rect(), from_shape and the unrolled operations' results (geometry._made: fields
+    stored on a _FreshRect, then the class Rect) are Rects that refuse changes."""
+    a, b = Rect((0, 0), (4, 4)), Rect((2, 1), (6, 3))
+    made = [a, Rect.from_shape((3, 5)), a.intersect(b), a.union_bbox(b), *a.subtract(b)]
+    for r in made:
+        assert type(r) is Rect
+        with pytest.raises(AttributeError, match="immutable"):
+            r.lo = (1, 1)
+    assert a.intersect(b) == Rect((2, 1), (4, 3)) and a.intersect(b).volume == 4

@@ -8,6 +8,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from taskrt import PartitionError, Rect, RectError, Region, block_bounds, block_rect
+from taskrt import rectindex
 from taskrt.rectindex import RectIndex
 
 # -- RectIndex --------------------------------------------------------------------------------
@@ -106,13 +107,14 @@ def test_rectindex_cells_follow_the_typical_extent():
     assert [v for _, _, v in ix.overlapping(Rect((5, 0), (6, 1)))] == ["sliver", 2]
 
 
-def test_rectindex_of_partition_fragments_equals_brute_force():
+@pytest.mark.parametrize("grid_rule", ["cost", "at insertion"])
+def test_rectindex_of_partition_fragments_equals_brute_force(grid_rule):
     """What the planner's indexes hold: the parts of block partitions of one 4-d region, cut
     into fragments by the parts of another partition (one-cell and many-cell items, the grid
     entered and left), queried with parts and fragments; every answer equals a scan."""
     rng = random.Random(3)
     shape = (16, 64, 35, 35)
-    index = RectIndex(disjoint=True)
+    index = RectIndex(disjoint=True, grid_on_demand=grid_rule == "cost")
     model: dict[int, Rect] = {}
     for step in range(12):
         colors = tuple(rng.choice([1, 2, 4, 8, 16][:k]) for k in (5, 4, 2, 2))
@@ -199,3 +201,40 @@ def test_region_validation():
     with pytest.raises(PartitionError, match=r"shape \(2, -1\) must be non-negative"):
         Region("w", (2, -1))
     assert Region("w", (2, 3), "float64").nbytes() == 48
+
+
+def test_rectindex_grid_built_when_its_queries_pay_for_it():
+    """Made with grid_on_demand, up to _LARGE items an index scans until its scans have cost
+    more than a grid would have (rectindex._grid_pays): an index mostly added to (the valid
+    pieces a re-plan cuts) stays a scan, one queried often gets its grid in the middle of a
+    query, and past _LARGE items the grid is built at insertion. Every answer equals a
+    brute-force scan."""
+    rng = random.Random(5)
+    rects = [Rect((x, y), (x + 4, y + 4)) for x in range(0, 40, 4) for y in range(0, 40, 4)]
+    index = RectIndex(disjoint=True, grid_on_demand=True)
+    model = {}
+    for r in rects:                         # 100 items, no queries: no grid
+        model[index.add(r, None)] = r
+    assert index._cell is None
+    built_at = None
+    for q in range(200):
+        x, y = rng.randrange(0, 40), rng.randrange(0, 40)
+        query = Rect((x, y), (x + rng.randrange(1, 9), y + rng.randrange(1, 9)))
+        assert index.overlapping(query) == [(i, r, None) for i, r in model.items()
+                                            if r.overlaps(query)]
+        if built_at is None and index._cell is not None:
+            built_at = q
+    assert built_at is not None and built_at > 0      # built by a query, after some scans
+    added = RectIndex(grid_on_demand=True)
+    for r in rects:                         # adds outweigh the queries: it stays a scan
+        added.add(r, None)
+        added.overlapping(r)
+        for _ in range(9):
+            added.remove(added.add(Rect((100, 100), (101, 101)), None))
+    assert added._cell is None
+    assert RectIndex(grid_on_demand=False)._grid_at == rectindex._SMALL
+    big = RectIndex(grid_on_demand=True)
+    for k in range(rectindex._LARGE + 1):
+        big.add(Rect((4 * k, 0), (4 * k + 4, 4)), k)
+    assert big._cell is not None
+    assert [v for _, _, v in big.overlapping(Rect((9, 1), (13, 2)))] == [2, 3]
