@@ -11,6 +11,9 @@ Python, its node ids are resolved in bulk, and the timeline re-timed by the comp
 scheduler (strategy/listsched.py) from its last checkpoint before the first changed launch
 (in program order nothing before a node changes what it sees: listsched.Checkpoints), and
 the memory peak by one compiled sweep of sorted allocation events (strategy/memsweep.py).
+An undo puts back the blocks, joined arrays and checkpoints of before the change
+(_blocks_back: the search undoes most proposals), so the next change rebuilds only its own
+launches' blocks and resumes at its own first launch, not at the undo's.
 For a new group, what a copy's devices and bytes or a task's class and device determine is
 computed once per such key (_group_sim, strategy/taskgroups.py). No per-node Python runs for the
 groups a change did not touch, and the result is by construction what a full

@@ -1,12 +1,14 @@
-"""The memory peak of a SimulationSession's buffers (strategy/delta_memory.py) in one compiled
-pass: taskrt.liveness's model (peak_bytes_of_users) fused with the choice of which used
-buffers are temporaries, over the session's arrays, with numba like strategy/listsched.py.
+"""The memory peak of a SimulationSession's buffers (strategy/delta_memory.py) in two compiled
+passes around one numpy sort: taskrt.liveness's model (peak_bytes_of_users) fused with the
+choice of which used buffers are temporaries, over the session's arrays, with numba like
+strategy/listsched.py.
 
 Per use (node users_node[k] uses buffer users_buf[k]): a buffer of a kept region or under
 the small-buffer size persists (a staging buffer in use then adds its bytes to its device's
 persistent ones, once), except saved state, which is always a temporary; a temporary lives
-from its users' earliest start to their latest end. Then the allocation events, sorted by
-(device, time): at one time releases come first, then allocations, then the releases of
+from its users' earliest start to their latest end (_uses). Then the allocation events,
+sorted by time (numpy's vectorised argsort: numba's sort was most of a sweep) and grouped
+by device keeping that order (a counting pass, _peaks): at one time releases come first, then allocations, then the releases of
 buffers whose last user takes no time (liveness.peak_bytes_of_users). The peak of a device
 is reached right after a time's allocations (every other event lowers the live bytes, and
 each device's first event is an allocation: a buffer allocated and released at one time is
