@@ -11,6 +11,9 @@ Python, its node ids are resolved in bulk, and the timeline re-timed by the comp
 scheduler (strategy/listsched.py) from its last checkpoint before the first changed launch
 (in program order nothing before a node changes what it sees: listsched.Checkpoints), and
 the memory peak by one compiled sweep of sorted allocation events (strategy/memsweep.py).
+An undo puts back the blocks, joined arrays and checkpoints of before the change
+(_blocks_back: the search undoes most proposals), so the next change rebuilds only its own
+launches' blocks and resumes at its own first launch, not at the undo's.
 For a new group, what a copy's devices and bytes or a task's class and device determine is
 computed once per such key (_group_sim, strategy/taskgroups.py). No per-node Python runs for the
 groups a change did not touch, and the result is by construction what a full
@@ -83,10 +86,13 @@ class _Joined:
         self.lens = {f: np.fromiter((len(getattr(b, f)) for b in blocks), dtype=np.int64,
                                     count=len(blocks)) for f in self.arrays}
 
-    def splice(self, blocks: list, changed: list[int]) -> None:
-        """Put in the arrays of blocks[i] for each i in `changed` (ascending)."""
+    def spliced(self, blocks: list, changed: list[int]) -> "_Joined":
+        """The arrays with those of blocks[i] put in for each i in `changed` (ascending), as
+        a new _Joined (this one stays as it is: an undo may take it back)."""
+        out = _Joined.__new__(_Joined)
+        out.arrays, out.lens = {}, {}
         for f, arr in self.arrays.items():
-            lens = self.lens[f]
+            lens = self.lens[f].copy()
             starts = np.zeros(len(lens) + 1, dtype=np.int64)
             np.cumsum(lens, out=starts[1:])
             pieces, prev = [], 0
@@ -97,7 +103,23 @@ class _Joined:
                 lens[i] = len(new)
                 prev = i + 1
             pieces.append(arr[starts[prev]:])
-            self.arrays[f] = np.concatenate(pieces)
+            out.arrays[f] = np.concatenate(pieces)
+            out.lens[f] = lens
+        return out
+
+
+@dataclass(slots=True)
+class _SimState:
+    """What a change's _simulate replaced in the session's bookkeeping (the launch blocks it
+    rebuilt, the joined arrays, the timeline's checkpoints), so that undo() puts it back
+    instead of the next change rebuilding the blocks the undo gave new versions, and the
+    next timeline resumes at that change's first launch."""
+    epoch: int
+    blocks: dict                 # launch index -> its block before the change
+    num_blocks: int
+    joined: "_Joined | None"
+    checkpoints: tuple | None   # listsched.Checkpoints.before of the change's run
+    live_nodes: int
 
 
 def _count(counts: dict, names, step: int) -> None:
@@ -154,6 +176,7 @@ class SimulationSession:
         self._first_changed = 0
         self._writers_of: dict = defaultdict(dict)   # region -> {group sim: its reads}
         self._live_nodes = 0
+        self._replaced: dict | None = None    # while a change simulates: _SimState.blocks
 
     @property
     def configs(self):
@@ -184,7 +207,7 @@ class SimulationSession:
         if len({name for name, _, _ in olds}) != len(olds):
             raise ValueError("SimulationSession.change_all: an operator named twice in "
                              f"{[name for name, _ in changes]}; give each one config.")
-        before = (olds, self.result, {}, self._epoch)
+        before = (olds, self.result, {}, self._epoch, None)
         self._undo = None
         replaced = False
         with gc_paused():
@@ -200,11 +223,19 @@ class SimulationSession:
                 regions = self._buffers.regions
                 before[2].update((name, regions.get(name)) for name in touched)
                 self._graph = None
-                self.result = self._simulate(touched)
+                state = _SimState(self._epoch, {}, len(self._blocks), self._joined, None,
+                                  self._live_nodes)
+                self._replaced = state.blocks
+                self._checkpoints.before = None
+                try:
+                    self.result = self._simulate(touched)
+                finally:
+                    self._replaced = None
+                state.checkpoints = self._checkpoints.before
             except BaseException:
                 self._restore(before, replaced)
                 raise
-        self._undo = before
+        self._undo = before[:4] + (state,)
         return self.result
 
     def undo(self) -> SimResult:
@@ -218,17 +249,43 @@ class SimulationSession:
         return self.result
 
     def _restore(self, before, replaced: bool) -> None:
-        olds, result, region_buffers, epoch = before
+        olds, result, region_buffers, epoch, state = before
         for op_name, cfg, part in reversed(olds):
             self.lowering.restore(op_name, cfg, part)
         if replaced and self.planner.can_undo:
             self.planner.undo()
+            if state is not None:
+                self._blocks_back(state)
         for name, entry in region_buffers.items():
             if epoch != self._epoch:            # the tables were started again since
                 entry = self._region_buffer_arrays(name)
             self._buffers.set_region(name, entry, bool(self.planner.initial.get(name)))
         # The graph object of before is not reused: a later finish() gave its nodes new ids.
         self.result, self._graph = result, None
+
+    def _blocks_back(self, state: _SimState) -> None:
+        """After the planner's undo: put back the blocks, joined arrays and checkpoints of
+        before the change, when the undo gave new versions to exactly the launches the
+        change rebuilt and their groups are again the very groups of the blocks of before
+        (else nothing: the next _blocks_now rebuilds what changed, as for any change)."""
+        planner = self.planner
+        planner.refresh()
+        since = planner.versions_since(self._version_mark)
+        if state.epoch != self._epoch or since is None or \
+                len(self._blocks) != state.num_blocks or set(since) != state.blocks.keys():
+            return
+        for li, block in state.blocks.items():
+            groups = planner.launch_groups(li)
+            if len(groups) != len(block.groups) or \
+                    any(a is not b for a, b in zip(groups, block.groups)):
+                return
+        for li, block in state.blocks.items():
+            block.version = planner.plans[li].version
+            self._put_block(li, block)
+        self._version_mark = planner.next_version
+        self._joined = state.joined
+        self._checkpoints.restore(state.checkpoints)
+        self._live_nodes = state.live_nodes
 
     def full(self) -> SimResult:
         """A from-scratch simulation of the current graph (for checking delta results)."""
@@ -371,7 +428,6 @@ class SimulationSession:
         blocks = self._blocks
         known = len(blocks)
         changed = []
-        counts, writers = self._read_by_writers, self._writers_of
         since = planner.versions_since(self._version_mark) if known else None
         self._version_mark = planner.next_version
         first_block = known
@@ -383,19 +439,12 @@ class SimulationSession:
             first_block = min(first_block, li)
             if li < known:
                 changed.append(li)
-                for s in blocks[li].sims:
-                    _count(counts, s.read_by_writers, -1)
-                    for written in s.reads_of_writers:
-                        del writers[written][s]
-                self._num_block_sims -= len(blocks[li].sims)
-                blocks[li] = new
+                old = self._put_block(li, new)
+                if self._replaced is not None:
+                    self._replaced.setdefault(li, old)
             else:
                 blocks.append(new)
-            self._num_block_sims += len(new.sims)
-            for s in new.sims:
-                _count(counts, s.read_by_writers, 1)
-                for written, reads in s.reads_of_writers.items():
-                    writers[written][s] = reads
+                self._count_block(new, 1)
         # The nodes before the first changed launch are those of the last simulated graph.
         self._first_changed = 0 if self._joined is None else \
             int(self._joined.lens["dur"][:first_block].sum())
@@ -403,8 +452,30 @@ class SimulationSession:
             self._joined = _Joined(blocks, _SIM_ARRAYS + _RUN_ARRAYS +
                                    (HOST_ARRAYS if self.timer.host_costs else ()))
         elif changed:
-            self._joined.splice(blocks, changed)
+            self._joined = self._joined.spliced(blocks, changed)
         return blocks
+
+    def _put_block(self, li: int, block: _LaunchBlock) -> _LaunchBlock:
+        """Make `block` launch li's (returning the one it replaces), with the counts
+        _kept_regions needs updated for the groups that came and went."""
+        old, self._blocks[li] = self._blocks[li], block
+        self._count_block(old, -1)
+        self._count_block(block, 1)
+        return old
+
+    def _count_block(self, block: _LaunchBlock, step: int) -> None:
+        """Add (step 1) or take away (-1) the block's groups from the reads-by-writers
+        counts and the writers' reads."""
+        counts, writers = self._read_by_writers, self._writers_of
+        self._num_block_sims += step * len(block.sims)
+        for s in block.sims:
+            _count(counts, s.read_by_writers, step)
+            if step > 0:
+                for written, reads in s.reads_of_writers.items():
+                    writers[written][s] = reads
+            else:
+                for written in s.reads_of_writers:
+                    del writers[written][s]
 
     def _simulate(self, touched) -> SimResult:
         if len(self._buffers) > 4 * self._live_nodes + self.planner.memo.nodes + TABLE_SLACK:
@@ -452,7 +523,6 @@ class SimulationSession:
         for name in (planner.planners if touched is None else touched):
             table.set_region(name, self._region_buffer_arrays(name),
                              bool(planner.initial.get(name)))
-        counts = self._joined.arrays["buf_counts"]
-        users_node = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
-        return table.peak(self._kept_regions(), self._joined.arrays["buf_ids"], users_node,
-                          start, end)
+        a = self._joined.arrays
+        return table.peak(self._kept_regions(), a["buf_ids"], None, start, end,
+                          user_counts=a["buf_counts"])

@@ -181,11 +181,15 @@ class BufferTable:
         self._kept_mask = mask
 
     # -- the peak ---------------------------------------------------------------------------
-    def peak(self, kept: set[str], users_buf, users_node, start, end) -> dict[int, int]:
+    def peak(self, kept: set[str], users_buf, users_node, start, end,
+             user_counts=None) -> dict[int, int]:
         """Peak bytes per device (taskrt.liveness's model) when node users_node[i] uses
         buffer users_buf[i] and node j runs from start[j] to end[j], the regions in `kept`
-        persisting."""
+        persisting. `user_counts` instead of users_node (None): node i has that many of
+        the uses, in node order."""
         self._set_kept(kept)
+        if users_node is None:
+            users_node = self._scratch.users_node(user_counts)
         return sweep_peak(users_buf, users_node, start, end, self._sizes(), self.dev.array(),
                           self.region.array(), self._kept_mask, self.staging.array(),
                           self.state.array(), self._settings.min_temporary_bytes,

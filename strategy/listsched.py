@@ -217,7 +217,7 @@ class Checkpoints:
     the run), and its start, run and end (`last`; None until a run completes): what a run
     of a graph whose first nodes are those of that run, with the same arrays, resumes from
     (delta simulation)."""
-    __slots__ = ("every", "free", "busy", "last")
+    __slots__ = ("every", "free", "busy", "last", "before")
 
     def __init__(self, n: int, num_resources: int, every: int | None = None):
         # Every EVERY nodes, or fewer rows for a large graph on many resources (<= 32 MiB).
@@ -227,6 +227,21 @@ class Checkpoints:
         self.free = np.zeros((rows, width))
         self.busy = np.zeros((rows, width))
         self.last: tuple | None = None
+        # What the last run overwrote (restore() puts it back), None when it started
+        # the checkpoints again: (free, busy, first row, its rows before, last before).
+        self.before: tuple | None = None
+
+    def restore(self, before: tuple | None) -> None:
+        """Put back the checkpoints of before a run (its `before`), so that the next run
+        may resume from them as from the run before it; with None (or checkpoints made
+        again since) the next run starts from the first node."""
+        if before is None or before[0] is not self.free:
+            self.last = None
+            return
+        _, _, row, free, busy, last = before
+        self.free[row:row + len(free)] = free
+        self.busy[row:row + len(busy)] = busy
+        self.last = last
 
     def fits(self, n: int, num_resources: int) -> bool:
         return n // self.every + 2 <= self.free.shape[0] and \
@@ -250,13 +265,21 @@ def list_schedule(dur, res_ptr, res_ids, pred_ptr, preds, num_resources: int, ho
     if checkpoints is None or ready_order:
         checkpoints, first = Checkpoints(0, num_resources, every=n + 1), 0
     last, checkpoints.last = checkpoints.last, None
+    made_again = False
     if last is None or not checkpoints.fits(n, num_resources):
         if not checkpoints.fits(n, num_resources):
             checkpoints.__init__(n, num_resources)
+            made_again = True
         first = 0
     # (the row before node `first` was written: first < the last run's node count)
     first = max(0, min(first, len(last[0]) - 1 if last is not None else 0, n))
     keep = (first // checkpoints.every) * checkpoints.every
+    if not ready_order:
+        # The rows this run writes, kept so that an undo can put them back (restore).
+        rows = slice(keep // checkpoints.every, (n - 1) // checkpoints.every + 1)
+        checkpoints.before = None if made_again else \
+            (checkpoints.free, checkpoints.busy, rows.start, checkpoints.free[rows].copy(),
+             checkpoints.busy[rows].copy(), last)
     for new, old in zip((start, run, end), last or ()):
         new[:keep] = old[:keep]
     if host is None:

@@ -1,12 +1,14 @@
-"""The memory peak of a SimulationSession's buffers (strategy/delta_memory.py) in one compiled
-pass: taskrt.liveness's model (peak_bytes_of_users) fused with the choice of which used
-buffers are temporaries, over the session's arrays, with numba like strategy/listsched.py.
+"""The memory peak of a SimulationSession's buffers (strategy/delta_memory.py) in two compiled
+passes around one numpy sort: taskrt.liveness's model (peak_bytes_of_users) fused with the
+choice of which used buffers are temporaries, over the session's arrays, with numba like
+strategy/listsched.py.
 
 Per use (node users_node[k] uses buffer users_buf[k]): a buffer of a kept region or under
 the small-buffer size persists (a staging buffer in use then adds its bytes to its device's
 persistent ones, once), except saved state, which is always a temporary; a temporary lives
-from its users' earliest start to their latest end. Then the allocation events, sorted by
-(device, time): at one time releases come first, then allocations, then the releases of
+from its users' earliest start to their latest end (_uses). Then the allocation events,
+sorted by time (numpy's vectorised argsort: numba's sort was most of a sweep) and grouped
+by device keeping that order (a counting pass, _peaks): at one time releases come first, then allocations, then the releases of
 buffers whose last user takes no time (liveness.peak_bytes_of_users). The peak of a device
 is reached right after a time's allocations (every other event lowers the live bytes, and
 each device's first event is an allocation: a buffer allocated and released at one time is
@@ -23,21 +25,24 @@ import numpy as np
 
 from .numbastart import blas_probe_skipped
 
-_SIGNATURE = ("void(i8[::1], i8[::1], f8[::1], f8[::1], i8[::1], i8[::1], i8[::1], b1[::1], "
-              "b1[::1], b1[::1], i8, i8[::1], i8[::1], i8[::1], b1[::1], i8[::1], i8, "
-              "f8[::1], f8[::1], u1[::1])")
+_SIGNATURE = ("i8(i8[::1], i8[::1], f8[::1], f8[::1], i8[::1], i8[::1], i8[::1], b1[::1], "
+              "b1[::1], b1[::1], i8, i8[::1], i8[::1], i8[::1], i8, f8[::1], f8[::1], u1[::1], "
+              "i8[::1], f8[::1], i8[::1])")
+_SIGNATURE_REPEAT = "void(i8[::1], i8[::1])"
+_SIGNATURE_PEAKS = "void(f8[::1], i8[::1], i8[::1], i8[::1], u1[::1], i8[::1], i8[::1], b1[::1])"
 _COUNTED, _USED, _LATE = 1, 2, 4          # bits of Scratch.flags
 
 
-def _sweep(users_buf, users_node, start, end, sizes, dev, region, kept_mask, staging, state,
-           threshold, per_bytes, per_count, peak, has_temp, stamp, now, born, dies, flags):
+def _uses(users_buf, users_node, start, end, sizes, dev, region, kept_mask, staging, state,
+          threshold, per_bytes, per_count, stamp, now, born, dies, flags, touched, times,
+          bufs):
     """Adds the staging buffers in use that persist to per_bytes / per_count (per device);
-    sets peak[d] to device d's most temporary bytes live at once and has_temp[d] where
-    device d has a temporary with users. stamp, born, dies, flags: a Scratch's arrays (a
-    buffer's entries are set up when its stamp is not `now`: only used buffers are
-    looked at, however many the table holds)."""
+    writes the temporaries' allocation and release events (times[j], bufs[j]: b allocated,
+    -1 - b released) and returns how many. stamp, born, dies, flags: a Scratch's arrays (a
+    buffer's entries are set up when its stamp is not `now`: only used buffers are looked
+    at, however many the table holds). touched (the buffers used, in order of first use),
+    times and bufs: a Scratch's working arrays, with room for 1, 2 and 2 per use."""
     m = users_buf.shape[0]
-    touched = np.empty(m, dtype=np.int64)      # the buffers used, in order of first use
     nt = 0
     for k in range(m):
         b = users_buf[k]
@@ -67,41 +72,57 @@ def _sweep(users_buf, users_node, start, end, sizes, dev, region, kept_mask, sta
             flags[b] |= _USED | _LATE
         else:
             flags[b] |= _USED
-    # Events: 2 per temporary, grouped by device (counting), then sorted by time within
-    # each device's group (any order among equal times: see the module doc).
-    num_dev = peak.shape[0]
-    dev_ptr = np.zeros(num_dev + 1, dtype=np.int64)
+    j = 0
     for q in range(nt):
         b = touched[q]
         if flags[b] & _USED:
-            dev_ptr[dev[b] + 1] += 2
+            times[j], bufs[j] = born[b], b
+            times[j + 1], bufs[j + 1] = dies[b], -1 - b
+            j += 2
+    return j
+
+
+def _repeat(counts, out):
+    """out[k] = the node of use k when node i has counts[i] uses, in node order (what
+    np.repeat(np.arange(n), counts) gives, into an array kept between sweeps)."""
+    k = 0
+    for i in range(counts.shape[0]):
+        for _ in range(counts[i]):
+            out[k] = i
+            k += 1
+
+
+def _peaks(times, bufs, order, sizes, flags, dev, peak, has_temp):
+    """Sets peak[d] to device d's most temporary bytes live at once and has_temp[d] where
+    device d has a temporary with users, from the events (times, bufs) taken in `order`
+    (by time; any order among equal times: see the module doc): grouped by device, keeping
+    that order (a counting sort), then swept per (device, time)."""
+    num_dev = peak.shape[0]
+    n = order.shape[0]
+    dev_ptr = np.zeros(num_dev + 1, dtype=np.int64)
+    for j in range(n):
+        b = bufs[j]
+        dev_ptr[dev[b if b >= 0 else -1 - b] + 1] += 1
     for d in range(num_dev):
         dev_ptr[d + 1] += dev_ptr[d]
     fill = dev_ptr[:num_dev].copy()
-    times = np.empty(dev_ptr[num_dev])
-    bufs = np.empty(dev_ptr[num_dev], dtype=np.int64)
-    for q in range(nt):
-        b = touched[q]
-        if flags[b] & _USED:
-            j = fill[dev[b]]
-            times[j], bufs[j] = born[b], b
-            times[j + 1], bufs[j + 1] = dies[b], -1 - b
-            fill[dev[b]] = j + 2
-    order = np.empty(dev_ptr[num_dev], dtype=np.int64)
-    for d in range(num_dev):
-        lo, hi = dev_ptr[d], dev_ptr[d + 1]
-        if hi > lo:
-            order[lo:hi] = lo + np.argsort(times[lo:hi], kind="mergesort")
+    by_dev = np.empty(n, dtype=np.int64)
+    for j in range(n):
+        e = order[j]
+        b = bufs[e]
+        d = dev[b if b >= 0 else -1 - b]
+        by_dev[fill[d]] = e
+        fill[d] += 1
     for d in range(num_dev):
         live = 0
         best = 0
         any_event = False      # the device has temporaries (its peak is listed, maybe 0)
         j = dev_ptr[d]
         while j < dev_ptr[d + 1]:
-            tj = times[order[j]]
+            tj = times[by_dev[j]]
             released, allocated, late_released, allocs = 0, 0, 0, 0
-            while j < dev_ptr[d + 1] and times[order[j]] == tj:
-                b = bufs[order[j]]
+            while j < dev_ptr[d + 1] and times[by_dev[j]] == tj:
+                b = bufs[by_dev[j]]
                 if b >= 0:
                     allocated += sizes[b]
                     allocs += 1
@@ -124,12 +145,34 @@ class Scratch:
     """Per buffer id, the sweep's working entries (first use, last use, flags), kept from
     one sweep to the next so that a sweep sets up only the buffers it uses: a session's
     table holds several graphs' buffers (strategy/delta.py starts it again only past 4 per
-    node), and filling arrays over all of them was most of a sweep."""
-    __slots__ = ("stamp", "now", "born", "dies", "flags")
+    node), and filling arrays over all of them was most of a sweep. Also the per-use
+    working arrays (`uses`): fresh megabyte arrays per sweep cost their page faults."""
+    __slots__ = ("stamp", "now", "born", "dies", "flags", "touched", "times", "bufs", "nodes")
 
     def __init__(self):
         self.now = 0
         self._grow(0)
+        self.touched, self.times = np.empty(0, dtype=np.int64), np.empty(0)
+        self.bufs = np.empty(0, dtype=np.int64)
+        self.nodes = np.empty(0, dtype=np.int64)
+
+    def uses(self, m: int) -> tuple:
+        """(touched, times, bufs) with room for a sweep over m uses."""
+        if len(self.touched) < m:
+            m = max(m, 2 * len(self.touched))
+            self.touched = np.empty(m, dtype=np.int64)
+            self.times, self.bufs = np.empty(2 * m), np.empty(2 * m, dtype=np.int64)
+        return self.touched, self.times, self.bufs
+
+    def users_node(self, counts: np.ndarray) -> np.ndarray:
+        """The node of each use when node i has counts[i] uses (in node order): an array of
+        this scratch, valid until the next call."""
+        m = int(counts.sum())
+        if len(self.nodes) < m:
+            self.nodes = np.empty(max(m, 2 * len(self.nodes)), dtype=np.int64)
+        out = self.nodes[:m]
+        _kernels()[2](np.ascontiguousarray(counts, dtype=np.int64), out)
+        return out
 
     def _grow(self, n: int) -> None:
         # Entries are set up by the sweep that stamps them: new arrays need no copy (every
@@ -149,18 +192,20 @@ class Scratch:
 _compiled = None
 
 
-def _kernel():
-    """The compiled sweep (made on first use, cached next to this file), or the Python
-    function without numba."""
+def _kernels() -> tuple:
+    """The compiled (_uses, _peaks, _repeat) (made on first use, cached next to this file), or the
+    Python functions without numba."""
     global _compiled
     if _compiled is None:
         try:
             from numba import njit
         except ImportError:                   # pragma: no cover - numba is a dependency
-            _compiled = _sweep
+            _compiled = (_uses, _peaks, _repeat)
         else:
             with blas_probe_skipped():            # (numbastart.py)
-                _compiled = njit(_SIGNATURE, cache=True, nogil=True)(_sweep)
+                _compiled = (njit(_SIGNATURE, cache=True, nogil=True)(_uses),
+                             njit(_SIGNATURE_PEAKS, cache=True, nogil=True)(_peaks),
+                             njit(_SIGNATURE_REPEAT, cache=True, nogil=True)(_repeat))
     return _compiled
 
 
@@ -180,11 +225,17 @@ def sweep_peak(users_buf, users_node, start, end, sizes, dev, region, kept_mask,
     has_temp = np.zeros(num_dev, dtype=bool)
     c = np.ascontiguousarray
     i8 = np.int64
-    _kernel()(c(users_buf, dtype=i8), c(users_node, dtype=i8), c(start, dtype=np.float64),
-              c(end, dtype=np.float64), c(sizes, dtype=i8), c(dev, dtype=i8),
-              c(region, dtype=i8), c(kept_mask, dtype=bool), c(staging, dtype=bool),
-              c(state, dtype=bool), int(threshold), per_bytes, per_count, peak, has_temp,
-              scratch.stamp, now, scratch.born, scratch.dies, scratch.flags)
+    uses, peaks, _ = _kernels()
+    sizes, dev = c(sizes, dtype=i8), c(dev, dtype=i8)
+    touched, times, bufs = scratch.uses(len(users_buf))
+    n = uses(c(users_buf, dtype=i8), c(users_node, dtype=i8), c(start, dtype=np.float64),
+             c(end, dtype=np.float64), sizes, dev, c(region, dtype=i8),
+             c(kept_mask, dtype=bool), c(staging, dtype=bool), c(state, dtype=bool),
+             int(threshold), per_bytes, per_count, scratch.stamp, now, scratch.born,
+             scratch.dies, scratch.flags, touched, times, bufs)
+    times, bufs = times[:n], bufs[:n]
+    # numpy's sort (vectorised) rather than numba's: the sort was most of a sweep.
+    peaks(times, bufs, np.argsort(times), sizes, scratch.flags, dev, peak, has_temp)
     out = {int(d): int(per_bytes[d]) for d in np.flatnonzero(per_count)}
     for d in np.flatnonzero(has_temp).tolist():
         out[d] = out.get(d, 0) + int(peak[d])

@@ -11,7 +11,9 @@ added per task. So per group the Python per task is finding its template (a dict
 for a task seen before, class_key for a new one) and, for a launch that keeps state, its
 state buffer; durations, resource and buffer ids are gathers by template and device.
 A task group rebuilt with the same task objects (the planner gives a launch's tasks new
-predecessors but keeps the nodes) reuses its arrays: they do not depend on predecessors.
+predecessors but keeps the nodes, and a search coming back to a config gets the same task
+objects back) reuses its arrays, kept for the last few sets of nodes of each group id:
+they do not depend on predecessors.
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from taskrt.taskclasses import class_key
 from .listsched import csr
 
 _DEVICE = attrgetter("device")
+KEPT_PER_GROUP = 8       # sets of task nodes whose arrays a group id keeps (TaskGroups.sim)
 _I8 = np.int64
 
 
@@ -80,7 +83,9 @@ class TaskGroups:
         self._index: dict = {}               # template key -> index in _templates
         self._templates: list[_Template] = []
         self.class_of: dict = {}             # task node -> its template's index
-        self._last: dict = {}                # group id -> (its nodes, their GroupSim)
+        # Group id -> {its nodes' ids: (the nodes, their GroupSim)}, the last KEPT_PER_GROUP
+        # sets of nodes (a search goes back and forth between a few configs).
+        self._last: dict = {}
         n = buffers.num_devices
         self._compute = np.full(n, -1, dtype=_I8)   # per device: compute resource id
         self._spec = np.full(n, -1, dtype=_I8)      # per device: index in _specs
@@ -134,8 +139,13 @@ class TaskGroups:
     def sim(self, group) -> GroupSim:
         """The GroupSim of a task group (all of one launch's point tasks)."""
         nodes = group.nodes
-        last = self._last.get(group.gid)
-        if last is not None and last[0] == nodes:       # the same task objects
+        seen = self._last.get(group.gid)
+        if seen is None:
+            seen = self._last[group.gid] = {}
+        # (an entry keeps its nodes alive, so equal ids are the same task objects)
+        ids = tuple(map(id, nodes))
+        last = seen.get(ids)
+        if last is not None:
             return last[1]
         n = len(nodes)
         # Step 1: each task's template (most groups have one).
@@ -218,5 +228,7 @@ class TaskGroups:
             host = host_arrays(phases)
         sim = GroupSim(dur, np.ones(n, dtype=_I8), self._compute[devs], counts, buf_ids,
                        frozenset(read_by_writers), reads_of_writers, host)
-        self._last[group.gid] = (nodes, sim)
+        if len(seen) >= KEPT_PER_GROUP:
+            del seen[next(iter(seen))]
+        seen[ids] = (nodes, sim)
         return sim

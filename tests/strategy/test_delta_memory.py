@@ -80,6 +80,11 @@ def test_peak_equals_from_scratch_after_random_updates(seed):
         got = table.peak(kept, users_buf, users_node, start, end)
         want = from_scratch(table, current, kept, users_buf, users_node, start, end)
         assert got == want, f"step {step}"
+        # The same uses given in node order by their count per node (delta.py's form).
+        order = np.argsort(users_node, kind="stable")
+        counts = np.bincount(users_node, minlength=nodes)
+        assert table.peak(kept, users_buf[order], None, start, end,
+                          user_counts=counts) == want, f"step {step}, by counts"
     assert len(kept_seen) > 10          # the kept set changed many times
 
 

@@ -59,3 +59,40 @@ def test_resumed_timeline_equals_full_with_host_costs(resumed):
 
 def test_resumed_timeline_equals_full_on_an_app(resumed):
     check_resumed_equals_full(app_model("inception"), machine_model("p100:1"), 4, 9, resumed)
+
+
+def check_undo_puts_blocks_back(model, machine, changes, seed, firsts):
+    """Every change is undone and followed by another: undo puts back the launch blocks,
+    joined arrays and checkpoints of before (SimulationSession._blocks_back), so the next
+    change rebuilds only its own launches and resumes at its own first one; every result
+    equals a full simulation."""
+    rng = random.Random(seed)
+    session = SimulationSession(model, machine, CostModel(), random_strategy(model, 4, seed))
+    put_back = 0
+    for k in range(changes):
+        op = rng.choice(model.ops)
+        config = random_strategy(model, 4, 1000 * seed + k)[op.name]
+        joined = session._joined
+        got = session.change(op.name, config)
+        full = session.full()
+        assert got.makespan == full.makespan, f"change {k}: {op.name}"
+        assert np.array_equal(got.start, full.start) and np.array_equal(got.end, full.end)
+        assert got.busy == full.busy and got.memory == full.memory
+        if rng.random() < 0.8:
+            session.undo()
+            put_back += session._joined is joined
+    assert put_back >= changes // 2, put_back
+    assert any(f >= 8 for f in firsts), firsts
+
+
+@pytest.mark.parametrize("build", [mlp, cnn, lstm_model], ids=["mlp", "cnn", "lstm"])
+def test_undo_puts_back_blocks_and_checkpoints(build, resumed):
+    check_undo_puts_blocks_back(build()[0], machine_model("p100:1"), 16, 11, resumed)
+
+
+def test_undo_puts_back_blocks_and_checkpoints_with_host_costs(resumed):
+    check_undo_puts_blocks_back(cnn()[0], p100_with_host(), 16, 12, resumed)
+
+
+def test_undo_puts_back_blocks_and_checkpoints_on_an_app(resumed):
+    check_undo_puts_blocks_back(app_model("inception"), machine_model("p100:1"), 6, 13, resumed)
