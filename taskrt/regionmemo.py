@@ -18,7 +18,9 @@ simulator's per-group arrays are reused too) instead of being planned again.
 
 The table holds at most `max_nodes` nodes (Settings.plan_memo_nodes, TASKRT_PLAN_MEMO_NODES;
 each with its planner state, about 1-2 KB); past that it is emptied and fills again with what
-the search visits now.
+the search visits now. A plan that made no node (a region whose launches needed no copy)
+still holds its planner state and key: it counts as one, so that a table of such plans is
+bounded too (AlexNet @16: 38% of the remembered plans made no node).
 """
 from __future__ import annotations
 
@@ -81,7 +83,7 @@ class RegionPlanMemo:
 
     @property
     def nodes(self) -> int:
-        """The nodes the remembered plans hold."""
+        """The nodes the remembered plans hold (a plan that made none counts as one)."""
         return self._nodes
 
     def holds_planner(self, rp) -> bool:
@@ -106,7 +108,8 @@ class RegionPlanMemo:
         if self.max_nodes == 0:
             return False
         emptied = False
-        if self._nodes + plan.size > self.max_nodes and self._plans:
+        weight = max(plan.size, 1)          # a plan of no nodes still holds its state
+        if self._nodes + weight > self.max_nodes and self._plans:
             self._plans.clear()
             self._planners = weakref.WeakSet()
             self._nodes = 0
@@ -117,9 +120,9 @@ class RegionPlanMemo:
             plans = self._plans[key] = {}
         old = plans.get(plan.name)
         if old is not None:
-            self._nodes -= old.size
+            self._nodes -= max(old.size, 1)
         plans[plan.name] = plan
         if plan.planner is not None:
             self._planners.add(plan.planner)
-        self._nodes += plan.size
+        self._nodes += weight
         return emptied

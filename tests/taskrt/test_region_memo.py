@@ -92,6 +92,16 @@ def test_memo_empties_itself_at_its_bound_and_can_be_off():
         RegionPlanMemo(max_nodes=-1)
 
 
+def test_plans_that_made_no_node_count_toward_the_bound():
+    # a region whose launches need no copy plans no node but its plan holds planner state:
+    # a table of only such plans must still be bounded
+    memo = RegionPlanMemo(max_nodes=3)
+    emptied = [memo.put(f"k{i}", RegionPlan(None, [], [], 0)) for i in range(4)]
+    assert emptied == [False, False, False, True] and len(memo) == 1 and memo.nodes == 1
+    memo.put("k3", RegionPlan(None, [], [], 0))       # the same key again: no growth
+    assert len(memo) == 1 and memo.nodes == 1
+
+
 def test_the_memo_size_comes_from_the_settings(monkeypatch):
     machine = Machine.grid(2, 1)
     monkeypatch.setenv("TASKRT_PLAN_MEMO_NODES", "0")
