@@ -119,8 +119,9 @@ def _classes_of_run(launch, run: list, classes: dict, first: list) -> list[int]:
     first_at = dict(zip(reversed(per_task), range(len(per_task) - 1, -1, -1)))
     number: dict = {}
     for combo in dict.fromkeys(per_task):
-        shapes = iter(combo[:-1])
-        sig = tuple([s if s[2] is not None else (s[0], s[1], next(shapes)) for s in signature])
+        shape_of_next = iter(combo[:-1]).__next__      # the varying shapes, in order
+        sig = tuple([s if s[2] is not None else (s[0], s[1], shape_of_next())
+                     for s in signature])
         number[combo] = _class_of((launch, sig, combo[-1]), run[first_at[combo]], classes,
                                   first)
     return list(map(number.__getitem__, per_task))
