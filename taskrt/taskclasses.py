@@ -6,16 +6,20 @@ privilege and the part's shape, plus, for a Red+, where each piece of its contri
 (partial-sum buffer or instance, added onto sums or stored): TaskNode.cost_key,
 liveness.buffers_of, liveness.task_reads_writes. Tasks equal in all of those form a class.
 Whole-graph passes over a large graph (the simulator's timing, the memory model) ask those
-per-node functions once per class, of its first task (`first`), and per task only find its
-class: a few C-level calls per node, not a tuple and a dict lookup per requirement. (GPT-3
-2.7B's shape data parallel on 128 GPUs: 125,569 tasks in a few hundred classes.)
+per-node functions once per class, of its first task (`first`). Finding the classes is
+itself done per run of consecutive tasks of one launch, column by column (the points of a
+launch ask the same regions with the same privileges, and most parts have one shape): C-level
+loops per task, a key per distinct combination of the shapes that vary, not a signature per
+requirement per task. (GPT-3 2.7B's shape data parallel on 128 GPUs: 125,569 tasks in a few
+hundred classes.)
 
 Saved state (liveness.state_key) depends on the task's color too: it is not part of the
 class; the memory model asks it per task of a launch that keeps or takes state.
 """
 from __future__ import annotations
 
-from operator import attrgetter, itemgetter
+from itertools import compress, groupby, repeat
+from operator import attrgetter, eq, is_, itemgetter, methodcaller, ne, not_
 
 import numpy as np
 
@@ -31,12 +35,15 @@ _FLAGS = itemgetter(1, 2)
 def class_key(node) -> tuple:
     """What decides a point task's class: (launch, per requirement (region name, privilege
     code, part shape), per requirement None or its Red+ targets' (partial, accumulate))."""
-    targets = node.targets
+    return (node.launch, tuple(map(_SIGNATURE, node.requirements)), _pattern(node.targets))
+
+
+def _pattern(targets: tuple) -> tuple | None:
+    """class_key's last part: None without a Red+, else per requirement None or its Red+
+    targets' (partial, accumulate)."""
     if targets.count(None) == len(targets):
-        pattern = None
-    else:
-        pattern = tuple([None if t is None else tuple(map(_FLAGS, t)) for t in targets])
-    return (node.launch, tuple(map(_SIGNATURE, node.requirements)), pattern)
+        return None
+    return tuple([None if t is None else tuple(map(_FLAGS, t)) for t in targets])
 
 
 class TaskClasses:
@@ -50,29 +57,114 @@ class TaskClasses:
 
     @classmethod
     def of(cls, nodes) -> "TaskClasses":
-        """The classes of `nodes` (a graph's nodes, node i at index i)."""
+        """The classes of `nodes` (a graph's nodes, node i at index i), numbered in order of
+        their first task: class_key's classes, found per run of consecutive tasks of one
+        launch (_classes_of_run), not per task."""
+        is_task = list(map(is_, map(_KIND, nodes), repeat(TASK)))
+        tasks = list(compress(nodes, is_task))
+        others = list(map(_ID, compress(nodes, map(not_, is_task))))
         classes: dict = {}
         first: list = []
-        ids: list[int] = []
         of: list[int] = []
-        devices: list[int] = []
-        others: list[int] = []
-        get = classes.get
-        for node in nodes:
-            if node.kind is not TASK:
-                others.append(node.id)
-                continue
-            key = class_key(node)
-            c = get(key)
-            if c is None:
-                c = classes[key] = len(first)
-                first.append(node)
-            ids.append(node.id)
-            of.append(c)
-            devices.append(node.device)
+        for launch, run in groupby(tasks, _LAUNCH):
+            of += _classes_of_run(launch, list(run), classes, first)
         i8 = np.int64
-        return cls(np.array(ids, dtype=i8), np.array(of, dtype=i8),
-                   np.array(devices, dtype=i8), first, np.array(others, dtype=i8))
+        return cls(np.array(list(map(_ID, tasks)), dtype=i8), np.array(of, dtype=i8),
+                   np.array(list(map(_DEVICE, tasks)), dtype=i8), first,
+                   np.array(others, dtype=i8))
 
     def __len__(self) -> int:
         return len(self.first)
+
+
+def _classes_of_run(launch, run: list, classes: dict, first: list) -> list[int]:
+    """The classes (class_key's, numbered on in `classes` and `first` as a loop over the
+    tasks would) of `run`, tasks of `launch`. When every task asks the same regions with the
+    same privileges (the points of a launch differ in their rects), column by column by C
+    loops: a requirement whose part shape is the same in every task adds nothing per task,
+    and the key is made once per distinct combination of the others. Else task by task."""
+    reqs_of = list(map(_REQUIREMENTS, run))
+    reqs = reqs_of[0]
+    n = len(reqs)
+    if any(map(ne, map(len, reqs_of), repeat(n))):
+        return _classes_by_task(run, classes, first)
+    signature: list = []            # per requirement: (name, code, shape); shape None: varies
+    varying: list[list] = []        # per requirement whose shape varies: the shapes per task
+    shared = all(map(is_, reqs_of, repeat(reqs)))    # one requirements tuple for all
+    for k, req in enumerate(reqs):
+        if shared:
+            signature.append((req.region.name, req.privilege.code, req.rect.shape))
+            continue
+        column = list(map(itemgetter(k), reqs_of))
+        if all(map(is_, column, repeat(req))):       # one requirement for all
+            signature.append((req.region.name, req.privilege.code, req.rect.shape))
+            continue
+        if not (all(map(is_, map(_REGION, column), repeat(req.region))) and
+                all(map(is_, map(_PRIVILEGE, column), repeat(req.privilege)))):
+            return _classes_by_task(run, classes, first)
+        rects = list(map(_RECT, column))
+        shape = req.rect.shape
+        if not all(map(is_, rects, repeat(req.rect))):
+            shapes = list(map(_SHAPE, rects))
+            if shapes.count(shape) != len(shapes):
+                varying.append(shapes)
+                shape = None
+        signature.append((req.region.name, req.privilege.code, shape))
+    patterns = _patterns(list(map(_TARGETS, run)), n)
+    if not varying and (patterns is None or patterns.count(patterns[0]) == len(patterns)):
+        key = (launch, tuple(signature), None if patterns is None else patterns[0])
+        return [_class_of(key, run[0], classes, first)] * len(run)
+    columns = varying + ([patterns] if patterns is not None else [repeat(None)])
+    per_task = list(zip(*columns))
+    first_at = dict(zip(reversed(per_task), range(len(per_task) - 1, -1, -1)))
+    number: dict = {}
+    for combo in dict.fromkeys(per_task):
+        shape_of_next = iter(combo[:-1]).__next__      # the varying shapes, in order
+        sig = tuple([s if s[2] is not None else (s[0], s[1], shape_of_next())
+                     for s in signature])
+        number[combo] = _class_of((launch, sig, combo[-1]), run[first_at[combo]], classes,
+                                  first)
+    return list(map(number.__getitem__, per_task))
+
+
+def _patterns(targets_of: list, n: int) -> list | None:
+    """Per task (whose targets are `targets_of`, one per requirement, n each), _pattern of
+    its targets, column by column; None when no task has a Red+."""
+    nones = list(map(_count_none, targets_of))
+    if nones.count(n) == len(nones):
+        return None
+    columns: list = []
+    for k in range(n):
+        column = list(map(itemgetter(k), targets_of))
+        none = column.count(None)
+        if none == len(column):
+            columns.append(repeat(None))
+        elif none == 0:                 # per task tuple(map(_FLAGS, its targets)), in C
+            columns.append(map(tuple, map(map, repeat(_FLAGS), column)))
+        else:
+            columns.append([None if t is None else tuple(map(_FLAGS, t)) for t in column])
+    patterns = list(zip(*columns))
+    if n in nones:                  # tasks without a Red+ among them: their pattern is None
+        patterns = [None if c == n else p for c, p in zip(nones, patterns)]
+    return patterns
+
+
+def _classes_by_task(run: list, classes: dict, first: list) -> list[int]:
+    return [_class_of(class_key(node), node, classes, first) for node in run]
+
+
+def _class_of(key: tuple, node, classes: dict, first: list) -> int:
+    """The number of class `key`, a new one (with `node` its first task) if not seen."""
+    c = classes.get(key)
+    if c is None:
+        c = classes[key] = len(first)
+        first.append(node)
+    return c
+
+
+_KIND, _ID, _DEVICE, _LAUNCH = (attrgetter("kind"), attrgetter("id"), attrgetter("device"),
+                                attrgetter("launch"))
+_REQUIREMENTS, _TARGETS = attrgetter("requirements"), attrgetter("targets")
+_REGION, _PRIVILEGE, _RECT, _SHAPE = (attrgetter("region"), attrgetter("privilege"),
+                                      attrgetter("rect"), attrgetter("shape"))
+_count_none = methodcaller("count", None)

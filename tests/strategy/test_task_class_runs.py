@@ -1,0 +1,83 @@
+"""TaskClasses.of (taskrt/taskclasses.py), which finds classes per run of one launch's
+tasks, equals the loop over the tasks asking class_key of each: the same classes, numbered
+the same, with the same first tasks, on the graphs of tests/strategy/test_sim_classes.py,
+on their tasks reordered and thinned (other runs), and on tasks made of mixed real parts
+(requirements and Red+ targets of other tasks: the per-task fallback; Red+ targets in some
+tasks of a run only)."""
+import random
+
+import numpy as np
+import pytest
+
+from taskrt.taskclasses import TaskClasses, class_key
+from taskrt.taskgraph import TASK, TaskNode
+
+from test_sim_classes import CASES, graph_of
+
+
+def by_task(nodes):
+    """TaskClasses.of as a loop over the nodes: class_key per task."""
+    classes, first, ids, of, devices, others = {}, [], [], [], [], []
+    for node in nodes:
+        if node.kind is not TASK:
+            others.append(node.id)
+            continue
+        c = classes.setdefault(class_key(node), len(first))
+        if c == len(first):
+            first.append(node)
+        ids.append(node.id), of.append(c), devices.append(node.device)
+    return ids, of, devices, first, others
+
+
+def assert_same(nodes):
+    got = TaskClasses.of(nodes)
+    ids, of, devices, first, others = by_task(nodes)
+    assert got.ids.tolist() == ids and got.cls.tolist() == of
+    assert got.device.tolist() == devices and got.others.tolist() == others
+    assert len(got.first) == len(first) and all(map(lambda a, b: a is b, got.first, first))
+
+
+@pytest.mark.parametrize("name,seed", CASES)
+def test_classes_per_run_equal_classes_per_task(name, seed):
+    graph, _ = graph_of(name, seed)
+    nodes = list(graph.nodes)
+    assert_same(nodes)
+    rng = random.Random(seed + 100)
+    for _ in range(20):
+        some = [n for n in nodes if rng.random() < 0.7]
+        if rng.random() < 0.5:
+            rng.shuffle(some)
+        assert_same(some)
+
+
+@pytest.mark.parametrize("name,seed", CASES)
+def test_tasks_of_mixed_parts(name, seed):
+    """Tasks whose requirements (region, privilege, rect) and Red+ targets come from other
+    tasks of the graph, a few launches for many tasks: alike runs and not."""
+    graph, _ = graph_of(name, seed)
+    tasks = [n for n in graph.nodes if n.kind is TASK]
+    rng = random.Random(seed + 200)
+    launches = list({id(t.launch): t.launch for t in tasks}.values())[:3]
+    for _ in range(60):
+        made = []
+        templates = rng.sample(tasks, min(rng.choice((1, 4)), len(tasks)))
+        swap = rng.choice((0.0, 0.3))     # none: runs of alike tasks
+        for i in range(rng.randrange(1, 40)):
+            template = rng.choice(templates)
+            reqs, targets = list(template.requirements), list(template.targets)
+            for k in range(len(reqs)):
+                other = rng.choice(tasks)
+                if rng.random() < swap and other.requirements:
+                    j = rng.randrange(len(other.requirements))
+                    reqs[k], targets[k] = other.requirements[j], other.targets[j]
+            reds = [t for t in targets if t is not None]
+            if reds and rng.random() < 0.5:   # Red+ targets in some tasks of a run only
+                k = rng.randrange(len(targets))
+                targets[k] = None if rng.random() < 0.5 else rng.choice(reds)
+            if rng.random() < 0.1 and len(reqs) > 1:
+                reqs, targets = reqs[:-1], targets[:-1]
+            made.append(TaskNode(i, rng.choice(launches), template.color, template.device,
+                                 tuple(reqs), tuple(targets)))
+        if rng.random() < 0.5:                # long runs; else runs of a few
+            made.sort(key=lambda n: id(n.launch))
+        assert_same(made)
