@@ -30,7 +30,7 @@ except SystemExit as e:
 print("FROZEN AT EXIT", gc.get_freeze_count() > 10000)
 gc.unfreeze()
 import strategy.memsweep
-strategy.memsweep._kernel()
+strategy.memsweep._kernels()
 print("LINALG", "scipy.linalg" in sys.modules)
 import scipy.linalg
 print("LINALG AFTER", scipy.linalg.__name__)
