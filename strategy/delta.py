@@ -37,8 +37,8 @@ from taskrt.taskgraph import COPY
 
 from .delta_memory import BufferTable
 from .listsched import Checkpoints
-from .simulator import NO_HOST, NodeTimer, Resources, SimResult, result_of, timeline
-from .taskgroups import HOST_ARRAYS, GroupSim, TaskGroups, host_arrays
+from .simulator import NodeTimer, Resources, SimResult, result_of, timeline
+from .taskgroups import HOST_ARRAYS, GroupSim, TaskGroups, host_arrays, host_info
 
 # Buffers the tables may hold beyond 4 per node of the graph and one per node the planner's
 # memo remembers (a remembered copy brings its staging buffer back) before a restart.
@@ -162,7 +162,7 @@ class SimulationSession:
         self._buffers = BufferTable(len(self.machine.devices))   # buffers as dense ids
         # Task groups' arrays (strategy/taskgroups.py), per task class and device.
         self._task_groups = TaskGroups(self.machine_model, self.timer, self.resources,
-                                       self._buffers, self._host_info)
+                                       self._buffers)
         # Per launch, its groups' arrays joined (_LaunchBlock), and over all of them the
         # counts of regions read by writing tasks (see _kept_regions; only counts above 0).
         self._blocks: list[_LaunchBlock] = []
@@ -310,12 +310,7 @@ class SimulationSession:
         return d, tuple(rid(x) for x in rs), bufs, host
 
     def _host_info(self, node) -> tuple:
-        """The node's host phases with resource ids (simulator.NodeTimer.host_phases)."""
-        if not self.timer.host_costs:
-            return NO_HOST
-        hd, hr, pd, pr = self.timer.host_phases(node)
-        rid = self.resources.id
-        return hd, tuple(rid(x) for x in hr), pd, tuple(rid(x) for x in pr)
+        return host_info(self.timer, self.resources, node)
 
     def _copy_timing(self, node, key) -> tuple:
         """(duration, resource ids, host phases with ids) of a copy: functions of its

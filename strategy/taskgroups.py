@@ -26,6 +26,7 @@ from taskrt.liveness import STATE, buffers_of, own_bytes, state_key, task_reads_
 from taskrt.taskclasses import class_key
 
 from .listsched import csr
+from .simulator import NO_HOST
 
 _DEVICE = attrgetter("device")
 KEPT_PER_GROUP = 8       # sets of task nodes whose arrays a group id keeps (TaskGroups.sim)
@@ -76,10 +77,11 @@ class TaskGroups:
     """Task groups' GroupSims for one SimulationSession's tables (its buffer ids and
     resource ids; made again when the session starts its tables again)."""
 
-    def __init__(self, machine_model, timer, resources, buffers, host_info):
+    def __init__(self, machine_model, timer, resources, buffers):
+        # Nothing of the session that owns these (a bound method of it was a reference cycle
+        # that kept every dropped session alive in a search: strategy/search.py, "Garbage collection")
         self.machine_model, self.timer = machine_model, timer
         self.resources, self.buffers = resources, buffers
-        self._host_info = host_info          # node -> its host phases with resource ids
         self._index: dict = {}               # template key -> index in _templates
         self._templates: list[_Template] = []
         self.class_of: dict = {}             # task node -> its template's index
@@ -218,12 +220,12 @@ class TaskGroups:
         host = None
         if self.timer.host_costs:
             # A task's host phases depend on its device only (NodeTimer.host_phases).
-            hosts, info = self._hosts, self._host_info
+            hosts, timer, resources = self._hosts, self.timer, self.resources
             phases = []
             for k, d in enumerate(devs.tolist()):
                 h = hosts.get(d)
                 if h is None:
-                    h = hosts[d] = info(nodes[k])
+                    h = hosts[d] = host_info(timer, resources, nodes[k])
                 phases.append(h)
             host = host_arrays(phases)
         sim = GroupSim(dur, np.ones(n, dtype=_I8), self._compute[devs], counts, buf_ids,
@@ -232,3 +234,12 @@ class TaskGroups:
             del seen[next(iter(seen))]
         seen[ids] = (nodes, sim)
         return sim
+
+
+def host_info(timer, resources, node) -> tuple:
+    """A node's host phases (simulator.NodeTimer.host_phases) with resource ids."""
+    if not timer.host_costs:
+        return NO_HOST
+    hd, hr, pd, pr = timer.host_phases(node)
+    rid = resources.id
+    return hd, tuple(rid(x) for x in hr), pd, tuple(rid(x) for x in pr)
