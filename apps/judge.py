@@ -81,6 +81,8 @@ def verdict_text(times: list, machine: str) -> str:
     kept = ("the searched strategy is the fastest" if best == SEARCHED else
             f"keeping {best}: the calibrated model predicts it faster than the searched "
             "strategy, which the search's own (smooth) model preferred")
+    if all(name != DATA_PARALLEL for _, name in times):
+        every += " (the searched strategy is data parallel)"
     return (f"judged by the calibration of --machine {machine} (calibration.predict: "
             f"gradient buckets, ranks' speeds, wake-ups; not the search's model): {every}; "
             f"{kept}")
