@@ -35,7 +35,10 @@ most of the benchmark's time).
 
 Reported: median and worst relative error, per app and layout every case (predicted /
 measured (spread), error), and the ordering of every pair of strategies of one app and
-layout whose measured medians differ by more than the sum of their spreads;
+layout whose measured medians differ by more than the sum of their spreads; the searched
+strategy against data parallel, and as a search on a calibrated machine keeps one of them
+(apps/judge.py: the calibration of the fold holding data parallel predicts both, the faster
+is kept: `judged_data_s` of the searched case) and how the kept one ran;
 `results["cases"]` lists every case. With SIM_ACCURACY_DATA=FOLDER the strategies, traces
 and measurements are kept there (an interrupted collection resumes layout by layout), and a
 folder holding a finished collection is analysed again without running anything.
