@@ -14,7 +14,7 @@ import warnings
 
 from .app import App
 from .errors import UsageError
-from .judge import calibration_of, check_layout
+from .judge import calibration_of, check_layout, unjudged_note
 
 
 def machine_model(spec: str):
@@ -103,6 +103,8 @@ def search_strategy(app: App, config, mm, machine, net, strategy: dict, strategy
         configs, name, found = _judged(app, config, calibration, mm, net, configs, name,
                                        {strategy_name: strategy} if strategy else {},
                                        found, rank, comm, out)
+    elif rank == 0 and unjudged_note(config):
+        _say(out, unjudged_note(config))
     return configs, name, found if rank == 0 else None
 
 

@@ -39,6 +39,22 @@ def calibration_of(config):
     return fit, int(ranks), int(per_rank)
 
 
+def unjudged_note(config) -> str | None:
+    """What to tell a user whose --machine was calibrated from traces but holds no record
+    of the whole model (written before 2026-12-04 22:30), or who gave no --profile: the
+    search's result is then not judged."""
+    from .hooks import machine_model
+    if not config.machine:
+        return None
+    traces = machine_model(config.machine).calibration.get("from_traces")
+    if not traces or (traces.get("prediction") and config.profile):
+        return None
+    why = ("give --profile NAME.profile, written with it" if traces.get("prediction") else
+           "it predates the record of the whole model: calibrate again")
+    return (f"note: --machine {config.machine} is a calibration, but the search's result "
+            f"was not judged by its whole model ({why}; docs/search.md)")
+
+
 def candidates(app, net, mm, searched: dict, starts: dict) -> dict:
     """{name: configs}: the searched strategy, data parallelism, the app's expert strategy
     and the search's other starts, each once (the first name of equal configs)."""

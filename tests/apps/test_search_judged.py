@@ -78,3 +78,12 @@ def test_a_profile_of_another_calibration_is_refused_before_the_search(tmp_path)
     Profile(meta={"contention": 2.0}).save(flags[3])
     with pytest.raises(UsageError, match="not the one its calibration wrote"):
         setup(RNNLM, ARGV + flags)
+
+
+def test_a_calibration_without_the_record_says_the_result_was_not_judged(tmp_path, capsys):
+    flags = files(tmp_path, record=False)
+    m = load(flags[1])
+    m.with_host_costs(m.host_costs, {"from_traces": {"layout": [2, 1]}}).save(flags[1])
+    setup(RNNLM, ARGV[:-3] + ["--search-proposals", "8", "--quiet"] + flags)
+    out = capsys.readouterr().out
+    assert "was not judged by its whole model (it predates the record" in out, out
