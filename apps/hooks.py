@@ -14,6 +14,7 @@ import warnings
 
 from .app import App
 from .errors import UsageError
+from .judge import calibration_of, check_layout, unjudged_note
 
 
 def machine_model(spec: str):
@@ -44,6 +45,9 @@ def search_strategy(app: App, config, mm, machine, net, strategy: dict, strategy
             raise UsageError(f"--machine {config.machine}: its model has {mm.num_devices} "
                              f"devices and this job runs on {len(machine)}; search for a "
                              "machine like this one (leave out --machine), or add --simulate.")
+    calibration = calibration_of(config)       # the whole calibrated model, if any
+    if calibration is not None:
+        check_layout(calibration, mm, config)
     comm = None
     if mpi:
         from mpi4py import MPI
@@ -94,8 +98,44 @@ def search_strategy(app: App, config, mm, machine, net, strategy: dict, strategy
             found = result
     if plan is not None:              # the recomputation searched with the strategy
         set_recompute(net.model, segments)
-    return from_dict(value).configs, f"searched ({config.search:g} s)", \
-        found if rank == 0 else None
+    configs, name = from_dict(value).configs, f"searched ({config.search:g} s)"
+    if calibration is not None and plan is None:
+        configs, name, found = _judged(app, config, calibration, mm, net, configs, name,
+                                       {strategy_name: strategy} if strategy else {},
+                                       found, rank, comm, out)
+    elif rank == 0 and unjudged_note(config):
+        _say(out, unjudged_note(config))
+    return configs, name, found if rank == 0 else None
+
+
+def _judged(app, config, calibration, mm, net, configs, name, starts, found, rank, comm,
+            out) -> tuple:
+    """The search's result judged by the calibration (apps/judge.py): rank 0 predicts the
+    candidates and says which it keeps; every rank returns (configs, name, found) of it,
+    found's predicted times the calibration's."""
+    import dataclasses
+    from .judge import DATA_PARALLEL, SEARCHED, candidates, judge, verdict_text
+    from .startup import optimizer
+    named = candidates(app, net, mm, configs, starts)
+    times = None
+    if rank == 0:
+        times = judge(calibration, mm, net, named, optimizer(config))
+        _say(out, verdict_text(times, config.machine))
+    if comm is not None:
+        from taskrt.discovery import idle_barrier
+        idle_barrier(comm)
+        times = comm.bcast(times, root=0)
+    best = times[0][1]
+    if found is not None:             # its times the calibration's (--check-prediction)
+        by_name = {n: t for t, n in times}
+        by_name.setdefault(DATA_PARALLEL, by_name[SEARCHED])   # the same configs
+        baselines = {key: by_name[n] for key, n in (("data_parallel", DATA_PARALLEL),
+                                                    ("expert", "expert")) if n in by_name}
+        found = dataclasses.replace(found, configs=named[best], predicted=by_name[best],
+                                    baselines=dict(found.baselines, **baselines))
+    if best == SEARCHED:
+        return configs, name, found
+    return named[best], f"{best} (judged faster than the search's result)", found
 
 
 def _say(out, text: str) -> None:

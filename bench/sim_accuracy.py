@@ -35,7 +35,10 @@ most of the benchmark's time).
 
 Reported: median and worst relative error, per app and layout every case (predicted /
 measured (spread), error), and the ordering of every pair of strategies of one app and
-layout whose measured medians differ by more than the sum of their spreads;
+layout whose measured medians differ by more than the sum of their spreads; the searched
+strategy against data parallel, and as a search on a calibrated machine keeps one of them
+(apps/judge.py: the calibration of the fold holding data parallel predicts both, the faster
+is kept: `judged_data_s` of the searched case) and how the kept one ran;
 `results["cases"]` lists every case. With SIM_ACCURACY_DATA=FOLDER the strategies, traces
 and measurements are kept there (an interrupted collection resumes layout by layout), and a
 folder holding a finished collection is analysed again without running anything.
@@ -192,7 +195,7 @@ def run(quick: bool = False) -> dict:
 def analyse(folder: str, data: dict) -> dict:
     """Calibrate each layout on one fold of its traces, predict the other fold's cases."""
     import warnings
-    from strategy.calibration import calibrate, predict
+    from strategy.calibration import calibrate, judged, predict
     from strategy.costs import CostModel, CostWarning
     from strategy.costs.profile import Profile, merged
     from strategy.logical_devices import shared as shared_devices
@@ -262,6 +265,12 @@ def analyse(folder: str, data: dict) -> dict:
                     if os_load and c.get("contention") and all(c["contention"]):
                         at_load = predict(fit, g, ints, ranks_, per, contention=max(
                             1.0, statistics.median(c["contention"])))
+                    judged_data = None      # one calibration judges searched and data
+                    if strategy == "searched" and "data" in fold:
+                        times = dict((n, t) for t, n in judged(
+                            fit, {"searched": g, "data": graphs_of[name, a]["data"]}, ints,
+                            ranks_, per))
+                        judged_data = times["data"]
                     cases.append({
                         "app": a, "ranks": ranks_, "devices_per_rank": per,
                         "layout": name, "strategy": strategy, "calibrated_on": list(fold),
@@ -275,7 +284,8 @@ def analyse(folder: str, data: dict) -> dict:
                         "load": c.get("load"), "at_load_s": at_load,
                         "contention": c.get("contention"),
                         "calibration_contention": fit.contention,
-                        "work_s": work, "traced_cpu_s": cpu})
+                        "work_s": work, "traced_cpu_s": cpu,
+                        "judged_data_s": judged_data})
     timing["calibrate_predict_s"] = round(time.perf_counter() - t, 1)
     machines = {r: measured[r]["machine"].get("calibration", {}) for r in measured}
     timing["load_average"] = {r: measured[r]["load"] for r in measured}
@@ -342,6 +352,33 @@ def searched_vs_data(cases: list[dict], key: str = "predicted_s") -> list[str]:
         verdict = "" if p >= 1 else (" HELD" if m < 1 else " NOT HELD")
         out.append(f"{a} {lay}: predicted {p:.2f}x, measured {m:.2f}x{verdict}")
     return out
+
+
+def judged_rows(cases: list[dict]) -> list[tuple]:
+    """The searched strategy as a search with a calibration returns it (apps/judge.py):
+    the calibration of the fold holding data parallelism (in its runs, as a user who
+    recorded it) predicts both, the faster by it is kept; measured, the kept one against
+    data parallelism."""
+    by = {(c["app"], c["layout"], c["strategy"]): c for c in cases}
+    out, kept_searched, not_slower = [], 0, 0
+    for (a, lay, s), c in by.items():
+        d = by.get((a, lay, "data"))
+        if s != "searched" or d is None or c.get("judged_data_s") is None:
+            continue
+        keep = c["predicted_s"] < c["judged_data_s"]
+        m = c["measured_s"] / d["measured_s"] if keep else 1.0
+        kept_searched += keep
+        not_slower += m <= 1.0 or d["measured_s"] >= c["spread_s"][0]
+        out.append(f"{a} {lay}: {c['predicted_s'] / c['judged_data_s']:.2f}x predicted, "
+                   f"kept {'searched' if keep else 'data parallel'}, measured {m:.2f}x")
+    if not out:
+        return []
+    return [("searched strategy judged by the calibration against data parallel: kept "
+             "not slower when run", f"{not_slower} of {len(out)}",
+             f"kept the searched in {kept_searched}; one calibration (the fold with data "
+             "parallel's runs) predicts both, as --search on a calibrated machine does "
+             "(apps/judge.py); kept / data parallel iteration time, not slower: the data "
+             "parallel median at or above the kept one's fastest run: " + "; ".join(out))]
 
 
 def layout_text(layout: str) -> str:
@@ -428,7 +465,11 @@ def report(cases: list[dict], timing: dict, machines: dict, quick: bool,
         held = [v for v in faster if not v.endswith("NOT HELD")]
         rows.append(("searched strategy predicted faster than data parallel: also faster "
                      "when run", f"{len(held)} of {len(faster)}", "searched / data parallel iteration time"
-                     f"{' at the measured load' if with_load else ''}: " + "; ".join(versus)))
+                     f"{' at the measured load' if with_load else ''} (each predicted by the "
+                     "calibration of the other fold; the searched strategy of a layout's "
+                     "devices is the collection's, found on one process's model with "
+                     "analytic costs): " + "; ".join(versus)))
+    rows.extend(judged_rows(cases))
     if residuals:
         errs = [abs(p - m) / m for rs in residuals.values() for _, m, p in rs]
         rows.append(("calibration residuals (traced runs it was fitted to)",

@@ -71,6 +71,7 @@ runs taskrt's LocalExecutor, several run the MPIExecutor, whose costs differ.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 import warnings
@@ -395,8 +396,69 @@ def calibrate(paths, base_model, base_profile: Profile | None = None, factor: bo
     model, profile = at_contention(fit, fit.contention)
     record = dict(model.calibration)
     record["from_traces"] = dict(record["from_traces"], contention=fit.contention,
-                                 slice_s=fit.slice_s, iteration_factor=fit.factor)
+                                 slice_s=fit.slice_s, iteration_factor=fit.factor,
+                                 **{PREDICTION_RECORD: prediction_record(fit)})
     return model.with_host_costs(model.host_costs, record), profile, fit
+
+
+PREDICTION_RECORD = "prediction"    # in the calibration record's "from_traces"
+
+
+def prediction_record(fit: Fit) -> dict:
+    """What predict() needs of a fit beyond the host costs and task times of the files
+    calibrate() writes (plain JSON): the machine file's calibration record keeps it, so that
+    whoever holds the two files can predict as the calibration does (fit_from_files)."""
+    return {"ranks": fit.ranks, "contention": fit.contention, "factor": fit.factor,
+            "slice_s": fit.slice_s, "background": fit.background, "waiting": fit.waiting,
+            "cores": fit.cores,
+            "sleep": None if fit.sleep is None else dataclasses.asdict(fit.sleep),
+            "collective_s": None if fit.collective_s is None else
+            {str(p): list(line) for p, line in fit.collective_s.items()},
+            "speeds": None if fit.speeds is None else [list(t) for t in fit.speeds]}
+
+
+def fit_from_files(model, profile: Profile, where: str = "the machine file") -> Fit | None:
+    """The Fit of calibrate() from the two files it wrote (the model and profile, which hold
+    host costs and task times times contention x factor, and the model's calibration record:
+    prediction_record), for predict(); None when the record holds no prediction (a preset,
+    `local`, a file written before 2026-12-04 22:30). A profile of another calibration (its
+    scale is not the record's) is refused: its task times are not the fit's."""
+    rec = (model.calibration.get("from_traces") or {}).get(PREDICTION_RECORD)
+    if rec is None:
+        return None
+    try:
+        scale = float(rec["contention"]) * float(rec["factor"])
+        sleep = None if rec["sleep"] is None else SleepSchedule(**rec["sleep"])
+        collective = None if rec["collective_s"] is None else {
+            int(p): (float(a), float(f)) for p, (a, f) in rec["collective_s"].items()}
+        speeds = None if rec["speeds"] is None else [tuple(float(x) for x in t)
+                                                     for t in rec["speeds"]]
+        fit = Fit(dict(model.host_costs), {}, {}, 0, ranks=int(rec["ranks"]),
+                  contention=float(rec["contention"]), factor=float(rec["factor"]),
+                  slice_s=float(rec["slice_s"]), background=rec["background"],
+                  waiting=float(rec["waiting"]), cores=int(rec["cores"]), sleep=sleep,
+                  collective_s=collective, speeds=speeds)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise CalibrationError(f"{where}: its calibration record's {PREDICTION_RECORD!r} is "
+                               f"malformed ({type(e).__name__}: {e}); calibrate again "
+                               "(python -m strategy calibrate)") from None
+    if not scale > 0 or profile.meta.get("contention") != scale:
+        raise CalibrationError(
+            f"{where}: the profile is not the one its calibration wrote (task times scaled "
+            f"by {profile.meta.get('contention')!r}, the calibration's contention x factor is "
+            f"{scale!r}): give the NAME.profile written with it")
+    fit.work = with_factor(model, profile, 1.0 / scale, "work")
+    fit.host_costs = dict(fit.work[0].host_costs)
+    return fit
+
+
+def judged(fit: Fit, graphs: dict, int_ranges: dict, ranks: int, per_rank: int) -> list:
+    """[(predicted s, name)] of {name: graph} by predict(), fastest first (ties in the order
+    given): a search's candidates judged by the whole calibrated model, which a search's
+    own simulator (the smooth model of the files) is not."""
+    times = [(predict(fit, g, int_ranges, ranks, per_rank), k, name)
+             for k, (name, g) in enumerate(graphs.items())]
+    return [(t, name) for t, _, name in sorted(times)]
 
 
 def others_of(runs) -> float:

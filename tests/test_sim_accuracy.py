@@ -193,3 +193,20 @@ def test_work_is_checked_against_the_traced_runs_cpu_of_the_busiest_rank(tmp_pat
     value, note = rows["predicted work vs the traced runs' CPU seconds: median / worst error"]
     assert value == "35.0% / 50.0%" and note.startswith("2 held-out cases")
     assert "1 process x 2 devices 20.0% / 20.0%; 2 ranks 50.0% / 50.0%" in note
+
+
+def test_the_judged_search_keeps_the_faster_by_one_calibration_and_says_how_it_ran():
+    from bench.sim_accuracy import judged_rows
+
+    def searched(app, measured, predicted, judged_data):
+        return dict(case(app, 2, "searched", measured, predicted), judged_data_s=judged_data)
+    cases = [case("a", 2, "data", 1.0, 5.0), searched("a", 0.8, 0.9, 1.0),
+             case("b", 2, "data", 1.0, 0.1), searched("b", 1.3, 1.2, 1.0),
+             case("c", 2, "data", 1.0, 0.1), searched("c", 1.3, 0.9, 1.0),
+             searched("d", 0.5, 0.1, 1.0)]                 # no data parallel case: left out
+    (metric, value, note), = judged_rows(cases)
+    assert value == "2 of 3" and "kept the searched in 2" in note
+    assert note.endswith("a 2x1: 0.90x predicted, kept searched, measured 0.80x; "
+                         "b 2x1: 1.20x predicted, kept data parallel, measured 1.00x; "
+                         "c 2x1: 0.90x predicted, kept searched, measured 1.30x")
+    assert judged_rows([case("a", 2, "data", 1.0, 1.0), case("a", 2, "searched", 1, 1)]) == []

@@ -69,6 +69,18 @@ def test_cli_writes_files_the_simulator_reads(traces, tmp_path, capsys):
     assert res.iteration_time > 0
 
 
+def test_the_written_files_predict_as_the_calibration_does(traces, tmp_path):
+    from strategy.calibration import fit_from_files, predict
+    model, profile, fit = calibrate(traces, base())
+    model.save(str(tmp_path / "m.json"))
+    profile.save(str(tmp_path / "p.profile"))
+    again = fit_from_files(load(str(tmp_path / "m.json")), Profile.load(str(tmp_path /
+                                                                            "p.profile")))
+    for r in load_runs(traces):
+        assert predict(again, r.graph, r.int_ranges, 1, 2) == pytest.approx(
+            predict(fit, r.graph, r.int_ranges, 1, 2), rel=1e-9)
+
+
 def test_gpu_traces_are_refused(traces, tmp_path, capsys):
     data = json.load(open(traces[0]))
     other = dict(data)

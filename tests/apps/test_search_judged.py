@@ -1,0 +1,89 @@
+"""--search on a calibrated machine (apps/judge.py): the search's simulator runs the files'
+smooth model, which knows nothing of ranks that sleep while idle; the calibration's own
+prediction (strategy.calibration.predict, from the machine file's record) does. On a
+2-rank machine whose idle ranks wake every 5 ms, the search's best RNNLM strategy moves
+activations between the ranks and is predicted 3x data parallelism by the calibration: the
+app must not return it."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from apps.rnnlm import APP as RNNLM
+from apps.startup import optimizer, setup
+from parallel_ops.lowering import lower
+from strategy import standard
+from strategy.calibration import fit_from_files, predict
+from strategy.costs import Profile
+from strategy.machines import DEVICE_SPECS, cluster_model, load
+from strategy.machines.specs import HOST_KINDS, HostCost
+from taskrt import plan
+
+ARGV = ["--small", "--simulate", "--search", "600", "--search-proposals", "100", "--quiet"]
+
+
+def files(folder, record: bool = True) -> list[str]:
+    """--machine and --profile of a 2-rank calibration whose idle ranks sleep 5 ms between
+    polls (no spin), every other part of the fit neutral; the profile is the analytic
+    model's (no times) at contention 1. Without `record`, the same machine and costs with no
+    calibration to judge by."""
+    rec = {"ranks": 2, "contention": 1.0, "factor": 1.0, "slice_s": 0.0, "background": None,
+           "waiting": 0.0, "cores": 2, "collective_s": None, "speeds": None,
+           "sleep": {"spin_s": 0.0, "first_s": 5e-3, "max_s": 5e-3, "overshoot_s": 0.0}}
+    calibration = {"from_traces": {"layout": [2, 1], "prediction": rec}} if record else None
+    spec = dataclasses.replace(DEVICE_SPECS["P100"], kind="cpu")
+    model = cluster_model("two", spec, 2, calibration=calibration).with_host_costs(
+        {kind: HostCost(2e-6, 0.0) for kind in HOST_KINDS})
+    paths = [str(folder / "m.json"), str(folder / "p.profile")]
+    model.save(paths[0])
+    Profile(meta={"contention": 1.0}).save(paths[1])
+    return ["--machine", paths[0], "--profile", paths[1]]
+
+
+def calibrated(flags, s):
+    """The calibration's prediction of a strategy (configs) of the setup s."""
+    fit = fit_from_files(load(flags[1]), Profile.load(flags[3]))
+    net, machine = s.network, s.machine_model.taskrt_machine()
+
+    def predicted(configs):
+        lowered = lower(net.model, configs, machine, optimizer(s.config))
+        graph = plan(lowered.launches, machine, initial=lowered.initial)
+        return predict(fit, graph, net.int_ranges, 2, 1)
+    return predicted
+
+
+def test_a_search_keeps_nothing_the_calibration_predicts_slower_than_data_parallel(
+        tmp_path, capsys):
+    judged = files(tmp_path)
+    s = setup(RNNLM, ARGV + judged)
+    predicted = calibrated(judged, s)
+    dp = predicted(standard.data_parallel(s.network.model, [0, 1]))
+    assert predicted(s.strategy) <= dp
+    out = capsys.readouterr().out
+    assert "judged by the calibration of --machine" in out and "keeping" in out, out
+    assert s.search.predicted == pytest.approx(predicted(s.strategy), rel=1e-9)
+    assert s.search.baselines["data_parallel"] == pytest.approx(dp, rel=1e-9)
+    # the same search with nothing to judge by returns a strategy the calibration rejects
+    (tmp_path / "plain").mkdir()
+    alone = setup(RNNLM, ARGV + files(tmp_path / "plain", record=False))
+    assert alone.strategy_name.startswith("searched")
+    assert predicted(alone.strategy) > 1.5 * dp
+    assert alone.search.predicted < alone.search.baselines["data_parallel"]
+
+
+def test_a_profile_of_another_calibration_is_refused_before_the_search(tmp_path):
+    from apps.errors import UsageError
+    flags = files(tmp_path)
+    Profile(meta={"contention": 2.0}).save(flags[3])
+    with pytest.raises(UsageError, match="not the one its calibration wrote"):
+        setup(RNNLM, ARGV + flags)
+
+
+def test_a_calibration_without_the_record_says_the_result_was_not_judged(tmp_path, capsys):
+    flags = files(tmp_path, record=False)
+    m = load(flags[1])
+    m.with_host_costs(m.host_costs, {"from_traces": {"layout": [2, 1]}}).save(flags[1])
+    setup(RNNLM, ARGV[:-3] + ["--search-proposals", "8", "--quiet"] + flags)
+    out = capsys.readouterr().out
+    assert "was not judged by its whole model (it predates the record" in out, out
