@@ -45,6 +45,7 @@ class Prediction:
     strategy_name: str
     rank: int = 0
     search: object | None = None      # the SearchResult of --search
+    calibrated: float | None = None   # seconds by the whole calibrated model (_calibrated)
     simulated = True                  # result_json tells predictions from runs by this
 
     @property
@@ -135,7 +136,25 @@ def _predict(app: App, setup, optimizer, out) -> Prediction:
         result = simulate(graph, mm, costs, timer)
     say(f"simulated in {time.perf_counter() - t:.1f} s")
     return Prediction(app, config, net, machine, mm, graph, result, timer, costs,
-                      setup.strategy_name, setup.rank, setup.search)
+                      setup.strategy_name, setup.rank, setup.search,
+                      _calibrated(config, mm, net, graph))
+
+
+def _calibrated(config: RunConfig, mm, net: Network, graph) -> float | None:
+    """The graph's iteration by the whole calibrated model (strategy.calibration.predict:
+    gradient buckets, ranks' speeds, wake-ups), when --machine is a calibration holding its
+    record and --profile the profile written with it (apps/judge.py), and the machine is the
+    one it was calibrated on; else None. The simulator's time is the files' smooth model, the
+    one the search uses: a judged --search then prints the judge's number beside it."""
+    from strategy.calibration import judged
+    from .judge import calibration_of
+    calibration = calibration_of(config)
+    if calibration is None:
+        return None
+    fit, ranks, per_rank = calibration
+    if ranks * per_rank != mm.num_devices:
+        return None
+    return judged(fit, {"this": graph}, net.int_ranges, ranks, per_rank)[0][0]
 
 
 def _ms(s: float) -> str:
@@ -157,6 +176,10 @@ def prediction_report(p: Prediction) -> str:
         lines.append(f"  INVALID: memory over capacity on {len(r.over_capacity)} device(s); "
                      f"predicted time is infinite (timeline without the memory rule: "
                      f"{_ms(span)})")
+    if p.calibrated is not None:
+        lines.append(f"  calibrated      {_ms(p.calibrated)} by the whole calibrated model of "
+                     f"--machine (gradient buckets, ranks' speeds, wake-ups); the time above "
+                     "is its smooth model's, the one the search simulates")
     if p.tflops_per_device is not None:
         lines.append(f"  model FLOPs     {p.model_flops:.4g} per iteration (forward and "
                      f"backward, recomputation counted): {p.tflops_per_device:.1f} TFLOP/s per "
@@ -213,6 +236,7 @@ def prediction_json(p: Prediction) -> dict:
             "samples_per_s": p.samples_per_s if t else None,
             "loss": None,
             "strategy": p.strategy_name,
+            "calibrated_iteration_time_s": p.calibrated,
             # details
             "valid": r.valid,
             "machine_model": p.machine_model.name,

@@ -87,3 +87,23 @@ def test_a_calibration_without_the_record_says_the_result_was_not_judged(tmp_pat
     setup(RNNLM, ARGV[:-3] + ["--search-proposals", "8", "--quiet"] + flags)
     out = capsys.readouterr().out
     assert "was not judged by its whole model (it predates the record" in out, out
+
+
+def test_simulate_report_gives_the_calibrated_models_time_beside_the_smooth_one(tmp_path,
+                                                                                 capsys):
+    """After a judged search --simulate printed the smooth model's time only (3.1 ms), while
+    the judge had said 5.6 ms for the same strategy: both now, each named."""
+    import json
+    judged = files(tmp_path)
+    assert RNNLM.main(ARGV + judged + ["--json"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    got = json.loads(lines[-1])
+    s = setup(RNNLM, ARGV + judged)
+    assert got["calibrated_iteration_time_s"] == pytest.approx(
+        calibrated(judged, s)(s.strategy), rel=1e-9)
+    assert got["calibrated_iteration_time_s"] != pytest.approx(got["iteration_time_s"])
+    assert "\n  calibrated      " in "\n".join(lines)
+    capsys.readouterr()
+    (tmp_path / "plain").mkdir()          # nothing to judge by: no such line, null in --json
+    assert RNNLM.main(ARGV + files(tmp_path / "plain", record=False)) == 0
+    assert "\n  calibrated      " not in capsys.readouterr().out
