@@ -5,7 +5,7 @@ all operations treat them consistently (volume 0, intersect with nothing).
 """
 from __future__ import annotations
 
-from operator import le
+from operator import itemgetter, le
 from typing import Iterable, Sequence
 
 from .errors import RectError
@@ -334,22 +334,40 @@ def merge_adjacent(rects: list[Rect]) -> list[Rect]:
     if sum(r.volume for r in rects) == box.volume:
         return [box]
     out = [r for r in rects if not r.empty]
-    changed = True
-    while changed and len(out) > 1:
-        changed = False
-        for d in range(box.ndim):
-            merged = _merge_along(out, d)
-            if len(merged) < len(out):
-                out, changed = merged, True
+    # Passes along dimensions 0, 1, ..., ndim-1, 0, ... until ndim in a row merge nothing
+    # (what rounds over all dimensions until a round merges nothing leave), stopping early
+    # when the ndim-1 passes after one that merged along d merged nothing: a pass along d
+    # again would merge nothing either (a merge joins every touching run of a line, and
+    # lines along d are unchanged by it), and a pass that merges nothing keeps `out` as is.
+    ndim = box.ndim
+    quiet, d = 0, 0
+    while quiet < ndim and len(out) > 1:
+        merged = _merge_along(out, d)
+        if len(merged) < len(out):
+            out, quiet = merged, 1
+        else:
+            quiet += 1
+        d = d + 1 if d + 1 < ndim else 0
     return out
 
 
 def _merge_along(rects: list[Rect], d: int) -> list[Rect]:
-    """Rects equal outside dimension d and touching in d, merged (first-seen order kept)."""
+    """Rects equal outside dimension d and touching in d, merged (first-seen order kept).
+    When no two rects share a line (their extents outside d), nothing can merge: `rects`
+    itself is returned."""
     lines: dict[tuple, list[Rect]] = {}
+    others = _OTHER_DIMS.get((len(rects[0].lo), d)) if rects else None
+    if others is None:
+        others = _other_dims(len(rects[0].lo), d) if rects else None
     for r in rects:
-        key = (r.lo[:d] + r.lo[d + 1:], r.hi[:d] + r.hi[d + 1:])
-        lines.setdefault(key, []).append(r)
+        key = (others(r.lo), others(r.hi))
+        line = lines.get(key)
+        if line is None:
+            lines[key] = [r]
+        else:
+            line.append(r)
+    if len(lines) == len(rects):
+        return rects
     out = []
     for line in lines.values():
         if len(line) == 1:
@@ -365,3 +383,15 @@ def _merge_along(rects: list[Rect], d: int) -> list[Rect]:
                 lo, hi = r.lo, r.hi
         out.append(Rect(lo, hi))
     return out
+
+
+_OTHER_DIMS: dict[tuple[int, int], object] = {}
+
+
+def _other_dims(ndim: int, d: int):
+    """A function of a corner (lo or hi) giving its coordinates outside dimension d (a line's
+    key along d, with the other corner's)."""
+    dims = [k for k in range(ndim) if k != d]
+    got = itemgetter(*dims) if dims else (lambda corner: ())
+    _OTHER_DIMS[ndim, d] = got
+    return got

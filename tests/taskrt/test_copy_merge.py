@@ -80,3 +80,70 @@ def test_merge_adjacent_covers_the_same_points_with_fewer_disjoint_rects():
     assert merge_adjacent([Rect.of((0, 2), (0, 2)), Rect.of((2, 4), (0, 2))]) == \
         [Rect.of((0, 4), (0, 2))]
     assert len(merge_adjacent([Rect.of((0, 2), (0, 2)), Rect.of((2, 4), (1, 3))])) == 2
+
+
+def _merge_by_rounds(rects):
+    """merge_adjacent as it was: rounds over every dimension until a round merges nothing
+    (the oracle for its early stop and line keys)."""
+    from taskrt.geometry import bounding_box
+    box = bounding_box(rects)
+    if box is None:
+        return []
+    if sum(r.volume for r in rects) == box.volume:
+        return [box]
+    out = [r for r in rects if not r.empty]
+    changed = True
+    while changed and len(out) > 1:
+        changed = False
+        for d in range(box.ndim):
+            merged = _merge_along_by_slices(out, d)
+            if len(merged) < len(out):
+                out, changed = merged, True
+    return out
+
+
+def _merge_along_by_slices(rects, d):
+    """geometry._merge_along as it was (lines keyed by sliced corners, always rebuilt)."""
+    lines = {}
+    for r in rects:
+        key = (r.lo[:d] + r.lo[d + 1:], r.hi[:d] + r.hi[d + 1:])
+        lines.setdefault(key, []).append(r)
+    out = []
+    for line in lines.values():
+        if len(line) == 1:
+            out.append(line[0])
+            continue
+        line.sort(key=lambda r: r.lo[d])
+        lo, hi = line[0].lo, line[0].hi
+        for r in line[1:]:
+            if r.lo[d] == hi[d]:
+                hi = hi[:d] + (r.hi[d],) + hi[d + 1:]
+            else:
+                out.append(Rect(lo, hi))
+                lo, hi = r.lo, r.hi
+        out.append(Rect(lo, hi))
+    return out
+
+
+def test_merge_adjacent_stops_early_with_the_rounds_result():
+    """merge_adjacent stops once the passes after the last merge merged nothing, and keys a
+    line by its corners' other coordinates; the rects and their order are those of passing
+    over every dimension until a round merges nothing, lines keyed by sliced corners,
+    on fragments of 1-4 dimensional boxes cut several times (many need several rounds)."""
+    rng = random.Random(1)
+    several = 0
+    for _ in range(3000):
+        ndim = rng.randint(1, 4)
+        box = Rect(tuple([0] * ndim), tuple(rng.randint(1, 6) for _ in range(ndim)))
+        pieces = [box]
+        for _ in range(rng.randint(1, 5)):
+            lo = tuple(rng.randint(0, 5) for _ in range(ndim))
+            cut = Rect(lo, tuple(a + rng.randint(1, 4) for a in lo))
+            pieces = [q for p in pieces for q in ([p.intersect(cut)] + p.subtract(cut))
+                      if not q.empty]
+        rng.shuffle(pieces)
+        keep = [p for p in pieces if rng.random() < 0.8]
+        want = _merge_by_rounds(keep)
+        assert merge_adjacent(keep) == want, keep
+        several += len(want) < len(keep) - 1
+    assert several > 300
