@@ -311,16 +311,26 @@ class Liveness:
             devs, first = np.unique(device[stay], return_index=True)
             for d in devs[np.argsort(first)].tolist():      # in the buffers' order
                 persistent[d] = int(per[d])
-        buf = uses.use_buf
-        used = np.zeros(len(size), dtype=bool)
-        used[buf[buf >= 0]] = True
-        temps = np.flatnonzero(owned & temporary & used)   # a temporary nobody uses: none
+        buf, node = uses.use_buf, uses.use_node
+        used = np.zeros(len(size) + 1, dtype=bool)            # [-1]: no buffer
+        used[buf] = True
+        temps = np.flatnonzero(owned & temporary & used[:-1])  # a temporary nobody uses: none
         temp_of = np.full(len(size) + 1, -1, dtype=np.int64)      # [-1]: no buffer
         temp_of[temps] = np.arange(len(temps), dtype=np.int64)
-        use_buf = temp_of[buf]
-        mine = use_buf >= 0
-        live = cls(None, device[temps].tolist(), size[temps].tolist(), use_buf[mine],
-                   uses.use_node[mine], persistent, kept)
+        # The temporaries' uses, chunk by chunk (no temporary array of all uses).
+        bufs, nodes = [], []
+        for lo in range(0, len(buf), _USE_CHUNK):
+            got = temp_of[buf[lo:lo + _USE_CHUNK]]
+            mine = got >= 0
+            bufs.append(got[mine])
+            nodes.append(node[lo:lo + _USE_CHUNK][mine])
+        i8 = np.int64
+        live = cls(None, device[temps].tolist(), size[temps].tolist(),
+                   np.concatenate(bufs) if bufs else np.zeros(0, i8),
+                   np.concatenate(nodes) if nodes else np.zeros(0, i8), persistent, kept)
+        # Only keys() is asked of `uses` from here: its use arrays go (they were the
+        # largest arrays of a graph's memory model, and the peak's follow).
+        uses.use_buf = uses.use_node = None
         live._temps, live._uses = temps, uses
         return live
 
@@ -432,7 +442,7 @@ class BufferUses:
             return base + e
         ub: list[int] = []
         un: list[int] = []
-        gathered_buf, gathered_node = [], []      # all-reduces' uses, as arrays
+        gathered_buf, gathered_node = [], []      # all-reduces' uses (arrays), node ids
         for node in others:                       # copies, reduces, all-reduces
             i = node.id
             if node.kind is ALLREDUCE:
@@ -446,7 +456,7 @@ class BufferUses:
                                       r * n_dev + devs]) if r is not None else \
                     np.full(2 * len(devs), -1, dtype=i8)
                 gathered_buf.append(got)
-                gathered_node.append(np.full(len(got), i, dtype=i8))
+                gathered_node.append(i)
                 continue
             for key in buffers_of(node, nodes):
                 ub.append(number(key))
@@ -471,13 +481,6 @@ class BufferUses:
         per_task = np.array(counts, dtype=i8)[cls_of] if len(counts) else np.zeros(0, i8)
         ptr = np.zeros(len(counts) + 1, dtype=i8)
         np.cumsum(counts, out=ptr[1:])
-        # Task t's uses: flat[ptr[c] : ptr[c + 1]] of its class c, each plus its device.
-        total = int(per_task.sum())
-        at = np.repeat(ptr[:-1][cls_of] - np.cumsum(per_task) + per_task, per_task) + \
-            np.arange(total, dtype=i8)
-        task_buf = np.array(flat, dtype=i8)[at] + np.repeat(classes.device, per_task)
-        task_buf[task_buf < 0] = -1
-        task_node = np.repeat(classes.ids, per_task)
         state_buf, state_node = [], []
         if any(stateful):
             # state_key per task, with its launch's part taken once per class.
@@ -498,31 +501,40 @@ class BufferUses:
                         extras.append(key)
                     state_buf.append(base + e)
                     state_node.append(i)
-        ids = np.concatenate([np.array(ub, dtype=i8), *gathered_buf, task_buf,
-                              np.array(state_buf, dtype=i8)])
-        out.use_node = np.concatenate([np.array(un, dtype=i8), *gathered_node, task_node,
-                                       np.array(state_node, dtype=i8)])
-        # Numbers -> buffer indices: at once where the region's devices are 0, 1, ...;
-        # else by a search among those regions' buffers.
+        # The uses, in this order: copies' and reduces', all-reduces', tasks', saved
+        # states'; each piece's numbers made buffer indices as it is written into the two
+        # arrays (the tasks' in chunks: no array of all uses but the two).
         n_rect = len(r_dev)
-        buf = np.full(len(ids), -1, dtype=i8)
-        of_rect = np.flatnonzero((ids >= 0) & (ids < base))
-        slot, dev = np.divmod(ids[of_rect], max(n_dev, 1))
-        direct = slot_direct[slot]
-        hit = direct & (dev < slot_len[slot])
-        buf[of_rect[hit]] = slot_start[slot[hit]] + dev[hit]
-        rest = of_rect[~direct]
-        if len(rest):
-            among = np.flatnonzero(~slot_direct[r_region])
-            numbers = (r_region * n_dev + r_dev)[among]
-            order = np.argsort(numbers, kind="stable")
-            ordered = numbers[order]
-            pos = np.minimum(np.searchsorted(ordered, ids[rest]), len(ordered) - 1)
-            found = ordered[pos] == ids[rest]
-            buf[rest[found]] = among[order[pos[found]]]
-        of_extra = ids >= base
-        buf[of_extra] = n_rect + ids[of_extra] - base
-        out.use_buf = buf
+        to_buffers = _BufferNumbers(slot_start, slot_len, slot_direct, r_region, r_dev, n_dev,
+                                    base, n_rect)
+        total = int(per_task.sum())
+        n_uses = len(ub) + sum(map(len, gathered_buf)) + total + len(state_buf)
+        use_buf, use_node = np.empty(n_uses, dtype=i8), np.empty(n_uses, dtype=i8)
+        at = 0
+
+        def put(numbers: np.ndarray, node_ids) -> None:
+            nonlocal at
+            k = len(numbers)
+            use_buf[at:at + k] = to_buffers(numbers)
+            use_node[at:at + k] = node_ids
+            at += k
+        put(np.array(ub, dtype=i8), np.array(un, dtype=i8))
+        for got, i in zip(gathered_buf, gathered_node):
+            put(got, i)
+        # Task t's uses: flat[ptr[c] : ptr[c + 1]] of its class c, each plus its device.
+        flat = np.array(flat, dtype=i8)
+        first_use = ptr[:-1][cls_of]
+        for lo in range(0, len(cls_of), _TASK_CHUNK):
+            hi = lo + _TASK_CHUNK
+            per = per_task[lo:hi]
+            k = int(per.sum())
+            where = np.repeat(first_use[lo:hi] - np.cumsum(per) + per, per) + \
+                np.arange(k, dtype=i8)
+            numbers = flat[where] + np.repeat(classes.device[lo:hi], per)
+            numbers[numbers < 0] = -1
+            put(numbers, np.repeat(classes.ids[lo:hi], per))
+        put(np.array(state_buf, dtype=i8), np.array(state_node, dtype=i8))
+        out.use_buf, out.use_node = use_buf, use_node
         out.region = np.concatenate([r_region % max(n_regions, 1),
                                      np.full(len(extras), -1, dtype=i8)])
         out.device = np.concatenate([r_dev, np.array([k[2] for k in extras], dtype=i8)])
@@ -550,6 +562,49 @@ class BufferUses:
             base += total
         out += [self.extras[b - base] for b in bs[bs >= base].tolist()]
         return out
+
+
+# Tasks per chunk when BufferUses writes their uses (a chunk's few MB of temporaries are
+# reused; arrays of all ~5M uses of GPT-3 2.7B at 1,024 GPUs were fresh pages each).
+_TASK_CHUNK = 1 << 16
+_USE_CHUNK = 1 << 20     # uses per chunk when Liveness.of picks the temporaries'
+
+
+class _BufferNumbers:
+    """BufferUses' numbering of a region's buffer, (kind * regions + region) * devices +
+    device, or base + index of an extra, turned into buffer indices (-1: a buffer the graph
+    does not list): at once where the region's devices are 0, 1, ...; else by a search
+    among those regions' buffers (its table made on first need)."""
+
+    def __init__(self, slot_start, slot_len, slot_direct, r_region, r_dev, n_dev: int,
+                 base: int, n_rect: int):
+        self.slot_start, self.slot_len, self.slot_direct = slot_start, slot_len, slot_direct
+        self.r_region, self.r_dev, self.n_dev = r_region, r_dev, n_dev
+        self.base, self.n_rect = base, n_rect
+        self._search = None
+
+    def __call__(self, ids: np.ndarray) -> np.ndarray:
+        base = self.base
+        buf = np.full(len(ids), -1, dtype=np.int64)
+        of_rect = np.flatnonzero((ids >= 0) & (ids < base))
+        slot, dev = np.divmod(ids[of_rect], max(self.n_dev, 1))
+        direct = self.slot_direct[slot]
+        hit = direct & (dev < self.slot_len[slot])
+        buf[of_rect[hit]] = self.slot_start[slot[hit]] + dev[hit]
+        rest = of_rect[~direct]
+        if len(rest):
+            if self._search is None:
+                among = np.flatnonzero(~self.slot_direct[self.r_region])
+                numbers = (self.r_region * self.n_dev + self.r_dev)[among]
+                order = np.argsort(numbers, kind="stable")
+                self._search = (among[order], numbers[order])
+            buffers, ordered = self._search
+            pos = np.minimum(np.searchsorted(ordered, ids[rest]), len(ordered) - 1)
+            found = ordered[pos] == ids[rest]
+            buf[rest[found]] = buffers[pos[found]]
+        of_extra = ids >= base
+        buf[of_extra] = self.n_rect + ids[of_extra] - base
+        return buf
 
 
 def as_buffer_rects(rects) -> BufferRects:

@@ -15,6 +15,7 @@ from strategy.delta import SimulationSession
 from strategy.machine_model import machine_model
 from strategy.simulator import NodeTimer, Resources, node_arrays
 from strategy.timearrays import node_arrays_by_class
+from taskrt import liveness
 from taskrt.liveness import (INSTANCE, PARTIAL, STAGING, STATE, Liveness, buffers_of,
                              is_temporary, own_bytes, peak_bytes, resolve_keep, results_of,
                              task_reads_writes)
@@ -100,6 +101,21 @@ def test_every_task_of_a_class_is_like_its_first(name, seed):
 @pytest.mark.parametrize("name,seed", CASES)
 def test_liveness_equals_the_model_node_by_node(name, seed):
     graph, _ = graph_of(name, seed)
+    assert_liveness_equals_the_model(graph, seed)
+
+
+@pytest.mark.parametrize("name,seed", [c for c in CASES if c[1] != 4])
+def test_liveness_in_small_chunks_equals_the_model_node_by_node(name, seed, monkeypatch):
+    """BufferUses writes the tasks' uses, and Liveness.of picks the temporaries' uses, chunk
+    by chunk (GPT-3 at 1,024 GPUs: 16 chunks of tasks, 7 of uses): chunks of a few tasks
+    and uses, as many as a graph has, give the model node by node too."""
+    monkeypatch.setattr(liveness, "_TASK_CHUNK", 3)
+    monkeypatch.setattr(liveness, "_USE_CHUNK", 5)
+    graph, _ = graph_of(name, seed)
+    assert_liveness_equals_the_model(graph, seed)
+
+
+def assert_liveness_equals_the_model(graph, seed):
     some = {0, 2}
     for keep, devices in ((None, None), ("all", None), (None, some)):
         live = Liveness.of(graph, keep, devices)
