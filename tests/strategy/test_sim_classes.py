@@ -15,7 +15,7 @@ from strategy.delta import SimulationSession
 from strategy.machine_model import machine_model
 from strategy.simulator import NodeTimer, Resources, node_arrays
 from strategy.timearrays import node_arrays_by_class
-from taskrt import liveness
+from taskrt import bufferuses, liveness
 from taskrt.liveness import (INSTANCE, PARTIAL, STAGING, STATE, Liveness, buffers_of,
                              is_temporary, own_bytes, peak_bytes, resolve_keep, results_of,
                              task_reads_writes)
@@ -109,7 +109,7 @@ def test_liveness_in_small_chunks_equals_the_model_node_by_node(name, seed, monk
     """BufferUses writes the tasks' uses, and Liveness.of picks the temporaries' uses, chunk
     by chunk (GPT-3 at 1,024 GPUs: 16 chunks of tasks, 7 of uses): chunks of a few tasks
     and uses, as many as a graph has, give the model node by node too."""
-    monkeypatch.setattr(liveness, "_TASK_CHUNK", 3)
+    monkeypatch.setattr(bufferuses, "_TASK_CHUNK", 3)
     monkeypatch.setattr(liveness, "_USE_CHUNK", 5)
     graph, _ = graph_of(name, seed)
     assert_liveness_equals_the_model(graph, seed)
