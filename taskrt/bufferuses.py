@@ -26,9 +26,9 @@ class BufferUses:
     Buffers: the regions' instance and partial-sum buffers (graph.instance_rects,
     partial_rects, in that order), then the staging buffers and saved states in the order
     of their first use (`extras`, keys as buffers_of gives them); per buffer its region
-    index (`region`, -1 for an extra; into graph.regions), device and bytes. Uses:
-    use_node[k] uses buffer use_buf[k] (-1: a buffer the graph does not list), in no
-    particular order, a node's use of a buffer possibly repeated. And what results_of
+    index (`region`, -1 for an extra; into graph.regions), device and bytes. Uses: uses()
+    hands them out as arrays piece by piece, in no particular order, a node's use of a
+    buffer possibly repeated. And what results_of
     needs: the regions read (R, RW) by tasks that write something, and per region
     written the tuples of regions its writers read.
 
@@ -36,8 +36,8 @@ class BufferUses:
     a class's first task give every task of the class its buffers, on its own device,
     with numpy; saved state is asked per task of a launch that has some. Other nodes are
     asked one by one (buffers_of): copies, reduces and all-reduces are few in most graphs."""
-    __slots__ = ("region", "device", "nbytes", "extras", "use_buf", "use_node",
-                 "read_by_writer", "reads_of_writers", "_rect_keys")
+    __slots__ = ("region", "device", "nbytes", "extras", "read_by_writer", "reads_of_writers",
+                 "key_table", "_to_buffers", "_before", "_tasks", "_after")
 
     @classmethod
     def of(cls, graph, classes: TaskClasses | None = None) -> "BufferUses":
@@ -169,58 +169,72 @@ class BufferUses:
                         extras.append(key)
                     state_buf.append(base + e)
                     state_node.append(i)
-        # The uses, in this order: copies' and reduces', all-reduces', tasks', saved
-        # states'; each piece's numbers made buffer indices as it is written into the two
-        # arrays (the tasks' in chunks: no array of all uses but the two).
+        # The uses are handed out piece by piece (uses()), made then: copies' and reduces',
+        # each all-reduce's, the tasks' in chunks, the saved states'.
         n_rect = len(r_dev)
-        to_buffers = _BufferNumbers(slot_start, slot_len, slot_direct, r_region, r_dev, n_dev,
-                                    base, n_rect)
-        total = int(per_task.sum())
-        n_uses = len(ub) + sum(map(len, gathered_buf)) + total + len(state_buf)
-        use_buf, use_node = np.empty(n_uses, dtype=i8), np.empty(n_uses, dtype=i8)
-        at = 0
-
-        def put(numbers: np.ndarray, node_ids) -> None:
-            nonlocal at
-            k = len(numbers)
-            use_buf[at:at + k] = to_buffers(numbers)
-            use_node[at:at + k] = node_ids
-            at += k
-        put(np.array(ub, dtype=i8), np.array(un, dtype=i8))
-        for got, i in zip(gathered_buf, gathered_node):
-            put(got, i)
-        # Task t's uses: flat[ptr[c] : ptr[c + 1]] of its class c, each plus its device.
-        flat = np.array(flat, dtype=i8)
-        first_use = ptr[:-1][cls_of]
-        for lo in range(0, len(cls_of), _TASK_CHUNK):
-            hi = lo + _TASK_CHUNK
-            per = per_task[lo:hi]
-            k = int(per.sum())
-            where = np.repeat(first_use[lo:hi] - np.cumsum(per) + per, per) + \
-                np.arange(k, dtype=i8)
-            numbers = flat[where] + np.repeat(classes.device[lo:hi], per)
-            numbers[numbers < 0] = -1
-            put(numbers, np.repeat(classes.ids[lo:hi], per))
-        put(np.array(state_buf, dtype=i8), np.array(state_node, dtype=i8))
-        out.use_buf, out.use_node = use_buf, use_node
+        out._to_buffers = _BufferNumbers(slot_start, slot_len, slot_direct, r_region, r_dev,
+                                         n_dev, base, n_rect)
+        out._before = [(np.array(ub, dtype=i8), np.array(un, dtype=i8))] + \
+            [(got, np.full(len(got), i, dtype=i8))
+             for got, i in zip(gathered_buf, gathered_node)]
+        out._tasks = (per_task, ptr[:-1][cls_of], np.array(flat, dtype=i8), classes.device,
+                      classes.ids)
+        out._after = [(np.array(state_buf, dtype=i8), np.array(state_node, dtype=i8))]
         out.region = np.concatenate([r_region % max(n_regions, 1),
                                      np.full(len(extras), -1, dtype=i8)])
         out.device = np.concatenate([r_dev, np.array([k[2] for k in extras], dtype=i8)])
         out.nbytes = np.concatenate([r_bytes,
                                      np.array([own_bytes(k) if k[0] == STATE else
                                                k[3].nbytes for k in extras], dtype=i8)])
-        out.extras, out._rect_keys = extras, rect_keys
+        out.extras, out.key_table = extras, BufferKeyTable(rect_keys, extras)
         out.read_by_writer, out.reads_of_writers = read_by_writer, reads_of_writers
         return out
 
+    def uses(self):
+        """The uses as (buffers, nodes) pairs of arrays, piece by piece in one order: node
+        nodes[k] uses buffer buffers[k] (-1: a buffer the graph does not list). The tasks'
+        come in chunks of _TASK_CHUNK tasks (~5M uses of GPT-3 2.7B at 1,024 GPUs: arrays of
+        all of them were ~100 MB of fresh pages, most of the memory model's time)."""
+        to_buffers = self._to_buffers
+        for numbers, nodes in self._before:
+            yield to_buffers(numbers), nodes
+        # Task t's uses: flat[ptr[c] : ptr[c + 1]] of its class c, each plus its device.
+        per_task, first_use, flat, device, ids = self._tasks
+        for lo in range(0, len(per_task), _TASK_CHUNK):
+            hi = lo + _TASK_CHUNK
+            per = per_task[lo:hi]
+            k = int(per.sum())
+            where = np.repeat(first_use[lo:hi] - np.cumsum(per) + per, per) + \
+                np.arange(k, dtype=np.int64)
+            numbers = flat[where] + np.repeat(device[lo:hi], per)
+            numbers[numbers < 0] = -1
+            yield to_buffers(numbers), np.repeat(ids[lo:hi], per)
+        for numbers, nodes in self._after:
+            yield to_buffers(numbers), nodes
+
     def key(self, b: int) -> tuple:
         """The key (as buffers_of gives it) of buffer b."""
-        return self.keys(np.array([b], dtype=np.int64))[0]
+        return self.key_table.keys(np.array([b], dtype=np.int64))[0]
+
+    def keys(self, bs: np.ndarray) -> list[tuple]:
+        """The keys of buffers `bs` (ascending), in that order."""
+        return self.key_table.keys(bs)
+
+
+class BufferKeyTable:
+    """What BufferUses needs to name its buffers (keys as buffers_of gives them), without its
+    arrays: per kind its regions' names, (device, rect) lists and their cumulated lengths,
+    then the extras. (Liveness keeps this, not the BufferUses: its arrays were ~100 MB of
+    GPT-3 2.7B at 1,024 GPUs held through the peak's sweep.)"""
+    __slots__ = ("rect_keys", "extras")
+
+    def __init__(self, rect_keys: list, extras: list):
+        self.rect_keys, self.extras = rect_keys, extras
 
     def keys(self, bs: np.ndarray) -> list[tuple]:
         """The keys of buffers `bs` (ascending), in that order."""
         out, base = [], 0
-        for kind, names, lists, ends in self._rect_keys:
+        for kind, names, lists, ends in self.rect_keys:
             total = int(ends[-1]) if len(ends) else 0
             mine = bs[(bs >= base) & (bs < base + total)] - base
             at = np.searchsorted(ends, mine, side="right")
@@ -232,8 +246,8 @@ class BufferUses:
         return out
 
 
-# Tasks per chunk when BufferUses writes their uses (a chunk's few MB of temporaries are
-# reused; arrays of all ~5M uses of GPT-3 2.7B at 1,024 GPUs were fresh pages each).
+# Tasks per chunk of BufferUses.uses() (a chunk's few MB of temporaries are reused; arrays
+# of all ~5M uses of GPT-3 2.7B at 1,024 GPUs were fresh pages each).
 _TASK_CHUNK = 1 << 16
 
 

@@ -42,8 +42,6 @@ from .errors import PlanError
 from .settings import Settings
 from .taskclasses import TaskClasses
 
-_USE_CHUNK = 1 << 20     # uses per chunk when Liveness.of picks the temporaries'
-
 
 def is_temporary(region_name: str, nbytes: int, kept, settings: Settings | None = None) -> bool:
     """Whether a buffer of `nbytes` of region `region_name` is freed after its last use."""
@@ -98,7 +96,7 @@ class Liveness:
     temporary the ids of its users in id order, each once; the bytes of persistent buffers
     per device; the kept regions."""
     __slots__ = ("_keys", "device", "nbytes", "use_buf", "use_node", "persistent", "kept",
-                 "_users", "_temps", "_uses")
+                 "_users", "_temps", "_key_table")
 
     def __init__(self, keys: list | None, device: list[int], nbytes: list[int], use_buf,
                  use_node, persistent: dict[int, int], kept: set[str]):
@@ -153,34 +151,34 @@ class Liveness:
             devs, first = np.unique(device[stay], return_index=True)
             for d in devs[np.argsort(first)].tolist():      # in the buffers' order
                 persistent[d] = int(per[d])
-        buf, node = uses.use_buf, uses.use_node
-        used = np.zeros(len(size) + 1, dtype=bool)            # [-1]: no buffer
-        used[buf] = True
-        temps = np.flatnonzero(owned & temporary & used[:-1])  # a temporary nobody uses: none
-        temp_of = np.full(len(size) + 1, -1, dtype=np.int64)      # [-1]: no buffer
-        temp_of[temps] = np.arange(len(temps), dtype=np.int64)
-        # The temporaries' uses, chunk by chunk (no temporary array of all uses).
-        bufs, nodes = [], []
-        for lo in range(0, len(buf), _USE_CHUNK):
-            got = temp_of[buf[lo:lo + _USE_CHUNK]]
+        # The uses of candidates (owned temporaries), piece by piece; a candidate nobody
+        # uses is no temporary, and the others are numbered in order.
+        candidates = np.flatnonzero(owned & temporary)
+        candidate_of = np.full(len(size) + 1, -1, dtype=np.int64)      # [-1]: no buffer
+        candidate_of[candidates] = np.arange(len(candidates), dtype=np.int64)
+        bufs, nodes = [np.zeros(0, dtype=np.int64)], [np.zeros(0, dtype=np.int64)]
+        for buf, node in uses.uses():
+            got = candidate_of[buf]
             mine = got >= 0
             bufs.append(got[mine])
-            nodes.append(node[lo:lo + _USE_CHUNK][mine])
-        i8 = np.int64
-        live = cls(None, device[temps].tolist(), size[temps].tolist(),
-                   np.concatenate(bufs) if bufs else np.zeros(0, i8),
-                   np.concatenate(nodes) if nodes else np.zeros(0, i8), persistent, kept)
-        # Only keys() is asked of `uses` from here: its use arrays go (they were the
-        # largest arrays of a graph's memory model, and the peak's follow).
-        uses.use_buf = uses.use_node = None
-        live._temps, live._uses = temps, uses
+            nodes.append(node[mine])
+        use_buf, use_node = np.concatenate(bufs), np.concatenate(nodes)
+        del bufs, nodes
+        used = np.zeros(len(candidates), dtype=bool)
+        used[use_buf] = True
+        temps = candidates[used]
+        if len(temps) < len(candidates):
+            use_buf = (np.cumsum(used) - 1)[use_buf]
+        live = cls(None, device[temps].tolist(), size[temps].tolist(), use_buf, use_node,
+                   persistent, kept)
+        live._temps, live._key_table = temps, uses.key_table    # (not uses' arrays)
         return live
 
     @property
     def keys(self) -> list:
         """Per temporary, its key (as buffers_of gives it)."""
         if self._keys is None:
-            self._keys = self._uses.keys(self._temps)
+            self._keys = self._key_table.keys(self._temps)
         return self._keys
 
     def peak(self, start, end) -> dict[int, int]:
