@@ -193,8 +193,9 @@ class BufferUses:
     def uses(self):
         """The uses as (buffers, nodes) pairs of arrays, piece by piece in one order: node
         nodes[k] uses buffer buffers[k] (-1: a buffer the graph does not list). The tasks'
-        come in chunks of _TASK_CHUNK tasks (~5M uses of GPT-3 2.7B at 1,024 GPUs: arrays of
-        all of them were ~100 MB of fresh pages, most of the memory model's time)."""
+        come in chunks of _TASK_CHUNK tasks: GPT-3 2.7B at 1,024 GPUs has ~6M uses, and the
+        ~10 arrays of all of them made in turn were most of the memory model's time (fresh
+        pages: docs/design.md "Simulator speed")."""
         to_buffers = self._to_buffers
         for numbers, nodes in self._before:
             yield to_buffers(numbers), nodes
