@@ -142,19 +142,30 @@ def node_arrays_by_class(graph, classes, timer, resources) -> tuple:
                                          zero)
         host_arrays = (pre_dur, pre_counts, pre_ids, post_dur, post_counts, post_ids)
     # Renumber the resources by first use: node by node, its device resources, then the
-    # issuing and receiving host threads, each in order.
-    seqs = [(res_counts, res_ids)]
-    if with_host:
-        seqs += [(host_arrays[1], host_arrays[2]), (host_arrays[4], host_arrays[5])]
-    node_of, phase_of, ids = [], [], []
-    for phase, (counts, flat) in enumerate(seqs):
-        node_of.append(np.repeat(np.arange(n, dtype=i8), counts))
-        phase_of.append(np.full(len(flat), phase, dtype=i8))
-        ids.append(flat)
-    node_of, phase_of, ids = (np.concatenate(x) for x in (node_of, phase_of, ids))
-    order = np.lexsort((phase_of, node_of))          # stable: within a phase, in order
-    firsts = np.unique(ids[order], return_index=True)[1]
-    used = ids[order][np.sort(firsts)]                # provisional ids by first use
+    # issuing and receiving host threads, each in order. A use's place in that order is
+    # (node * 3 + phase) * width + its index in the node's list of that phase; per resource
+    # its least, over the other nodes' uses (np.minimum.at) and, for the tasks (one device
+    # resource and one host thread each), per device its first task. (Not a sort of all
+    # ~1M uses: GPT-3 2.7B at 1,024 GPUs.)
+    phases = [(o_counts, o_flat)] + ([(pre_c, pre_f), (post_c, post_f)] if with_host else [])
+    width = 1 + max((max(c, default=0) for c, _ in phases), default=0)
+    never = np.iinfo(i8).max
+    first_use = np.full(len(provisional), never, dtype=i8)
+    if len(task_dev):
+        first_task = np.full(n_dev, never, dtype=i8)
+        np.minimum.at(first_task, task_dev, classes.ids)
+        np.minimum.at(first_use, compute[devices], first_task[devices] * 3 * width)
+        if with_host:
+            np.minimum.at(first_use, host[devices], (first_task[devices] * 3 + 1) * width)
+    for phase, (counts, flat) in enumerate(phases):
+        counts = np.array(counts, dtype=i8)
+        if not len(flat):
+            continue
+        within = np.arange(len(flat), dtype=i8) - np.repeat(csr(counts)[:-1], counts)
+        np.minimum.at(first_use, np.array(flat, dtype=i8),
+                      (np.repeat(others, counts) * 3 + phase) * width + within)
+    seen = np.flatnonzero(first_use < never)
+    used = seen[np.argsort(first_use[seen])]          # provisional ids by first use
     new = np.full(len(provisional), -1, dtype=i8)
     new[used] = np.arange(len(used), dtype=i8)
     items = list(provisional)

@@ -6,7 +6,7 @@ A mapping (region name, device) -> Rect, as a dict would be, iterated region by 
 graph's buffers are entered region by region, so that is the dict's order). It is held as one list of (device, rect)
 pairs per region, so that regions planned alike (taskrt/regionclasses.py: they share one
 RegionPlanner, hence one such list) are added in one step each and whole-graph passes
-(liveness.BufferUses) work once per distinct list: GPT-3 2.7B data parallel on 1,024 GPUs
+(bufferuses.BufferUses) work once per distinct list: GPT-3 2.7B data parallel on 1,024 GPUs
 has ~2.6M (region, device) buffers, a few hundred distinct lists. A region's lookup
 table is made on its first lookup.
 """

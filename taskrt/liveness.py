@@ -22,21 +22,25 @@ the caller passes, else those resolved when called) are persistent too:
 allocating and releasing costs a rank a few microseconds of Python per node, which a CNN of
 many small layers on a CPU pays on every task (Inception-v3 --small on 2 ranks: ~15% of the
 iteration) while such buffers are a sliver of any device's memory.
+
+The parts: taskrt/bufferkeys.py says which buffers (keys) a node uses and writes;
+taskrt/bufferuses.py lists a whole graph's buffers and uses as arrays, per task class; this
+module picks the temporaries and the kept regions (Liveness) and sweeps the peak
+(peak_bytes_of_users).
 """
 from __future__ import annotations
 
-from operator import attrgetter, itemgetter
-
 import numpy as np
 
-from .bufferrects import BufferRects
+# Buffer keys (bufferkeys.py) and the uses as arrays (bufferuses.py), importable from here
+# as before they were split out.
+from .bufferkeys import (INSTANCE, PARTIAL, STAGING, STATE, alias_sources,  # noqa: F401
+                         buffer_bytes, buffers_of, own_bytes, state_key, task_reads_writes,
+                         written_by)
+from .bufferuses import BufferUses, as_buffer_rects  # noqa: F401
 from .errors import PlanError
-from .privilege import Privilege
 from .settings import Settings
 from .taskclasses import TaskClasses
-from .taskgraph import ALLREDUCE, COPY, REDUCE, TASK
-
-INSTANCE, PARTIAL, STAGING, STATE = 0, 1, 2, 3
 
 
 def is_temporary(region_name: str, nbytes: int, kept, settings: Settings | None = None) -> bool:
@@ -47,171 +51,7 @@ def is_temporary(region_name: str, nbytes: int, kept, settings: Settings | None 
 def is_small(nbytes, settings: Settings | None = None):
     """Whether a buffer of `nbytes` (a number or an array of them) is too small to free."""
     return nbytes < Settings.resolve(settings).min_temporary_bytes
-_READS = (Privilege.READ, Privilege.READ_WRITE)
-_READ, _RW = Privilege.READ, Privilege.READ_WRITE
-_FIRST, _SECOND, _VOLUME = itemgetter(0), itemgetter(1), attrgetter("volume")
 
-
-def state_key(node):
-    """The key of the saved state a task keeps or takes, or None: (STATE, the keeping
-    launch's name + "@state", device, (color, bytes))."""
-    launch = node.launch
-    held = launch.saved_bytes
-    if not held:
-        return None
-    nbytes = held.get(node.color, 0)
-    if not nbytes:
-        return None
-    return (STATE, (launch.state_from or launch.name) + "@state", node.device,
-            (node.color, nbytes))
-
-
-def own_bytes(key) -> int:
-    """Bytes of a buffer that is not a region's instance or partial sums (0 for those)."""
-    kind = key[0]
-    if kind == STAGING:
-        return key[3].nbytes
-    if kind == STATE:
-        return key[3][1]
-    return 0
-
-
-def buffers_of(node, nodes=None, staged=None) -> tuple:
-    """The buffers one node uses, each once: keys (kind, region name, device, copy node)
-    where the copy node is set only for a staging buffer (kind STAGING); a task's saved state
-    as state_key gives it. A reduce finds the
-    copy behind each staged input in `staged` (per input, as its node group records it) or
-    else by id in `nodes`."""
-    kind = node.kind
-    if kind is TASK:
-        d = node.device
-        out = []
-        for req, targets in zip(node.requirements, node.targets):
-            name = req.region.name
-            if targets is None:
-                out.append((INSTANCE, name, d, None))
-            else:
-                for t in targets:
-                    out.append((PARTIAL if t.partial else INSTANCE, name, d, None))
-        key = state_key(node)             # None unless it keeps or takes state
-        if key is not None:
-            out.append(key)
-        return tuple(dict.fromkeys(out))
-    name = node.region.name
-    if kind is COPY:
-        if node.reduction:
-            return ((PARTIAL if node.from_partial else INSTANCE, name, node.src, None),
-                    (STAGING, name, node.dst, node))
-        return ((INSTANCE, name, node.src, None), (INSTANCE, name, node.dst, None))
-    if kind is REDUCE:
-        d = node.device
-        out = [(INSTANCE, name, d, None)]
-        for j, inp in enumerate(node.inputs):
-            if inp.source == "staged":
-                out.append((STAGING, name, d,
-                            staged[j] if staged is not None else nodes[inp.copy_id]))
-            else:
-                out.append((PARTIAL if inp.source == "partial" else INSTANCE, name, d, None))
-        return tuple(dict.fromkeys(out))
-    out = []                                            # all-reduce
-    for d, partial in zip(node.devices, node.in_partial or (False,) * len(node.devices)):
-        out.append((PARTIAL if partial else INSTANCE, name, d, None))
-        out.append((INSTANCE, name, d, None))
-    return tuple(dict.fromkeys(out))
-
-
-def written_by(node) -> tuple:
-    """The buffer keys (as buffers_of gives them) a node writes: a task's WD/RW/Red+
-    targets, a copy's destination, a reduce's output, an all-reduce's outputs and (it may
-    sum in place) its partial inputs."""
-    kind = node.kind
-    if kind is TASK:
-        d, out = node.device, []
-        for req, targets in zip(node.requirements, node.targets):
-            if req.privilege is _READ:
-                continue
-            if targets is None:
-                out.append((INSTANCE, req.region.name, d, None))
-            else:
-                for t in targets:
-                    out.append((PARTIAL if t.partial else INSTANCE, req.region.name, d, None))
-        return tuple(out)
-    if kind is COPY:
-        return buffers_of(node)[1:]
-    if kind is REDUCE:
-        return ((INSTANCE, node.region.name, node.device, None),)
-    return buffers_of(node)
-
-
-def alias_sources(graph) -> dict[int, dict[int, tuple[int, ...]]]:
-    """Where a task may make a buffer it writes a view of a buffer it reads, instead of
-    copying (a reshape, split or contiguous transpose part, an add's backward passing its
-    output gradient on): per task node id, per index of a writing requirement, the indices
-    of its reading requirements (R, RW) whose buffer the written one may alias.
-
-    The rule (docs/design.md, "Views instead of copies"): task T may store, as the whole of
-    buffer B, a view of buffer A that it reads, when
-      - T is the only node of the iteration that writes B (no earlier part, no later Red+
-        accumulation, RW task, copy or reduce into it),
-      - no node after T (in id order) writes A: every writer of A that T's read overlaps is
-        a predecessor of T, and nothing writes A again while B may still be read,
-      - neither region is initial data (written from outside between runs), and A is not B.
-    Then the shared memory is written by nothing from T on, so every reader of B (after T)
-    and of A sees what a copy would have held, in any order the executors run ready nodes.
-    The storage must also outlive both: the executors' free lists do not take back memory
-    another buffer views (taskrt.executor.instances: Buffer.alias, `lent`)."""
-    writers: dict = {}
-    for node in graph.nodes:
-        for key in written_by(node):
-            lst = writers.setdefault(key, [])
-            if not lst or lst[-1] != node.id:
-                lst.append(node.id)
-    initial = graph.initial_valid
-    out: dict[int, dict[int, tuple[int, ...]]] = {}
-    for node in graph.nodes:
-        if node.kind is not TASK:
-            continue
-        i, d = node.id, node.device
-        reads = [(k, (INSTANCE, req.region.name, d, None))
-                 for k, req in enumerate(node.requirements)
-                 if req.privilege in _READS and req.region.name not in initial]
-        if not reads:
-            continue
-        reads = [(k, a) for k, a in reads if writers.get(a, [-1])[-1] <= i]
-        for j, (req, targets) in enumerate(zip(node.requirements, node.targets)):
-            if req.privilege is _READ or req.region.name in initial:
-                continue
-            if targets is None:
-                b = (INSTANCE, req.region.name, d, None)
-            elif len(targets) == 1 and not targets[0].accumulate:
-                b = (PARTIAL if targets[0].partial else INSTANCE, req.region.name, d, None)
-            else:
-                continue
-            if writers.get(b) != [i]:
-                continue
-            ok = tuple(k for k, a in reads if a != b)
-            if ok:
-                out.setdefault(i, {})[j] = ok
-    return out
-
-
-def buffer_bytes(graph, key) -> int:
-    kind, name, dev, copy = key
-    if kind == STAGING or kind == STATE:
-        return own_bytes(key)
-    rects = graph.instance_rects if kind == INSTANCE else graph.partial_rects
-    return graph.regions[name].nbytes(rects[name, dev])
-
-
-def task_reads_writes(node) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """Names of the regions a task reads (R, RW) and writes (WD, RW, Red+)."""
-    reads, writes = [], []
-    for req in node.requirements:
-        if req.privilege in _READS:
-            reads.append(req.region.name)
-        if req.privilege is not _READ:
-            writes.append(req.region.name)
-    return tuple(reads), tuple(writes)
 
 
 def results_of(regions, read_by_writers, reads_of_writers) -> set[str]:
@@ -256,7 +96,7 @@ class Liveness:
     temporary the ids of its users in id order, each once; the bytes of persistent buffers
     per device; the kept regions."""
     __slots__ = ("_keys", "device", "nbytes", "use_buf", "use_node", "persistent", "kept",
-                 "_users", "_temps", "_uses")
+                 "_users", "_temps", "_key_table")
 
     def __init__(self, keys: list | None, device: list[int], nbytes: list[int], use_buf,
                  use_node, persistent: dict[int, int], kept: set[str]):
@@ -311,24 +151,34 @@ class Liveness:
             devs, first = np.unique(device[stay], return_index=True)
             for d in devs[np.argsort(first)].tolist():      # in the buffers' order
                 persistent[d] = int(per[d])
-        buf = uses.use_buf
-        used = np.zeros(len(size), dtype=bool)
-        used[buf[buf >= 0]] = True
-        temps = np.flatnonzero(owned & temporary & used)   # a temporary nobody uses: none
-        temp_of = np.full(len(size) + 1, -1, dtype=np.int64)      # [-1]: no buffer
-        temp_of[temps] = np.arange(len(temps), dtype=np.int64)
-        use_buf = temp_of[buf]
-        mine = use_buf >= 0
-        live = cls(None, device[temps].tolist(), size[temps].tolist(), use_buf[mine],
-                   uses.use_node[mine], persistent, kept)
-        live._temps, live._uses = temps, uses
+        # The uses of candidates (owned temporaries), piece by piece; a candidate nobody
+        # uses is no temporary, and the others are numbered in order.
+        candidates = np.flatnonzero(owned & temporary)
+        candidate_of = np.full(len(size) + 1, -1, dtype=np.int64)      # [-1]: no buffer
+        candidate_of[candidates] = np.arange(len(candidates), dtype=np.int64)
+        bufs, nodes = [np.zeros(0, dtype=np.int64)], [np.zeros(0, dtype=np.int64)]
+        for buf, node in uses.uses():
+            got = candidate_of[buf]
+            mine = got >= 0
+            bufs.append(got[mine])
+            nodes.append(node[mine])
+        use_buf, use_node = np.concatenate(bufs), np.concatenate(nodes)
+        del bufs, nodes
+        used = np.zeros(len(candidates), dtype=bool)
+        used[use_buf] = True
+        temps = candidates[used]
+        if len(temps) < len(candidates):
+            use_buf = (np.cumsum(used) - 1)[use_buf]
+        live = cls(None, device[temps].tolist(), size[temps].tolist(), use_buf, use_node,
+                   persistent, kept)
+        live._temps, live._key_table = temps, uses.key_table    # (not uses' arrays)
         return live
 
     @property
     def keys(self) -> list:
         """Per temporary, its key (as buffers_of gives it)."""
         if self._keys is None:
-            self._keys = self._uses.keys(self._temps)
+            self._keys = self._key_table.keys(self._temps)
         return self._keys
 
     def peak(self, start, end) -> dict[int, int]:
@@ -340,229 +190,6 @@ class Liveness:
         """The peak when nodes run one at a time in id order (as LocalExecutor runs them)."""
         n = 1 + (int(self.use_node.max()) if len(self.use_node) else -1)
         return self.peak(np.arange(n), np.arange(1, n + 1))
-
-
-class BufferUses:
-    """Every buffer of a graph and its nodes' uses of them, as arrays.
-
-    Buffers: the regions' instance and partial-sum buffers (graph.instance_rects,
-    partial_rects, in that order), then the staging buffers and saved states in the order
-    of their first use (`extras`, keys as buffers_of gives them); per buffer its region
-    index (`region`, -1 for an extra; into graph.regions), device and bytes. Uses:
-    use_node[k] uses buffer use_buf[k] (-1: a buffer the graph does not list), in no
-    particular order, a node's use of a buffer possibly repeated. And what results_of
-    needs: the regions read (R, RW) by tasks that write something, and per region
-    written the tuples of regions its writers read.
-
-    Tasks are taken per class (taskrt/taskclasses.py): buffers_of and task_reads_writes of
-    a class's first task give every task of the class its buffers, on its own device,
-    with numpy; saved state is asked per task of a launch that has some. Other nodes are
-    asked one by one (buffers_of): copies, reduces and all-reduces are few in most graphs."""
-    __slots__ = ("region", "device", "nbytes", "extras", "use_buf", "use_node",
-                 "read_by_writer", "reads_of_writers", "_rect_keys")
-
-    @classmethod
-    def of(cls, graph, classes: TaskClasses | None = None) -> "BufferUses":
-        nodes, i8 = graph.nodes, np.int64
-        classes = classes if classes is not None else TaskClasses.of(nodes)
-        out = cls()
-        regions = {name: i for i, name in enumerate(graph.regions)}
-        n_regions = len(regions)
-        # The regions' buffers: per distinct list of (device, rect) pairs (regions planned
-        # alike share one: bufferrects.py) its devices and volumes, once.
-        itemsize = np.fromiter((r.itemsize for r in graph.regions.values()), dtype=i8,
-                               count=n_regions)
-        rect_keys, r_region, r_dev, r_bytes = [], [], [], []
-        per_list: dict = {}     # id(pairs) -> (pairs, devices, volumes, devices 0, 1, ...?)
-        # Per (kind, region): its first buffer's index, its count, and whether its devices
-        # are 0, 1, ... in order (then device d's buffer is the first's index + d).
-        slot_start = np.full(2 * n_regions, -1, dtype=i8)
-        slot_len = np.zeros(2 * n_regions, dtype=i8)
-        slot_direct = np.ones(2 * n_regions, dtype=bool)
-        done = 0
-        for kind, rects in ((INSTANCE, graph.instance_rects), (PARTIAL, graph.partial_rects)):
-            names, lists, at, dev, vol, direct = [], [], [], [], [], []
-            for name, pairs in as_buffer_rects(rects).per_region():
-                known = per_list.get(id(pairs))
-                if known is None or known[0] is not pairs:
-                    devs = np.fromiter(map(_FIRST, pairs), dtype=i8, count=len(pairs))
-                    known = per_list[id(pairs)] = (
-                        pairs, devs, np.fromiter(map(_VOLUME, map(_SECOND, pairs)), dtype=i8,
-                                                 count=len(pairs)),
-                        bool((devs == np.arange(len(devs))).all()))
-                names.append(name)
-                lists.append(pairs)
-                at.append(regions[name])
-                dev.append(known[1])
-                vol.append(known[2])
-                direct.append(known[3])
-            counts = np.fromiter(map(len, lists), dtype=i8, count=len(lists))
-            slots = np.array(at, dtype=i8) + kind * n_regions
-            slot_len[slots] = counts
-            slot_start[slots] = done + np.cumsum(counts) - counts
-            slot_direct[slots] = np.array(direct, dtype=bool)
-            done += int(counts.sum())
-            rect_keys.append((kind, names, lists, np.cumsum(counts)))
-            at = np.repeat(np.array(at, dtype=i8), counts)
-            r_region.append(at + kind * n_regions)
-            r_dev.append(np.concatenate(dev) if dev else np.zeros(0, dtype=i8))
-            r_bytes.append(itemsize[at] * (np.concatenate(vol) if vol else
-                                           np.zeros(0, dtype=i8)))
-        r_region, r_dev, r_bytes = (np.concatenate(x) for x in (r_region, r_dev, r_bytes))
-        others = [nodes[i] for i in classes.others.tolist()]
-        top = int(r_dev.max()) if len(r_dev) else -1
-        if len(classes.device):
-            top = max(top, int(classes.device.max()))
-        for node in others:
-            top = max(top, max(node.devices, default=-1))
-        n_dev = top + 1
-        extras: list = []
-        extra_ids: dict = {}
-        base = 2 * n_regions * n_dev              # extras are numbered base + their index
-
-        def number(key) -> int:
-            kind = key[0]
-            if kind == INSTANCE or kind == PARTIAL:
-                r = regions.get(key[1])
-                return -1 if r is None else (kind * n_regions + r) * n_dev + key[2]
-            e = extra_ids.get(key)
-            if e is None:
-                e = extra_ids[key] = len(extras)
-                extras.append(key)
-            return base + e
-        ub: list[int] = []
-        un: list[int] = []
-        gathered_buf, gathered_node = [], []      # all-reduces' uses, as arrays
-        for node in others:                       # copies, reduces, all-reduces
-            i = node.id
-            if node.kind is ALLREDUCE:
-                # buffers_of's rule with numpy (an all-reduce over 1,024 devices has 2,048
-                # keys): per member device its sums (partial buffer or instance) and its
-                # instance.
-                r = regions.get(node.region.name)
-                devs = np.array(node.devices, dtype=i8)
-                partial = np.array(node.in_partial or (False,) * len(devs), dtype=i8)
-                got = np.concatenate([(partial * n_regions + r) * n_dev + devs,
-                                      r * n_dev + devs]) if r is not None else \
-                    np.full(2 * len(devs), -1, dtype=i8)
-                gathered_buf.append(got)
-                gathered_node.append(np.full(len(got), i, dtype=i8))
-                continue
-            for key in buffers_of(node, nodes):
-                ub.append(number(key))
-                un.append(i)
-        # Tasks: per class, its buffers' numbers on device 0, and its reads and writes.
-        read_by_writer: set[str] = set()
-        reads_of_writers: dict[str, set] = {}
-        counts, flat, stateful = [], [], []
-        for first in classes.first:
-            d = first.device
-            got = [number(k) for k in buffers_of(first) if k[0] == INSTANCE or
-                   k[0] == PARTIAL]
-            counts.append(len(got))
-            flat += [g - d if g >= 0 else -n_dev for g in got]   # (< 0 on any device)
-            stateful.append(bool(first.launch.saved_bytes))
-            reads, writes = task_reads_writes(first)
-            if writes:
-                read_by_writer.update(reads)
-                for name in writes:
-                    reads_of_writers.setdefault(name, set()).add(reads)
-        cls_of = classes.cls
-        per_task = np.array(counts, dtype=i8)[cls_of] if len(counts) else np.zeros(0, i8)
-        ptr = np.zeros(len(counts) + 1, dtype=i8)
-        np.cumsum(counts, out=ptr[1:])
-        # Task t's uses: flat[ptr[c] : ptr[c + 1]] of its class c, each plus its device.
-        total = int(per_task.sum())
-        at = np.repeat(ptr[:-1][cls_of] - np.cumsum(per_task) + per_task, per_task) + \
-            np.arange(total, dtype=i8)
-        task_buf = np.array(flat, dtype=i8)[at] + np.repeat(classes.device, per_task)
-        task_buf[task_buf < 0] = -1
-        task_node = np.repeat(classes.ids, per_task)
-        state_buf, state_node = [], []
-        if any(stateful):
-            # state_key per task, with its launch's part taken once per class.
-            held = [None if not keeps else
-                    ((f.launch.state_from or f.launch.name) + "@state", f.launch.saved_bytes)
-                    for f, keeps in zip(classes.first, stateful)]
-            mask = np.array(stateful, dtype=bool)[cls_of]
-            for i, c, d in zip(classes.ids[mask].tolist(), cls_of[mask].tolist(),
-                               classes.device[mask].tolist()):
-                color = nodes[i].color
-                state_name, saved = held[c]
-                nbytes = saved.get(color, 0)
-                if nbytes:                  # (else it keeps or takes no state)
-                    key = (STATE, state_name, d, (color, nbytes))
-                    e = extra_ids.get(key)
-                    if e is None:
-                        e = extra_ids[key] = len(extras)
-                        extras.append(key)
-                    state_buf.append(base + e)
-                    state_node.append(i)
-        ids = np.concatenate([np.array(ub, dtype=i8), *gathered_buf, task_buf,
-                              np.array(state_buf, dtype=i8)])
-        out.use_node = np.concatenate([np.array(un, dtype=i8), *gathered_node, task_node,
-                                       np.array(state_node, dtype=i8)])
-        # Numbers -> buffer indices: at once where the region's devices are 0, 1, ...;
-        # else by a search among those regions' buffers.
-        n_rect = len(r_dev)
-        buf = np.full(len(ids), -1, dtype=i8)
-        of_rect = np.flatnonzero((ids >= 0) & (ids < base))
-        slot, dev = np.divmod(ids[of_rect], max(n_dev, 1))
-        direct = slot_direct[slot]
-        hit = direct & (dev < slot_len[slot])
-        buf[of_rect[hit]] = slot_start[slot[hit]] + dev[hit]
-        rest = of_rect[~direct]
-        if len(rest):
-            among = np.flatnonzero(~slot_direct[r_region])
-            numbers = (r_region * n_dev + r_dev)[among]
-            order = np.argsort(numbers, kind="stable")
-            ordered = numbers[order]
-            pos = np.minimum(np.searchsorted(ordered, ids[rest]), len(ordered) - 1)
-            found = ordered[pos] == ids[rest]
-            buf[rest[found]] = among[order[pos[found]]]
-        of_extra = ids >= base
-        buf[of_extra] = n_rect + ids[of_extra] - base
-        out.use_buf = buf
-        out.region = np.concatenate([r_region % max(n_regions, 1),
-                                     np.full(len(extras), -1, dtype=i8)])
-        out.device = np.concatenate([r_dev, np.array([k[2] for k in extras], dtype=i8)])
-        out.nbytes = np.concatenate([r_bytes,
-                                     np.array([own_bytes(k) if k[0] == STATE else
-                                               k[3].nbytes for k in extras], dtype=i8)])
-        out.extras, out._rect_keys = extras, rect_keys
-        out.read_by_writer, out.reads_of_writers = read_by_writer, reads_of_writers
-        return out
-
-    def key(self, b: int) -> tuple:
-        """The key (as buffers_of gives it) of buffer b."""
-        return self.keys(np.array([b], dtype=np.int64))[0]
-
-    def keys(self, bs: np.ndarray) -> list[tuple]:
-        """The keys of buffers `bs` (ascending), in that order."""
-        out, base = [], 0
-        for kind, names, lists, ends in self._rect_keys:
-            total = int(ends[-1]) if len(ends) else 0
-            mine = bs[(bs >= base) & (bs < base + total)] - base
-            at = np.searchsorted(ends, mine, side="right")
-            within = mine - np.concatenate([[0], ends])[at]
-            out += [(kind, names[r], lists[r][j][0], None)
-                    for r, j in zip(at.tolist(), within.tolist())]
-            base += total
-        out += [self.extras[b - base] for b in bs[bs >= base].tolist()]
-        return out
-
-
-def as_buffer_rects(rects) -> BufferRects:
-    """`rects` as a BufferRects (a graph's; a plain dict (region, device) -> Rect is copied)."""
-    if isinstance(rects, BufferRects):
-        return rects
-    out = BufferRects()
-    per: dict = {}
-    for (name, dev), rect in rects.items():
-        per.setdefault(name, []).append((dev, rect))
-    for name, pairs in per.items():
-        out.add_region(name, pairs)
-    return out
 
 
 def peak_bytes(device, nbytes, users, start, end, persistent) -> dict[int, int]:

@@ -4,7 +4,7 @@ their buffers (but for the device) and the regions they read and write.
 Those are functions of a task's launch and, per requirement, the region's name, the
 privilege and the part's shape, plus, for a Red+, where each piece of its contribution goes
 (partial-sum buffer or instance, added onto sums or stored): TaskNode.cost_key,
-liveness.buffers_of, liveness.task_reads_writes. Tasks equal in all of those form a class.
+bufferkeys.buffers_of, bufferkeys.task_reads_writes. Tasks equal in all of those form a class.
 Whole-graph passes over a large graph (the simulator's timing, the memory model) ask those
 per-node functions once per class, of its first task (`first`). Finding the classes is
 itself done per run of consecutive tasks of one launch, column by column (the points of a
@@ -13,7 +13,7 @@ loops per task, a key per distinct combination of the shapes that vary, not a si
 requirement per task. (GPT-3 2.7B's shape data parallel on 128 GPUs: 125,569 tasks in a few
 hundred classes.)
 
-Saved state (liveness.state_key) depends on the task's color too: it is not part of the
+Saved state (bufferkeys.state_key) depends on the task's color too: it is not part of the
 class; the memory model asks it per task of a launch that keeps or takes state.
 """
 from __future__ import annotations

@@ -15,6 +15,7 @@ from strategy.delta import SimulationSession
 from strategy.machine_model import machine_model
 from strategy.simulator import NodeTimer, Resources, node_arrays
 from strategy.timearrays import node_arrays_by_class
+from taskrt import bufferuses
 from taskrt.liveness import (INSTANCE, PARTIAL, STAGING, STATE, Liveness, buffers_of,
                              is_temporary, own_bytes, peak_bytes, resolve_keep, results_of,
                              task_reads_writes)
@@ -100,6 +101,33 @@ def test_every_task_of_a_class_is_like_its_first(name, seed):
 @pytest.mark.parametrize("name,seed", CASES)
 def test_liveness_equals_the_model_node_by_node(name, seed):
     graph, _ = graph_of(name, seed)
+    assert_liveness_equals_the_model(graph, seed)
+
+
+@pytest.mark.parametrize("name,seed", [c for c in CASES if c[1] != 4])
+def test_liveness_in_small_chunks_equals_the_model_node_by_node(name, seed, monkeypatch):
+    """BufferUses hands out the tasks' uses chunk by chunk (GPT-3 at 1,024 GPUs: 16 chunks of
+    65,536 tasks): chunks of 3 tasks, as many as a graph has, give the model node by node
+    too."""
+    monkeypatch.setattr(bufferuses, "_TASK_CHUNK", 3)
+    graph, _ = graph_of(name, seed)
+    assert_liveness_equals_the_model(graph, seed)
+
+
+def test_a_listed_buffer_nobody_uses_is_no_temporary():
+    """Liveness numbers the used temporaries among all candidate buffers: a region's buffer
+    that the graph lists but no node uses (here one added on a further device) is none, and
+    the temporaries after it keep their users."""
+    graph, _ = graph_of("mlp", 3)
+    live = Liveness.of(graph)
+    name = live.keys[0][1]                      # a temporary region: the first temporary's
+    top = max(d for _, d in graph.instance_rects)
+    graph.instance_rects[name, top + 1] = graph.instance_rects[live.keys[0][1:3]]
+    assert (INSTANCE, name, top + 1, None) not in Liveness.of(graph).keys
+    assert_liveness_equals_the_model(graph, 3)
+
+
+def assert_liveness_equals_the_model(graph, seed):
     some = {0, 2}
     for keep, devices in ((None, None), ("all", None), (None, some)):
         live = Liveness.of(graph, keep, devices)

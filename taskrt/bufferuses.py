@@ -1,0 +1,302 @@
+"""BufferUses: every buffer of a TaskGraph and its nodes' uses of them, as arrays (the
+memory model's input: taskrt/liveness.py picks the temporaries and computes the peak).
+
+Buffer keys as taskrt/bufferkeys.py defines them; tasks are taken per class
+(taskrt/taskclasses.py) and the regions' buffers per shared list of rects
+(taskrt/bufferrects.py), so a graph of a million nodes is a few thousand steps of Python
+and numpy over its uses.
+"""
+from __future__ import annotations
+
+from operator import attrgetter, itemgetter
+
+import numpy as np
+
+from .bufferkeys import INSTANCE, PARTIAL, STATE, buffers_of, own_bytes, task_reads_writes
+from .bufferrects import BufferRects
+from .taskclasses import TaskClasses
+from .taskgraph import ALLREDUCE
+
+_FIRST, _SECOND, _VOLUME = itemgetter(0), itemgetter(1), attrgetter("volume")
+
+
+class BufferUses:
+    """Every buffer of a graph and its nodes' uses of them, as arrays.
+
+    Buffers: the regions' instance and partial-sum buffers (graph.instance_rects,
+    partial_rects, in that order), then the staging buffers and saved states in the order
+    of their first use (`extras`, keys as buffers_of gives them); per buffer its region
+    index (`region`, -1 for an extra; into graph.regions), device and bytes. Uses: uses()
+    hands them out as arrays piece by piece, in no particular order, a node's use of a
+    buffer possibly repeated. And what results_of
+    needs: the regions read (R, RW) by tasks that write something, and per region
+    written the tuples of regions its writers read.
+
+    Tasks are taken per class (taskrt/taskclasses.py): buffers_of and task_reads_writes of
+    a class's first task give every task of the class its buffers, on its own device,
+    with numpy; saved state is asked per task of a launch that has some. Other nodes are
+    asked one by one (buffers_of): copies, reduces and all-reduces are few in most graphs."""
+    __slots__ = ("region", "device", "nbytes", "extras", "read_by_writer", "reads_of_writers",
+                 "key_table", "_to_buffers", "_before", "_tasks", "_after")
+
+    @classmethod
+    def of(cls, graph, classes: TaskClasses | None = None) -> "BufferUses":
+        nodes, i8 = graph.nodes, np.int64
+        classes = classes if classes is not None else TaskClasses.of(nodes)
+        out = cls()
+        regions = {name: i for i, name in enumerate(graph.regions)}
+        n_regions = len(regions)
+        # The regions' buffers: per distinct list of (device, rect) pairs (regions planned
+        # alike share one: bufferrects.py) its devices and volumes, once.
+        itemsize = np.fromiter((r.itemsize for r in graph.regions.values()), dtype=i8,
+                               count=n_regions)
+        rect_keys, r_region, r_dev, r_bytes = [], [], [], []
+        per_list: dict = {}     # id(pairs) -> (pairs, devices, volumes, devices 0, 1, ...?)
+        # Per (kind, region): its first buffer's index, its count, and whether its devices
+        # are 0, 1, ... in order (then device d's buffer is the first's index + d).
+        slot_start = np.full(2 * n_regions, -1, dtype=i8)
+        slot_len = np.zeros(2 * n_regions, dtype=i8)
+        slot_direct = np.ones(2 * n_regions, dtype=bool)
+        done = 0
+        for kind, rects in ((INSTANCE, graph.instance_rects), (PARTIAL, graph.partial_rects)):
+            names, lists, at, dev, vol, direct = [], [], [], [], [], []
+            for name, pairs in as_buffer_rects(rects).per_region():
+                known = per_list.get(id(pairs))
+                if known is None or known[0] is not pairs:
+                    devs = np.fromiter(map(_FIRST, pairs), dtype=i8, count=len(pairs))
+                    known = per_list[id(pairs)] = (
+                        pairs, devs, np.fromiter(map(_VOLUME, map(_SECOND, pairs)), dtype=i8,
+                                                 count=len(pairs)),
+                        bool((devs == np.arange(len(devs))).all()))
+                names.append(name)
+                lists.append(pairs)
+                at.append(regions[name])
+                dev.append(known[1])
+                vol.append(known[2])
+                direct.append(known[3])
+            counts = np.fromiter(map(len, lists), dtype=i8, count=len(lists))
+            slots = np.array(at, dtype=i8) + kind * n_regions
+            slot_len[slots] = counts
+            slot_start[slots] = done + np.cumsum(counts) - counts
+            slot_direct[slots] = np.array(direct, dtype=bool)
+            done += int(counts.sum())
+            rect_keys.append((kind, names, lists, np.cumsum(counts)))
+            at = np.repeat(np.array(at, dtype=i8), counts)
+            r_region.append(at + kind * n_regions)
+            r_dev.append(np.concatenate(dev) if dev else np.zeros(0, dtype=i8))
+            r_bytes.append(itemsize[at] * (np.concatenate(vol) if vol else
+                                           np.zeros(0, dtype=i8)))
+        r_region, r_dev, r_bytes = (np.concatenate(x) for x in (r_region, r_dev, r_bytes))
+        others = [nodes[i] for i in classes.others.tolist()]
+        top = int(r_dev.max()) if len(r_dev) else -1
+        if len(classes.device):
+            top = max(top, int(classes.device.max()))
+        for node in others:
+            top = max(top, max(node.devices, default=-1))
+        n_dev = top + 1
+        extras: list = []
+        extra_ids: dict = {}
+        base = 2 * n_regions * n_dev              # extras are numbered base + their index
+
+        def number(key) -> int:
+            kind = key[0]
+            if kind == INSTANCE or kind == PARTIAL:
+                r = regions.get(key[1])
+                return -1 if r is None else (kind * n_regions + r) * n_dev + key[2]
+            e = extra_ids.get(key)
+            if e is None:
+                e = extra_ids[key] = len(extras)
+                extras.append(key)
+            return base + e
+        ub: list[int] = []
+        un: list[int] = []
+        gathered_buf, gathered_node = [], []      # all-reduces' uses (arrays), node ids
+        for node in others:                       # copies, reduces, all-reduces
+            i = node.id
+            if node.kind is ALLREDUCE:
+                # buffers_of's rule with numpy (an all-reduce over 1,024 devices has 2,048
+                # keys): per member device its sums (partial buffer or instance) and its
+                # instance.
+                r = regions.get(node.region.name)
+                devs = np.array(node.devices, dtype=i8)
+                partial = np.array(node.in_partial or (False,) * len(devs), dtype=i8)
+                got = np.concatenate([(partial * n_regions + r) * n_dev + devs,
+                                      r * n_dev + devs]) if r is not None else \
+                    np.full(2 * len(devs), -1, dtype=i8)
+                gathered_buf.append(got)
+                gathered_node.append(i)
+                continue
+            for key in buffers_of(node, nodes):
+                ub.append(number(key))
+                un.append(i)
+        # Tasks: per class, its buffers' numbers on device 0, and its reads and writes.
+        read_by_writer: set[str] = set()
+        reads_of_writers: dict[str, set] = {}
+        counts, flat, stateful = [], [], []
+        for first in classes.first:
+            d = first.device
+            got = [number(k) for k in buffers_of(first) if k[0] == INSTANCE or
+                   k[0] == PARTIAL]
+            counts.append(len(got))
+            flat += [g - d if g >= 0 else -n_dev for g in got]   # (< 0 on any device)
+            stateful.append(bool(first.launch.saved_bytes))
+            reads, writes = task_reads_writes(first)
+            if writes:
+                read_by_writer.update(reads)
+                for name in writes:
+                    reads_of_writers.setdefault(name, set()).add(reads)
+        cls_of = classes.cls
+        per_task = np.array(counts, dtype=i8)[cls_of] if len(counts) else np.zeros(0, i8)
+        ptr = np.zeros(len(counts) + 1, dtype=i8)
+        np.cumsum(counts, out=ptr[1:])
+        state_buf, state_node = [], []
+        if any(stateful):
+            # state_key per task, with its launch's part taken once per class.
+            held = [None if not keeps else
+                    ((f.launch.state_from or f.launch.name) + "@state", f.launch.saved_bytes)
+                    for f, keeps in zip(classes.first, stateful)]
+            mask = np.array(stateful, dtype=bool)[cls_of]
+            for i, c, d in zip(classes.ids[mask].tolist(), cls_of[mask].tolist(),
+                               classes.device[mask].tolist()):
+                color = nodes[i].color
+                state_name, saved = held[c]
+                nbytes = saved.get(color, 0)
+                if nbytes:                  # (else it keeps or takes no state)
+                    key = (STATE, state_name, d, (color, nbytes))
+                    e = extra_ids.get(key)
+                    if e is None:
+                        e = extra_ids[key] = len(extras)
+                        extras.append(key)
+                    state_buf.append(base + e)
+                    state_node.append(i)
+        # The uses are handed out piece by piece (uses()), made then: copies' and reduces',
+        # each all-reduce's, the tasks' in chunks, the saved states'.
+        n_rect = len(r_dev)
+        out._to_buffers = _BufferNumbers(slot_start, slot_len, slot_direct, r_region, r_dev,
+                                         n_dev, base, n_rect)
+        out._before = [(np.array(ub, dtype=i8), np.array(un, dtype=i8))] + \
+            [(got, np.full(len(got), i, dtype=i8))
+             for got, i in zip(gathered_buf, gathered_node)]
+        out._tasks = (per_task, ptr[:-1][cls_of], np.array(flat, dtype=i8), classes.device,
+                      classes.ids)
+        out._after = [(np.array(state_buf, dtype=i8), np.array(state_node, dtype=i8))]
+        out.region = np.concatenate([r_region % max(n_regions, 1),
+                                     np.full(len(extras), -1, dtype=i8)])
+        out.device = np.concatenate([r_dev, np.array([k[2] for k in extras], dtype=i8)])
+        out.nbytes = np.concatenate([r_bytes,
+                                     np.array([own_bytes(k) if k[0] == STATE else
+                                               k[3].nbytes for k in extras], dtype=i8)])
+        out.extras, out.key_table = extras, BufferKeyTable(rect_keys, extras)
+        out.read_by_writer, out.reads_of_writers = read_by_writer, reads_of_writers
+        return out
+
+    def uses(self):
+        """The uses as (buffers, nodes) pairs of arrays, piece by piece in one order: node
+        nodes[k] uses buffer buffers[k] (-1: a buffer the graph does not list). The tasks'
+        come in chunks of _TASK_CHUNK tasks: GPT-3 2.7B at 1,024 GPUs has ~6M uses, and the
+        ~10 arrays of all of them made in turn were most of the memory model's time (fresh
+        pages: docs/design.md "Simulator speed")."""
+        to_buffers = self._to_buffers
+        for numbers, nodes in self._before:
+            yield to_buffers(numbers), nodes
+        # Task t's uses: flat[ptr[c] : ptr[c + 1]] of its class c, each plus its device.
+        per_task, first_use, flat, device, ids = self._tasks
+        for lo in range(0, len(per_task), _TASK_CHUNK):
+            hi = lo + _TASK_CHUNK
+            per = per_task[lo:hi]
+            k = int(per.sum())
+            where = np.repeat(first_use[lo:hi] - np.cumsum(per) + per, per) + \
+                np.arange(k, dtype=np.int64)
+            numbers = flat[where] + np.repeat(device[lo:hi], per)
+            numbers[numbers < 0] = -1
+            yield to_buffers(numbers), np.repeat(ids[lo:hi], per)
+        for numbers, nodes in self._after:
+            yield to_buffers(numbers), nodes
+
+    def key(self, b: int) -> tuple:
+        """The key (as buffers_of gives it) of buffer b."""
+        return self.key_table.keys(np.array([b], dtype=np.int64))[0]
+
+    def keys(self, bs: np.ndarray) -> list[tuple]:
+        """The keys of buffers `bs` (ascending), in that order."""
+        return self.key_table.keys(bs)
+
+
+class BufferKeyTable:
+    """What BufferUses needs to name its buffers (keys as buffers_of gives them), without its
+    arrays: per kind its regions' names, (device, rect) lists and their cumulated lengths,
+    then the extras. (Liveness keeps this, not the BufferUses: its arrays were ~100 MB of
+    GPT-3 2.7B at 1,024 GPUs held through the peak's sweep.)"""
+    __slots__ = ("rect_keys", "extras")
+
+    def __init__(self, rect_keys: list, extras: list):
+        self.rect_keys, self.extras = rect_keys, extras
+
+    def keys(self, bs: np.ndarray) -> list[tuple]:
+        """The keys of buffers `bs` (ascending), in that order."""
+        out, base = [], 0
+        for kind, names, lists, ends in self.rect_keys:
+            total = int(ends[-1]) if len(ends) else 0
+            mine = bs[(bs >= base) & (bs < base + total)] - base
+            at = np.searchsorted(ends, mine, side="right")
+            within = mine - np.concatenate([[0], ends])[at]
+            out += [(kind, names[r], lists[r][j][0], None)
+                    for r, j in zip(at.tolist(), within.tolist())]
+            base += total
+        out += [self.extras[b - base] for b in bs[bs >= base].tolist()]
+        return out
+
+
+# Tasks per chunk of BufferUses.uses() (a chunk's few MB of temporaries are reused; arrays
+# of all ~5M uses of GPT-3 2.7B at 1,024 GPUs were fresh pages each).
+_TASK_CHUNK = 1 << 16
+
+
+class _BufferNumbers:
+    """BufferUses' numbering of a region's buffer, (kind * regions + region) * devices +
+    device, or base + index of an extra, turned into buffer indices (-1: a buffer the graph
+    does not list): at once where the region's devices are 0, 1, ...; else by a search
+    among those regions' buffers (its table made on first need)."""
+
+    def __init__(self, slot_start, slot_len, slot_direct, r_region, r_dev, n_dev: int,
+                 base: int, n_rect: int):
+        self.slot_start, self.slot_len, self.slot_direct = slot_start, slot_len, slot_direct
+        self.r_region, self.r_dev, self.n_dev = r_region, r_dev, n_dev
+        self.base, self.n_rect = base, n_rect
+        self._search = None
+
+    def __call__(self, ids: np.ndarray) -> np.ndarray:
+        base = self.base
+        buf = np.full(len(ids), -1, dtype=np.int64)
+        of_rect = np.flatnonzero((ids >= 0) & (ids < base))
+        slot, dev = np.divmod(ids[of_rect], max(self.n_dev, 1))
+        direct = self.slot_direct[slot]
+        hit = direct & (dev < self.slot_len[slot])
+        buf[of_rect[hit]] = self.slot_start[slot[hit]] + dev[hit]
+        rest = of_rect[~direct]
+        if len(rest):
+            if self._search is None:
+                among = np.flatnonzero(~self.slot_direct[self.r_region])
+                numbers = (self.r_region * self.n_dev + self.r_dev)[among]
+                order = np.argsort(numbers, kind="stable")
+                self._search = (among[order], numbers[order])
+            buffers, ordered = self._search
+            pos = np.minimum(np.searchsorted(ordered, ids[rest]), len(ordered) - 1)
+            found = ordered[pos] == ids[rest]
+            buf[rest[found]] = buffers[pos[found]]
+        of_extra = ids >= base
+        buf[of_extra] = self.n_rect + ids[of_extra] - base
+        return buf
+
+
+def as_buffer_rects(rects) -> BufferRects:
+    """`rects` as a BufferRects (a graph's; a plain dict (region, device) -> Rect is copied)."""
+    if isinstance(rects, BufferRects):
+        return rects
+    out = BufferRects()
+    per: dict = {}
+    for (name, dev), rect in rects.items():
+        per.setdefault(name, []).append((dev, rect))
+    for name, pairs in per.items():
+        out.add_region(name, pairs)
+    return out
