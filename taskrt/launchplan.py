@@ -14,18 +14,23 @@ class LaunchPlan:
     """The planner's record of one launch: its points, and what planning the regions it
     touches gave its point tasks. replace() gives a launch a new record."""
     __slots__ = ("launch", "points", "colors", "read_order", "regions", "task_preds",
-                 "task_targets", "state_src", "version", "refs")
+                 "task_targets", "state_src", "version", "refs", "columns")
 
     def __init__(self, launch: IndexLaunch, points: list, reads: dict, accesses: dict,
-                 state_src: list):
+                 state_src: list, columns: bool = False):
         self.launch = launch
         self.points = points                          # per point: (color, device, reqs)
         self.colors = {c: k for k, (c, _, _) in enumerate(points)}   # color -> point index
         self.read_order = list(reads)                 # regions it reads, by first read
         self.regions = list(accesses)                 # regions it touches, by first use
         # Per point: region name -> pred refs; and per requirement: Red+ targets (else None).
-        self.task_preds: list[dict] = [{} for _ in points]
-        self.task_targets: list[list] = [[None] * len(reqs) for _, _, reqs in points]
+        # With `columns` (a planner that is never re-planned) neither: per region, in the
+        # order the launch first uses them, what planning it gave the launch's accesses
+        # (`columns`: see Planner._build_columns), read once when the tasks are built.
+        self.task_preds: list[dict] | None = None if columns else [{} for _ in points]
+        self.task_targets: list[list] | None = None if columns else \
+            [[None] * len(reqs) for _, _, reqs in points]
+        self.columns: list | None = [] if columns else None
         self.state_src = state_src                    # per point: task ref or None
         # Changes whenever one of its groups is rebuilt or put back (Planner.versions).
         self.version = -1

@@ -32,13 +32,19 @@ from .machine import Machine
 from .nodegroups import NodeGroup
 from .oneshot import check_initial, plan_once
 from .undo import PlanUndo
-from .regionclasses import RegionClasses
+from .regionclasses import RegionClasses, merged_per_point
 from .regionmemo import RegionPlanMemo
 from .regionplans import install, own_planner, remember_current, replan_region
 from .region import Region
 from .settings import Settings
 from .taskgraph import TaskGraph, TaskNode
 
+# A planner that is never re-planned keeps what planning gives a launch's tasks by region
+# (LaunchPlan.columns, read once by _build_columns), and a region planned alike with others
+# gives its class's preds with the launch indices and nodes to move them by, not moved
+# copies (RegionClasses.next_entry). Off: per point as a re-plannable planner keeps them
+# (the oracle of tests/taskrt/test_plan_columns.py; the graph is the same).
+TASK_COLUMNS = True
 
 class Planner:
     """Turns launches into a TaskGraph. Use `plan()` for the common case."""
@@ -54,6 +60,8 @@ class Planner:
         memory, and replace() is refused."""
         self.machine = machine
         self.replannable = replannable
+        # Launch records kept by region columns (TASK_COLUMNS; only where never re-planned).
+        self.columns = not replannable and TASK_COLUMNS
         self.regions: dict[str, Region] = {}
         self.initial: dict[str, list[tuple[Rect, int]]] = {}
         self.planners: dict[str, RegionPlanner] = {}
@@ -200,7 +208,8 @@ class Planner:
             for name in accesses:
                 if name not in (classes or ()):
                     own_planner(self, name)
-        self.plans.append(LaunchPlan(launch, points, reads, accesses, state_src))
+        self.plans.append(LaunchPlan(launch, points, reads, accesses, state_src,
+                                     columns=self.columns))
         self.index[launch.name] = li
         self._state_index = None
         self._mark((li, None))
@@ -232,8 +241,11 @@ class Planner:
         lp = self.plans[li]
         task_preds, task_targets = lp.task_preds, lp.task_targets
         refs = lp.refs or task_refs(lp, li)
-        for (pi, k, _), (preds, targets) in zip(accesses, rp.access_points(
-                refs, lp.points, accesses, lp.launch.replicas)):
+        planned = rp.access_points(refs, lp.points, accesses, lp.launch.replicas)
+        if lp.columns is not None:
+            lp.columns.append((accesses, merged_per_point(accesses, planned), None))
+            return
+        for (pi, k, _), (preds, targets) in zip(accesses, planned):
             # Kept as a tuple (a set costs 216 bytes however few it holds; a point's preds
             # per region are a few refs), in the set's order.
             per_region = task_preds[pi]
@@ -343,6 +355,8 @@ class Planner:
     def _build_tasks(self, key: tuple) -> NodeGroup:
         li = key[0]
         lp = self.plans[li]
+        if lp.columns is not None:
+            return self._build_columns(key, lp)
         launch, preds_of, targets_of, state_src = lp.launch, lp.task_preds, lp.task_targets, \
             lp.state_src
         nodes, preds = [], []
@@ -381,6 +395,73 @@ class Planner:
                 node = self._task_node(launch, pi, color, device, reqs, targets)
                 self._set_task((li, pi), node)
             nodes.append(node)
+        return NodeGroup.of(key, gid_of(key), nodes, preds)
+
+    def _build_columns(self, key: tuple, lp) -> NodeGroup:
+        """_build_tasks for a launch record kept by columns (a planner never re-planned):
+        each region's column [(preds, targets)] per access, in the order the launch first
+        uses the regions, read with its launch indices and nodes moved where it is a class
+        template's (RegionClasses.next_entry). Each point's preds are added to its set in
+        the order _build_tasks adds them (region by region, ref by ref, then the state
+        source), so the sets, their order included, and the group are the same."""
+        li = key[0]
+        points = lp.points
+        preds = [set() for _ in points]
+        targets = None
+        gid_of = self._gid
+        gids = self._gids
+        for accesses, per_access, moves in lp.columns:
+            # Per launch index as the column names it: its task group's id (made as
+            # _build_tasks makes it, at its first ref) and whether it is this launch.
+            li_of, node_of = moves if moves is not None else (None, None)
+            task_gid: dict[int, int] = {}
+            own = -1
+            for l, to in (li_of.items() if li_of is not None else ()):
+                if to == li:
+                    own = l
+            if li_of is None:
+                own = li
+            for (pi, k, _), (p, t) in zip(accesses, per_access):
+                if p:
+                    out = preds[pi]
+                    for r in p:
+                        if type(r) is tuple:
+                            l, q = r
+                            if q == pi and l == own:
+                                continue
+                            g = task_gid.get(l)
+                            if g is None:
+                                to = l if li_of is None else li_of[l]
+                                g = gids.get((to, None))
+                                if g is None:
+                                    g = gid_of((to, None))
+                                task_gid[l] = g
+                            out.add((g, q))
+                        elif r is not None:
+                            out.add(r.where if node_of is None else node_of[r].where)
+                if t is not None:
+                    if targets is None:
+                        targets = [None] * len(points)
+                    got = targets[pi]
+                    if got is None:
+                        got = targets[pi] = [None] * len(points[pi][2])
+                    got[k] = t
+        state_src = lp.state_src
+        for pi, src in enumerate(state_src):
+            if src is not None and src != (li, pi):
+                preds[pi].add((gid_of((src[0], None)), src[1]))
+        launch = lp.launch
+        nones: dict[int, tuple] = {}        # a point without Red+ targets: (None,) * reqs
+        nodes = []
+        for pi, (color, device, reqs) in enumerate(points):
+            mine = targets[pi] if targets is not None else None
+            if mine is None:
+                mine = nones.get(len(reqs))
+                if mine is None:
+                    mine = nones[len(reqs)] = (None,) * len(reqs)
+            else:
+                mine = tuple(mine)
+            nodes.append(TaskNode(-1, launch, color, device, reqs, mine))
         return NodeGroup.of(key, gid_of(key), nodes, preds)
 
     def _new_version(self, li: int) -> None:
