@@ -15,7 +15,6 @@ gives (the same groups, built in the same program order).
 """
 from __future__ import annotations
 
-from operator import itemgetter
 from typing import Iterable
 
 from .errors import PlanError
@@ -86,19 +85,7 @@ def retire_region(planner, name: str) -> None:
 
 
 def check_initial(region, pieces, machine) -> None:
-    """What RegionPlanner checks of a region's initial pieces (devices, bounds). (A model's
-    weights are pieces on every device, ~1.6M at GPT-3 on 1,024 GPUs: checked in bulk --
-    the distinct devices' range, each distinct rect object once -- and piece by piece, for
-    the first bad one's error, only when that finds one.)"""
-    try:
-        devices = set(map(itemgetter(1), pieces))
-        if all(type(d) is int for d in devices) and \
-                (not devices or (min(devices) >= 0 and max(devices) < len(machine.devices))) \
-                and all(map(region.rect.contains,
-                            {id(r): r for r, _ in pieces}.values())):
-            return
-    except Exception:       # (a malformed piece: the loop below says what is wrong)
-        pass
+    """What RegionPlanner checks of a region's initial pieces (devices, bounds)."""
     seen = set()
     for rect, device in pieces:
         machine[device]

@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import weakref
 from collections import defaultdict
-from itertools import islice, repeat
-from operator import itemgetter
+from itertools import islice
 from typing import Iterable, Mapping, Sequence
 
 from .coherence import RegionPlanner
@@ -46,9 +45,6 @@ from .taskgraph import TaskGraph, TaskNode
 # copies (RegionClasses.next_entry). Off: per point as a re-plannable planner keeps them
 # (the oracle of tests/taskrt/test_plan_columns.py; the graph is the same).
 TASK_COLUMNS = True
-
-_NO_WRITER = (None,)                # a requirement's preds when it reads initial data
-_first, _second, _third = itemgetter(0), itemgetter(1), itemgetter(2)
 
 class Planner:
     """Turns launches into a TaskGraph. Use `plan()` for the common case."""
@@ -426,7 +422,7 @@ class Planner:
             if li_of is None:
                 own = li
             for (pi, k, _), (p, t) in zip(accesses, per_access):
-                if p and p != _NO_WRITER:        # ((None,): a read of initial data)
+                if p:
                     out = preds[pi]
                     for r in p:
                         if type(r) is tuple:
@@ -454,17 +450,18 @@ class Planner:
         for pi, src in enumerate(state_src):
             if src is not None and src != (li, pi):
                 preds[pi].add((gid_of((src[0], None)), src[1]))
-        # Per point its Red+ targets: (None,) * its requirements where it has none.
-        nones: dict[int, tuple] = {}
-        for reqs in {id(reqs): reqs for _, _, reqs in points}.values():
-            nones[len(reqs)] = (None,) * len(reqs)
-        if targets is None:
-            mine = map(nones.__getitem__, map(len, map(_third, points)))
-        else:
-            mine = [nones[len(reqs)] if t is None else tuple(t)
-                    for t, (_, _, reqs) in zip(targets, points)]
-        nodes = list(map(TaskNode, repeat(-1), repeat(lp.launch), map(_first, points),
-                         map(_second, points), map(_third, points), mine))
+        launch = lp.launch
+        nones: dict[int, tuple] = {}        # a point without Red+ targets: (None,) * reqs
+        nodes = []
+        for pi, (color, device, reqs) in enumerate(points):
+            mine = targets[pi] if targets is not None else None
+            if mine is None:
+                mine = nones.get(len(reqs))
+                if mine is None:
+                    mine = nones[len(reqs)] = (None,) * len(reqs)
+            else:
+                mine = tuple(mine)
+            nodes.append(TaskNode(-1, launch, color, device, reqs, mine))
         return NodeGroup.of(key, gid_of(key), nodes, preds)
 
     def _new_version(self, li: int) -> None:

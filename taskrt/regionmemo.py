@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass
-from operator import attrgetter, itemgetter
 
 
 @dataclass(eq=False, slots=True)
@@ -48,16 +47,8 @@ def signature(replicas: bool, points, accesses) -> tuple:
     """What one launch asks of one region (its `accesses` [(point index, requirement index,
     requirement)], launchplan.by_region): whether it is one of replicas, then per access
     (point index, requirement index, device, rect, privilege)."""
-    # (by C loops over the columns: a launch's accesses of a region are one per point)
-    pis = list(map(_first, accesses))
-    reqs = list(map(_third, accesses))
-    return (replicas,) + tuple(zip(pis, map(_second, accesses),
-                                   map(_second, map(points.__getitem__, pis)),
-                                   map(_rect, reqs), map(_code, reqs)))
-
-
-_first, _second, _third = itemgetter(0), itemgetter(1), itemgetter(2)
-_rect, _code = attrgetter("rect"), attrgetter("privilege.code")
+    return (replicas,) + tuple([(pi, k, points[pi][1], req.rect, req.privilege.code)
+                                for pi, k, req in accesses])
 
 
 def region_key(region, initial, log, plans) -> tuple:

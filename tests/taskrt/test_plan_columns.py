@@ -169,30 +169,3 @@ def test_columns_equal_per_point_records_on_random_programs(seed, monkeypatch):
             plan(launches, MACHINE, initial)
         return
     assert seen["moved"] > 0
-
-
-@pytest.mark.parametrize("seed", range(30))
-def test_initial_pieces_checked_in_bulk_as_one_by_one(seed):
-    """A one-shot planner checks initial pieces in bulk (oneshot.check_initial), a
-    re-plannable one piece by piece (RegionPlanner): the same first error, or none."""
-    from taskrt import Rect
-    rng = random.Random(seed)
-    machine = Machine.grid(DEVICES, 1)
-    region = Region("x", (8, 6))
-    whole = [region.rect, Rect((0, 0), (4, 6)), Rect((4, 0), (8, 6))]
-    bad = [Rect((0, 0), (9, 6)), Rect((2, 2), (8, 7))]
-    pieces = []
-    for _ in range(rng.randint(0, 12)):
-        rect = rng.choice(whole) if rng.random() < 0.85 else rng.choice(bad)
-        device = rng.randrange(DEVICES) if rng.random() < 0.85 else \
-            rng.choice([-1, DEVICES, DEVICES + 3])
-        pieces.append((rect, device))
-    got = []
-    for replannable in (False, True):
-        try:
-            Planner(machine, {region: pieces}, memo=RegionPlanMemo(0),
-                    replannable=replannable)
-            got.append(None)
-        except Exception as e:                      # noqa: BLE001  (compared below)
-            got.append((type(e), str(e)))
-    assert got[0] == got[1], pieces
