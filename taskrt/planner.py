@@ -37,6 +37,7 @@ from .regionmemo import RegionPlanMemo
 from .regionplans import install, own_planner, remember_current, replan_region
 from .region import Region
 from .settings import Settings
+from .taskcolumns import build_task_group
 from .taskgraph import TaskGraph, TaskNode
 
 # A planner that is never re-planned keeps what planning gives a launch's tasks by region
@@ -399,70 +400,10 @@ class Planner:
 
     def _build_columns(self, key: tuple, lp) -> NodeGroup:
         """_build_tasks for a launch record kept by columns (a planner never re-planned):
-        each region's column [(preds, targets)] per access, in the order the launch first
-        uses the regions, read with its launch indices and nodes moved where it is a class
-        template's (RegionClasses.next_entry). Each point's preds are added to its set in
-        the order _build_tasks adds them (region by region, ref by ref, then the state
-        source), so the sets, their order included, and the group are the same."""
-        li = key[0]
-        points = lp.points
-        preds = [set() for _ in points]
-        targets = None
-        gid_of = self._gid
-        gids = self._gids
-        for accesses, per_access, moves in lp.columns:
-            # Per launch index as the column names it: its task group's id (made as
-            # _build_tasks makes it, at its first ref) and whether it is this launch.
-            li_of, node_of = moves if moves is not None else (None, None)
-            task_gid: dict[int, int] = {}
-            own = -1
-            for l, to in (li_of.items() if li_of is not None else ()):
-                if to == li:
-                    own = l
-            if li_of is None:
-                own = li
-            for (pi, k, _), (p, t) in zip(accesses, per_access):
-                if p:
-                    out = preds[pi]
-                    for r in p:
-                        if type(r) is tuple:
-                            l, q = r
-                            if q == pi and l == own:
-                                continue
-                            g = task_gid.get(l)
-                            if g is None:
-                                to = l if li_of is None else li_of[l]
-                                g = gids.get((to, None))
-                                if g is None:
-                                    g = gid_of((to, None))
-                                task_gid[l] = g
-                            out.add((g, q))
-                        elif r is not None:
-                            out.add(r.where if node_of is None else node_of[r].where)
-                if t is not None:
-                    if targets is None:
-                        targets = [None] * len(points)
-                    got = targets[pi]
-                    if got is None:
-                        got = targets[pi] = [None] * len(points[pi][2])
-                    got[k] = t
-        state_src = lp.state_src
-        for pi, src in enumerate(state_src):
-            if src is not None and src != (li, pi):
-                preds[pi].add((gid_of((src[0], None)), src[1]))
-        launch = lp.launch
-        nones: dict[int, tuple] = {}        # a point without Red+ targets: (None,) * reqs
-        nodes = []
-        for pi, (color, device, reqs) in enumerate(points):
-            mine = targets[pi] if targets is not None else None
-            if mine is None:
-                mine = nones.get(len(reqs))
-                if mine is None:
-                    mine = nones[len(reqs)] = (None,) * len(reqs)
-            else:
-                mine = tuple(mine)
-            nodes.append(TaskNode(-1, launch, color, device, reqs, mine))
-        return NodeGroup.of(key, gid_of(key), nodes, preds)
+        taskcolumns.py, with the compiled columns of class templates kept while
+        plan_once's classes are."""
+        classes = self._classes
+        return build_task_group(self, key, lp, classes.compiled if classes else None)
 
     def _new_version(self, li: int) -> None:
         self.plans[li].version = self._next_version

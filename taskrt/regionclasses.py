@@ -66,6 +66,8 @@ class RegionClasses:
         # interference (interference.py decides from exactly what a signature holds).
         self._launch_sigs: dict[int, tuple] = {}
         self._free: set[tuple] = set()
+        # id(a template's per-access list) -> its taskcolumns.CompiledColumn, for members.
+        self.compiled: dict[int, object] = {}
 
     @classmethod
     def find(cls, planner, launches: list, expanded: list, base: int,
@@ -119,10 +121,11 @@ class RegionClasses:
         """Member `name`'s part of launch `li` (the next entry of its log): (its read nodes or
         None, [(preds, Red+ targets)] per access, its RegionPlanner, moves). Makes the
         class's template and the member's plan on the member's first launch. `moves` is None
-        when the preds are the member's own; else (li_of, node_of): the preds are the
-        template's, to be read with launch indices and nodes moved by these maps (a planner
-        that is never re-planned reads them once, as it builds the tasks: Planner.
-        _build_columns), so a member costs its nodes, not its accesses."""
+        when the preds are the member's own (a planner that re-plans); else (li_of,
+        node_of): the preds are the template's, to be read with launch indices and nodes
+        moved by these maps, (None, None) for the template itself (a planner that is never
+        re-planned reads them as it builds the tasks, taskcolumns.py: a member costs its
+        nodes, not its accesses)."""
         got = self._plans.get(name)
         if got is None:
             got = self._plan_of(name)
@@ -144,6 +147,8 @@ class RegionClasses:
         moves = None
         if k == 0:
             plan = rc.template
+            if self.planner.columns:
+                moves = (None, None)    # (the template's own: kept compiled for the others)
         else:
             region, lis = self.planner.regions[name], rc.logs[k]
             owners = [self._launch(li).name for li in lis]
