@@ -26,7 +26,7 @@ class LaunchPlan:
         # Per point: region name -> pred refs; and per requirement: Red+ targets (else None).
         # With `columns` (a planner that is never re-planned) neither: per region, in the
         # order the launch first uses them, what planning it gave the launch's accesses
-        # (`columns`: see Planner._build_columns), read once when the tasks are built.
+        # (taskcolumns.py), read once when the tasks are built.
         self.task_preds: list[dict] | None = None if columns else [{} for _ in points]
         self.task_targets: list[list] | None = None if columns else \
             [[None] * len(reqs) for _, _, reqs in points]

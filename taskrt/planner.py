@@ -41,11 +41,12 @@ from .taskcolumns import build_task_group
 from .taskgraph import TaskGraph, TaskNode
 
 # A planner that is never re-planned keeps what planning gives a launch's tasks by region
-# (LaunchPlan.columns, read once by _build_columns), and a region planned alike with others
+# (LaunchPlan.columns, read once by taskcolumns.build_task_group), and a region planned alike with others
 # gives its class's preds with the launch indices and nodes to move them by, not moved
 # copies (RegionClasses.next_entry). Off: per point as a re-plannable planner keeps them
 # (the oracle of tests/taskrt/test_plan_columns.py; the graph is the same).
 TASK_COLUMNS = True
+
 
 class Planner:
     """Turns launches into a TaskGraph. Use `plan()` for the common case."""
