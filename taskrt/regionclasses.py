@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from .coherence import RegionPlanner
-from .launchplan import by_region
+from .launchplan import DeferredReads, by_region, reads_list
 from .regionmemo import RegionPlan, signature
 from .taskgraph import (COPY, REDUCE, AllReduceNode, CopyNode, ReduceInput, ReduceNode,
                         ReduceTarget)
@@ -82,7 +82,8 @@ class RegionClasses:
         sigs: dict[str, list[int]] = defaultdict(list)
         for i, points in enumerate(expanded):
             replicas, li = launches[i].replicas, base + i
-            grouped = self._grouped[li] = by_region(points)
+            # (a one-shot planner's reads made when asked for: grouped, _entries)
+            grouped = self._grouped[li] = by_region(points, not planner.replannable)
             mine = []
             for name, acc in grouped[1].items():
                 sig = signature(replicas, points, acc)
@@ -145,7 +146,8 @@ class RegionClasses:
     def _plan_of(self, name: str) -> tuple:
         rc, k = self.of[name]
         if rc.template is None:
-            rc.template = plan_alone(self.planner, rc.members[0], self._entries(rc.logs[0]))
+            first = rc.members[0]
+            rc.template = plan_alone(self.planner, first, self._entries(rc.logs[0], first))
         moves = None
         if k == 0:
             plan = rc.template
@@ -172,14 +174,26 @@ class RegionClasses:
     def _launch(self, li: int):
         return self.launches[li - self.base]
 
-    def _entries(self, lis: list[int]) -> list[tuple]:
-        """(li, launch, points, reads or None, accesses) of region-independent launches."""
-        return [(li, self._launch(li), self.points_of(li)) + self._grouped[li] for li in lis]
+    def _entries(self, lis: list[int], name: str) -> list[tuple]:
+        """(li, launch, points, reads or None, accesses) of region-independent launches, for
+        planning region `name` (its reads made)."""
+        out = []
+        for li in lis:
+            reads, accesses = self._grouped[li]
+            mine = {name: reads_list(reads[name])} if name in reads else {}
+            out.append((li, self._launch(li), self.points_of(li), mine, accesses))
+        return out
 
     def grouped(self, li: int) -> tuple[dict, dict]:
         """Launch li's points grouped by region (launchplan.by_region: reads, accesses), as
-        find() made them; until release(li)."""
-        return self._grouped[li]
+        find() made them; until release(li). The reads of regions not planned with a
+        class are made now (by_region's deferred reads)."""
+        reads, accesses = self._grouped[li]
+        of = self.of
+        for name, r in reads.items():
+            if type(r) is DeferredReads and name not in of:
+                reads[name] = reads_list(r)
+        return reads, accesses
 
     def release(self, li: int) -> None:
         """Launch li is added: its grouping is not asked for again."""

@@ -169,3 +169,22 @@ def test_columns_equal_per_point_records_on_random_programs(seed, monkeypatch):
             plan(launches, MACHINE, initial)
         return
     assert seen["moved"] > 0
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_deferred_reads_are_by_regions_reads(seed):
+    """by_region(points, deferred=True) (RegionClasses.find for a one-shot planner): every
+    region's reads, once made by reads_list, and every access equal by_region's."""
+    from taskrt.launchplan import DeferredReads, by_region, reads_list
+    from test_aligned_plans import MACHINE, _launches, _program
+    program, initial = _twinned(_program(seed))
+    p = Planner(MACHINE, initial, memo=RegionPlanMemo(0), replannable=False)
+    deferred = 0
+    for launch in _launches(program) + _launches(_program(seed), "plain"):
+        points = p._expand(launch)
+        reads, accesses = by_region(points, True)
+        want_reads, want_accesses = by_region(points)
+        deferred += sum(type(r) is DeferredReads for r in reads.values())
+        assert list(reads) == list(want_reads) and accesses == want_accesses
+        assert {n: reads_list(r) for n, r in reads.items()} == want_reads
+    assert deferred > 0
