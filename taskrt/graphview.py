@@ -108,4 +108,4 @@ def _release(planner) -> None:
     planner._region_info = {}
     planner._frozen_info = {}
     for lp in planner.plans:
-        lp.task_preds = lp.task_targets = lp.points = lp.refs = None
+        lp.task_preds = lp.task_targets = lp.points = lp.refs = lp.columns = None

@@ -14,18 +14,23 @@ class LaunchPlan:
     """The planner's record of one launch: its points, and what planning the regions it
     touches gave its point tasks. replace() gives a launch a new record."""
     __slots__ = ("launch", "points", "colors", "read_order", "regions", "task_preds",
-                 "task_targets", "state_src", "version", "refs")
+                 "task_targets", "state_src", "version", "refs", "columns")
 
     def __init__(self, launch: IndexLaunch, points: list, reads: dict, accesses: dict,
-                 state_src: list):
+                 state_src: list, columns: bool = False):
         self.launch = launch
         self.points = points                          # per point: (color, device, reqs)
         self.colors = {c: k for k, (c, _, _) in enumerate(points)}   # color -> point index
         self.read_order = list(reads)                 # regions it reads, by first read
         self.regions = list(accesses)                 # regions it touches, by first use
         # Per point: region name -> pred refs; and per requirement: Red+ targets (else None).
-        self.task_preds: list[dict] = [{} for _ in points]
-        self.task_targets: list[list] = [[None] * len(reqs) for _, _, reqs in points]
+        # With `columns` (a planner that is never re-planned) neither: per region, in the
+        # order the launch first uses them, what planning it gave the launch's accesses
+        # (taskcolumns.py), read once when the tasks are built.
+        self.task_preds: list[dict] | None = None if columns else [{} for _ in points]
+        self.task_targets: list[list] | None = None if columns else \
+            [[None] * len(reqs) for _, _, reqs in points]
+        self.columns: list | None = [] if columns else None
         self.state_src = state_src                    # per point: task ref or None
         # Changes whenever one of its groups is rebuilt or put back (Planner.versions).
         self.version = -1
@@ -40,11 +45,30 @@ def task_refs(lp: LaunchPlan, li: int) -> list:
     return lp.refs
 
 
-def by_region(points) -> tuple[dict, dict]:
+def by_region(points, deferred: bool = False) -> tuple[dict, dict]:
     """A launch's expanded points grouped by region, in first-use order: the reads
-    (color, device, rect) and every access (point index, requirement index, requirement)."""
-    grouped = _by_region_alike(points)
+    (color, device, rect) and every access (point index, requirement index, requirement).
+    `deferred`: where the points ask alike, a region's reads are a DeferredReads, made into
+    the list by `reads_list` (a region planned with its class needs only its name)."""
+    grouped = _by_region_alike(points, deferred)
     return grouped if grouped is not None else _by_region_loop(points)
+
+
+class DeferredReads:
+    """One region's reads by a launch whose points ask alike, not made yet: the points
+    and the region's requirement per point."""
+    __slots__ = ("points", "col")
+
+    def __init__(self, points, col):
+        self.points, self.col = points, col
+
+
+def reads_list(reads) -> list:
+    """A region's reads as by_region makes them (a DeferredReads made now)."""
+    if type(reads) is not DeferredReads:
+        return reads
+    points = reads.points
+    return list(zip(map(_first, points), map(_second, points), map(_rect, reads.col)))
 
 
 def _by_region_loop(points) -> tuple[dict, dict]:
@@ -66,7 +90,7 @@ def _by_region_loop(points) -> tuple[dict, dict]:
     return reads, accesses
 
 
-def _by_region_alike(points) -> tuple[dict, dict] | None:
+def _by_region_alike(points, deferred: bool = False) -> tuple[dict, dict] | None:
     """by_region when every point asks the same regions with the same privileges in the same
     order, each region once (the points of a launch differ in their rects and devices): per
     requirement index one list over the points, made and checked by C loops (map), not one
@@ -91,7 +115,9 @@ def _by_region_alike(points) -> tuple[dict, dict] | None:
     colors = devices = None
     for k, (name, col) in enumerate(zip(names, cols)):
         priv = first[k].privilege
-        if priv is R or priv is RW:
+        if (priv is R or priv is RW) and deferred:
+            reads[name] = DeferredReads(points, col)
+        elif priv is R or priv is RW:
             if colors is None:
                 colors, devices = list(map(_first, points)), list(map(_second, points))
             reads[name] = list(zip(colors, devices, map(_rect, col)))

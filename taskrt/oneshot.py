@@ -66,7 +66,7 @@ def _drop_launch_state(planner, li: int) -> None:
     lp = planner.plans[li]
     for name in lp.read_order:
         planner.region_nodes.pop((li, name), None)
-    lp.task_preds = lp.task_targets = lp.refs = None
+    lp.task_preds = lp.task_targets = lp.refs = lp.columns = None
     planner._tasks.clear()
     planner._marked.clear()
 

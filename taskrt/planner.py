@@ -32,12 +32,20 @@ from .machine import Machine
 from .nodegroups import NodeGroup
 from .oneshot import check_initial, plan_once
 from .undo import PlanUndo
-from .regionclasses import RegionClasses
+from .regionclasses import RegionClasses, merged_per_point
 from .regionmemo import RegionPlanMemo
 from .regionplans import install, own_planner, remember_current, replan_region
 from .region import Region
 from .settings import Settings
+from .taskcolumns import build_task_group
 from .taskgraph import TaskGraph, TaskNode
+
+# A planner that is never re-planned keeps what planning gives a launch's tasks by region
+# (LaunchPlan.columns, read once by taskcolumns.build_task_group), and a region planned alike with others
+# gives its class's preds with the launch indices and nodes to move them by, not moved
+# copies (RegionClasses.next_entry). Off: per point as a re-plannable planner keeps them
+# (the oracle of tests/taskrt/test_plan_columns.py; the graph is the same).
+TASK_COLUMNS = True
 
 
 class Planner:
@@ -54,6 +62,8 @@ class Planner:
         memory, and replace() is refused."""
         self.machine = machine
         self.replannable = replannable
+        # Launch records kept by region columns (TASK_COLUMNS; only where never re-planned).
+        self.columns = not replannable and TASK_COLUMNS
         self.regions: dict[str, Region] = {}
         self.initial: dict[str, list[tuple[Rect, int]]] = {}
         self.planners: dict[str, RegionPlanner] = {}
@@ -200,7 +210,8 @@ class Planner:
             for name in accesses:
                 if name not in (classes or ()):
                     own_planner(self, name)
-        self.plans.append(LaunchPlan(launch, points, reads, accesses, state_src))
+        self.plans.append(LaunchPlan(launch, points, reads, accesses, state_src,
+                                     columns=self.columns))
         self.index[launch.name] = li
         self._state_index = None
         self._mark((li, None))
@@ -232,8 +243,11 @@ class Planner:
         lp = self.plans[li]
         task_preds, task_targets = lp.task_preds, lp.task_targets
         refs = lp.refs or task_refs(lp, li)
-        for (pi, k, _), (preds, targets) in zip(accesses, rp.access_points(
-                refs, lp.points, accesses, lp.launch.replicas)):
+        planned = rp.access_points(refs, lp.points, accesses, lp.launch.replicas)
+        if lp.columns is not None:
+            lp.columns.append((accesses, merged_per_point(accesses, planned), None))
+            return
+        for (pi, k, _), (preds, targets) in zip(accesses, planned):
             # Kept as a tuple (a set costs 216 bytes however few it holds; a point's preds
             # per region are a few refs), in the set's order.
             per_region = task_preds[pi]
@@ -343,6 +357,8 @@ class Planner:
     def _build_tasks(self, key: tuple) -> NodeGroup:
         li = key[0]
         lp = self.plans[li]
+        if lp.columns is not None:
+            return self._build_columns(key, lp)
         launch, preds_of, targets_of, state_src = lp.launch, lp.task_preds, lp.task_targets, \
             lp.state_src
         nodes, preds = [], []
@@ -382,6 +398,13 @@ class Planner:
                 self._set_task((li, pi), node)
             nodes.append(node)
         return NodeGroup.of(key, gid_of(key), nodes, preds)
+
+    def _build_columns(self, key: tuple, lp) -> NodeGroup:
+        """_build_tasks for a launch record kept by columns (a planner never re-planned):
+        taskcolumns.py, with the compiled columns of class templates kept while
+        plan_once's classes are."""
+        classes = self._classes
+        return build_task_group(self, key, lp, classes.compiled if classes else None)
 
     def _new_version(self, li: int) -> None:
         self.plans[li].version = self._next_version

@@ -15,7 +15,9 @@ more, the class's first member is planned alone over its whole log (`plan_alone`
 RegionPlanner calls add_launch makes), and every member gets that plan with its own region and
 launches (`stamp`: new node objects, the same rects, devices and Red+ targets, references moved
 to the member's launches and nodes); the planner installs each launch's part of it as the
-launch is added. The graph is node for node the one planning every region gives
+launch is added. A planner that is never re-planned (plan()) takes only the new nodes
+(`stamp_nodes`) and reads the template's preds through the maps that move them, as it
+builds the tasks (taskcolumns.py): a member then costs its nodes, not its accesses. The graph is node for node the one planning every region gives
 (tests/taskrt/test_region_classes.py, golden digests), and a model of 32 equal blocks plans
 each distinct region once instead of 32 times.
 
@@ -29,7 +31,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from .coherence import RegionPlanner
-from .launchplan import by_region
+from .launchplan import DeferredReads, by_region, reads_list
 from .regionmemo import RegionPlan, signature
 from .taskgraph import (COPY, REDUCE, AllReduceNode, CopyNode, ReduceInput, ReduceNode,
                         ReduceTarget)
@@ -66,6 +68,8 @@ class RegionClasses:
         # interference (interference.py decides from exactly what a signature holds).
         self._launch_sigs: dict[int, tuple] = {}
         self._free: set[tuple] = set()
+        # id(a template's per-access list) -> its taskcolumns.CompiledColumn, for members.
+        self.compiled: dict[int, object] = {}
 
     @classmethod
     def find(cls, planner, launches: list, expanded: list, base: int,
@@ -78,7 +82,8 @@ class RegionClasses:
         sigs: dict[str, list[int]] = defaultdict(list)
         for i, points in enumerate(expanded):
             replicas, li = launches[i].replicas, base + i
-            grouped = self._grouped[li] = by_region(points)
+            # (a one-shot planner's reads made when asked for: grouped, _entries)
+            grouped = self._grouped[li] = by_region(points, not planner.replannable)
             mine = []
             for name, acc in grouped[1].items():
                 sig = signature(replicas, points, acc)
@@ -117,12 +122,18 @@ class RegionClasses:
 
     def next_entry(self, name: str, li: int):
         """Member `name`'s part of launch `li` (the next entry of its log): (its read nodes or
-        None, [(preds, Red+ targets)] per access, its RegionPlanner). Makes the class's
-        template and the member's plan on the member's first launch."""
-        plan = self._plans.get(name)
-        if plan is None:
-            plan = self._plan_of(name)
+        None, [(preds, Red+ targets)] per access, its RegionPlanner, moves). Makes the
+        class's template and the member's plan on the member's first launch. `moves` is None
+        when the preds are the member's own (a planner that re-plans); else (li_of,
+        node_of): the preds are the template's, to be read with launch indices and nodes
+        moved by these maps, (None, None) for the template itself (a planner that is never
+        re-planned reads them as it builds the tasks, taskcolumns.py: a member costs its
+        nodes, not its accesses)."""
+        got = self._plans.get(name)
+        if got is None:
+            got = self._plan_of(name)
             self._next[name] = 0
+        plan, moves = got
         j = self._next[name]
         rc, k = self.of[name]
         assert rc.logs[k][j] == li, (name, li, rc.logs[k][j])
@@ -130,32 +141,59 @@ class RegionClasses:
             del self._plans[name], self._next[name], self.of[name]
         else:
             self._next[name] = j + 1
-        return plan.nodes[j], plan.accesses[j], plan.planner
+        return plan.nodes[j], plan.accesses[j], plan.planner, moves
 
-    def _plan_of(self, name: str) -> RegionPlan:
+    def _plan_of(self, name: str) -> tuple:
         rc, k = self.of[name]
         if rc.template is None:
-            rc.template = plan_alone(self.planner, rc.members[0], self._entries(rc.logs[0]))
-        plan = rc.template if k == 0 else \
-            stamp(rc.template, self.planner.regions[name], rc.logs[k],
-                  [self._launch(li).name for li in rc.logs[k]])
+            first = rc.members[0]
+            rc.template = plan_alone(self.planner, first, self._entries(rc.logs[0], first))
+        moves = None
+        if k == 0:
+            plan = rc.template
+            if self.planner.columns:
+                moves = (None, None)    # (the template's own: kept compiled for the others)
+        else:
+            region, lis = self.planner.regions[name], rc.logs[k]
+            owners = [self._launch(li).name for li in lis]
+            if not self.planner.columns:
+                plan = stamp(rc.template, region, lis, owners)
+            else:
+                template = rc.template
+                li_of = dict(zip(template.lis, lis))
+                nodes, node_of = stamp_nodes(template, region, li_of, owners)
+                plan = RegionPlan(template.planner, nodes, template.accesses, template.size,
+                                  name, tuple(lis))
+                moves = (li_of, node_of)
         rc.unstamped -= 1
         if not rc.unstamped:
             rc.template = None          # (each member holds its own plan now)
-        self._plans[name] = plan
-        return plan
+        got = self._plans[name] = (plan, moves)
+        return got
 
     def _launch(self, li: int):
         return self.launches[li - self.base]
 
-    def _entries(self, lis: list[int]) -> list[tuple]:
-        """(li, launch, points, reads or None, accesses) of region-independent launches."""
-        return [(li, self._launch(li), self.points_of(li)) + self._grouped[li] for li in lis]
+    def _entries(self, lis: list[int], name: str) -> list[tuple]:
+        """(li, launch, points, reads or None, accesses) of region-independent launches, for
+        planning region `name` (its reads made)."""
+        out = []
+        for li in lis:
+            reads, accesses = self._grouped[li]
+            mine = {name: reads_list(reads[name])} if name in reads else {}
+            out.append((li, self._launch(li), self.points_of(li), mine, accesses))
+        return out
 
     def grouped(self, li: int) -> tuple[dict, dict]:
         """Launch li's points grouped by region (launchplan.by_region: reads, accesses), as
-        find() made them; until release(li)."""
-        return self._grouped[li]
+        find() made them; until release(li). The reads of regions not planned with a
+        class are made now (by_region's deferred reads)."""
+        reads, accesses = self._grouped[li]
+        of = self.of
+        for name, r in reads.items():
+            if type(r) is DeferredReads and name not in of:
+                reads[name] = reads_list(r)
+        return reads, accesses
 
     def release(self, li: int) -> None:
         """Launch li is added: its grouping is not asked for again."""
@@ -187,17 +225,25 @@ def plan_alone(planner, name: str, entries: list[tuple], rp=None) -> RegionPlan:
         items = rp.plan_reads(launch, mine) if mine else None
         nodes.append(items)
         size += len(items) if items else 0
-        merged: dict[int, tuple] = {}
-        targets = []
         refs = [(li, pi) for pi in range(len(points))]
-        for (pi, _, _), (preds, t) in zip(accesses[name], rp.access_points(
-                refs, points, accesses[name], launch.replicas)):
-            known = merged.get(pi)
-            merged[pi] = (tuple(preds) if preds else ()) if known is None else \
-                tuple(set(known).union(preds))
-            targets.append(t)
-        per_entry.append([(merged[pi], t) for (pi, _, _), t in zip(accesses[name], targets)])
+        per_entry.append(merged_per_point(accesses[name], rp.access_points(
+            refs, points, accesses[name], launch.replicas)))
     return RegionPlan(rp, nodes, per_entry, size, name, tuple(li for li, *_ in entries))
+
+
+def merged_per_point(accesses, planned: list) -> list:
+    """[(preds, Red+ targets)] per access of one launch to one region, from what the
+    RegionPlanner gave each access (`planned`, aligned with `accesses`): a point's preds
+    on the region are the union over its accesses of it (in a set's order; a tuple), as
+    Planner._plan_accesses keeps them per point."""
+    merged: dict[int, tuple] = {}
+    targets = []
+    for (pi, _, _), (preds, t) in zip(accesses, planned):
+        known = merged.get(pi)
+        merged[pi] = (tuple(preds) if preds else ()) if known is None else \
+            tuple(set(known).union(preds))
+        targets.append(t)
+    return [(merged[pi], t) for (pi, _, _), t in zip(accesses, targets)]
 
 
 def stamp(plan: RegionPlan, region, lis_to, owners: list[str], shift=None) -> RegionPlan:
@@ -207,20 +253,54 @@ def stamp(plan: RegionPlan, region, lis_to, owners: list[str], shift=None) -> Re
     (of nodes, reduction inputs and Red+ targets), for a plan made for another slab of the
     same region (slabplans.py)."""
     li_of = dict(zip(plan.lis, lis_to))
+    nodes, node_of = stamp_nodes(plan, region, li_of, owners, shift)
+
+    def moved(r):
+        if r is None:
+            return None
+        if type(r) is tuple:
+            return (li_of[r[0]], r[1])
+        return node_of[r]
+
+    if shift is None:
+        def targets_of(targets):
+            return targets
+    else:
+        def targets_of(targets):
+            return None if targets is None else \
+                tuple([ReduceTarget(shift(t.piece), t.partial, t.accumulate) for t in targets])
+    # A point's preds come back in later entries (each reader of a part names its writer):
+    # each distinct tuple is moved once.
+    moved_preds: dict = {}
+    accesses = []
+    for per in plan.accesses:
+        out = []
+        for preds, targets in per:
+            new = moved_preds.get(preds)
+            if new is None:
+                new = moved_preds[preds] = tuple([moved(r) for r in preds])
+            out.append((new, targets_of(targets)))
+        accesses.append(out)
+    return RegionPlan(plan.planner, nodes, accesses, plan.size, region.name, tuple(lis_to))
+
+
+def stamp_nodes(plan: RegionPlan, region, li_of: dict, owners: list[str],
+                shift=None) -> tuple[list, dict]:
+    """stamp's read nodes: per entry of `plan`, new nodes for `region` (owners: the
+    launches' names; `li_of`: launch index in plan -> in the new log), their references
+    moved; and the map from plan's nodes to the new ones."""
     node_of: dict = {}
     if shift is None:
         def rect(r):
             return r
-        inputs_of = targets_of = rect
+
+        def inputs_of(inputs):
+            return inputs
     else:
         rect = shift
 
         def inputs_of(inputs):
             return tuple([ReduceInput(i.source, shift(i.rect), i.copy_id) for i in inputs])
-
-        def targets_of(targets):
-            return None if targets is None else \
-                tuple([ReduceTarget(shift(t.piece), t.partial, t.accumulate) for t in targets])
 
     def moved(r):
         if r is None:
@@ -251,16 +331,4 @@ def stamp(plan: RegionPlan, region, lis_to, owners: list[str], shift=None) -> Re
                         None if staged is None else [None if c is None else node_of[c]
                                                      for c in staged]))
         nodes.append(out)
-    # A point's preds come back in later entries (each reader of a part names its writer):
-    # each distinct tuple is moved once.
-    moved_preds: dict = {}
-    accesses = []
-    for per in plan.accesses:
-        out = []
-        for preds, targets in per:
-            new = moved_preds.get(preds)
-            if new is None:
-                new = moved_preds[preds] = tuple([moved(r) for r in preds])
-            out.append((new, targets_of(targets)))
-        accesses.append(out)
-    return RegionPlan(plan.planner, nodes, accesses, plan.size, region.name, tuple(lis_to))
+    return nodes, node_of

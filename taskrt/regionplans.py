@@ -29,9 +29,11 @@ def own_planner(planner, name: str) -> None:
     replan_region(planner, name, remembered=False)
 
 
-def install(planner, name: str, li: int, accesses, items, per_access, rp) -> None:
+def install(planner, name: str, li: int, accesses, items, per_access, rp,
+            moves=None) -> None:
     """Put launch `li`'s part of region `name`'s plan made by its class in place: what
-    _plan_reads and _plan_accesses would have left."""
+    _plan_reads and _plan_accesses would have left (`moves`: RegionClasses.next_entry's;
+    only for a launch record kept by columns, a planner that is never re-planned)."""
     planner.planners[name] = rp
     planner._frozen.add(rp)
     planner._dirty.add(name)
@@ -39,7 +41,12 @@ def install(planner, name: str, li: int, accesses, items, per_access, rp) -> Non
     if items is not None:
         planner._mark((li, name))
         planner.region_nodes[li, name] = items
-    put_accesses(planner.plans[li], name, accesses, per_access)
+    lp = planner.plans[li]
+    if lp.columns is not None:
+        lp.columns.append((accesses, per_access, moves))
+    else:
+        assert moves is None, "a class's preds left unmoved for a re-plannable planner"
+        put_accesses(lp, name, accesses, per_access)
 
 
 def put_accesses(lp, name: str, accesses, per_access) -> None:
