@@ -224,6 +224,7 @@ def price_unseen_by_operator(profile: Profile, base: Profile, seen: set) -> int:
         m = profile.get(key, "cpu")
         if x > 0 and m is not None:
             groups.setdefault(key[0], []).append((x, m.seconds, w.flops, w.bytes))
+    two_term = {op: flops_and_bytes(points) for op, points in groups.items()}
     lowered = 0
     for key in base.keys("cpu"):
         if key in seen or key[0] not in groups:
@@ -240,8 +241,9 @@ def price_unseen_by_operator(profile: Profile, base: Profile, seen: set) -> int:
         else:
             px, pw, _, _ = min(points, key=lambda p: abs(math.log(p[0] / x)))
             bound = pw * x / px
-        if w.flops > 0:
-            bound = max(bound, flops_and_bytes(points, w.flops, w.bytes))
+        if w.flops > 0 and two_term[key[0]] is not None:
+            a, b, c = two_term[key[0]]
+            bound = max(bound, a + b * w.flops + c * w.bytes)
         if 0 < bound < m.seconds:
             r = bound / m.seconds
             profile.add(key, "cpu", Measurement(bound, m.repeats, m.min_s * r, m.max_s * r))
@@ -249,16 +251,16 @@ def price_unseen_by_operator(profile: Profile, base: Profile, seen: set) -> int:
     return lowered
 
 
-def flops_and_bytes(points, flops: float, nbytes: float) -> float:
-    """The work of a part of `flops` FLOPs moving `nbytes` bytes by the line work = a + b x
-    FLOPs + c x bytes (a, b, c >= 0) through an operator's timed shapes (`points`: (size,
-    work, FLOPs, bytes) each), fitted to their relative errors (least squares on work / y:
-    a 50 us shape counts as much as a 3 ms one); 0 with fewer than 3 shapes of different
-    (FLOPs, bytes) that count FLOPs. A convolution's time is its multiply-adds plus the
-    im2col copies of its input, which grow with the input's bytes, not with the FLOPs."""
+def flops_and_bytes(points) -> tuple | None:
+    """(a, b, c) >= 0 of the line work = a + b x FLOPs + c x bytes through an operator's
+    timed shapes (`points`: (size, work, FLOPs, bytes) each), fitted to their relative
+    errors (least squares on work / y: a 50 us shape counts as much as a 3 ms one); None
+    with fewer than 3 shapes of different (FLOPs, bytes) that count FLOPs. A convolution's
+    time is its multiply-adds plus the im2col copies of its input, which grow with the
+    input's bytes, not with the FLOPs."""
     rows = [(1.0, float(f), float(b), y) for _, y, f, b in points if f > 0 and y > 0]
     if len({(f, b) for _, f, b, _ in rows}) < 3:
-        return 0.0
+        return None
     x = np.array([r[:3] for r in rows]) / np.array([r[3] for r in rows])[:, None]
     scale = x.max(axis=0)                   # columns of one magnitude for lstsq
     scale[scale <= 0] = 1.0                 # (no shape moved bytes: its column is 0)
@@ -275,7 +277,7 @@ def flops_and_bytes(points, flops: float, nbytes: float) -> float:
         if err < best:
             best, coef = err, full
     coef = coef / scale
-    return float(coef[0] + coef[1] * flops + coef[2] * nbytes)
+    return float(coef[0]), float(coef[1]), float(coef[2])
 
 
 def pooled_work(durations: dict, c: float, typical: dict, slice_s: float) -> dict:
