@@ -209,33 +209,75 @@ def price_unseen_by_operator(profile: Profile, base: Profile, seen: set) -> int:
     a shape can be far from its in-situ work when nothing preempted it: AlexNet's first
     convolution's backward at batch 16 took 7.1-7.3 ms in all 5 repeats alone and 2.8 ms
     a node in situ, where the batch-8 shape took 2.8 ms alone and 1.8 ms in situ, at the
-    same in-situ 0.04 ns per FLOP. Returns how many keys it lowered."""
+    same in-situ 0.04 ns per FLOP.
+    Where the operator's timed shapes count FLOPs, the bound is never below what they give
+    in FLOPs and bytes together (flops_and_bytes): a shape that moves more bytes per FLOP
+    than the timed ones takes longer than its FLOPs say (AlexNet's first convolution with 2
+    output channels a device, parameter parallel on 1 x 4: 2.3-2.4 ms a node in situ, 2.6
+    ms alone, its im2col reading the whole 6.2 MB input for a quarter of the FLOPs of the
+    timed 8-channel shapes; bounded by FLOPs at 0.78-0.86 ms). Returns how many keys it
+    lowered."""
     groups: dict = {}
     for key in sorted(seen, key=repr):         # the same points in every process
-        x = _size(base.work.get(key) or profile.work.get(key))
+        w = base.work.get(key) or profile.work.get(key)
+        x = _size(w)
         m = profile.get(key, "cpu")
         if x > 0 and m is not None:
-            groups.setdefault(key[0], []).append((x, m.seconds))
+            groups.setdefault(key[0], []).append((x, m.seconds, w.flops, w.bytes))
+    two_term = {op: flops_and_bytes(points) for op, points in groups.items()}
     lowered = 0
     for key in base.keys("cpu"):
         if key in seen or key[0] not in groups:
             continue
-        x = _size(base.work.get(key))
+        w = base.work.get(key)
+        x = _size(w)
         m = profile.get(key, "cpu")
         if x <= 0 or m is None:
             continue
         points = groups[key[0]]
-        if len({px for px, _ in points}) >= 3:
-            a, b = _line(*zip(*points))
+        if len({p[0] for p in points}) >= 3:
+            a, b = _line([p[0] for p in points], [p[1] for p in points])
             bound = a + b * x
         else:
-            px, pw = min(points, key=lambda p: abs(math.log(p[0] / x)))
+            px, pw, _, _ = min(points, key=lambda p: abs(math.log(p[0] / x)))
             bound = pw * x / px
+        if w.flops > 0 and two_term[key[0]] is not None:
+            a, b, c = two_term[key[0]]
+            bound = max(bound, a + b * w.flops + c * w.bytes)
         if 0 < bound < m.seconds:
             r = bound / m.seconds
             profile.add(key, "cpu", Measurement(bound, m.repeats, m.min_s * r, m.max_s * r))
             lowered += 1
     return lowered
+
+
+def flops_and_bytes(points) -> tuple | None:
+    """(a, b, c) >= 0 of the line work = a + b x FLOPs + c x bytes through an operator's
+    timed shapes (`points`: (size, work, FLOPs, bytes) each), fitted to their relative
+    errors (least squares on work / y: a 50 us shape counts as much as a 3 ms one); None
+    with fewer than 3 shapes of different (FLOPs, bytes) that count FLOPs. A convolution's
+    time is its multiply-adds plus the im2col copies of its input, which grow with the
+    input's bytes, not with the FLOPs."""
+    rows = [(1.0, float(f), float(b), y) for _, y, f, b in points if f > 0 and y > 0]
+    if len({(f, b) for _, f, b, _ in rows}) < 3:
+        return None
+    x = np.array([r[:3] for r in rows]) / np.array([r[3] for r in rows])[:, None]
+    scale = x.max(axis=0)                   # columns of one magnitude for lstsq
+    scale[scale <= 0] = 1.0                 # (no shape moved bytes: its column is 0)
+    x = x / scale
+    ones = np.ones(len(rows))
+    best, coef = math.inf, np.zeros(3)
+    for used in ((0, 1, 2), (0, 1), (0, 2), (1, 2), (0,), (1,), (2,)):
+        c, *_ = np.linalg.lstsq(x[:, used], ones, rcond=None)
+        if (c < 0).any():
+            continue
+        full = np.zeros(3)
+        full[list(used)] = c
+        err = float(((x @ full - ones) ** 2).sum())
+        if err < best:
+            best, coef = err, full
+    coef = coef / scale
+    return float(coef[0]), float(coef[1]), float(coef[2])
 
 
 def pooled_work(durations: dict, c: float, typical: dict, slice_s: float) -> dict:

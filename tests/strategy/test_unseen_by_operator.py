@@ -45,3 +45,38 @@ def test_three_timed_shapes_give_the_operators_line():
     prof.add(u, "cpu", Measurement(1e-3, 5, 1e-3, 1e-3))
     price_unseen_by_operator(prof, base, seen)
     assert prof.get(u, "cpu").seconds == pytest.approx(1e-5 + 8e-6)
+
+
+def _timed_shapes(op, shapes, work_s):
+    """base and in-situ profiles holding `shapes` ((FLOPs, bytes) each) of operator `op`,
+    each timed at work_s(FLOPs, bytes), and the set of their keys."""
+    base, prof, seen = Profile(), Profile(), set()
+    for i, (f, b) in enumerate(shapes):
+        k = (op, (f"s{i}",))
+        w = work_s(f, b)
+        base.add(k, "cpu", Measurement(w, 5, w, w), Work(f, b))
+        prof.add(k, "cpu", Measurement(w, 5, w, w))
+        seen.add(k)
+    return base, prof, seen
+
+
+def test_a_shape_moving_more_bytes_per_flop_is_bounded_by_flops_and_bytes():
+    """The timed shapes take 10 us + 1 us per MFLOP + 1 us per 100 KB (a convolution's
+    multiply-adds and its input's im2col copies). A shape of 2 MFLOP moving 2 MB (a quarter
+    of the output channels of a 8 MFLOP shape, the whole input) takes 32 us by them; by
+    FLOPs alone the line through the timed shapes says far less. Its profiler price (1 ms)
+    is lowered to the FLOPs-and-bytes bound, not the FLOPs one; a shape whose FLOPs bound is
+    the higher keeps that."""
+    def work_s(f, b):
+        return 1e-5 + 1e-6 * f / 1e6 + 1e-6 * b / 1e5
+    op = ("conv2d", (), "fwd")
+    shapes = [(1e6, 1e5), (2e6, 1.5e5), (4e6, 3e5), (8e6, 5e5), (8e6, 7e5)]
+    base, prof, seen = _timed_shapes(op, shapes, work_s)
+    for name, (f, b) in (("bytes", (2e6, 2e6)), ("flops", (16e6, 1e5))):
+        k = (op, (name,))
+        base.add(k, "cpu", Measurement(1e-3, 5, 1e-3, 1e-3), Work(f, b))
+        prof.add(k, "cpu", Measurement(1e-3, 5, 1e-3, 1e-3))
+    price_unseen_by_operator(prof, base, seen)
+    assert prof.get((op, ("bytes",)), "cpu").seconds == pytest.approx(work_s(2e6, 2e6),
+                                                                      rel=1e-6)
+    assert prof.get((op, ("flops",)), "cpu").seconds > work_s(16e6, 1e5)
