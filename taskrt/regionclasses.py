@@ -254,13 +254,7 @@ def stamp(plan: RegionPlan, region, lis_to, owners: list[str], shift=None) -> Re
     same region (slabplans.py)."""
     li_of = dict(zip(plan.lis, lis_to))
     nodes, node_of = stamp_nodes(plan, region, li_of, owners, shift)
-
-    def moved(r):
-        if r is None:
-            return None
-        if type(r) is tuple:
-            return (li_of[r[0]], r[1])
-        return node_of[r]
+    moved = _mover(li_of, node_of)
 
     if shift is None:
         def targets_of(targets):
@@ -302,12 +296,7 @@ def stamp_nodes(plan: RegionPlan, region, li_of: dict, owners: list[str],
         def inputs_of(inputs):
             return tuple([ReduceInput(i.source, shift(i.rect), i.copy_id) for i in inputs])
 
-    def moved(r):
-        if r is None:
-            return None
-        if type(r) is tuple:
-            return (li_of[r[0]], r[1])
-        return node_of[r]
+    moved = _mover(li_of, node_of)     # node_of fills below, entry by entry
 
     nodes = []
     for items, owner in zip(plan.nodes, owners):
@@ -332,3 +321,15 @@ def stamp_nodes(plan: RegionPlan, region, li_of: dict, owners: list[str],
                                                      for c in staged]))
         nodes.append(out)
     return nodes, node_of
+
+
+def _mover(li_of: dict, node_of: dict):
+    """A stamped plan's reference of `plan`'s: None stays None, a (launch index, point)
+    moves its launch index (li_of), a node becomes its new node (node_of)."""
+    def moved(r):
+        if r is None:
+            return None
+        if type(r) is tuple:
+            return (li_of[r[0]], r[1])
+        return node_of[r]
+    return moved
