@@ -61,6 +61,9 @@ What a trace determines (docs/simulator.md):
                 within 6-7% median of their traced CPU seconds), and a factor fitted there
                 held only the calibrating runs' noise (1.06-1.17; held out, 1 process x 4
                 devices 15.3% median error with it, 6.8% without).
+  untraced runs  predict() prices a run without --trace by default, whose executor skips
+                the idle points a traced run times (strategy/untraced.py); the residuals,
+                and so the iteration factor, compare traced runs with traced predictions.
 What it does not: link latency and bandwidth (a message's arrival is seen only when the
 receiving thread next polls, so the traces bound them loosely) and the end of an all-reduce
 (no event marks it); those stay the base machine's (calibrate_local's ping-pongs and
