@@ -256,7 +256,8 @@ def analyse(folder: str, data: dict) -> dict:
                     before = simulate(g, shared_devices(base, per),
                                       CostModel(base_profiles, int_ranges=ints)).makespan
                     work = predict(fit, g, ints, ranks_, per, contention=1.0, factor=1.0,
-                                   wakeups=False)          # work: not the ranks' sleeps
+                                   wakeups=False, traced=True)  # work: not the ranks' sleeps,
+                    # every node, as the traced runs whose CPU it is compared with
                     cpu = traced_cpu(trace_files(traces, a, strategy))
                     c = runs[(a, strategy)]
                     m = c["measured_s"]

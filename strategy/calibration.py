@@ -61,6 +61,9 @@ What a trace determines (docs/simulator.md):
                 within 6-7% median of their traced CPU seconds), and a factor fitted there
                 held only the calibrating runs' noise (1.06-1.17; held out, 1 process x 4
                 devices 15.3% median error with it, 6.8% without).
+  untraced runs  predict() prices a run without --trace by default, whose executor skips
+                the idle points a traced run times (strategy/untraced.py); the residuals,
+                and so the iteration factor, compare traced runs with traced predictions.
 What it does not: link latency and bandwidth (a message's arrival is seen only when the
 receiving thread next polls, so the traces bound them loosely) and the end of an all-reduce
 (no event marks it); those stay the base machine's (calibrate_local's ping-pongs and
@@ -92,6 +95,7 @@ from .gradbuckets import bucket_collectives, bucketed, buckets_of, collective_wa
 from .preemption import PreemptedTimer, expected_makespan
 from .replay import ReplayError, measured_times, model_for_layout, recorded
 from .simulator import NodeTimer, simulate
+from .untraced import UntracedCosts, skipped_tasks
 from .wakeups import ROUNDS as WAKE_ROUNDS, SleepSchedule, executor_schedule, wake_delays
 
 
@@ -477,7 +481,7 @@ def others_of(runs) -> float:
 
 def predict(fit: Fit, graph, int_ranges: dict, ranks: int, per_rank: int,
             contention: float | None = None, factor: float | None = None,
-            wakeups: bool = True) -> float:
+            wakeups: bool = True, traced: bool = False) -> float:
     """A calibration's prediction of an iteration of `graph` run on `ranks` x `per_rank`
     devices: the threads' work (times the iteration factor) under preemption at the
     contention (default: the recorded runs'; on several ranks with a fitted background,
@@ -486,10 +490,13 @@ def predict(fit: Fit, graph, int_ranges: dict, ranks: int, per_rank: int,
     limit, exact in expectation there). On several ranks a message that reaches a rank
     with nothing to run waits for its next wake-up (fit.sleep, strategy/wakeups.py;
     `wakeups=False`: not, e.g. for the threads' work alone), and each simulation draws the
-    ranks' speeds of one recorded iteration (fit.speeds)."""
+    ranks' speeds of one recorded iteration (fit.speeds). `traced`: an iteration run with
+    --trace, as the calibrating runs were (every node timed); else as run without, whose
+    executor skips the idle points (strategy/untraced.py)."""
     k = fit.factor if factor is None else factor
     model, profile = with_factor(*fit.work, k) if k != 1.0 else fit.work
-    costs = CostModel(profile, int_ranges=int_ranges)
+    costs = CostModel(profile, int_ranges=int_ranges) if traced else \
+        UntracedCosts(profile, int_ranges=int_ranges, skipped=skipped_tasks(graph))
     layout = model_for_layout(model, ranks, per_rank)
     held = None
     if ranks > 1:                           # the executor's buckets: one collective each
@@ -549,5 +556,5 @@ def residuals(runs, fit: Fit) -> list:
         if len(group) > 1:
             name = f"{name[:34]} ({len(group)} runs)"
         out.append((name, statistics.median(g.measured_s for g in group),
-                    predict(fit, r.graph, r.int_ranges, r.ranks, r.per_rank)))
+                    predict(fit, r.graph, r.int_ranges, r.ranks, r.per_rank, traced=True)))
     return out

@@ -61,6 +61,8 @@ class PreemptedTimer(NodeTimer):
         self.slice_s, self.rng = slice_s, rng or random.Random(0)
         self.delays = delays or {}
         self.collectives = collectives or {}
+        # an untraced run's skipped idle points (strategy/untraced.py): no host phases
+        self.skipped = getattr(costs, "skipped", frozenset())
 
     def stalled(self, seconds: float, contention: float | None = None) -> float:
         """`seconds` of a thread's work and the slices taken from it meanwhile."""
@@ -94,6 +96,8 @@ class PreemptedTimer(NodeTimer):
 
     def host_phases(self, node):
         hd, hr, pd, pr = super().host_phases(node)
+        if node.id in self.skipped:
+            return 0.0, hr, 0.0, pr
         hd = self.stalled(hd, self._of(hr))             # in this order: the same draws
         pd = self.stalled(pd, self._of(pr))
         if self.delays and pr:
