@@ -25,6 +25,7 @@ from taskrt.trace import to_chrome
 
 from .app import App, Network
 from .errors import UsageError
+from .judge import calibration_of
 from .progress import counted, elapsed, progress_bar
 from .report import machine_text, parameters
 from .runconfig import RunConfig
@@ -115,6 +116,7 @@ def predict(app: App, setup, optimizer, out=None) -> Prediction:
 
 def _predict(app: App, setup, optimizer, out) -> Prediction:
     config, net, machine, mm = setup.config, setup.network, setup.machine, setup.machine_model
+    calibration = calibration_of(config)     # a bad record or profile: refused before work
     say = (lambda text: print(text, file=out, flush=True)) \
         if out is not None and setup.rank == 0 and not config.quiet else (lambda text: None)
     t = time.perf_counter()
@@ -137,18 +139,17 @@ def _predict(app: App, setup, optimizer, out) -> Prediction:
     say(f"simulated in {time.perf_counter() - t:.1f} s")
     return Prediction(app, config, net, machine, mm, graph, result, timer, costs,
                       setup.strategy_name, setup.rank, setup.search,
-                      _calibrated(config, mm, net, graph))
+                      _calibrated(calibration, mm, net, graph))
 
 
-def _calibrated(config: RunConfig, mm, net: Network, graph) -> float | None:
+def _calibrated(calibration, mm, net: Network, graph) -> float | None:
     """The graph's iteration by the whole calibrated model (strategy.calibration.predict:
     gradient buckets, ranks' speeds, wake-ups), when --machine is a calibration holding its
-    record and --profile the profile written with it (apps/judge.py), and the machine is the
-    one it was calibrated on; else None. The simulator's time is the files' smooth model, the
-    one the search uses: a judged --search then prints the judge's number beside it."""
+    record and --profile the profile written with it (`calibration`: judge.calibration_of),
+    and the machine is the one it was calibrated on; else None. The simulator's time is the
+    files' smooth model, the one the search uses: a judged --search then prints the judge's
+    number beside it."""
     from strategy.calibration import judged
-    from .judge import calibration_of
-    calibration = calibration_of(config)
     if calibration is None:
         return None
     fit, ranks, per_rank = calibration

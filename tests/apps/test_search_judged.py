@@ -107,3 +107,13 @@ def test_simulate_report_gives_the_calibrated_models_time_beside_the_smooth_one(
     (tmp_path / "plain").mkdir()          # nothing to judge by: no such line, null in --json
     assert RNNLM.main(ARGV + files(tmp_path / "plain", record=False)) == 0
     assert "\n  calibrated      " not in capsys.readouterr().out
+
+
+def test_simulate_refuses_a_profile_of_another_calibration_before_planning(tmp_path, capsys):
+    flags = files(tmp_path)
+    Profile(meta={"contention": 2.0}).save(flags[3])
+    code = RNNLM.main(["--small", "--simulate"] + flags)
+    captured = capsys.readouterr()
+    assert code != 0
+    assert "not the one its calibration wrote" in captured.err + captured.out
+    assert "graph of" not in captured.out          # refused before lowering and planning
