@@ -22,16 +22,11 @@ walks what was made since the last freeze, so its cost is proportional to the pr
 since then (Inception-v3 @16: ~0.2 s per 32 proposals, 12-14% of the search's CPU time),
 and it comes before some of these freezes only: every GC_EVERY simulations at first, and
 twice as long after each collection that found little garbage (under GC_LITTLE objects in
-its GC_EVERY proposals; at most GC_EVERY_MOST apart). What was frozen and becomes garbage later
-(a finished chain's session, a plan the memo lets go, delta's tables started again) is never
-found by these collections, nor after the search while a next one keeps the collector paused
-(a benchmark's cells): only reference counting frees it, so those structures must hold no
-reference cycle. One did (a session's task groups held a bound method of the session): every
-dropped session, ~1 million objects at Inception-v3 @16, stayed until the process ended, and
-bench search_quality grew ~0.5 GB per cell, past 9 GB (tests/strategy/test_session_cycles.py
-guards it). Measured (2026-12-02): the exhaustive
-check's models leave no garbage at all, Inception-v3 @16 300-500 objects per 32 proposals
-(torch's pytree closures, a few bytes each).
+its GC_EVERY proposals; at most GC_EVERY_MOST apart). What is frozen and dies later (a chain's
+session, a plan the memo drops) only reference counting frees: those structures must hold no
+reference cycle (docs/design.md; tests/strategy/test_session_cycles.py). Measured
+(2026-12-02): the exhaustive check's models leave no garbage at all, Inception-v3 @16 300-500
+objects per 32 proposals (torch's pytree closures, a few bytes each).
 
 Known strategies. The simulation is deterministic, so the search remembers the cost of
 every strategy it has simulated (keyed by the XOR of its (operator, config) hashes and the
