@@ -61,6 +61,14 @@ What a trace determines (docs/simulator.md):
                 within 6-7% median of their traced CPU seconds), and a factor fitted there
                 held only the calibrating runs' noise (1.06-1.17; held out, 1 process x 4
                 devices 15.3% median error with it, 6.8% without).
+  views re-sliced  on one process, the executor's time inside a task's event slicing the
+                views of the buffers it gives new storage (strategy/reslicing.py: every
+                rect of a region a device uses other than its buffer's whole, 4-6 us each,
+                paid at the buffer's first user every iteration): a view's cost fitted from a
+                key's events at different counts, taken out of each event before its key is
+                priced and put back per node by predict() (an `add` part took 9-11 us in
+                data parallel's events and 36-52 us in parameter parallel's, whose buffers
+                have 6-8 views: one price held neither);
   untraced runs  predict() prices a run without --trace by default, whose executor skips
                 the idle points a traced run times (strategy/untraced.py); the residuals,
                 and so the iteration factor, compare traced runs with traced predictions.
@@ -82,7 +90,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from taskrt.taskgraph import ALLREDUCE, COPY
+from taskrt.taskgraph import ALLREDUCE, COPY, TASK
 from taskrt.trace import LOAD_EVENT, contention_of
 
 from .costs import CostModel, CostWarning, Profile
@@ -94,6 +102,7 @@ from .cores import machine_cores, per_thread_contention, sharing
 from .gradbuckets import bucket_collectives, bucketed, buckets_of, collective_wait
 from .preemption import PreemptedTimer, expected_makespan
 from .replay import ReplayError, measured_times, model_for_layout, recorded
+from .reslicing import resliced_views, view_cost
 from .simulator import NodeTimer, simulate
 from .untraced import UntracedCosts, skipped_tasks
 from .wakeups import ROUNDS as WAKE_ROUNDS, SleepSchedule, executor_schedule, wake_delays
@@ -115,6 +124,7 @@ class RecordedRun:
     int_ranges: dict
     measured_s: float               # the traced iteration's span (longest rank)
     load: float | None = None       # the OS's load over the traced iteration (recorded_load)
+    executor_s: dict = field(default_factory=dict)  # node id -> s of its event not its key's
 
 
 @dataclass
@@ -140,6 +150,7 @@ class Fit:
     sleep: SleepSchedule | None = None  # how an idle rank waits (several ranks; wakeups.py)
     collective_s: dict | None = None    # {ranks: s} a bucket's wait beyond links (gradbuckets)
     speeds: list | None = None      # per recorded iteration, its ranks' relative speeds
+    view_s: float = 0.0             # one process: s per view a node re-slices (reslicing.py)
 
     def text(self) -> str:
         lines = ["host costs per node kind (mean gap before its events + event host work):"]
@@ -183,6 +194,9 @@ class Fit:
             lines.append(f"the ranks of one iteration ran their tasks {apart:.2f}x apart "
                          f"(median of {len(self.speeds)} recorded iterations; the "
                          "prediction draws them: strategy/preemption.py)")
+        if self.view_s:
+            lines.append(f"the executor re-slices a buffer's views at its first user: "
+                         f"{self.view_s * 1e6:.2f} us a view (strategy/reslicing.py)")
         if self.factor != 1.0:
             lines.append(f"iteration factor {self.factor:.3f} (task times and host costs; "
                          "what the runs take beyond their simulation)")
@@ -356,6 +370,7 @@ def calibrate(paths, base_model, base_profile: Profile | None = None, factor: bo
         layout = model_for_layout(base_model, ranks, per_rank)
     except ReplayError as e:
         raise CalibrationError(f"calibrate: {e}") from None
+    view_s = reslicing_time(runs) if ranks == 1 else 0.0  # before the keys are priced
     profile, scale, scaled = insitu_profile(runs, base_profile)
     plain = NodeTimer(layout, CostModel(profile))       # device phases without host costs
     samples: dict = {}
@@ -377,7 +392,7 @@ def calibrate(paths, base_model, base_profile: Profile | None = None, factor: bo
         fit.contention = deflate_long_keys(runs, profile, base_profile, fit.slice_s, loads)
         fit.load_source = "the OS's count" + ("" if any(given.get(r.path) for r in runs)
                                               else " recorded in the traces")
-    fit.ranks = ranks
+    fit.ranks, fit.view_s = ranks, view_s
     if shared_cores and ranks > 1:
         fit.cores = machine_cores()
         shared = sharing(runs, fit.cores)
@@ -418,7 +433,8 @@ def prediction_record(fit: Fit) -> dict:
             "sleep": None if fit.sleep is None else dataclasses.asdict(fit.sleep),
             "collective_s": None if fit.collective_s is None else
             {str(p): list(line) for p, line in fit.collective_s.items()},
-            "speeds": None if fit.speeds is None else [list(t) for t in fit.speeds]}
+            "speeds": None if fit.speeds is None else [list(t) for t in fit.speeds],
+            "view_s": fit.view_s}
 
 
 def fit_from_files(model, profile: Profile, where: str = "the machine file") -> Fit | None:
@@ -441,7 +457,8 @@ def fit_from_files(model, profile: Profile, where: str = "the machine file") -> 
                   contention=float(rec["contention"]), factor=float(rec["factor"]),
                   slice_s=float(rec["slice_s"]), background=rec["background"],
                   waiting=float(rec["waiting"]), cores=int(rec["cores"]), sleep=sleep,
-                  collective_s=collective, speeds=speeds)
+                  collective_s=collective, speeds=speeds,
+                  view_s=float(rec.get("view_s", 0.0)))   # 0: a record before 2026-12-05
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise CalibrationError(f"{where}: its calibration record's {PREDICTION_RECORD!r} is "
                                f"malformed ({type(e).__name__}: {e}); calibrate again "
@@ -495,8 +512,12 @@ def predict(fit: Fit, graph, int_ranges: dict, ranks: int, per_rank: int,
     executor skips the idle points (strategy/untraced.py)."""
     k = fit.factor if factor is None else factor
     model, profile = with_factor(*fit.work, k) if k != 1.0 else fit.work
-    costs = CostModel(profile, int_ranges=int_ranges) if traced else \
-        UntracedCosts(profile, int_ranges=int_ranges, skipped=skipped_tasks(graph))
+    extra = None
+    if fit.view_s and ranks == 1:          # the views its executor re-slices (reslicing.py)
+        extra = {i: fit.view_s * n for i, n in resliced_views(graph).items()}
+    costs = UntracedCosts(profile, int_ranges=int_ranges,
+                          skipped=frozenset() if traced else skipped_tasks(graph),
+                          executor_s=extra)
     layout = model_for_layout(model, ranks, per_rank)
     held = None
     if ranks > 1:                           # the executor's buckets: one collective each
@@ -526,6 +547,32 @@ def predict(fit: Fit, graph, int_ranges: dict, ranks: int, per_rank: int,
         return expected_makespan(graph, layout, costs, c, fit.slice_s if ranks > 1 else 0.0,
                                  delays=delays, collectives=held,
                                  speeds=fit.speeds if ranks > 1 else None)
+
+
+def reslicing_time(runs) -> float:
+    """The seconds a view costs the one-process executor (reslicing.view_cost, fitted to
+    the runs' task events by the views each node re-slices: resliced_views), and each run's
+    `executor_s` set to that times its nodes' views, which insitu takes out of their events
+    before pricing their keys."""
+    counts = {}
+    samples: dict = {}
+    for r in runs:
+        fp = r.graph.fingerprint()
+        if fp not in counts:
+            counts[fp] = resliced_views(r.graph)
+        views = counts[fp]
+        nodes = r.graph.nodes
+        for e in r.events:
+            if e.get("ph") == "X" and "node" in (e.get("args") or {}):
+                i = int(e["args"]["node"])
+                if nodes[i].kind is TASK:
+                    samples.setdefault(nodes[i].cost_key, {}).setdefault(
+                        views.get(i, 0), []).append(e["dur"] / 1e6)
+    s = view_cost(samples)
+    for r in runs:
+        r.executor_s = {i: s * n for i, n in counts[r.graph.fingerprint()].items()} if s \
+            else {}
+    return s
 
 
 def at_contention(fit: Fit, c: float) -> tuple:

@@ -113,10 +113,29 @@ def insitu_times(durations: dict, base: Profile | None, meta: dict | None = None
 
 
 def run_durations(runs) -> dict:
-    """{cost key: [seconds of each of its task events in the runs]}."""
+    """{cost key: [seconds of each of its task events in the runs]} (work_durations)."""
     durations: dict = {}
     for r in runs:
-        task_durations(r.graph, r.events, durations)
+        work_durations(r, durations)
+    return durations
+
+
+def work_durations(run, into: dict | None = None) -> dict:
+    """{cost key: [seconds]} of a recorded run's task events, less the executor's time in
+    each that its key does not set (`run.executor_s`, {node id: seconds}: the views it
+    re-sliced, strategy/reslicing.py), kept at 10% of the event at least."""
+    extra = getattr(run, "executor_s", None)
+    if not extra:
+        return task_durations(run.graph, run.events, into)
+    durations = {} if into is None else into
+    nodes = run.graph.nodes
+    for e in run.events:
+        if e.get("ph") == "X" and "node" in (e.get("args") or {}):
+            i = int(e["args"]["node"])
+            if nodes[i].kind is TASK:
+                d = e["dur"] / 1e6
+                durations.setdefault(nodes[i].cost_key, []).append(
+                    max(0.1 * d, d - extra.get(i, 0.0)))
     return durations
 
 
@@ -156,7 +175,7 @@ def deflate_long_keys(runs, profile: Profile, base: Profile | None, slice_s: flo
     0.12 ms makes keys from 0.2 ms long in the first only) is priced by all its events, each
     run's estimate weighted by its events: pooled work where it is long, the median of its
     events where it is short."""
-    return deflate([(task_durations(r.graph, r.events), loads[r.path]) for r in runs],
+    return deflate([(work_durations(r), loads[r.path]) for r in runs],
                    profile, base, slice_s)
 
 

@@ -25,11 +25,18 @@ def skipped_tasks(graph) -> frozenset:
 
 
 class UntracedCosts(CostModel):
-    """A CostModel whose `skipped` task nodes (skipped_tasks) take no time."""
+    """A CostModel whose `skipped` task nodes (skipped_tasks) take no time, and whose other
+    task nodes take `executor_s` ({node id: seconds}) beyond their key's time: the
+    executor's own work inside their events (strategy/reslicing.py). Per node, so only for a
+    timer asked node by node (strategy/preemption.py's PreemptedTimer): the simulator's
+    per-class arrays ask one node of a class."""
 
-    def __init__(self, profile=None, *, skipped=frozenset(), **kwargs):
+    def __init__(self, profile=None, *, skipped=frozenset(), executor_s=None, **kwargs):
         super().__init__(profile, **kwargs)
         self.skipped = frozenset(skipped)
+        self.executor_s = executor_s or {}
 
     def task_time(self, node, spec) -> float:
-        return 0.0 if node.id in self.skipped else super().task_time(node, spec)
+        if node.id in self.skipped:
+            return 0.0
+        return super().task_time(node, spec) + self.executor_s.get(node.id, 0.0)
