@@ -4,8 +4,10 @@ The cost of a strategy is its simulated iteration time on a machine model. Each 
 gives one operator another config (strategy/space.py SearchSpace.propose: 40% uniformly
 random, 40% a neighbor of its config, 20% a regular config of the restricted space), and
 in memory PAIR_MOVE of them give it, matched, to a dataflow neighbour too (strategy/moves.py
-pair_move); strategy/delta.py re-simulates only what changed (a rejected pair: the second
-change undone, the first changed back). A proposal that is
+pair_move); EXCHANGE_MOVE of them instead make two groups of operators trade devices
+(moves.py exchange_move: the operators on one operator's device set and those on another
+list of the space swap places; one change_all). strategy/delta.py re-simulates only what
+changed (a rejected pair: the second change undone, the first changed back). A proposal that is
 `cost(new) - cost(cur)` slower is accepted with probability exp(-beta * that); rejected ones
 are undone (SimulationSession.undo: the planner's saved state and node groups are put back,
 nothing is re-planned or re-simulated). With delta=False every proposal (and undo) is a rebuild and
@@ -120,7 +122,8 @@ from taskrt.gcpause import gc_paused
 
 from .delta import SimulationSession
 from .explain import Breakdown
-from .moves import RecomputeUnits, pair_move, shard_move
+from .moves import RecomputeUnits, exchange_move, pair_move, shard_move
+from .search_budget import Budget
 from .search_result import CandidateRun, SearchResult
 from .space import SearchSpace
 
@@ -133,40 +136,9 @@ GC_EVERY = 32                # simulations between freezes of the heap (module d
 GC_EVERY_MOST = 1024         # ... and between collections, at most this many
 GC_LITTLE = 1000             # a collection that found fewer objects found little garbage
 PAIR_MOVE = 0.3             # share of proposals that also give a partner a matching config
+EXCHANGE_MOVE = 0.1          # share of in-memory proposals where two groups trade devices
 MIN_PROPOSALS = 50           # the stop rule waits for this many proposals, or one per
                              # searchable operator when there are more
-
-
-class Budget:
-    """What is left of a search's time and proposals, shared out among candidates."""
-
-    def __init__(self, seconds: float | None, proposals: int | None):
-        if seconds is None and proposals is None:
-            raise ValueError("search: give a budget in seconds, in proposals, or both")
-        if (seconds is not None and seconds <= 0) or (proposals is not None and proposals < 1):
-            raise ValueError(f"search: budget {seconds} s / {proposals} proposals; "
-                             "use a positive time or proposal count")
-        self.t0, self.cpu0 = _clock(), time.process_time()
-        self.seconds, self.proposals, self.used = seconds, proposals, 0
-
-    def share(self, candidates_left: int) -> tuple[float, float]:
-        """(seconds, proposals) for the next candidate: an even share of what is left."""
-        secs = props = math.inf
-        if self.seconds is not None:
-            secs = max(0.0, self.seconds - (_clock() - self.t0)) / candidates_left
-        if self.proposals is not None:
-            props = max(0, self.proposals - self.used) / candidates_left
-        return secs, props
-
-    def left(self) -> float:
-        """Seconds left (infinite for a budget of proposals only)."""
-        if self.seconds is None:
-            return math.inf
-        return self.seconds - (_clock() - self.t0)
-
-    def exhausted(self) -> bool:
-        return ((self.seconds is not None and _clock() - self.t0 >= self.seconds)
-                or (self.proposals is not None and self.used >= self.proposals))
 
 
 class Search:
@@ -239,7 +211,7 @@ class Search:
     def run(self, budget_s: float | None = None, proposals: int | None = None) -> SearchResult:
         with gc_paused():
             try:
-                return self._run(Budget(budget_s, proposals))
+                return self._run(Budget(budget_s, proposals, lambda: _clock()))
             finally:
                 gc.unfreeze()
 
@@ -356,6 +328,10 @@ class Search:
             move = shard_move(self.space, session, self.rng)
             if move is not None:
                 return ("op",) + move
+        if fits and self.rng.random() < EXCHANGE_MOVE:
+            move = exchange_move(self.space, session.configs, self.rng)
+            if move is not None:
+                return move
         name, cfg = self.space.propose(self.rng, session.configs)
         if fits and self.rng.random() < PAIR_MOVE:
             move = pair_move(self.space, session.configs, name, cfg, self.rng)
@@ -414,8 +390,9 @@ class Search:
             budget.used += 1
             new_key, known = key, ()
             if move[0] != "recompute":
-                new_key = key ^ hash((move[1], session.configs[move[1]])) \
-                    ^ hash((move[1], move[2]))
+                changes = move[1] if move[0] == "group" else [move[1:3]]
+                for op_name, cfg in changes:
+                    new_key ^= hash((op_name, session.configs[op_name])) ^ hash((op_name, cfg))
                 if move[0] == "pair":
                     new_key ^= hash((move[3], session.configs[move[3]])) \
                         ^ hash((move[3], move[4]))
@@ -435,10 +412,13 @@ class Search:
                     result = session.result
                 elif self.delta and move[0] == "pair":
                     result = self._change_pair(session, move)
+                elif self.delta and move[0] == "group":
+                    result = self._change_group(session, move)
                 elif self.delta:
                     result = self._change(session, move[1], move[2])
                 else:
-                    configs = _with(session.configs, move[1], move[2])
+                    configs = dict(session.configs)
+                    configs.update(move[1] if move[0] == "group" else [move[1:3]])
                     if move[0] == "pair":
                         configs[move[3]] = move[4]
                     session = self._session(configs)
@@ -526,6 +506,21 @@ class Search:
             self._change(session, a, old_a)
             raise
 
+    def _change_group(self, session, move: tuple):
+        """Several operators changed (an exchange move): at once where the session can, else
+        in turn, those made before a failing one changed back."""
+        _, changes, olds = move
+        if hasattr(session, "change_all"):
+            return self._change(session, *changes[0], *changes[1:])
+        for k, (name, cfg) in enumerate(changes):
+            try:
+                result = self._change(session, name, cfg)
+            except (ConfigError, PlanError):
+                for (done, _), was in zip(changes[:k], olds[:k]):
+                    self._change(session, done, was)
+                raise
+        return result
+
     def _collect(self) -> None:
         """Freeze the heap, after a garbage collection when one is due (module doc): the next
         one GC_EVERY simulations later, or twice as many as this one waited (at most
@@ -554,8 +549,12 @@ class Search:
                 set_recompute(self.model, self.units.segments(state))
         elif session is not None and self.delta:
             session.undo()            # a failed change() leaves the session as it was
-            if move[0] == "pair" and not hasattr(session, "change_all"):
-                self._change(session, move[1], move[5])    # one level of undo: re-done
+            if not hasattr(session, "change_all"):        # one level of undo: re-done
+                if move[0] == "pair":
+                    self._change(session, move[1], move[5])
+                elif move[0] == "group":
+                    for (name, _), was in zip(move[1][:-1], move[2][:-1]):
+                        self._change(session, name, was)
         elif not self.delta:
             old = self._session(old.configs)
         return old
@@ -586,12 +585,6 @@ def ranked(result, capacity: float) -> float:
         return result.makespan
     over = sum(result.over_capacity.values()) / capacity
     return OVER_MEMORY_RANK * (1.0 + over) + result.span
-
-
-def _with(configs, name, cfg) -> dict:
-    out = dict(configs)
-    out[name] = cfg
-    return out
 
 
 def search(model, machine_model, costs, *, budget_s: float | None = None,

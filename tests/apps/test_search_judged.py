@@ -56,7 +56,10 @@ def calibrated(flags, s):
 def test_a_search_keeps_nothing_the_calibration_predicts_slower_than_data_parallel(
         tmp_path, capsys):
     judged = files(tmp_path)
-    s = setup(RNNLM, ARGV + judged)
+    # a seed whose search, left alone, keeps a strategy the calibration predicts slower
+    # (seed 0's chain has found one it predicts faster since the exchange moves, 2026-12-05)
+    seed = ["--seed", "1"]
+    s = setup(RNNLM, ARGV + seed + judged)
     predicted = calibrated(judged, s)
     dp = predicted(standard.data_parallel(s.network.model, [0, 1]))
     assert predicted(s.strategy) <= dp
@@ -66,7 +69,7 @@ def test_a_search_keeps_nothing_the_calibration_predicts_slower_than_data_parall
     assert s.search.baselines["data_parallel"] == pytest.approx(dp, rel=1e-9)
     # the same search with nothing to judge by returns a strategy the calibration rejects
     (tmp_path / "plain").mkdir()
-    alone = setup(RNNLM, ARGV + files(tmp_path / "plain", record=False))
+    alone = setup(RNNLM, ARGV + seed + files(tmp_path / "plain", record=False))
     assert alone.strategy_name.startswith("searched")
     assert predicted(alone.strategy) > 1.5 * dp
     assert alone.search.predicted < alone.search.baselines["data_parallel"]
