@@ -33,10 +33,12 @@ class BufferAccesses:
     the buffer into the general mode for good: the dicts become the RectIndexes, item by
     item in order, which is all of a RectIndex a query can tell (it answers in insertion
     order whatever its grid), so both modes give the same predecessors."""
-    __slots__ = ("writers", "readers", "_writers_of", "_w", "_r", "_seen")
+    __slots__ = ("writers", "readers", "_writers_of", "_w", "_r", "_seen", "_unfiled")
 
     def __init__(self):
         self._writers_of: dict[Rect, set] = {}      # rect -> its writers (until a write)
+        # General mode: reads [(rect, ref)] not yet entered in `readers` (_file_reads).
+        self._unfiled: list = []
         if ALIGNED_BUFFERS:
             self._w: dict | None = {}                # rect -> last writer ref
             self._r: dict = {}                       # rect -> set of reader refs
@@ -105,12 +107,22 @@ class BufferAccesses:
                 return set(known)
         if known is None:
             known = self._writers_of[rect] = {n for _, _, n in self.writers.overlapping(rect)}
-        refs = self.readers.exact_value(rect)
-        if refs is None:
-            self.readers.add(rect, {ref})
-        else:
-            refs.add(ref)
+        # A read's preds are writers only: it is entered in `readers` when a write asks.
+        self._unfiled.append((rect, ref))
         return set(known)
+
+    def _file_reads(self) -> None:
+        """Enter the reads made since the last write in `readers`, in order: what each read
+        did to it before it was deferred (only a write asks for readers, and a buffer
+        many copies read but nothing writes again, a producer's part, never files them)."""
+        readers = self.readers
+        for rect, ref in self._unfiled:
+            refs = readers.exact_value(rect)
+            if refs is None:
+                readers.add(rect, {ref})
+            else:
+                refs.add(ref)
+        self._unfiled.clear()
 
     def write(self, rect: Rect, ref) -> set:
         if self._writers_of:
@@ -132,6 +144,8 @@ class BufferAccesses:
                 preds.discard(ref)
                 return preds
         preds = set()
+        if self._unfiled:
+            self._file_reads()
         writers, readers = self.writers, self.readers
         found = writers.overlapping(rect)
         same = None             # the id of a piece equal to `rect`: it takes the new writer

@@ -423,9 +423,22 @@ class RegionPlanner:
         if reduction:
             preds = self._buffer(src, from_partial, rect).read(rect, node)
         else:
-            preds = self._buffer(src, False, rect).read(rect, node)
-            preds |= self._buffer(dst, False, rect).write(rect, node)
-        return self._emit(node, preds, out)
+            preds = self._instance(src, rect).read(rect, node)
+            preds |= self._instance(dst, rect).write(rect, node)
+        preds.discard(node)
+        out.append((node, preds, None))
+        return node
+
+    def _instance(self, device: int, rect: Rect) -> BufferAccesses:
+        """_buffer(device, False, rect) where the instance's buffer exists and its box holds
+        `rect` already (most copies), without its calls."""
+        buf = self.buffers.get((device, False))
+        if buf is None:
+            return self._buffer(device, False, rect)
+        box = self.instance_rects[device]        # (a buffer's instance has a box)
+        if box is not rect and not self._inside(box, rect):
+            self._instance_rect(device, rect)
+        return buf
 
     def _reduce_for_reads(self, owner: str, reads, out: list) -> None:
         st = self.state
@@ -497,7 +510,8 @@ class RegionPlanner:
             else:
                 # A reduction copy (_copy inlined: a new node is in no pred set yet).
                 copy = CopyNode(-1, owner, region, piece, dev, device, True, partial)
-                out.append((copy, self._buffer(dev, partial, piece).read(piece, copy), None))
+                buf = self._buffer(dev, True, piece) if partial else self._instance(dev, piece)
+                out.append((copy, buf.read(piece, copy), None))
                 inputs.append((dev, ReduceInput("staged", piece), copy))
         inputs.sort(key=_first)
         node = ReduceNode(-1, owner, region, rect, device, tuple(i for _, i, _ in inputs))
@@ -505,10 +519,10 @@ class RegionPlanner:
         preds = {c for c in staged_from if c is not None}
         for inp in node.inputs:
             if inp.source == "instance":
-                preds |= self._buffer(device, False, inp.rect).read(inp.rect, node)
+                preds |= self._instance(device, inp.rect).read(inp.rect, node)
             elif inp.source == "partial":
                 preds |= self._buffer(device, True, inp.rect).read(inp.rect, node)
-        preds |= self._buffer(device, False, rect).write(rect, node)
+        preds |= self._instance(device, rect).write(rect, node)
         self._emit(node, preds, out, staged_from)
         self._mark_summed(rect, device, contribs, parts)
 
@@ -553,11 +567,15 @@ def summed_pieces(rect: Rect, contribs, parts: list[Rect] | None = None) -> list
         return [p for p, _ in parts]
     # The pieces found so far are disjoint (each is cut by the other devices' before it, and
     # one device's sums are disjoint), so an index of them answers "which overlap this sum".
+    # Queried with each sum's part of `rect` (every piece found so far lies in `rect`, so
+    # it meets the sum where it meets its part): a part equal to a piece found before (two
+    # devices' sums of one rect, as from an operator split in a dimension it sums over) is
+    # then found by the index's exact lookup alone.
     summed = RectIndex(disjoint=True)       # piece -> device of its sum, in order found
     out = []
-    for _, r, (dev, _) in contribs:
-        done = [q for _, q, d in summed.overlapping(r) if d != dev]
-        for piece in subtract_all(r.intersect(rect), done):
+    for part, dev in parts:
+        done = [q for _, q, d in summed.overlapping(part) if d != dev]
+        for piece in subtract_all(part, done):
             summed.add(piece, dev)
             out.append(piece)
     return out

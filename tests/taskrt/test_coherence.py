@@ -392,6 +392,42 @@ def test_summed_pieces_equal_the_plain_definition():
         assert summed_pieces(rect, contribs) == plain, trial
 
 
+def test_summed_pieces_of_one_rect_summed_on_several_devices():
+    """summed_pieces where several devices each hold a sum of the same rect (an operator
+    split in a dimension it sums over: NMT's LSTM split in its hidden units gives every
+    time step's input gradient once per device), step by step, read across steps and
+    parts, with other devices' sums of other partitions in between: the plain
+    definition's pieces, in order. Guards looking the pieces found so far up by each sum's
+    part of the rect (an equal piece found by the index's exact lookup alone)."""
+    rng = random.Random(5)
+    shape = (12, 10, 8)
+    for trial in range(300):
+        contribs = []
+        degrees = tuple(rng.choice([1, 2, 3, 4]) for _ in shape)
+        colors = [(a, b, c) for a in range(degrees[0]) for b in range(degrees[1])
+                  for c in range(degrees[2])]
+        devices = rng.sample(range(8), rng.randint(2, 5))
+        for color in rng.sample(colors, rng.randint(1, len(colors))):
+            for device in devices:
+                contribs.append((len(contribs), block_rect(shape, degrees, color),
+                                 (device, rng.random() < 0.3)))
+            if rng.random() < 0.3:          # another partition's sum on another device
+                other = tuple(rng.choice([1, 2]) for _ in shape)
+                color = tuple(rng.randrange(k) for k in other)
+                contribs.append((len(contribs), block_rect(shape, other, color),
+                                 (8 + len(contribs), False)))
+        lo = tuple(rng.randrange(0, s) for s in shape)
+        hi = tuple(rng.randrange(a + 1, s + 1) for a, s in zip(lo, shape))
+        rect = Rect(lo, hi) if trial % 4 else Rect((0, 0, 0), shape)
+        contribs = [c for c in contribs if c[1].overlaps(rect)]    # (a reduction's sums)
+        if not contribs:
+            continue
+        plain: list = []
+        for _, r, _ in contribs:
+            plain += subtract_all(r.intersect(rect), [q for q in plain if q.overlaps(r)])
+        assert summed_pieces(rect, contribs) == plain, trial
+
+
 def test_a_devices_sums_enter_a_reduction_in_the_order_of_their_rects_not_their_parts():
     """A reduction's inputs are in (device, the sum's lo) order: the order of the sums, not of
     their parts of the read rect (which can differ: a sum starting in an earlier row can
