@@ -1,0 +1,123 @@
+"""OtherColumns: a graph's nodes that are not point tasks (copies, reduces, all-reduces) as
+columns, read from the node objects by C-level maps (attrgetter), for the whole-graph passes
+that take tasks per class (taskrt/taskclasses.py): the simulator's timing
+(strategy/timearrays.py) and the memory model's buffers (taskrt/bufferuses.py).
+
+Under Megatron's tensor parallelism these are most of a graph (GPT-3 2.7B at 1,024 GPUs,
+t=8: 1.53M copies, 143k reduces and 1,890 all-reduces of 2.62M nodes; its all-reduces
+inside the blocks are reduction copies and reduces): per node Python there was ~1.5 s of
+timing and ~2 s of buffer numbering. The columns' values are the node attributes the
+per-node definitions read (CopyNode.nbytes is region.nbytes(rect), i.e. rect.volume times
+the dtype's size); tests/strategy/test_sim_classes.py compares both passes with those
+definitions asked node by node.
+"""
+from __future__ import annotations
+
+from itertools import chain, compress, repeat
+from operator import attrgetter, is_
+
+import numpy as np
+
+from .region import _ITEMSIZE
+from .taskgraph import ALLREDUCE, COPY, REDUCE
+
+_KIND, _SRC, _DST, _DEVICE = (attrgetter("kind"), attrgetter("src"), attrgetter("dst"),
+                              attrgetter("device"))
+_REDUCTION, _FROM_PARTIAL = attrgetter("reduction"), attrgetter("from_partial")
+_REGION_NAME, _DTYPE, _VOLUME = (attrgetter("region.name"), attrgetter("region.dtype"),
+                                 attrgetter("rect.volume"))
+_INPUTS, _SOURCE, _COPY_ID = attrgetter("inputs"), attrgetter("source"), attrgetter("copy_id")
+
+# ReduceInput.source as a code.
+PARTIAL_INPUT, STAGED_INPUT, INSTANCE_INPUT = 0, 1, 2
+_SOURCE_CODE = {"partial": PARTIAL_INPUT, "staged": STAGED_INPUT, "instance": INSTANCE_INPUT}
+
+
+class OtherColumns:
+    """The non-task nodes `nodes` (ids `ids`, ascending), by kind: `copy_at`, `reduce_at`,
+    `allreduce_at` their positions in `nodes`, and per copy its src, dst, region (index into
+    the graph's regions, -1 if it lists none of that name), bytes, reduction and from_partial
+    flags; per reduce its device, region, bytes and inputs (CSR: `input_ptr`; per input its
+    source code, bytes and copy_id)."""
+    __slots__ = ("ids", "nodes", "copy_at", "copy_src", "copy_dst", "copy_region",
+                 "copy_bytes", "copy_reduction", "copy_from_partial", "reduce_at",
+                 "reduce_device", "reduce_region", "reduce_bytes", "input_ptr",
+                 "input_source", "input_bytes", "input_copy", "allreduce_at")
+
+    @classmethod
+    def of(cls, nodes: list, ids: np.ndarray, regions) -> "OtherColumns":
+        """`nodes`: a graph's nodes (node i at index i); `ids`: those that are no tasks
+        (TaskClasses.others); `regions`: the graph's regions, names in order."""
+        out = cls()
+        i8 = np.int64
+        others = [nodes[i] for i in ids.tolist()]
+        out.ids, out.nodes = ids, others
+        kinds = list(map(_KIND, others))
+        at = {}
+        for kind in (COPY, REDUCE, ALLREDUCE):
+            at[kind] = np.flatnonzero(np.fromiter(map(is_, kinds, repeat(kind)), dtype=bool,
+                                                  count=len(kinds)))
+        out.copy_at, out.reduce_at, out.allreduce_at = at[COPY], at[REDUCE], at[ALLREDUCE]
+        index = {name: i for i, name in enumerate(regions)}
+        copies = [others[k] for k in out.copy_at.tolist()]
+        n = len(copies)
+        out.copy_src = np.fromiter(map(_SRC, copies), dtype=i8, count=n)
+        out.copy_dst = np.fromiter(map(_DST, copies), dtype=i8, count=n)
+        out.copy_region = _region_index(copies, index)
+        out.copy_bytes = _nbytes(copies)
+        out.copy_reduction = np.fromiter(map(_REDUCTION, copies), dtype=bool, count=n)
+        out.copy_from_partial = np.fromiter(map(_FROM_PARTIAL, copies), dtype=bool, count=n)
+        reduces = [others[k] for k in out.reduce_at.tolist()]
+        n = len(reduces)
+        out.reduce_device = np.fromiter(map(_DEVICE, reduces), dtype=i8, count=n)
+        out.reduce_region = _region_index(reduces, index)
+        out.reduce_bytes = _nbytes(reduces)
+        inputs_of = list(map(_INPUTS, reduces))
+        counts = np.fromiter(map(len, inputs_of), dtype=i8, count=n)
+        out.input_ptr = np.zeros(n + 1, dtype=i8)
+        np.cumsum(counts, out=out.input_ptr[1:])
+        inputs = list(chain.from_iterable(inputs_of))
+        m = len(inputs)
+        out.input_source = np.fromiter(map(_SOURCE_CODE.__getitem__, map(_SOURCE, inputs)),
+                                       dtype=i8, count=m)
+        # An input's bytes are its reduce's region's: region.nbytes(input.rect).
+        itemsize = np.fromiter(map(_ITEMSIZE.__getitem__, map(_DTYPE, reduces)), dtype=i8,
+                               count=n)
+        out.input_bytes = np.fromiter(map(_VOLUME, inputs), dtype=i8, count=m) * \
+            np.repeat(itemsize, counts)
+        out.input_copy = np.fromiter(map(_COPY_ID, inputs), dtype=i8, count=m)
+        return out
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def allreduces(self) -> list:
+        return [self.nodes[k] for k in self.allreduce_at.tolist()]
+
+    def max_device(self) -> int:
+        """The largest device any of the nodes runs on (-1 without nodes)."""
+        top = max((int(a.max()) for a in (self.copy_src, self.copy_dst, self.reduce_device)
+                   if len(a)), default=-1)
+        for node in self.allreduces():
+            top = max(top, max(node.devices, default=-1))
+        return top
+
+
+def other_columns(graph, classes) -> OtherColumns:
+    """The OtherColumns of `graph`'s non-task nodes, `classes` its TaskClasses (made once,
+    kept in classes.other_columns: the timing and the memory model share them)."""
+    if classes.other_columns is None:
+        classes.other_columns = OtherColumns.of(graph.nodes, classes.others, graph.regions)
+    return classes.other_columns
+
+
+def _region_index(nodes: list, index: dict) -> np.ndarray:
+    return np.fromiter(map(index.get, map(_REGION_NAME, nodes), repeat(-1)), dtype=np.int64,
+                       count=len(nodes))
+
+
+def _nbytes(nodes: list) -> np.ndarray:
+    """Per node region.nbytes(rect) (its `nbytes`)."""
+    n = len(nodes)
+    return np.fromiter(map(_VOLUME, nodes), dtype=np.int64, count=n) * \
+        np.fromiter(map(_ITEMSIZE.__getitem__, map(_DTYPE, nodes)), dtype=np.int64, count=n)
