@@ -5,11 +5,12 @@ that take tasks per class (taskrt/taskclasses.py): the simulator's timing
 
 Under Megatron's tensor parallelism these are most of a graph (GPT-3 2.7B at 1,024 GPUs,
 t=8: 1.53M copies, 143k reduces and 1,890 all-reduces of 2.62M nodes; its all-reduces
-inside the blocks are reduction copies and reduces): per node Python there was ~1.5 s of
-timing and ~2 s of buffer numbering. The columns' values are the node attributes the
-per-node definitions read (CopyNode.nbytes is region.nbytes(rect), i.e. rect.volume times
-the dtype's size); tests/strategy/test_sim_classes.py compares both passes with those
-definitions asked node by node.
+inside the blocks are reduction copies and reduces): asked node by node they were most of
+the simulation (node arrays 3.7 s, memory model 4.4 s; now 2.2 and 1.7, docs/design.md
+"Simulator speed"). The columns' values are the node attributes the per-node definitions
+read (CopyNode.nbytes is region.nbytes(rect), i.e. rect.volume times the dtype's size),
+read chunk by chunk (`_columns`); tests/strategy/test_other_columns.py and
+test_sim_classes.py compare both passes with those definitions asked node by node.
 """
 from __future__ import annotations
 
@@ -60,7 +61,7 @@ class OtherColumns:
                                                   count=len(kinds)))
         out.copy_at, out.reduce_at, out.allreduce_at = at[COPY], at[REDUCE], at[ALLREDUCE]
         index = {name: i for i, name in enumerate(regions)}
-        region_of = partial(map, index.get)           # (name column, -1 column)
+        region_of = partial(map, index.get)    # (names, defaults -1) -> indices
 
         def region_index(chunk):
             return region_of(map(_REGION_NAME, chunk), repeat(-1))

@@ -19,7 +19,7 @@ class; the memory model asks it per task of a launch that keeps or takes state.
 from __future__ import annotations
 
 from itertools import compress, groupby, repeat
-from operator import attrgetter, eq, is_, itemgetter, methodcaller, ne
+from operator import attrgetter, is_, itemgetter, methodcaller, ne
 
 import numpy as np
 

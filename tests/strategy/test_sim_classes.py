@@ -190,10 +190,10 @@ def test_a_preempted_timer_is_asked_node_by_node():
     assert np.array_equal(a.end, b.end) and a.memory == b.memory
 
 
-# Random strategies of the GPT, the transformer and the CNN: the copies and reduces of
+# Random strategies of the GPT, the LSTM and the CNN: the copies and reduces of
 # tensor-parallel and mixed configs (reduction copies from partial sums and instances,
 # reduces of staged, partial and instance inputs).
-RANDOM = [(name, seed) for seed in range(10) for name in ("gpt", "transformer", "cnn")]
+RANDOM = [(name, seed) for seed in range(10) for name in ("gpt", "lstm", "cnn")]
 
 
 @pytest.mark.parametrize("name,seed", RANDOM)
@@ -216,3 +216,11 @@ def test_copies_and_reduces_by_columns_equal_the_node_by_node_definitions(name, 
     assert live.keys == keys and live.users == users
     assert live.device == device and live.nbytes == nbytes
     assert list(live.persistent.items()) == list(persistent.items())
+
+
+def test_task_classes_want_node_i_at_index_i():
+    """TaskClasses takes the node ids from their positions: nodes out of place (a part of a
+    graph's list) are refused, not given other nodes' ids."""
+    graph, _ = graph_of("mlp", 3)
+    with pytest.raises(ValueError, match="node i at index i"):
+        TaskClasses.of(graph.nodes[1:])
