@@ -217,10 +217,3 @@ def test_copies_and_reduces_by_columns_equal_the_node_by_node_definitions(name, 
     assert live.device == device and live.nbytes == nbytes
     assert list(live.persistent.items()) == list(persistent.items())
 
-
-def test_task_classes_want_node_i_at_index_i():
-    """TaskClasses takes the node ids from their positions: nodes out of place (a part of a
-    graph's list) are refused, not given other nodes' ids."""
-    graph, _ = graph_of("mlp", 3)
-    with pytest.raises(ValueError, match="node i at index i"):
-        TaskClasses.of(graph.nodes[1:])
