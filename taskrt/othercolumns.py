@@ -6,8 +6,8 @@ that take tasks per class (taskrt/taskclasses.py): the simulator's timing
 Under Megatron's tensor parallelism these are most of a graph (GPT-3 2.7B at 1,024 GPUs,
 t=8: 1.53M copies, 143k reduces and 1,890 all-reduces of 2.62M nodes; its all-reduces
 inside the blocks are reduction copies and reduces): asked node by node they were most of
-the simulation (node arrays 3.7 s, memory model 4.4 s; now 2.2 and 1.7, docs/design.md
-"Simulator speed"). The columns' values are the node attributes the per-node definitions
+the simulation (node arrays 3.7-4.0 s, memory model 4.4-4.5 s; now 2.2-2.3 and 1.7-1.9:
+docs/design.md "Simulator speed"). The columns' values are the node attributes the per-node definitions
 read (CopyNode.nbytes is region.nbytes(rect), i.e. rect.volume times the dtype's size),
 read chunk by chunk (`_columns`); tests/strategy/test_other_columns.py and
 test_sim_classes.py compare both passes with those definitions asked node by node.
