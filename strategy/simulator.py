@@ -172,6 +172,15 @@ class NodeTimer:
         start, scale, bandwidth, resources = line
         return start + (scale * nbytes) / bandwidth, resources
 
+    def copy_line(self, src: int, dst: int) -> tuple | None:
+        """(start, scale, bandwidth, resources): copy_timing's line of copies from src to
+        dst (seconds start + (scale * nbytes) / bandwidth, on those resources), or None when
+        the model has no transfer_line (copy_timing asks it per copy)."""
+        line = self._copy_lines.get((src, dst))
+        if line is None:
+            line = self._copy_lines[src, dst] = self._copy_line(src, dst)
+        return None if line is _NO_LINE else line
+
     def _copy_line(self, src: int, dst: int) -> tuple:
         """(start, scale, bandwidth, resources) of copies from src to dst (copy_timing), or
         _NO_LINE when the model has no transfer_line."""

@@ -5,8 +5,11 @@ A point task's duration is a function of its cost key and its device's spec (the
 model's contract: strategy/costs/model.py looks it up by (cost key, device kind)), its
 resource is its device's compute unit and its host phase its device's host thread
 (NodeTimer.timing, host_phases). Tasks of one class (taskrt/taskclasses.py) have one cost
-key, so the cost model is asked once per (class, device spec), of the class's first task;
-copies, reduces and all-reduces (few in most graphs) are asked one by one. Resource ids
+key, so the cost model is asked once per (class, device spec), of the class's first task.
+Copies and reduces (most of the nodes under tensor parallelism: taskrt/othercolumns.py)
+are timed by columns: a copy's time is its (src, dst) pair's line in its bytes
+(NodeTimer.copy_line), a reduce's its device's memory time of the bytes it moves; all-reduces
+(few) and, with host costs, every non-task node are asked one by one. Resource ids
 are numbered in the order nodes first use them, as a loop over the nodes would (a
 result's `busy` lists resources in that order).
 
@@ -17,6 +20,8 @@ timer draws random slices per node, in node order) is asked node by node
 from __future__ import annotations
 
 import numpy as np
+
+from taskrt.othercolumns import other_columns
 
 from .listsched import csr
 
@@ -62,6 +67,68 @@ def timings_one_by_one(nodes, timer, ids) -> tuple:
             post_c.append(len(pr))
             post_f += ids(pr)
     return dur, counts, flat, pre_d, pre_c, pre_f, post_d, post_c, post_f
+
+
+def other_timings(cols, timer, pids) -> tuple:
+    """(durations, resource counts, resource ids joined) of the non-task nodes `cols`
+    (OtherColumns), in their order, as timer.timing gives them node by node (no host
+    phases). `pids(resources)`: their ids, as a list."""
+    n, i8 = len(cols), np.int64
+    dur = np.zeros(n, dtype=np.float64)
+    counts = np.zeros(n, dtype=i8)
+    # Per group of nodes: (positions, per node its row in `rows`, rows: lists of ids).
+    groups = []
+    one_by_one = cols.allreduce_at
+    at = cols.copy_at
+    if len(at):
+        top = int(max(cols.copy_src.max(), cols.copy_dst.max())) + 1
+        pairs, row = np.unique(cols.copy_src * top + cols.copy_dst, return_inverse=True)
+        row = row.reshape(-1)
+        lines = [timer.copy_line(p // top, p % top) for p in pairs.tolist()]
+        if any(line is None for line in lines):           # a model without transfer_line
+            one_by_one = np.concatenate([one_by_one, at])
+        else:
+            start, scale, bandwidth, resources = zip(*lines)
+            start = np.array(start, dtype=np.float64)[row]
+            scale = np.array(scale, dtype=i8)[row]
+            dur[at] = start + (scale * cols.copy_bytes) / np.array(bandwidth,
+                                                                   dtype=np.float64)[row]
+            groups.append((at, row, [pids(r) for r in resources]))
+    at = cols.reduce_at
+    if len(at):
+        # moved = its bytes and its inputs', on its device: launch overhead + moved / memory
+        # bandwidth (NodeTimer._memory_time).
+        total = np.zeros(len(cols.input_bytes) + 1, dtype=i8)
+        np.cumsum(cols.input_bytes, out=total[1:])
+        ptr = cols.input_ptr
+        moved = cols.reduce_bytes + (total[ptr[1:]] - total[ptr[:-1]])
+        devices, row = np.unique(cols.reduce_device, return_inverse=True)
+        row = row.reshape(-1)
+        specs = [timer.model.device(d) for d in devices.tolist()]
+        overhead = np.array([s.launch_overhead for s in specs], dtype=np.float64)[row]
+        bandwidth = np.array([s.memory_bandwidth for s in specs], dtype=np.float64)[row]
+        dur[at] = overhead + moved / bandwidth
+        groups.append((at, row, [pids((timer.compute(d),)) for d in devices.tolist()]))
+    one_by_one = np.sort(one_by_one)
+    timing, nodes, rows = timer.timing, cols.nodes, []
+    for k in one_by_one.tolist():
+        d, rs = timing(nodes[k])
+        dur[k] = d
+        rows.append(pids(rs))
+    if len(one_by_one):
+        groups.append((one_by_one, np.arange(len(rows), dtype=i8), rows))
+    for at, row, rows in groups:
+        counts[at] = np.array(list(map(len, rows)), dtype=i8)[row]
+    ptr = csr(counts)
+    flat = np.zeros(int(ptr[-1]), dtype=i8)
+    for at, row, rows in groups:
+        lengths = np.array(list(map(len, rows)), dtype=i8)
+        row_ptr = csr(lengths)
+        row_flat = np.array([i for r in rows for i in r], dtype=i8)
+        per = lengths[row]
+        within = np.arange(int(per.sum()), dtype=i8) - np.repeat(csr(per)[:-1], per)
+        flat[np.repeat(ptr[at], per) + within] = row_flat[np.repeat(row_ptr[row], per) + within]
+    return dur, counts, flat
 
 
 def node_arrays_by_class(graph, classes, timer, resources) -> tuple:
@@ -115,15 +182,20 @@ def node_arrays_by_class(graph, classes, timer, resources) -> tuple:
                       for p in pairs.tolist()], dtype=np.float64)
     dur = np.zeros(n, dtype=np.float64)
     dur[classes.ids] = times[inverse.reshape(-1)]
-    # Other nodes, one by one.
+    # Other nodes: by columns, or with host costs one by one.
     others = classes.others
-    o_dur, o_counts, o_flat, pre_d, pre_c, pre_f, post_d, post_c, post_f = \
-        timings_one_by_one([nodes[i] for i in others.tolist()], timer, pids)
     i8 = np.int64
-    dur[others] = np.array(o_dur, dtype=np.float64)
+    if with_host:
+        o_dur, o_counts, o_flat, pre_d, pre_c, pre_f, post_d, post_c, post_f = \
+            timings_one_by_one([nodes[i] for i in others.tolist()], timer, pids)
+        o_dur, o_counts, o_flat = (np.array(o_dur, dtype=np.float64),
+                                   np.array(o_counts, dtype=i8), np.array(o_flat, dtype=i8))
+    else:
+        o_dur, o_counts, o_flat = other_timings(other_columns(graph, classes), timer, pids)
+    dur[others] = o_dur
     ones = np.ones(len(classes.ids), dtype=i8)
-    res_counts, res_ids = _scatter(n, ones, classes.ids, others, np.array(o_counts, dtype=i8),
-                                   np.array(o_flat, dtype=i8), compute[task_dev])
+    res_counts, res_ids = _scatter(n, ones, classes.ids, others, o_counts, o_flat,
+                                   compute[task_dev])
     host_arrays = None
     if with_host:
         pre_dur = np.zeros(n, dtype=np.float64)
@@ -148,7 +220,7 @@ def node_arrays_by_class(graph, classes, timer, resources) -> tuple:
     # resource and one host thread each), per device its first task. (Not a sort of all
     # ~1M uses: GPT-3 2.7B at 1,024 GPUs.)
     phases = [(o_counts, o_flat)] + ([(pre_c, pre_f), (post_c, post_f)] if with_host else [])
-    width = 1 + max((max(c, default=0) for c, _ in phases), default=0)
+    width = 1 + max((int(np.max(c)) if len(c) else 0 for c, _ in phases), default=0)
     never = np.iinfo(i8).max
     first_use = np.full(len(provisional), never, dtype=i8)
     if len(task_dev):

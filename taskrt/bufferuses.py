@@ -2,9 +2,9 @@
 memory model's input: taskrt/liveness.py picks the temporaries and computes the peak).
 
 Buffer keys as taskrt/bufferkeys.py defines them; tasks are taken per class
-(taskrt/taskclasses.py) and the regions' buffers per shared list of rects
-(taskrt/bufferrects.py), so a graph of a million nodes is a few thousand steps of Python
-and numpy over its uses.
+(taskrt/taskclasses.py), the regions' buffers per shared list of rects
+(taskrt/bufferrects.py) and copies and reduces by columns (taskrt/otheruses.py), so a graph
+of a million nodes is a few thousand steps of Python and numpy over its uses.
 """
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ import numpy as np
 
 from .bufferkeys import INSTANCE, PARTIAL, STATE, buffers_of, own_bytes, task_reads_writes
 from .bufferrects import BufferRects
+from .othercolumns import other_columns
+from .otheruses import column_uses
 from .taskclasses import TaskClasses
 from .taskgraph import ALLREDUCE
 
@@ -34,8 +36,10 @@ class BufferUses:
 
     Tasks are taken per class (taskrt/taskclasses.py): buffers_of and task_reads_writes of
     a class's first task give every task of the class its buffers, on its own device,
-    with numpy; saved state is asked per task of a launch that has some. Other nodes are
-    asked one by one (buffers_of): copies, reduces and all-reduces are few in most graphs."""
+    with numpy; saved state is asked per task of a launch that has some. Copies and
+    reduces are taken by columns (taskrt/otheruses.py: most of a tensor-parallel graph), or
+    where a reduce's staged input is not its copy's staging buffer one by one (buffers_of);
+    all-reduces (few) one by one, each with numpy."""
     __slots__ = ("region", "device", "nbytes", "extras", "read_by_writer", "reads_of_writers",
                  "key_table", "_to_buffers", "_before", "_tasks", "_after")
 
@@ -87,12 +91,10 @@ class BufferUses:
             r_bytes.append(itemsize[at] * (np.concatenate(vol) if vol else
                                            np.zeros(0, dtype=i8)))
         r_region, r_dev, r_bytes = (np.concatenate(x) for x in (r_region, r_dev, r_bytes))
-        others = [nodes[i] for i in classes.others.tolist()]
-        top = int(r_dev.max()) if len(r_dev) else -1
+        cols = other_columns(graph, classes)
+        top = max(int(r_dev.max()) if len(r_dev) else -1, cols.max_device())
         if len(classes.device):
             top = max(top, int(classes.device.max()))
-        for node in others:
-            top = max(top, max(node.devices, default=-1))
         n_dev = top + 1
         extras: list = []
         extra_ids: dict = {}
@@ -110,6 +112,17 @@ class BufferUses:
             return base + e
         ub: list[int] = []
         un: list[int] = []
+        # Copies and reduces by columns (their staging buffers the first extras), else
+        # one by one.
+        by_columns = column_uses(cols, n_regions, n_dev, base)
+        column_pairs, extra_dev, extra_bytes, others = [], [], [], cols.nodes
+        if by_columns is not None:
+            # (Not in extra_ids: no key asked of number() below is a staging buffer.)
+            column_pairs, keys, dev, size = by_columns
+            extras += keys
+            extra_dev.append(dev)
+            extra_bytes.append(size)
+            others = cols.allreduces()
         gathered_buf, gathered_node = [], []      # all-reduces' uses (arrays), node ids
         for node in others:                       # copies, reduces, all-reduces
             i = node.id
@@ -174,7 +187,7 @@ class BufferUses:
         n_rect = len(r_dev)
         out._to_buffers = _BufferNumbers(slot_start, slot_len, slot_direct, r_region, r_dev,
                                          n_dev, base, n_rect)
-        out._before = [(np.array(ub, dtype=i8), np.array(un, dtype=i8))] + \
+        out._before = column_pairs + [(np.array(ub, dtype=i8), np.array(un, dtype=i8))] + \
             [(got, np.full(len(got), i, dtype=i8))
              for got, i in zip(gathered_buf, gathered_node)]
         out._tasks = (per_task, ptr[:-1][cls_of], np.array(flat, dtype=i8), classes.device,
@@ -182,10 +195,12 @@ class BufferUses:
         out._after = [(np.array(state_buf, dtype=i8), np.array(state_node, dtype=i8))]
         out.region = np.concatenate([r_region % max(n_regions, 1),
                                      np.full(len(extras), -1, dtype=i8)])
-        out.device = np.concatenate([r_dev, np.array([k[2] for k in extras], dtype=i8)])
-        out.nbytes = np.concatenate([r_bytes,
+        rest = extras[sum(map(len, extra_dev)):]        # (the extras not by columns)
+        out.device = np.concatenate([r_dev, *extra_dev,
+                                     np.array([k[2] for k in rest], dtype=i8)])
+        out.nbytes = np.concatenate([r_bytes, *extra_bytes,
                                      np.array([own_bytes(k) if k[0] == STATE else
-                                               k[3].nbytes for k in extras], dtype=i8)])
+                                               k[3].nbytes for k in rest], dtype=i8)])
         out.extras, out.key_table = extras, BufferKeyTable(rect_keys, extras)
         out.read_by_writer, out.reads_of_writers = read_by_writer, reads_of_writers
         return out

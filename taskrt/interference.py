@@ -52,7 +52,9 @@ def check_interference(launch: IndexLaunch, points) -> None:
 def _cannot_interfere(accesses, replicas: bool) -> bool:
     """True when no two of one region's (color, device, requirement) in a launch can conflict:
     one access; all read or all reduce; all rects disjoint (shown along one dimension); or, in
-    a launch of replicas, one rect written alike by every point, each on its own device."""
+    a launch of replicas, per distinct rect one privilege and each access of its own point
+    and device (one rect written alike by every point, each on its own device), the distinct
+    rects disjoint."""
     if len(accesses) < 2:
         return True
     privs = {req.privilege for _, _, req in accesses}
@@ -62,10 +64,25 @@ def _cannot_interfere(accesses, replicas: bool) -> bool:
     if replicas and len(privs) == 1 and all(req.rect == first for _, _, req in accesses):
         return len({c for c, _, _ in accesses}) == len(accesses) == \
             len({d for _, d, _ in accesses})
-    rects = [req.rect for _, _, req in accesses if not req.rect.empty]
+    if replicas:
+        # Replicas of several parts (Megatron: a weight's t shards, each written by its
+        # data-parallel replicas): per distinct rect, one privilege and each access of its
+        # own point and device, and the distinct rects disjoint.
+        by_rect: dict = {}
+        for c, d, req in accesses:
+            by_rect.setdefault(req.rect, []).append((c, d, req.privilege))
+        if len(by_rect) < len(accesses) and all(
+                len({p for _, _, p in g}) == 1 and len({c for c, _, _ in g}) == len(g) ==
+                len({d for _, d, _ in g}) for g in by_rect.values()):
+            return _disjoint([r for r in by_rect if not r.empty], first.ndim)
+    return _disjoint([req.rect for _, _, req in accesses if not req.rect.empty], first.ndim)
+
+
+def _disjoint(rects: list, ndim: int) -> bool:
+    """Whether `rects` (none empty) are pairwise disjoint, shown along one dimension."""
     if len(rects) < 2:
         return True
-    for d in range(first.ndim):
+    for d in range(ndim):
         spans = sorted((r.lo[d], r.hi[d]) for r in rects)
         end = spans[0][1]
         for lo, hi in spans[1:]:

@@ -19,7 +19,7 @@ class; the memory model asks it per task of a launch that keeps or takes state.
 from __future__ import annotations
 
 from itertools import compress, groupby, repeat
-from operator import attrgetter, eq, is_, itemgetter, methodcaller, ne, not_
+from operator import attrgetter, is_, itemgetter, methodcaller, ne, not_
 
 import numpy as np
 
@@ -49,11 +49,13 @@ def _pattern(targets: tuple) -> tuple | None:
 class TaskClasses:
     """ids: the graph's task node ids, ascending; cls: per task, its class; device: per
     task, its device; first: per class, its first task node; others: the ids of the nodes
-    that are not tasks, ascending."""
-    __slots__ = ("ids", "cls", "device", "first", "others")
+    that are not tasks, ascending; other_columns: None, or those nodes' OtherColumns
+    (taskrt/othercolumns.py other_columns() makes it on first need)."""
+    __slots__ = ("ids", "cls", "device", "first", "others", "other_columns")
 
     def __init__(self, ids, cls, device, first, others):
         self.ids, self.cls, self.device, self.first, self.others = ids, cls, device, first, others
+        self.other_columns = None
 
     @classmethod
     def of(cls, nodes) -> "TaskClasses":

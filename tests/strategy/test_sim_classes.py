@@ -12,10 +12,11 @@ import pytest
 
 from strategy.costs import CostModel
 from strategy.delta import SimulationSession
+from strategy.experts import megatron
 from strategy.machine_model import machine_model
 from strategy.simulator import NodeTimer, Resources, node_arrays
 from strategy.timearrays import node_arrays_by_class
-from taskrt import bufferuses
+from taskrt import bufferuses, othercolumns
 from taskrt.liveness import (INSTANCE, PARTIAL, STAGING, STATE, Liveness, buffers_of,
                              is_temporary, own_bytes, peak_bytes, resolve_keep, results_of,
                              task_reads_writes)
@@ -29,12 +30,18 @@ warnings.simplefilter("ignore")       # analytic-cost fallback warnings
 
 BUILDS = {"mlp": lambda: mlp()[0], "cnn": lambda: cnn()[0], "lstm": lambda: lstm_model()[0],
           "inception": lambda: app_model("inception"),
-          "transformer": lambda: app_model("transformer")}
+          "transformer": lambda: app_model("transformer"), "gpt": lambda: app_model("gpt"),
+          "gpt-t2": lambda: app_model("gpt"), "gpt-t4": lambda: app_model("gpt")}
 
 
 def graph_of(name: str, seed: int, machine=None):
+    """The graph of model `name` on 4 devices: data parallel (seed -1), a random strategy
+    of `seed`, or for "gpt-tK" Megatron's with t=K (most nodes copies and reduces)."""
     model = BUILDS[name]()
-    strategy = None if seed < 0 else random_strategy(model, 4, seed)
+    if name.startswith("gpt-t"):
+        strategy = megatron(model, 4, 4, tensor_parallel=int(name[len("gpt-t"):]))
+    else:
+        strategy = None if seed < 0 else random_strategy(model, 4, seed)
     mm = machine() if machine else machine_model("p100:1")
     return SimulationSession(model, mm, CostModel(), strategy).graph, mm
 
@@ -42,7 +49,7 @@ def graph_of(name: str, seed: int, machine=None):
 # Small models data parallel (seed -1) and under random strategies; apps: Inception's
 # concats and Red+ patterns, the transformer's saved state.
 CASES = [(name, seed) for name in ("mlp", "cnn", "lstm") for seed in (-1, 3, 4)] + \
-    [("inception", 3), ("transformer", -1), ("transformer", 3)]
+    [("inception", 3), ("transformer", -1), ("transformer", 3), ("gpt-t2", -1), ("gpt-t4", -1)]
 
 
 def reference_liveness(graph, keep=None, devices=None):
@@ -181,3 +188,32 @@ def test_a_preempted_timer_is_asked_node_by_node():
     assert asked == list(range(len(graph.nodes)))
     b = simulate(graph, mm, costs, PreemptedTimer(mm, costs, 1.5, 1e-5, random.Random(1)))
     assert np.array_equal(a.end, b.end) and a.memory == b.memory
+
+
+# Random strategies of the GPT, the LSTM and the CNN: the copies and reduces of
+# tensor-parallel and mixed configs (reduction copies from partial sums and instances,
+# reduces of staged, partial and instance inputs).
+RANDOM = [(name, seed) for seed in range(10) for name in ("gpt", "lstm", "cnn")]
+
+
+@pytest.mark.parametrize("name,seed", RANDOM)
+def test_copies_and_reduces_by_columns_equal_the_node_by_node_definitions(name, seed):
+    """strategy/timearrays.py's other_timings and taskrt/otheruses.py's column_uses (taken,
+    not fallen back from) against NodeTimer.timing and buffers_of asked node by node."""
+    graph, mm = graph_of(name, seed)
+    classes = TaskClasses.of(graph.nodes)
+    cols = othercolumns.other_columns(graph, classes)
+    assert bufferuses.column_uses(cols, len(graph.regions), 8, 10 ** 6) is not None
+    costs = CostModel()
+    by_node, by_class = Resources(), Resources()
+    want = node_arrays(graph, NodeTimer(mm, costs), by_node)
+    got = node_arrays_by_class(graph, classes, NodeTimer(mm, costs), by_class)
+    assert by_class.items == by_node.items
+    for a, b in zip(got[:3], want[:3]):
+        assert a.dtype == b.dtype and np.array_equal(a, b)
+    keys, device, nbytes, users, persistent, kept = reference_liveness(graph)
+    live = Liveness.of(graph, classes=classes)
+    assert live.keys == keys and live.users == users
+    assert live.device == device and live.nbytes == nbytes
+    assert list(live.persistent.items()) == list(persistent.items())
+

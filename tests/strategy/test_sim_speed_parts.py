@@ -14,10 +14,11 @@ from strategy.costs import CostModel
 from strategy.delta import SimulationSession
 from strategy.machine_model import machine_model
 from strategy.simulator import resource_name
-from taskrt import R, RED, WD, IndexLaunch, Machine, Planner, Rect, Region, \
+from taskrt import R, RED, RW, WD, IndexLaunch, Machine, Planner, Rect, Region, \
     RegionRequirement, plan
 from taskrt.errors import PrivilegeError
 from taskrt.gcpause import gc_paused
+from taskrt.interference import check_interference
 from taskrt.region import block_rect
 
 from mpi.models import cnn, lstm_model, random_strategy
@@ -115,6 +116,57 @@ def test_interference_fast_path_still_finds_conflicts():
     plan([_launch("replicas", whole, WD, replicas=True)], machine)
     with pytest.raises(PrivilegeError):                      # replicas on one device
         plan([_launch("same-device", whole, WD, replicas=True, devices=[1, 1])], machine)
+
+
+def _conflicts(points, replicas: bool) -> bool:
+    """check_interference's rule pair by pair (the oracle of its fast paths): two
+    requirements of a launch that touch the same elements conflict unless both read, both
+    reduce, or (replicas) they write one rect alike from other points on other devices."""
+    reqs = [(c, d, r) for c, d, rs in points for r in rs]
+    for k, (c1, d1, r1) in enumerate(reqs):
+        for c2, d2, r2 in reqs[:k]:
+            if r1.region.name != r2.region.name or not r1.rect.overlaps(r2.rect):
+                continue
+            p1, p2 = r1.privilege, r2.privilege
+            if (p1 is R and p2 is R) or (p1 is RED and p2 is RED):
+                continue
+            if replicas and c1 != c2 and d1 != d2 and r1.rect == r2.rect and p1 is p2:
+                continue
+            return True
+    return False
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_interference_fast_paths_equal_the_rule_pair_by_pair(seed):
+    """Random launches of replicated parts (Megatron's weights: t shards, each written by
+    its replicas), overlapping and empty rects, mixed privileges, a point on two devices or
+    twice on one."""
+    rng = random.Random(seed)
+    region = Region("a", (8, 8))
+    parts = [block_rect((8, 8), (2, 2), c) for c in ((0, 0), (0, 1), (1, 0), (1, 1))] + \
+        [Rect((0, 0), (4, 8)), Rect((2, 2), (2, 6)), Rect((3, 0), (8, 4))]
+    shards = rng.randint(1, 4)
+    chosen = rng.sample(parts[:4], shards) if rng.random() < 0.7 else \
+        [rng.choice(parts) for _ in range(shards)]
+    privilege = {r: rng.choice([WD, WD, RW, R, RED]) for r in chosen}
+    points = []
+    for k in range(rng.randint(1, 10)):
+        rect = rng.choice(chosen)
+        p = privilege[rect] if rng.random() < 0.9 else rng.choice([WD, RW, R, RED])
+        color = (k if rng.random() < 0.8 else rng.randrange(k + 1),)
+        device = k if rng.random() < 0.8 else rng.randrange(4)
+        reqs = (RegionRequirement(region, rect, p),)
+        if rng.random() < 0.1:
+            reqs += (RegionRequirement(region, rng.choice(parts), rng.choice([WD, R, RED])),)
+        points.append((color, device, reqs))
+    replicas = rng.random() < 0.7
+    launch = IndexLaunch("l", None, (len(points),), lambda c: (),
+                         devices=[d for _, d, _ in points], replicas=replicas)
+    if _conflicts(points, replicas):
+        with pytest.raises(PrivilegeError):
+            check_interference(launch, points)
+    else:
+        check_interference(launch, points)
 
 
 def test_rect_hash_and_shared_whole_rects():
