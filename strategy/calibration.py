@@ -90,7 +90,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from taskrt.taskgraph import ALLREDUCE, COPY, TASK
+from taskrt.taskgraph import ALLREDUCE, COPY
 from taskrt.trace import LOAD_EVENT, contention_of
 
 from .costs import CostModel, CostWarning, Profile
@@ -102,7 +102,7 @@ from .cores import machine_cores, per_thread_contention, sharing
 from .gradbuckets import bucket_collectives, bucketed, buckets_of, collective_wait
 from .preemption import PreemptedTimer, expected_makespan
 from .replay import ReplayError, measured_times, model_for_layout, recorded
-from .reslicing import resliced_views, view_cost
+from .reslicing import reslicing_time, resliced_views
 from .simulator import NodeTimer, simulate
 from .untraced import UntracedCosts, skipped_tasks
 from .wakeups import ROUNDS as WAKE_ROUNDS, SleepSchedule, executor_schedule, wake_delays
@@ -547,32 +547,6 @@ def predict(fit: Fit, graph, int_ranges: dict, ranks: int, per_rank: int,
         return expected_makespan(graph, layout, costs, c, fit.slice_s if ranks > 1 else 0.0,
                                  delays=delays, collectives=held,
                                  speeds=fit.speeds if ranks > 1 else None)
-
-
-def reslicing_time(runs) -> float:
-    """The seconds a view costs the one-process executor (reslicing.view_cost, fitted to
-    the runs' task events by the views each node re-slices: resliced_views), and each run's
-    `executor_s` set to that times its nodes' views, which insitu takes out of their events
-    before pricing their keys."""
-    counts = {}
-    samples: dict = {}
-    for r in runs:
-        fp = r.graph.fingerprint()
-        if fp not in counts:
-            counts[fp] = resliced_views(r.graph)
-        views = counts[fp]
-        nodes = r.graph.nodes
-        for e in r.events:
-            if e.get("ph") == "X" and "node" in (e.get("args") or {}):
-                i = int(e["args"]["node"])
-                if nodes[i].kind is TASK:
-                    samples.setdefault(nodes[i].cost_key, {}).setdefault(
-                        views.get(i, 0), []).append(e["dur"] / 1e6)
-    s = view_cost(samples)
-    for r in runs:
-        r.executor_s = {i: s * n for i, n in counts[r.graph.fingerprint()].items()} if s \
-            else {}
-    return s
 
 
 def at_contention(fit: Fit, c: float) -> tuple:

@@ -17,9 +17,10 @@ one strategy's events carries that strategy's views.
 
 `resliced_views` counts them per node from the graph (within 0-10% of the executor's own
 count on the benchmark's 49 one-process graphs); `view_cost` fits the seconds a view
-costs from recorded runs (a key's events at different counts); calibration.py takes
-view_cost x count out of each task event before pricing keys and predict() puts it back
-for the graph predicted. The MPIExecutor keeps its small buffers (no make_light): 4-24
+costs from recorded runs (a key's events at different counts); `reslicing_time` fits it to
+a calibration's runs and gives each run the seconds per node that insitu takes out of its
+task events before pricing keys; calibration.predict() puts them back for the graph
+predicted. The MPIExecutor keeps its small buffers (no make_light): 4-24
 views a rank an iteration on the Transformer's 2 ranks, so several ranks count none.
 """
 from __future__ import annotations
@@ -112,3 +113,29 @@ def view_cost(samples) -> float:
             for n1, t1 in points[i + 1:]:
                 slopes.append((t1 - t0) / (n1 - n0))
     return max(0.0, statistics.median(slopes)) if slopes else 0.0
+
+
+def reslicing_time(runs) -> float:
+    """The seconds a view costs the one-process executor (view_cost, fitted to
+    the runs' task events by the views each node re-slices: resliced_views), and each run's
+    `executor_s` set to that times its nodes' views, which insitu takes out of their events
+    before pricing their keys."""
+    counts = {}
+    samples: dict = {}
+    for r in runs:
+        fp = r.graph.fingerprint()
+        if fp not in counts:
+            counts[fp] = resliced_views(r.graph)
+        views = counts[fp]
+        nodes = r.graph.nodes
+        for e in r.events:
+            if e.get("ph") == "X" and "node" in (e.get("args") or {}):
+                i = int(e["args"]["node"])
+                if nodes[i].kind is TASK:
+                    samples.setdefault(nodes[i].cost_key, {}).setdefault(
+                        views.get(i, 0), []).append(e["dur"] / 1e6)
+    s = view_cost(samples)
+    for r in runs:
+        r.executor_s = {i: s * n for i, n in counts[r.graph.fingerprint()].items()} if s \
+            else {}
+    return s
