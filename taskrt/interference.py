@@ -53,21 +53,18 @@ def _cannot_interfere(accesses, replicas: bool) -> bool:
     """True when no two of one region's (color, device, requirement) in a launch can conflict:
     one access; all read or all reduce; all rects disjoint (shown along one dimension); or, in
     a launch of replicas, per distinct rect one privilege and each access of its own point
-    and device (one rect written alike by every point, each on its own device), the distinct
-    rects disjoint."""
+    and device, the distinct rects disjoint."""
     if len(accesses) < 2:
         return True
     privs = {req.privilege for _, _, req in accesses}
     if len(privs) == 1 and (_R in privs or _RED in privs):
         return True
     first = accesses[0][2].rect
-    if replicas and len(privs) == 1 and all(req.rect == first for _, _, req in accesses):
-        return len({c for c, _, _ in accesses}) == len(accesses) == \
-            len({d for _, d, _ in accesses})
     if replicas:
-        # Replicas of several parts (Megatron: a weight's t shards, each written by its
-        # data-parallel replicas): per distinct rect, one privilege and each access of its
-        # own point and device, and the distinct rects disjoint.
+        # Replicas of one or several parts (data parallel's weights: one rect written alike
+        # by every point; Megatron's: a weight's t shards, each written by its data-parallel
+        # replicas): per distinct rect, one privilege and each access of its own point and
+        # device, and the distinct rects disjoint.
         by_rect: dict = {}
         for c, d, req in accesses:
             by_rect.setdefault(req.rect, []).append((c, d, req.privilege))
