@@ -94,8 +94,10 @@ def clock_offsets(graph, events: list) -> dict:
         offsets[r] = (low[r] + high) / 2 if low[r] > high else min(max(0.0, low[r]), high)
     for _ in range(len(ranks)):      # each rank within its bounds from the others' choices
         for r in ranks[1:]:
-            lo = max((offsets[a] + c for (a, b), c in bounds.items() if b == r), default=-math.inf)
-            hi = min((offsets[b] - c for (a, b), c in bounds.items() if a == r), default=math.inf)
+            lo = max((offsets[a] + c for (a, b), c in bounds.items() if b == r),
+                     default=-math.inf)
+            hi = min((offsets[b] - c for (a, b), c in bounds.items() if a == r),
+                     default=math.inf)
             if lo <= hi:
                 offsets[r] = min(max(offsets[r], lo), hi)
     return offsets
