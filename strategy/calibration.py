@@ -102,6 +102,7 @@ from .cores import machine_cores, per_thread_contention, sharing
 from .gradbuckets import bucket_collectives, bucketed, buckets_of, collective_wait
 from .preemption import PreemptedTimer, expected_makespan
 from .replay import ReplayError, measured_times, model_for_layout, recorded
+from .rankclocks import on_one_clock
 from .reslicing import reslicing_time, resliced_views
 from .simulator import NodeTimer, simulate
 from .untraced import UntracedCosts, skipped_tasks
@@ -212,7 +213,8 @@ class Fit:
 
 
 def load_runs(paths) -> list[RecordedRun]:
-    """The recorded runs of trace files, graphs rebuilt and checked (strategy.replay)."""
+    """The recorded runs of trace files, graphs rebuilt and checked (strategy.replay), the
+    events of several ranks on one clock (strategy/rankclocks.py)."""
     runs = []
     for path in paths:
         workload, argv, (ranks, per_rank, kind), built, graph, events = recorded(None, None,
@@ -222,6 +224,8 @@ def load_runs(paths) -> list[RecordedRun]:
                                    "time the host's issue of each task, not its kernel; "
                                    "calibrate from CPU runs (profile GPUs with python -m "
                                    "strategy.costs profile --device cuda)")
+        if ranks > 1:
+            events = on_one_clock(graph, events)     # each rank stamps from its own start
         runs.append(RecordedRun(str(path), workload.name, list(argv), ranks, per_rank, graph,
                                 events, built.int_ranges, measured_times(events)[1],
                                 recorded_load(events, ranks, path)))

@@ -15,8 +15,9 @@ taskrt/executor/policies.py default_spin_s), so
 
 with k_r the mean number of the job's ranks working while r works (itself included).
 `background` fits b to recorded runs (their per-rank CPU and run-queue wait, their events'
-overlap); `per_thread_contention` finds the k_r of a graph by simulating it at the
-contention they imply, a few times (strategy/calibration.py predict). What this does not
+overlap, the ranks' stamps on one clock: strategy/rankclocks.py, calibration.load_runs);
+`per_thread_contention` finds the k_r of a graph by simulating it at the contention they
+imply, a few times (strategy/calibration.py predict). What this does not
 model: which core a thread runs on, and a waiting rank's wake-ups (sleeps of 20 us - 1 ms).
 """
 from __future__ import annotations

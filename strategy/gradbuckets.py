@@ -86,7 +86,8 @@ def collective_waits(run, link_time) -> list[tuple[int, int, float]]:
     RecordedRun): from the end of the last start event of its members (on any rank) to when
     the last member rank started an event using a member (the iteration waits for every
     member), less `link_time(member nodes)` (the model's time on the links). Buckets whose
-    members or users have no event are left out."""
+    members or users have no event are left out. It compares stamps of different ranks:
+    the run's events must be on one clock (calibration.load_runs: strategy/rankclocks.py)."""
     g = run.graph
     started: dict = {}
     first_start: dict = {}          # (node, rank) -> its event's start
