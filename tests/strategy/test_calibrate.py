@@ -100,9 +100,10 @@ def test_loads_counted_by_the_os_set_the_contention_and_long_keys_work(traces):
     rare long wait shared by the run's long keys (insitu.pooled_work), with the median of
     its events in the runs where it is short, weighted by their number."""
     import statistics
-    from strategy.insitu import insitu_profile, run_durations, slice_length
-    from strategy.replay import task_durations
+    from strategy.insitu import insitu_profile, run_durations, slice_length, work_durations
+    from strategy.reslicing import reslicing_time
     runs = load_runs(traces)
+    reslicing_time(runs)          # as calibrate does: the views' time out of the events
     medians = insitu_profile(runs)[0]            # per key, before any load is applied
     slice_s = slice_length(run_durations(runs), medians)
     # loads at which the longest key is long beside the slices the runs saw (a key of w s
@@ -118,7 +119,7 @@ def test_loads_counted_by_the_os_set_the_contention_and_long_keys_work(traces):
         c = loads[r.path]
         # no preempted event seen (a quiet machine): no slice, so no key is long
         limit = slice_s / (4 * (c - 1)) if slice_s > 0 else float("inf")
-        long = {key: ts for key, ts in task_durations(r.graph, r.events).items()
+        long = {key: ts for key, ts in work_durations(r).items()
                 if medians.get(key, "cpu").seconds >= limit}
         # each event capped at c x the key's median + 2 slices, what the caps cut off
         # shared by the long keys in proportion to their capped events
@@ -128,7 +129,7 @@ def test_loads_counted_by_the_os_set_the_contention_and_long_keys_work(traces):
         share = sum(map(sum, long.values())) / kept if kept else 1.0
         for key, ts in capped.items():
             per_key.setdefault(key, []).extend([statistics.fmean(ts) * share / c] * len(ts))
-        for key, ts in task_durations(r.graph, r.events).items():
+        for key, ts in work_durations(r).items():
             if key not in long:              # short in this run: its events' median
                 short.setdefault(key, []).extend(ts)
     assert per_key or slice_s == 0       # the longest key is long where the OS took slices
