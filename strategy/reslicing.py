@@ -32,9 +32,8 @@ from taskrt.privilege import Privilege
 from taskrt.settings import Settings
 from taskrt.taskgraph import COPY, REDUCE, TASK
 
-from .insitu import PREEMPTED
-
 _RED = Privilege.REDUCE_SUM
+MIN_EVENTS = 3          # events of a key at one count for that count to enter view_cost
 
 
 def views_used(node):
@@ -105,15 +104,15 @@ def view_cost(samples) -> float:
     `samples` {cost key: {views of the node: [event seconds]}}. Per key, the median event at
     each count; the median over every key's pairs of counts of the slope between them (a
     key's work is the same at every count; what differs is the views); 0 without such pairs
-    (no key ran at two counts) or when the slopes' median is negative. An event more than
-    PREEMPTED times its key's median is left out first, as insitu leaves it out of the
-    key's price: a count seen once, in a preempted event, made a slope on its own (an RNNLM
-    LSTM step at 243 us in 7 events and 4.2 ms in 1 gave 2 ms a view)."""
+    (no key ran at two counts) or when the slopes' median is negative. A count enters
+    with MIN_EVENTS events at least, a median one preempted event cannot set: a count seen
+    once made a slope on its own (a test's single RNNLM recording, its LSTM step at 243 us
+    in 7 events and 4.2 ms in the 1 at another count, gave 2 ms a view). Not a cut at a
+    multiple of the key's median: a node slicing many views is legitimately many times its
+    key's others (cut at 3x, the 2026-12-04 collection's 1 x 2 median went 9.3 -> 9.9%)."""
     slopes = []
     for by_count in samples.values():
-        typical = statistics.median(t for ts in by_count.values() for t in ts)
-        by_count = {n: kept for n, ts in by_count.items()
-                    if (kept := [t for t in ts if t <= PREEMPTED * typical])}
+        by_count = {n: ts for n, ts in by_count.items() if len(ts) >= MIN_EVENTS}
         if len(by_count) < 2:
             continue
         points = sorted((n, statistics.median(ts)) for n, ts in by_count.items())
