@@ -22,6 +22,7 @@ object view (`graph`) is built only when asked for.
 """
 from __future__ import annotations
 
+import weakref
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -121,6 +122,9 @@ class SimulationSession:
         self._writers_of: dict = defaultdict(dict)   # region -> {group sim: its reads}
         self._live_nodes = 0
         self._replaced: dict | None = None    # while a change simulates: _SimState.blocks
+        # (id of a frozen RegionPlanner, region name) -> (a weak reference to it, its
+        # buffers' arrays: _region_buffer_arrays)
+        self._frozen_buffers: dict = {}
 
     @property
     def configs(self):
@@ -329,9 +333,27 @@ class SimulationSession:
     def _region_buffer_arrays(self, name: str) -> tuple | None:
         """Region `name`'s instance and partial-sum buffers (ids, devices, bytes), or None
         when the planner has no such region (any more)."""
-        rp = self.planner.planners.get(name)
+        planner = self.planner
+        rp = planner.planners.get(name)
         if rp is None:
             return None
+        # A frozen RegionPlanner (shared by regions planned alike or with the plan memo) is
+        # never planned further (taskrt/regionplans.py own_planner), so its buffers are
+        # known by (its id, the region's name), with a weak reference against a reused id
+        # (as taskrt.graphview.region_info's).
+        frozen = rp in planner._frozen
+        if frozen:
+            known = self._frozen_buffers.get((id(rp), name))
+            if known is not None and known[0]() is rp:
+                return known[1]
+        got = self._buffer_arrays_of(rp, name)
+        if frozen:
+            if len(self._frozen_buffers) > TABLE_SLACK:
+                self._frozen_buffers = {}
+            self._frozen_buffers[(id(rp), name)] = (weakref.ref(rp), got)
+        return got
+
+    def _buffer_arrays_of(self, rp, name: str) -> tuple:
         ids, devs, sizes = [], [], []
         nbytes, on = rp.region.nbytes, self._buffers.ids_on
         for kind, rects in ((INSTANCE, rp.instance_rects), (PARTIAL, rp.partial_rects)):
