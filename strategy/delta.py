@@ -404,6 +404,7 @@ class SimulationSession:
                     self._replaced.setdefault(li, old)
             else:
                 blocks.append(new)
+                self._num_block_sims += len(new.sims)
                 self._count_block(new, 1)
         # The nodes before the first changed launch are those of the last simulated graph.
         self._first_changed = 0 if self._joined is None else \
@@ -420,15 +421,17 @@ class SimulationSession:
         """Make `block` launch li's (returning the one it replaces), with the counts
         _kept_regions needs updated for the groups that came and went."""
         old, self._blocks[li] = self._blocks[li], block
-        self._count_block(old, -1)
-        self._count_block(block, 1)
+        self._num_block_sims += len(block.sims) - len(old.sims)
+        a, b = old.writers, block.writers
+        if len(a) != len(b) or any(x is not y for x, y in zip(a, b)):
+            self._count_block(old, -1)       # (the same GroupSims: taking them away and
+            self._count_block(block, 1)      # adding them again changes nothing)
         return old
 
     def _count_block(self, block: LaunchBlock, step: int) -> None:
         """Add (step 1) or take away (-1) the block's groups from the reads-by-writers
         counts and the writers' reads."""
         counts, writers = self._read_by_writers, self._writers_of
-        self._num_block_sims += step * len(block.sims)
         for s in block.writers:
             _count(counts, s.read_by_writers, step)
             if step > 0:
