@@ -4,16 +4,18 @@ when one operator's configuration changes (delta simulation, the search's inner 
 A change re-lowers only that operator (parallel_ops.lowering.IncrementalLowering), re-plans
 only the regions its launches touch (taskrt.Planner.replace), which rebuilds only the node
 groups of the launches using those regions (taskrt/nodegroups.py). Everything the simulator
-needs per node (duration, resources, buffers used) is kept per group as arrays, joined per
-launch (a block, rebuilt when the planner gives the launch a new version) and over all
-launches (spliced where blocks changed), so a new graph's arrays cost O(changed launches) of
-Python, its node ids are resolved in bulk, and the timeline re-timed by the compiled list
-scheduler (strategy/listsched.py) from its last checkpoint before the first changed launch
-(in program order nothing before a node changes what it sees: listsched.Checkpoints), and
-the memory peak by one compiled sweep of sorted allocation events (strategy/memsweep.py).
-An undo puts back the blocks, joined arrays and checkpoints of before the change
-(_blocks_back: the search undoes most proposals), so the next change rebuilds only its own
-launches' blocks and resumes at its own first launch, not at the undo's.
+needs per node (duration, resources, buffers used) is kept per group as arrays; a launch's
+groups are a block (rebuilt when the planner gives the launch a new version), and the groups'
+arrays are joined over all launches (strategy/launchblocks.py: spliced where blocks changed,
+joined again straight from the groups when many did), so a new graph's arrays cost
+O(changed launches) of Python, its node ids are resolved in bulk, and the timeline re-timed
+by the compiled list scheduler (strategy/listsched.py) from its last checkpoint before the
+first changed launch (in program order nothing before a node changes what it sees:
+listsched.Checkpoints), and the memory peak by one compiled sweep of sorted allocation events
+(strategy/memsweep.py). An undo puts back the blocks, joined arrays, checkpoints and the
+memory table's persistent sums of before the change (_blocks_back: the search undoes most
+proposals), so the next change rebuilds only its own launches' blocks and resumes at its own
+first launch, not at the undo's.
 For a new group, what a copy's devices and bytes or a task's class and device determine is
 computed once per such key (_group_sim, strategy/taskgroups.py). No per-node Python runs for the
 groups a change did not touch, and the result is by construction what a full
