@@ -13,6 +13,7 @@ block first and then over blocks (as before) was most of a small graph's simulat
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import attrgetter, itemgetter
 
 import numpy as np
 
@@ -28,6 +29,8 @@ _PER_NODE = ("dur", "res_counts", "buf_counts", "pred_count", "pre_dur", "pre_co
 _COUNTED_BY = {"res_ids": "res_counts", "buf_ids": "buf_counts", "pred_gid": "pred_count",
                "pred_idx": "pred_count", "pre_ids": "pre_counts", "post_ids": "post_counts"}
 _I8 = np.int64
+_GROUPS, _NODES, _GID, _HOST = (attrgetter("groups"), attrgetter("nodes"), attrgetter("gid"),
+                                attrgetter("host"))
 _DTYPES = {"dur": np.float64, "pre_dur": np.float64, "post_dur": np.float64}
 
 
@@ -67,55 +70,57 @@ def _pieces(block: LaunchBlock, field: str) -> list:
 
 class Joined:
     """Every launch block's arrays joined in program order, per field (SIM_ARRAYS,
-    RUN_ARRAYS and, with host costs, HOST_ARRAYS), and per field each block's length in it;
-    kept up to date by splicing in the blocks that changed."""
-    __slots__ = ("arrays", "lens")
+    RUN_ARRAYS and, with host costs, HOST_ARRAYS), and per field each block's length in it
+    (`lens`; a flattened field's, made on first use from `bounds`, each block's first node
+    and the end); kept up to date by splicing in the blocks that changed."""
+    __slots__ = ("arrays", "lens", "bounds")
 
     def __init__(self, blocks: list, fields: tuple):
         groups = [g for b in blocks for g in b.groups]
         nb, ng = len(blocks), len(groups)
-        per_block = np.fromiter([len(b.groups) for b in blocks], dtype=_I8, count=nb)
+        per_block = np.fromiter(map(len, map(_GROUPS, blocks)), dtype=_I8, count=nb)
         group_at = np.zeros(nb + 1, dtype=_I8)             # each block's first group
         np.cumsum(per_block, out=group_at[1:])
         node_at = np.zeros(ng + 1, dtype=_I8)              # each group's first node
-        np.cumsum(np.fromiter([len(g.nodes) for g in groups], dtype=_I8, count=ng),
+        np.cumsum(np.fromiter(map(len, map(_NODES, groups)), dtype=_I8, count=ng),
                   out=node_at[1:])
-        block_nodes = node_at[group_at]                   # each block's first node, and the end
+        bounds = node_at[group_at]                         # each block's first node, the end
         sims = [s for b in blocks for s in b.sims]
         arrays = {}
         for f in fields:
             if f in SIM_ARRAYS:
-                parts = [getattr(s, f) for s in sims]
+                parts = list(map(attrgetter(f), sims))
             elif f in HOST_ARRAYS:
-                k = HOST_ARRAYS.index(f)
-                parts = [s.host[k] for s in sims]
+                parts = list(map(itemgetter(HOST_ARRAYS.index(f)), map(_HOST, sims)))
             elif f == "gids":
-                parts = [np.fromiter([g.gid for g in groups], dtype=_I8, count=ng)]
+                parts = [np.fromiter(map(_GID, groups), dtype=_I8, count=ng)]
             elif f == "offsets":
-                parts = [node_at[:-1] - np.repeat(block_nodes[:-1], per_block)]
+                parts = [node_at[:-1] - np.repeat(bounds[:-1], per_block)]
             else:
-                parts = [getattr(g, f) for g in groups]
+                parts = list(map(attrgetter(f), groups))
             arrays[f] = join(parts) if parts else np.zeros(0, dtype=_DTYPES.get(f, _I8))
-        lens = {}
-        nodes = np.diff(block_nodes)
-        for f in fields:
-            if f in ("gids", "offsets"):
-                lens[f] = per_block
-            elif f in _PER_NODE:
-                lens[f] = nodes
-            else:                     # flattened: summed over each block's nodes' counts
-                counted = np.zeros(node_at[-1] + 1, dtype=_I8)
-                np.cumsum(arrays[_COUNTED_BY[f]], out=counted[1:])
-                lens[f] = counted[block_nodes[1:]] - counted[block_nodes[:-1]]
-        self.arrays, self.lens = arrays, lens
+        nodes = np.diff(bounds)
+        self.lens = {f: per_block if f in ("gids", "offsets") else nodes
+                     for f in fields if f not in _COUNTED_BY}
+        self.arrays, self.bounds = arrays, bounds
+
+    def lens_of(self, field: str) -> np.ndarray:
+        """Each block's length in `field`."""
+        got = self.lens.get(field)
+        if got is None:           # flattened: summed over each block's nodes' counts
+            bounds = self.bounds
+            counted = np.zeros(bounds[-1] + 1, dtype=_I8)
+            np.cumsum(self.arrays[_COUNTED_BY[field]], out=counted[1:])
+            got = self.lens[field] = counted[bounds[1:]] - counted[bounds[:-1]]
+        return got
 
     def spliced(self, blocks: list, changed: list[int]) -> "Joined":
         """The arrays with those of blocks[i] put in for each i in `changed` (ascending), as
         a new Joined (this one stays as it is: an undo may take it back)."""
         out = Joined.__new__(Joined)
-        out.arrays, out.lens = {}, {}
+        out.arrays, out.lens, out.bounds = {}, {}, None
         for f, arr in self.arrays.items():
-            lens = self.lens[f].copy()
+            lens = self.lens_of(f).copy()
             starts = np.zeros(len(lens) + 1, dtype=_I8)
             np.cumsum(lens, out=starts[1:])
             pieces, prev = [], 0

@@ -42,7 +42,7 @@ def check_joined(session) -> None:
         got = joined.arrays[f]
         assert got.dtype == want.dtype, f
         assert np.array_equal(got, want), f
-        assert list(joined.lens[f]) == [len(b[f]) for b in per_block], f
+        assert list(joined.lens_of(f)) == [len(b[f]) for b in per_block], f
 
 
 @pytest.mark.parametrize("share", [0.0, 1.0, 0.25], ids=["never", "always", "default"])
