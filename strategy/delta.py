@@ -4,16 +4,18 @@ when one operator's configuration changes (delta simulation, the search's inner 
 A change re-lowers only that operator (parallel_ops.lowering.IncrementalLowering), re-plans
 only the regions its launches touch (taskrt.Planner.replace), which rebuilds only the node
 groups of the launches using those regions (taskrt/nodegroups.py). Everything the simulator
-needs per node (duration, resources, buffers used) is kept per group as arrays, joined per
-launch (a block, rebuilt when the planner gives the launch a new version) and over all
-launches (spliced where blocks changed), so a new graph's arrays cost O(changed launches) of
-Python, its node ids are resolved in bulk, and the timeline re-timed by the compiled list
-scheduler (strategy/listsched.py) from its last checkpoint before the first changed launch
-(in program order nothing before a node changes what it sees: listsched.Checkpoints), and
-the memory peak by one compiled sweep of sorted allocation events (strategy/memsweep.py).
-An undo puts back the blocks, joined arrays and checkpoints of before the change
-(_blocks_back: the search undoes most proposals), so the next change rebuilds only its own
-launches' blocks and resumes at its own first launch, not at the undo's.
+needs per node (duration, resources, buffers used) is kept per group as arrays; a launch's
+groups are a block (rebuilt when the planner gives the launch a new version), and the groups'
+arrays are joined over all launches (strategy/launchblocks.py: spliced where blocks changed,
+joined again straight from the groups when many did), so a new graph's arrays cost
+O(changed launches) of Python, its node ids are resolved in bulk, and the timeline re-timed
+by the compiled list scheduler (strategy/listsched.py) from its last checkpoint before the
+first changed launch (in program order nothing before a node changes what it sees:
+listsched.Checkpoints), and the memory peak by one compiled sweep of sorted allocation events
+(strategy/memsweep.py). An undo puts back the blocks, joined arrays, checkpoints and the
+memory table's persistent sums of before the change (_blocks_back: the search undoes most
+proposals), so the next change rebuilds only its own launches' blocks and resumes at its own
+first launch, not at the undo's.
 For a new group, what a copy's devices and bytes or a task's class and device determine is
 computed once per such key (_group_sim, strategy/taskgroups.py). No per-node Python runs for the
 groups a change did not touch, and the result is by construction what a full
@@ -22,6 +24,7 @@ object view (`graph`) is built only when asked for.
 """
 from __future__ import annotations
 
+import weakref
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -32,10 +35,11 @@ from parallel_ops.optim import SGD
 from taskrt import Planner
 from taskrt.gcpause import gc_paused
 from taskrt.liveness import INSTANCE, PARTIAL, STAGING, buffers_of, own_bytes, results_of
-from taskrt.nodegroups import GroupRun, join, resolve
+from taskrt.nodegroups import join, resolve
 from taskrt.taskgraph import COPY
 
 from .delta_memory import BufferTable
+from .launchblocks import RUN_ARRAYS, SIM_ARRAYS, Joined, LaunchBlock
 from .listsched import Checkpoints
 from .simulator import NodeTimer, Resources, SimResult, result_of, timeline
 from .taskgroups import HOST_ARRAYS, GroupSim, TaskGroups, host_arrays, host_info
@@ -43,69 +47,12 @@ from .taskgroups import HOST_ARRAYS, GroupSim, TaskGroups, host_arrays, host_inf
 # Buffers the tables may hold beyond 4 per node of the graph and one per node the planner's
 # memo remembers (a remembered copy brings its staging buffer back) before a restart.
 TABLE_SLACK = 65536
+# Joined arrays are spliced when at most this share of the launches changed, else joined
+# again from every group (strategy/launchblocks.py).
+SPLICE_SHARE = 0.25
 
 
-_SIM_ARRAYS = ("dur", "res_counts", "res_ids", "buf_counts", "buf_ids")
-_RUN_ARRAYS = ("gids", "offsets", "pred_count", "pred_gid", "pred_idx")
 _NO_READS = frozenset()           # a read group's nodes write no region (tasks do)
-
-
-@dataclass(eq=False, slots=True)
-class _LaunchBlock:
-    """One launch's groups (Planner.launch_groups), their GroupSim arrays and their
-    predecessor references (nodegroups.GroupRun) joined: the unit _simulate reuses while
-    the launch's version is unchanged."""
-    version: int
-    groups: list
-    sims: list
-    dur: np.ndarray
-    res_counts: np.ndarray
-    res_ids: np.ndarray
-    buf_counts: np.ndarray
-    buf_ids: np.ndarray
-    gids: np.ndarray
-    offsets: np.ndarray
-    pred_count: np.ndarray
-    pred_gid: np.ndarray
-    pred_idx: np.ndarray
-    pre_dur: np.ndarray | None = None       # HOST_ARRAYS: None without host costs
-    pre_counts: np.ndarray | None = None
-    pre_ids: np.ndarray | None = None
-    post_dur: np.ndarray | None = None
-    post_counts: np.ndarray | None = None
-    post_ids: np.ndarray | None = None
-
-
-class _Joined:
-    """Every launch block's arrays joined in program order, per field, kept up to date by
-    splicing in the blocks that changed (a proposal changes a few launches of thousands)."""
-    __slots__ = ("arrays", "lens")
-
-    def __init__(self, blocks: list, fields: tuple):
-        self.arrays = {f: join([getattr(b, f) for b in blocks]) for f in fields}
-        self.lens = {f: np.fromiter((len(getattr(b, f)) for b in blocks), dtype=np.int64,
-                                    count=len(blocks)) for f in self.arrays}
-
-    def spliced(self, blocks: list, changed: list[int]) -> "_Joined":
-        """The arrays with those of blocks[i] put in for each i in `changed` (ascending), as
-        a new _Joined (this one stays as it is: an undo may take it back)."""
-        out = _Joined.__new__(_Joined)
-        out.arrays, out.lens = {}, {}
-        for f, arr in self.arrays.items():
-            lens = self.lens[f].copy()
-            starts = np.zeros(len(lens) + 1, dtype=np.int64)
-            np.cumsum(lens, out=starts[1:])
-            pieces, prev = [], 0
-            for i in changed:
-                new = getattr(blocks[i], f)
-                pieces.append(arr[starts[prev]:starts[i]])
-                pieces.append(new)
-                lens[i] = len(new)
-                prev = i + 1
-            pieces.append(arr[starts[prev]:])
-            out.arrays[f] = np.concatenate(pieces)
-            out.lens[f] = lens
-        return out
 
 
 @dataclass(slots=True)
@@ -117,7 +64,7 @@ class _SimState:
     epoch: int
     blocks: dict                 # launch index -> its block before the change
     num_blocks: int
-    joined: "_Joined | None"
+    joined: "Joined | None"
     checkpoints: tuple | None   # listsched.Checkpoints.before of the change's run
     live_nodes: int
 
@@ -163,10 +110,10 @@ class SimulationSession:
         # Task groups' arrays (strategy/taskgroups.py), per task class and device.
         self._task_groups = TaskGroups(self.machine_model, self.timer, self.resources,
                                        self._buffers)
-        # Per launch, its groups' arrays joined (_LaunchBlock), and over all of them the
+        # Per launch, its groups and their GroupSims (LaunchBlock), and over all of them the
         # counts of regions read by writing tasks (see _kept_regions; only counts above 0).
-        self._blocks: list[_LaunchBlock] = []
-        self._joined: _Joined | None = None
+        self._blocks: list[LaunchBlock] = []
+        self._joined: Joined | None = None
         self._version_mark = 0                       # Planner.next_version when last synced
         self._num_block_sims = 0                     # sum(len(b.sims) for b in _blocks)
         self._read_by_writers: dict[str, int] = {}
@@ -177,6 +124,9 @@ class SimulationSession:
         self._writers_of: dict = defaultdict(dict)   # region -> {group sim: its reads}
         self._live_nodes = 0
         self._replaced: dict | None = None    # while a change simulates: _SimState.blocks
+        # (id of a frozen RegionPlanner, region name) -> (a weak reference to it, its
+        # buffers' arrays: _region_buffer_arrays)
+        self._frozen_buffers: dict = {}
 
     @property
     def configs(self):
@@ -207,7 +157,7 @@ class SimulationSession:
         if len({name for name, _, _ in olds}) != len(olds):
             raise ValueError("SimulationSession.change_all: an operator named twice in "
                              f"{[name for name, _ in changes]}; give each one config.")
-        before = (olds, self.result, {}, self._epoch, None)
+        before = (olds, self.result, {}, self._epoch, self._buffers.persistent_mark(), None)
         self._undo = None
         replaced = False
         with gc_paused():
@@ -235,7 +185,7 @@ class SimulationSession:
             except BaseException:
                 self._restore(before, replaced)
                 raise
-        self._undo = before[:4] + (state,)
+        self._undo = before[:5] + (state,)
         return self.result
 
     def undo(self) -> SimResult:
@@ -249,17 +199,21 @@ class SimulationSession:
         return self.result
 
     def _restore(self, before, replaced: bool) -> None:
-        olds, result, region_buffers, epoch, state = before
+        olds, result, region_buffers, epoch, mark, state = before
         for op_name, cfg, part in reversed(olds):
             self.lowering.restore(op_name, cfg, part)
         if replaced and self.planner.can_undo:
             self.planner.undo()
             if state is not None:
                 self._blocks_back(state)
+        same = epoch == self._epoch             # else the tables were started again since
+        table, initial = self._buffers, self.planner.initial
         for name, entry in region_buffers.items():
-            if epoch != self._epoch:            # the tables were started again since
+            if not same:
                 entry = self._region_buffer_arrays(name)
-            self._buffers.set_region(name, entry, bool(self.planner.initial.get(name)))
+            table.set_region(name, entry, bool(initial.get(name)), persistent=not same)
+        if same:
+            table.put_back_persistent(mark)
         # The graph object of before is not reused: a later finish() gave its nodes new ids.
         self.result, self._graph = result, None
 
@@ -381,9 +335,27 @@ class SimulationSession:
     def _region_buffer_arrays(self, name: str) -> tuple | None:
         """Region `name`'s instance and partial-sum buffers (ids, devices, bytes), or None
         when the planner has no such region (any more)."""
-        rp = self.planner.planners.get(name)
+        planner = self.planner
+        rp = planner.planners.get(name)
         if rp is None:
             return None
+        # A frozen RegionPlanner (shared by regions planned alike or with the plan memo) is
+        # never planned further (taskrt/regionplans.py own_planner), so its buffers are
+        # known by (its id, the region's name), with a weak reference against a reused id
+        # (as taskrt.graphview.region_info's).
+        frozen = rp in planner._frozen
+        if frozen:
+            known = self._frozen_buffers.get((id(rp), name))
+            if known is not None and known[0]() is rp:
+                return known[1]
+        got = self._buffer_arrays_of(rp, name)
+        if frozen:
+            if len(self._frozen_buffers) > TABLE_SLACK:
+                self._frozen_buffers = {}
+            self._frozen_buffers[(id(rp), name)] = (weakref.ref(rp), got)
+        return got
+
+    def _buffer_arrays_of(self, rp, name: str) -> tuple:
         ids, devs, sizes = [], [], []
         nbytes, on = rp.region.nbytes, self._buffers.ids_on
         for kind, rects in ((INSTANCE, rp.instance_rects), (PARTIAL, rp.partial_rects)):
@@ -398,7 +370,7 @@ class SimulationSession:
         return tuple(join(x) for x in (ids, devs, sizes))
 
     # -- the simulation ------------------------------------------------------------------------
-    def _block(self, li: int, version: int) -> _LaunchBlock:
+    def _block(self, li: int, version: int) -> LaunchBlock:
         sims = self._sims
         groups = self.planner.launch_groups(li)
         per = []
@@ -407,12 +379,7 @@ class SimulationSession:
             if s is None:
                 s = sims[g] = self._group_sim(g)
             per.append(s)
-        run = GroupRun.of(groups)
-        host = (join([s.host[k] for s in per]) for k in range(len(HOST_ARRAYS))) \
-            if self.timer.host_costs else ()
-        return _LaunchBlock(version, groups, per,
-                            *(join([getattr(s, f) for s in per]) for f in _SIM_ARRAYS),
-                            *(getattr(run, f) for f in _RUN_ARRAYS), *host)
+        return LaunchBlock.of(version, groups, per)
 
     def _blocks_now(self) -> list:
         """The current graph's launch blocks, rebuilt for the launches whose groups changed,
@@ -439,31 +406,35 @@ class SimulationSession:
                     self._replaced.setdefault(li, old)
             else:
                 blocks.append(new)
+                self._num_block_sims += len(new.sims)
                 self._count_block(new, 1)
         # The nodes before the first changed launch are those of the last simulated graph.
         self._first_changed = 0 if self._joined is None else \
             int(self._joined.lens["dur"][:first_block].sum())
-        if self._joined is None or len(blocks) != known or 4 * len(changed) > len(blocks):
-            self._joined = _Joined(blocks, _SIM_ARRAYS + _RUN_ARRAYS +
-                                   (HOST_ARRAYS if self.timer.host_costs else ()))
+        if self._joined is None or len(blocks) != known or \
+                len(changed) > SPLICE_SHARE * len(blocks):
+            self._joined = Joined(blocks, SIM_ARRAYS + RUN_ARRAYS +
+                                  (HOST_ARRAYS if self.timer.host_costs else ()))
         elif changed:
             self._joined = self._joined.spliced(blocks, changed)
         return blocks
 
-    def _put_block(self, li: int, block: _LaunchBlock) -> _LaunchBlock:
+    def _put_block(self, li: int, block: LaunchBlock) -> LaunchBlock:
         """Make `block` launch li's (returning the one it replaces), with the counts
         _kept_regions needs updated for the groups that came and went."""
         old, self._blocks[li] = self._blocks[li], block
-        self._count_block(old, -1)
-        self._count_block(block, 1)
+        self._num_block_sims += len(block.sims) - len(old.sims)
+        a, b = old.writers, block.writers
+        if len(a) != len(b) or any(x is not y for x, y in zip(a, b)):
+            self._count_block(old, -1)       # (the same GroupSims: taking them away and
+            self._count_block(block, 1)      # adding them again changes nothing)
         return old
 
-    def _count_block(self, block: _LaunchBlock, step: int) -> None:
+    def _count_block(self, block: LaunchBlock, step: int) -> None:
         """Add (step 1) or take away (-1) the block's groups from the reads-by-writers
         counts and the writers' reads."""
         counts, writers = self._read_by_writers, self._writers_of
-        self._num_block_sims += step * len(block.sims)
-        for s in block.sims:
+        for s in block.writers:
             _count(counts, s.read_by_writers, step)
             if step > 0:
                 for written, reads in s.reads_of_writers.items():

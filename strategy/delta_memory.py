@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from taskrt.liveness import STAGING, STATE, is_small
+from taskrt.liveness import STAGING, STATE
 from taskrt.settings import Settings
 
 from .memsweep import Scratch, sweep_peak
@@ -65,6 +65,7 @@ class BufferTable:
         # The small-buffer threshold, resolved once per table: reading it from the
         # environment on every region update was 14% of a LeNet proposal's CPU time.
         self._settings = Settings.resolve()
+        self._min_bytes = self._settings.min_temporary_bytes
         self._scratch = Scratch()                 # the sweeps' working entries per id
 
     def __len__(self) -> int:
@@ -126,32 +127,51 @@ class BufferTable:
         return self._bytes
 
     # -- regions --------------------------------------------------------------------------
-    def set_region(self, name: str, buffers: tuple | None, initial: bool) -> None:
+    def set_region(self, name: str, buffers: tuple | None, initial: bool,
+                   persistent: bool = True) -> None:
         """Region `name` now has these (ids, devices, bytes) buffers (None: none, the
-        region is gone) and has initial data or not."""
+        region is gone) and has initial data or not. `persistent` False: leave the
+        persistent sums as they are (put_back_persistent will set them)."""
         sizes = self._sizes()
         old = self.regions.get(name)
         if old is not None:
             sizes[old[0]] = 0
-            self._add_persistent(name, old, -1)
+            if persistent:
+                self._add_persistent(name, old, -1)
         if buffers is None:
             self.regions.pop(name, None)
         else:
             self.regions[name] = buffers
             sizes[buffers[0]] = buffers[2]
-            self._add_persistent(name, buffers, 1)
+            if persistent:
+                self._add_persistent(name, buffers, 1)
         if initial:
             self.initial_names.add(name)
         else:
             self.initial_names.discard(name)
 
+    def persistent_mark(self) -> tuple:
+        """The persistent sums and the kept set they are for, for put_back_persistent."""
+        return (self._kept, self._kept_mask, self._persistent_bytes.copy(),
+                self._persistent_count.copy())
+
+    def put_back_persistent(self, mark: tuple) -> None:
+        """The sums of a persistent_mark() again, once every region set since has its
+        buffers of then back (set_region with persistent False): the sums are a function of
+        the regions' buffers and the kept set, which comes back with them."""
+        self._kept, self._kept_mask, pb, pc = mark
+        self._persistent_bytes[:] = pb
+        self._persistent_count[:] = pc
+
     def _add_persistent(self, name: str, buffers: tuple, sign: int) -> None:
         if self._kept is None:
             return
         ids, devs, sizes = buffers
-        keep = slice(None) if name in self._kept else is_small(sizes, self._settings)
-        np.add.at(self._persistent_bytes, devs[keep], sign * sizes[keep])
-        np.add.at(self._persistent_count, devs[keep], sign)
+        if name not in self._kept:
+            keep = sizes < self._min_bytes              # liveness.is_small
+            devs, sizes = devs[keep], sizes[keep]
+        np.add.at(self._persistent_bytes, devs, sizes if sign > 0 else -sizes)
+        np.add.at(self._persistent_count, devs, sign)
 
     def _set_kept(self, kept: set[str]) -> None:
         """Make the region sums and mask those of `kept` (all regions summed again only when

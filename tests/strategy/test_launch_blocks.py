@@ -1,0 +1,77 @@
+"""The session's joined arrays (strategy/launchblocks.py Joined: joined straight from every
+group, or spliced where launches changed) against the old way as the oracle: each launch's
+groups joined into a block (nodegroups.GroupRun and its GroupSims' arrays), the blocks
+joined in program order, every field's length per block. After random changes and undos,
+with splicing always, never and as the session decides, with and without host costs."""
+import random
+
+import numpy as np
+import pytest
+
+import strategy.delta as delta
+from strategy.costs import CostModel
+from strategy.delta import SimulationSession
+from strategy.launchblocks import RUN_ARRAYS, SIM_ARRAYS, Joined
+from strategy.machine_model import machine_model
+from strategy.taskgroups import HOST_ARRAYS
+from taskrt.nodegroups import GroupRun, join
+
+from mpi.models import cnn, lstm_model, mlp, random_strategy
+from tests.strategy.test_delta import p100_with_host
+
+
+def block_arrays(block, host: bool) -> dict:
+    """One launch block's arrays, joined per block (the code before launchblocks.py)."""
+    run = GroupRun.of(block.groups)
+    out = {f: join([getattr(s, f) for s in block.sims]) for f in SIM_ARRAYS}
+    out.update((f, getattr(run, f)) for f in RUN_ARRAYS)
+    if host:
+        out.update((f, join([s.host[k] for s in block.sims]))
+                   for k, f in enumerate(HOST_ARRAYS))
+    return out
+
+
+def check_joined(session) -> None:
+    host = session.timer.host_costs
+    per_block = [block_arrays(b, host) for b in session._blocks]
+    joined = session._joined
+    fields = SIM_ARRAYS + RUN_ARRAYS + (HOST_ARRAYS if host else ())
+    assert set(joined.arrays) == set(fields)
+    for f in fields:
+        want = np.concatenate([b[f] for b in per_block])
+        got = joined.arrays[f]
+        assert got.dtype == want.dtype, f
+        assert np.array_equal(got, want), f
+        assert list(joined.lens_of(f)) == [len(b[f]) for b in per_block], f
+
+
+@pytest.mark.parametrize("share", [0.0, 1.0, 0.25], ids=["never", "always", "default"])
+@pytest.mark.parametrize("build,host", [(mlp, False), (cnn, True), (lstm_model, False),
+                                        (cnn, False)], ids=["mlp", "cnn-host", "lstm", "cnn"])
+def test_joined_arrays_equal_per_block_joins(build, host, share, monkeypatch):
+    monkeypatch.setattr(delta, "SPLICE_SHARE", share)
+    splices = []
+    original = Joined.spliced
+
+    def spy(self, blocks, changed):
+        splices.append(len(changed))
+        return original(self, blocks, changed)
+    monkeypatch.setattr(Joined, "spliced", spy)
+    model = build()[0]
+    machine = p100_with_host() if host else machine_model("p100:1")
+    rng = random.Random(7)
+    session = SimulationSession(model, machine, CostModel(), random_strategy(model, 4, 7))
+    check_joined(session)
+    for k in range(24):
+        op = rng.choice(model.ops)
+        ops = [op] + ([rng.choice([o for o in model.ops if o is not op])]
+                      if rng.random() < 0.3 else [])
+        got = session.change_all([(o.name, random_strategy(model, 4, 100 + k)[o.name])
+                                  for o in ops])
+        check_joined(session)
+        full = session.full()
+        assert got.makespan == full.makespan and np.array_equal(got.end, full.end)
+        if rng.random() < 0.7:
+            session.undo()
+            check_joined(session)
+    assert (len(splices) > 10) if share == 1.0 else (not splices) if share == 0.0 else True
