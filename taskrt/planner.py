@@ -36,6 +36,7 @@ from .regionmemo import RegionPlanMemo
 from .regionplans import install, own_planner
 from .region import Region
 from .settings import Settings
+from .stampedreads import StampedReads
 from .taskcolumns import build_task_group
 from .taskgraph import TaskGraph, TaskNode
 from .undo import PlanUndo
@@ -337,6 +338,8 @@ class Planner:
         items = self.region_nodes.get(key)
         if items is None:
             return None
+        if type(items) is StampedReads:         # (a class member's, by arrays)
+            return items.group(self, key)
         built = self._read_groups.get(id(items))
         if built is not None and built[0] is items:
             return built[1]
