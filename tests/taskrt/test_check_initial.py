@@ -1,7 +1,8 @@
 """oneshot.check_initial's fast path (distinct devices and rects checked at once) against the
 walk over the pieces in order (walk_initial): on random initial pieces, good and bad (devices
-out of range, numpy or float, rects outside the region or of another rank, not pairs), both pass
-or both raise the same error."""
+out of range, numpy or float; rects outside the region or of another rank; not pairs), half
+of them with rect objects shared by many pieces as a replicated weight's are, both pass or
+both raise the same error."""
 import random
 
 import numpy as np
@@ -27,6 +28,9 @@ def _random_pieces(rng: random.Random, region: Region, devices: int) -> list:
         rect = Rect((lo0, lo1), (rng.randint(lo0, n0), rng.randint(lo1, n1)))
         device = rng.randrange(devices)
         pieces.append((rect, device))
+    if pieces and rng.random() < 0.5:        # a replicated weight: its rect objects again
+        pieces += [(pieces[rng.randrange(len(pieces))][0], rng.randrange(devices))
+                   for _ in range(rng.randint(8, 40))]
     bad = rng.random()
     if pieces and bad < 0.6:
         k = rng.randrange(len(pieces))
