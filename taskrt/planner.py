@@ -22,6 +22,7 @@ from typing import Iterable, Mapping, Sequence
 from . import replanning
 from .coherence import RegionPlanner
 from .errors import MappingError, PlanError
+from .expand import expand
 from .gcpause import gc_paused
 from .geometry import Rect
 from .graphview import graph_of
@@ -258,27 +259,9 @@ class Planner:
             task_targets[pi][k] = targets
 
     def _expand(self, launch: IndexLaunch):
-        points = []
-        known = self.regions
-        num_devices = len(self.machine.devices)
-        last = None
-        devices = launch.devices
-        for index, color in enumerate(launch.colors):
-            reqs = launch.requirements(color)
-            device = devices[index] if devices is not None else \
-                self._device_of(launch, index)
-            if not (isinstance(device, int) and 0 <= device < num_devices):
-                raise MappingError(f"Launch '{launch.name}' point {color}: mapped to device "
-                                   f"{device}, which does not exist on {self.machine}. Use a "
-                                   f"device id in 0..{num_devices - 1}.")
-            if reqs is not last:          # (replicas' points often share one tuple)
-                for req in reqs:
-                    region = req.region
-                    if known.get(region.name) is not region:
-                        self._region(region)
-                last = reqs
-            points.append((color, device, reqs))
-        return points
+        """The launch's points [(color, device, requirements)], its regions made known
+        (expand.py)."""
+        return expand(self, launch)
 
     def _device_of(self, launch: IndexLaunch, index: int) -> int:
         """The device of point `index`: the launch's own (a strategy's placement), else
