@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import weakref
 from collections import defaultdict
+from itertools import repeat
+from operator import attrgetter, eq, is_
 
 import numpy as np
 
 from .nodegroups import assemble
 from .taskgraph import TASK, ReduceInput, TaskGraph
+
+_launch_of = attrgetter("launch")
+_owner_of = attrgetter("owner")
 
 
 def graph_of(planner, release: bool = False) -> TaskGraph:
@@ -24,9 +29,43 @@ def graph_of(planner, release: bool = False) -> TaskGraph:
     nodes, launch_nodes = g.nodes, g.launch_nodes
     nid = 0
     for group in groups:
-        for node in group.nodes:
+        members = group.nodes
+        nid = _number(members, nid, launch_nodes)
+        nodes += members
+    for group in groups:
+        if group.staged is not None:
+            for node, staged in zip(group.nodes, group.staged):
+                if staged is not None:
+                    node.inputs = tuple([
+                        ReduceInput(i.source, i.rect, c.id) if c is not None else i
+                        for i, c in zip(node.inputs, staged)])
+    del groups
+    g.set_edges(*sorted_rows(asm.pred_ptr, asm.preds))
+    return g
+
+
+def _number(members: list, nid: int, launch_nodes: dict) -> int:
+    """Give a group's nodes ids from `nid` on and list them under their owner (a task's
+    launch, a copy's or reduce's owner) in launch_nodes; returns the next id. A group's
+    nodes mostly have one owner (one launch's tasks, or its reads of one region): then
+    its ids are listed at once."""
+    if not members:
+        return nid
+    end = nid + len(members)
+    first = members[0]
+    try:
+        if first.kind is TASK:
+            launch = first.launch
+            one = all(map(is_, map(_launch_of, members), repeat(launch)))
+            owner = launch.name
+        else:
+            owner = first.owner
+            one = all(map(eq, map(_owner_of, members), repeat(owner)))
+    except AttributeError:          # (tasks and other nodes in one group: by node)
+        one = False
+    if not one:
+        for node in members:
             node.id = nid
-            nodes.append(node)
             owner = node.launch.name if node.kind is TASK else node.owner
             ids_of_owner = launch_nodes.get(owner)
             if ids_of_owner is None:
@@ -34,16 +73,15 @@ def graph_of(planner, release: bool = False) -> TaskGraph:
             else:
                 ids_of_owner.append(nid)
             nid += 1
-    for group in groups:
-        if group.staged is not None:
-            for node, staged in zip(group.nodes, group.staged):
-                if staged is not None:
-                    node.inputs = tuple(
-                        ReduceInput(i.source, i.rect, c.id) if c is not None else i
-                        for i, c in zip(node.inputs, staged))
-    del groups
-    g.set_edges(*sorted_rows(asm.pred_ptr, asm.preds))
-    return g
+        return nid
+    for node, i in zip(members, range(nid, end)):
+        node.id = i
+    ids_of_owner = launch_nodes.get(owner)
+    if ids_of_owner is None:
+        launch_nodes[owner] = list(range(nid, end))
+    else:
+        ids_of_owner += range(nid, end)
+    return end
 
 
 def sorted_rows(ptr: np.ndarray, flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -15,6 +15,7 @@ gives (the same groups, built in the same program order).
 """
 from __future__ import annotations
 
+from operator import itemgetter
 from typing import Iterable
 
 from .errors import PlanError
@@ -85,7 +86,16 @@ def retire_region(planner, name: str) -> None:
 
 
 def check_initial(region, pieces, machine) -> None:
-    """What RegionPlanner checks of a region's initial pieces (devices, bounds)."""
+    """What RegionPlanner checks of a region's initial pieces (devices, bounds). A model's
+    weights are pieces on every device, a few distinct rects: so the distinct devices and
+    rects are checked (C loops over the pieces); only where one fails, or a piece is not a
+    (rect, int device) pair, the pieces are walked in order for the first error's message."""
+    if not _all_fine(region, pieces, machine):
+        walk_initial(region, pieces, machine)
+
+
+def walk_initial(region, pieces, machine) -> None:
+    """check_initial piece by piece, in order (the first bad piece raises)."""
     seen = set()
     for rect, device in pieces:
         machine[device]
@@ -94,3 +104,25 @@ def check_initial(region, pieces, machine) -> None:
             if not region.rect.contains(rect):
                 raise PlanError(f"Initial data of '{region.name}': {rect} is outside the "
                                 f"region {region.rect}.")
+
+
+def _all_fine(region, pieces, machine) -> bool:
+    """check_initial's fast path: whether every piece is a (rect, device) pair on a device of
+    `machine` inside the region (False when any is not, or cannot be told so)."""
+    try:
+        if not pieces or set(map(len, pieces)) != {2}:
+            return False
+        if set(map(type, map(itemgetter(1), pieces))) != {int}:
+            return False            # (a set of devices would take 0.0 for 0)
+        devices = set(map(itemgetter(1), pieces))
+        if not (min(devices) >= 0 and max(devices) < len(machine.devices)):
+            return False
+        rects = list(map(itemgetter(0), pieces))
+        # (the pieces of a replicated weight share a few rect objects: distinct by identity
+        # without a Python __hash__ or __eq__ per piece; by value where they are not)
+        distinct = dict(zip(map(id, rects), rects)).values()
+        if 4 * len(distinct) > len(rects):
+            distinct = set(rects)
+        return all(map(region.rect.contains, distinct))
+    except Exception:           # (the walk in order raises the first piece's error)
+        return False

@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import weakref
 from collections import defaultdict
-from itertools import islice
 from typing import Iterable, Mapping, Sequence
 
+from . import replanning
 from .coherence import RegionPlanner
 from .errors import MappingError, PlanError
+from .expand import expand
 from .gcpause import gc_paused
 from .geometry import Rect
 from .graphview import graph_of
@@ -31,14 +32,15 @@ from .launchplan import LaunchPlan, by_region, task_refs
 from .machine import Machine
 from .nodegroups import NodeGroup
 from .oneshot import check_initial, plan_once
-from .undo import PlanUndo
 from .regionclasses import RegionClasses, merged_per_point
 from .regionmemo import RegionPlanMemo
-from .regionplans import install, own_planner, remember_current, replan_region
+from .regionplans import install, own_planner
 from .region import Region
 from .settings import Settings
+from .stampedreads import StampedReads
 from .taskcolumns import build_task_group
 from .taskgraph import TaskGraph, TaskNode
+from .undo import PlanUndo
 
 # A planner that is never re-planned keeps what planning gives a launch's tasks by region
 # (LaunchPlan.columns, read once by taskcolumns.build_task_group), and a region planned alike with others
@@ -257,27 +259,9 @@ class Planner:
             task_targets[pi][k] = targets
 
     def _expand(self, launch: IndexLaunch):
-        points = []
-        known = self.regions
-        num_devices = len(self.machine.devices)
-        last = None
-        devices = launch.devices
-        for index, color in enumerate(launch.colors):
-            reqs = launch.requirements(color)
-            device = devices[index] if devices is not None else \
-                self._device_of(launch, index)
-            if not (isinstance(device, int) and 0 <= device < num_devices):
-                raise MappingError(f"Launch '{launch.name}' point {color}: mapped to device "
-                                   f"{device}, which does not exist on {self.machine}. Use a "
-                                   f"device id in 0..{num_devices - 1}.")
-            if reqs is not last:          # (replicas' points often share one tuple)
-                for req in reqs:
-                    region = req.region
-                    if known.get(region.name) is not region:
-                        self._region(region)
-                last = reqs
-            points.append((color, device, reqs))
-        return points
+        """The launch's points [(color, device, requirements)], its regions made known
+        (expand.py)."""
+        return expand(self, launch)
 
     def _device_of(self, launch: IndexLaunch, index: int) -> int:
         """The device of point `index`: the launch's own (a strategy's placement), else
@@ -337,6 +321,8 @@ class Planner:
         items = self.region_nodes.get(key)
         if items is None:
             return None
+        if type(items) is StampedReads:         # (a class member's, by arrays)
+            return items.group(self, key)
         built = self._read_groups.get(id(items))
         if built is not None and built[0] is items:
             return built[1]
@@ -467,7 +453,7 @@ class Planner:
         two are not held at once at the peak of a large plan."""
         return graph_of(self, release)
 
-    # -- changing launches ---------------------------------------------------------------------
+    # -- changing launches (replanning.py) ----------------------------------------------------
     def replace(self, launches: Sequence[IndexLaunch],
                 initial: Mapping[Region, Iterable[tuple[Rect, int]]] | None = None,
                 record_undo: bool = False) -> set[str]:
@@ -475,82 +461,7 @@ class Planner:
         operator), and new initial data for some regions, and re-plan the regions they touch,
         old or new. Returns those regions. With `record_undo`, `undo()` can then take the
         planner back to its state before this call (until the next replace or add_launch)."""
-        if not self.replannable:
-            raise PlanError("replace: this planner was made with replannable=False (as plan() "
-                            "makes one), so it kept no log to re-plan from. Make the Planner "
-                            "with replannable=True to change its launches.")
-        self._undo = None
-        self._marked = set()
-        num_regions = len(self.regions)
-        expanded = []
-        for launch in launches:
-            li = self.index.get(launch.name)
-            if li is None:
-                raise PlanError(f"replace: no launch named '{launch.name}' in this plan.")
-            points = self._expand(launch)
-            check_interference(launch, points)
-            expanded.append((li, launch, points))
-        initial = {region: list(pieces) for region, pieces in (initial or {}).items()}
-        remember_current(self, {name for li, _, _ in expanded for name in self.plans[li].regions}
-                         | {region.name for region in initial})
-        for region in initial:
-            self._region(region)
-        self._undo = PlanUndo.record(self, expanded, initial,
-                                     list(islice(self.regions, num_regions, None))) \
-            if record_undo else None
-        touched: set[str] = set()
-        for region, pieces in initial.items():
-            self.initial[region.name] = pieces
-            touched.add(region.name)
-        for li, launch, points in expanded:
-            old = self.plans[li]
-            old_regions = old.regions
-            touched.update(old_regions)
-            self._mark((li, None))
-            for name in old.read_order:
-                self._mark((li, name))
-            for pi in range(len(old.points)):
-                self._set_task((li, pi), None)
-            reads, accesses = by_region(points)
-            # A new record: undo() puts the old one back as it was.
-            lp = self.plans[li] = LaunchPlan(launch, points, reads, accesses,
-                                             [None] * len(points))
-            lp.version = old.version
-            if launch.state_from != old.launch.state_from:
-                self._state_index = None
-            for name in old_regions:
-                self.log[name] = [e for e in self.log[name] if e[0] != li]
-                self.region_nodes.pop((li, name), None)
-            for name in accesses:
-                entry = (li, reads.get(name), accesses[name])
-                self.log[name] = sorted(self.log[name] + [entry], key=lambda e: e[0])
-                touched.add(name)
-        # Replaced launches, and launches whose state comes from one, get their sources again.
-        undo = self._undo
-        for li in self._state_takers({launch.name for launch in launches}):
-            lp = self.plans[li]
-            if undo is not None and li not in undo.plans:
-                undo.state_src.setdefault(li, lp.state_src)
-            lp.state_src = self._state_sources(lp.launch, lp.points)
-            self._mark((li, None))
-        for name in touched:
-            replan_region(self, name)
-        if self._undo is not None:        # the groups of before, to put back on undo
-            self._undo.groups = {key: self._groups.get(key) for key in self._marked}
-        return touched
-
-    def _state_takers(self, names: set[str]) -> list[int]:
-        """The launches (ascending) that take state (state_from) and are named in `names` or
-        take it from a launch named there."""
-        index = self._state_index
-        if index is None:
-            index = self._state_index = defaultdict(list)
-            for li, lp in enumerate(self.plans):
-                launch = lp.launch
-                if launch.state_from is not None:
-                    index[launch.name].append(li)
-                    index[launch.state_from].append(li)
-        return sorted({li for name in names for li in index.get(name, ())})
+        return replanning.replace(self, launches, initial, record_undo)
 
     def _task_node(self, launch: IndexLaunch, pi: int, color, device: int, reqs,
                    targets: tuple) -> TaskNode:
@@ -585,12 +496,7 @@ class Planner:
     def undo(self) -> None:
         """Take the planner back to its state before the last `replace(..., record_undo=True)`
         (the next finish() gives the graph of then again, with the same node objects)."""
-        undo, self._undo = self._undo, None
-        if undo is None:
-            raise PlanError("undo: nothing to undo; call replace(..., record_undo=True) first "
-                            "(an add_launch or another replace since then forgets it).")
-        undo.restore(self)
-
+        replanning.undo(self)
 
 def plan(launches: Sequence[IndexLaunch], machine: Machine,
          initial: Mapping[Region, Iterable[tuple[Rect, int]]] | None = None) -> TaskGraph:

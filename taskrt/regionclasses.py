@@ -15,9 +15,11 @@ more, the class's first member is planned alone over its whole log (`plan_alone`
 RegionPlanner calls add_launch makes), and every member gets that plan with its own region and
 launches (`stamp`: new node objects, the same rects, devices and Red+ targets, references moved
 to the member's launches and nodes); the planner installs each launch's part of it as the
-launch is added. A planner that is never re-planned (plan()) takes only the new nodes
-(`stamp_nodes`) and reads the template's preds through the maps that move them, as it
-builds the tasks (taskcolumns.py): a member then costs its nodes, not its accesses. The graph is node for node the one planning every region gives
+launch is added. A planner that is never re-planned (plan()) takes only the new nodes,
+their groups made from the template's refs compiled once (stampedreads.py), and reads the
+template's preds through the maps that move them, as it builds the tasks (taskcolumns.py):
+a member then costs its nodes, not its accesses. The graph is node for node the one
+planning every region gives
 (tests/taskrt/test_region_classes.py, golden digests), and a model of 32 equal blocks plans
 each distinct region once instead of 32 times.
 
@@ -33,19 +35,27 @@ from collections import defaultdict
 from .coherence import RegionPlanner
 from .launchplan import DeferredReads, by_region, reads_list
 from .regionmemo import RegionPlan, signature
+from .stampedreads import TemplateReads
 from .taskgraph import (COPY, REDUCE, AllReduceNode, CopyNode, ReduceInput, ReduceNode,
                         ReduceTarget)
+
+# A one-shot planner's class members get their read groups by arrays from their template's
+# (stampedreads.py). Off: stamp_nodes' moved refs, resolved node by node (the oracle of
+# tests/taskrt/test_stamped_reads.py; the graph is the same).
+STAMPED_READS = True
 
 
 class RegionClass:
     """The regions of one key, in order of their first launch; their plans once made."""
-    __slots__ = ("members", "logs", "template", "unstamped")
+    __slots__ = ("members", "logs", "template", "unstamped", "reads")
 
     def __init__(self, members: list[str], logs: list[list[int]]):
         self.members = members          # region names
         self.logs = logs                # per member: its launches (indices), in program order
         self.template: RegionPlan | None = None     # the first member's plan, once made
         self.unstamped = len(members)   # members not yet given their plan
+        # The template's read nodes with their refs compiled (a planner never re-planned).
+        self.reads: TemplateReads | None = None
 
 
 class RegionClasses:
@@ -161,13 +171,18 @@ class RegionClasses:
             else:
                 template = rc.template
                 li_of = dict(zip(template.lis, lis))
-                nodes, node_of = stamp_nodes(template, region, li_of, owners)
+                if not STAMPED_READS:
+                    nodes, node_of = stamp_nodes(template, region, li_of, owners)
+                else:
+                    if rc.reads is None:
+                        rc.reads = TemplateReads(template)
+                    nodes, node_of = rc.reads.stamp(region, owners, lis)
                 plan = RegionPlan(template.planner, nodes, template.accesses, template.size,
                                   name, tuple(lis))
                 moves = (li_of, node_of)
         rc.unstamped -= 1
         if not rc.unstamped:
-            rc.template = None          # (each member holds its own plan now)
+            rc.template = rc.reads = None   # (each member holds its own plan now)
         got = self._plans[name] = (plan, moves)
         return got
 

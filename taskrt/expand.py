@@ -1,0 +1,65 @@
+"""A launch's points as the planner plans them: (color, device, requirements) per point, with
+every region the points name known to the planner (Planner._expand).
+
+`expand` asks the projection per color by a C loop (map), checks the devices at once and the
+regions once per distinct requirements tuple (a launch of 1,024 points names a few regions
+over and over). Where anything is wrong -- a projection that raises or returns a
+non-requirement, a device that is not an int on the machine -- it walks the points in order
+instead (`expand_walk`, the definition: the first bad point raises), so the error is the one
+the walk gives; a region declared twice raises the walk's error too (no earlier point can
+fail once the fast checks passed, and the regions are met in the walk's order).
+tests/taskrt/test_expand.py compares the two on random launches.
+"""
+from __future__ import annotations
+
+from .errors import MappingError
+
+
+def expand(planner, launch) -> list:
+    """Launch `launch`'s points for `planner`, each region it names made known to it."""
+    colors = launch.colors
+    try:
+        reqs_of = list(map(launch.requirements, colors))
+    except Exception:               # (the walk raises the first point's error)
+        return expand_walk(planner, launch)
+    num_devices = len(planner.machine.devices)
+    devices = launch.devices
+    if devices is None:
+        m = len(colors)
+        devices = [index * num_devices // m for index in range(m)]
+    elif not (set(map(type, devices)) == {int} and min(devices) >= 0 and
+              max(devices) < num_devices):
+        return expand_walk(planner, launch)
+    known = planner.regions
+    # Each distinct requirements tuple once, in the order the walk first meets them.
+    for reqs in dict(zip(map(id, reqs_of), reqs_of)).values():
+        for req in reqs:
+            region = req.region
+            if known.get(region.name) is not region:
+                planner._region(region)
+    return list(zip(colors, devices, reqs_of))
+
+
+def expand_walk(planner, launch) -> list:
+    """expand point by point, in order."""
+    points = []
+    known = planner.regions
+    num_devices = len(planner.machine.devices)
+    last = None
+    devices = launch.devices
+    for index, color in enumerate(launch.colors):
+        reqs = launch.requirements(color)
+        device = devices[index] if devices is not None else \
+            planner._device_of(launch, index)
+        if not (isinstance(device, int) and 0 <= device < num_devices):
+            raise MappingError(f"Launch '{launch.name}' point {color}: mapped to device "
+                               f"{device}, which does not exist on {planner.machine}. Use a "
+                               f"device id in 0..{num_devices - 1}.")
+        if reqs is not last:          # (replicas' points often share one tuple)
+            for req in reqs:
+                region = req.region
+                if known.get(region.name) is not region:
+                    planner._region(region)
+            last = reqs
+        points.append((color, device, reqs))
+    return points

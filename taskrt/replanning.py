@@ -1,0 +1,116 @@
+"""Changing a Planner's launches after they are planned (Planner.replace) and taking the
+change back (Planner.undo): the re-planning path a search's proposals take. A replaced
+launch's regions, and every region a new version of it touches, are planned again over their
+logs (regionplans.replan_region); the groups of the launches touching them are rebuilt on the
+next refresh(). undo.py records what a replace changes so that undo() puts it back.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from itertools import islice
+from typing import Iterable, Mapping, Sequence
+
+from .errors import PlanError
+from .geometry import Rect
+from .interference import check_interference
+from .launch import IndexLaunch
+from .launchplan import LaunchPlan, by_region
+from .region import Region
+from .regionplans import remember_current, replan_region
+from .undo import PlanUndo
+
+
+def replace(planner, launches: Sequence[IndexLaunch],
+            initial: Mapping[Region, Iterable[tuple[Rect, int]]] | None = None,
+            record_undo: bool = False) -> set[str]:
+    """Swap in new versions of existing launches (same names, e.g. another config of one
+    operator), and new initial data for some regions, and re-plan the regions they touch,
+    old or new. Returns those regions. With `record_undo`, `undo()` can then take the
+    planner back to its state before this call (until the next replace or add_launch)."""
+    if not planner.replannable:
+        raise PlanError("replace: this planner was made with replannable=False (as plan() "
+                        "makes one), so it kept no log to re-plan from. Make the Planner "
+                        "with replannable=True to change its launches.")
+    planner._undo = None
+    planner._marked = set()
+    num_regions = len(planner.regions)
+    expanded = []
+    for launch in launches:
+        li = planner.index.get(launch.name)
+        if li is None:
+            raise PlanError(f"replace: no launch named '{launch.name}' in this plan.")
+        points = planner._expand(launch)
+        check_interference(launch, points)
+        expanded.append((li, launch, points))
+    initial = {region: list(pieces) for region, pieces in (initial or {}).items()}
+    remember_current(planner, {name for li, _, _ in expanded for name in planner.plans[li].regions}
+                     | {region.name for region in initial})
+    for region in initial:
+        planner._region(region)
+    planner._undo = PlanUndo.record(planner, expanded, initial,
+                                 list(islice(planner.regions, num_regions, None))) \
+        if record_undo else None
+    touched: set[str] = set()
+    for region, pieces in initial.items():
+        planner.initial[region.name] = pieces
+        touched.add(region.name)
+    for li, launch, points in expanded:
+        old = planner.plans[li]
+        old_regions = old.regions
+        touched.update(old_regions)
+        planner._mark((li, None))
+        for name in old.read_order:
+            planner._mark((li, name))
+        for pi in range(len(old.points)):
+            planner._set_task((li, pi), None)
+        reads, accesses = by_region(points)
+        # A new record: undo() puts the old one back as it was.
+        lp = planner.plans[li] = LaunchPlan(launch, points, reads, accesses,
+                                         [None] * len(points))
+        lp.version = old.version
+        if launch.state_from != old.launch.state_from:
+            planner._state_index = None
+        for name in old_regions:
+            planner.log[name] = [e for e in planner.log[name] if e[0] != li]
+            planner.region_nodes.pop((li, name), None)
+        for name in accesses:
+            entry = (li, reads.get(name), accesses[name])
+            planner.log[name] = sorted(planner.log[name] + [entry], key=lambda e: e[0])
+            touched.add(name)
+    # Replaced launches, and launches whose state comes from one, get their sources again.
+    undo = planner._undo
+    for li in state_takers(planner, {launch.name for launch in launches}):
+        lp = planner.plans[li]
+        if undo is not None and li not in undo.plans:
+            undo.state_src.setdefault(li, lp.state_src)
+        lp.state_src = planner._state_sources(lp.launch, lp.points)
+        planner._mark((li, None))
+    for name in touched:
+        replan_region(planner, name)
+    if planner._undo is not None:        # the groups of before, to put back on undo
+        planner._undo.groups = {key: planner._groups.get(key) for key in planner._marked}
+    return touched
+
+
+def state_takers(planner, names: set[str]) -> list[int]:
+    """The launches (ascending) that take state (state_from) and are named in `names` or
+    take it from a launch named there."""
+    index = planner._state_index
+    if index is None:
+        index = planner._state_index = defaultdict(list)
+        for li, lp in enumerate(planner.plans):
+            launch = lp.launch
+            if launch.state_from is not None:
+                index[launch.name].append(li)
+                index[launch.state_from].append(li)
+    return sorted({li for name in names for li in index.get(name, ())})
+
+
+def undo(planner) -> None:
+    """Take the planner back to its state before the last `replace(..., record_undo=True)`
+    (the next finish() gives the graph of then again, with the same node objects)."""
+    saved, planner._undo = planner._undo, None
+    if saved is None:
+        raise PlanError("undo: nothing to undo; call replace(..., record_undo=True) first "
+                        "(an add_launch or another replace since then forgets it).")
+    saved.restore(planner)

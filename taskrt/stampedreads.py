@@ -1,0 +1,155 @@
+"""A class member's read nodes, stamped from its template, with their groups made by arrays.
+
+A planner that is never re-planned (plan()) gives each member of a class of regions planned
+alike (regionclasses.py) new read nodes per log entry, the template's with the member's
+region and launch names. Each template node's predecessor refs are of two kinds: a task
+(template launch, point), moved to the member's launch at the same place in its log, and a
+read node of the same region (template entry, index in it), which is the member's node at
+the same place. So the refs are read once per template (`TemplateReads`: per entry, arrays
+of kind, log position and index, each node's own ref and None dropped), and a member's read
+group (`StampedReads.group`) is those arrays with each log position's group id looked up
+once: no Python per ref, and no moved ref sets per node (regionclasses.stamp_nodes, which
+the re-plannable and slab paths keep, is this module's test oracle:
+tests/taskrt/test_stamped_reads.py). The pairs are those Planner._resolve gives from the
+moved refs (distinct there by a set; distinct here because moving is one to one), in
+another order within a node: the graph sorts each node's predecessors
+(graphview.sorted_rows).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .nodegroups import NodeGroup
+from .taskgraph import COPY, REDUCE, AllReduceNode, CopyNode, ReduceNode
+
+_EMPTY = np.zeros(0, dtype=np.int64)
+
+
+class EntryRefs:
+    """One template entry's read nodes' refs: per node how many, then per ref whether it is
+    a task's, its log position (of the launch, or of the node's entry) and its point or
+    index; and the staging copies behind each reduce's inputs, as flat node positions."""
+    __slots__ = ("count", "is_task", "pos", "idx", "task_pos", "node_pos", "staged")
+
+    def __init__(self, count, is_task, pos, idx, staged):
+        self.count, self.is_task, self.pos, self.idx = count, is_task, pos, idx
+        self.task_pos = np.unique(pos[is_task]).tolist()        # log positions referred to
+        self.node_pos = np.unique(pos[~is_task]).tolist()
+        self.staged = staged        # None, or per node None / [flat position or -1]
+
+
+class TemplateReads:
+    """A class template's read nodes (RegionPlan `plan`) with their refs compiled per entry."""
+    __slots__ = ("plan", "entries")
+
+    def __init__(self, plan):
+        self.plan = plan
+        log_pos = {li: j for j, li in enumerate(plan.lis)}
+        where: dict = {}            # template node -> (flat position, entry, index)
+        flat = 0
+        for j, items in enumerate(plan.nodes):
+            if items is not None:
+                for idx, item in enumerate(items):
+                    where[item[0]] = (flat, j, idx)
+                    flat += 1
+        self.entries = [None if items is None else _compile(items, log_pos, where)
+                        for items in plan.nodes]
+
+    def stamp(self, region, owners: list[str], lis: list[int]) -> tuple[list, dict]:
+        """A member's read nodes: per entry a StampedReads (or None where the template has
+        no read nodes), for `region` over launches `lis` (owners: their names); and the map
+        from the template's nodes to the member's (taskcolumns.py moves task refs by it)."""
+        plan = self.plan
+        flat: list = []
+        template_flat: list = []
+        per_entry = []
+        for items, owner in zip(plan.nodes, owners):
+            if items is None:
+                per_entry.append(None)
+                continue
+            nodes = []
+            for node, _, _ in items:
+                kind = node.kind
+                if kind is COPY:
+                    new = CopyNode(-1, owner, region, node.rect, node.src, node.dst,
+                                   node.reduction, node.from_partial)
+                elif kind is REDUCE:
+                    new = ReduceNode(-1, owner, region, node.rect, node.device, node.inputs)
+                else:
+                    new = AllReduceNode(-1, owner, region, node.rect, node.devices,
+                                        node.in_partial)
+                nodes.append(new)
+                template_flat.append(node)
+            flat += nodes
+            per_entry.append(nodes)
+        lis = tuple(lis)
+        out = [None if nodes is None else StampedReads(nodes, refs, lis, region.name, flat)
+               for nodes, refs in zip(per_entry, self.entries)]
+        return out, dict(zip(template_flat, flat))
+
+
+class StampedReads:
+    """A member's read nodes of one log entry, to be made into their NodeGroup."""
+    __slots__ = ("nodes", "refs", "lis", "name", "flat")
+
+    def __init__(self, nodes: list, refs: EntryRefs, lis: tuple, name: str, flat: list):
+        self.nodes, self.refs, self.lis, self.name, self.flat = nodes, refs, lis, name, flat
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def group(self, planner, key: tuple) -> NodeGroup:
+        """The read group of `key` (this entry's launch, the region): Planner._build_reads
+        of the moved refs."""
+        gid = planner._gid(key)
+        nodes = self.nodes
+        for idx, node in enumerate(nodes):
+            node.where = (gid, idx)
+        refs = self.refs
+        if len(refs.pos):
+            lis, gids, gid_of, name = self.lis, planner._gids, planner._gid, self.name
+            table = np.zeros(len(lis), dtype=np.int64)
+            for j in refs.task_pos:
+                g = gids.get((lis[j], None))
+                table[j] = gid_of((lis[j], None)) if g is None else g
+            node_table = np.zeros(len(lis), dtype=np.int64)
+            for j in refs.node_pos:
+                node_table[j] = gid_of((lis[j], name))
+            pred_gid = np.where(refs.is_task, table[refs.pos], node_table[refs.pos])
+            pred_idx = refs.idx
+        else:
+            pred_gid = pred_idx = _EMPTY
+        staged = None
+        if refs.staged is not None:
+            flat = self.flat
+            staged = [None if s is None else [None if p < 0 else flat[p] for p in s]
+                      for s in refs.staged]
+        return NodeGroup(key, gid, nodes, refs.count, pred_gid, pred_idx, staged)
+
+
+def _compile(items: list, log_pos: dict, where: dict) -> EntryRefs:
+    """EntryRefs of one template entry's items [(node, refs, staged)]."""
+    count, is_task, pos, idx = [], [], [], []
+    staged_out: list | None = None
+    for k, (node, refs, staged) in enumerate(items):
+        n = 0
+        for r in refs:
+            if r is None or r is node:
+                continue
+            if type(r) is tuple:
+                is_task.append(True)
+                pos.append(log_pos[r[0]])
+                idx.append(r[1])
+            else:
+                _, j, i = where[r]
+                is_task.append(False)
+                pos.append(j)
+                idx.append(i)
+            n += 1
+        count.append(n)
+        if staged is not None:
+            if staged_out is None:
+                staged_out = [None] * len(items)
+            staged_out[k] = [-1 if c is None else where[c][0] for c in staged]
+    return EntryRefs(np.array(count, dtype=np.int64), np.array(is_task, dtype=bool),
+                     np.array(pos, dtype=np.int64), np.array(idx, dtype=np.int64), staged_out)
