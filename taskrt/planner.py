@@ -457,10 +457,8 @@ class Planner:
     def replace(self, launches: Sequence[IndexLaunch],
                 initial: Mapping[Region, Iterable[tuple[Rect, int]]] | None = None,
                 record_undo: bool = False) -> set[str]:
-        """Swap in new versions of existing launches (same names, e.g. another config of one
-        operator), and new initial data for some regions, and re-plan the regions they touch,
-        old or new. Returns those regions. With `record_undo`, `undo()` can then take the
-        planner back to its state before this call (until the next replace or add_launch)."""
+        """New versions of existing launches (and initial data), their regions re-planned;
+        returns those regions (replanning.replace)."""
         return replanning.replace(self, launches, initial, record_undo)
 
     def _task_node(self, launch: IndexLaunch, pi: int, color, device: int, reqs,
