@@ -8,7 +8,7 @@ non-requirement, a device that is not an int on the machine -- it walks the poin
 instead (`expand_walk`, the definition: the first bad point raises), so the error is the one
 the walk gives; a region declared twice raises the walk's error too (no earlier point can
 fail once the fast checks passed, and the regions are met in the walk's order).
-tests/taskrt/test_expand.py compares the two on random launches.
+tests/taskrt/test_expand_points.py compares the two on random launches.
 """
 from __future__ import annotations
 
