@@ -17,12 +17,16 @@ stamps to put them on rank 0's clock); the longest paths over them bound every r
 offset from rank 0 (Bellman-Ford), and each rank is moved the least they allow: the offset
 nearest 0 within its bounds, its stamps kept where nothing contradicts them (data parallel
 on 4 ranks exchanges only one bucket at its end, which leaves 10-20 ms open).
+Traces recorded since 2026-12-05 carry each rank's origin on its host's monotonic clock
+and the host (the LOAD_EVENT record): ranks of one host are then put on one clock exactly
+(recorded_offsets), and the orderings serve traces without them or of several hosts.
 """
 from __future__ import annotations
 
 import math
 
 from taskrt.taskgraph import ALLREDUCE, COPY
+from taskrt.trace import LOAD_EVENT
 
 
 def _node_events(events: list) -> dict:
@@ -103,10 +107,35 @@ def clock_offsets(graph, events: list) -> dict:
     return offsets
 
 
+def recorded_offsets(events: list) -> dict | None:
+    """{rank: us to add to its stamps to put them on the lowest rank's clock} from the
+    stamps' origins the ranks recorded (their LOAD_EVENT's clock_origin_s on the host's
+    monotonic clock, and host: taskrt/executor/mpi.py), exact for ranks on one host; None
+    when a rank with events has no such record or the ranks ran on several hosts (their
+    clocks are not one)."""
+    origins = {}
+    for e in events:
+        if e.get("ph") == "M" and e.get("name") == LOAD_EVENT:
+            a = e.get("args") or {}
+            t, host = a.get("clock_origin_s"), a.get("host")
+            if isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) \
+                    and isinstance(host, str):
+                origins[e.get("pid", 0)] = (host, float(t))
+    ranks = {e.get("pid", 0) for e in events
+             if e.get("ph") == "X" and "node" in (e.get("args") or {})}
+    if not ranks or not ranks <= set(origins) or len({origins[r][0] for r in ranks}) != 1:
+        return None
+    first = origins[min(ranks)][1]
+    return {r: (origins[r][1] - first) * 1e6 for r in sorted(ranks)}
+
+
 def on_one_clock(graph, events: list) -> list:
     """events with every rank's X events moved onto the lowest rank's clock (a new list;
-    events of one rank come back unchanged)."""
-    offsets = clock_offsets(graph, events)
+    events of one rank come back unchanged): by the origins the ranks recorded where they
+    ran on one host (recorded_offsets), else by the graph's orderings (clock_offsets)."""
+    offsets = recorded_offsets(events)
+    if offsets is None:
+        offsets = clock_offsets(graph, events)
     if not any(offsets.values()):
         return events
     return [dict(e, ts=e["ts"] + offsets.get(e.get("pid", 0), 0.0))

@@ -30,6 +30,7 @@ prints the rank and what it awaits (messages from which ranks, all-reduces) and 
 from __future__ import annotations
 
 import os
+import socket
 import sys
 import time
 import traceback
@@ -366,7 +367,10 @@ class MPIExecutor:
             torch.cuda.synchronize(dev)
         if trace is not None:
             self.trace = trace
-            self.trace_load = meter.stop()
+            # the stamps' origin on this host's monotonic clock (perf_counter), so that
+            # ranks on one host are put on one clock exactly (strategy/rankclocks.py)
+            self.trace_load = dict(meter.stop(), clock_origin_s=t0,
+                                   host=socket.gethostname())
 
     def _poll(self) -> bool:
         """Advance packing, messages and collectives; whether anything happened."""

@@ -3,7 +3,8 @@ stamps its events from its own start; what the graph orders across ranks (a copy
 after its sender began it, an all-reduce's user after every member posted it) bounds each
 rank's offset, and the offset nearest 0 within the bounds is taken. Hand-built graphs with
 stamps planted off by a known amount, and a real 2-rank AlexNet run recorded under mpirun
-whose rank 1 is moved 50 ms off before the calibration loads it."""
+whose rank 1 is moved 50 ms off before the calibration loads it: by the stamps' origins the
+ranks recorded (one host), and by the orderings without them."""
 import json
 import os
 import sys
@@ -13,6 +14,7 @@ import pytest
 
 from strategy.cores import overlap, recorded_intervals
 from strategy.rankclocks import clock_offsets, on_one_clock, ordering_bounds
+from taskrt.trace import LOAD_EVENT
 
 sys.path.insert(0, str(Path(__file__).parent))
 from sim_graphs import HandGraph  # noqa: E402
@@ -109,19 +111,60 @@ def test_a_rank_that_waited_at_the_first_all_reduce_is_moved_back():
     assert all(c <= 1e-9 for c in ordering_bounds(g, on_one_clock(g, evs)).values())
 
 
-def test_the_calibration_loads_a_real_two_rank_run_on_one_clock(tmp_path):
-    """A real AlexNet --small run on 2 ranks (data parallel: an all-reduce per gradient),
-    its rank 1's stamps moved 50 ms later in the file; load_runs puts them back so that
-    every cross-rank ordering the graph has holds."""
+@pytest.fixture(scope="module")
+def two_rank_trace(tmp_path_factory):
+    """A real AlexNet --small run on 2 ranks (data parallel: an all-reduce per gradient)."""
     sys.path.insert(0, str(Path(__file__).parent.parent))
     from mpi_launch import ROOT, run_mpi
-    from strategy.calibration import load_runs
-    path = tmp_path / "dp.json"
+    path = tmp_path_factory.mktemp("rankclocks") / "dp.json"
     rc, text, _ = run_mpi(2, [os.path.join(ROOT, "apps", "alexnet.py"), "--small",
                               "--iterations", "1", "--warmup", "1", "--quiet",
                               "--trace", str(path)], timeout=300)
     assert rc == 0, text
-    data = json.load(open(path))
+    return path
+
+
+def _loads(data):
+    return {e["pid"]: e["args"] for e in data["traceEvents"]
+            if e.get("ph") == "M" and e.get("name") == LOAD_EVENT}
+
+
+def test_ranks_of_one_host_are_put_on_one_clock_by_their_recorded_origins(two_rank_trace,
+                                                                           tmp_path):
+    """Each rank records its stamps' origin on the host's monotonic clock: with rank 1's
+    stamps moved 50 ms later and its origin 50 ms earlier (the same instants), load_runs
+    gives every event the instant the origins say, to the microsecond, and every cross-rank
+    ordering holds; the orderings alone would move it the least they allow instead."""
+    from strategy.calibration import load_runs
+    data = json.load(open(two_rank_trace))
+    loads = _loads(data)
+    assert set(loads) == {0, 1} and loads[0]["host"] == loads[1]["host"]
+    true_offset = (loads[1]["clock_origin_s"] - loads[0]["clock_origin_s"]) * 1e6
+    original = {(e["args"]["node"], e["ts"]) for e in data["traceEvents"]
+                if e.get("ph") == "X" and e.get("pid") == 1 and "node" in e.get("args", {})}
+    for e in data["traceEvents"]:
+        if e.get("ph") == "X" and e.get("pid") == 1:
+            e["ts"] += 50e3
+    loads[1]["clock_origin_s"] -= 0.05
+    moved = tmp_path / "moved.json"
+    json.dump(data, open(moved, "w"))
+    run = load_runs([str(moved)])[0]
+    got = sorted((e["args"]["node"], e["ts"]) for e in run.events
+                 if e.get("ph") == "X" and e.get("pid") == 1 and "node" in e["args"])
+    want = sorted((i, ts + true_offset) for i, ts in original)
+    assert [i for i, _ in got] == [i for i, _ in want]
+    assert all(abs(a - b) < 1e-3 for (_, a), (_, b) in zip(got, want))
+    assert all(c <= 1e-6 for c in ordering_bounds(run.graph, run.events).values())
+
+
+def test_the_calibration_loads_a_real_two_rank_run_on_one_clock(two_rank_trace, tmp_path):
+    """The same run without the recorded origins (a trace from before them, or of ranks on
+    several hosts), its rank 1's stamps moved 50 ms later in the file; load_runs puts them
+    back by the graph's orderings so that every cross-rank ordering holds."""
+    from strategy.calibration import load_runs
+    data = json.load(open(two_rank_trace))
+    for args in _loads(data).values():
+        del args["clock_origin_s"]
     for e in data["traceEvents"]:
         if e.get("ph") == "X" and e.get("pid") == 1:
             e["ts"] += 50e3
