@@ -20,15 +20,21 @@ its session is built (gc.freeze: torch, the model and the session's ~1M objects)
 search freezes it again every GC_EVERY simulated proposals: what survives (accepted graphs,
 the planner's remembered region plans) is never walked again (before, those objects took 50
 of 271 CPU s of an 800-proposal search of Inception-v3 @16 under the profiler). A collection
-walks what was made since the last freeze, so its cost is proportional to the proposals
-since then (Inception-v3 @16: ~0.2 s per 32 proposals, 12-14% of the search's CPU time),
-and it comes before some of these freezes only: every GC_EVERY simulations at first, and
-twice as long after each collection that found little garbage (under GC_LITTLE objects in
-its GC_EVERY proposals; at most GC_EVERY_MOST apart). What is frozen and dies later (a chain's
+walks what was made since the last freeze, so its cost is proportional to the simulations
+since then, not to the garbage: so a due collection walks a short window only: the heap is
+frozen when it is due and collected GC_WINDOW simulations later (then frozen again). NMT @16
+keeps ~45-120k new objects a simulation (the planner's and lowering's memos): a collection
+of GC_EVERY simulations walked 1.4-4M objects in 0.7-2.2 s, 10% of a 150-proposal search,
+and found nothing. It comes every GC_EVERY simulations at first, and twice as long after
+each collection that found little garbage (under GC_LITTLE objects in its window; at most
+GC_EVERY_MOST apart). Cycles made outside the windows are frozen with the rest: a
+collection samples the garbage rate, it does not free all of it (nor did it when it walked
+GC_EVERY of up to GC_EVERY_MOST simulations). What is frozen and dies later (a chain's
 session, a plan the memo drops) only reference counting frees: those structures must hold no
 reference cycle (docs/design.md; tests/strategy/test_session_cycles.py). Measured
 (2026-12-02): the exhaustive check's models leave no garbage at all, Inception-v3 @16 300-500
-objects per 32 proposals (torch's pytree closures, a few bytes each).
+objects per 32 proposals (torch's pytree closures, a few bytes each); 2026-12-05: NMT @16
+none, Inception-v3 @16 0-15 per collection.
 
 Known strategies. The simulation is deterministic, so the search remembers the cost of
 every strategy it has simulated (keyed by the XOR of its (operator, config) hashes and the
@@ -134,7 +140,9 @@ OVER_MEMORY_RANK = 1e6       # seconds; see `ranked`
 _clock = time.perf_counter   # the search's clock (a test drives it)
 GC_EVERY = 32                # simulations between freezes of the heap (module doc) ...
 GC_EVERY_MOST = 1024         # ... and between collections, at most this many
-GC_LITTLE = 1000             # a collection that found fewer objects found little garbage
+GC_WINDOW = 4                # simulations a collection walks: made since the freeze before it
+GC_LITTLE = 125              # a collection that found fewer objects found little garbage
+#                              (1,000 per GC_EVERY simulations when it walked as many)
 PAIR_MOVE = 0.3             # share of proposals that also give a partner a matching config
 EXCHANGE_MOVE = 0.1          # share of in-memory proposals where two groups trade devices
 MIN_PROPOSALS = 50           # the stop rule waits for this many proposals, or one per
@@ -192,6 +200,7 @@ class Search:
         self.known: dict = {}
         self.simulated = 0
         self.gc_every = self.next_gc = self.next_freeze = GC_EVERY    # see _collect
+        self.gc_window = False        # frozen for a due collection, GC_WINDOW simulations on
         # Session builds and changes, their CPU seconds (module doc, "Session builds")
         self.build_cpu, self.build_count, self.change_cpu, self.change_count = 0.0, 0, 0.0, 0
         self.last_session = None      # the last chain's session, for _reach
@@ -522,14 +531,21 @@ class Search:
         return result
 
     def _collect(self) -> None:
-        """Freeze the heap, after a garbage collection when one is due (module doc): the next
-        one GC_EVERY simulations later, or twice as many as this one waited (at most
+        """Freeze the heap (module doc). A collection that is due waits GC_WINDOW
+        simulations after a freeze, so that it walks only what they made; the next one is
+        due GC_EVERY simulations later, or twice as many as this one waited (at most
         GC_EVERY_MOST) when this one found little garbage."""
-        if self.simulated >= self.next_gc:
+        if self.gc_window:
             found = gc.collect()
+            self.gc_window = False
             self.gc_every = GC_EVERY if found >= GC_LITTLE else \
                 min(2 * self.gc_every, GC_EVERY_MOST)
             self.next_gc = self.simulated + self.gc_every
+        elif self.simulated >= self.next_gc:
+            gc.freeze()
+            self.gc_window = True
+            self.next_freeze = self.simulated + GC_WINDOW
+            return
         gc.freeze()             # what survived (kept plans, region plans) is not walked again
         self.next_freeze = self.simulated + GC_EVERY
 
