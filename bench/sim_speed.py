@@ -6,9 +6,10 @@ simulated P100s (the paper's cluster with 1, 4 and 16 nodes), data parallel, ana
   full sim  strategy.simulator.simulate of the built graph (cost model warm per cost key, as
             in a search where every strategy reuses the keys measured before);
   delta     SimulationSession.change: one random operator gets a random valid config (mean
-            over the changes, run as the search runs them: collector paused, heap frozen,
-            a collection every GC_EVERY proposals; graph update included; the cost model has
-            seen the configs' part shapes in an earlier pass);
+            over the changes, run as the search runs them: collector paused, heap frozen
+            every GC_EVERY proposals, a collection of the GC_WINDOW proposals after each
+            freeze (the search's most frequent schedule); graph update included; the cost
+            model has seen the configs' part shapes in an earlier pass);
   rebuild   the full alternative for the same changes: lower + plan + simulate from scratch.
   (All four in this process's CPU seconds, since 2026-12-02: the machine is shared.)
   search    a real MCMC search (strategy.search, seed 0, a fixed number of proposals) of
@@ -38,7 +39,7 @@ import warnings
 
 from parallel_ops import ParallelConfig
 from parallel_ops.lowering import lower
-from strategy.search import GC_EVERY
+from strategy.search import GC_EVERY, GC_WINDOW
 from taskrt.gcpause import gc_paused
 from taskrt.planner import plan
 
@@ -107,15 +108,19 @@ def measure(app: str, gpus: int, small: bool, changes: int, rebuilds: int, seed:
     session = SimulationSession(model, mm, costs, None, opt)
     assert session.result.makespan == full.makespan
     deltas, rebuilt = [], []
-    # As the search runs proposals: collector paused, heap frozen after the build, a
-    # collection every GC_EVERY proposals (its time counted in that proposal).
+    # As the search runs proposals: collector paused, heap frozen after the build and every
+    # GC_EVERY proposals, a collection GC_WINDOW proposals after each freeze (its time
+    # counted in that proposal; strategy/search.py, "Garbage collection").
     with gc_paused():
         gc.freeze()
         try:
             for k, (op, cfg) in enumerate(proposals):
                 t = _clock()
                 if (k + 1) % GC_EVERY == 0:
+                    gc.freeze()
+                elif (k + 1) % GC_EVERY == GC_WINDOW:
                     gc.collect()
+                    gc.freeze()
                 got = session.change(op.name, cfg)
                 deltas.append(_clock() - t)
                 if k < rebuilds:
