@@ -16,8 +16,9 @@ listsched.Checkpoints), and the memory peak by one compiled sweep of sorted allo
 memory table's persistent sums of before the change (_blocks_back: the search undoes most
 proposals), so the next change rebuilds only its own launches' blocks and resumes at its own
 first launch, not at the undo's.
-For a new group, what a copy's devices and bytes or a task's class and device determine is
-computed once per such key (_group_sim, strategy/taskgroups.py). No per-node Python runs for the
+For a new group, what a copy's devices and bytes, a reduce's device and bytes or a task's
+class and device determine is computed once per such key (strategy/readgroups.py,
+strategy/taskgroups.py). No per-node Python runs for the
 groups a change did not touch, and the result is by construction what a full
 simulation of the new graph gives (tests/strategy/test_delta.py checks it). The TaskGraph
 object view (`graph`) is built only when asked for.
@@ -34,15 +35,15 @@ from parallel_ops.lowering import IncrementalLowering
 from parallel_ops.optim import SGD
 from taskrt import Planner
 from taskrt.gcpause import gc_paused
-from taskrt.liveness import INSTANCE, PARTIAL, STAGING, buffers_of, own_bytes, results_of
+from taskrt.liveness import INSTANCE, PARTIAL, results_of
 from taskrt.nodegroups import join, resolve
-from taskrt.taskgraph import COPY
 
 from .delta_memory import BufferTable
 from .launchblocks import RUN_ARRAYS, SIM_ARRAYS, Joined, LaunchBlock
 from .listsched import Checkpoints
 from .simulator import NodeTimer, Resources, SimResult, result_of, timeline
-from .taskgroups import HOST_ARRAYS, GroupSim, TaskGroups, host_arrays, host_info
+from .readgroups import ReadGroups
+from .taskgroups import HOST_ARRAYS, GroupSim, TaskGroups
 
 # Buffers the tables may hold beyond 4 per node of the graph and one per node the planner's
 # memo remembers (a remembered copy brings its staging buffer back) before a restart.
@@ -50,9 +51,6 @@ TABLE_SLACK = 65536
 # Joined arrays are spliced when at most this share of the launches changed, else joined
 # again from every group (strategy/launchblocks.py).
 SPLICE_SHARE = 0.25
-
-
-_NO_READS = frozenset()           # a read group's nodes write no region (tasks do)
 
 
 @dataclass(slots=True)
@@ -102,14 +100,13 @@ class SimulationSession:
         staging buffers (keyed by their copy node), so the tables grow; _simulate starts
         them again from the current graph when they hold several graphs' worth."""
         self._epoch += 1
-        self._infos: dict = {}           # node -> what it adds to its group (_node_info)
-        self._copy_timings: dict = {}    # (src, dst, bytes) -> a copy's timing (_copy_timing)
-        self._copy_resources: dict = {}  # (src, dst) -> a copy's resource ids
         self._sims: dict = {}            # NodeGroup -> GroupSim
         self._buffers = BufferTable(len(self.machine.devices))   # buffers as dense ids
-        # Task groups' arrays (strategy/taskgroups.py), per task class and device.
+        # Task groups' arrays (strategy/taskgroups.py), per task class and device; read
+        # groups' (strategy/readgroups.py), per copy and reduce timing key.
         self._task_groups = TaskGroups(self.machine_model, self.timer, self.resources,
                                        self._buffers)
+        self._read_groups = ReadGroups(self.timer, self.resources, self._buffers)
         # Per launch, its groups and their GroupSims (LaunchBlock), and over all of them the
         # counts of regions read by writing tasks (see _kept_regions; only counts above 0).
         self._blocks: list[LaunchBlock] = []
@@ -248,89 +245,14 @@ class SimulationSession:
                         NodeTimer(self.machine_model, self.costs))
 
     # -- per group ---------------------------------------------------------------------------
-    def _buffer(self, key, nbytes: int) -> int:
-        return self._buffers.id(key, nbytes)
-
-    def _node_info(self, node, staged) -> tuple:
-        """(duration, resource ids, buffer ids, host phases: (seconds, resource ids) before
-        and after) of a reduce or all-reduce: what it adds to its group's arrays, cached per
-        node object (unchanged nodes are the same objects in the next graph). Copies:
-        _group_sim; tasks: strategy/taskgroups.py."""
-        d, rs = self.timer.timing(node)
-        host = self._host_info(node)
-        keys = buffers_of(node, staged=staged)
-        bufs = tuple(self._buffer(key, own_bytes(key)) for key in keys)
-        rid = self.resources.id
-        return d, tuple(rid(x) for x in rs), bufs, host
-
-    def _host_info(self, node) -> tuple:
-        return host_info(self.timer, self.resources, node)
-
-    def _copy_timing(self, node, key) -> tuple:
-        """(duration, resource ids, host phases with ids) of a copy: functions of its
-        (source, destination, bytes) `key`, computed once per key (the session's timer is
-        a NodeTimer: its copy_timing is what timing() answers for the node)."""
-        d, rs = self.timer.copy_timing(*key)
-        # Its resources (the links of the path, or the device) depend on the devices only.
-        ids = self._copy_resources.get(key[:2])
-        if ids is None:
-            rid = self.resources.id
-            ids = self._copy_resources[key[:2]] = tuple([rid(x) for x in rs])
-        got = self._copy_timings[key] = (d, ids, self._host_info(node))
-        return got
-
     def _group_sim(self, group) -> GroupSim:
-        """The group's arrays. A launch's point tasks: over the group as arrays, per task
-        class and device (strategy/taskgroups.py). A region's read nodes node by node in
-        one loop: copies, most of the nodes a change makes, inline: their timing is a
-        function of (source, destination, bytes) (_copy_timing) and their buffers are the
-        region's instance (or partial sums) on each side or a staging buffer of their own
-        (liveness.buffers_of); other nodes are asked once per node object (_node_info;
-        unchanged nodes are the same objects in the next graph)."""
+        """The group's arrays: a launch's point tasks over the group as arrays, per task
+        class and device (strategy/taskgroups.py); a region's read nodes in one loop, what
+        a copy's or a reduce's timing depends on computed once per such key
+        (strategy/readgroups.py)."""
         if group.key[1] is None:
             return self._task_groups.sim(group)
-        infos, make, timings = self._infos, self._node_info, self._copy_timings
-        known, new_id = self._buffers.ids, self._buffers.id
-        staged = group.staged
-        dur, res_counts, res_ids, buf_ids, hosts = [], [], [], [], []
-        buf_counts = [2] * len(group.nodes)
-        for k, node in enumerate(group.nodes):
-            if node.kind is COPY:
-                name, src, dst, nbytes = node.region.name, node.src, node.dst, node.nbytes
-                t = timings.get((src, dst, nbytes))
-                if t is None:
-                    t = self._copy_timing(node, (src, dst, nbytes))
-                d, rs, host = t
-                key = (PARTIAL if node.from_partial else INSTANCE, name, src, None) \
-                    if node.reduction else (INSTANCE, name, src, None)
-                a = known.get(key)
-                if a is None:
-                    a = new_id(key, 0)
-                if node.reduction:               # the staging buffer is the node's own
-                    b = new_id((STAGING, name, dst, node), nbytes)
-                else:
-                    key = (INSTANCE, name, dst, None)
-                    b = known.get(key)
-                    if b is None:
-                        b = new_id(key, 0)
-                buf_ids.append(a)
-                buf_ids.append(b)
-            else:
-                info = infos.get(node)
-                if info is None:
-                    info = infos[node] = make(node, None if staged is None else staged[k])
-                d, rs, bufs, host = info
-                buf_counts[k] = len(bufs)
-                buf_ids.extend(bufs)
-            dur.append(d)
-            res_counts.append(len(rs))
-            res_ids.extend(rs)
-            hosts.append(host)
-        i8 = np.int64
-        return GroupSim(np.array(dur, dtype=np.float64), np.array(res_counts, dtype=i8),
-                        np.array(res_ids, dtype=i8), np.array(buf_counts, dtype=i8),
-                        np.array(buf_ids, dtype=i8), _NO_READS, {},
-                        host_arrays(hosts) if self.timer.host_costs else None)
+        return self._read_groups.sim(group)
 
     def _region_buffer_arrays(self, name: str) -> tuple | None:
         """Region `name`'s instance and partial-sum buffers (ids, devices, bytes), or None
@@ -456,9 +378,10 @@ class SimulationSession:
             self._sims = {g: sim for b in blocks for g, sim in zip(b.groups, b.sims)}
             self._sims.update((g, sim) for g in self.planner.remembered_groups()
                               if (sim := old.get(g)) is not None)
-            if len(self._infos) > 4 * self._live_nodes + TABLE_SLACK:
-                self._infos = {n: t for b in blocks for g in b.groups for n in g.nodes
-                               if (t := self._infos.get(n)) is not None}
+            infos = self._read_groups.infos
+            if len(infos) > 4 * self._live_nodes + TABLE_SLACK:
+                self._read_groups.infos = {n: t for b in blocks for g in b.groups
+                                           for n in g.nodes if (t := infos.get(n)) is not None}
             if len(self._task_groups.class_of) > 4 * self._live_nodes + TABLE_SLACK:
                 self._task_groups.forget_nodes()
         a, lens = self._joined.arrays, self._joined.lens

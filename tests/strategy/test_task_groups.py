@@ -1,7 +1,8 @@
 """A node group's arrays in a SimulationSession equal what the timer and taskrt.liveness give
 node by node: duration, resources, and the buffers each node uses. Task groups are made per
 task class and device as arrays (strategy/taskgroups.py; a task's saved state last), read
-groups node by node (copies inline, a reduction copy's staging buffer its own); checked
+groups node by node (a copy's and a reduce's timing per key, strategy/readgroups.py; a
+reduction copy's staging buffer its own); checked
 after changes and undos (buffers made through the other path in between), with several
 classes in one launch (uneven parts), and with host costs."""
 import random
@@ -69,6 +70,14 @@ def check_read_group(session, group, sim):
     for n, w in zip(nodes, want):
         if n.kind == "copy" and n.reduction:
             assert own[w[1]] == n.nbytes            # the staging buffer's bytes
+    if timer.host_costs:                            # host phases: per copy and reduce key
+        phases = [timer.host_phases(n) for n in nodes]
+        assert list(sim.host[0]) == [p[0] for p in phases]
+        assert list(sim.host[1]) == [len(p[1]) for p in phases]
+        assert list(sim.host[2]) == [rid[r] for p in phases for r in p[1]]
+        assert list(sim.host[3]) == [p[2] for p in phases]
+        assert list(sim.host[4]) == [len(p[3]) for p in phases]
+        assert list(sim.host[5]) == [rid[r] for p in phases for r in p[3]]
 
 
 def run_changes(model, seed, mm, changes=6):
@@ -95,7 +104,8 @@ def test_task_group_arrays_equal_node_by_node(build):
 
 def test_task_group_arrays_with_host_costs():
     mm = machine_model("p100:1").with_host_costs({"task": HostCost(2e-5),
-                                                  "copy": HostCost(5e-6, 1e-10)})
+                                                  "copy": HostCost(5e-6, 1e-10),
+                                                  "reduce": HostCost(3e-6, 2e-10)})
     run_changes(cnn()[0], 7, mm)
 
 

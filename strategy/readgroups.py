@@ -1,0 +1,155 @@
+"""What the simulator needs of one launch's read nodes on one region (a read node group,
+taskrt/nodegroups.py: the copies, reductions and all-reduces a launch's reads of the region
+need), as arrays (strategy/delta.py's SimulationSession asks it for each new read group).
+
+Most nodes a change makes are these (NMT @16: ~10k a simulation, against ~2k tasks), and
+each is new (re-planning makes new nodes), so what a node's timing and buffers depend on is
+computed once per such key, not per node:
+  a copy       its duration, resources and host phases are functions of (source,
+               destination, bytes) (NodeTimer.copy_timing; host_phases of the same);
+               its buffers are the region's instance (or partial sums) on each side, or a
+               staging buffer of its own on the destination (taskrt.bufferkeys.buffers_of);
+  a reduce     its duration, resources and host phases are functions of (device, bytes
+               moved, bytes) (NodeTimer.timing's memory time; host_phases); its buffers
+               the region's instance on its device and per input the partial sums, the
+               instance or the staging buffer of the copy behind it;
+  all-reduces  (few) are asked node by node, once per node object.
+A node's bytes are its rect's volume times the region's item size (Region.nbytes), read
+without the property calls. tests/strategy/test_task_groups.py checks every group's arrays
+against the timer and liveness node by node.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from taskrt.liveness import INSTANCE, PARTIAL, STAGING, buffers_of, own_bytes
+from taskrt.taskgraph import COPY, REDUCE
+
+from .taskgroups import GroupSim, host_arrays, host_info
+
+_NO_READS = frozenset()           # a read group's nodes write no region (tasks do)
+_I8 = np.int64
+
+
+class ReadGroups:
+    """Read groups' GroupSims for one SimulationSession's tables (its buffer ids and
+    resource ids; made again when the session starts its tables again). Holds nothing of
+    the session (a bound method of it would be a reference cycle: strategy/search.py)."""
+
+    def __init__(self, timer, resources, buffers):
+        self.timer, self.resources, self.buffers = timer, resources, buffers
+        self.infos: dict = {}      # all-reduce node -> what it adds to its group (_node_info)
+        self._copies: dict = {}    # (src, dst, bytes) -> (duration, resource ids, host)
+        self._copy_resources: dict = {}   # (src, dst) -> a copy's resource ids
+        self._reduces: dict = {}   # (device, bytes moved, bytes) -> (duration, ids, host)
+
+    def _copy_timing(self, node, key) -> tuple:
+        """(duration, resource ids, host phases with ids) of a copy with this (source,
+        destination, bytes) `key` (the session's timer is a NodeTimer: its copy_timing is
+        what timing() answers for the node)."""
+        d, rs = self.timer.copy_timing(*key)
+        # Its resources (the links of the path, or the device) depend on the devices only.
+        ids = self._copy_resources.get(key[:2])
+        if ids is None:
+            rid = self.resources.id
+            ids = self._copy_resources[key[:2]] = tuple([rid(x) for x in rs])
+        got = self._copies[key] = (d, ids, host_info(self.timer, self.resources, node))
+        return got
+
+    def _reduce_timing(self, node, key) -> tuple:
+        """(duration, resource ids, host phases with ids) of a reduce: functions of its
+        (device, bytes moved, bytes) `key` (NodeTimer.timing and host_phases)."""
+        d, rs = self.timer.timing(node)
+        rid = self.resources.id
+        got = self._reduces[key] = (d, tuple([rid(x) for x in rs]),
+                                    host_info(self.timer, self.resources, node))
+        return got
+
+    def _node_info(self, node, staged) -> tuple:
+        """(duration, resource ids, buffer ids, host phases) of another node (all-reduce),
+        cached per node object (unchanged nodes are the same objects in the next graph)."""
+        d, rs = self.timer.timing(node)
+        host = host_info(self.timer, self.resources, node)
+        table = self.buffers
+        bufs = tuple([table.id(key, own_bytes(key)) for key in buffers_of(node, staged=staged)])
+        rid = self.resources.id
+        return d, tuple([rid(x) for x in rs]), bufs, host
+
+    def sim(self, group) -> GroupSim:
+        """The GroupSim of a read group, node by node in one loop."""
+        copies, reduces, infos = self._copies, self._reduces, self.infos
+        known, new_id = self.buffers.ids, self.buffers.id
+        staged = group.staged
+        dur, res_counts, res_ids, buf_ids, hosts = [], [], [], [], []
+        buf_counts = [2] * len(group.nodes)
+        region = itemsize = None
+        for k, node in enumerate(group.nodes):
+            kind = node.kind
+            if node.region is not region:
+                region = node.region
+                name, itemsize = region.name, region.itemsize
+            if kind is COPY:
+                src, dst, nbytes = node.src, node.dst, node.rect.volume * itemsize
+                t = copies.get((src, dst, nbytes))
+                if t is None:
+                    t = self._copy_timing(node, (src, dst, nbytes))
+                d, rs, host = t
+                key = (PARTIAL if node.from_partial else INSTANCE, name, src, None) \
+                    if node.reduction else (INSTANCE, name, src, None)
+                a = known.get(key)
+                if a is None:
+                    a = new_id(key, 0)
+                if node.reduction:               # the staging buffer is the node's own
+                    b = new_id((STAGING, name, dst, node), nbytes)
+                else:
+                    key = (INSTANCE, name, dst, None)
+                    b = known.get(key)
+                    if b is None:
+                        b = new_id(key, 0)
+                buf_ids.append(a)
+                buf_ids.append(b)
+            elif kind is REDUCE:
+                dev, inputs = node.device, node.inputs
+                vol = node.rect.volume
+                moved = vol
+                for inp in inputs:
+                    moved += inp.rect.volume
+                t = reduces.get((dev, moved * itemsize, vol * itemsize))
+                if t is None:
+                    t = self._reduce_timing(node, (dev, moved * itemsize, vol * itemsize))
+                d, rs, host = t
+                # buffers_of's keys, each once, in order: the instance, then per input
+                key = (INSTANCE, name, dev, None)
+                a = known.get(key)
+                if a is None:
+                    a = new_id(key, 0)
+                mine = [a]
+                for j, inp in enumerate(inputs):
+                    source = inp.source
+                    if source == "staged":          # (the group records the copy)
+                        key = (STAGING, name, dev, staged[k][j])
+                    else:
+                        key = (PARTIAL if source == "partial" else INSTANCE, name, dev, None)
+                    b = known.get(key)
+                    if b is None:
+                        b = new_id(key, own_bytes(key))
+                    if b not in mine:
+                        mine.append(b)
+                buf_counts[k] = len(mine)
+                buf_ids.extend(mine)
+            else:
+                info = infos.get(node)
+                if info is None:
+                    info = infos[node] = self._node_info(
+                        node, None if staged is None else staged[k])
+                d, rs, bufs, host = info
+                buf_counts[k] = len(bufs)
+                buf_ids.extend(bufs)
+            dur.append(d)
+            res_counts.append(len(rs))
+            res_ids.extend(rs)
+            hosts.append(host)
+        return GroupSim(np.array(dur, dtype=np.float64), np.array(res_counts, dtype=_I8),
+                        np.array(res_ids, dtype=_I8), np.array(buf_counts, dtype=_I8),
+                        np.array(buf_ids, dtype=_I8), _NO_READS, {},
+                        host_arrays(hosts) if self.timer.host_costs else None)
