@@ -81,7 +81,7 @@ class SimulationSession:
     def __init__(self, model, machine_model, costs, strategy=None, optimizer=None):
         self.model, self.machine_model, self.costs = model, machine_model, costs
         self.machine = machine_model.taskrt_machine()
-        with gc_paused():                    # see taskrt/gcpause.py
+        with gc_paused(long_lived=True):     # the session lives on: taskrt/gcpause.py
             self.lowering = IncrementalLowering(model, strategy, self.machine,
                                                 optimizer or SGD(lr=0.1, momentum=0.9))
             lowered = self.lowering.lowered()
