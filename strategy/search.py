@@ -23,18 +23,20 @@ of 271 CPU s of an 800-proposal search of Inception-v3 @16 under the profiler). 
 walks what was made since the last freeze, so its cost is proportional to the simulations
 since then, not to the garbage: so a due collection walks a short window only: the heap is
 frozen when it is due and collected GC_WINDOW simulations later (then frozen again). NMT @16
-keeps ~45-120k new objects a simulation (the planner's and lowering's memos): a collection
-of GC_EVERY simulations walked 1.4-4M objects in 0.7-2.2 s, 10% of a 150-proposal search,
-and found nothing. It comes every GC_EVERY simulations at first, and twice as long after
-each collection that found little garbage (under GC_LITTLE objects in its window; at most
-GC_EVERY_MOST apart). Cycles made outside the windows are frozen with the rest: a
-collection samples the garbage rate, it does not free all of it (nor did it when it walked
-GC_EVERY of up to GC_EVERY_MOST simulations). What is frozen and dies later (a chain's
-session, a plan the memo drops) only reference counting frees: those structures must hold no
-reference cycle (docs/design.md; tests/strategy/test_session_cycles.py). Measured
+keeps ~45-125k new tracked objects a simulation (at one collection: 62% tuples, 16% sets,
+then the new plans' copy nodes, reduce inputs and rects): a collection of GC_EVERY
+simulations walked 1.4-4M objects in 0.7-2.2 s, 10% of a 150-proposal search; one of
+GC_WINDOW walks ~0.25-0.5M in ~0.26 s. It comes every GC_EVERY simulations at first, and
+twice as long after each collection that found little garbage (under GC_LITTLE objects in
+its window; at most GC_EVERY_MOST apart). Cycles made outside the windows are frozen with
+the rest: a collection samples the garbage rate, it does not free all of it (nor did it
+when it walked GC_EVERY of up to GC_EVERY_MOST simulations). What is frozen and dies
+later (a chain's session, a plan the memo drops) only reference counting frees: those
+structures must hold no reference cycle (docs/design.md;
+tests/strategy/test_session_cycles.py). Measured
 (2026-12-02): the exhaustive check's models leave no garbage at all, Inception-v3 @16 300-500
-objects per 32 proposals (torch's pytree closures, a few bytes each); 2026-12-05: NMT @16
-none, Inception-v3 @16 0-15 per collection.
+objects per 32 proposals (torch's pytree closures, a few bytes each); 2026-12-05:
+Inception-v3 @16 0-15 per 32 simulations, NMT @16 126-168 per window of GC_WINDOW.
 
 Known strategies. The simulation is deterministic, so the search remembers the cost of
 every strategy it has simulated (keyed by the XOR of its (operator, config) hashes and the
