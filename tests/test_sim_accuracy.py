@@ -235,6 +235,14 @@ def test_report_gives_the_errors_with_the_speed_reference_beside_today_s():
     assert out["results"]["at_reference"]["median_error"] == pytest.approx(0.035)
     assert rows["a 1 process x 2 devices: median / worst error"][1].endswith(
         "at speed 1900.0 -5%")
+    assert "at the measured load and speed: median / worst error" not in rows
+    cases = [dict(c, at_load_and_reference_s=p) for c, p in zip(cases, (1.0, 2.2))]
+    cases.append(dict(case("a", 1, "z", 3.0, 3.0, 0.01), at_reference_s=3.0,
+                      reference_s=0.003, at_load_and_reference_s=2.1))   # z/y ordered wrong
+    rows = {m: (v, n) for m, v, n in report(cases, {}, {}, quick=True)["rows"]}
+    value, note = rows["at the measured load and speed: median / worst error"]
+    assert value == "10.0% / 30.0%"
+    assert "ordered right 2 of 3. Per layout: 1 process x 2 devices 10.0% / 30.0%" in note
     bare = report([case("a", 1, "x", 1.0, 1.1, 0.01, 1.0)], {}, {}, quick=True)
     assert not any(m.startswith("with the speed reference") for m, _, _ in bare["rows"])
     assert bare["results"]["at_reference"] is None
