@@ -32,7 +32,7 @@ most of the benchmark's time).
 - with the speed reference: the same, each fold's traces put at one speed of the machine
   and each case predicted at the speed of its own timed runs (strategy/speedref.py: a fixed
   torch kernel mix timed beside every run on every rank); collections before 2026-12-05
-  06:00 have no reference timings, and this is left out;
+  05:30 have no reference timings, and this is left out;
 - without the iteration factor; uncalibrated: the same graphs on calibrate_local's model
   with the profiler's times (one torch thread, every graph's distinct task nodes), as before
   calibration existed.
