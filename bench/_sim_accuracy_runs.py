@@ -8,7 +8,9 @@ the strategy files of every app and layout, and the worker that trains every cas
   several) calibrates the local machine model for its layout (calibrate_local), then per
   case runs the app TRACES times with --trace (one warm-up, one traced iteration) and
   REPEATS times untraced (3 iterations after a warm-up each), the two taking turns,
-  recording the load the job felt during each (contention_since);
+  recording the load the job felt during each (contention_since) and the machine's
+  speed before and after each run on every rank (strategy/speedref.py; with the case,
+  and in the trace);
 - collect() writes folder/d<devices>/APP_STRATEGY.json, folder/traces_RxK/APP_STRATEGY.json
   (and APP_STRATEGY.tI.json for the further traced runs) and folder/measured.json (folder/partial.json after each layout: an interrupted
   collection resumes layout by layout).
@@ -105,20 +107,29 @@ def worker(argv=None) -> dict:
     out = {"machine": to_dict(machine), "cases": [], "load": [os.getloadavg()[0]]}
     devices = a.devices_per_rank * world_size()
 
+    from strategy.speedref import add_to_trace, reference_s
     from taskrt.trace import sched_times
 
-    def run_timed(argv):
-        """(result, contention while it ran: every rank's CPU and run-queue wait)."""
+    def run_timed(argv, trace=None):
+        """(result, contention while it ran: every rank's CPU and run-queue wait, the
+        machine's speed reference before and after it on every rank); a traced run's
+        trace gets the reference (strategy/speedref.py)."""
+        ref = reference_s()
         before = sched_times()
-        res = run(app, argv, out=None)
-        return res, contention_since(before)
+        res = run(app, argv + (["--trace", trace] if trace else []), out=None)
+        c = contention_since(before)
+        refs = every_rank({"before_s": ref, "after_s": reference_s()})
+        if trace and rank_of() == 0:
+            add_to_trace(trace, refs)
+        return res, c, refs
     for app_name in a.apps.split(","):
         app = load_workload(app_name)
         argvs = {name: app_argv(devices) + [
                      "--strategy", os.path.join(a.folder, f"{app_name}_{name}.json"), "--quiet",
                      "--json", "--devices-per-rank", str(a.devices_per_rank)]
                  for name in STRATEGIES}
-        runs, contention, traced = ({name: [] for name in STRATEGIES} for _ in range(3))
+        runs, contention, traced, references, traced_refs = (
+            {name: [] for name in STRATEGIES} for _ in range(5))
         # Rounds of every strategy once, each round in another order (rotated), traced and
         # timed runs taking turns: every strategy sees the same loads and the same places in
         # the worker's life (with all runs of a strategy in a row, data parallel, run first,
@@ -129,15 +140,17 @@ def worker(argv=None) -> dict:
             for name in STRATEGIES[k:] + STRATEGIES[:k]:
                 argv = argvs[name]
                 if a.trace_dir and i < a.traces:
-                    _, c = run_timed(argv + [
-                        "--iterations", "1", "--warmup", "1", "--trace",
-                        os.path.join(a.trace_dir, trace_name(app_name, name, i))])
+                    _, c, refs = run_timed(argv + ["--iterations", "1", "--warmup", "1"],
+                                           os.path.join(a.trace_dir,
+                                                        trace_name(app_name, name, i)))
                     traced[name].append(c)
+                    traced_refs[name].append(refs)
                 if i < a.repeats:
-                    res, c = run_timed(argv + ["--iterations", str(a.iterations),
-                                               "--warmup", str(a.warmup)])
+                    res, c, refs = run_timed(argv + ["--iterations", str(a.iterations),
+                                                     "--warmup", str(a.warmup)])
                     runs[name].append(res.times)
                     contention[name].append(c)
+                    references[name].append(refs)
         for name in STRATEGIES:
             out["cases"].append({"app": app_name, "strategy": name,
                                  "measured_s": statistics.median(
@@ -145,7 +158,10 @@ def worker(argv=None) -> dict:
                                  "runs_s": runs[name], "load": os.getloadavg()[0],
                                  "contention": contention[name],
                                  "traced_contention": (traced[name] or [None])[0],
-                                 "traced_contentions": traced[name]})
+                                 "traced_contentions": traced[name],
+                                 # per run, per rank {"before_s", "after_s"}: speedref.py
+                                 "references": references[name],
+                                 "traced_references": traced_refs[name]})
     out["load"].append(os.getloadavg()[0])
     return out
 
@@ -177,6 +193,22 @@ def contention_since(before) -> float | None:
         from mpi4py import MPI
         records = MPI.COMM_WORLD.allgather(records[0])
     return contention_of(records)
+
+
+def every_rank(record: dict) -> list[dict]:
+    """Every rank's record, rank by rank (a collective call under MPI)."""
+    if world_size() == 1:
+        return [record]
+    from mpi4py import MPI
+    return MPI.COMM_WORLD.allgather(record)
+
+
+def rank_of() -> int:
+    """This process's rank (0 without mpirun)."""
+    if world_size() == 1:
+        return 0
+    from mpi4py import MPI
+    return MPI.COMM_WORLD.Get_rank()
 
 
 def world_size() -> int:
@@ -263,10 +295,5 @@ def apps_of_devices(quick: bool) -> dict:
 
 if __name__ == "__main__":
     result = worker()
-    from taskrt.discovery import launched_by_mpi
-    rank = 0
-    if launched_by_mpi():
-        from mpi4py import MPI
-        rank = MPI.COMM_WORLD.Get_rank()
-    if rank == 0:
+    if rank_of() == 0:
         print(json.dumps(result))

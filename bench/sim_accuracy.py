@@ -29,6 +29,10 @@ most of the benchmark's time).
 - at the measured load: the same, at the contention the OS counted during the case's own
   runs (the calibration's is what it counted during the calibrating traces' iterations,
   which the traces record); measured, not fitted: what is left is the model's error;
+- with the speed reference: the same, each fold's traces put at one speed of the machine
+  and each case predicted at the speed of its own timed runs (strategy/speedref.py: a fixed
+  torch kernel mix timed beside every run on every rank); collections before 2026-12-05
+  05:30 have no reference timings, and this is left out;
 - without the iteration factor; uncalibrated: the same graphs on calibrate_local's model
   with the profiler's times (one torch thread, every graph's distinct task nodes), as before
   calibration existed.
@@ -240,7 +244,13 @@ def analyse(folder: str, data: dict) -> dict:
                      for a in apps for s_ in fold
                      for i, path in enumerate(trace_files(traces, a, s_))
                      if not records_load(path)}
-            model, profile, fit = calibrate(seen, base, base_profiles, loads=loads)
+            model, profile, fit = calibrate(seen, base, base_profiles, loads=loads,
+                                            speed_reference=False)
+            # the same at the machine's speed reference, where every run recorded one
+            at_speed = calibrate(seen, base, base_profiles, loads=loads)[2] if all(
+                case_reference(runs[a, s_]) for a in apps for s_ in fold) else None
+            if at_speed is not None and at_speed.reference_s is None:
+                at_speed = None              # a trace without the reference
             residuals[f"{name}, fold {k}"] = fit.residuals
             os_load = fit.load_source != "the task events"    # the OS's count, comparable
             contention_fits.append({"layout": name, "fold": k, "contention": fit.contention,
@@ -252,6 +262,11 @@ def analyse(folder: str, data: dict) -> dict:
                     g = graphs_of[name, a][strategy]
                     ints = nets[devices, a].int_ranges
                     pred = predict(fit, g, ints, ranks_, per)
+                    c = runs[(a, strategy)]
+                    referenced = None           # at the speed the case's runs had
+                    if at_speed is not None and case_reference(c):
+                        referenced = predict(at_speed, g, ints, ranks_, per,
+                                             reference_s=case_reference(c))
                     plain = predict(fit, g, ints, ranks_, per, factor=1.0)
                     before = simulate(g, shared_devices(base, per),
                                       CostModel(base_profiles, int_ranges=ints)).makespan
@@ -259,13 +274,17 @@ def analyse(folder: str, data: dict) -> dict:
                                    wakeups=False, traced=True)  # work: not the ranks' sleeps,
                     # every node, as the traced runs whose CPU it is compared with
                     cpu = traced_cpu(trace_files(traces, a, strategy))
-                    c = runs[(a, strategy)]
                     m = c["measured_s"]
                     # at the load the OS counted during the measurement's runs
                     at_load = None
                     if os_load and c.get("contention") and all(c["contention"]):
                         at_load = predict(fit, g, ints, ranks_, per, contention=max(
                             1.0, statistics.median(c["contention"])))
+                    at_both = None          # at the load and the speed of the case's runs
+                    if referenced is not None and at_load is not None:
+                        at_both = predict(at_speed, g, ints, ranks_, per, contention=max(
+                            1.0, statistics.median(c["contention"])),
+                            reference_s=case_reference(c))
                     judged_data = None      # one calibration judges searched and data
                     if strategy == "searched" and "data" in fold:
                         times = dict((n, t) for t, n in judged(
@@ -286,7 +305,11 @@ def analyse(folder: str, data: dict) -> dict:
                         "contention": c.get("contention"),
                         "calibration_contention": fit.contention,
                         "work_s": work, "traced_cpu_s": cpu,
-                        "judged_data_s": judged_data})
+                        "judged_data_s": judged_data,
+                        "reference_s": case_reference(c),
+                        "calibration_reference_s": at_speed and at_speed.reference_s,
+                        "at_reference_s": referenced,
+                        "at_load_and_reference_s": at_both})
     timing["calibrate_predict_s"] = round(time.perf_counter() - t, 1)
     machines = {r: measured[r]["machine"].get("calibration", {}) for r in measured}
     timing["load_average"] = {r: measured[r]["load"] for r in measured}
@@ -294,6 +317,15 @@ def analyse(folder: str, data: dict) -> dict:
     timing["analyse_s"] = round(time.perf_counter() - t0, 1)
     timing["contention"] = contention_fits
     return report(cases, timing, machines, quick, residuals)
+
+
+def case_reference(case: dict) -> float | None:
+    """The machine's speed while a case's timed runs ran: the median of every rank's
+    reference timings before and after each of them (strategy/speedref.py; the worker's
+    "references"); None for a collection without them."""
+    values = [x for run in case.get("references") or [] for rec in run
+              for x in (rec["before_s"], rec["after_s"])]
+    return statistics.median(values) if values else None
 
 
 def traced_cpu(paths) -> float | None:
@@ -331,6 +363,48 @@ def work_rows(cases: list[dict]) -> list[tuple]:
              "the case's own traced iterations (median of its runs), which the load does "
              "not stretch; on several ranks that CPU includes polling MPI while waiting. "
              "Per layout: " + "; ".join(per))]
+
+
+def reference_rows(cases: list[dict]) -> list[tuple]:
+    """The errors with the machine's speed reference (strategy/speedref.py): each fold's
+    calibration fitted at one speed, each case predicted at the speed its own timed runs
+    had; none for a collection without reference timings."""
+    have = [dict(c, predicted_s=c["at_reference_s"]) for c in cases if c.get("at_reference_s")]
+    if not have:
+        return []
+    both = [dict(c, predicted_s=c["at_load_and_reference_s"]) for c in cases
+            if c.get("at_load_and_reference_s")]
+    s = summary(have)
+    total, right, wrong = ordered_pairs(have)
+    refs = [c["reference_s"] for c in have]
+    return [("with the speed reference: median / worst error",
+             f"{100 * s['median_error']:.1f}% / {100 * s['worst_error']:.1f}%",
+             f"{len(have)} held-out cases; a fixed torch kernel mix timed (CPU) beside every "
+             "traced and timed run on every rank (strategy/speedref.py): each calibration's "
+             "traces put at one speed, each case predicted at its own runs' speed (the same "
+             "number for every case of a moment, never per case). References "
+             f"{1e3 * min(refs):.2f}-{1e3 * max(refs):.2f} ms. Per layout: " + per_layout(have)),
+            ("with the speed reference: separated pairs ordered right", f"{right} of {total}",
+             ("wrong: " + ", ".join(wrong)) if wrong else "all"),
+            *([("at the measured load and speed: median / worst error",
+                "{:.1f}% / {:.1f}%".format(100 * summary(both)["median_error"],
+                                          100 * summary(both)["worst_error"]),
+                f"{len(both)} held-out cases: the calibration at the speed reference, each "
+                "case predicted at the contention the OS counted during its runs and at its "
+                "runs' reference (both measured of the machine at the case's moment); "
+                "separated pairs ordered right {1} of {0}. Per layout: ".format(
+                    *ordered_pairs(both)) + per_layout(both))]
+              if both else [])]
+
+
+def per_layout(cases: list[dict]) -> str:
+    """'1 process x 2 devices 9.9% / 26.5%; 2 ranks ...': median / worst error per layout."""
+    out = []
+    for layout in sorted({c["layout"] for c in cases}):
+        e = summary([c for c in cases if c["layout"] == layout])
+        out.append(f"{layout_text(layout)} {100 * e['median_error']:.1f}% / "
+                   f"{100 * e['worst_error']:.1f}%")
+    return "; ".join(out)
 
 
 def records_load(trace_path: str) -> bool:
@@ -397,6 +471,9 @@ def case_text(c: dict) -> str:
             f"({1e3 * lo:.1f}-{1e3 * hi:.1f}) {100 * c['error']:+.0f}%")
     if c.get("at_load_s"):
         text += f", at load {1e3 * c['at_load_s']:.1f} {100 * (c['at_load_s'] - m) / m:+.0f}%"
+    if c.get("at_reference_s"):
+        text += (f", at speed {1e3 * c['at_reference_s']:.1f} "
+                 f"{100 * (c['at_reference_s'] - m) / m:+.0f}%")
     return text
 
 
@@ -440,6 +517,7 @@ def report(cases: list[dict], timing: dict, machines: dict, quick: bool,
                ("at the measured load: separated pairs ordered right",
                 f"{l_right} of {l_total}", ("wrong: " + ", ".join(l_wrong)) if l_wrong
                 else "all")] if with_load else []),
+            *reference_rows(cases),
             *work_rows(cases),
             ("calibrated without the iteration factor: median / worst error",
              f"{100 * plain['median_error']:.1f}% / {100 * plain['worst_error']:.1f}%",
@@ -483,5 +561,9 @@ def report(cases: list[dict], timing: dict, machines: dict, quick: bool,
                         "pairs": {"separated": total, "ordered": right, "wrong": wrong},
                         "at_load": ({"summary": loaded, "ordered": l_right,
                                      "wrong": l_wrong} if with_load else None),
+                        "at_reference": (summary([dict(c, predicted_s=c["at_reference_s"])
+                                                  for c in cases])
+                                         if all(c.get("at_reference_s") for c in cases)
+                                         else None),
                         "groups": per_group, "residuals": residuals or {}, "timing": timing,
                         "calibration": machines, "quick": quick}}

@@ -105,6 +105,7 @@ from .replay import ReplayError, measured_times, model_for_layout, recorded
 from .rankclocks import on_one_clock
 from .reslicing import reslicing_time, resliced_views
 from .simulator import NodeTimer, simulate
+from .speedref import trace_reference
 from .untraced import UntracedCosts, skipped_tasks
 from .wakeups import ROUNDS as WAKE_ROUNDS, SleepSchedule, executor_schedule, wake_delays
 
@@ -126,6 +127,7 @@ class RecordedRun:
     measured_s: float               # the traced iteration's span (longest rank)
     load: float | None = None       # the OS's load over the traced iteration (recorded_load)
     executor_s: dict = field(default_factory=dict)  # node id -> s of its event not its key's
+    reference_s: float | None = None  # the machine's speed beside the run (speedref.py)
 
 
 @dataclass
@@ -152,6 +154,7 @@ class Fit:
     collective_s: dict | None = None    # {ranks: s} a bucket's wait beyond links (gradbuckets)
     speeds: list | None = None      # per recorded iteration, its ranks' relative speeds
     view_s: float = 0.0             # one process: s per view a node re-slices (reslicing.py)
+    reference_s: float | None = None  # the speed reference its times are at (speedref.py)
 
     def text(self) -> str:
         lines = ["host costs per node kind (mean gap before its events + event host work):"]
@@ -198,6 +201,10 @@ class Fit:
         if self.view_s:
             lines.append(f"the executor re-slices a buffer's views at its first user: "
                          f"{self.view_s * 1e6:.2f} us a view (strategy/reslicing.py)")
+        if self.reference_s is not None:
+            lines.append(f"times at the machine's speed reference {self.reference_s * 1e3:.3f} "
+                         "ms (each trace's events scaled to it from its own; a prediction "
+                         "given a run's reference is scaled to that: strategy/speedref.py)")
         if self.factor != 1.0:
             lines.append(f"iteration factor {self.factor:.3f} (task times and host costs; "
                          "what the runs take beyond their simulation)")
@@ -226,9 +233,13 @@ def load_runs(paths) -> list[RecordedRun]:
                                    "strategy.costs profile --device cuda)")
         if ranks > 1:
             events = on_one_clock(graph, events)     # each rank stamps from its own start
+        try:
+            reference = trace_reference(events, path)
+        except ValueError as e:
+            raise CalibrationError(str(e)) from None
         runs.append(RecordedRun(str(path), workload.name, list(argv), ranks, per_rank, graph,
                                 events, built.int_ranges, measured_times(events)[1],
-                                recorded_load(events, ranks, path)))
+                                recorded_load(events, ranks, path), reference_s=reference))
     layouts = {(r.ranks, r.per_rank) for r in runs}
     if len(layouts) > 1:
         raise CalibrationError("calibrate: the traces have different layouts (ranks x "
@@ -236,6 +247,33 @@ def load_runs(paths) -> list[RecordedRun]:
                                "on its own (one process and several ranks run different "
                                "executors)")
     return runs
+
+
+def at_reference_speed(runs) -> float | None:
+    """Put every run's times at one speed of the machine: the median of the runs' speed
+    references (strategy/speedref.py: CPU seconds of a fixed kernel mix beside each run),
+    each run's events (and its load records' seconds, and its iteration) scaled by that
+    over its own reference, so that a run made while the machine ran 1.3x slower counts as
+    the same work. Returns that reference; None (nothing changed) unless every run has one."""
+    refs = [r.reference_s for r in runs]
+    if not runs or any(x is None for x in refs):
+        return None
+    reference = statistics.median(refs)
+    for r in runs:
+        k = reference / r.reference_s
+        events = []
+        for e in r.events:
+            if e.get("ph") == "X":
+                e = dict(e, ts=e["ts"] * k, dur=e["dur"] * k)
+            elif e.get("ph") == "M" and e.get("name") == LOAD_EVENT:
+                args = dict(e.get("args") or {})
+                for f in ("wall_s", "cpu_s", "wait_s"):
+                    if isinstance(args.get(f), (int, float)):
+                        args[f] *= k
+                e = dict(e, args=args)
+            events.append(e)
+        r.events, r.measured_s = events, r.measured_s * k
+    return reference
 
 
 def recorded_load(events: list, ranks: int, path) -> float | None:
@@ -350,7 +388,7 @@ def with_factor(model, profile: Profile, k: float, name: str = "iteration_factor
 
 def calibrate(paths, base_model, base_profile: Profile | None = None, factor: bool = True,
               loads: dict | None = None, shared_cores: bool = True, wakeups: bool = True,
-              rank_spread: bool = True):
+              rank_spread: bool = True, speed_reference: bool = True):
     """(machine model with host costs, in-situ profile, Fit) from trace files. `base_model`
     is a MachineModel with one device per rank of the runs (or one per device): its devices
     and links are kept, its host costs replaced. `factor`: fit the iteration factor (runs
@@ -365,10 +403,13 @@ def calibrate(paths, base_model, base_profile: Profile | None = None, factor: bo
     rank's next wake-up (strategy/wakeups.py; the executor's sleep schedule for the runs'
     ranks, cores and the other processes' load they recorded). `rank_spread`: on several
     ranks, the ranks of one iteration run at the different speeds the runs showed
-    (insitu.rank_speeds), drawn in each of the prediction's simulations."""
+    (insitu.rank_speeds), drawn in each of the prediction's simulations.
+    `speed_reference`: where every trace records the machine's speed beside its run
+    (strategy/speedref.py), fit every run at one speed (at_reference_speed; fit.reference_s)."""
     runs = load_runs(paths)
     if not runs:
         raise CalibrationError("calibrate: give at least one trace file (a run with --trace)")
+    reference = at_reference_speed(runs) if speed_reference else None
     ranks, per_rank = runs[0].ranks, runs[0].per_rank
     try:
         layout = model_for_layout(base_model, ranks, per_rank)
@@ -396,7 +437,7 @@ def calibrate(paths, base_model, base_profile: Profile | None = None, factor: bo
         fit.contention = deflate_long_keys(runs, profile, base_profile, fit.slice_s, loads)
         fit.load_source = "the OS's count" + ("" if any(given.get(r.path) for r in runs)
                                               else " recorded in the traces")
-    fit.ranks, fit.view_s = ranks, view_s
+    fit.ranks, fit.view_s, fit.reference_s = ranks, view_s, reference
     if shared_cores and ranks > 1:
         fit.cores = machine_cores()
         shared = sharing(runs, fit.cores)
@@ -438,7 +479,7 @@ def prediction_record(fit: Fit) -> dict:
             "collective_s": None if fit.collective_s is None else
             {str(p): list(line) for p, line in fit.collective_s.items()},
             "speeds": None if fit.speeds is None else [list(t) for t in fit.speeds],
-            "view_s": fit.view_s}
+            "view_s": fit.view_s, "reference_s": fit.reference_s}
 
 
 def fit_from_files(model, profile: Profile, where: str = "the machine file") -> Fit | None:
@@ -462,7 +503,9 @@ def fit_from_files(model, profile: Profile, where: str = "the machine file") -> 
                   slice_s=float(rec["slice_s"]), background=rec["background"],
                   waiting=float(rec["waiting"]), cores=int(rec["cores"]), sleep=sleep,
                   collective_s=collective, speeds=speeds,
-                  view_s=float(rec.get("view_s", 0.0)))   # 0: a record before 2026-12-05
+                  view_s=float(rec.get("view_s", 0.0)),   # 0: a record before 2026-12-05
+                  reference_s=None if rec.get("reference_s") is None else
+                  float(rec["reference_s"]))
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise CalibrationError(f"{where}: its calibration record's {PREDICTION_RECORD!r} is "
                                f"malformed ({type(e).__name__}: {e}); calibrate again "
@@ -502,7 +545,8 @@ def others_of(runs) -> float:
 
 def predict(fit: Fit, graph, int_ranges: dict, ranks: int, per_rank: int,
             contention: float | None = None, factor: float | None = None,
-            wakeups: bool = True, traced: bool = False) -> float:
+            wakeups: bool = True, traced: bool = False,
+            reference_s: float | None = None) -> float:
     """A calibration's prediction of an iteration of `graph` run on `ranks` x `per_rank`
     devices: the threads' work (times the iteration factor) under preemption at the
     contention (default: the recorded runs'; on several ranks with a fitted background,
@@ -513,8 +557,19 @@ def predict(fit: Fit, graph, int_ranges: dict, ranks: int, per_rank: int,
     `wakeups=False`: not, e.g. for the threads' work alone), and each simulation draws the
     ranks' speeds of one recorded iteration (fit.speeds). `traced`: an iteration run with
     --trace, as the calibrating runs were (every node timed); else as run without, whose
-    executor skips the idle points (strategy/untraced.py)."""
+    executor skips the idle points (strategy/untraced.py). `reference_s`: the machine's
+    speed reference beside the run predicted (strategy/speedref.py): task times and host
+    costs are scaled by it over the fit's (not the OS's slices and wake-ups); refused for a
+    fit without one."""
     k = fit.factor if factor is None else factor
+    if reference_s is not None:
+        if fit.reference_s is None:
+            raise CalibrationError("predict: a run's speed reference was given, but the "
+                                   "calibrating traces recorded none (strategy/speedref.py)")
+        if not reference_s > 0:
+            raise CalibrationError(f"predict: reference_s must be positive seconds, got "
+                                   f"{reference_s!r}")
+        k *= reference_s / fit.reference_s
     model, profile = with_factor(*fit.work, k) if k != 1.0 else fit.work
     extra = None
     if fit.view_s and ranks == 1:          # the views its executor re-slices (reslicing.py)

@@ -210,3 +210,39 @@ def test_the_judged_search_keeps_the_faster_by_one_calibration_and_says_how_it_r
                          "b 2x1: 1.20x predicted, kept data parallel, measured 1.00x; "
                          "c 2x1: 0.90x predicted, kept searched, measured 1.30x")
     assert judged_rows([case("a", 2, "data", 1.0, 1.0), case("a", 2, "searched", 1, 1)]) == []
+
+
+def test_a_case_s_speed_is_the_median_of_its_runs_references_on_every_rank():
+    from bench.sim_accuracy import case_reference
+    c = {"references": [[{"before_s": 1.0, "after_s": 2.0}, {"before_s": 3.0, "after_s": 9.0}],
+                        [{"before_s": 4.0, "after_s": 5.0}, {"before_s": 6.0, "after_s": 7.0}]]}
+    assert case_reference(c) == 4.5
+    assert case_reference({"runs_s": [[1.0]]}) is None       # a collection without them
+
+
+def test_report_gives_the_errors_with_the_speed_reference_beside_today_s():
+    from bench.sim_accuracy import report
+    cases = [dict(case("a", 1, "x", 1.0, 1.1, 0.01, 1.0), at_reference_s=1.02,
+                  reference_s=0.003),
+             dict(case("a", 1, "y", 2.0, 1.8, 0.01, 2.1), at_reference_s=1.9,
+                  reference_s=0.004)]
+    out = report(cases, {}, {}, quick=True)
+    rows = {metric: (value, note) for metric, value, note in out["rows"]}
+    assert rows["median relative error, held-out strategies"][0] == "10.0%"   # today's
+    value, note = rows["with the speed reference: median / worst error"]
+    assert value == "3.5% / 5.0%" and "References 3.00-4.00 ms" in note
+    assert rows["with the speed reference: separated pairs ordered right"][0] == "1 of 1"
+    assert out["results"]["at_reference"]["median_error"] == pytest.approx(0.035)
+    assert rows["a 1 process x 2 devices: median / worst error"][1].endswith(
+        "at speed 1900.0 -5%")
+    assert "at the measured load and speed: median / worst error" not in rows
+    cases = [dict(c, at_load_and_reference_s=p) for c, p in zip(cases, (1.0, 2.2))]
+    cases.append(dict(case("a", 1, "z", 3.0, 3.0, 0.01), at_reference_s=3.0,
+                      reference_s=0.003, at_load_and_reference_s=2.1))   # z/y ordered wrong
+    rows = {m: (v, n) for m, v, n in report(cases, {}, {}, quick=True)["rows"]}
+    value, note = rows["at the measured load and speed: median / worst error"]
+    assert value == "10.0% / 30.0%"
+    assert "ordered right 2 of 3. Per layout: 1 process x 2 devices 10.0% / 30.0%" in note
+    bare = report([case("a", 1, "x", 1.0, 1.1, 0.01, 1.0)], {}, {}, quick=True)
+    assert not any(m.startswith("with the speed reference") for m, _, _ in bare["rows"])
+    assert bare["results"]["at_reference"] is None
