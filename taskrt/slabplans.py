@@ -26,6 +26,7 @@ alone first (regionplans.own_planner).
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections import Counter
 
 from .coherence import RegionPlanner
 from .errors import PlanError
@@ -35,6 +36,13 @@ from .regionmemo import RegionPlan
 
 # Off only to compare with planning regions whole (tests/taskrt/test_slab_plans.py).
 SLAB_PLANS = True
+# Why slab_plan left regions to be planned whole, by reason, over the process (counts only:
+# tools/replan_regions.py reports them).
+REFUSED: Counter = Counter()
+
+
+def _refuse(reason: str) -> None:
+    REFUSED[reason] += 1
 
 
 class _RecordingPlanner(RegionPlanner):
@@ -72,13 +80,15 @@ class _RecordingPlanner(RegionPlanner):
 def slab_plan(planner, name: str, log) -> RegionPlan | None:
     """Region `name`'s plan over `log` made slab by slab (module doc), or None where that does
     not apply or a source choice differs from its class's."""
-    if not SLAB_PLANS or len(log) < 2 or planner.initial.get(name):
+    if not SLAB_PLANS:
         return None
+    if len(log) < 2 or planner.initial.get(name):
+        return _refuse("one entry or initial data")
     plans = planner.plans
     region = planner.regions[name]
     split = _slabs(region, log)
     if split is None:
-        return None
+        return _refuse("no dimension splits every access")
     d, starts = split
     # Each entry's part in each slab it touches (its accesses there; its reads must all be in
     # one slab, so that its read nodes are that slab's), and per slab the signatures of its
@@ -90,7 +100,7 @@ def slab_plan(planner, name: str, log) -> RegionPlan | None:
         lp = plans[li]
         points = lp.points
         if reads and len({bisect_right(starts, r.lo[d]) for _, _, r in reads}) > 1:
-            return None
+            return _refuse("an entry reads in several slabs")
         by_slab: dict[int, list[int]] = {}
         for a, (_, _, req) in enumerate(accesses):
             k = bisect_right(starts, req.rect.lo[d]) - 1
@@ -120,7 +130,7 @@ def slab_plan(planner, name: str, log) -> RegionPlan | None:
     if 2 * len(classes) > len(starts):
         # Planning the classes' first slabs would cost over half of planning the region
         # whole, which a differing source choice then adds.
-        return None
+        return _refuse("too many classes")
     members = list(classes.values())
     class_of = [0] * len(starts)
     for c, ks in enumerate(members):
@@ -141,9 +151,9 @@ def slab_plan(planner, name: str, log) -> RegionPlan | None:
         try:
             plan = plan_alone(planner, name, entries, rp)
         except PlanError:
-            return None                 # planned whole, it raises what the user should see
+            return _refuse("an error")  # planned whole, it raises what the user should see
         if len(rp.state.pending):
-            return None
+            return _refuse("sums left pending")
         templates.append(plan)
         choices.append([rp.choices.get(launch.name, ()) for _, launch, *_ in entries])
         touches.append([rp.touches.get(launch.name, ()) for _, launch, *_ in entries])
@@ -154,7 +164,7 @@ def slab_plan(planner, name: str, log) -> RegionPlan | None:
         for k, j, _ in mine:
             for holders, device, elements, src in choices[class_of[k]][j]:
                 if choose(holders, device, elements) != src:
-                    return None
+                    return _refuse("a source choice differs")
     # Step 3: each slab gets its class's plan, translated; the end state is put together.
     per_slab = []
     for k, start in enumerate(starts):
@@ -188,7 +198,7 @@ def slab_plan(planner, name: str, log) -> RegionPlan | None:
         size += len(items) if items else 0
         per_entry.append(got)
     if not _bounding_rects(final, log, plans, where, per_entry, touches, class_of):
-        return None
+        return _refuse("buffers met in another order")
     return RegionPlan(final, nodes, per_entry, size, name, tuple(li for li, _, _ in log))
 
 

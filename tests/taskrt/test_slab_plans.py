@@ -14,6 +14,7 @@ inputs, buffers in order, valid pieces, pending sums) are compared with
 from __future__ import annotations
 
 import random
+from collections import Counter
 
 import pytest
 
@@ -164,3 +165,24 @@ def test_slab_plans_are_used(monkeypatch):
     for seed in range(40):
         _plans(monkeypatch, seed, True)
     assert sum(calls) > 100 and not all(calls)
+
+
+def test_refusals_are_counted_by_reason(monkeypatch):
+    """Every region slab_plan leaves to be planned whole counts once in slabplans.REFUSED,
+    under its reason (tools/replan_regions.py reports them)."""
+    refused = Counter()
+    monkeypatch.setattr(slabplans, "REFUSED", refused)
+    left = []
+    original = slabplans.slab_plan
+
+    def counted(planner, name, log):
+        got = original(planner, name, log)
+        if got is None:
+            left.append(name)
+        return got
+
+    monkeypatch.setattr(regionplans, "slab_plan", counted)
+    for seed in range(40):
+        _plans(monkeypatch, seed, True)
+    assert sum(refused.values()) == len(left) > 0
+    assert refused["a source choice differs"] > 0
