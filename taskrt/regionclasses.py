@@ -16,11 +16,11 @@ class of two or more, the class's first member is planned alone over its whole l
 (`plan_alone`, the same RegionPlanner calls add_launch makes), and every member gets that plan
 with its own region and launches (`stamp`: new node objects, the same rects, devices and Red+
 targets, references moved to the member's launches and nodes); the planner installs each
-launch's part of it as the launch is added. A planner that is never re-planned (plan()) takes only the new nodes,
-their groups made from the template's refs compiled once (stampedreads.py), and reads the
-template's preds through the maps that move them, as it builds the tasks (taskcolumns.py):
-a member then costs its nodes, not its accesses. The graph is node for node the one
-planning every region gives
+launch's part of it as the launch is added. A planner that is never re-planned (plan())
+takes only the new nodes, their groups made from the template's refs compiled once
+(stampedreads.py), and reads the template's preds through the maps that move them, as it
+builds the tasks (taskcolumns.py): a member then costs its nodes, not its accesses. The
+graph is node for node the one planning every region gives
 (tests/taskrt/test_region_classes.py, golden digests), and a model of 32 equal blocks plans
 each distinct region once instead of 32 times.
 
