@@ -54,6 +54,16 @@ def by_region(points, deferred: bool = False) -> tuple[dict, dict]:
     return grouped if grouped is not None else _by_region_loop(points)
 
 
+def by_region_and_alike(points, deferred: bool = False) -> tuple[tuple[dict, dict], bool]:
+    """by_region, and whether its points ask alike: then each region's accesses are
+    [(point index, k, requirement)] over all the points in order, with one k and one
+    privilege (_by_region_alike)."""
+    grouped = _by_region_alike(points, deferred)
+    if grouped is not None:
+        return grouped, True
+    return _by_region_loop(points), False
+
+
 class DeferredReads:
     """One region's reads by a launch whose points ask alike, not made yet: the points
     and the region's requirement per point."""
