@@ -17,8 +17,9 @@ as recorded, every slab's plan is its class's plan translated (`stamp` with a re
 node for node what planning the region whole gives; a slab where one does not is planned by
 itself from its first part on (_OwnSlab: its own RegionPlanner, whose copies count in the
 region's shared counts in log order, as planning whole counts them; its parts before the one
-that differed replay their recorded choices, which matched). Only for regions without initial data and with no sums left
-pending at the end (the end state's pending order would interleave the slabs).
+that differed replay their recorded choices, which matched). Only for regions without
+initial data and with no sums left pending at the end (the end state's pending order would
+interleave the slabs).
 
 The RegionPlanner it leaves (SlabbedEnd) holds the end state the graph and the simulator read
 (valid pieces, the instances' bounding rects in the order planning whole meets them, the sent
@@ -83,7 +84,7 @@ class _RecordingPlanner(RegionPlanner):
 
 def slab_plan(planner, name: str, log) -> RegionPlan | None:
     """Region `name`'s plan over `log` made slab by slab (module doc), or None where that does
-    not apply or a source choice differs from its class's."""
+    not apply (the reason counted in REFUSED)."""
     if not SLAB_PLANS:
         return None
     if len(log) < 2 or planner.initial.get(name):
@@ -337,7 +338,8 @@ def _shifter(d: int, delta: int):
 def _bounding_rects(final, log, plans, where, per_entry, slab_touches) -> bool:
     """`final`'s instance_rects and partial_rects: per device the bounding box of its slabs',
     in the order planning the region whole touches them: per log entry, the buffers its
-    reads touched (recorded per slab part: `slab_touches`), then per access its device's instance,
+    reads touched (recorded per slab part: `slab_touches`), then per access its device's
+    instance,
     or for a Red+ the buffers of its targets."""
     order: dict[tuple, None] = {}
     for (li, _, accesses), mine, got in zip(log, where, per_entry):
