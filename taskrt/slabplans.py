@@ -14,9 +14,12 @@ Slabs whose entries ask alike, translated to the slab's start, form a class; `sl
 plans each class's first slab alone (`plan_alone`), recording every source choice, then
 replays all slabs' choices in log order against the region's real counts: if each comes out
 as recorded, every slab's plan is its class's plan translated (`stamp` with a rect shift),
-node for node what planning the region whole gives; if one does not, it returns None and the
-caller plans the region whole. Only for regions without initial data and with no sums left
-pending at the end (the end state's pending order would interleave the slabs).
+node for node what planning the region whole gives; a slab where one does not is planned by
+itself from its first part on (_OwnSlab: its own RegionPlanner, whose copies count in the
+region's shared counts in log order, as planning whole counts them; its parts before the one
+that differed replay their recorded choices, which matched). Only for regions without
+initial data and with no sums left pending at the end (the end state's pending order would
+interleave the slabs).
 
 The RegionPlanner it leaves (SlabbedEnd) holds the end state the graph and the simulator read
 (valid pieces, the instances' bounding rects in the order planning whole meets them, the sent
@@ -39,6 +42,8 @@ SLAB_PLANS = True
 # Why slab_plan left regions to be planned whole, by reason, over the process (counts only:
 # tools/replan_regions.py reports them).
 REFUSED: Counter = Counter()
+# Slabs planned by themselves (a source choice differed from their class's), over the process.
+OWN_SLABS = [0]
 
 
 def _refuse(reason: str) -> None:
@@ -79,7 +84,7 @@ class _RecordingPlanner(RegionPlanner):
 
 def slab_plan(planner, name: str, log) -> RegionPlan | None:
     """Region `name`'s plan over `log` made slab by slab (module doc), or None where that does
-    not apply or a source choice differs from its class's."""
+    not apply (the reason counted in REFUSED)."""
     if not SLAB_PLANS:
         return None
     if len(log) < 2 or planner.initial.get(name):
@@ -140,14 +145,8 @@ def slab_plan(planner, name: str, log) -> RegionPlan | None:
     templates, choices, touches = [], [], []    # per class: its plan; per part: what it did
     for ks in members:
         rp = _RecordingPlanner(region, planner.machine)
-        entries = []
-        for e, positions in parts_of[ks[0]]:
-            li, reads, accesses = log[e]
-            lp = plans[li]
-            mine = [accesses[a] for a in positions]
-            has_reads = reads and any(req.privilege.reads for _, _, req in mine)
-            entries.append((li, lp.launch, lp.points, {name: reads} if has_reads else {},
-                            {name: mine}))
+        entries = [_entry(plans, log, e, parts_of[ks[0]], name)
+                   for e in range(len(parts_of[ks[0]]))]
         try:
             plan = plan_alone(planner, name, entries, rp)
         except PlanError:
@@ -157,26 +156,56 @@ def slab_plan(planner, name: str, log) -> RegionPlan | None:
         templates.append(plan)
         choices.append([rp.choices.get(launch.name, ()) for _, launch, *_ in entries])
         touches.append([rp.touches.get(launch.name, ()) for _, launch, *_ in entries])
-    # Step 2: every slab's source choices, in log order, against the region's real counts.
+    # Step 2: every slab's source choices, in log order, against the region's real counts;
+    # a slab whose choice differs from its class's is planned by itself from then on
+    # (_OwnSlab), its choices made against the same counts as planning whole makes them.
     final = SlabbedEnd(region, planner.machine)
-    choose = final._choose_source
+    sent, choose = final.sent, final._choose_source
+    own: dict[int, _OwnSlab] = {}
     for mine in where:
         for k, j, _ in mine:
-            for holders, device, elements, src in choices[class_of[k]][j]:
-                if choose(holders, device, elements) != src:
-                    return _refuse("a source choice differs")
-    # Step 3: each slab gets its class's plan, translated; the end state is put together.
-    per_slab = []
+            slab = own.get(k)
+            if slab is None:
+                recorded = choices[class_of[k]][j]
+                for i, (holders, device, elements, src) in enumerate(recorded):
+                    got = choose(holders, device, elements)
+                    if got != src:
+                        # This part is planned again below: its counts taken back.
+                        for _, _, n, counted in recorded[:i] + [(0, 0, elements, got)]:
+                            sent[counted] -= n
+                            if not sent[counted]:
+                                del sent[counted]
+                        slab = own[k] = _OwnSlab(region, planner.machine, sent,
+                                                 choices[class_of[k]][:j])
+                        break
+                if slab is None:
+                    continue
+                for before in range(j):
+                    slab.plan(planner, name, _entry(plans, log, before, parts_of[k], name))
+            slab.plan(planner, name, _entry(plans, log, j, parts_of[k], name))
+    if any(len(slab.rp.state.pending) for slab in own.values()):
+        return _refuse("sums left pending")
+    # Step 3: each slab gets its class's plan, translated (or its own plan); the end state
+    # is put together.
+    per_slab, slab_touches = [], []
     for k, start in enumerate(starts):
         first = members[class_of[k]][0]
         template = templates[class_of[k]]
+        slab = own.get(k)
+        if slab is not None:
+            per_slab.append(slab.region_plan(name))
+            slab_touches.append(slab.touches)
+            final.slabs.append((slab.rp, d, 0))
+            continue
         if k == first:
             per_slab.append(template)
         else:
             lis = [log[e][0] for e, _ in parts_of[k]]
             per_slab.append(stamp(template, region, lis, [plans[li].launch.name for li in lis],
                                   _shifter(d, start - starts[first])))
+        slab_touches.append(touches[class_of[k]])
         final.slabs.append((template.planner, d, start - starts[first]))
+    OWN_SLABS[0] += len(own)
     nodes, per_entry, size = [], [], 0
     for (li, _, accesses), mine in zip(log, where):
         items = None
@@ -197,9 +226,71 @@ def slab_plan(planner, name: str, log) -> RegionPlan | None:
         nodes.append(items)
         size += len(items) if items else 0
         per_entry.append(got)
-    if not _bounding_rects(final, log, plans, where, per_entry, touches, class_of):
+    if not _bounding_rects(final, log, plans, where, per_entry, slab_touches):
         return _refuse("buffers met in another order")
     return RegionPlan(final, nodes, per_entry, size, name, tuple(li for li, _, _ in log))
+
+
+def _entry(plans, log, e, parts, name) -> tuple:
+    """Part `e` of a slab (`parts`: its [(log entry, access positions)]) as plan_alone takes
+    an entry: (li, launch, points, reads, accesses) with its accesses of the slab only."""
+    entry, positions = parts[e]
+    li, reads, accesses = log[entry]
+    lp = plans[li]
+    mine = [accesses[a] for a in positions]
+    has_reads = reads and any(req.privilege.reads for _, _, req in mine)
+    return (li, lp.launch, lp.points, {name: reads} if has_reads else {}, {name: mine})
+
+
+class _OwnSlab:
+    """A slab planned by itself because one of its source choices differs from its class's:
+    a RegionPlanner of its own (its state never meets another slab's) whose copies count in
+    the region's shared `sent`, as planning the region whole counts them. Its parts before
+    the one that differed replay their class's recorded choices (`forced`: the choices
+    matched the real counts, which the replay already updated) without counting them again."""
+
+    def __init__(self, region, machine, sent: dict, forced: list):
+        self.rp = rp = _ForcedPlanner(region, machine)
+        rp.sent = sent
+        rp.forced = [c for part in forced for c in part]
+        rp.forced.reverse()
+        self.nodes: list = []
+        self.accesses: list = []
+        self.lis: list = []
+        self.names: list = []
+
+    def plan(self, planner, name: str, entry: tuple) -> None:
+        self.names.append(entry[1].name)
+        got = plan_alone(planner, name, [entry], self.rp)
+        self.nodes.append(got.nodes[0])
+        self.accesses.append(got.accesses[0])
+        self.lis.append(entry[0])
+
+    @property
+    def touches(self) -> list:
+        touched = self.rp.touches
+        return [touched.get(launch, ()) for launch in self.names]
+
+    def region_plan(self, name: str) -> RegionPlan:
+        size = sum(len(items) for items in self.nodes if items)
+        return RegionPlan(self.rp, self.nodes, self.accesses, size, name, tuple(self.lis))
+
+
+class _ForcedPlanner(_RecordingPlanner):
+    """A _RecordingPlanner that first takes its source choices from `forced` (reversed; each
+    checked against what is asked), not counting them, then chooses by the counts."""
+
+    def __init__(self, region, machine):
+        super().__init__(region, machine)
+        self.forced: list = []
+
+    def _choose_source(self, holders, device: int, elements: int) -> int:
+        if not self.forced:
+            return super()._choose_source(holders, device, elements)
+        want, want_device, want_elements, src = self.forced.pop()
+        assert (tuple(holders), device, elements) == (want, want_device, want_elements), \
+            "a slab replayed differently from its class"
+        return src
 
 
 def _slabs(region, log):
@@ -244,15 +335,16 @@ def _shifter(d: int, delta: int):
     return shift
 
 
-def _bounding_rects(final, log, plans, where, per_entry, touches, class_of) -> bool:
+def _bounding_rects(final, log, plans, where, per_entry, slab_touches) -> bool:
     """`final`'s instance_rects and partial_rects: per device the bounding box of its slabs',
     in the order planning the region whole touches them: per log entry, the buffers its
-    reads touched (recorded in its slab's class), then per access its device's instance,
+    reads touched (recorded per slab part: `slab_touches`), then per access its device's
+    instance,
     or for a Red+ the buffers of its targets."""
     order: dict[tuple, None] = {}
     for (li, _, accesses), mine, got in zip(log, where, per_entry):
         for k, j, _ in mine:
-            for key in touches[class_of[k]][j]:
+            for key in slab_touches[k][j]:
                 order.setdefault(key)
         points = plans[li].points
         for (pi, _, req), (_, targets) in zip(accesses, got):

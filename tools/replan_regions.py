@@ -8,7 +8,10 @@ imported it) and one around Planner.replace, and prints JSON: the search's proce
 best and replace() calls; the re-planned regions by path (taken from the memo, planned slab
 by slab, planned whole) with their CPU, log entries, accesses and read nodes; per replace()
 call the same by kind of region (from its name: weights and biases, recurrent state, the rest;
-each with its gradients apart); why slab plans were refused (taskrt.slabplans.REFUSED); and
+each with its gradients apart); why slab plans were refused (taskrt.slabplans.REFUSED), and
+per reason the regions refused so, their CPU (the refused slab plan and the whole planning
+after it together, also by kind of region) and read nodes; the regions planned slab by slab
+with some slabs planned by themselves (slabplans.OWN_SLABS), their CPU and such slabs; and
 for the regions the memo did not have, what a shortcut could have skipped: the share of
 their log entries, accesses and nodes in the prefix unchanged since before the replace (a
 walk resumed at the first changed user), the regions whose log did not change at all, and
@@ -47,6 +50,10 @@ def main(app: str, gpus: int, proposals: int) -> dict:
         return [(li, signature(planner.plans[li].launch.replicas, planner.plans[li].points,
                                accesses)) for li, _, accesses in planner.log.get(name, ())]
 
+    def own_slabs() -> int:
+        """Slabs planned by themselves so far (0 for code without slabplans.OWN_SLABS)."""
+        return getattr(slabplans, "OWN_SLABS", [0])[0]
+
     before: dict = {}           # region -> its log's signatures before this replace
     seen: set = set()           # hashes of the keys planned so far
     rows: list = []
@@ -72,17 +79,20 @@ def main(app: str, gpus: int, proposals: int) -> dict:
         prefix = 0
         while prefix < min(len(old), len(new)) and old[prefix] == new[prefix]:
             prefix += 1
-        hits = planner.memo.hits
+        hits, refused = planner.memo.hits, dict(slabplans.REFUSED)
+        own = own_slabs()
         replan(planner, name, remembered)
         path = "memo" if planner.memo.hits > hits else \
             "slab" if isinstance(planner.planners[name], slabplans.SlabbedEnd) else "whole"
+        reason = [r for r, n in slabplans.REFUSED.items() if n != refused.get(r, 0)]
         accesses = [len(a) for _, _, a in log]
         nodes = [len(planner.region_nodes.get((li, name)) or ()) for li, _, _ in log]
         rows.append(dict(name=name, path=path, cpu=time.process_time() - t,
                          entries=len(log), prefix=prefix, accesses=sum(accesses),
                          prefix_accesses=sum(accesses[:prefix]), nodes=sum(nodes),
                          prefix_nodes=sum(nodes[:prefix]), unchanged=old == new,
-                         planned_before=key in seen))
+                         planned_before=key in seen,
+                         refused=reason[0] if reason else None, own_slabs=own_slabs() - own))
         seen.add(key)
 
     replanning.replace = timed_replace
@@ -117,9 +127,29 @@ def main(app: str, gpus: int, proposals: int) -> dict:
         f"{k} / {path}": {"regions": round(e["regions"] / n, 2),
                           "cpu_ms": round(e["cpu"] / n * 1e3, 1),
                           "ms_each": round(e["cpu"] / e["regions"] * 1e3, 2),
-                          "nodes_each": round(e["nodes"] / e["regions"])}
+                          "nodes_each": round(e["nodes"] / e["regions"]),
+                 "cpu_s_by_kind": {k[5:]: round(v, 2) for k, v in e.items()
+                                   if k.startswith("kind ")}}
         for (k, path), e in sorted(by_kind.items())}
     out["slab_refusals"] = dict(slabplans.REFUSED)
+    by_reason = defaultdict(lambda: defaultdict(float))
+    for r in rows:
+        if r["refused"] is not None:
+            entry = by_reason[r["refused"]]
+            entry["regions"] += 1
+            entry["cpu"] += r["cpu"]
+            entry["nodes"] += r["nodes"]
+            entry["kind " + kind(r["name"])] += r["cpu"]
+    out["refused_then_planned_whole"] = {
+        reason: {"regions": int(e["regions"]), "cpu_s": round(e["cpu"], 2),
+                 "nodes_each": round(e["nodes"] / e["regions"]),
+                 "cpu_s_by_kind": {k[5:]: round(v, 2) for k, v in e.items()
+                                   if k.startswith("kind ")}}
+        for reason, e in sorted(by_reason.items(), key=lambda kv: -kv[1]["cpu"])}
+    mixed = [r for r in rows if r["own_slabs"]]
+    out["slab_with_own_slabs"] = {"regions": len(mixed),
+                                  "cpu_s": round(sum(r["cpu"] for r in mixed), 2),
+                                  "own_slabs": sum(r["own_slabs"] for r in mixed)}
     missed = [r for r in rows if r["path"] != "memo"]
     total = lambda f: sum(r[f] for r in missed) or 1
     out["missed"] = {

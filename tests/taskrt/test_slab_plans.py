@@ -5,7 +5,9 @@ Random sequence programs in the shape of an LSTM stack: per time step a launch o
 operator, each operator with its own partition of a step's (batch x hidden) slice and its own
 devices (replicated readers included, so copies have several possible sources and the
 region's sent counts decide), a recurrence (step t reads step t-1's slice of the same
-region), gradients summed by two operators and read back. A replannable planner gets the
+region), gradients summed by two operators and read back, an input read again by the
+backward on other devices (so a slab's source choice can differ from its class's after
+earlier choices). A replannable planner gets the
 program, then one operator's launches are replaced by another config (replace, region plans
 not remembered) and undone; the graphs (golden digest: nodes, edges, Red+ targets, reduce
 inputs, buffers in order, valid pieces, pending sums) are compared with
@@ -59,11 +61,11 @@ def _operator(op: int, cfg):
     rects, devices, replicated = cfg
     launches = []
 
-    def launch(name, reqs_of):
+    def launch(name, reqs_of, shift=0):
         table, devs = [], []
         for r, d in zip(rects, devices):
             table.append(tuple(reqs_of(r)))
-            devs.append(d)
+            devs.append((d + shift) % NDEV)
             if replicated and all(q.privilege is R for q in table[-1]):
                 for k in range(1, replicated + 1):
                     table.append(table[-1])
@@ -79,10 +81,12 @@ def _operator(op: int, cfg):
                    ([RegionRequirement(H, _at(r, t - 1), R)] if t else []) +
                    [RegionRequirement(H, _at(r, t), WD)])
     for t in reversed(range(STEPS)):
-        if op == 1:         # reads gh[t] (summed), sums into gx[t] and gh[t-1]
-            launch(f"op1/s{t}/bwd", lambda r: [RegionRequirement(GH, _at(r, t), R)] +
+        if op == 1:         # on the next devices: reads gh[t] (summed) and x[t] again,
+            # sums into gx[t] and gh[t-1]
+            launch(f"op1/s{t}/bwd", lambda r: [RegionRequirement(GH, _at(r, t), R),
+                                               RegionRequirement(X, _at(r, t), R)] +
                    ([RegionRequirement(GH, _at(r, t - 1), RED)] if t else []) +
-                   [RegionRequirement(GX, _at(r, t), RED)])
+                   [RegionRequirement(GX, _at(r, t), RED)], 1)
         else:               # reads gx[t]
             launch(f"op0/s{t}/bwd", lambda r: [RegionRequirement(GX, _at(r, t), R)])
     return launches
@@ -152,8 +156,11 @@ def test_a_launch_added_after_a_slab_plan(monkeypatch, seed):
 
 def test_slab_plans_are_used(monkeypatch):
     """The programs above do re-plan regions slab by slab (else the comparison shows
-    nothing), and some fall back (a source choice differing from the slab's class)."""
+    nothing), some slabs by themselves (a source choice differing from their class's), and
+    some regions fall back to being planned whole."""
     calls = []
+    own = [0]
+    monkeypatch.setattr(slabplans, "OWN_SLABS", own)
     original = slabplans.slab_plan
 
     def counted(planner, name, log):
@@ -165,6 +172,7 @@ def test_slab_plans_are_used(monkeypatch):
     for seed in range(40):
         _plans(monkeypatch, seed, True)
     assert sum(calls) > 100 and not all(calls)
+    assert own[0] > 20
 
 
 def test_refusals_are_counted_by_reason(monkeypatch):
@@ -185,4 +193,3 @@ def test_refusals_are_counted_by_reason(monkeypatch):
     for seed in range(40):
         _plans(monkeypatch, seed, True)
     assert sum(refused.values()) == len(left) > 0
-    assert refused["a source choice differs"] > 0
