@@ -18,6 +18,18 @@ def launch(name: str, points: Sequence[Sequence[tuple]], devices: Sequence[int],
     return IndexLaunch(name, task, (len(table),), lambda c: table[c[0]], devices=devices, **kw)
 
 
+def launches_of(program, tag: str = "") -> list[IndexLaunch]:
+    """Launches from a random program's tables: program[li] = (points, replicas), points[i] =
+    (device, [(region, rect, privilege)...]); launch li is named f"l{li}{tag}"."""
+    launches = []
+    for li, (points, replicas) in enumerate(program):
+        table = [tuple(RegionRequirement(g, r, p) for g, r, p in reqs) for _, reqs in points]
+        launches.append(IndexLaunch(f"l{li}{tag}", noop, (len(table),),
+                                    lambda c, table=table: table[c[0]],
+                                    devices=[d for d, _ in points], replicas=replicas))
+    return launches
+
+
 def one(name, region, rect, privilege, device, task=noop, **kw) -> IndexLaunch:
     """A launch of a single point task with a single requirement."""
     return launch(name, [[(region, rect, privilege)]], [device], task, **kw)

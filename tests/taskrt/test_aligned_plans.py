@@ -18,11 +18,12 @@ import random
 
 import pytest
 
-from taskrt import (R, RED, RW, WD, IndexLaunch, Machine, Planner, Rect, Region,
+from taskrt import (R, RED, RW, WD, Machine, Planner, Rect, Region,
                     RegionRequirement, block_rect, plan)
 from taskrt import bufferaccesses, coherence
 from taskrt.errors import PlanError
 
+from taskrt_helpers import launches_of
 from test_graph_golden import digest
 
 MACHINE = Machine.grid(2, 2)
@@ -34,10 +35,6 @@ GW = Region("gw", (6, 6), "float32")                 # its gradient (no initial 
 ACT = Region("act", (8, 6), "float32")               # an activation, written first
 REGIONS = (SEQ, W, GW, ACT)
 INITIAL = {SEQ: [(SEQ.rect, d) for d in range(NDEV)], W: [(W.rect, 0), (W.rect, 2)]}
-
-
-def noop(ctx, *views):
-    return None
 
 
 def _parts(rng, region, step, halos=True):
@@ -98,16 +95,6 @@ def _program(seed: int):
     return out
 
 
-def _launches(program, tag=""):
-    launches = []
-    for li, (points, replicas) in enumerate(program):
-        table = [tuple(RegionRequirement(g, r, p) for g, r, p in reqs) for _, reqs in points]
-        launches.append(IndexLaunch(f"l{li}{tag}", noop, (len(table),),
-                                    lambda c, table=table: table[c[0]],
-                                    devices=[d for d, _ in points], replicas=replicas))
-    return launches
-
-
 def _outcome(build):
     try:
         return build()
@@ -128,7 +115,7 @@ def _both(monkeypatch, build):
 def test_plan_with_and_without_shortcuts(monkeypatch, seed):
     program = _program(seed)
     fast, general = _both(monkeypatch,
-                          lambda: digest(plan(_launches(program), MACHINE, INITIAL)))
+                          lambda: digest(plan(launches_of(program), MACHINE, INITIAL)))
     assert fast == general
 
 
@@ -144,9 +131,9 @@ def test_replace_and_undo_with_and_without_shortcuts(monkeypatch, seed):
     def build():
         from taskrt.regionmemo import RegionPlanMemo
         p = Planner(MACHINE, INITIAL, memo=RegionPlanMemo(0))
-        p.add_launches(_launches(program))
+        p.add_launches(launches_of(program))
         first = digest(p.finish())
-        new = [_launches(other)[li % len(other)] for li in swap]
+        new = [launches_of(other)[li % len(other)] for li in swap]
         for li, launch in zip(swap, new):
             launch.name = f"l{li}"
         p.replace(new, record_undo=True)
@@ -188,7 +175,7 @@ def test_by_region_of_points_alike_equals_the_loop():
     planner = Planner(MACHINE, INITIAL)
     checked = 0
     for seed in range(60):
-        for launch in _launches(_program(seed)):
+        for launch in launches_of(_program(seed)):
             points = planner._expand(launch)
             alike, loop = _by_region_alike(points), _by_region_loop(points)
             assert alike is not None

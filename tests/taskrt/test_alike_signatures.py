@@ -14,13 +14,13 @@ import warnings
 import pytest
 
 from parallel_ops import SGD, lower
-from taskrt import (R, RED, RW, WD, IndexLaunch, Machine, Planner, Rect, Region,
-                    RegionRequirement)
+from taskrt import R, RED, RW, WD, Machine, Planner, Rect, Region
 from taskrt import regionclasses
 from taskrt.launchplan import by_region
 from taskrt.regionclasses import RegionClasses
 from taskrt.regionmemo import RegionPlanMemo
 
+from taskrt_helpers import launches_of
 from test_region_classes import alike_strategy, tower
 
 warnings.simplefilter("ignore")
@@ -31,10 +31,6 @@ REGIONS = [Region(f"r{i}", (8, 6), "float32") for i in range(6)]
 TWINS = {g: Region(g.name + "_twin", g.shape, g.dtype) for g in REGIONS}
 POOL = [Rect((0, 0), (8, 6)), Rect((0, 0), (4, 6)), Rect((4, 0), (8, 6)), Rect((0, 0), (8, 3)),
         Rect((2, 0), (6, 6))]
-
-
-def noop(ctx, *views):
-    return None
 
 
 def _rect(rng) -> Rect:
@@ -98,16 +94,6 @@ def _twinned(program: list) -> list:
     return out
 
 
-def _launches(program) -> list:
-    launches = []
-    for li, (points, replicas) in enumerate(program):
-        table = [tuple(RegionRequirement(g, r, p) for g, r, p in reqs) for _, reqs in points]
-        launches.append(IndexLaunch(f"l{li}", noop, (len(table),),
-                                    lambda c, table=table: table[c[0]],
-                                    devices=[d for d, _ in points], replicas=replicas))
-    return launches
-
-
 def _found(launches, machine, initial) -> tuple:
     """find's ids per launch (in order of its regions) and its classes (member lists)."""
     p = Planner(machine, initial, memo=RegionPlanMemo(0), replannable=False)
@@ -132,11 +118,11 @@ def _compare(launches, machine, initial, monkeypatch) -> tuple:
     return got
 
 
-def test_alike_ids_equal_signature_ids_on_random_launches(monkeypatch):
+def test_alike_ids_equal_signature_ids_on_randomlaunches_of(monkeypatch):
     rng = random.Random(0)
     classes = ids = 0
     for _ in range(300):
-        sigs, found = _compare(_launches(_twinned(_program(rng))), MACHINE, {}, monkeypatch)
+        sigs, found = _compare(launches_of(_twinned(_program(rng))), MACHINE, {}, monkeypatch)
         classes += len(found)
         ids += len({s for t in sigs.values() for s in t})
     assert classes > 100 and ids > 1000, (classes, ids)         # (not vacuous)
