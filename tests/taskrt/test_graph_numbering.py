@@ -42,13 +42,14 @@ def test_ids_and_launch_nodes_of_random_strategies(build, seed):
 
 
 def test_ids_and_launch_nodes_of_random_programs():
-    from test_aligned_plans import MACHINE, _launches, _program
+    from taskrt_helpers import launches_of
+    from test_aligned_plans import MACHINE, _program
     from test_plan_columns import _twinned
     checked = 0
     for seed in range(30):
         program, initial = _twinned(_program(seed))
         try:
-            graph = plan(_launches(program), MACHINE, initial)
+            graph = plan(launches_of(program), MACHINE, initial)
         except PlanError:
             continue
         _check(graph)

@@ -153,9 +153,10 @@ def _twinned(program):
 
 @pytest.mark.parametrize("seed", range(40))
 def test_columns_equal_per_point_records_on_random_programs(seed, monkeypatch):
-    from test_aligned_plans import MACHINE, _launches, _program
+    from taskrt_helpers import launches_of
+    from test_aligned_plans import MACHINE, _program
     program, initial = _twinned(_program(seed))
-    launches = _launches(program)
+    launches = launches_of(program)
 
     class Low:                      # (what _compare reads of a lowering)
         pass
@@ -176,11 +177,12 @@ def test_deferred_reads_are_by_regions_reads(seed):
     """by_region(points, deferred=True) (RegionClasses.find for a one-shot planner): every
     region's reads, once made by reads_list, and every access equal by_region's."""
     from taskrt.launchplan import DeferredReads, by_region, reads_list
-    from test_aligned_plans import MACHINE, _launches, _program
+    from taskrt_helpers import launches_of
+    from test_aligned_plans import MACHINE, _program
     program, initial = _twinned(_program(seed))
     p = Planner(MACHINE, initial, memo=RegionPlanMemo(0), replannable=False)
     deferred = 0
-    for launch in _launches(program) + _launches(_program(seed), "plain"):
+    for launch in launches_of(program) + launches_of(_program(seed), "plain"):
         points = p._expand(launch)
         reads, accesses = by_region(points, True)
         want_reads, want_accesses = by_region(points)

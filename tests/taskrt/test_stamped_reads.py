@@ -103,11 +103,12 @@ def test_stamped_reads_equal_moved_refs_on_apps(app, seed, monkeypatch):
 def test_stamped_reads_equal_moved_refs_on_random_programs(monkeypatch):
     """60 random programs with twin regions; the comparisons reach stamped groups with
     reduces staged by copies."""
-    from test_aligned_plans import MACHINE, _launches, _program
+    from taskrt_helpers import launches_of
+    from test_aligned_plans import MACHINE, _program
     total = {"groups": 0, "staged": 0}
     for seed in range(60):
         program, initial = _twinned(_program(seed))
-        launches = _launches(program)
+        launches = launches_of(program)
         try:
             seen = _compare(launches, initial, MACHINE, monkeypatch)
         except PlanError:           # (both refuse alike: the columns tests check that)
