@@ -323,9 +323,8 @@ def case_reference(case: dict) -> float | None:
     """The machine's speed while a case's timed runs ran: the median of every rank's
     reference timings before and after each of them (strategy/speedref.py; the worker's
     "references"); None for a collection without them."""
-    values = [x for run in case.get("references") or [] for rec in run
-              for x in (rec["before_s"], rec["after_s"])]
-    return statistics.median(values) if values else None
+    from strategy.speedref import median_reference
+    return median_reference(rec for run in case.get("references") or [] for rec in run)
 
 
 def traced_cpu(paths) -> float | None:

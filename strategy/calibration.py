@@ -105,7 +105,7 @@ from .replay import ReplayError, measured_times, model_for_layout, recorded
 from .rankclocks import on_one_clock
 from .reslicing import reslicing_time, resliced_views
 from .simulator import NodeTimer, simulate
-from .speedref import trace_reference
+from .speedref import at_reference_speed, trace_reference
 from .untraced import UntracedCosts, skipped_tasks
 from .wakeups import ROUNDS as WAKE_ROUNDS, SleepSchedule, executor_schedule, wake_delays
 
@@ -247,33 +247,6 @@ def load_runs(paths) -> list[RecordedRun]:
                                "on its own (one process and several ranks run different "
                                "executors)")
     return runs
-
-
-def at_reference_speed(runs) -> float | None:
-    """Put every run's times at one speed of the machine: the median of the runs' speed
-    references (strategy/speedref.py: CPU seconds of a fixed kernel mix beside each run),
-    each run's events (and its load records' seconds, and its iteration) scaled by that
-    over its own reference, so that a run made while the machine ran 1.3x slower counts as
-    the same work. Returns that reference; None (nothing changed) unless every run has one."""
-    refs = [r.reference_s for r in runs]
-    if not runs or any(x is None for x in refs):
-        return None
-    reference = statistics.median(refs)
-    for r in runs:
-        k = reference / r.reference_s
-        events = []
-        for e in r.events:
-            if e.get("ph") == "X":
-                e = dict(e, ts=e["ts"] * k, dur=e["dur"] * k)
-            elif e.get("ph") == "M" and e.get("name") == LOAD_EVENT:
-                args = dict(e.get("args") or {})
-                for f in ("wall_s", "cpu_s", "wait_s"):
-                    if isinstance(args.get(f), (int, float)):
-                        args[f] *= k
-                e = dict(e, args=args)
-            events.append(e)
-        r.events, r.measured_s = events, r.measured_s * k
-    return reference
 
 
 def recorded_load(events: list, ranks: int, path) -> float | None:

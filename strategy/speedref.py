@@ -20,6 +20,8 @@ import json
 import statistics
 import time
 
+from taskrt.trace import LOAD_EVENT
+
 REFERENCE_EVENT = "soapflow_speed"   # a rank's reference timings in a trace (metadata)
 WORKLOAD = "torch-mix-1"             # names the kernel mix below: change it when it changes
 REPEATS = 5                          # timed repeats (after one warm-up), median taken
@@ -119,3 +121,37 @@ def trace_reference(events: list, path="the trace") -> float | None:
                                  f"seconds, got {v!r}")
             values.append(float(v))
     return statistics.median(values) if values else None
+
+
+def median_reference(records) -> float | None:
+    """The median of reference timings {"before_s", "after_s"} (one per rank and run, as
+    the benchmark's worker records them beside its timed runs); None without any."""
+    values = [float(x) for rec in records for x in (rec["before_s"], rec["after_s"])]
+    return statistics.median(values) if values else None
+
+
+def at_reference_speed(runs) -> float | None:
+    """Put every run's times at one speed of the machine: the median of the runs' speed
+    references (strategy/speedref.py: CPU seconds of a fixed kernel mix beside each run),
+    each run's events (and its load records' seconds, and its iteration) scaled by that
+    over its own reference, so that a run made while the machine ran 1.3x slower counts as
+    the same work. Returns that reference; None (nothing changed) unless every run has one."""
+    refs = [r.reference_s for r in runs]
+    if not runs or any(x is None for x in refs):
+        return None
+    reference = statistics.median(refs)
+    for r in runs:
+        k = reference / r.reference_s
+        events = []
+        for e in r.events:
+            if e.get("ph") == "X":
+                e = dict(e, ts=e["ts"] * k, dur=e["dur"] * k)
+            elif e.get("ph") == "M" and e.get("name") == LOAD_EVENT:
+                args = dict(e.get("args") or {})
+                for f in ("wall_s", "cpu_s", "wait_s"):
+                    if isinstance(args.get(f), (int, float)):
+                        args[f] *= k
+                e = dict(e, args=args)
+            events.append(e)
+        r.events, r.measured_s = events, r.measured_s * k
+    return reference

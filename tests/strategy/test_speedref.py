@@ -10,10 +10,9 @@ import pytest
 
 from apps.common import run
 from apps.rnnlm import APP as RNNLM
-from strategy.calibration import (CalibrationError, at_reference_speed, calibrate, load_runs,
-                                  predict)
+from strategy.calibration import CalibrationError, calibrate, load_runs, predict
 from strategy.machines import DEVICE_SPECS, cluster_model
-from strategy.speedref import (REFERENCE_EVENT, add_to_trace, reference_s,
+from strategy.speedref import (REFERENCE_EVENT, at_reference_speed, add_to_trace, reference_s,
                                trace_reference)
 
 ARGV = ["--small", "--iterations", "1", "--warmup", "1", "--quiet", "--devices-per-rank", "2"]
