@@ -13,8 +13,11 @@ partitions alone would give) or some held by several (after earlier readers: the
 chosen among holders by the sends so far), and the read rect containing every piece or
 cutting some. Prints JSON: the search's CPU, best and counts; CPU per entry point and per
 proposal; the reads' phases; per class the reads, copies and CPU. A timer costs ~0.5 us a
-call (~0.1 s in a 300-proposal Inception search), and the classing query is outside the
-timed calls: compare the numbers with each other, time searches without the tool. Run from
+call (~0.1 s in a 300-proposal Inception search); the classing query is outside the timed
+calls, but it counts toward a valid-piece index's building its grid (rectindex.py
+_grid_pays), so a read's cost can shift a little from a run without the tool (the plans do
+not: the same best and simulated counts). Compare the numbers with each other, and time
+searches without the tool. Run from
 the repository root with PYTHONPATH set to it.
 """
 from __future__ import annotations
