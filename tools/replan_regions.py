@@ -2,7 +2,7 @@
 
     python tools/replan_regions.py nmt 16 300        # app, GPUs, proposals (seed 0)
 
-Runs strategy.search.search as /work/briefs/lead/searchcmp.py does (seed 0, p100 nodes of
+Runs strategy.search.search as tools/search_cpu.py does (seed 0, p100 nodes of
 4) with a wrapper around taskrt.regionplans.replan_region (also where replanning.py
 imported it) and one around Planner.replace, and prints JSON: the search's process CPU,
 best and replace() calls; the re-planned regions by path (taken from the memo, planned slab
@@ -97,15 +97,8 @@ def main(app: str, gpus: int, proposals: int) -> dict:
 
     replanning.replace = timed_replace
     replanning.replan_region = regionplans.replan_region = timed_replan
-    from strategy.costs import CostModel
-    from strategy.costs.app_profile import load_app
-    from strategy.machine_model import machine_model
-    from strategy.search import search
-    t = time.process_time()
-    net = load_app(app, [], devices=gpus)
-    result = search(net.model, machine_model(f"p100:{max(1, gpus // 4)}"), CostModel(),
-                    proposals=proposals, optimizer=net.optimizer, seed=0)
-    cpu = time.process_time() - t
+    from search_cpu import seeded_search
+    result, cpu = seeded_search(app, gpus, proposals)
     out = {"app": f"{app}@{gpus}", "proposals": result.proposals, "cpu_s": round(cpu, 2),
            "best_ms": round(result.predicted * 1e3, 4), "replace_calls": calls[0],
            "load": os.getloadavg()[0]}

@@ -2,7 +2,7 @@
 
     python tools/taskrt_share.py inception 16 300     # app, GPUs, proposals (seed 0)
 
-Runs strategy.search.search as /work/briefs/lead/searchcmp.py does (seed 0, p100 nodes of 4)
+Runs strategy.search.search as tools/search_cpu.py does (seed 0, p100 nodes of 4)
 with timers around the planner's entry points a search calls (Planner.add_launches: the
 session builds; Planner.replace, refresh, undo) and, inside planning a region's reads
 (RegionPlanner.plan_reads, builds and re-plans together), around its reductions
@@ -87,15 +87,8 @@ def main(app: str, gpus: int, proposals: int) -> dict:
         return out
     RegionPlanner.plan_reads = counted_plan_reads
 
-    from strategy.costs import CostModel
-    from strategy.costs.app_profile import load_app
-    from strategy.machine_model import machine_model
-    from strategy.search import search
-    t = clock()
-    net = load_app(app, [], devices=gpus)
-    result = search(net.model, machine_model(f"p100:{max(1, gpus // 4)}"), CostModel(),
-                    proposals=proposals, optimizer=net.optimizer, seed=0)
-    total = clock() - t
+    from search_cpu import seeded_search
+    result, total = seeded_search(app, gpus, proposals)
     per = max(1, result.proposals)
     return {
         "app": f"{app}@{gpus}", "proposals": result.proposals, "search_cpu_s": round(total, 2),
