@@ -16,7 +16,7 @@ most of the benchmark's time).
   layout. Each case runs REPEATS times (3 iterations after a warm-up each); measured is the
   median of the runs' periods (each run's timed iterations barrier to barrier, over their
   number: apps/report.py Result.period_s), the spread the lowest and highest of them (run
-  to run); collections before 2026-12-05 09:00 have no periods: there the median of the
+  to run); collections before 2026-12-05 08:30 have no periods: there the median of the
   runs' median iteration times and its spread (measurement()).
   Taking turns with them, each case runs TRACES times with --trace (one warm-up, one traced
   iteration), so that traces and timings see the same loads on a shared machine and a
@@ -162,7 +162,7 @@ def spread(runs) -> tuple[float, float]:
 def measurement(case: dict) -> tuple[float, tuple[float, float]]:
     """A case's measured iteration time and spread: where its runs recorded their periods
     (barrier to barrier over the timed iterations: apps/report.py Result.period_s;
-    collections since 2026-12-05 09:00), the median of the periods and their lowest and
+    collections from 2026-12-05 08:30 on), the median of the periods and their lowest and
     highest (one run: spread() of its iterations); before, the median of the runs' median
     iteration times and spread()."""
     periods = case.get("periods_s")
