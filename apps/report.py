@@ -82,9 +82,8 @@ def report(res: Result) -> str:
              f"{machine_text(res.machine)}, batch {a.batch_size}, strategy {res.strategy_name}",
              f"  iteration time  median {1e3 * res.iteration_time:.1f} ms (min {1e3 * lo:.1f}, "
              f"max {1e3 * hi:.1f}) over {len(res.times)} iterations after {a.warmup} warm-up",
-             *([f"  period          {1e3 * res.period_s:.1f} ms an iteration (their wall "
-                f"time{between}, less making their feeds, over their number)"]
-               if res.period_s else []),
+             *([f"  period          {1e3 * res.period_s:.1f} ms an iteration (the timed "
+                f"iterations{between}, their feeds not counted)"] if res.period_s else []),
              f"  throughput      {res.samples_per_s:.1f} samples/s, "
              f"{res.samples_per_s / len(res.machine):.1f} per device",
              f"  loss            {res.losses[0]:.5f} (first) -> {res.losses[-1]:.5f} (last)"
