@@ -36,6 +36,17 @@ class Result:
     checkpoints: int = 0               # checkpoints written ...
     checkpoint_s: float = 0.0          # ... and their time, apart from the iterations'
     nonfinite_from: int | None = None  # first iteration with a nan/inf loss (--continue-on-nan)
+    # The timed iterations' period: the wall time from a mark before them to one after them
+    # (perf_counter; under MPI each after a barrier of every rank, so it covers every rank's
+    # iterations whole), less the app's own work between steps in it (besides_s: making the
+    # feeds, --data digits' accuracy, checkpoints), over their number. A run whose ranks'
+    # iterations overlap (one rank ahead of another) alternates short and long iteration
+    # times; the period is what the simulator's iteration time predicts.
+    period_s: float | None = None
+    timed_from: float | None = None
+    timed_to: float | None = None
+    besides_s: float = 0.0
+    speed_reference: dict | None = None  # --trace: this rank's strategy/speedref.py timings
 
     @property
     def iteration_time(self) -> float:
@@ -66,10 +77,13 @@ def report(res: Result) -> str:
     a, g = res.config, res.trainer.graph
     c = g.count()
     lo, hi = min(res.times), max(res.times)
+    between = " between barriers of every rank" if res.machine.num_ranks > 1 else ""
     lines = [f"Done: {res.app.title}{' --small' if a.small else ''} on "
              f"{machine_text(res.machine)}, batch {a.batch_size}, strategy {res.strategy_name}",
              f"  iteration time  median {1e3 * res.iteration_time:.1f} ms (min {1e3 * lo:.1f}, "
              f"max {1e3 * hi:.1f}) over {len(res.times)} iterations after {a.warmup} warm-up",
+             *([f"  period          {1e3 * res.period_s:.1f} ms an iteration (the timed "
+                f"iterations{between}, their feeds not counted)"] if res.period_s else []),
              f"  throughput      {res.samples_per_s:.1f} samples/s, "
              f"{res.samples_per_s / len(res.machine):.1f} per device",
              f"  loss            {res.losses[0]:.5f} (first) -> {res.losses[-1]:.5f} (last)"
@@ -119,6 +133,7 @@ def result_json(res: Result) -> dict:
            "warmup": a.warmup,
            "losses": [_finite(x) for x in res.losses],
            "iteration_times_s": res.times,
+           "iteration_period_s": res.period_s,
            "checkpoints": res.checkpoints,
            "checkpoint_s": res.checkpoint_s,
            "operators": len(res.network.model.ops),

@@ -18,6 +18,7 @@ import torch
 
 from parallel_ops import checkpoint
 from strategy import files as strategy_files
+from strategy.speedref import reference_event, reference_s
 from taskrt import Machine
 from taskrt.discovery import launched_by_mpi
 from taskrt.trace import to_chrome
@@ -88,11 +89,15 @@ def run(app: App, argv=None, out=...) -> Result:
     total = a.warmup + a.iterations
     start = _resume(trainer, a, total, rank, say)
     saver = _Checkpoints(trainer, a, rank, out, res)
+    timed_from = max(start, a.warmup)      # the first timed iteration
+    speed_before = reference_s() if a.trace else None
     for it in range(start, total):
+        t = time.perf_counter()
         feeds = data.train_batch(it) if data else net.synthetic(a.seed, it)
-        if mpi and it == a.warmup:
-            with _watched(trainer, "the barrier before the timed iterations"):
-                comm_world().Barrier()
+        if it == timed_from:
+            res.timed_from = _timed_mark(trainer, mpi, "the barrier before the timed iterations")
+        elif it > timed_from:
+            res.besides_s += time.perf_counter() - t
         t = time.perf_counter()
         loss = trainer.step(feeds)
         dt = time.perf_counter() - t
@@ -106,24 +111,58 @@ def run(app: App, argv=None, out=...) -> Result:
                 res.nonfinite_from = it + 1
                 say(f"warning: the loss is {loss} at iteration {it + 1}; training goes on "
                     "(--continue-on-nan)")
+        t = time.perf_counter()
         saver.maybe(it + 1)
         acc = ""
         if data:
             res.accuracies.append(data.accuracy(trainer.read(net.logits), feeds))
             acc = f"  accuracy {res.accuracies[-1]:.3f}"
+        if it >= timed_from:
+            res.besides_s += time.perf_counter() - t
         if not a.quiet:
             tag = "  (warm-up)" if it < a.warmup else ""
             sps = a.batch_size / dt
             say(f"iter {it + 1:>{len(str(total))}}/{total} {_bar(it + 1, total)} "
                 f"{1e3 * dt:8.1f} ms  {sps:9.1f} samples/s ({sps / len(machine):.1f}/device)  "
                 f"loss {loss:.5f}{acc}{tag}")
+    res.timed_to = _timed_mark(trainer, mpi, "the barrier after the timed iterations")
+    res.period_s = (res.timed_to - res.timed_from - res.besides_s) / len(res.times)
+    if a.trace:
+        res.speed_reference = {"before_s": speed_before, "after_s": reference_s()}
     saver.final(total)
     if data:
         res.test_accuracy = data.test_accuracy(model, trainer, machine, mpi)
     if a.trace:
-        write_trace(a.trace, trainer, machine, mpi, rank, app, a, out)
+        write_trace(a.trace, trainer, machine, mpi, rank, app, a, out,
+                    speed=res.speed_reference)
     say(report(res))
     return res
+
+
+def _timed_mark(trainer, mpi: bool, what: str) -> float:
+    """The clock (perf_counter) at an end of the timed iterations: under MPI once every
+    rank got there (a barrier, in the watchdog's guard), so that the time between the two
+    marks covers every rank's timed iterations whole (Result.period_s)."""
+    if mpi:
+        with _watched(trainer, what):
+            _idle_barrier(trainer.executor)
+    return time.perf_counter()
+
+
+def _idle_barrier(executor) -> None:
+    """A barrier of every rank that waits as the executor's idle ranks do (taskrt's
+    IdleBackOff: yield the core, then sleep with back-off): MPI's blocking barrier spins,
+    and on ranks sharing cores the ranks done first would take time from those still
+    computing their last iteration."""
+    from taskrt.executor.policies import YIELD, IdleBackOff
+    req = comm_world().Ibarrier()
+    idle = IdleBackOff(executor.spin_s, executor.poll_max_s, time.perf_counter())
+    while not req.Test():
+        action, seconds = idle.idle(time.perf_counter())
+        if action == YIELD:
+            os.sched_yield()
+        else:
+            time.sleep(seconds)
 
 
 def _watched(trainer, what: str):
@@ -204,14 +243,19 @@ def _bar(done: int, total: int, width: int = 20) -> str:
 
 
 def write_trace(path: str, trainer, machine: Machine, mpi: bool, rank: int,
-                app: App | None = None, a: RunConfig | None = None, out=None) -> None:
+                app: App | None = None, a: RunConfig | None = None, out=None,
+                speed: dict | None = None) -> None:
     """One Chrome trace file: a process per rank, a track per device and link. Its
     "otherData" records what ran (app, flags, layout, strategy, graph fingerprint) so that
-    strategy/replay.py can rebuild exactly this graph. Rank 0 writes it (kept elsewhere,
-    and said, when the write fails)."""
+    strategy/replay.py can rebuild exactly this graph; `speed` (this rank's {"before_s",
+    "after_s"} of strategy/speedref.py around its iterations) becomes the rank's speed
+    reference, which calibration uses. Rank 0 writes it (kept elsewhere, and said, when the
+    write fails). A collective call under MPI."""
     events = getattr(trainer.executor, "trace", [])
     mine = to_chrome(events, process_name=f"rank {rank}",
                      load=getattr(trainer.executor, "trace_load", None))["traceEvents"]
+    if speed is not None:
+        mine.append(reference_event(speed))
     everyone = comm_world().gather(mine, root=0) if mpi else [mine]
     if rank != 0:
         return

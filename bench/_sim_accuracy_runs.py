@@ -8,9 +8,11 @@ the strategy files of every app and layout, and the worker that trains every cas
   several) calibrates the local machine model for its layout (calibrate_local), then per
   case runs the app TRACES times with --trace (one warm-up, one traced iteration) and
   REPEATS times untraced (3 iterations after a warm-up each), the two taking turns,
-  recording the load the job felt during each (contention_since) and the machine's
-  speed before and after each run on every rank (strategy/speedref.py; with the case,
-  and in the trace);
+  recording each run's period (barrier to barrier over its timed iterations:
+  apps/report.py Result.period_s) beside its per-iteration times, the load the job felt
+  during each (contention_since) and the machine's speed before and after each run on
+  every rank (strategy/speedref.py; a traced run times it around its iterations and
+  writes it in its trace);
 - collect() writes folder/d<devices>/APP_STRATEGY.json, folder/traces_RxK/APP_STRATEGY.json
   (and APP_STRATEGY.tI.json for the further traced runs) and folder/measured.json (folder/partial.json after each layout: an interrupted
   collection resumes layout by layout).
@@ -107,20 +109,19 @@ def worker(argv=None) -> dict:
     out = {"machine": to_dict(machine), "cases": [], "load": [os.getloadavg()[0]]}
     devices = a.devices_per_rank * world_size()
 
-    from strategy.speedref import add_to_trace, reference_s
+    from strategy.speedref import reference_s
     from taskrt.trace import sched_times
 
     def run_timed(argv, trace=None):
         """(result, contention while it ran: every rank's CPU and run-queue wait, the
-        machine's speed reference before and after it on every rank); a traced run's
-        trace gets the reference (strategy/speedref.py)."""
-        ref = reference_s()
+        machine's speed reference before and after it on every rank: strategy/speedref.py;
+        a traced run times it around its iterations itself and writes it in its trace)."""
+        ref = None if trace else reference_s()
         before = sched_times()
         res = run(app, argv + (["--trace", trace] if trace else []), out=None)
         c = contention_since(before)
-        refs = every_rank({"before_s": ref, "after_s": reference_s()})
-        if trace and rank_of() == 0:
-            add_to_trace(trace, refs)
+        refs = every_rank(res.speed_reference if trace else
+                          {"before_s": ref, "after_s": reference_s()})
         return res, c, refs
     for app_name in a.apps.split(","):
         app = load_workload(app_name)
@@ -128,8 +129,8 @@ def worker(argv=None) -> dict:
                      "--strategy", os.path.join(a.folder, f"{app_name}_{name}.json"), "--quiet",
                      "--json", "--devices-per-rank", str(a.devices_per_rank)]
                  for name in STRATEGIES}
-        runs, contention, traced, references, traced_refs = (
-            {name: [] for name in STRATEGIES} for _ in range(5))
+        runs, periods, contention, traced, references, traced_refs = (
+            {name: [] for name in STRATEGIES} for _ in range(6))
         # Rounds of every strategy once, each round in another order (rotated), traced and
         # timed runs taking turns: every strategy sees the same loads and the same places in
         # the worker's life (with all runs of a strategy in a row, data parallel, run first,
@@ -149,12 +150,14 @@ def worker(argv=None) -> dict:
                     res, c, refs = run_timed(argv + ["--iterations", str(a.iterations),
                                                      "--warmup", str(a.warmup)])
                     runs[name].append(res.times)
+                    periods[name].append(res.period_s)
                     contention[name].append(c)
                     references[name].append(refs)
         for name in STRATEGIES:
             out["cases"].append({"app": app_name, "strategy": name,
-                                 "measured_s": statistics.median(
-                                     statistics.median(t) for t in runs[name]),
+                                 # each run's period (apps/report.py Result.period_s)
+                                 "measured_s": statistics.median(periods[name]),
+                                 "periods_s": periods[name],
                                  "runs_s": runs[name], "load": os.getloadavg()[0],
                                  "contention": contention[name],
                                  "traced_contention": (traced[name] or [None])[0],

@@ -14,7 +14,10 @@ most of the benchmark's time).
   --strategy FILE, untraced, run by a worker (a plain process for 1 rank, mpirun for several), which also calibrates the
   local machine model (calibrate_local: device speeds, ping-pongs, all-reduce) for its
   layout. Each case runs REPEATS times (3 iterations after a warm-up each); measured is the
-  median of the runs' medians, the spread the lowest and highest of them (run to run).
+  median of the runs' periods (each run's timed iterations barrier to barrier, over their
+  number: apps/report.py Result.period_s), the spread the lowest and highest of them (run
+  to run); collections before 2026-12-05 08:30 have no periods: there the median of the
+  runs' median iteration times and its spread (measurement()).
   Taking turns with them, each case runs TRACES times with --trace (one warm-up, one traced
   iteration), so that traces and timings see the same loads on a shared machine and a
   calibration fits each strategy's median traced iteration. Each run also records the
@@ -156,6 +159,20 @@ def spread(runs) -> tuple[float, float]:
     return q[0], q[2]
 
 
+def measurement(case: dict) -> tuple[float, tuple[float, float]]:
+    """A case's measured iteration time and spread: where its runs recorded their periods
+    (barrier to barrier over the timed iterations: apps/report.py Result.period_s;
+    collections from 2026-12-05 08:30 on), the median of the periods and their lowest and
+    highest (one run: spread() of its iterations); before, the median of the runs' median
+    iteration times and spread()."""
+    periods = case.get("periods_s")
+    if not periods:
+        return case["measured_s"], spread(case["runs_s"])
+    if len(periods) == 1:
+        return periods[0], spread(case["runs_s"])
+    return statistics.median(periods), (min(periods), max(periods))
+
+
 def ordered_pairs(cases: list[dict]) -> tuple[int, int, list]:
     """(pairs clearly separated, of them ordered right by the prediction, the wrong ones):
     pairs of strategies of one app and layout whose measured medians differ by more than
@@ -274,7 +291,7 @@ def analyse(folder: str, data: dict) -> dict:
                                    wakeups=False, traced=True)  # work: not the ranks' sleeps,
                     # every node, as the traced runs whose CPU it is compared with
                     cpu = traced_cpu(trace_files(traces, a, strategy))
-                    m = c["measured_s"]
+                    m, spread_s = measurement(c)
                     # at the load the OS counted during the measurement's runs
                     at_load = None
                     if os_load and c.get("contention") and all(c["contention"]):
@@ -294,7 +311,8 @@ def analyse(folder: str, data: dict) -> dict:
                     cases.append({
                         "app": a, "ranks": ranks_, "devices_per_rank": per,
                         "layout": name, "strategy": strategy, "calibrated_on": list(fold),
-                        "measured_s": m, "spread_s": spread(c["runs_s"]),
+                        "measured_s": m, "spread_s": spread_s,
+                        "periods_s": c.get("periods_s"),
                         "predicted_s": pred, "error": (pred - m) / m,
                         "without_factor_s": plain,
                         "iteration_factor": fit.factor,
@@ -498,6 +516,8 @@ def report(cases: list[dict], timing: dict, machines: dict, quick: bool,
              f"{len(cases)} cases (apps x layouts x strategies), each predicted by a "
              "calibration on the other fold's traces; measured: median of "
              f"{max(len(c['runs_s']) for c in cases)} runs"
+             + ("' periods (barrier to barrier)" if all(c.get("periods_s") for c in cases)
+                else "")
              + (f", load average {min(loads):.1f}-{max(loads):.1f} on "
                 f"{os.cpu_count()} cores" if loads else "")
              + (f", runs recorded {timing['measured_at']}" if timing.get("measured_at")

@@ -10,8 +10,10 @@ thread, a few tens of ms; timed beside a run (before and after it, on every rank
 how fast the machine was then. It measures the machine, never the case: every case of one
 moment gets the same number.
 
-Traces carry it as the metadata event REFERENCE_EVENT per rank (`add_to_trace`;
-bench/_sim_accuracy_runs.py records it around every traced and timed run), and
+Traces carry it as the metadata event REFERENCE_EVENT per rank (`reference_event`): an
+app's --trace run times it on every rank before and after its iterations
+(apps/training.py; bench/_sim_accuracy_runs.py also times it around every timed run, and
+`add_to_trace` puts timings into a written trace), and
 strategy/calibration.py expresses a calibration's times relative to it (docs/simulator.md).
 """
 from __future__ import annotations
@@ -79,23 +81,33 @@ def reference_s(repeats: int = REPEATS) -> float:
     return statistics.median(times)
 
 
+def reference_event(record: dict, rank: int = 0) -> dict:
+    """Rank `rank`'s metadata event REFERENCE_EVENT of its reference timings `record` =
+    {"before_s", "after_s"} (reference_s() before and after its run); apps/training.py's
+    --trace runs write it (write_trace), add_to_trace puts it into a written trace."""
+    bad = [k for k in ("before_s", "after_s") if not (
+        isinstance(record.get(k), (int, float)) and not isinstance(record.get(k), bool)
+        and record[k] > 0)]
+    if bad:
+        raise ValueError(f"rank {rank}'s reference timings lack positive "
+                         f"{', '.join(bad)}: {record}")
+    return {"ph": "M", "pid": rank, "name": REFERENCE_EVENT,
+            "args": {"before_s": record["before_s"], "after_s": record["after_s"],
+                     "workload": WORKLOAD}}
+
+
 def add_to_trace(path: str, per_rank: list[dict]) -> None:
     """Write a run's reference timings into its trace file: per_rank[r] = {"before_s",
     "after_s"} (reference_s() on rank r before and after the run) becomes rank r's
-    metadata event REFERENCE_EVENT."""
-    for r, rec in enumerate(per_rank):
-        bad = [k for k in ("before_s", "after_s") if not (
-            isinstance(rec.get(k), (int, float)) and not isinstance(rec.get(k), bool)
-            and rec[k] > 0)]
-        if bad:
-            raise ValueError(f"add_to_trace: rank {r}'s reference timings lack positive "
-                             f"{', '.join(bad)}: {rec}")
+    metadata event REFERENCE_EVENT (replacing any the trace had)."""
+    try:
+        added = [reference_event(rec, r) for r, rec in enumerate(per_rank)]
+    except ValueError as e:
+        raise ValueError(f"add_to_trace: {e}") from None
     with open(path) as f:
         trace = json.load(f)
     events = [e for e in trace.get("traceEvents", []) if e.get("name") != REFERENCE_EVENT]
-    events += [{"ph": "M", "pid": r, "name": REFERENCE_EVENT,
-                "args": {"before_s": rec["before_s"], "after_s": rec["after_s"],
-                         "workload": WORKLOAD}} for r, rec in enumerate(per_rank)]
+    events += added
     trace["traceEvents"] = events
     with open(path, "w") as f:
         json.dump(trace, f)

@@ -86,6 +86,21 @@ def test_spread_is_run_to_run_or_the_interquartile_range_of_one_run():
     assert spread([[1.0, 2.0, 9.0], [3.0, 4.0, 5.0], [0.5, 1.5, 1.6]]) == (1.5, 4.0)
 
 
+def test_a_case_is_measured_by_its_runs_periods_where_they_recorded_them():
+    """AlexNet searched on 2 ranks (2026-12-05 06:40): rank 0's iterations alternate short
+    and long, their medians' median (8.0 ms) is not the runs' iteration; their periods are.
+    Collections without periods keep the medians' median."""
+    from bench.sim_accuracy import measurement, spread
+    runs = [[0.0078, 0.0144, 0.0070], [0.0073, 0.0080, 0.0159], [0.0097, 0.0255, 0.0192]]
+    old = {"measured_s": 0.0080, "runs_s": runs}
+    assert measurement(old) == (0.0080, spread(runs)) == (0.0080, (0.0078, 0.0192))
+    assert measurement(dict(old, periods_s=[0.0112, 0.0105, 0.0183])) == (
+        0.0112, (0.0105, 0.0183))
+    # one run: no run-to-run spread; its iterations' quartiles stand in
+    assert measurement({"measured_s": 0.0105, "runs_s": runs[:1], "periods_s": [0.0105]}) \
+        == (0.0105, spread(runs[:1]))
+
+
 def test_contention_since_is_wall_over_cpu_time():
     """(CPU + run-queue wait) / CPU of this thread, from /proc/self/schedstat."""
     from bench._sim_accuracy_runs import contention_since

@@ -1,0 +1,102 @@
+"""A run's period (apps/report.py Result.period_s): the timed iterations' wall time between
+a mark before and one after them, less the app's own work between steps, over their number;
+under MPI each mark after a barrier of every rank. A real 2-rank AlexNet --small run whose
+strategy leaves rank 1 working after rank 0's last node (every operator on device 1 but the
+loss on device 0: rank 0 computes the loss and its gradient, rank 1 the whole backward), with
+--trace: every rank's traced events (the last timed iteration, on the host's monotonic clock
+by their recorded origins) lie between rank 0's marks, and the period is the marks' span
+less the app's work over the iterations. An --trace run carries every rank's speed
+reference (strategy/speedref.py), which calibration sees."""
+import dataclasses
+import json
+import os
+import statistics
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+from mpi_launch import run_mpi  # noqa: E402
+from parallel_ops.config import ParallelConfig  # noqa: E402
+from strategy import files  # noqa: E402
+from strategy.costs.app_profile import load_app  # noqa: E402
+from strategy.speedref import REFERENCE_EVENT, trace_reference  # noqa: E402
+from taskrt import Machine  # noqa: E402
+from taskrt.trace import LOAD_EVENT  # noqa: E402
+
+SMALL = ["--small", "--batch-size", "8"]
+
+
+def loss_on_rank0(path: str) -> str:
+    """AlexNet on 2 devices: every operator on device 1, the loss on device 0."""
+    net = load_app("alexnet", SMALL, 2)
+    configs = {op.name: ParallelConfig((), (0 if op.name == "loss" else 1,))
+               for op in net.model.ops}
+    files.save(path, configs, net.model, Machine.local(2))
+    return path
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory):
+    out = tmp_path_factory.mktemp("period")
+    strategy = loss_on_rank0(str(out / "s.json"))
+    trace = str(out / "trace.json")
+    rc, text, _ = run_mpi(2, [os.path.join(HERE, "mpi_period.py"), str(out), "alexnet",
+                              *SMALL, "--iterations", "2", "--warmup", "1", "--quiet",
+                              "--strategy", strategy, "--trace", trace], timeout=300)
+    assert rc == 0, text
+    ranks = [json.load(open(out / f"rank{r}.json")) for r in range(2)]
+    return ranks, json.load(open(trace))
+
+
+def _span_of_rank(trace: dict, rank: int) -> tuple[float, float]:
+    """(first start, last end) of the rank's traced events on the host's monotonic clock."""
+    origin = next(e["args"]["clock_origin_s"] for e in trace["traceEvents"]
+                  if e.get("ph") == "M" and e.get("name") == LOAD_EVENT and e["pid"] == rank)
+    evs = [e for e in trace["traceEvents"] if e.get("ph") == "X" and e["pid"] == rank]
+    return (origin + min(e["ts"] for e in evs) / 1e6,
+            origin + max(e["ts"] + e["dur"] for e in evs) / 1e6)
+
+
+def test_a_two_rank_period_is_barrier_to_barrier_over_every_rank_s_iterations(two_ranks):
+    ranks, trace = two_ranks
+    spans = [_span_of_rank(trace, r) for r in range(2)]
+    assert spans[1][1] > spans[0][1]          # rank 1 works on after rank 0's last node
+    for mine in ranks:
+        assert len(mine["times"]) == 2
+        assert mine["period_s"] == pytest.approx(
+            (mine["timed_to"] - mine["timed_from"] - mine["besides_s"]) / 2, rel=1e-12)
+        assert 0 <= mine["besides_s"] < mine["timed_to"] - mine["timed_from"]
+        for first, last in spans:             # every rank's traced iteration, whole
+            assert mine["timed_from"] < first and last < mine["timed_to"]
+
+
+def test_an_app_s_trace_carries_every_rank_s_speed_reference(two_ranks):
+    ranks, trace = two_ranks
+    refs = [e for e in trace["traceEvents"] if e.get("name") == REFERENCE_EVENT]
+    assert sorted(e["pid"] for e in refs) == [0, 1]
+    for e in refs:
+        assert e["args"] == dict(ranks[e["pid"]]["speed_reference"], workload="torch-mix-1")
+    values = [v for r in ranks for v in r["speed_reference"].values()]
+    assert trace_reference(trace["traceEvents"]) == statistics.median(values)
+
+
+def test_one_process_s_period_and_its_trace_s_reference_reach_calibration(tmp_path):
+    """One process (2 logical devices): the same period, no barrier; the trace's speed
+    reference is what calibration puts the run at."""
+    from apps.common import run
+    from apps.rnnlm import APP as RNNLM
+    from strategy.calibration import calibrate, load_runs
+    from strategy.machines import DEVICE_SPECS, cluster_model
+    path = str(tmp_path / "t.json")
+    res = run(RNNLM, ["--small", "--iterations", "3", "--warmup", "1", "--quiet",
+                      "--devices-per-rank", "2", "--trace", path], out=None)
+    span = res.timed_to - res.timed_from
+    assert res.period_s == pytest.approx((span - res.besides_s) / 3, rel=1e-12)
+    assert sum(res.times) <= 3 * res.period_s < span      # the steps are inside it
+    ref = statistics.median(res.speed_reference.values())
+    assert load_runs([path])[0].reference_s == ref
+    base = cluster_model("one", dataclasses.replace(DEVICE_SPECS["P100"], kind="cpu"), 1)
+    assert calibrate([path], base)[2].reference_s == pytest.approx(ref)
