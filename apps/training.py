@@ -20,7 +20,7 @@ from parallel_ops import checkpoint
 from strategy import files as strategy_files
 from strategy.speedref import reference_event, reference_s
 from taskrt import Machine
-from taskrt.discovery import launched_by_mpi
+from taskrt.discovery import idle_barrier, launched_by_mpi
 from taskrt.trace import to_chrome
 
 from .app import App
@@ -145,24 +145,11 @@ def _timed_mark(trainer, mpi: bool, what: str) -> float:
     marks covers every rank's timed iterations whole (Result.period_s)."""
     if mpi:
         with _watched(trainer, what):
-            _idle_barrier(trainer.executor)
+            # sleeping while it waits (a blocking barrier spins: on ranks sharing cores the
+            # ranks done first would take time from those still in their last iteration);
+            # woken every <= 0.2 ms, a mark is at most that late
+            idle_barrier(comm_world(), max_delay=2e-4)
     return time.perf_counter()
-
-
-def _idle_barrier(executor) -> None:
-    """A barrier of every rank that waits as the executor's idle ranks do (taskrt's
-    IdleBackOff: yield the core, then sleep with back-off): MPI's blocking barrier spins,
-    and on ranks sharing cores the ranks done first would take time from those still
-    computing their last iteration."""
-    from taskrt.executor.policies import YIELD, IdleBackOff
-    req = comm_world().Ibarrier()
-    idle = IdleBackOff(executor.spin_s, executor.poll_max_s, time.perf_counter())
-    while not req.Test():
-        action, seconds = idle.idle(time.perf_counter())
-        if action == YIELD:
-            os.sched_yield()
-        else:
-            time.sleep(seconds)
 
 
 def _watched(trainer, what: str):
