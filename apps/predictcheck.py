@@ -1,30 +1,28 @@
 """--check-prediction N: after --search, train the searched strategy and data parallelism N
 iterations each (after one warm-up) on this job's devices and print, for both, the
-iteration time the search predicted and the one measured (median), so a user sees whether
-the prediction held before trusting it (docs/simulator.md). Every rank takes part."""
+iteration time the search predicted and the one measured (the period of the N iterations,
+as a run's: apps/report.py Result.period_s), so a user sees whether the prediction held
+before trusting it (docs/simulator.md). Every rank takes part."""
 from __future__ import annotations
-
-import statistics
-import time
 
 
 def measured_iteration(net, machine, configs, optimizer, seed: int, iterations: int,
                        mpi: bool) -> float:
-    """Median seconds of `iterations` training steps (after one warm-up) under configs."""
+    """Seconds per iteration of `iterations` training steps (after one warm-up) under
+    configs: their period, from a mark before the first to one after the last (under MPI
+    each after a barrier of every rank, so that it holds every rank's iterations whole),
+    over their number. The feeds are made before the first mark: the simulator predicts
+    the steps."""
     trainer = net.model.compile(machine, configs, optimizer,
                                 executor="mpi" if mpi else "local")
-    times = []
-    for it in range(1 + iterations):
-        feeds = net.synthetic(seed, it)
-        if mpi:
-            from taskrt.discovery import idle_barrier
-            from mpi4py import MPI
-            idle_barrier(MPI.COMM_WORLD)
-        t = time.perf_counter()
-        trainer.step(feeds)
-        if it:
-            times.append(time.perf_counter() - t)
-    return statistics.median(times)
+    feeds = [net.synthetic(seed, it) for it in range(1 + iterations)]
+    from .training import timed_mark
+    trainer.step(feeds[0])
+    t = timed_mark(trainer, mpi, "the barrier before the checked iterations")
+    for f in feeds[1:]:
+        trainer.step(f)
+    end = timed_mark(trainer, mpi, "the barrier after the checked iterations")
+    return (end - t) / iterations
 
 
 def check_prediction(setup, optimizer, say) -> list[tuple[str, float | None, float]]:
@@ -40,7 +38,7 @@ def check_prediction(setup, optimizer, say) -> list[tuple[str, float | None, flo
         m = measured_iteration(net, machine, configs, optimizer(a), a.seed,
                                a.check_prediction, setup.mpi)
         rows.append((name, predicted, m))
-    say(f"prediction check ({a.check_prediction} iterations each, median):")
+    say(f"prediction check ({a.check_prediction} iterations each, their period):")
     for name, p, m in rows:
         if p is not None:
             say(f"  {name:<14} predicted {1e3 * p:9.2f} ms  measured {1e3 * m:9.2f} ms  "

@@ -95,7 +95,7 @@ def run(app: App, argv=None, out=...) -> Result:
         t = time.perf_counter()
         feeds = data.train_batch(it) if data else net.synthetic(a.seed, it)
         if it == timed_from:
-            res.timed_from = _timed_mark(trainer, mpi, "the barrier before the timed iterations")
+            res.timed_from = timed_mark(trainer, mpi, "the barrier before the timed iterations")
         elif it > timed_from:
             res.besides_s += time.perf_counter() - t
         t = time.perf_counter()
@@ -125,7 +125,7 @@ def run(app: App, argv=None, out=...) -> Result:
             say(f"iter {it + 1:>{len(str(total))}}/{total} {_bar(it + 1, total)} "
                 f"{1e3 * dt:8.1f} ms  {sps:9.1f} samples/s ({sps / len(machine):.1f}/device)  "
                 f"loss {loss:.5f}{acc}{tag}")
-    res.timed_to = _timed_mark(trainer, mpi, "the barrier after the timed iterations")
+    res.timed_to = timed_mark(trainer, mpi, "the barrier after the timed iterations")
     res.period_s = (res.timed_to - res.timed_from - res.besides_s) / len(res.times)
     if a.trace:
         res.speed_reference = {"before_s": speed_before, "after_s": reference_s()}
@@ -139,7 +139,7 @@ def run(app: App, argv=None, out=...) -> Result:
     return res
 
 
-def _timed_mark(trainer, mpi: bool, what: str) -> float:
+def timed_mark(trainer, mpi: bool, what: str) -> float:
     """The clock (perf_counter) at an end of the timed iterations: under MPI once every
     rank got there (a barrier, in the watchdog's guard), so that the time between the two
     marks covers every rank's timed iterations whole (Result.period_s)."""

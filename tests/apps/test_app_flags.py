@@ -269,7 +269,7 @@ def test_check_prediction_runs_searched_and_data_parallel(capsys):
                               "--search-proposals", "20", "--check-prediction", "1",
                               "--iterations", "1", "--warmup", "0", "--quiet"])
     out = capsys.readouterr().out
-    assert "prediction check (1 iterations each, median):" in out
+    assert "prediction check (1 iterations each, their period):" in out
     assert "searched       predicted" in out and "data parallel  predicted" in out
     assert "than data parallel: " in out
     assert res.iteration_time > 0
