@@ -21,7 +21,9 @@ class and device determine is computed once per such key (strategy/readgroups.py
 strategy/taskgroups.py). No per-node Python runs for the
 groups a change did not touch, and the result is by construction what a full
 simulation of the new graph gives (tests/strategy/test_delta.py checks it). The TaskGraph
-object view (`graph`) is built only when asked for.
+object view (`graph`) is built only when asked for. change_timed() stops before the memory
+peak (the search rejects most proposals on their time alone: strategy/search.py, "Memory
+last"); complete() computes it, undo() takes the change back without it.
 """
 from __future__ import annotations
 
@@ -93,6 +95,8 @@ class SimulationSession:
             self._reset_tables()
             self._graph = None
             self._undo: tuple | None = None       # what change() replaced, for undo()
+            # change_timed's graph until complete(): (touched, start, end, busy, run)
+            self._pending: tuple | None = None
             self.result = self._simulate(None)
 
     def _reset_tables(self) -> None:
@@ -149,6 +153,33 @@ class SimulationSession:
         gives, with the regions they touch re-planned once and one simulation (a pair move's
         two neighbours share their tensor's regions). `undo()` takes them all back. On an
         error the session is as before."""
+        self._change_all(changes, True)
+        return self.result
+
+    def change_timed(self, changes) -> float:
+        """change_all(changes) but for the memory peak: the new graph's span (when its last
+        node ends: its makespan when it fits in memory; strategy/search.py's rank is never
+        below it). complete() then gives the SimResult change_all gives (its peak computed
+        then), or undo() takes the change back (the peak never computed: most proposals of
+        a search are rejected on their time alone). Until one of the two, `result` is
+        None."""
+        self._change_all(changes, False)
+        start, end = self._pending[1], self._pending[2]
+        return float(np.max(end)) if len(end) else 0.0
+
+    def complete(self) -> SimResult:
+        """The SimResult of the graph change_timed made (its memory peak computed now, as
+        change_all computes it); the current result when no change waits for it."""
+        if self._pending is not None:
+            touched, start, end, busy, run = self._pending
+            self._pending = None
+            with gc_paused():
+                memory = self._memory(touched, start, end)
+            self.result = result_of(self.machine_model, start, end, busy, memory, run)
+        return self.result
+
+    def _change_all(self, changes, memory: bool) -> None:
+        self.complete()            # (a change_timed not completed nor undone: its peak)
         lowering = self.lowering
         olds = [(name, lowering.configs[name], lowering.parts[name]) for name, _ in changes]
         if len({name for name, _, _ in olds}) != len(olds):
@@ -175,22 +206,22 @@ class SimulationSession:
                 self._replaced = state.blocks
                 self._checkpoints.before = None
                 try:
-                    self.result = self._simulate(touched)
+                    self.result = self._simulate(touched, memory)
                 finally:
                     self._replaced = None
                 state.checkpoints = self._checkpoints.before
             except BaseException:
+                self._pending = None
                 self._restore(before, replaced)
                 raise
         self._undo = before[:5] + (state,)
-        return self.result
 
     def undo(self) -> SimResult:
         """Take back the last change() or change_all(): the plan, result and configs before
         it."""
         if self._undo is None:
             raise ValueError("SimulationSession.undo: no change to take back (one level).")
-        before, self._undo = self._undo, None
+        before, self._undo, self._pending = self._undo, None, None
         with gc_paused():
             self._restore(before, True)
         return self.result
@@ -365,7 +396,9 @@ class SimulationSession:
                 for written in s.reads_of_writers:
                     del writers[written][s]
 
-    def _simulate(self, touched) -> SimResult:
+    def _simulate(self, touched, memory: bool = True) -> SimResult | None:
+        """The current graph's SimResult; without `memory`, None, its timeline kept for
+        complete() (self._pending)."""
         if len(self._buffers) > 4 * self._live_nodes + self.planner.memo.nodes + TABLE_SLACK:
             self._reset_tables()
             touched = None
@@ -393,6 +426,9 @@ class SimulationSession:
                                          asm.pred_ptr, asm.preds, self.resources, host,
                                          self.timer.ready_order, self._checkpoints,
                                          self._first_changed)
+        if not memory:
+            self._pending = (touched, start, end, busy, run)
+            return None
         memory = self._memory(touched, start, end)
         return result_of(self.machine_model, start, end, busy, memory, run)
 

@@ -68,6 +68,17 @@ accepts only steps that are not up, and most of its proposals (MEMORY_MOVE) are 
 the memory (strategy/moves.py `shard_move`: split finer the weights of an operator drawn by
 its weights' bytes on the fullest device); once in memory it is MCMC again.
 
+Memory last. A strategy's rank is never below its span (when its last node ends), and
+the chance that the Metropolis rule takes a step up only falls as the step grows; so an
+in-memory chain times a delta proposal first (SimulationSession.change_timed) and, when
+its span is above the current rank, makes the rule's draw: if the draw rejects the span,
+it rejects any rank at or above it, and the change is undone without its memory peak;
+else the peak is computed (complete()) and the same draw decides on the rank. Such a
+proposal is remembered by its span, a lower bound, and decided the same way when proposed
+again (simulated again only when the bound does not decide it). The draws, decisions and
+chain are those of a search that computes every peak (tests/strategy/test_memory_last.py);
+Inception-v3 @16 skips the peak for about half its proposals.
+
 Recomputation. With `recompute` (named plans of activation-recomputation segments,
 parallel_ops/recompute.py, e.g. {"none": [], "full": one segment per block}), each candidate
 is simulated under every plan and its chain starts under the best one (the fastest that
@@ -132,6 +143,7 @@ from .delta import SimulationSession
 from .explain import Breakdown
 from .moves import RecomputeUnits, exchange_move, pair_move, shard_move
 from .search_budget import Budget
+from .search_changes import SessionChanges
 from .search_result import CandidateRun, SearchResult
 from .space import SearchSpace
 
@@ -151,8 +163,11 @@ MIN_PROPOSALS = 50           # the stop rule waits for this many proposals, or o
                              # searchable operator when there are more
 
 
-class Search:
+class Search(SessionChanges):
     """One search: candidates, chains, the best strategy so far and its bookkeeping."""
+
+    memory_last = True     # a delta proposal's memory peak only when its time is not
+    #                        rejected already (module doc, "Memory last")
 
     def __init__(self, model, machine_model, costs, *, optimizer=None, seed: int = 0,
                  expert: dict | None = None, random_starts: int = 1,
@@ -201,6 +216,8 @@ class Search:
         # (makespan, rank), or None for one the runtime could not plan.
         self.known: dict = {}
         self.simulated = 0
+        # proposals decided on a remembered bound of their rank / simulated again to learn it
+        self.bounded = self.resimulated = 0
         self.gc_every = self.next_gc = self.next_freeze = GC_EVERY    # see _collect
         self.gc_window = False        # frozen for a due collection, GC_WINDOW simulations on
         # Session builds and changes, their CPU seconds (module doc, "Session builds")
@@ -399,7 +416,7 @@ class Search:
             move = self._propose(session, fits, self._can_build(budget))
             run.proposals += 1
             budget.used += 1
-            new_key, known = key, ()
+            new_key, known, draw, resolving = key, (), None, False
             if move[0] != "recompute":
                 changes = move[1] if move[0] == "group" else [move[1:3]]
                 for op_name, cfg in changes:
@@ -407,20 +424,43 @@ class Search:
                 if move[0] == "pair":
                     new_key ^= hash((move[3], session.configs[move[3]])) \
                         ^ hash((move[3], move[4]))
+                    changes = changes + [move[3:5]]
                 known = self.known.get((new_key, self.state), ())
-                if known is None or (known and not self._accept(known[1], cur, fits,
-                                                                cooling)):
+                if known and known[0] is None:      # a lower bound of its rank (below)
+                    known, draw = (), self._bound_draw(known[1], cur, fits, cooling)
+                    resolving = True        # simulated again, if at all, to know its rank
+                    if draw is False:
+                        run.known += 1      # rejected on its time before, and now
+                        self.bounded += 1
+                        continue
+                elif known is None or (known and not self._accept(known[1], cur, fits,
+                                                                  cooling)):
                     run.known += 1      # unplannable, or simulated before and rejected now
                     continue
-            self.simulated += 1
-            if self.simulated >= self.next_freeze:
-                self._collect()
+            # Rejected on its time alone (module doc, "Memory last"): what the rank would
+            # reject, whatever the memory peak adds to it, is undone without computing it.
+            timed = self.memory_last and self.delta and fits and not known and \
+                not resolving and move[0] != "recompute" and \
+                hasattr(session, "change_all") and hasattr(session, "change_timed")
+            if not resolving:
+                self.simulated += 1
+                if self.simulated >= self.next_freeze:
+                    self._collect()
             before = session, self.state
             try:
                 if move[0] == "recompute":      # a new session: the old one is the undo
                     session = self._session(session.configs,
                                              [self.units.toggle(self.state, move[1])])
                     result = session.result
+                elif timed:
+                    span = self._change_timed(session, changes)
+                    if span > cur:
+                        draw = self._bound_draw(span, cur, fits, cooling)
+                        if draw is False:
+                            self.known[new_key, self.state] = (None, span)
+                            self._back_to(before, move, session)
+                            continue
+                    result = self._complete(session)
                 elif self.delta and move[0] == "pair":
                     result = self._change_pair(session, move)
                 elif self.delta and move[0] == "group":
@@ -445,7 +485,11 @@ class Search:
                 continue
             if move[0] != "recompute":
                 self.known[new_key, self.state] = (t, r)
-            if known or self._accept(r, cur, fits, cooling):   # known: accepted above
+            if draw is not None:                # drawn on a lower bound of r, above
+                accepted = math.isfinite(r) and draw < self._odds(r, cur, cooling)
+            else:                               # known: accepted above
+                accepted = bool(known) or self._accept(r, cur, fits, cooling)
+            if accepted:
                 cur, fits, key = r, result.valid, new_key
                 self.known.setdefault((key, self.state), (t, r))   # a recomputation move
                 run.accepted += 1
@@ -457,6 +501,12 @@ class Search:
                     best_at_t, best_at_p = _clock() - t0, run.proposals
             else:
                 session = self._back_to(before, move, session)
+            if resolving:       # counted as a known proposal always was: simulated when
+                if accepted:    # accepted, known when rejected
+                    self.simulated += 1
+                else:
+                    run.known += 1
+                    self.resimulated += 1
             now = _clock()
             if self.progress is not None and now - last_report >= self.progress_every:
                 last_report = now
@@ -468,69 +518,6 @@ class Search:
         run.over_bytes = max(session.result.over_capacity.values(), default=0)
         self.last_session = session
         return run
-
-    def _reach(self, strategy) -> SimulationSession | None:
-        """The last chain's session changed, operator by operator, to `strategy` (every
-        operator it does not name data parallel), when that costs less CPU time than a
-        session build by the measured means; else None (module doc, "Session builds")."""
-        session = self.last_session
-        if session is None or self.units is not None or not self.delta \
-                or not self.change_count:
-            return None
-        try:
-            target = resolve_configs(self.model, strategy, self.machine_model.taskrt_machine())
-        except ConfigError:
-            return None
-        todo = [(name, cfg) for name, cfg in target.items() if session.configs[name] != cfg]
-        if not self._cheaper_by_changes(len(todo)):
-            return None
-        self.last_session = None
-        try:
-            for name, cfg in todo:
-                self._change(session, name, cfg)
-        except (ConfigError, PlanError):
-            return None
-        self.reached += 1
-        return session
-
-    def _cheaper_by_changes(self, n: int) -> bool:
-        """Whether n changes cost less CPU time than a session build, by the means so far."""
-        return n * self.change_cpu / self.change_count < self.build_cpu / self.build_count
-
-    def _change(self, session, name: str, cfg, *more):
-        """session.change (change_all with the (name, cfg) in `more`), its CPU time counted."""
-        t = time.process_time()
-        result = session.change_all([(name, cfg), *more]) if more else session.change(name, cfg)
-        self.change_cpu += time.process_time() - t
-        self.change_count += 1 + len(more)
-        return result
-
-    def _change_pair(self, session, move: tuple):
-        """Two operators changed (a pair move): at once where the session can, else in turn."""
-        _, a, cfg_a, b, cfg_b, old_a = move
-        if hasattr(session, "change_all"):
-            return self._change(session, a, cfg_a, (b, cfg_b))
-        self._change(session, a, cfg_a)
-        try:
-            return self._change(session, b, cfg_b)
-        except (ConfigError, PlanError):
-            self._change(session, a, old_a)
-            raise
-
-    def _change_group(self, session, move: tuple):
-        """Several operators changed (an exchange move): at once where the session can, else
-        in turn, those made before a failing one changed back."""
-        _, changes, olds = move
-        if hasattr(session, "change_all"):
-            return self._change(session, *changes[0], *changes[1:])
-        for k, (name, cfg) in enumerate(changes):
-            try:
-                result = self._change(session, name, cfg)
-            except (ConfigError, PlanError):
-                for (done, _), was in zip(changes[:k], olds[:k]):
-                    self._change(session, done, was)
-                raise
-        return result
 
     def _collect(self) -> None:
         """Freeze the heap (module doc). A collection that is due waits GC_WINDOW
@@ -555,27 +542,21 @@ class Search:
         """The Metropolis rule on ranks: out of memory the chain only goes downhill (into
         memory); in memory, a step `r - cur` seconds up is taken with exp(-beta * that)."""
         return r <= cur or (fits and math.isfinite(r) and
-                            self.rng.random() < math.exp(-self.beta / cooling * (r - cur)))
+                            self.rng.random() < self._odds(r, cur, cooling))
 
-    def _back_to(self, before: tuple, move: tuple, session=None):
-        """Take back a rejected or failed move (`session`: the one it made, None when it
-        failed); returns the session of before."""
-        old, state = before
-        if move[0] == "recompute":
-            self.state = state
-            if self.units is not None:
-                set_recompute(self.model, self.units.segments(state))
-        elif session is not None and self.delta:
-            session.undo()            # a failed change() leaves the session as it was
-            if not hasattr(session, "change_all"):        # one level of undo: re-done
-                if move[0] == "pair":
-                    self._change(session, move[1], move[5])
-                elif move[0] == "group":
-                    for (name, _), was in zip(move[1][:-1], move[2][:-1]):
-                        self._change(session, name, was)
-        elif not self.delta:
-            old = self._session(old.configs)
-        return old
+    def _odds(self, r: float, cur: float, cooling: float) -> float:
+        """The probability that the Metropolis rule takes a step `r - cur` up."""
+        return math.exp(-self.beta / cooling * (r - cur))
+
+    def _bound_draw(self, lower: float, cur: float, fits: bool, cooling: float):
+        """For a proposal whose rank is `lower` or more: False when _accept rejects it
+        whatever its rank (its draw says no even at `lower`: the odds only fall as the rank
+        rises); else the draw _accept makes for it (None where it makes none: `lower` not
+        above `cur`, out of memory, not finite), which then decides on its rank."""
+        if not fits or lower <= cur or not math.isfinite(lower):
+            return None
+        draw = self.rng.random()
+        return False if draw >= self._odds(lower, cur, cooling) else draw
 
     def _offer(self, t: float, session, budget: Budget) -> None:
         if t < self.best or self.best_configs is None:

@@ -84,6 +84,9 @@ class ChangeByChange(SimulationSession):
 
 def test_search_with_pairs_at_once_follows_the_same_trajectory(monkeypatch):
     monkeypatch.setattr(search_mod, "PAIR_MOVE", 0.9)
+    # every simulation's result is logged: each computes its memory peak (memory last,
+    # which skips it for proposals rejected on their time, has tests/strategy/test_memory_last.py)
+    monkeypatch.setattr(search_mod.Search, "memory_last", False)
     seen = {}
     ranked = search_mod.ranked
 

@@ -1,0 +1,105 @@
+"""Memory last (strategy/search.py's module doc): a delta change timed before its memory peak
+(SimulationSession.change_timed) gives change_all's span, complete() gives change_all's
+SimResult, and undo() after it leaves the session as change_all + undo would (the regions'
+buffers of a peak never computed are not left behind); a search that skips the peak of the
+proposals its time rejects walks the very chain of one that computes every peak, with fewer
+peaks computed, on a machine where memory rejects strategies."""
+import random
+import warnings
+
+import numpy as np
+import pytest
+
+import strategy.delta as delta_module
+from parallel_ops import SGD
+from strategy.costs import CostModel
+from strategy.delta import SimulationSession
+from strategy.machine_model import machine_model
+from strategy.search import Search
+from strategy.simulator import simulate
+
+from mpi.models import cnn, lstm_model, random_strategy
+from sim_graphs import lab
+
+warnings.simplefilter("ignore")       # analytic-cost fallback warnings
+pytestmark = pytest.mark.filterwarnings("ignore::strategy.costs.CostWarning")
+
+
+def _same_result(got, want, where):
+    assert got.makespan == want.makespan, where
+    assert np.array_equal(got.start, want.start), where
+    assert np.array_equal(got.end, want.end), where
+    assert got.memory == want.memory, where
+    assert got.over_capacity == want.over_capacity, where
+
+
+@pytest.mark.parametrize("build", [cnn, lstm_model], ids=["cnn", "lstm"])
+def test_a_timed_change_completes_or_undoes_as_change_all(build):
+    model, _ = build()
+    mm = machine_model("p100:1")
+    start = random_strategy(model, 4, seed=3)
+    timed = SimulationSession(model, mm, CostModel(), dict(start))
+    whole = SimulationSession(model, mm, CostModel(), dict(start))
+    rng = random.Random(11)
+    names = [op.name for op in model.ops]
+    for step in range(12):
+        changes = [(name, random_strategy(model, 4, seed=200 + step)[name])
+                   for name in rng.sample(names, 1 + step % 2)]
+        span = timed.change_timed(changes)
+        want = whole.change_all(changes)
+        where = f"step {step}: {[name for name, _ in changes]}"
+        assert span == want.span and timed.result is None, where
+        if step % 3 == 0:                   # accepted: its peak computed, kept
+            _same_result(timed.complete(), want, where)
+        else:                               # rejected on its time: undone without a peak
+            _same_result(timed.undo(), whole.undo(), where)
+        assert timed.configs == whole.configs, where
+    _same_result(timed.result, whole.result, "the end")
+    full = simulate(timed.graph, mm, CostModel())
+    assert timed.result.memory == full.memory and timed.result.makespan == full.makespan
+
+
+def _tight_machine():
+    """The 4-device lab machine with room for data parallelism of the cnn, not for its
+    operators all on one device: some proposals do not fit."""
+    model = cnn(batch=8)[0]
+    roomy = lab(uniform=True)
+    dp = SimulationSession(model, roomy, CostModel(), None, SGD(lr=0.1)).result
+    one = SimulationSession(model, roomy, CostModel(),
+                            {op.name: random_strategy(model, 1, seed=0)[op.name]
+                             for op in model.ops}, SGD(lr=0.1)).result
+    capacity = (max(dp.memory.values()) + max(one.memory.values())) // 2
+    assert max(dp.memory.values()) < capacity < max(one.memory.values())
+    return model, lab(uniform=True, capacity=capacity)
+
+
+def test_a_search_skipping_peaks_walks_the_chain_that_computes_them(monkeypatch):
+    model, mm = _tight_machine()
+    peaks = []
+    real = delta_module.SimulationSession._memory
+
+    def counted(self, touched, start, end):
+        peaks.append(1)
+        return real(self, touched, start, end)
+    monkeypatch.setattr(delta_module.SimulationSession, "_memory", counted)
+    runs = {}
+    for memory_last in (True, False):
+        peaks.clear()
+        s = Search(model, mm, CostModel(), seed=4, optimizer=SGD(lr=0.1), random_starts=1)
+        s.memory_last = memory_last
+        result = s.run(proposals=400)
+        runs[memory_last] = (result, len(peaks), s)
+    (lazy, lazy_peaks, s), (every, every_peaks, _) = runs[True], runs[False]
+    assert lazy.configs == every.configs and lazy.predicted == every.predicted
+    assert [(c.name, c.proposals, c.accepted, c.improved, c.known, c.failed)
+            for c in lazy.candidates] == \
+        [(c.name, c.proposals, c.accepted, c.improved, c.known, c.failed)
+         for c in every.candidates]
+    assert [h[1:3] for h in lazy.history] == [h[1:3] for h in every.history]
+    assert lazy.simulated == every.simulated
+    # Memory mattered (strategies over capacity were met), and peaks were skipped.
+    assert any(v is not None and v[1] > 1e6 for v in s.known.values())
+    assert any(v is not None and v[0] is None for v in s.known.values())
+    assert lazy_peaks < every_peaks
+    # Strategies rejected on their time were proposed again and decided on that bound.
+    assert s.bounded > 0
