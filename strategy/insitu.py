@@ -273,9 +273,15 @@ def price_unseen_by_operator(profile: Profile, base: Profile, seen: set) -> int:
     return lowered
 
 
+# How far beyond its operator's timed shapes' bytes per FLOP a shape's is before their FLOPs
+# no longer bound it (beyond_timed_bytes).
+BEYOND_TIMED_BYTES = 2.0
+
+
 def beyond_timed_bytes(work, points, two_term) -> bool:
-    """Whether a shape moves more bytes per FLOP than any of its operator's timed shapes
-    (`points`: (size, work, FLOPs, bytes) each) while their line prices no bytes
+    """Whether a shape moves more than BEYOND_TIMED_BYTES times the bytes per FLOP of any of
+    its operator's timed shapes (`points`: (size, work, FLOPs, bytes) each) while their
+    line prices no bytes
     (`two_term` None, or its per-byte term 0): then the timed shapes say nothing about the
     shape's copies, and a bound from their FLOPs is an extrapolation. AlexNet's first
     convolution with a quarter of its output channels a device (parameter parallel on 4
@@ -283,7 +289,7 @@ def beyond_timed_bytes(work, points, two_term) -> bool:
     alike for the line to tell bytes from FLOPs) was bounded at 0.85-1.04 ms of work; its
     fastest repeat alone took 2.0-2.6 ms, its events in situ 2.5-3.3 ms."""
     timed = [b / f for _, _, f, b in points if f > 0]
-    if not timed or work.bytes / work.flops <= max(timed):
+    if not timed or work.bytes / work.flops <= BEYOND_TIMED_BYTES * max(timed):
         return False
     return two_term is None or two_term[2] <= 0
 
