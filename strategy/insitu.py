@@ -234,8 +234,9 @@ def price_unseen_by_operator(profile: Profile, base: Profile, seen: set) -> int:
     than the timed ones takes longer than its FLOPs say (AlexNet's first convolution with 2
     output channels a device, parameter parallel on 1 x 4: 2.3-2.4 ms a node in situ, 2.6
     ms alone, its im2col reading the whole 6.2 MB input for a quarter of the FLOPs of the
-    timed 8-channel shapes; bounded by FLOPs at 0.78-0.86 ms). Returns how many keys it
-    lowered."""
+    timed 8-channel shapes; bounded by FLOPs at 0.78-0.86 ms). Where they cannot tell
+    bytes from FLOPs, a shape moving more bytes per FLOP than any of them is not bounded
+    (beyond_timed_bytes). Returns how many keys it lowered."""
     groups: dict = {}
     for key in sorted(seen, key=repr):         # the same points in every process
         w = base.work.get(key) or profile.work.get(key)
@@ -263,11 +264,34 @@ def price_unseen_by_operator(profile: Profile, base: Profile, seen: set) -> int:
         if w.flops > 0 and two_term[key[0]] is not None:
             a, b, c = two_term[key[0]]
             bound = max(bound, a + b * w.flops + c * w.bytes)
+        if w.flops > 0 and beyond_timed_bytes(w, points, two_term[key[0]]):
+            continue
         if 0 < bound < m.seconds:
             r = bound / m.seconds
             profile.add(key, "cpu", Measurement(bound, m.repeats, m.min_s * r, m.max_s * r))
             lowered += 1
     return lowered
+
+
+# How far beyond its operator's timed shapes' bytes per FLOP a shape's is before their FLOPs
+# no longer bound it (beyond_timed_bytes).
+BEYOND_TIMED_BYTES = 2.0
+
+
+def beyond_timed_bytes(work, points, two_term) -> bool:
+    """Whether a shape moves more than BEYOND_TIMED_BYTES times the bytes per FLOP of any of
+    its operator's timed shapes (`points`: (size, work, FLOPs, bytes) each) while their
+    line prices no bytes
+    (`two_term` None, or its per-byte term 0): then the timed shapes say nothing about the
+    shape's copies, and a bound from their FLOPs is an extrapolation. AlexNet's first
+    convolution with a quarter of its output channels a device (parameter parallel on 4
+    ranks: 45 MFLOP, 6.4 MB, 0.14 bytes a FLOP where the timed shapes moved 0.04-0.05, too
+    alike for the line to tell bytes from FLOPs) was bounded at 0.85-1.04 ms of work; its
+    fastest repeat alone took 2.0-2.6 ms, its events in situ 2.5-3.3 ms."""
+    timed = [b / f for _, _, f, b in points if f > 0]
+    if not timed or work.bytes / work.flops <= BEYOND_TIMED_BYTES * max(timed):
+        return False
+    return two_term is None or two_term[2] <= 0
 
 
 def flops_and_bytes(points) -> tuple | None:

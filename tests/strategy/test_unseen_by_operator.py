@@ -80,3 +80,26 @@ def test_a_shape_moving_more_bytes_per_flop_is_bounded_by_flops_and_bytes():
     assert prof.get((op, ("bytes",)), "cpu").seconds == pytest.approx(work_s(2e6, 2e6),
                                                                       rel=1e-6)
     assert prof.get((op, ("flops",)), "cpu").seconds > work_s(16e6, 1e5)
+
+
+def test_a_shape_beyond_the_timed_bytes_per_flop_keeps_its_price_where_bytes_are_not_priced():
+    """The timed shapes move 0.04-0.047 bytes a FLOP and take 10 us + 1 us per MFLOP: their
+    line cannot tell bytes from FLOPs and prices none. A shape of 45 MFLOP moving 6.4 MB
+    (0.14 bytes a FLOP: AlexNet's first convolution with a few output channels a device,
+    im2col reading the whole input) keeps its profiler price (2.5 ms) instead of the 55 us
+    its FLOPs give; shapes of the same FLOPs within the timed bytes per FLOP, or near them
+    (3 MB: 1.5x the timed most), are bounded."""
+    def work_s(f, b):
+        return 1e-5 + 1e-6 * f / 1e6
+    op = ("conv2d", (), "fwd")
+    shapes = [(8e6, 0.32e6), (16e6, 0.7e6), (32e6, 1.4e6), (64e6, 2.9e6), (48e6, 2.0e6)]
+    base, prof, seen = _timed_shapes(op, shapes, work_s)
+    for name, (f, b) in (("beyond", (45e6, 6.4e6)), ("within", (45e6, 2.0e6)),
+                         ("near", (45e6, 3.0e6))):
+        k = (op, (name,))
+        base.add(k, "cpu", Measurement(2.5e-3, 5, 2.5e-3, 2.5e-3), Work(f, b))
+        prof.add(k, "cpu", Measurement(2.5e-3, 5, 2.5e-3, 2.5e-3))
+    assert price_unseen_by_operator(prof, base, seen) == 2
+    assert prof.get((op, ("beyond",)), "cpu").seconds == pytest.approx(2.5e-3)
+    for name in ("within", "near"):
+        assert prof.get((op, (name,)), "cpu").seconds == pytest.approx(work_s(45e6, 0))
