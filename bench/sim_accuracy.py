@@ -60,6 +60,7 @@ import time
 
 from bench._sim_accuracy_runs import (STRATEGIES, app_argv, apps_of_devices, collect,
                                       layouts, trace_files)
+from bench._sim_accuracy_traced import traced_rows, traced_span
 
 FOLDS = (("data", "attribute", "random0"), ("parameter", "operation", "random1", "searched"))
 DATA_ENV = "SIM_ACCURACY_DATA"    # a folder: keep the collected runs there, or reuse them
@@ -291,6 +292,7 @@ def analyse(folder: str, data: dict) -> dict:
                                    wakeups=False, traced=True)  # work: not the ranks' sleeps,
                     # every node, as the traced runs whose CPU it is compared with
                     cpu = traced_cpu(trace_files(traces, a, strategy))
+                    span = traced_span(trace_files(traces, a, strategy))
                     m, spread_s = measurement(c)
                     # at the load the OS counted during the measurement's runs
                     at_load = None
@@ -322,7 +324,7 @@ def analyse(folder: str, data: dict) -> dict:
                         "load": c.get("load"), "at_load_s": at_load,
                         "contention": c.get("contention"),
                         "calibration_contention": fit.contention,
-                        "work_s": work, "traced_cpu_s": cpu,
+                        "work_s": work, "traced_cpu_s": cpu, "traced_span_s": span,
                         "judged_data_s": judged_data,
                         "reference_s": case_reference(c),
                         "calibration_reference_s": at_speed and at_speed.reference_s,
@@ -538,6 +540,7 @@ def report(cases: list[dict], timing: dict, machines: dict, quick: bool,
                 else "all")] if with_load else []),
             *reference_rows(cases),
             *work_rows(cases),
+            *traced_rows(cases, layout_text),
             ("calibrated without the iteration factor: median / worst error",
              f"{100 * plain['median_error']:.1f}% / {100 * plain['worst_error']:.1f}%",
              "host costs and in-situ task times only; factors fitted: " +
