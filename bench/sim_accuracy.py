@@ -45,7 +45,8 @@ measured (spread), error), and the ordering of every pair of strategies of one a
 layout whose measured medians differ by more than the sum of their spreads; the searched
 strategy against data parallel, and as a search on a calibrated machine keeps one of them
 (apps/judge.py: the calibration of the fold holding data parallel predicts both, the faster
-is kept: `judged_data_s` of the searched case) and how the kept one ran;
+is kept: `judged_data_s` of the searched case) and how the kept one ran; each case's traced
+iterations over its measured period (what tracing costs: bench/_sim_accuracy_traced.py);
 `results["cases"]` lists every case. With SIM_ACCURACY_DATA=FOLDER the strategies, traces
 and measurements are kept there (an interrupted collection resumes layout by layout), and a
 folder holding a finished collection is analysed again without running anything.
