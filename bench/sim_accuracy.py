@@ -45,7 +45,8 @@ measured (spread), error), and the ordering of every pair of strategies of one a
 layout whose measured medians differ by more than the sum of their spreads; the searched
 strategy against data parallel, and as a search on a calibrated machine keeps one of them
 (apps/judge.py: the calibration of the fold holding data parallel predicts both, the faster
-is kept: `judged_data_s` of the searched case) and how the kept one ran;
+is kept: `judged_data_s` of the searched case) and how the kept one ran; each case's traced
+iterations over its measured period (what tracing costs: bench/_sim_accuracy_traced.py);
 `results["cases"]` lists every case. With SIM_ACCURACY_DATA=FOLDER the strategies, traces
 and measurements are kept there (an interrupted collection resumes layout by layout), and a
 folder holding a finished collection is analysed again without running anything.
@@ -60,6 +61,7 @@ import time
 
 from bench._sim_accuracy_runs import (STRATEGIES, app_argv, apps_of_devices, collect,
                                       layouts, trace_files)
+from bench._sim_accuracy_traced import traced_rows, traced_span
 
 FOLDS = (("data", "attribute", "random0"), ("parameter", "operation", "random1", "searched"))
 DATA_ENV = "SIM_ACCURACY_DATA"    # a folder: keep the collected runs there, or reuse them
@@ -291,6 +293,7 @@ def analyse(folder: str, data: dict) -> dict:
                                    wakeups=False, traced=True)  # work: not the ranks' sleeps,
                     # every node, as the traced runs whose CPU it is compared with
                     cpu = traced_cpu(trace_files(traces, a, strategy))
+                    span = traced_span(trace_files(traces, a, strategy))
                     m, spread_s = measurement(c)
                     # at the load the OS counted during the measurement's runs
                     at_load = None
@@ -322,7 +325,7 @@ def analyse(folder: str, data: dict) -> dict:
                         "load": c.get("load"), "at_load_s": at_load,
                         "contention": c.get("contention"),
                         "calibration_contention": fit.contention,
-                        "work_s": work, "traced_cpu_s": cpu,
+                        "work_s": work, "traced_cpu_s": cpu, "traced_span_s": span,
                         "judged_data_s": judged_data,
                         "reference_s": case_reference(c),
                         "calibration_reference_s": at_speed and at_speed.reference_s,
@@ -538,6 +541,7 @@ def report(cases: list[dict], timing: dict, machines: dict, quick: bool,
                 else "all")] if with_load else []),
             *reference_rows(cases),
             *work_rows(cases),
+            *traced_rows(cases, layout_text),
             ("calibrated without the iteration factor: median / worst error",
              f"{100 * plain['median_error']:.1f}% / {100 * plain['worst_error']:.1f}%",
              "host costs and in-situ task times only; factors fitted: " +

@@ -261,3 +261,25 @@ def test_report_gives_the_errors_with_the_speed_reference_beside_today_s():
     bare = report([case("a", 1, "x", 1.0, 1.1, 0.01, 1.0)], {}, {}, quick=True)
     assert not any(m.startswith("with the speed reference") for m, _, _ in bare["rows"])
     assert bare["results"]["at_reference"] is None
+
+
+def test_the_report_says_how_much_longer_the_traced_iterations_ran_than_the_timed():
+    """traced_rows: each case's traced span over its measured period, the median and
+    quartiles overall, per layout and per app's median; cases without a span left out."""
+    from bench.sim_accuracy import report
+    from bench._sim_accuracy_traced import traced_span
+    cases = [dict(case("transformer", 2, "data", 4.0, 5.0), traced_span_s=5.2),
+             dict(case("transformer", 2, "attribute", 4.0, 5.0), traced_span_s=4.8),
+             dict(case("alexnet", 2, "data", 10.0, 9.0), traced_span_s=9.0),
+             dict(case("alexnet", 1, "data", 10.0, 9.0), traced_span_s=11.0),
+             dict(case("alexnet", 1, "parameter", 10.0, 9.0), traced_span_s=None)]
+    rows = {m: (v, n) for m, v, n in report(cases, {}, {}, quick=True)["rows"]}
+    value, note = rows["traced iteration over the timed period: median (quartiles)"]
+    # ratios 1.3, 1.2, 0.9 (2 ranks), 1.1 (1 x 2): median 1.15, quartiles 0.95 / 1.275 (up)
+    assert value == "1.15x (0.95-1.28)" and note.startswith("4 held-out cases")
+    assert "1 process x 2 devices 1.10x (1.10-1.10): alexnet 1.10" in note
+    assert "2 ranks 1.20x (0.90-1.30): alexnet 0.90, transformer 1.25" in note
+    no_spans = [dict(c, traced_span_s=None) for c in cases]
+    assert not any(m.startswith("traced iteration") for m, _, _ in
+                   report(no_spans, {}, {}, quick=True)["rows"])
+    assert traced_span([]) is None
