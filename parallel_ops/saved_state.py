@@ -15,10 +15,11 @@ needs values, such as an embedding's index check): the storages autograd saves (
 hooks) or forward_saving returns, less those of the part's inputs, weights and outputs. So
 every operator is covered, dtype by dtype (bfloat16 activations keep bfloat16 state), with
 nothing to declare by hand; an operator's own code decides it. An operator may declare
-them instead (Op.saved_state_bytes, from part shapes and dtypes, no tensor made): then
-they are not measured; tests/parallel_ops/test_saved_state_declared.py compares every
-declaration with the measurement. Results are cached per stage
-type, parameters, part shapes and dtypes (a search asks for the same parts many times).
+them instead (Op.saved_state_bytes, from part shapes and dtypes, no tensor made; a stage
+through Stage(saved_state=), as an LSTM's steps): then they are not measured and no cache
+key is made; tests/test_saved_state_declared.py compares every declaration with the
+measurement. Measured results are cached per stage type, parameters, part shapes and
+dtypes (a search asks for the same parts many times).
 
 Assumptions (docs/large_models.md): a part's inputs arrive as contiguous tensors of its
 rects (its device holds that part alone), and an output that covers its instance becomes
