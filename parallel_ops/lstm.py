@@ -84,7 +84,8 @@ class LSTM(Op):
             self._stages.append(Stage(self, f"step{t}", ins, outs, self._step,
                                       weights=self.weights, part=self._step_part(t),
                                       type="lstm.step",    # every step does the same work
-                                      state_info=_step_kind, work=_step_work))
+                                      state_info=_step_kind, work=_step_work,
+                                      saved_state=_step_saved_bytes))
 
     def stages(self):
         return self._stages
@@ -185,6 +186,18 @@ def _step_work(stage, phase, spec, plan):
     else:
         k += 1                                         # w_hh's zero gradient
     return PartWork(flops, k)
+
+
+def _step_saved_bytes(stage, spec, input_grads, weight_grads):
+    """What LSTM._step's autograd graph keeps besides the part's regions: the four gate
+    activations' results (sigmoid's and tanh's) and tanh(c), each (n, hp), at every step (f's
+    too at t = 0, where nothing reads it: its node is made and keeps it). The linears keep x,
+    h_{t-1} and the weights, views of regions; c is an output or read only by tanh. Parts
+    whose weights want no gradient, and empty parts, are measured."""
+    if not all(weight_grads) or any(r.empty for r in spec.inputs[:1] + spec.weights):
+        return None
+    n, hp = spec.inputs[0].shape[0], spec.weights[1].shape[1]
+    return 5 * n * hp * getattr(torch, stage.inputs[0].dtype).itemsize
 
 
 @builder

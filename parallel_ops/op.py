@@ -262,7 +262,7 @@ class Stage(Op):
     def __init__(self, parent: Op, tag: str, inputs, outputs, forward, weights=(),
                  labels=None, kinds: dict | None = None, part=None,
                  differentiable: bool = True, replicated: bool = False,
-                 type: str | None = None, state_info=None, work=None):
+                 type: str | None = None, state_info=None, work=None, saved_state=None):
         super().__init__(f"{parent.name}/{tag}")
         self.parent = parent
         self.type = type or f"{parent.type}.{tag}"   # the cost-model key; equal work, equal type
@@ -277,9 +277,14 @@ class Stage(Op):
         self._part = part
         self._state_info = state_info
         self._work = work
+        self._saved_state = saved_state
 
     def work(self, phase, spec, plan):
         return None if self._work is None else self._work(self, phase, spec, plan)
+
+    def saved_state_bytes(self, spec, input_grads, weight_grads):
+        return None if self._saved_state is None else \
+            self._saved_state(self, spec, input_grads, weight_grads)
 
     def state_info(self, info):
         return info if self._state_info is None else self._state_info(info)

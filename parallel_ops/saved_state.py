@@ -15,10 +15,11 @@ needs values, such as an embedding's index check): the storages autograd saves (
 hooks) or forward_saving returns, less those of the part's inputs, weights and outputs. So
 every operator is covered, dtype by dtype (bfloat16 activations keep bfloat16 state), with
 nothing to declare by hand; an operator's own code decides it. An operator may declare
-them instead (Op.saved_state_bytes, from part shapes and dtypes, no tensor made): then
-they are not measured; tests/parallel_ops/test_saved_state_declared.py compares every
-declaration with the measurement. Results are cached per stage
-type, parameters, part shapes and dtypes (a search asks for the same parts many times).
+them instead (Op.saved_state_bytes, from part shapes and dtypes, no tensor made; a stage
+through Stage(saved_state=), as an LSTM's steps): then they are not measured and no cache
+key is made; tests/test_saved_state_declared.py compares every declaration with the
+measurement. Measured results are cached per stage type, parameters, part shapes and
+dtypes (a search asks for the same parts many times).
 
 Assumptions (docs/large_models.md): a part's inputs arrive as contiguous tensors of its
 rects (its device holds that part alone), and an output that covers its instance becomes
@@ -89,23 +90,26 @@ def saved_bytes(stage, spec, input_grads, weight_grads, device: str = "meta") ->
 def saved_bytes_of_parts(stage, specs: dict, input_grads, weight_grads) -> dict:
     """saved_bytes (on meta, cached) of every part {color: PartSpec} of one stage: the
     stage's share of the cache key is made once (a launch has up to thousands of parts)."""
+    input_grads, weight_grads = tuple(input_grads), tuple(weight_grads)
     head = _stage_key(stage, input_grads, weight_grads)
     declared = declaration_holds(stage, "saved_state_bytes")
     out = {}
     for color, spec in specs.items():
-        key = (head, _part_key(stage, spec))
-        got = _CACHE.get(key)
+        # A declaration answers without the cache key (the part's shapes: most of the cost
+        # of a declared part); the key is made for the parts it leaves to the measure.
+        got = stage.saved_state_bytes(spec, input_grads, weight_grads) if declared else None
         if got is None:
-            got = stage.saved_state_bytes(spec, tuple(input_grads), tuple(weight_grads)) \
-                if declared else None
-        if got is None:
-            try:
-                got = _measure(stage, spec, tuple(input_grads), tuple(weight_grads), "meta")
-            except RuntimeError:
-                # Data-dependent code (an index check) cannot run on meta tensors: CPU
-                # zeros (valid indices), once per key, as the cost model counts such parts.
-                got = _measure(stage, spec, tuple(input_grads), tuple(weight_grads), "cpu")
-            _CACHE[key] = got
+            key = (head, _part_key(stage, spec))
+            got = _CACHE.get(key)
+            if got is None:
+                try:
+                    got = _measure(stage, spec, input_grads, weight_grads, "meta")
+                except RuntimeError:
+                    # Data-dependent code (an index check) cannot run on meta tensors: CPU
+                    # zeros (valid indices), once per key, as the cost model counts such
+                    # parts.
+                    got = _measure(stage, spec, input_grads, weight_grads, "cpu")
+                _CACHE[key] = got
         out[color] = got
     return out
 

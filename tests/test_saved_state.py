@@ -232,9 +232,10 @@ def test_delta_equals_full_with_saved_state():
 
 @pytest.mark.parametrize("with_state", [False, True])
 def test_lstm_steps_share_their_measure_and_equal_cpu(with_state):
-    """An LSTM's steps keep state by their kind (first, middle, last; Op.state_info), so
-    a search measures 3 parts of a 6-step layer, not 6; and every step's cached count is
-    what the same forward keeps on CPU tensors, step by step."""
+    """Every step's saved bytes are what the same forward keeps on CPU tensors, step by
+    step: declared (lstm._step_saved_bytes) when the weights want gradients, nothing
+    measured; measured otherwise, where the steps keep state by their kind (first, middle,
+    last; Op.state_info), so a search measures 3 parts of a 6-step layer, not 6."""
     import parallel_ops.lstm  # noqa: F401  (attaches model.lstm)
     from parallel_ops import saved_state
     m = Model("lstm", seed=1, dtype="float32")
@@ -242,12 +243,13 @@ def test_lstm_steps_share_their_measure_and_equal_cpu(with_state):
     state = [(m.input("h0", (4, 5)), m.input("c0", (4, 5)))] if with_state else None
     m.lstm(x, 5, state=state, name="rnn")
     op = m.op("rnn")
-    saved_state._CACHE.clear()
-    for degrees in ((1, 1), (2, 1), (1, 5)):
-        for stage in op.stages():
-            grads = (tuple(t.requires_grad for t in stage.inputs),
-                     tuple(w.requires_grad for w in stage.weights))
-            spec = stage.part(degrees, (0, 0))
-            assert saved_bytes(stage, spec, *grads) == \
-                saved_bytes(stage, spec, *grads, device="cpu"), (stage.name, degrees)
-    assert len(saved_state._CACHE) == 3 * 3
+    for weights_learn in (True, False):
+        saved_state._CACHE.clear()
+        for degrees in ((1, 1), (2, 1), (1, 5)):
+            for stage in op.stages():
+                grads = (tuple(t.requires_grad for t in stage.inputs),
+                         tuple(weights_learn for _ in stage.weights))
+                spec = stage.part(degrees, (0, 0))
+                assert saved_bytes(stage, spec, *grads) == \
+                    saved_bytes(stage, spec, *grads, device="cpu"), (stage.name, degrees)
+        assert len(saved_state._CACHE) == (0 if weights_learn else 3 * 3)
