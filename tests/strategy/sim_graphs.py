@@ -1,6 +1,7 @@
 """Hand-built inputs for the simulator tests (test_sim_exact.py): a machine file with round
 numbers, and TaskGraphs built node by node whose task times are exact seconds in a real
-Profile read by a real CostModel.
+Profile read by a real CostModel; and `same_result`, the equality of two simulations that
+the session tests (test_change_all.py, test_memory_last.py) assert.
 
 The machine "lab": one node of four devices of kind "X" (1 GB/s memory, 1 us launch
 overhead), each joined to one switch "sw" by its own duplex PCIe link. d0..d2's links take
@@ -8,6 +9,8 @@ overhead), each joined to one switch "sw" by its own duplex PCIe link. d0..d2's 
 between two devices is therefore two hops: the source's link up, the destination's down.
 """
 from __future__ import annotations
+
+import numpy as np
 
 from strategy.costs import CostModel, Measurement, Profile
 from strategy.machines import from_dict
@@ -93,3 +96,13 @@ class HandGraph:
     def _add(self, node, preds) -> int:
         self.graph.add(node, list(preds))
         return node.id
+
+
+def same_result(got, want, where) -> None:
+    """Two simulation results equal node for node: makespan, every node's start and end,
+    each device's peak memory and what is over capacity."""
+    assert got.makespan == want.makespan, where
+    assert np.array_equal(got.start, want.start), where
+    assert np.array_equal(got.end, want.end), where
+    assert got.memory == want.memory, where
+    assert got.over_capacity == want.over_capacity, where

@@ -5,7 +5,6 @@ change (and taken back by undo + changing the first operator back)."""
 import random
 import warnings
 
-import numpy as np
 import pytest
 
 import strategy.search as search_mod
@@ -16,16 +15,10 @@ from strategy.machine_model import machine_model
 from strategy.search import search
 
 from mpi.models import cnn, lstm_model, random_strategy
+from sim_graphs import same_result
 
 warnings.simplefilter("ignore")       # analytic-cost fallback warnings
 pytestmark = pytest.mark.filterwarnings("ignore::strategy.costs.CostWarning")
-
-
-def _same_result(got, want, where):
-    assert got.makespan == want.makespan, where
-    assert np.array_equal(got.start, want.start), where
-    assert np.array_equal(got.end, want.end), where
-    assert got.memory == want.memory, where
 
 
 @pytest.mark.parametrize("build", [cnn, lstm_model], ids=["cnn", "lstm"])
@@ -45,17 +38,17 @@ def test_change_all_equals_changes_in_turn_and_undoes_at_once(build):
         in_turn.change(a, configs[0][a])
         want = in_turn.change(b, configs[1][b])
         where = f"step {step}: {a}, {b}"
-        _same_result(got, want, where)
+        same_result(got, want, where)
         assert both.graph.fingerprint() == in_turn.graph.fingerprint(), where
         assert both.configs == in_turn.configs, where
         undone = both.undo()                            # both operators back
-        _same_result(undone, before, where)
+        same_result(undone, before, where)
         assert both.configs == start, where
         in_turn.undo()
         in_turn.change(a, start[a])
     fresh = SimulationSession(model, mm, CostModel(), dict(start))
     assert both.graph.fingerprint() == fresh.graph.fingerprint()
-    _same_result(both.full(), fresh.result, "full simulation after the undos")
+    same_result(both.full(), fresh.result, "full simulation after the undos")
 
 
 def test_change_all_refuses_an_operator_named_twice():

@@ -7,7 +7,6 @@ peaks computed, on a machine where memory rejects strategies."""
 import random
 import warnings
 
-import numpy as np
 import pytest
 
 import strategy.delta as delta_module
@@ -19,18 +18,10 @@ from strategy.search import Search
 from strategy.simulator import simulate
 
 from mpi.models import cnn, lstm_model, random_strategy
-from sim_graphs import lab
+from sim_graphs import lab, same_result
 
 warnings.simplefilter("ignore")       # analytic-cost fallback warnings
 pytestmark = pytest.mark.filterwarnings("ignore::strategy.costs.CostWarning")
-
-
-def _same_result(got, want, where):
-    assert got.makespan == want.makespan, where
-    assert np.array_equal(got.start, want.start), where
-    assert np.array_equal(got.end, want.end), where
-    assert got.memory == want.memory, where
-    assert got.over_capacity == want.over_capacity, where
 
 
 @pytest.mark.parametrize("build", [cnn, lstm_model], ids=["cnn", "lstm"])
@@ -50,11 +41,11 @@ def test_a_timed_change_completes_or_undoes_as_change_all(build):
         where = f"step {step}: {[name for name, _ in changes]}"
         assert span == want.span and timed.result is None, where
         if step % 3 == 0:                   # accepted: its peak computed, kept
-            _same_result(timed.complete(), want, where)
+            same_result(timed.complete(), want, where)
         else:                               # rejected on its time: undone without a peak
-            _same_result(timed.undo(), whole.undo(), where)
+            same_result(timed.undo(), whole.undo(), where)
         assert timed.configs == whole.configs, where
-    _same_result(timed.result, whole.result, "the end")
+    same_result(timed.result, whole.result, "the end")
     full = simulate(timed.graph, mm, CostModel())
     assert timed.result.memory == full.memory and timed.result.makespan == full.makespan
 
