@@ -14,8 +14,9 @@ the strategy files of every app and layout, and the worker that trains every cas
   every rank (strategy/speedref.py; a traced run times it around its iterations and
   writes it in its trace);
 - collect() writes folder/d<devices>/APP_STRATEGY.json, folder/traces_RxK/APP_STRATEGY.json
-  (and APP_STRATEGY.tI.json for the further traced runs) and folder/measured.json (folder/partial.json after each layout: an interrupted
-  collection resumes layout by layout).
+  (and APP_STRATEGY.tI.json for the further traced runs) and folder/measured.json
+  (folder/partial.json after each layout: an interrupted collection resumes layout by
+  layout).
 """
 from __future__ import annotations
 
@@ -235,7 +236,8 @@ def run_worker(ranks: int, per_rank: int, folder: str, apps: list[str], iteratio
         return run_mpi_worker(ranks, "_sim_accuracy_runs.py", args, timeout=3600)
     path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
     env = dict(os.environ, PYTHONPATH=path, OMP_NUM_THREADS="1")
-    p = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "_sim_accuracy_runs.py"), *args],
+    script = os.path.join(ROOT, "bench", "_sim_accuracy_runs.py")
+    p = subprocess.run([sys.executable, script, *args],
                        capture_output=True, text=True, env=env, timeout=3600)
     if p.returncode != 0:
         raise RuntimeError(f"sim_accuracy worker failed:\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")

@@ -11,13 +11,14 @@ devices; on 4 all but Inception-v3 (2 s an iteration here; 4 ranks on 2 cores wo
 most of the benchmark's time).
 
 - measured (collected by bench/_sim_accuracy_runs.py): the apps themselves train with
-  --strategy FILE, untraced, run by a worker (a plain process for 1 rank, mpirun for several), which also calibrates the
-  local machine model (calibrate_local: device speeds, ping-pongs, all-reduce) for its
-  layout. Each case runs REPEATS times (3 iterations after a warm-up each); measured is the
-  median of the runs' periods (each run's timed iterations barrier to barrier, over their
-  number: apps/report.py Result.period_s), the spread the lowest and highest of them (run
-  to run); collections before 2026-12-05 08:30 have no periods: there the median of the
-  runs' median iteration times and its spread (measurement()).
+  --strategy FILE, untraced, run by a worker (a plain process for 1 rank, mpirun for
+  several), which also calibrates the local machine model (calibrate_local: device speeds,
+  ping-pongs, all-reduce) for its layout. Each case runs REPEATS times (3 iterations after a
+  warm-up each); measured is the median of the runs' periods (each run's timed iterations
+  barrier to barrier, over their number: apps/report.py Result.period_s), the spread the
+  lowest and highest of them (run to run); collections before 2026-12-05 08:30 have no
+  periods: there the median of the runs' median iteration times and its spread
+  (measurement()).
   Taking turns with them, each case runs TRACES times with --trace (one warm-up, one traced
   iteration), so that traces and timings see the same loads on a shared machine and a
   calibration fits each strategy's median traced iteration. Each run also records the
@@ -566,7 +567,8 @@ def report(cases: list[dict], timing: dict, machines: dict, quick: bool,
         faster = [v for v in versus if v.endswith("HELD")]
         held = [v for v in faster if not v.endswith("NOT HELD")]
         rows.append(("searched strategy predicted faster than data parallel: also faster "
-                     "when run", f"{len(held)} of {len(faster)}", "searched / data parallel iteration time"
+                     "when run", f"{len(held)} of {len(faster)}",
+                     "searched / data parallel iteration time"
                      f"{' at the measured load' if with_load else ''} (each predicted by the "
                      "calibration of the other fold; the searched strategy of a layout's "
                      "devices is the collection's, found on one process's model with "

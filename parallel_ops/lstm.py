@@ -156,14 +156,14 @@ class LSTM(Op):
 
 
 def _step_work(stage, phase, spec, plan):
-    """LSTM._step's kernels. Forward: the input's addmm and b_hh's add, the recurrent mm
-    and its add, four gate activations, the cell (i*g, or f*c + i*g) and h = o*tanh(c).
-    Backward (autograd): the h gradients' sum, o's and tanh's products and derivative, the
-    cell output's gradient added, the cell's products, per gate its derivative and
-    select_backward (summed: 3 adds; f's only with a previous cell), each product's mm per wanted gradient, the biases'
-    sums, a select_backward per sliced input (t > 0) that wants a gradient; w_hh's zero
-    gradient at t = 0 without initial states. Parts whose weights want no gradient are
-    counted."""
+    """LSTM._step's kernels. Forward: the input's addmm and b_hh's add, the recurrent mm and
+    its add, four gate activations, the cell (i*g, or f*c + i*g) and h = o*tanh(c). Backward
+    (autograd): the h gradients' sum, o's and tanh's products and derivative, the cell
+    output's gradient added, the cell's products, per gate its derivative and
+    select_backward (summed: 3 adds; f's only with a previous cell), each product's mm per
+    wanted gradient, the biases' sums, a select_backward per sliced input (t > 0) that wants
+    a gradient; w_hh's zero gradient at t = 0 without initial states. Parts whose weights
+    want no gradient are counted."""
     t, steps = spec.info
     n, fin = spec.inputs[0].shape[0], spec.inputs[0].shape[2]
     hp, hid = spec.weights[1].shape[1], spec.weights[1].shape[2]

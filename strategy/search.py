@@ -112,16 +112,17 @@ exhaustive check's models a build costs as much as 6-10 changes); otherwise, and
 recomputation, a new session is built.
 
 Candidates. The search starts from data parallelism, then the expert strategy when one is
-given, then any other named `starts` (a strategy file), then `random_starts` random ones, and searches each in turn with an even share
-of what is left of the budget (time in seconds and/or number of proposals). A candidate stops
-when its share is spent or, as in the paper, when its best has not improved for half of the
-time (or proposals) it has used; under a budget of proposals alone, half of the proposals
-only, so that the seed alone decides the search (a stalled machine stops nothing early). The result is the best strategy seen over all candidates,
-so it is never slower in simulation than data parallelism (it starts there). Budget left
-after every candidate has stopped goes to restarts: from the best strategy so far with the
-temperature divided by 4 at each such restart, alternating with new random strategies.
-With restarts=False the search ends once every candidate has stopped (the paper's
-end-to-end search time, as in its Table 5).
+given, then any other named `starts` (a strategy file), then `random_starts` random ones,
+and searches each in turn with an even share of what is left of the budget (time in seconds
+and/or number of proposals). A candidate stops when its share is spent or, as in the paper,
+when its best has not improved for half of the time (or proposals) it has used; under a
+budget of proposals alone, half of the proposals only, so that the seed alone decides the
+search (a stalled machine stops nothing early). The result is the best strategy seen over
+all candidates, so it is never slower in simulation than data parallelism (it starts there).
+Budget left after every candidate has stopped goes to restarts: from the best strategy so
+far with the temperature divided by 4 at each such restart, alternating with new random
+strategies. With restarts=False the search ends once every candidate has stopped (the
+paper's end-to-end search time, as in its Table 5).
 
     result = search(model, machine_model, costs, budget_s=30, seed=0, expert=expert_configs)
     result.configs, result.predicted, result.speedup("data_parallel")
