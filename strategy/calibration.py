@@ -22,9 +22,9 @@ What a trace determines (docs/simulator.md):
                 ranks that exchange data stall each other: predict() simulates that
                 (strategy/preemption.py); the files written hold task times and host costs
                 times the contention (the smooth version, for the search);
-  host costs    per node kind (simulator.py's host model): the executor's time between one
-                event and the next on a rank (taking the next instruction, polling MPI,
-                allocating) is the median gap before events of that kind (longer ones are
+  host costs    per node kind (simulator.py's host model; strategy/hostcosts.py): the
+                executor's time between one event and the next on a rank (taking the
+                next instruction, polling MPI, allocating) is the median gap before events of that kind (longer ones are
                 waits for a message, which the simulator models itself, or preemptions,
                 which contention counts); for nodes whose
                 whole event is host work (send = pack + Isend, recv = unpack, an
@@ -88,14 +88,12 @@ import statistics
 import warnings
 from dataclasses import dataclass, field
 
-import numpy as np
-
-from taskrt.taskgraph import ALLREDUCE, COPY
 from taskrt.trace import LOAD_EVENT, contention_of
 
 from .costs import CostModel, CostWarning, Profile
 from .costs.profile import Measurement
-from .insitu import (_line, contention, deflate_long_keys, insitu_profile, rank_speeds,
+from .hostcosts import fit_host_costs, host_samples
+from .insitu import (contention, deflate_long_keys, insitu_profile, rank_speeds,
                      run_durations, slice_length)
 from .machines import HOST_KINDS, HostCost
 from .cores import machine_cores, per_thread_contention, sharing
@@ -271,78 +269,6 @@ def recorded_load(events: list, ranks: int, path) -> float | None:
     if len(records) != ranks:
         return None
     return contention_of(records.values())
-
-
-# -- host costs ---------------------------------------------------------------------------
-def host_kind(node, rank: int, machine) -> str:
-    """The host-cost kind of a node's event on `rank` (simulator.NodeTimer.host_phases)."""
-    if node.kind is COPY:
-        src, dst = machine.devices[node.src].rank, machine.devices[node.dst].rank
-        if src == dst:
-            return "copy"
-        return "send" if rank == src else "recv"
-    if node.kind is ALLREDUCE:
-        return "allreduce_start"
-    return node.kind
-
-
-# Kinds whose whole event is host work (no device phase is timed in it).
-ALL_HOST = ("send", "recv", "allreduce_start")
-
-
-def host_samples(run: RecordedRun, device_time) -> dict:
-    """kind -> list of (gap before the event, event seconds beyond the modelled device time,
-    bytes) over every rank's events; `device_time(node)` is the device phase the model
-    gives a node whose event holds one (local copies, reductions)."""
-    per_rank: dict = {}
-    for e in run.events:
-        if e.get("ph") == "X" and "node" in (e.get("args") or {}):
-            per_rank.setdefault(e.get("pid", 0), []).append(e)
-    out: dict = {}
-    g = run.graph
-    for rank, evs in per_rank.items():
-        evs.sort(key=lambda e: e["ts"])
-        prev_end = None
-        for e in evs:
-            node = g.nodes[int(e["args"]["node"])]
-            start, dur = e["ts"] / 1e6, e["dur"] / 1e6
-            gap = max(0.0, start - prev_end) if prev_end is not None else None
-            prev_end = start + dur
-            kind = host_kind(node, rank, g.machine)
-            one_rank = kind == "allreduce_start" and len(
-                {g.machine.devices[d].rank for d in node.devices}) == 1
-            if kind == "task":
-                extra = 0.0                       # the event is the task's in-situ time
-            elif kind in ALL_HOST and not one_rank:
-                extra = dur
-            else:
-                extra = dur - device_time(node)
-            out.setdefault(kind, []).append((gap, extra, getattr(node, "nbytes", 0)))
-    return out
-
-
-def _typical_gap(gaps) -> float:
-    """The median gap: the executor's own time per node, without the waits for a message
-    and the preemptions (a 12 ms gap among 15 us ones on a shared machine; contention()
-    accounts for those) that a mean would spread over every node."""
-    return statistics.median(gaps) if gaps else 0.0
-
-
-def fit_host_costs(samples: dict) -> tuple[dict, dict, dict]:
-    """(kind -> HostCost, kind -> sample count, kind -> (25%, 75%) of per-node cost)."""
-    costs, counts, spread = {}, {}, {}
-    for kind, rows in samples.items():
-        gaps = [g for g, _, _ in rows if g is not None]
-        gap = _typical_gap(gaps)
-        if kind == "task":
-            a, b = 0.0, 0.0
-        else:
-            a, b = _line([n for _, _, n in rows], [x for _, x, _ in rows])
-        costs[kind] = HostCost(gap + a, b)
-        per_node = [(g or 0.0) + max(0.0, x) for g, x, _ in rows]
-        q = np.percentile(per_node, [25, 75]) if per_node else (0.0, 0.0)
-        counts[kind], spread[kind] = len(rows), (float(q[0]), float(q[1]))
-    return costs, counts, spread
 
 
 # -- the whole calibration ----------------------------------------------------------------------

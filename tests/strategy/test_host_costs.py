@@ -10,7 +10,8 @@ import pytest
 
 from parallel_ops.lowering import lower
 from strategy import standard
-from strategy.calibration import _line, _typical_gap, fit_host_costs
+from strategy.hostcosts import _typical_gap, fit_host_costs
+from strategy.insitu import _line
 from strategy.costs import CostModel
 from strategy.costs.app_profile import load_app
 from strategy.logical_devices import shared
