@@ -24,10 +24,10 @@ What a trace determines (docs/simulator.md):
                 times the contention (the smooth version, for the search);
   host costs    per node kind (simulator.py's host model; strategy/hostcosts.py): the
                 executor's time between one event and the next on a rank (taking the
-                next instruction, polling MPI, allocating) is the median gap before events of that kind (longer ones are
-                waits for a message, which the simulator models itself, or preemptions,
-                which contention counts); for nodes whose
-                whole event is host work (send = pack + Isend, recv = unpack, an
+                next instruction, polling MPI, allocating) is the median gap before
+                events of that kind (longer ones are waits for a message, which the
+                simulator models itself, or preemptions, which contention counts); for
+                nodes whose whole event is host work (send = pack + Isend, recv = unpack, an
                 all-reduce's start = pack + Iallreduce) the event itself, fitted as
                 seconds + per_byte * bytes; for local copies and reductions, what the event
                 takes beyond the device model's memory time.
