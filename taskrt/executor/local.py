@@ -22,7 +22,7 @@ import time
 import torch
 
 from ..errors import PlanError
-from ..trace import LoadMeter, TraceEvent, node_label, node_track
+from ..trace import LoadMeter, Stamps, TraceEvent
 from ..region import Region
 from ..taskgraph import COPY, REDUCE, TASK
 from .capture import Capture, backend_for
@@ -77,7 +77,7 @@ class LocalExecutor:
                               tuple(b for i in ids for b in last.get(i, ()))))
         self._replay, self._replay_of = None, None      # see _replayed()
         self.capture = None if backend is None else Capture(self, backend)
-        self.trace: list[TraceEvent] = []
+        self._stamps = Stamps()               # the last traced iteration's (self.trace)
         self.trace_load: dict | None = None      # LoadMeter.stop() of the traced iteration
 
     def _entries(self, record_trace: bool) -> list[range]:
@@ -173,17 +173,21 @@ class LocalExecutor:
                 if free:
                     release(free)
             return
-        meter = LoadMeter().start() if self.record_trace else None   # the OS's load, traced
+        meter = LoadMeter().start()                  # the OS's load, traced
         clock = time.perf_counter
         t0 = clock()
-        nodes = self.graph.nodes
-        events = self.trace = []
-        for node, (step, allocate, free) in zip(nodes, self.plan):
+        stamps = self._stamps = Stamps(self.graph.nodes, t0)
+        stamp = stamps.raw.append
+        for i, (step, allocate, free) in enumerate(self.plan):
             start = clock()
             begin(allocate)
             step()
             release(free)
-            stop = clock()
-            events.append(TraceEvent(node.id, node.kind, node_label(node), node_track(node),
-                                     start - t0, stop - t0, getattr(node, "nbytes", 0)))
+            stamp((i, start, clock()))
         self.trace_load = meter.stop()
+
+    @property
+    def trace(self) -> list[TraceEvent]:
+        """The last traced iteration's events (one per node, in id order; empty without
+        record_trace)."""
+        return self._stamps.events()

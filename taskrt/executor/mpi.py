@@ -50,7 +50,7 @@ from .policies import (YIELD, BusyPoll, IdleBackOff, default_poll_max_s, default
 from .watchdog import Watchdog
 from ..settings import Settings
 from ..taskgraph import ALLREDUCE, COPY, TASK
-from ..trace import LoadMeter, TraceEvent, node_label, node_track
+from ..trace import LoadMeter, Stamps, TraceEvent
 
 def _mpi():
     from mpi4py import MPI
@@ -125,7 +125,7 @@ class MPIExecutor:
         self.abort_on_error = (self.comm.Get_size() > 1) if abort_on_error is None \
             else abort_on_error
         self.record_trace = record_trace
-        self.trace: list[TraceEvent] = []
+        self._stamps = Stamps()               # the last traced iteration's (self.trace)
         self.trace_load: dict | None = None      # LoadMeter.stop() of the traced iteration
         self.sent: list[tuple[int, int, int]] = []   # (node id, destination rank, bytes)
         self.wait_s = 0.0        # last run(): seconds with nothing runnable (awaiting messages)
@@ -329,11 +329,11 @@ class MPIExecutor:
         t0 = clock()
         busy = BusyPoll(settings.poll_busy_s, t0)
         idle = IdleBackOff(self.spin_s, self.poll_max_s, t0)
-        trace = [] if self.record_trace else None
+        stamps = Stamps(self.graph.nodes, t0) if self.record_trace else None
+        stamp = stamps.raw.append if stamps is not None else None
         meter = LoadMeter().start() if self.record_trace else None   # the OS's load, traced
         handlers = self._handlers
         colls, recv_reqs = self.collectives, self._recv_reqs
-        nodes = self.graph.nodes
         while not sched.finished:
             ran = bool(todo)
             while todo:
@@ -341,10 +341,8 @@ class MPIExecutor:
                 start = clock()
                 handlers[ins.op](ins.node)
                 now = clock()
-                if trace is not None and ins.op != POST_RECV:     # one event per node
-                    n = nodes[ins.node]
-                    trace.append(TraceEvent(n.id, n.kind, node_label(n), node_track(n),
-                                            start - t0, now - t0, getattr(n, "nbytes", 0)))
+                if stamp is not None and ins.op != POST_RECV:     # one event per node
+                    stamp((ins.node, start, now))
                 if busy.due(now, colls.busy or bool(recv_reqs)):
                     self._poll()
             if ran:
@@ -365,12 +363,18 @@ class MPIExecutor:
             self.MPI.Request.Waitall(self._send_reqs)
         for dev in self.cuda_devices:
             torch.cuda.synchronize(dev)
-        if trace is not None:
-            self.trace = trace
+        if stamps is not None:
+            self._stamps = stamps
             # the stamps' origin on this host's monotonic clock (perf_counter), so that
             # ranks on one host are put on one clock exactly (strategy/rankclocks.py)
             self.trace_load = dict(meter.stop(), clock_origin_s=t0,
                                    host=socket.gethostname())
+
+    @property
+    def trace(self) -> list[TraceEvent]:
+        """The last traced iteration's events (one per node this rank ran, in the order
+        they ran; empty without record_trace)."""
+        return self._stamps.events()
 
     def _poll(self) -> bool:
         """Advance packing, messages and collectives; whether anything happened."""
