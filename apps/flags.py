@@ -106,7 +106,9 @@ def make_parser(app: App) -> argparse.ArgumentParser:
                    help="torch threads per rank (default 1: tiny parts run fastest on one "
                         "thread, and ranks share cores)")
     o = p.add_argument_group("output")
-    o.add_argument("--trace", metavar="FILE", help="Chrome/Perfetto trace of the last iteration")
+    o.add_argument("--trace", metavar="FILE",
+                   help="Chrome/Perfetto trace of the last iteration (only it is traced; "
+                   "the iterations before it run and are timed untraced)")
     o.add_argument("--json", action="store_true",
                    help="rank 0 prints one JSON object with the results as its last line")
     o.add_argument("--quiet", action="store_true",

@@ -47,6 +47,7 @@ class Result:
     timed_to: float | None = None
     besides_s: float = 0.0
     speed_reference: dict | None = None  # --trace: this rank's strategy/speedref.py timings
+    traced_s: float | None = None      # --trace: the traced last iteration, when kept apart
 
     @property
     def iteration_time(self) -> float:
@@ -84,6 +85,8 @@ def report(res: Result) -> str:
              f"max {1e3 * hi:.1f}) over {len(res.times)} iterations after {a.warmup} warm-up",
              *([f"  period          {1e3 * res.period_s:.1f} ms an iteration (the timed "
                 f"iterations{between}, their feeds not counted)"] if res.period_s else []),
+             *([f"  traced          {1e3 * res.traced_s:.1f} ms, the last iteration "
+                f"(--trace; not in the times or the period)"] if res.traced_s else []),
              f"  throughput      {res.samples_per_s:.1f} samples/s, "
              f"{res.samples_per_s / len(res.machine):.1f} per device",
              f"  loss            {res.losses[0]:.5f} (first) -> {res.losses[-1]:.5f} (last)"
@@ -134,6 +137,7 @@ def result_json(res: Result) -> dict:
            "losses": [_finite(x) for x in res.losses],
            "iteration_times_s": res.times,
            "iteration_period_s": res.period_s,
+           "traced_iteration_s": res.traced_s,
            "checkpoints": res.checkpoints,
            "checkpoint_s": res.checkpoint_s,
            "operators": len(res.network.model.ops),

@@ -21,7 +21,7 @@ from strategy import files as strategy_files
 from strategy.speedref import reference_event, reference_s
 from taskrt import Machine
 from taskrt.discovery import idle_barrier, launched_by_mpi
-from taskrt.trace import to_chrome
+from taskrt.trace import UNTRACED_PERIOD, to_chrome
 
 from .app import App
 from .digits import DigitsFeeder
@@ -90,19 +90,29 @@ def run(app: App, argv=None, out=...) -> Result:
     start = _resume(trainer, a, total, rank, say)
     saver = _Checkpoints(trainer, a, rank, out, res)
     timed_from = max(start, a.warmup)      # the first timed iteration
+    # --trace traces the last iteration only; with other timed iterations before it, it is
+    # kept out of the times and the period (a traced iteration times every node alone)
+    traced_apart = bool(a.trace) and total - timed_from >= 2
+    trainer.executor.tracing = False
     speed_before = reference_s() if a.trace else None
     for it in range(start, total):
         t = time.perf_counter()
         feeds = data.train_batch(it) if data else net.synthetic(a.seed, it)
+        last = it == total - 1
         if it == timed_from:
             res.timed_from = timed_mark(trainer, mpi, "the barrier before the timed iterations")
-        elif it > timed_from:
+        elif it > timed_from and not (traced_apart and last):
             res.besides_s += time.perf_counter() - t
+        if traced_apart and last:
+            res.timed_to = timed_mark(trainer, mpi, "the barrier after the timed iterations")
+        trainer.executor.tracing = bool(a.trace) and last
         t = time.perf_counter()
         loss = trainer.step(feeds)
         dt = time.perf_counter() - t
         res.losses.append(loss)
-        if it >= a.warmup:
+        if traced_apart and last:
+            res.traced_s = dt
+        elif it >= a.warmup:
             res.times.append(dt)
         if loss is not None and not math.isfinite(loss):
             if not a.continue_on_nan:
@@ -125,7 +135,8 @@ def run(app: App, argv=None, out=...) -> Result:
             say(f"iter {it + 1:>{len(str(total))}}/{total} {_bar(it + 1, total)} "
                 f"{1e3 * dt:8.1f} ms  {sps:9.1f} samples/s ({sps / len(machine):.1f}/device)  "
                 f"loss {loss:.5f}{acc}{tag}")
-    res.timed_to = timed_mark(trainer, mpi, "the barrier after the timed iterations")
+    if not traced_apart:
+        res.timed_to = timed_mark(trainer, mpi, "the barrier after the timed iterations")
     res.period_s = (res.timed_to - res.timed_from - res.besides_s) / len(res.times)
     if a.trace:
         res.speed_reference = {"before_s": speed_before, "after_s": reference_s()}
@@ -134,7 +145,8 @@ def run(app: App, argv=None, out=...) -> Result:
         res.test_accuracy = data.test_accuracy(model, trainer, machine, mpi)
     if a.trace:
         write_trace(a.trace, trainer, machine, mpi, rank, app, a, out,
-                    speed=res.speed_reference)
+                    speed=res.speed_reference,
+                    untraced=(res.period_s, len(res.times)) if res.traced_s else None)
     say(report(res))
     return res
 
@@ -231,13 +243,15 @@ def _bar(done: int, total: int, width: int = 20) -> str:
 
 def write_trace(path: str, trainer, machine: Machine, mpi: bool, rank: int,
                 app: App | None = None, a: RunConfig | None = None, out=None,
-                speed: dict | None = None) -> None:
+                speed: dict | None = None, untraced: tuple | None = None) -> None:
     """One Chrome trace file: a process per rank, a track per device and link. Its
     "otherData" records what ran (app, flags, layout, strategy, graph fingerprint) so that
     strategy/replay.py can rebuild exactly this graph; `speed` (this rank's {"before_s",
     "after_s"} of strategy/speedref.py around its iterations) becomes the rank's speed
-    reference, which calibration uses. Rank 0 writes it (kept elsewhere, and said, when the
-    write fails). A collective call under MPI."""
+    reference, which calibration uses; `untraced` (period s, iterations) the run's untraced
+    timed iterations before the traced one (Result.period_s), which calibration fits the
+    iteration factor to (UNTRACED_PERIOD in "otherData"). Rank 0 writes it (kept elsewhere,
+    and said, when the write fails). A collective call under MPI."""
     events = getattr(trainer.executor, "trace", [])
     mine = to_chrome(events, process_name=f"rank {rank}",
                      load=getattr(trainer.executor, "trace_load", None))["traceEvents"]
@@ -257,6 +271,8 @@ def write_trace(path: str, trainer, machine: Machine, mpi: bool, rank: int,
            "fingerprint": trainer.graph.fingerprint(), "nodes": len(trainer.graph.nodes)}
     if app is not None and a is not None:
         run.update(app=app.name, argv=list(a.argv), batch_size=a.batch_size)
+    if untraced is not None:
+        run[UNTRACED_PERIOD] = {"period_s": untraced[0], "iterations": untraced[1]}
 
     def write(where: str) -> None:
         with open(where, "w") as f:

@@ -6,7 +6,8 @@ the strategy files of every app and layout, and the worker that trains every cas
   model with analytic costs (write_strategies);
 - the worker (this file run as a script: a plain process for one rank, mpirun for
   several) calibrates the local machine model for its layout (calibrate_local), then per
-  case runs the app TRACES times with --trace (one warm-up, one traced iteration) and
+  case runs the app TRACES times with --trace (one warm-up, TRACED_ITERATIONS timed, the
+  last of them traced: the trace keeps the period of the untraced ones before it) and
   REPEATS times untraced (3 iterations after a warm-up each), the two taking turns,
   recording each run's period (barrier to barrier over its timed iterations:
   apps/report.py Result.period_s) beside its per-iteration times, the load the job felt
@@ -42,10 +43,13 @@ APPS = ("alexnet", "inception", "rnnlm", "transformer")
 # most of the benchmark's time; the 4-device layouts run the other three.
 APPS_OF_DEVICES = {2: APPS, 4: ("alexnet", "rnnlm", "transformer")}
 REPEATS = 3                       # separate runs of each case (run-to-run spread)
-# Traced runs of each case (one iteration each), taking turns with the timed runs: one traced
-# iteration differed from its case's measured median by 15.8% (median over the cases of
-# 2026-12-02 05:33) at a load of 4-11, so a calibration fits the median of several.
+# Traced runs of each case (one traced iteration each), taking turns with the timed runs: one
+# traced iteration differed from its case's measured median by 15.8% (median over the cases
+# of 2026-12-02 05:33) at a load of 4-11, so a calibration fits the median of several.
 TRACES = 3
+# A traced run's timed iterations: the last is traced, the ones before it untraced, and their
+# period is what its trace keeps for calibration (apps/training.py, calibration.residuals).
+TRACED_ITERATIONS = 3
 
 
 # -- strategies and graphs ----------------------------------------------------------------
@@ -130,8 +134,8 @@ def worker(argv=None) -> dict:
                      "--strategy", os.path.join(a.folder, f"{app_name}_{name}.json"), "--quiet",
                      "--json", "--devices-per-rank", str(a.devices_per_rank)]
                  for name in STRATEGIES}
-        runs, periods, contention, traced, references, traced_refs = (
-            {name: [] for name in STRATEGIES} for _ in range(6))
+        runs, periods, contention, traced, references, traced_refs, traced_periods = (
+            {name: [] for name in STRATEGIES} for _ in range(7))
         # Rounds of every strategy once, each round in another order (rotated), traced and
         # timed runs taking turns: every strategy sees the same loads and the same places in
         # the worker's life (with all runs of a strategy in a row, data parallel, run first,
@@ -142,10 +146,11 @@ def worker(argv=None) -> dict:
             for name in STRATEGIES[k:] + STRATEGIES[:k]:
                 argv = argvs[name]
                 if a.trace_dir and i < a.traces:
-                    _, c, refs = run_timed(argv + ["--iterations", "1", "--warmup", "1"],
-                                           os.path.join(a.trace_dir,
-                                                        trace_name(app_name, name, i)))
+                    res, c, refs = run_timed(
+                        argv + ["--iterations", str(TRACED_ITERATIONS), "--warmup", "1"],
+                        os.path.join(a.trace_dir, trace_name(app_name, name, i)))
                     traced[name].append(c)
+                    traced_periods[name].append(res.period_s)
                     traced_refs[name].append(refs)
                 if i < a.repeats:
                     res, c, refs = run_timed(argv + ["--iterations", str(a.iterations),
@@ -165,7 +170,9 @@ def worker(argv=None) -> dict:
                                  "traced_contentions": traced[name],
                                  # per run, per rank {"before_s", "after_s"}: speedref.py
                                  "references": references[name],
-                                 "traced_references": traced_refs[name]})
+                                 "traced_references": traced_refs[name],
+                                 # the traced runs' untraced periods (their traces keep them)
+                                 "traced_periods_s": traced_periods[name]})
     out["load"].append(os.getloadavg()[0])
     return out
 

@@ -34,7 +34,7 @@ def traced_rows(cases: list[dict], layout_text) -> list[tuple]:
         apps = ", ".join(f"{a} {statistics.median(ratio[id(c)] for c in cs if c['app'] == a):.2f}"
                          for a in sorted({c["app"] for c in cs}))
         per.append(f"{layout_text(layout)} {_ratios_text([ratio[id(c)] for c in cs])}: {apps}")
-    return [("traced iteration over the timed period: median (quartiles)",
+    rows = [("traced iteration over the timed period: median (quartiles)",
              _ratios_text(list(ratio.values())),
              f"{len(have)} held-out cases: the median span of each case's own traced "
              "iterations (every rank's events, one clock) over its measured period. The "
@@ -42,3 +42,18 @@ def traced_rows(cases: list[dict], layout_text) -> list[tuple]:
              "tracing costs (its recording of every node, the updates an untraced run "
              "batches), which they charge to every prediction. Per layout (per app "
              "medians): " + "; ".join(per))]
+    own = [c for c in have if c.get("traced_periods_s") and all(c["traced_periods_s"])]
+    if own:                 # the traced runs' own untraced iterations, before the traced one
+        mine = {id(c): c["traced_span_s"] / statistics.median(c["traced_periods_s"])
+                for c in own}
+        per = [f"{layout_text(layout)} "
+               f"{_ratios_text([mine[id(c)] for c in own if c['layout'] == layout])}"
+               for layout in sorted({c["layout"] for c in own})]
+        rows.append(("traced iteration over its own run's untraced period",
+                     _ratios_text(list(mine.values())),
+                     f"{len(own)} held-out cases: each traced run times untraced iterations "
+                     "before its traced one, at the same moment (their period is what its "
+                     "trace keeps and the calibration fits the iteration factor to): the "
+                     "median span over the median of those periods. Per layout: "
+                     + "; ".join(per)))
+    return rows

@@ -327,6 +327,7 @@ def analyse(folder: str, data: dict) -> dict:
                         "contention": c.get("contention"),
                         "calibration_contention": fit.contention,
                         "work_s": work, "traced_cpu_s": cpu, "traced_span_s": span,
+                        "traced_periods_s": c.get("traced_periods_s"),
                         "judged_data_s": judged_data,
                         "reference_s": case_reference(c),
                         "calibration_reference_s": at_speed and at_speed.reference_s,

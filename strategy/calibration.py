@@ -50,9 +50,11 @@ What a trace determines (docs/simulator.md):
                 50 tasks of RNNLM data parallel on 2 ranks at a load of 1.00); predict()
                 draws a recorded iteration's speeds per simulation (preemption.py), so
                 coupled ranks wait for the slower, as the runs did;
-  the iteration factor  on several ranks, what the recorded iterations still take beyond
+  the iteration factor  on several ranks, what the recorded runs still take beyond
                 the simulation of them with the above (the median of measured / predicted
-                over the runs, refined once), applied to task times and host costs. It
+                over the runs, refined once; measured is a run's untraced period where its
+                trace keeps one, else its traced iteration: residuals()), applied to task
+                times and host costs. It
                 stands for what the model of ranks leaves out (MPI progress and polling,
                 wake-ups, ranks sharing cores); 1.25-1.42 on 2 ranks and 2.44-2.66 on 4
                 ranks of 2 cores at 12:09; `factor=False` (--no-factor) leaves it out. One
@@ -71,7 +73,11 @@ What a trace determines (docs/simulator.md):
                 have 6-8 views: one price held neither);
   untraced runs  predict() prices a run without --trace by default, whose executor skips
                 the idle points a traced run times (strategy/untraced.py); the residuals,
-                and so the iteration factor, compare traced runs with traced predictions.
+                and so the iteration factor, compare a run's untraced period (an app's
+                --trace run times its iterations before the traced last one: the trace
+                keeps their period, taskrt.trace.UNTRACED_PERIOD) with the untraced
+                prediction, and a trace without one (a run of one timed iteration, or an
+                older trace) its traced iteration with the traced prediction.
 What it does not: link latency and bandwidth (a message's arrival is seen only when the
 receiving thread next polls, so the traces bound them loosely) and the end of an all-reduce
 (no event marks it); those stay the base machine's (calibrate_local's ping-pongs and
@@ -88,7 +94,7 @@ import statistics
 import warnings
 from dataclasses import dataclass, field
 
-from taskrt.trace import LOAD_EVENT, contention_of
+from taskrt.trace import LOAD_EVENT, UNTRACED_PERIOD, contention_of
 
 from .costs import CostModel, CostWarning, Profile
 from .costs.profile import Measurement
@@ -126,6 +132,7 @@ class RecordedRun:
     load: float | None = None       # the OS's load over the traced iteration (recorded_load)
     executor_s: dict = field(default_factory=dict)  # node id -> s of its event not its key's
     reference_s: float | None = None  # the machine's speed beside the run (speedref.py)
+    untraced_s: float | None = None   # the run's untraced period before its traced iteration
 
 
 @dataclass
@@ -222,8 +229,8 @@ def load_runs(paths) -> list[RecordedRun]:
     events of several ranks on one clock (strategy/rankclocks.py)."""
     runs = []
     for path in paths:
-        workload, argv, (ranks, per_rank, kind), built, graph, events = recorded(None, None,
-                                                                                 path)
+        workload, argv, (ranks, per_rank, kind), built, graph, events, record = recorded(
+            None, None, path)
         if kind != "cpu":
             raise CalibrationError(f"trace {path}: recorded on {kind} devices, whose events "
                                    "time the host's issue of each task, not its kernel; "
@@ -237,7 +244,8 @@ def load_runs(paths) -> list[RecordedRun]:
             raise CalibrationError(str(e)) from None
         runs.append(RecordedRun(str(path), workload.name, list(argv), ranks, per_rank, graph,
                                 events, built.int_ranges, measured_times(events)[1],
-                                recorded_load(events, ranks, path), reference_s=reference))
+                                recorded_load(events, ranks, path), reference_s=reference,
+                                untraced_s=untraced_period(record, path)))
     layouts = {(r.ranks, r.per_rank) for r in runs}
     if len(layouts) > 1:
         raise CalibrationError("calibrate: the traces have different layouts (ranks x "
@@ -245,6 +253,21 @@ def load_runs(paths) -> list[RecordedRun]:
                                "on its own (one process and several ranks run different "
                                "executors)")
     return runs
+
+
+def untraced_period(record: dict, path) -> float | None:
+    """The untraced period a trace's run record keeps (taskrt.trace.UNTRACED_PERIOD: an
+    app's --trace run times its iterations before the traced last one untraced), or None
+    (a run of one timed iteration, or recorded before soapflow kept it)."""
+    got = record.get(UNTRACED_PERIOD)
+    if got is None:
+        return None
+    period = got.get("period_s") if isinstance(got, dict) else None
+    if not isinstance(period, (int, float)) or isinstance(period, bool) or not period > 0 \
+            or not math.isfinite(period):
+        raise CalibrationError(f"trace {path}: its '{UNTRACED_PERIOD}' record is not a period "
+                               f"in seconds > 0 ({got!r}); record the run again with --trace")
+    return float(period)
 
 
 def recorded_load(events: list, ranks: int, path) -> float | None:
@@ -524,16 +547,23 @@ def same_graph(runs) -> list[list]:
 
 def residuals(runs, fit: Fit) -> list:
     """(case name, measured s, predicted s) of every recorded graph predicted by the fit;
-    measured is the median of its runs' traced iterations. One traced iteration is one
-    sample of a noisy machine (on 2 shared cores at a load of 4-11, 15.8% from its case's
-    median of 9 timed iterations, median over 98 cases): fitting the iteration factor to
-    single iterations fits their noise."""
+    measured is the median of its runs' untraced periods where each run has one (the
+    iterations an app's --trace run times before its traced last one: what predict()
+    predicts by default), else of its traced iterations, predicted as traced. One traced
+    iteration is one sample of a noisy machine (on 2 shared cores at a load of 4-11, 15.8%
+    from its case's median of 9 timed iterations, median over 98 cases): fitting the
+    iteration factor to single iterations fits their noise. A traced iteration also times
+    every node alone (the updates an untraced run batches), which the untraced periods
+    leave out."""
     out = []
     for group in same_graph(runs):
         r = group[0]
         name = f"{r.app} {' '.join(a for a in r.argv if a != '--small')}"[:44]
         if len(group) > 1:
             name = f"{name[:34]} ({len(group)} runs)"
-        out.append((name, statistics.median(g.measured_s for g in group),
-                    predict(fit, r.graph, r.int_ranges, r.ranks, r.per_rank, traced=True)))
+        untraced = all(g.untraced_s is not None for g in group)
+        measured = statistics.median(g.untraced_s if untraced else g.measured_s
+                                     for g in group)
+        out.append((name, measured, predict(fit, r.graph, r.int_ranges, r.ranks, r.per_rank,
+                                            traced=not untraced)))
     return out

@@ -234,8 +234,9 @@ def _check_same_graph(graph, run: dict, events: list[dict], path: str) -> None:
 
 
 def recorded(app_name, argv, trace_path):
-    """(workload, argv, (ranks, devices per rank, kind), built workload, graph, events) of a
-    recorded run, its graph rebuilt and checked against the trace."""
+    """(workload, argv, (ranks, devices per rank, kind), built workload, graph, events, run
+    record) of a recorded run, its graph rebuilt and checked against the trace; the run
+    record is the trace's "otherData" soapflow record (apps/training.py write_trace)."""
     events, run = read_trace(trace_path)
     app_name = app_name or run.get("app")
     argv = list(run.get("argv", []) if argv is None else argv)
@@ -250,7 +251,7 @@ def recorded(app_name, argv, trace_path):
     kind = run.get("device_kind", "cpu")
     built, machine, graph = _rebuild(workload, argv, run, trace_path, (ranks, per_rank, kind))
     _check_same_graph(graph, run, events, trace_path)
-    return workload, argv, (ranks, per_rank, kind), built, graph, events
+    return workload, argv, (ranks, per_rank, kind), built, graph, events, run
 
 
 def task_durations(graph, events, into: dict | None = None) -> dict:
@@ -274,7 +275,7 @@ def profile_from_trace(trace_path: str, app_name: str | None = None, argv=None) 
 
         prof = profile_from_trace("run.json"); prof.save("run.profile")
     """
-    workload, argv, (ranks, per_rank, run_kind), _, graph, events = recorded(
+    workload, argv, (ranks, per_rank, run_kind), _, graph, events, _ = recorded(
         app_name, argv, trace_path)
     if run_kind != "cpu":
         raise ReplayError(f"trace {trace_path}: recorded on {run_kind} devices, whose events "
@@ -298,7 +299,7 @@ def replay(app_name: str | None, argv, trace_path: str, machine_spec="local",
     """Simulate the graph of a recorded run and compare it with the run's trace. `app_name`
     and `argv` default to what the trace records; `machine_spec` is a preset, a file,
     'local', or a MachineModel."""
-    workload, argv, (ranks, per_rank, _), built, graph, events = recorded(app_name, argv,
+    workload, argv, (ranks, per_rank, _), built, graph, events, _ = recorded(app_name, argv,
                                                                     trace_path)
     model = model_for_layout(machine_model(machine_spec) if isinstance(machine_spec, str)
                              else machine_spec, ranks, per_rank)

@@ -86,6 +86,9 @@ def sched_times() -> tuple[float, float] | None:
 
 
 LOAD_EVENT = "soapflow_load"      # the metadata event of a rank's load in a trace
+# In a trace file's "otherData" run record: {"period_s", "iterations"} of the untraced timed
+# iterations of the run before its traced last one (apps/training.py), when it had some.
+UNTRACED_PERIOD = "untraced_period"
 
 
 class LoadMeter:

@@ -24,13 +24,21 @@ CASES = [(cnn, cnn_strategies, "data_parallel"), (cnn, cnn_strategies, "random")
          (lstm_model, lstm_strategies, "parameter")]
 
 
-def trained(build, strategies, name, make_optimizer, batched, steps=3):
+def trained(build, strategies, name, make_optimizer, batched, steps=3, traced=None):
+    """`traced`: per step, whether it is traced (record_trace on; default: every step when
+    not batched)."""
     model, feeds = build()
-    # A traced executor times every node, so it runs each update as a task of its own.
+    # A traced run times every node, so it runs each update as a task of its own.
+    record = not batched or traced is not None
     tr = model.compile(Machine.local(4), strategies(4)[name], make_optimizer(),
-                       executor="local", record_trace=not batched)
-    sizes = [len(ids) for ids in tr.executor.entries]
-    losses = [tr.step(feeds) for _ in range(steps)]
+                       executor="local", record_trace=record)
+    sizes = [len(ids) for ids in (tr.executor.entries if batched else
+                                  tr.executor.traced_entries)]
+    losses = []
+    for k in range(steps):
+        if traced is not None:
+            tr.executor.tracing = traced[k]
+        losses.append(tr.step(feeds))
     return losses, tr.weights(), sizes
 
 
@@ -42,6 +50,21 @@ def test_batched_updates_give_the_same_bits(build, strategies, name, opt):
     ref_losses, ref_weights, ref_sizes = trained(build, strategies, name, OPTIMIZERS[opt],
                                                  batched=False)
     assert max(sizes) > 1 and max(ref_sizes) == 1
+    assert losses == ref_losses
+    for w, value in ref_weights.items():
+        assert torch.equal(weights[w], value), w
+
+
+@pytest.mark.parametrize("build,strategies,name", CASES[:2],
+                         ids=[f"{b.__name__}-{n}" for b, _, n in CASES[:2]])
+def test_untraced_and_traced_steps_of_one_executor_give_the_same_bits(build, strategies, name):
+    """record_trace with only some steps traced (apps/training.py traces the last): the
+    untraced steps batch, the traced one runs every update alone, the same numbers."""
+    losses, weights, sizes = trained(build, strategies, name, OPTIMIZERS["sgd"], batched=True,
+                                     traced=[False, True, False])
+    ref_losses, ref_weights, _ = trained(build, strategies, name, OPTIMIZERS["sgd"],
+                                         batched=False)
+    assert max(sizes) > 1
     assert losses == ref_losses
     for w, value in ref_weights.items():
         assert torch.equal(weights[w], value), w

@@ -3,9 +3,11 @@
 Nodes run one at a time in id order (a topological order). The graph is compiled once into
 steps with pre-sliced views (Legion-style tracing), so `run()` replays it without planning;
 consecutive independent points of launches with one `batch` function and args (the
-optimizer's updates) run as one batch per device, except when tracing (taskrt.launch);
-a point with no region requirements whose task function's `idle(args, color)` says it
-does nothing (parallel_ops' empty parts) is left out of the plan, except when tracing;
+optimizer's updates) run as one batch per device (taskrt.launch); a point with no region
+requirements whose task function's `idle(args, color)` says it does nothing (parallel_ops'
+empty parts) is left out of the plan; a traced run() times every node alone (with
+record_trace every run() is traced until `tracing` is set False: apps/training.py traces
+only the last iteration);
 temporaries (taskrt.liveness) are allocated before their first user and released after their
 last, and `keep` names the regions to read after run() ("all": nothing is freed).
 `write`/`read` move whole tensors in and out of the graph's regions.
@@ -52,9 +54,10 @@ class LocalExecutor:
             else:
                 self.steps.append(local_allreduce_step(node, self.store))
         self.record_trace = record_trace
+        self.tracing = record_trace   # whether the next run() is traced (needs record_trace)
         # What run() calls: per entry, the ids of its nodes (one node, or consecutive
-        # batchable nodes run as one batch; not when tracing, which times every node).
-        self.entries = self._entries(record_trace)
+        # batchable nodes run as one batch; a traced run() times every node alone).
+        self.entries = self._entries(False)
         # Nodes run in id order, so each temporary's first and last user are known: per
         # entry (step, temporaries to allocate before it, temporaries to release after it).
         first: dict[int, list] = {}
@@ -69,27 +72,29 @@ class LocalExecutor:
             if buf.light == LIGHT_ALLOCATE:    # LIGHT_LAZY: nothing to do before its writer
                 first.setdefault(i, []).append(buf)
             last.setdefault(j, []).append(buf)
-        self.plan = []
-        for ids in self.entries:
-            step = self.steps[ids[0]] if len(ids) == 1 else \
-                batches_step([graph.nodes[i] for i in ids], self.store, self.contexts)
-            self.plan.append((step, tuple(b for i in ids for b in first.get(i, ())),
-                              tuple(b for i in ids for b in last.get(i, ()))))
+        def plan(entries):
+            return [(self.steps[ids[0]] if len(ids) == 1 else
+                     batches_step([graph.nodes[i] for i in ids], self.store, self.contexts),
+                     tuple(b for i in ids for b in first.get(i, ())),
+                     tuple(b for i in ids for b in last.get(i, ()))) for ids in entries]
+        self.traced_entries = self._entries(True) if record_trace else None
+        self.plan = plan(self.entries)
+        self._traced_plan = plan(self.traced_entries) if record_trace else None
         self._replay, self._replay_of = None, None      # see _replayed()
         self.capture = None if backend is None else Capture(self, backend)
         self._stamps = Stamps()               # the last traced iteration's (self.trace)
         self.trace_load: dict | None = None      # LoadMeter.stop() of the traced iteration
 
-    def _entries(self, record_trace: bool) -> list[range]:
+    def _entries(self, traced: bool) -> list[range]:
         """Node ids per entry: a run of consecutive batchable nodes with one batch key and
         no edge among them (they may run in any order: one batch per device), else one."""
         nodes, preds, out, i = self.graph.nodes, self.graph.preds, [], 0
         while i < len(nodes):
-            if not record_trace and idle(nodes[i]):
+            if not traced and idle(nodes[i]):
                 i += 1
                 continue
             j = i + 1
-            if not record_trace and batchable(nodes[i]):
+            if not traced and batchable(nodes[i]):
                 key = batch_key(nodes[i])
                 while (j < len(nodes) and batchable(nodes[j]) and batch_key(nodes[j]) == key
                        and all(p < i for p in preds[j])):
@@ -163,7 +168,7 @@ class LocalExecutor:
         if self.capture is not None:
             self.capture.run()
             return
-        if not self.record_trace:
+        if not (self.record_trace and self.tracing):
             for step, allocate, drops, free in self._replayed():
                 if allocate:
                     begin(allocate)
@@ -178,7 +183,7 @@ class LocalExecutor:
         t0 = clock()
         stamps = self._stamps = Stamps(self.graph.nodes, t0)
         stamp = stamps.raw.append
-        for i, (step, allocate, free) in enumerate(self.plan):
+        for i, (step, allocate, free) in enumerate(self._traced_plan):
             start = clock()
             begin(allocate)
             step()

@@ -20,7 +20,9 @@ least), then sleeps with a short, growing back-off (IdleBackOff, up to poll_max_
 when each rank of the node can have its own core beside the other processes, else 1 ms). Batchable tasks that are ready
 together (the optimizer's updates once a bucket's all-reduce is done) run as one batch per
 device (taskrt.launch, IndexLaunch.batch), and idle points (steps.idle: parallel_ops' empty
-parts) do nothing, except when tracing.
+parts) do nothing, except in a traced run(): with record_trace, every run() is traced
+until `tracing` is set False (apps/training.py traces only the last iteration, so that the
+run's other iterations are timed as untraced ones).
 
 Failures: an exception on any rank prints the rank, the node and the error and aborts every
 rank. The watchdog (taskrt/executor/watchdog.py, on by default) guards each iteration and
@@ -34,6 +36,7 @@ import socket
 import sys
 import time
 import traceback
+from typing import Callable
 from collections import deque
 
 import torch
@@ -125,6 +128,7 @@ class MPIExecutor:
         self.abort_on_error = (self.comm.Get_size() > 1) if abort_on_error is None \
             else abort_on_error
         self.record_trace = record_trace
+        self.tracing = record_trace   # whether the next run() is traced (needs record_trace)
         self._stamps = Stamps()               # the last traced iteration's (self.trace)
         self.trace_load: dict | None = None      # LoadMeter.stop() of the traced iteration
         self.sent: list[tuple[int, int, int]] = []   # (node id, destination rank, bytes)
@@ -175,15 +179,19 @@ class MPIExecutor:
         # batch per device (taskrt.launch, IndexLaunch.batch); not when tracing.
         self.batch_members: dict[int, BatchMember] = {}
         self.batch_keys: dict[int, object] = {}
+        # A traced run() times every node alone: idle points run, nothing is batched.
+        self._traced_steps: dict[int, Callable] = {}    # swapped in by _steps_for
+        self._steps_traced, self._batch_keys_off = False, {}
         contexts: dict = {}
         for i, role in sorted(self.sched.roles.items()):
             n = g.nodes[i]
             if role == RUN:
                 if n.kind is TASK:
                     self.steps[i] = task_step(n, store, contexts)
-                    if not self.record_trace and is_idle(n):
+                    if is_idle(n):
+                        self._traced_steps[i] = self.steps[i]
                         self.steps[i] = nothing     # an empty part (as LocalExecutor)
-                    elif not self.record_trace and batchable(n):
+                    elif batchable(n):
                         self.batch_members[i] = BatchMember(n, store, contexts)
                         self.batch_keys[i] = self.batch_members[i].key
                 elif n.kind is COPY:
@@ -329,9 +337,11 @@ class MPIExecutor:
         t0 = clock()
         busy = BusyPoll(settings.poll_busy_s, t0)
         idle = IdleBackOff(self.spin_s, self.poll_max_s, t0)
-        stamps = Stamps(self.graph.nodes, t0) if self.record_trace else None
-        stamp = stamps.raw.append if stamps is not None else None
-        meter = LoadMeter().start() if self.record_trace else None   # the OS's load, traced
+        traced = self.record_trace and self.tracing
+        self._steps_for(traced)
+        stamps = Stamps(self.graph.nodes, t0) if traced else None
+        stamp = stamps.raw.append if traced else None
+        meter = LoadMeter().start() if traced else None   # the OS's load, traced
         handlers = self._handlers
         colls, recv_reqs = self.collectives, self._recv_reqs
         while not sched.finished:
@@ -369,6 +379,15 @@ class MPIExecutor:
             # ranks on one host are put on one clock exactly (strategy/rankclocks.py)
             self.trace_load = dict(meter.stop(), clock_origin_s=t0,
                                    host=socket.gethostname())
+
+    def _steps_for(self, traced: bool) -> None:
+        """The steps and batches of a traced run() (every node alone) or an untraced one."""
+        if traced == self._steps_traced:
+            return
+        self._steps_traced = traced
+        for i, step in self._traced_steps.items():
+            self._traced_steps[i], self.steps[i] = self.steps[i], step
+        self.batch_keys, self._batch_keys_off = self._batch_keys_off, self.batch_keys
 
     @property
     def trace(self) -> list[TraceEvent]:

@@ -24,4 +24,4 @@ if __name__ == "__main__":
     with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
         json.dump({"period_s": res.period_s, "timed_from": res.timed_from,
                    "timed_to": res.timed_to, "besides_s": res.besides_s, "times": res.times,
-                   "speed_reference": res.speed_reference}, f)
+                   "traced_s": res.traced_s, "speed_reference": res.speed_reference}, f)

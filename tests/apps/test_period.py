@@ -3,10 +3,11 @@ a mark before and one after them, less the app's own work between steps, over th
 under MPI each mark after a barrier of every rank. A real 2-rank AlexNet --small run whose
 strategy leaves rank 1 working after rank 0's last node (every operator on device 1 but the
 loss on device 0: rank 0 computes the loss and its gradient, rank 1 the whole backward), with
---trace: every rank's traced events (the last timed iteration, on the host's monotonic clock
-by their recorded origins) lie between rank 0's marks, and the period is the marks' span
-less the app's work over the iterations. An --trace run carries every rank's speed
-reference (strategy/speedref.py), which calibration sees."""
+--trace: the period is the marks' span less the app's work over the untraced timed
+iterations; the traced last iteration (every rank's events, on the host's monotonic clock by
+their recorded origins) lies after the second mark, kept out of the times and the period,
+and the trace keeps the period, which calibration fits to. An --trace run carries every
+rank's speed reference (strategy/speedref.py), which calibration sees."""
 import dataclasses
 import json
 import os
@@ -24,7 +25,7 @@ from strategy import files  # noqa: E402
 from strategy.costs.app_profile import load_app  # noqa: E402
 from strategy.speedref import REFERENCE_EVENT, trace_reference  # noqa: E402
 from taskrt import Machine  # noqa: E402
-from taskrt.trace import LOAD_EVENT  # noqa: E402
+from taskrt.trace import LOAD_EVENT, UNTRACED_PERIOD  # noqa: E402
 
 SMALL = ["--small", "--batch-size", "8"]
 
@@ -44,7 +45,7 @@ def two_ranks(tmp_path_factory):
     strategy = loss_on_rank0(str(out / "s.json"))
     trace = str(out / "trace.json")
     rc, text, _ = run_mpi(2, [os.path.join(HERE, "mpi_period.py"), str(out), "alexnet",
-                              *SMALL, "--iterations", "2", "--warmup", "1", "--quiet",
+                              *SMALL, "--iterations", "3", "--warmup", "1", "--quiet",
                               "--strategy", strategy, "--trace", trace], timeout=300)
     assert rc == 0, text
     ranks = [json.load(open(out / f"rank{r}.json")) for r in range(2)]
@@ -65,12 +66,14 @@ def test_a_two_rank_period_is_barrier_to_barrier_over_every_rank_s_iterations(tw
     spans = [_span_of_rank(trace, r) for r in range(2)]
     assert spans[1][1] > spans[0][1]          # rank 1 works on after rank 0's last node
     for mine in ranks:
-        assert len(mine["times"]) == 2
+        assert len(mine["times"]) == 2 and mine["traced_s"] > 0   # 3 timed, the last traced
         assert mine["period_s"] == pytest.approx(
             (mine["timed_to"] - mine["timed_from"] - mine["besides_s"]) / 2, rel=1e-12)
         assert 0 <= mine["besides_s"] < mine["timed_to"] - mine["timed_from"]
-        for first, last in spans:             # every rank's traced iteration, whole
-            assert mine["timed_from"] < first and last < mine["timed_to"]
+        for first, last in spans:             # every rank's traced iteration, after them
+            assert mine["timed_to"] < first
+    record = trace["otherData"]["soapflow"][UNTRACED_PERIOD]
+    assert record == {"period_s": ranks[0]["period_s"], "iterations": 2}
 
 
 def test_an_app_s_trace_carries_every_rank_s_speed_reference(two_ranks):
@@ -93,10 +96,12 @@ def test_one_process_s_period_and_its_trace_s_reference_reach_calibration(tmp_pa
     path = str(tmp_path / "t.json")
     res = run(RNNLM, ["--small", "--iterations", "3", "--warmup", "1", "--quiet",
                       "--devices-per-rank", "2", "--trace", path], out=None)
-    span = res.timed_to - res.timed_from
-    assert res.period_s == pytest.approx((span - res.besides_s) / 3, rel=1e-12)
-    assert sum(res.times) <= 3 * res.period_s < span      # the steps are inside it
+    span = res.timed_to - res.timed_from                 # the 2 untraced timed iterations
+    assert len(res.times) == 2 and res.traced_s > 0
+    assert res.period_s == pytest.approx((span - res.besides_s) / 2, rel=1e-12)
+    assert sum(res.times) <= 2 * res.period_s < span      # the steps are inside it
     ref = statistics.median(res.speed_reference.values())
     assert load_runs([path])[0].reference_s == ref
+    assert load_runs([path])[0].untraced_s == res.period_s
     base = cluster_model("one", dataclasses.replace(DEVICE_SPECS["P100"], kind="cpu"), 1)
     assert calibrate([path], base)[2].reference_s == pytest.approx(ref)

@@ -203,3 +203,30 @@ def test_several_traced_runs_of_one_strategy_are_one_case(traces, tmp_path):
     assert "(3 runs)" in fit.residuals[0][0]
     # predicted once per case, as each of its runs would be
     assert [p for _, _, p in residuals(runs[:1], fit)] == [fit.residuals[0][2]]
+
+
+def test_a_trace_s_untraced_period_is_what_its_residual_measures(traces, tmp_path):
+    """A trace whose run timed untraced iterations before its traced one keeps their period
+    (taskrt.trace.UNTRACED_PERIOD); the residual (and so the iteration factor) compares it
+    with the untraced prediction; a trace without one, its traced iteration with the traced
+    prediction; a malformed one is refused by name."""
+    from strategy.calibration import predict
+    from taskrt.trace import UNTRACED_PERIOD
+    data = json.load(open(traces[0]))
+    data["otherData"]["soapflow"][UNTRACED_PERIOD] = {"period_s": 0.0123, "iterations": 2}
+    kept = str(tmp_path / "kept.json")
+    json.dump(data, open(kept, "w"))
+    runs = load_runs([kept, traces[1]])
+    assert [r.untraced_s for r in runs] == [0.0123, None]
+    _, _, fit = calibrate([kept, traces[1]], base(), factor=False, speed_reference=False)
+    (_, m0, p0), (_, m1, p1) = fit.residuals
+    r0, r1 = runs
+    assert m0 == 0.0123 and p0 == predict(fit, r0.graph, r0.int_ranges, r0.ranks, r0.per_rank,
+                                          traced=False)
+    assert m1 == r1.measured_s and p1 == predict(fit, r1.graph, r1.int_ranges, r1.ranks,
+                                                 r1.per_rank, traced=True)
+    data["otherData"]["soapflow"][UNTRACED_PERIOD] = {"period_s": -1}
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(data))
+    with pytest.raises(CalibrationError, match=f"bad.json: its '{UNTRACED_PERIOD}' record"):
+        load_runs([str(bad)])

@@ -19,7 +19,8 @@ def _model():
     m.softmax_cross_entropy(m.linear(h, 3, name="fc2"), m.input("labels", (8,), dtype="int64"),
                             name="loss")
     g = torch.Generator().manual_seed(0)
-    return m, {"x": torch.randn(8, 6, generator=g), "labels": torch.randint(0, 3, (8,), generator=g)}
+    return m, {"x": torch.randn(8, 6, generator=g),
+               "labels": torch.randint(0, 3, (8,), generator=g)}
 
 
 @pytest.mark.parametrize("executor", ["local", "mpi"])
@@ -61,3 +62,30 @@ def test_an_untraced_executor_has_an_empty_trace():
     trainer = m.compile(Machine.local(2), {}, SGD(lr=0.1), executor="local")
     trainer.step(feeds)
     assert trainer.executor.trace == []
+
+
+@pytest.mark.parametrize("executor", ["local", "mpi"])
+def test_record_trace_traces_only_the_runs_it_is_told_to(executor):
+    """With record_trace, `tracing` False runs an iteration untraced (batched updates, no
+    events: apps/training.py times those and traces only the last), True traces it; the
+    numbers are an untraced executor's."""
+    if executor == "mpi":
+        pytest.importorskip("mpi4py")
+    m, feeds = _model()
+    plain = m.compile(Machine.local(2), {}, SGD(lr=0.1), executor=executor)
+    want = [plain.step(feeds) for _ in range(3)]
+    m, feeds = _model()
+    tr = m.compile(Machine.local(2), {}, SGD(lr=0.1), executor=executor, record_trace=True)
+    got, events = [], []
+    for tracing in (False, True, False):
+        tr.executor.tracing = tracing
+        got.append(tr.step(feeds))
+        events.append(len(tr.executor.trace))
+        if executor == "mpi":       # updates ready together ran as batches, untraced only
+            assert (tr.executor.batched > 0) is not tracing
+    assert got == want
+    n = len(tr.graph.nodes)
+    assert events == [0, n, n]          # the trace is the last traced run's
+    assert plain.weights().keys() == tr.weights().keys()
+    for w, value in plain.weights().items():
+        assert torch.equal(tr.weights()[w], value), w
