@@ -580,7 +580,8 @@ def report(cases: list[dict], timing: dict, machines: dict, quick: bool,
         rows.append(("calibration residuals (traced runs it was fitted to)",
                      f"median {100 * statistics.median(errs):.1f}%, worst "
                      f"{100 * max(errs):.1f}%", f"{len(errs)} traced strategies (each the "
-                     "median of its traced runs' iterations)"))
+                     "median of its traced runs' untraced periods, which their traces keep, "
+                     "or, where a trace keeps none, of their traced iterations)"))
     return {"title": "simulator accuracy (predicted vs measured iteration time)", "rows": rows,
             "results": {"cases": cases, "overall": overall, "uncalibrated": before,
                         "without_factor": plain,

@@ -110,7 +110,7 @@ from .rankclocks import on_one_clock
 from .reslicing import reslicing_time, resliced_views
 from .simulator import NodeTimer, simulate
 from .speedref import at_reference_speed, trace_reference
-from .untraced import UntracedCosts, skipped_tasks
+from .untraced import UntracedCosts, batch_tails, skipped_tasks
 from .wakeups import ROUNDS as WAKE_ROUNDS, SleepSchedule, executor_schedule, wake_delays
 
 
@@ -478,8 +478,8 @@ def predict(fit: Fit, graph, int_ranges: dict, ranks: int, per_rank: int,
     with nothing to run waits for its next wake-up (fit.sleep, strategy/wakeups.py;
     `wakeups=False`: not, e.g. for the threads' work alone), and each simulation draws the
     ranks' speeds of one recorded iteration (fit.speeds). `traced`: an iteration run with
-    --trace, as the calibrating runs were (every node timed); else as run without, whose
-    executor skips the idle points (strategy/untraced.py). `reference_s`: the machine's
+    --trace (every node timed alone); else as run without, whose executor skips the idle
+    points and batches the updates ready together (strategy/untraced.py). `reference_s`: the machine's
     speed reference beside the run predicted (strategy/speedref.py): task times and host
     costs are scaled by it over the fit's (not the OS's slices and wake-ups); refused for a
     fit without one."""
@@ -496,13 +496,14 @@ def predict(fit: Fit, graph, int_ranges: dict, ranks: int, per_rank: int,
     extra = None
     if fit.view_s and ranks == 1:          # the views its executor re-slices (reslicing.py)
         extra = {i: fit.view_s * n for i, n in resliced_views(graph).items()}
+    buckets = buckets_of(graph) if ranks > 1 else ()
     costs = UntracedCosts(profile, int_ranges=int_ranges,
                           skipped=frozenset() if traced else skipped_tasks(graph),
+                          batched=frozenset() if traced else batch_tails(graph, buckets),
                           executor_s=extra)
     layout = model_for_layout(model, ranks, per_rank)
     held = None
     if ranks > 1:                           # the executor's buckets: one collective each
-        buckets = buckets_of(graph)
         if any(len(b) > 1 for b in buckets) and not NodeTimer(layout, costs).ready_order:
             raise CalibrationError(
                 "predict: a model of several ranks without host costs cannot hold the MPI "

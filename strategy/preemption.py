@@ -63,6 +63,8 @@ class PreemptedTimer(NodeTimer):
         self.collectives = collectives or {}
         # an untraced run's skipped idle points (strategy/untraced.py): no host phases
         self.skipped = getattr(costs, "skipped", frozenset())
+        # and the updates it batches after another on their device: one host step a batch
+        self.batched = getattr(costs, "batched", frozenset())
 
     def stalled(self, seconds: float, contention: float | None = None) -> float:
         """`seconds` of a thread's work and the slices taken from it meanwhile."""
@@ -98,6 +100,8 @@ class PreemptedTimer(NodeTimer):
         hd, hr, pd, pr = super().host_phases(node)
         if node.id in self.skipped:
             return 0.0, hr, 0.0, pr
+        if node.id in self.batched:
+            hd = 0.0
         hd = self.stalled(hd, self._of(hr))             # in this order: the same draws
         pd = self.stalled(pd, self._of(pr))
         if self.delays and pr:

@@ -29,8 +29,8 @@ from ..region import Region
 from ..taskgraph import COPY, REDUCE, TASK
 from .capture import Capture, backend_for
 from .instances import LIGHT_ALLOCATE, InstanceStore
-from .steps import (batch_key, batchable, batches_step, idle, local_allreduce_step,
-                    local_copy_step, reduce_step, task_step)
+from .steps import (batches_step, local_allreduce_step, local_copy_step, plan_entries,
+                    reduce_step, task_step)
 
 
 class LocalExecutor:
@@ -85,23 +85,10 @@ class LocalExecutor:
         self._stamps = Stamps()               # the last traced iteration's (self.trace)
         self.trace_load: dict | None = None      # LoadMeter.stop() of the traced iteration
 
-    def _entries(self, traced: bool) -> list[range]:
-        """Node ids per entry: a run of consecutive batchable nodes with one batch key and
-        no edge among them (they may run in any order: one batch per device), else one."""
-        nodes, preds, out, i = self.graph.nodes, self.graph.preds, [], 0
-        while i < len(nodes):
-            if not traced and idle(nodes[i]):
-                i += 1
-                continue
-            j = i + 1
-            if not traced and batchable(nodes[i]):
-                key = batch_key(nodes[i])
-                while (j < len(nodes) and batchable(nodes[j]) and batch_key(nodes[j]) == key
-                       and all(p < i for p in preds[j])):
-                    j += 1
-            out.append(range(i, j))
-            i = j
-        return out
+    def _entries(self, traced: bool) -> list[list[int]]:
+        """Node ids per entry (steps.plan_entries over the whole graph, in id order)."""
+        return plan_entries(self.graph.nodes, self.graph.preds, range(len(self.graph.nodes)),
+                            traced)
 
     # -- data in and out -----------------------------------------------------------------
     def _region(self, region) -> Region:

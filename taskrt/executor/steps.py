@@ -332,6 +332,31 @@ def batch_key(node):
     return node.launch.batch, id(node.launch.args)
 
 
+def plan_entries(nodes, preds, ids, traced: bool = False) -> list:
+    """The node ids `ids` (in run order) as entries, each one node or a batch: a run of
+    consecutive batchable nodes with one batch key and no edge among them (every
+    predecessor before the run's first: they may run in any order, one batch per device).
+    Untraced, idle points are left out; `traced`: every node alone. The LocalExecutor's
+    plan (all of a graph's ids), and the simulator's of an untraced run's batches
+    (strategy/untraced.py, per process)."""
+    ids = list(ids)
+    out, k = [], 0
+    while k < len(ids):
+        i = ids[k]
+        if not traced and idle(nodes[i]):
+            k += 1
+            continue
+        m = k + 1
+        if not traced and batchable(nodes[i]):
+            key = batch_key(nodes[i])
+            while (m < len(ids) and batchable(nodes[ids[m]])
+                   and batch_key(nodes[ids[m]]) == key and all(p < i for p in preds[ids[m]])):
+                m += 1
+        out.append(ids[k:m])
+        k = m
+    return out
+
+
 class BatchMember:
     """One batchable point task, ready to join a batch: its node, batch_key, context and
     views."""
