@@ -36,8 +36,8 @@ import socket
 import sys
 import time
 import traceback
-from typing import Callable
 from collections import deque
+from typing import Callable
 
 import torch
 
@@ -176,7 +176,7 @@ class MPIExecutor:
         self.steps = {}
         self.send_bufs, self.recv_bufs, self.unpack_to = {}, {}, {}
         # Batchable tasks (the optimizer's updates) that are ready together run as one
-        # batch per device (taskrt.launch, IndexLaunch.batch); not when tracing.
+        # batch per device (taskrt.launch, IndexLaunch.batch); a traced run() runs each alone.
         self.batch_members: dict[int, BatchMember] = {}
         self.batch_keys: dict[int, object] = {}
         # A traced run() times every node alone: idle points run, nothing is batched.
