@@ -207,8 +207,10 @@ class _Lowering:
         sig = self._signature_of.get(stage)
         if sig is None:
             sig = self._signature_of[stage] = signature(stage, self._roots)
+        moved = getattr(stage, "moved", None)       # (made from the stage it names, moved)
+        base = None if moved is None else self.template(stage.parent.stages()[moved[0]], cfg)
         return forward_template(stage, sig, tuple(int(d) for d in cfg.aligned(
-            stage.parent or stage)), tuple(cfg.devices))
+            stage.parent or stage)), tuple(cfg.devices), base)
 
     # -- forward ---------------------------------------------------------------------------
     def lower_forward(self, stage: Op, template: ForwardTemplate, initial: dict,
