@@ -115,12 +115,13 @@ class _Shared:
             for old, reqs in groups.values():
                 for key, q in zip(old.keys, reqs):
                     atoms.setdefault(key, q)
-        reqs = []
-        for key, r, p in zip(group.keys, group.rects, group.privileges):
-            q = atoms.get(key)
-            if q is None:
-                q = atoms[key] = requirements(region, (r,), (p,))[0]
-            reqs.append(q)
+        reqs = list(map(atoms.get, group.keys))
+        if not all(reqs):               # the atoms not made yet, made in one call
+            missing = [k for k, q in enumerate(reqs) if q is None]
+            made = requirements(region, tuple([group.rects[k] for k in missing]),
+                                tuple([group.privileges[k] for k in missing]))
+            for k, q in zip(missing, made):
+                reqs[k] = atoms.setdefault(group.keys[k], q)
         groups[id(group)] = (group, reqs)
         return reqs
 
