@@ -9,6 +9,10 @@ privilege) "atoms" a launch requires and per point the atoms it asks for in orde
 layouts, the (rect, device) pieces of initial data, and the bytes a forward part keeps for
 its backward. Lowering an operator then only makes one RegionRequirement per atom on the
 operator's own regions (parallel_ops/lowering.py); nothing is computed per point twice.
+A stage that declares itself another stage of its operator moved (Stage.moved: an LSTM's
+middle steps are step 1 moved along time) gets that stage's templates with the input and
+output rects moved (`_moved_forward`): the same points, atoms, layouts and getters, only
+new rects (checked) and their groups.
 
 When two stages have one structure (`signature`): the same class, and equal attributes
 other than the name, compared structurally: tensors by shape, dtype and gradient flags
@@ -32,7 +36,7 @@ from taskrt.geometry import Rect
 from taskrt.launch import colors_of
 from taskrt.privilege import RED, RW, R, WD, Privilege, RegionRequirement
 
-from .op import Op
+from .op import Op, PartSpec
 from .saved_state import saved_bytes_of_parts
 from .tasks import DIN, DOUT, DW, IN, OUT, W
 from .tensor import Tensor
@@ -204,12 +208,13 @@ _INTERNED: list = []
 _POINTS = [0]
 
 
-def forward_template(stage: Op, sig: Signature, degrees: tuple, devices: tuple
-                     ) -> "ForwardTemplate":
+def forward_template(stage: Op, sig: Signature, degrees: tuple, devices: tuple,
+                     base: "ForwardTemplate | None" = None) -> "ForwardTemplate":
     """The forward template of `stage` (whose signature is `sig`) under these degrees (in
     the order of its dims) and devices: made once per process for every stage of that
     structure, until REMEMBERED_TEMPLATES or REMEMBERED_POINTS are reached (then the
-    cache starts again)."""
+    cache starts again). `base`: for a stage declaring itself moved (Stage.moved), the
+    template of the stage it names under the same config; this one is made by moving it."""
     key = (sig, degrees, devices)
     got = _TEMPLATES.get(key)
     if got is None:
@@ -218,7 +223,10 @@ def forward_template(stage: Op, sig: Signature, degrees: tuple, devices: tuple
             _TEMPLATES.clear()
             _INTERNED[:] = [Interned()]
             _POINTS[0] = 0
-        got = _TEMPLATES[key] = ForwardTemplate(stage, degrees, devices, _INTERNED[0])
+        if base is not None and base._interned is _INTERNED[0]:
+            got = _TEMPLATES[key] = _moved_forward(base, stage)
+        else:                           # (or its base was made before the cache restarted)
+            got = _TEMPLATES[key] = ForwardTemplate(stage, degrees, devices, _INTERNED[0])
         _POINTS[0] += len(got.colors)
     return got
 
@@ -272,8 +280,7 @@ class _Requirements:
 
     def __init__(self, stage: Op):
         self._stage = stage
-        self._tensors = {IN: stage.inputs, DIN: stage.inputs, W: stage.weights,
-                         DW: stage.weights, OUT: stage.outputs, DOUT: stage.outputs}
+        self._tensors = _tensors_of(stage)
         self._atoms: list[tuple] = []
         self._index: dict = {}
         self.points: list[tuple] = []
@@ -306,6 +313,22 @@ class _Requirements:
             self.groups.append((s, i, intern(rects, tuple([atoms[k][3] for k in ks]))))
         self.getters = [_getter([number[k] for k in p]) for p in self.points]
         self.points = self._atoms = self._index = self._stage = self._tensors = None
+
+    def moved(self, stage: Op, move, intern) -> "_Requirements":
+        """These requirements with every rect of an input, output or their gradients moved
+        by `move` (a translation: equal atoms stay equal, so the numbering, the getters and
+        the weights' groups stay), the moved rects checked against `stage`'s tensors."""
+        new = _Requirements.__new__(_Requirements)
+        new.points = new._atoms = new._index = new._stage = new._tensors = None
+        new.getters, new.groups = self.getters, []
+        tensors = _tensors_of(stage)
+        for s, i, group in self.groups:
+            if s not in (W, DW):
+                rects = tuple(map(move, group.rects))
+                _check(stage, tensors[s][i], rects)
+                group = intern(rects, tuple([code for _, code in group.keys]))
+            new.groups.append((s, i, group))
+        return new
 
     def make(self, colors, regions: dict, shared) -> dict:
         """color -> requirements tuple on the operator's regions (regions[slot][index]),
@@ -363,6 +386,7 @@ class ForwardTemplate:
         self._backward: dict = {}
         self._pieces: dict = {}
         self._held = None
+        self._base = self._move = None      # a moved template's (_moved_forward)
 
     def initial(self, into: dict, names: dict) -> None:
         """Record where the forward's data starts: names maps (slot, index) to the tensor
@@ -383,7 +407,14 @@ class ForwardTemplate:
         key = (outs_with_grad, input_grads, weight_grads, recomputed)
         got = self._backward.get(key)
         if got is None:
-            got = self._backward[key] = _BackwardTemplate(self, stage, *key)
+            if self._base is None:
+                got = _BackwardTemplate(self, stage, *key)
+            else:                           # (the base's stage has the same tensors)
+                base = self._base.backward(stage, *key)
+                got = _BackwardTemplate.__new__(_BackwardTemplate)
+                got.reqs = base.reqs.moved(stage, self._move, self._interned.group)
+                got.layout_of = base.layout_of
+            self._backward[key] = got
         return got
 
     def pieces(self, k: int) -> list:
@@ -441,3 +472,46 @@ class _BackwardTemplate:
             add(asked)
             self.layout_of[c] = layout(tuple(layout_))
         self.reqs.finish(fwd._interned.group)
+
+
+def _tensors_of(stage: Op) -> dict:
+    """A stage's tensors per requirement slot."""
+    return {IN: stage.inputs, DIN: stage.inputs, W: stage.weights, DW: stage.weights,
+            OUT: stage.outputs, DOUT: stage.outputs}
+
+
+def _mover(axis: int, delta: int):
+    """A function moving rects by `delta` along `axis`, one new Rect per distinct rect."""
+    moved: dict[Rect, Rect] = {}
+
+    def move(r: Rect) -> Rect:
+        got = moved.get(r)
+        if got is None:
+            lo, hi = list(r.lo), list(r.hi)
+            lo[axis] += delta
+            hi[axis] += delta
+            got = moved[r] = Rect(tuple(lo), tuple(hi))
+        return got
+    return move
+
+
+def _moved_forward(base: ForwardTemplate, stage: Op) -> ForwardTemplate:
+    """The forward template of `stage`, which declares its parts `base`'s stage's moved
+    (Stage.moved: inputs and outputs by delta along axis, its own info): what
+    ForwardTemplate(stage, ...) makes, from `base` (tests/test_moved_templates.py)."""
+    _, axis, delta, info = stage.moved
+    move = _mover(axis, delta)
+    t = ForwardTemplate.__new__(ForwardTemplate)
+    t.domain, t.devices, t.colors = base.domain, base.devices, base.colors
+    t.specs = {c: PartSpec(tuple(map(move, s.inputs)), s.weights, tuple(map(move, s.outputs)),
+                           s.partial, info) for c, s in base.specs.items()}
+    t._interned = base._interned
+    t.reqs = base.reqs.moved(stage, move, t._interned.group)
+    t.layout_of = base.layout_of
+    t.events = [(s, i, move(r), dev) for s, i, r, dev in base.events]
+    t.initial_groups = {}
+    for s, i, r, dev in t.events:
+        t.initial_groups.setdefault((s, i), {})[(r, dev)] = None
+    t._backward, t._pieces, t._held = {}, {}, None
+    t._base, t._move = base, move
+    return t

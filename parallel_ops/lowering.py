@@ -115,12 +115,13 @@ class _Shared:
             for old, reqs in groups.values():
                 for key, q in zip(old.keys, reqs):
                     atoms.setdefault(key, q)
-        reqs = []
-        for key, r, p in zip(group.keys, group.rects, group.privileges):
-            q = atoms.get(key)
-            if q is None:
-                q = atoms[key] = requirements(region, (r,), (p,))[0]
-            reqs.append(q)
+        reqs = list(map(atoms.get, group.keys))
+        if not all(reqs):               # the atoms not made yet, made in one call
+            missing = [k for k, q in enumerate(reqs) if q is None]
+            made = requirements(region, tuple([group.rects[k] for k in missing]),
+                                tuple([group.privileges[k] for k in missing]))
+            for k, q in zip(missing, made):
+                reqs[k] = atoms.setdefault(group.keys[k], q)
         groups[id(group)] = (group, reqs)
         return reqs
 
@@ -207,8 +208,10 @@ class _Lowering:
         sig = self._signature_of.get(stage)
         if sig is None:
             sig = self._signature_of[stage] = signature(stage, self._roots)
+        moved = getattr(stage, "moved", None)       # (made from the stage it names, moved)
+        base = None if moved is None else self.template(stage.parent.stages()[moved[0]], cfg)
         return forward_template(stage, sig, tuple(int(d) for d in cfg.aligned(
-            stage.parent or stage)), tuple(cfg.devices))
+            stage.parent or stage)), tuple(cfg.devices), base)
 
     # -- forward ---------------------------------------------------------------------------
     def lower_forward(self, stage: Op, template: ForwardTemplate, initial: dict,

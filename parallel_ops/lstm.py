@@ -9,7 +9,9 @@ into `<name>.cell` (at the last step, into the final states h_n, c_n when asked 
 recurrence goes through `<name>.hidden` rather than the output sequence so that the output's
 gradient is what its consumers give it, as torch's is. All steps share the layer's weights
 and its config; one operator per layer lets different layers run on different devices
-(operation parallelism, as GNMT's layer per GPU).
+(operation parallelism, as GNMT's layer per GPU). Steps 2..T-2 declare themselves step 1
+moved along time (Stage.moved), so a config's launch templates are made once per layer, not
+once per step.
 
 Dims: n (sample), h (parameter: hidden units; a part computes the i, f, g, o gates of its
 hidden units and reads the whole h_{t-1} of its samples). Weights are stored gate-major so
@@ -81,11 +83,13 @@ class LSTM(Op):
         for t in range(steps):
             ins = self.inputs[:] if t == 0 else [x, hidden, cell]
             outs = [y] + ([hidden, cell] if t < steps - 1 else finals)
+            # A middle step's parts are step 1's moved along time (its templates too).
+            moved = (1, 1, t - 1, (t, steps)) if 2 <= t < steps - 1 else None
             self._stages.append(Stage(self, f"step{t}", ins, outs, self._step,
                                       weights=self.weights, part=self._step_part(t),
                                       type="lstm.step",    # every step does the same work
                                       state_info=_step_kind, work=_step_work,
-                                      saved_state=_step_saved_bytes))
+                                      saved_state=_step_saved_bytes, moved=moved))
 
     def stages(self):
         return self._stages

@@ -262,7 +262,8 @@ class Stage(Op):
     def __init__(self, parent: Op, tag: str, inputs, outputs, forward, weights=(),
                  labels=None, kinds: dict | None = None, part=None,
                  differentiable: bool = True, replicated: bool = False,
-                 type: str | None = None, state_info=None, work=None, saved_state=None):
+                 type: str | None = None, state_info=None, work=None, saved_state=None,
+                 moved=None):
         super().__init__(f"{parent.name}/{tag}")
         self.parent = parent
         self.type = type or f"{parent.type}.{tag}"   # the cost-model key; equal work, equal type
@@ -278,6 +279,11 @@ class Stage(Op):
         self._state_info = state_info
         self._work = work
         self._saved_state = saved_state
+        # (k, axis, delta, info): under every config, part() is that of the parent's stage k
+        # with each input and output rect moved by delta along axis and `info` for info
+        # (weights and partial the same): its launch templates are stage k's moved
+        # (launch_template.py; an LSTM's steps, lstm.py). None: nothing declared.
+        self.moved = moved
 
     def work(self, phase, spec, plan):
         return None if self._work is None else self._work(self, phase, spec, plan)

@@ -55,3 +55,32 @@ def test_launches_of_one_domain_share_colors():
     low = lowered()
     fc1, fc2 = launch(low, "fc1/fwd"), launch(low, "fc2/bwd")
     assert fc1.domain == fc2.domain and fc1.colors is fc2.colors
+
+
+def test_shared_groups_make_each_atom_once():
+    """_Shared.group on random groups of a pool of atoms: each group's requirements are its
+    atoms in order, and an atom is one object on a region wherever it is asked for (the
+    first group asking makes it), whichever path (first group, group again, new group)."""
+    import random
+
+    from parallel_ops.launch_template import Interned
+    from parallel_ops.lowering import _Shared
+    from taskrt import Rect, Region
+    from taskrt.privilege import Privilege
+
+    rng = random.Random(0)
+    pool = [(Rect((a, 0), (a + w, 3)), p) for a in range(6) for w in (1, 2)
+            for p in (Privilege.READ, Privilege.REDUCE_SUM)]
+    for _ in range(50):
+        shared, interned, seen = _Shared(), Interned(), {}
+        regions = [Region(f"r{k}", (8, 3), "float32") for k in range(2)]
+        for _ in range(rng.randint(1, 12)):
+            atoms = rng.sample(pool, rng.randint(1, 6))
+            group = interned.group(tuple(r for r, _ in atoms),
+                                   tuple(p.code for _, p in atoms))
+            region = rng.choice(regions)
+            got = shared.group(region, group)
+            assert [(q.region, q.rect, q.privilege) for q in got] == \
+                [(region, r, p) for r, p in atoms]
+            for q, (r, p) in zip(got, atoms):
+                assert seen.setdefault((region.name, r, p), q) is q
