@@ -253,8 +253,7 @@ def liveness_peak(live, start, end) -> dict[int, int]:
     out = dict(live.persistent)
     if not len(live.use_buf):
         return out
-    sizes = np.asarray(live.nbytes, dtype=np.int64)
-    dev = np.asarray(live.device, dtype=np.int64)
+    sizes, dev = live.nbytes_array, live.device_array
     n, num_dev = len(sizes), int(dev.max()) + 1
     none = np.zeros(n, dtype=bool)
     got = sweep_peak(live.use_buf, live.use_node, start, end, sizes, dev,
