@@ -155,12 +155,16 @@ class Liveness:
                                   count=len(graph.regions))
         name_kept = np.zeros(len(size), dtype=bool)
         name_kept[:n_rect] = region_kept[region[:n_rect]]
-        # (Per extra in C maps: a tensor-parallel graph has a staging buffer per reduction
-        # copy, 1.2M of GPT-3 2.7B at 1,024 GPUs under Megatron t=8.)
-        extras = len(uses.extras)
-        kind = np.fromiter(map(_KIND, uses.extras), dtype=np.int64, count=extras)
-        name_kept[n_rect:] = (kind == STAGING) & np.fromiter(
-            map(kept.__contains__, map(_NAME, uses.extras)), dtype=bool, count=extras)
+        # (The staging buffers of copies taken by columns, the first extras, by their
+        # regions' indices: a tensor-parallel graph has one per reduction copy, 1.1M of
+        # GPT-3 2.7B at 1,024 GPUs under Megatron t=8; the other extras per key in C maps.)
+        staged, rest = uses.extras.staged, uses.extras.rest
+        n_staged = len(staged)
+        kind = np.full(len(uses.extras), STAGING, dtype=np.int64)
+        kind[n_staged:] = np.fromiter(map(_KIND, rest), dtype=np.int64, count=len(rest))
+        name_kept[n_rect:n_rect + n_staged] = staged.kept(region_kept, kept)
+        name_kept[n_rect + n_staged:] = (kind[n_staged:] == STAGING) & np.fromiter(
+            map(kept.__contains__, map(_NAME, rest)), dtype=bool, count=len(rest))
         temporary = ~name_kept & ~is_small(size, settings)
         temporary[n_rect:] |= kind == STATE
         owned = np.ones(len(size), dtype=bool) if devices is None else \
