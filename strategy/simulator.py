@@ -32,8 +32,9 @@ Memory: a device holds its persistent buffers (weights, optimizer state, inputs,
 graph's results) for the whole iteration, and each temporary (activations, gradients,
 partial sums, staging; taskrt.liveness; small ones stay, as in the executors) from the
 earliest start to the latest end of its users on the timeline, as the executors allocate
-and free them. A strategy whose peak on a
-device exceeds its capacity is invalid, and its predicted time is reported as infinite.
+and free them (the peak swept by strategy/memsweep.py's compiled passes: liveness_peak). A
+strategy whose peak on a device exceeds its capacity is invalid, and its predicted time is
+reported as infinite.
 """
 from __future__ import annotations
 
@@ -48,6 +49,7 @@ from taskrt.taskgraph import COPY, REDUCE, TASK
 from taskrt.trace import TraceEvent, node_label
 
 from .listsched import csr, list_schedule
+from .memsweep import liveness_peak
 from .timearrays import node_arrays_by_class, timings_one_by_one
 
 
@@ -81,7 +83,7 @@ def memory_per_device(graph, start, end, keep=None) -> dict[int, int]:
     persistent buffers plus the temporaries live at once (see taskrt.liveness; `keep` as
     there: None keeps the graph's results, as the Trainer does)."""
     with gc_paused():          # it allocates a few objects per class: see taskrt/gcpause.py
-        return Liveness.of(graph, keep).peak(start, end)
+        return liveness_peak(Liveness.of(graph, keep), start, end)
 
 
 NO_HOST = (0.0, (), 0.0, ())
@@ -289,7 +291,7 @@ def _simulate(graph, model, costs, timer: NodeTimer | None) -> SimResult:
     pred_ptr, preds = graph.pred_csr()
     start, run, end, busy = timeline(dur, counts, res_ids, pred_ptr, preds, resources,
                                      host, timer.ready_order)
-    memory = Liveness.of(graph, None, classes=classes).peak(start, end)
+    memory = liveness_peak(Liveness.of(graph, None, classes=classes), start, end)
     return result_of(model, start, end, busy, memory, run)
 
 

@@ -8,6 +8,7 @@ of a million nodes is a few thousand steps of Python and numpy over its uses.
 """
 from __future__ import annotations
 
+from itertools import chain
 from operator import attrgetter, itemgetter
 
 import numpy as np
@@ -15,7 +16,7 @@ import numpy as np
 from .bufferkeys import INSTANCE, PARTIAL, STATE, buffers_of, own_bytes, task_reads_writes
 from .bufferrects import BufferRects
 from .othercolumns import other_columns
-from .otheruses import column_uses
+from .otheruses import StagingKeys, column_uses
 from .taskclasses import TaskClasses
 from .taskgraph import ALLREDUCE
 
@@ -27,7 +28,8 @@ class BufferUses:
 
     Buffers: the regions' instance and partial-sum buffers (graph.instance_rects,
     partial_rects, in that order), then the staging buffers and saved states in the order
-    of their first use (`extras`, keys as buffers_of gives them); per buffer its region
+    of their first use (`extras`, an Extras: keys as buffers_of gives them, those of the
+    copies taken by columns made when asked); per buffer its region
     index (`region`, -1 for an extra; into graph.regions), device and bytes. Uses: uses()
     hands them out as arrays piece by piece, in no particular order, a node's use of a
     buffer possibly repeated. And what results_of
@@ -96,7 +98,9 @@ class BufferUses:
         if len(classes.device):
             top = max(top, int(classes.device.max()))
         n_dev = top + 1
-        extras: list = []
+        staged = StagingKeys([], np.zeros(0, dtype=i8), np.zeros(0, dtype=i8),
+                             np.zeros(0, dtype=i8))   # the extras by columns, first
+        extras: list = []                         # the other extras, numbered after them
         extra_ids: dict = {}
         base = 2 * n_regions * n_dev              # extras are numbered base + their index
 
@@ -107,7 +111,7 @@ class BufferUses:
                 return -1 if r is None else (kind * n_regions + r) * n_dev + key[2]
             e = extra_ids.get(key)
             if e is None:
-                e = extra_ids[key] = len(extras)
+                e = extra_ids[key] = len(staged) + len(extras)
                 extras.append(key)
             return base + e
         ub: list[int] = []
@@ -118,8 +122,7 @@ class BufferUses:
         column_pairs, extra_dev, extra_bytes, others = [], [], [], cols.nodes
         if by_columns is not None:
             # (Not in extra_ids: no key asked of number() below is a staging buffer.)
-            column_pairs, keys, dev, size = by_columns
-            extras += keys
+            column_pairs, staged, dev, size = by_columns
             extra_dev.append(dev)
             extra_bytes.append(size)
             others = cols.allreduces()
@@ -178,7 +181,7 @@ class BufferUses:
                     key = (STATE, state_name, d, (color, nbytes))
                     e = extra_ids.get(key)
                     if e is None:
-                        e = extra_ids[key] = len(extras)
+                        e = extra_ids[key] = len(staged) + len(extras)
                         extras.append(key)
                     state_buf.append(base + e)
                     state_node.append(i)
@@ -194,14 +197,14 @@ class BufferUses:
                       classes.ids)
         out._after = [(np.array(state_buf, dtype=i8), np.array(state_node, dtype=i8))]
         out.region = np.concatenate([r_region % max(n_regions, 1),
-                                     np.full(len(extras), -1, dtype=i8)])
-        rest = extras[sum(map(len, extra_dev)):]        # (the extras not by columns)
+                                     np.full(len(staged) + len(extras), -1, dtype=i8)])
         out.device = np.concatenate([r_dev, *extra_dev,
-                                     np.array([k[2] for k in rest], dtype=i8)])
+                                     np.array([k[2] for k in extras], dtype=i8)])
         out.nbytes = np.concatenate([r_bytes, *extra_bytes,
                                      np.array([own_bytes(k) if k[0] == STATE else
-                                               k[3].nbytes for k in rest], dtype=i8)])
-        out.extras, out.key_table = extras, BufferKeyTable(rect_keys, extras)
+                                               k[3].nbytes for k in extras], dtype=i8)])
+        out.extras = Extras(staged, extras)
+        out.key_table = BufferKeyTable(rect_keys, out.extras)
         out.read_by_writer, out.reads_of_writers = read_by_writer, reads_of_writers
         return out
 
@@ -235,6 +238,26 @@ class BufferUses:
     def keys(self, bs: np.ndarray) -> list[tuple]:
         """The keys of buffers `bs` (ascending), in that order."""
         return self.key_table.keys(bs)
+
+
+class Extras:
+    """BufferUses' extras (staging buffers and saved states) as a sequence of keys: the
+    staging buffers of copies taken by columns (`staged`, taskrt/otheruses.py StagingKeys,
+    their keys made when asked), then the others (`rest`, a list of keys)."""
+    __slots__ = ("staged", "rest")
+
+    def __init__(self, staged: StagingKeys, rest: list):
+        self.staged, self.rest = staged, rest
+
+    def __len__(self) -> int:
+        return len(self.staged) + len(self.rest)
+
+    def __getitem__(self, k: int) -> tuple:
+        n = len(self.staged)
+        return self.staged[k] if k < n else self.rest[k - n]
+
+    def __iter__(self):
+        return chain(self.staged, self.rest)
 
 
 class BufferKeyTable:

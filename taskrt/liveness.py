@@ -94,21 +94,39 @@ def resolve_keep(graph, keep, results: set[str]) -> set[str]:
 
 
 class Liveness:
-    """Temporaries of a graph (those on `devices`, or all): key, device and bytes, and their
-    uses as arrays (use_buf[k] indexes the temporaries, use_node[k] is a node using it; in
-    node order, a node's repeated uses of a buffer possibly repeated); `users`: per
-    temporary the ids of its users in id order, each once; the bytes of persistent buffers
-    per device; the kept regions."""
-    __slots__ = ("_keys", "device", "nbytes", "use_buf", "use_node", "persistent", "kept",
-                 "_users", "_temps", "_key_table")
+    """Temporaries of a graph (those on `devices`, or all): key, device and bytes (lists;
+    device_array and nbytes_array as int64 arrays), and their uses as arrays (use_buf[k]
+    indexes the temporaries, use_node[k] is a node using it; in node order, a node's
+    repeated uses of a buffer possibly repeated); `users`: per temporary the ids of its
+    users in id order, each once; the bytes of persistent buffers per device; the kept
+    regions. (The lists are made on first use: the simulator's peak takes the arrays, and
+    GPT-3 2.7B at 1,024 GPUs has 1.7M temporaries.)"""
+    __slots__ = ("_keys", "device_array", "nbytes_array", "_device", "_nbytes", "use_buf",
+                 "use_node", "persistent", "kept", "_users", "_temps", "_key_table")
 
-    def __init__(self, keys: list | None, device: list[int], nbytes: list[int], use_buf,
-                 use_node, persistent: dict[int, int], kept: set[str]):
-        self._keys, self.device, self.nbytes = keys, device, nbytes
+    def __init__(self, keys: list | None, device, nbytes, use_buf, use_node,
+                 persistent: dict[int, int], kept: set[str]):
+        self._keys, self._device, self._nbytes = keys, None, None
+        self.device_array = np.asarray(device, dtype=np.int64)
+        self.nbytes_array = np.asarray(nbytes, dtype=np.int64)
         self.use_buf = np.asarray(use_buf, dtype=np.int64)
         self.use_node = np.asarray(use_node, dtype=np.int64)
         self.persistent, self.kept = persistent, kept
         self._users = None
+
+    @property
+    def device(self) -> list[int]:
+        """Per temporary, its device."""
+        if self._device is None:
+            self._device = self.device_array.tolist()
+        return self._device
+
+    @property
+    def nbytes(self) -> list[int]:
+        """Per temporary, its bytes."""
+        if self._nbytes is None:
+            self._nbytes = self.nbytes_array.tolist()
+        return self._nbytes
 
     @property
     def users(self) -> list[list[int]]:
@@ -137,12 +155,16 @@ class Liveness:
                                   count=len(graph.regions))
         name_kept = np.zeros(len(size), dtype=bool)
         name_kept[:n_rect] = region_kept[region[:n_rect]]
-        # (Per extra in C maps: a tensor-parallel graph has a staging buffer per reduction
-        # copy, 1.2M of GPT-3 2.7B at 1,024 GPUs under Megatron t=8.)
-        extras = len(uses.extras)
-        kind = np.fromiter(map(_KIND, uses.extras), dtype=np.int64, count=extras)
-        name_kept[n_rect:] = (kind == STAGING) & np.fromiter(
-            map(kept.__contains__, map(_NAME, uses.extras)), dtype=bool, count=extras)
+        # (The staging buffers of copies taken by columns, the first extras, by their
+        # regions' indices: a tensor-parallel graph has one per reduction copy, 1.1M of
+        # GPT-3 2.7B at 1,024 GPUs under Megatron t=8; the other extras per key in C maps.)
+        staged, rest = uses.extras.staged, uses.extras.rest
+        n_staged = len(staged)
+        kind = np.full(len(uses.extras), STAGING, dtype=np.int64)
+        kind[n_staged:] = np.fromiter(map(_KIND, rest), dtype=np.int64, count=len(rest))
+        name_kept[n_rect:n_rect + n_staged] = staged.kept(region_kept, kept)
+        name_kept[n_rect + n_staged:] = (kind[n_staged:] == STAGING) & np.fromiter(
+            map(kept.__contains__, map(_NAME, rest)), dtype=bool, count=len(rest))
         temporary = ~name_kept & ~is_small(size, settings)
         temporary[n_rect:] |= kind == STATE
         owned = np.ones(len(size), dtype=bool) if devices is None else \
@@ -175,8 +197,7 @@ class Liveness:
         temps = candidates[used]
         if len(temps) < len(candidates):
             use_buf = (np.cumsum(used) - 1)[use_buf]
-        live = cls(None, device[temps].tolist(), size[temps].tolist(), use_buf, use_node,
-                   persistent, kept)
+        live = cls(None, device[temps], size[temps], use_buf, use_node, persistent, kept)
         live._temps, live._key_table = temps, uses.key_table    # (not uses' arrays)
         return live
 
@@ -189,8 +210,8 @@ class Liveness:
 
     def peak(self, start, end) -> dict[int, int]:
         """Peak bytes per device when node i runs from start[i] to end[i]."""
-        return peak_bytes_of_users(self.use_buf, self.use_node, self.device, self.nbytes,
-                                   start, end, self.persistent)
+        return peak_bytes_of_users(self.use_buf, self.use_node, self.device_array,
+                                   self.nbytes_array, start, end, self.persistent)
 
     def peak_in_id_order(self) -> dict[int, int]:
         """The peak when nodes run one at a time in id order (as LocalExecutor runs them)."""

@@ -75,9 +75,42 @@ def column_uses(cols: OtherColumns, n_regions: int, n_dev: int, base: int):
                 return None
         number[staged] = base + k
     uses.append((number, node))
-    copies = [cols.nodes[i] for i in cols.copy_at[staging].tolist()]
-    keys = list(zip(repeat(STAGING), map(_REGION_NAME, copies), dst[staging].tolist(), copies))
+    keys = StagingKeys(cols.nodes, cols.copy_at[staging], dst[staging], cols.copy_region[staging])
     return uses, keys, dst[staging], cols.copy_bytes[staging]
+
+
+class StagingKeys:
+    """The staging buffers' keys of column_uses, as buffers_of gives them ((STAGING, region
+    name, destination, the copy)), made when asked (GPT-3 2.7B at 1,024 GPUs under Megatron
+    t=8 has 1.13M: their tuples, made all at once, were ~0.15 s, and the memory model needs
+    only the kept regions' and, in an executor, the temporaries' keys). `nodes`: the
+    OtherColumns' nodes, `at` the reduction copies' positions among them, `dst` their
+    destinations, `region` their regions' indices (-1 where the graph lists no region of
+    the name)."""
+    __slots__ = ("nodes", "at", "dst", "region")
+
+    def __init__(self, nodes: list, at: np.ndarray, dst: np.ndarray, region: np.ndarray):
+        self.nodes, self.at, self.dst, self.region = nodes, at, dst, region
+
+    def __len__(self) -> int:
+        return len(self.at)
+
+    def __getitem__(self, k: int) -> tuple:
+        copy = self.nodes[int(self.at[k])]
+        return (STAGING, copy.region.name, int(self.dst[k]), copy)
+
+    def __iter__(self):
+        copies = [self.nodes[i] for i in self.at.tolist()]
+        return zip(repeat(STAGING), map(_REGION_NAME, copies), self.dst.tolist(), copies)
+
+    def kept(self, region_kept: np.ndarray, kept) -> np.ndarray:
+        """Per key, whether its region name is in `kept` (region_kept: per region index of
+        the graph, whether its name is)."""
+        out = region_kept[self.region] if len(region_kept) else \
+            np.zeros(len(self.region), dtype=bool)
+        for k in np.flatnonzero(self.region < 0).tolist():     # names the graph does not list
+            out[k] = self[k][1] in kept
+        return out
 
 
 _REGION_NAME = attrgetter("region.name")

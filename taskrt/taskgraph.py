@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+from collections import Counter
 from dataclasses import dataclass, field
 from enum import StrEnum
 from itertools import chain
+from operator import attrgetter
 from typing import Any, Iterator, NamedTuple
 
 import numpy as np
@@ -275,8 +277,8 @@ class TaskGraph:
     def count(self) -> dict[str, int]:
         """Nodes per kind, keyed by the kinds' names."""
         out = dict.fromkeys(map(str, NodeKind), 0)
-        for n in self.nodes:
-            out[n.kind] += 1
+        for kind, k in Counter(map(attrgetter("kind"), self.nodes)).items():
+            out[kind] += k
         return out
 
     def bytes_moved(self) -> int:

@@ -80,10 +80,11 @@ def _candidates(model, group: tuple[int, ...], by_source: bool = True
         across_pairs = [p for r in rings for p in _ring_pairs(r)]
     if by_source:
         # A route is a function of its two ends alone (routes.py), but routes.py keeps only
-        # the searches of its last KEPT_SEARCHES sources: asked in the algorithms' order
-        # (the ring, the tree's levels up and down, the rings across nodes) a source's
-        # search was made again and again (3,645 searches for 1,024 devices, where 1,024
-        # sources would do). Asked source by source, each search is made once.
+        # the searches of its last sources (as many as fit KEPT_BYTES): asked in the
+        # algorithms' order (the ring, the tree's levels up and down, the rings across
+        # nodes) a source's search was made again and again (3,645 searches for 1,024
+        # devices, where 1,024 sources would do). Asked source by source, each search is
+        # made once.
         wanted = set(ring)
         for level in levels:
             wanted.update(level)

@@ -16,8 +16,9 @@ from strategy.simulator import NodeTimer, Resources, node_arrays
 from strategy.timearrays import node_arrays_by_class
 from taskrt import IndexLaunch, Rect, Region, TaskNode
 from taskrt.privilege import Privilege, RegionRequirement
-from taskrt.taskgraph import ReduceInput
-from taskrt.liveness import Liveness, peak_bytes
+from taskrt.taskgraph import COPY, ReduceInput
+from taskrt.bufferuses import BufferUses
+from taskrt.liveness import STAGING, Liveness, buffers_of, peak_bytes
 from taskrt.othercolumns import other_columns
 from taskrt.otheruses import column_uses
 from taskrt.taskclasses import TaskClasses
@@ -130,6 +131,20 @@ def test_columns_equal_the_node_by_node_definitions(seed):
     cols = other_columns(graph, TaskClasses.of(graph.nodes))
     assert column_uses(cols, len(graph.regions), 4, 10 ** 6) is not None    # (taken)
     assert_columns_equal_the_definitions(random_graph(seed), seed)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_staging_keys_made_when_asked_are_buffers_ofs(seed):
+    """BufferUses' extras: the column copies' staging keys (StagingKeys, made when asked),
+    iterated or indexed, are buffers_of's keys of the reduction copies in node order; the
+    other extras follow."""
+    graph = random_graph(seed).graph
+    extras = BufferUses.of(graph, TaskClasses.of(graph.nodes)).extras
+    want = [k for n in graph.nodes if n.kind is COPY and n.reduction
+            for k in buffers_of(n) if k[0] == STAGING]
+    assert len(extras.staged) == len(want) > 0
+    assert list(extras.staged) == want == [extras[k] for k in range(len(want))]
+    assert list(extras) == want + extras.rest == [extras[k] for k in range(len(extras))]
 
 
 @pytest.mark.parametrize("mismatch", MISMATCHES)

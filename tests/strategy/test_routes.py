@@ -10,7 +10,8 @@ import pytest
 
 from strategy.machine_model import DEVICE_SPECS, LinkSpec, MachineModel, NodeType, machine_model
 from strategy.machines.presets import PRESETS
-from strategy.machines.routes import KEPT_SEARCHES
+from strategy.machines import routes as routes_module
+from strategy.machines.routes import KEPT_BYTES, SEARCH_BYTES
 
 
 def dijkstra_routes(model, src):
@@ -60,10 +61,64 @@ def test_large_machine_routes_as_dijkstra_and_keeps_few_searches():
     model = machine_model("dgx-h100:32")             # 256 devices
     sources = list(range(0, 256, 9)) + [255]
     assert_same_routes(model, sources)
-    assert len(model._routes._searches) <= KEPT_SEARCHES
+    kept = model._routes._searches
+    assert len(kept) * model._routes._num_vertices * SEARCH_BYTES <= max(
+        KEPT_BYTES, routes_module.MIN_KEPT_SEARCHES * model._routes._num_vertices * SEARCH_BYTES)
+    assert sum(a.nbytes for s in kept.values()
+               for a in (s.level, s.lat, s.prev_vertex, s.prev_edge)) == \
+        len(kept) * model._routes._num_vertices * SEARCH_BYTES
     # routes asked again (after their search was dropped) are the same objects
     again = model.route(0, 255)
     assert again is model.route(0, 255)
+
+
+def count_searches(monkeypatch):
+    made = []
+    init = routes_module.Search.__init__
+
+    def counted(self, src, graph):
+        made.append(src)
+        init(self, src, graph)
+    monkeypatch.setattr(routes_module.Search, "__init__", counted)
+    return made
+
+
+def interleaved_pairs(n, rng):
+    """Pairs of n devices asked as the collectives' groups and the copy lines ask them:
+    source by source in a few passes, each pass over every source."""
+    out = []
+    for _ in range(3):
+        for a in range(n):
+            for b in rng.sample([d for d in range(n) if d != a], 3):
+                out.append((a, b))
+    return out
+
+
+def test_every_search_kept_while_they_fit(monkeypatch):
+    """Sources asked again after others (the collectives' groups, then the copy lines) keep
+    their search: one search per source while all fit KEPT_BYTES (64 searches kept made a
+    search per source and pass)."""
+    made = count_searches(monkeypatch)
+    model = machine_model("dgx-h100:32")             # 256 devices: all 256 searches fit
+    pairs = interleaved_pairs(256, random.Random(3))
+    for a, b in pairs:
+        model.route(a, b)
+    assert model._routes.kept >= 256
+    assert sorted(made) == list(range(256))
+
+
+@pytest.mark.parametrize("budget, searches", [(0, 3 * 256), (10 ** 6, 3 * 256), (10 ** 9, 256)])
+def test_routes_as_dijkstra_whatever_is_kept(monkeypatch, budget, searches):
+    """Searches dropped and made again (a budget keeping MIN_KEPT_SEARCHES of 256 sources)
+    or all kept: every route equal to the oracle's."""
+    monkeypatch.setattr(routes_module, "KEPT_BYTES", budget)
+    made = count_searches(monkeypatch)
+    model = machine_model("dgx-h100:32")
+    pairs = interleaved_pairs(256, random.Random(5))
+    want = {a: dijkstra_routes(model, a) for a in range(0, 256)}
+    for a, b in pairs:
+        assert model.route(a, b) == want[a][b], (a, b)
+    assert len(made) == searches
 
 
 def random_machine(rng: random.Random, k: int) -> MachineModel:

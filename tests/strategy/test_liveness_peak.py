@@ -1,0 +1,74 @@
+"""strategy.memsweep.liveness_peak (the simulator's memory peak) against taskrt.liveness's
+Liveness.peak (numpy, peak_bytes_of_users): the same dict, values and order, on random
+temporaries and timelines full of ties (times from a few values, users that take no time,
+a buffer's last users ending together), devices with persistent bytes only, temporaries
+only or both, listed in any order; and the simulator's memory on a real graph."""
+import os
+import random
+import sys
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "mpi"))
+
+from models import cnn, cnn_strategies, lstm_model, lstm_strategies  # noqa: E402
+from parallel_ops import SGD  # noqa: E402
+from strategy.memsweep import liveness_peak  # noqa: E402
+from strategy.simulator import memory_per_device  # noqa: E402
+from taskrt import Machine  # noqa: E402
+from taskrt.liveness import Liveness  # noqa: E402
+
+CASES = [(cnn, cnn_strategies, s) for s in ("data_parallel", "random")] + \
+        [(lstm_model, lstm_strategies, s) for s in ("parameter", "random")]
+IDS = [f"{b.__name__}-{s}" for b, _, s in CASES]
+
+
+def random_liveness(rng: random.Random) -> tuple:
+    num_dev = rng.randint(1, 6)
+    temps = rng.randint(0, 40)
+    nodes = rng.randint(1, 30)
+    device = [rng.randrange(num_dev) for _ in range(temps)]
+    nbytes = [rng.choice([0, 1, 7, 64, 1000, 2 ** 33]) for _ in range(temps)]
+    use_buf, use_node = [], []
+    for b in range(temps):                    # every temporary has users (Liveness's rule)
+        for _ in range(rng.randint(1, 4)):
+            use_buf.append(b)
+            use_node.append(rng.randrange(nodes))
+    order = list(range(len(use_buf)))
+    rng.shuffle(order)                        # uses in no particular order, some repeated
+    use_buf = [use_buf[k] for k in order]
+    use_node = [use_node[k] for k in order]
+    persistent = {d: rng.choice([0, 5, 10 ** 9]) for d in rng.sample(range(num_dev + 2),
+                                                                  rng.randint(0, num_dev))}
+    times = [0.0, 1.0, 2.0, 2.5] if rng.random() < 0.5 else [0, 1, 2]
+    start = [rng.choice(times) for _ in range(nodes)]
+    end = [s if rng.random() < 0.3 else s + rng.choice([0.5, 1.0]) for s in start]
+    live = Liveness(None, device, nbytes, use_buf, use_node, persistent, set())
+    return live, start, end
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_liveness_peak_is_liveness_peak(seed):
+    rng = random.Random(seed)
+    for case in range(500):
+        live, start, end = random_liveness(rng)
+        want = live.peak(start, end)
+        got = liveness_peak(live, np.asarray(start, dtype=np.float64), end)
+        assert list(got.items()) == list(want.items()), (seed, case)
+
+
+@pytest.mark.parametrize("build,strategies,name", CASES, ids=IDS)
+def test_simulated_memory_is_liveness_peak(build, strategies, name):
+    """memory_per_device (liveness_peak) on compiled graphs equals Liveness.peak, in id
+    order and on timelines where nodes overlap and tie, with the results kept or all."""
+    model, _ = build()
+    graph = model.compile(Machine.local(4), strategies(4)[name], SGD(lr=0.1)).graph
+    n = len(graph.nodes)
+    rng = random.Random(n)
+    for start in (list(range(n)), [rng.choice([0.0, 1.0, 2.0, 3.0]) for _ in range(n)]):
+        end = [s + (1 if i % 3 else 0) for i, s in enumerate(start)]
+        for keep in (None, "all"):
+            want = Liveness.of(graph, keep).peak(start, end)
+            got = memory_per_device(graph, start, end, keep=keep)
+            assert list(got.items()) == list(want.items()), keep
