@@ -19,7 +19,7 @@ class; the memory model asks it per task of a launch that keeps or takes state.
 from __future__ import annotations
 
 from itertools import compress, groupby, repeat
-from operator import attrgetter, is_, itemgetter, methodcaller, ne, not_
+from operator import attrgetter, is_, itemgetter, methodcaller, not_
 
 import numpy as np
 
@@ -81,15 +81,46 @@ class TaskClasses:
 
 def _classes_of_run(launch, run: list, classes: dict, first: list) -> list[int]:
     """The classes (class_key's, numbered on in `classes` and `first` as a loop over the
-    tasks would) of `run`, tasks of `launch`. When every task asks the same regions with the
-    same privileges (the points of a launch differ in their rects), column by column by C
-    loops: a requirement whose part shape is the same in every task adds nothing per task,
-    and the key is made once per distinct combination of the others. Else task by task."""
+    tasks would) of `run`, tasks of `launch`: _keys_of_run's keys of its tasks. A run whose
+    tasks ask different numbers of requirements (Megatron's sharded attention and
+    projection: a bias read by one shard of each group) is split by that number, each part
+    taken column by column, and the new classes numbered in order of their first task (keys
+    of different lengths differ)."""
     reqs_of = list(map(_REQUIREMENTS, run))
+    lengths = list(map(len, reqs_of))
+    if lengths.count(lengths[0]) == len(lengths):
+        keys, at, local = _keys_of_run(launch, run, reqs_of)
+        numbers = [_class_of(key, run[i], classes, first) for key, i in zip(keys, at)]
+        return numbers * len(run) if local is None else list(map(numbers.__getitem__, local))
+    parts = []      # per number of requirements: (positions, keys, first positions, local)
+    by_length = np.array(lengths)
+    for n in dict.fromkeys(lengths):
+        where = np.flatnonzero(by_length == n)
+        pos = where.tolist()
+        keys, at, local = _keys_of_run(launch, [run[i] for i in pos],
+                                       [reqs_of[i] for i in pos])
+        parts.append((where, keys, [pos[i] for i in at], local))
+    number = {}
+    for i, key in sorted([(i, key) for _, keys, at, _ in parts for key, i in zip(keys, at)],
+                         key=itemgetter(0)):
+        number[key] = _class_of(key, run[i], classes, first)
+    out = np.empty(len(run), dtype=np.int64)
+    for where, keys, _, local in parts:
+        numbers = np.array([number[key] for key in keys], dtype=np.int64)
+        out[where] = numbers[0] if local is None else numbers[np.array(local, dtype=np.int64)]
+    return out.tolist()
+
+
+def _keys_of_run(launch, run: list, reqs_of: list) -> tuple:
+    """(keys, at, local): the distinct class_keys of `run` (tasks of `launch` asking as many
+    requirements, `reqs_of` theirs) in order of their first task, those tasks' positions,
+    and per task the index of its key (None when all have one). When every task asks the
+    same regions with the same privileges (the points of a launch differ in their rects),
+    column by column by C loops: a requirement whose part shape is the same in every task
+    adds nothing per task, and the key is made once per distinct combination of the others.
+    Else task by task."""
     reqs = reqs_of[0]
     n = len(reqs)
-    if any(map(ne, map(len, reqs_of), repeat(n))):
-        return _classes_by_task(run, classes, first)
     signature: list = []            # per requirement: (name, code, shape); shape None: varies
     varying: list[list] = []        # per requirement whose shape varies: the shapes per task
     shared = all(map(is_, reqs_of, repeat(reqs)))    # one requirements tuple for all
@@ -103,7 +134,7 @@ def _classes_of_run(launch, run: list, classes: dict, first: list) -> list[int]:
             continue
         if not (all(map(is_, map(_REGION, column), repeat(req.region))) and
                 all(map(is_, map(_PRIVILEGE, column), repeat(req.privilege)))):
-            return _classes_by_task(run, classes, first)
+            return _keys_by_task(run)
         rects = list(map(_RECT, column))
         shape = req.rect.shape
         if not all(map(is_, rects, repeat(req.rect))):
@@ -114,19 +145,19 @@ def _classes_of_run(launch, run: list, classes: dict, first: list) -> list[int]:
         signature.append((req.region.name, req.privilege.code, shape))
     patterns = _patterns(list(map(_TARGETS, run)), n)
     if not varying and (patterns is None or patterns.count(patterns[0]) == len(patterns)):
-        key = (launch, tuple(signature), None if patterns is None else patterns[0])
-        return [_class_of(key, run[0], classes, first)] * len(run)
+        return [(launch, tuple(signature), None if patterns is None else patterns[0])], [0], None
     columns = varying + ([patterns] if patterns is not None else [repeat(None)])
     per_task = list(zip(*columns))
     first_at = dict(zip(reversed(per_task), range(len(per_task) - 1, -1, -1)))
-    number: dict = {}
+    keys, at, index = [], [], {}
     for combo in dict.fromkeys(per_task):
         shape_of_next = iter(combo[:-1]).__next__      # the varying shapes, in order
         sig = tuple([s if s[2] is not None else (s[0], s[1], shape_of_next())
                      for s in signature])
-        number[combo] = _class_of((launch, sig, combo[-1]), run[first_at[combo]], classes,
-                                  first)
-    return list(map(number.__getitem__, per_task))
+        index[combo] = len(keys)
+        keys.append((launch, sig, combo[-1]))
+        at.append(first_at[combo])
+    return keys, at, list(map(index.__getitem__, per_task))
 
 
 def _patterns(targets_of: list, n: int) -> list | None:
@@ -151,8 +182,19 @@ def _patterns(targets_of: list, n: int) -> list | None:
     return patterns
 
 
-def _classes_by_task(run: list, classes: dict, first: list) -> list[int]:
-    return [_class_of(class_key(node), node, classes, first) for node in run]
+def _keys_by_task(run: list) -> tuple:
+    """_keys_of_run's (keys, at, local), class_key asked of each task."""
+    index: dict = {}
+    keys, at, local = [], [], []
+    for i, node in enumerate(run):
+        key = class_key(node)
+        k = index.get(key)
+        if k is None:
+            k = index[key] = len(keys)
+            keys.append(key)
+            at.append(i)
+        local.append(k)
+    return keys, at, local
 
 
 def _class_of(key: tuple, node, classes: dict, first: list) -> int:

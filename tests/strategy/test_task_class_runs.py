@@ -81,3 +81,36 @@ def test_tasks_of_mixed_parts(name, seed):
         if rng.random() < 0.5:                # long runs; else runs of a few
             made.sort(key=lambda n: id(n.launch))
         assert_same(made)
+
+
+@pytest.mark.parametrize("name,seed", [("gpt-t4", -1), ("gpt-t2", -1), ("cnn", 3),
+                                       ("inception", 3)])
+def test_runs_of_mixed_requirement_counts(name, seed):
+    """Runs of one launch whose tasks ask different numbers of requirements (as Megatron's
+    sharded attention, a bias read by one shard of each group), each count's tasks alike
+    column by column (the regions and privileges of one launch, parts of several shapes):
+    split by count, numbered in order of the first task as the loop over the tasks."""
+    graph, _ = graph_of(name, seed)
+    tasks = [n for n in graph.nodes if n.kind is TASK]
+    by_launch: dict = {}
+    for t in tasks:
+        by_launch.setdefault(id(t.launch), []).append(t)
+    rng = random.Random(seed + 300)
+    launches = [ts for ts in by_launch.values() if len(ts[0].requirements) > 1]
+    for _ in range(40):
+        made = []
+        for ts in rng.sample(launches, min(3, len(launches))):
+            n = len(ts[0].requirements)
+            ts = [t for t in ts if len(t.requirements) == n]
+            drops = [(), (rng.randrange(n),), tuple(rng.sample(range(n), 2))]
+            for i in range(rng.randrange(2, 60)):
+                drop = rng.choice(drops)
+                reqs, targets = [], []
+                for k in range(n):
+                    if k in drop:
+                        continue
+                    t = rng.choice(ts)          # the launch's column k: shapes vary
+                    reqs.append(t.requirements[k]), targets.append(t.targets[k])
+                made.append(TaskNode(len(made), ts[0].launch, ts[0].color, ts[0].device,
+                                     tuple(reqs), tuple(targets)))
+        assert_same(made)
