@@ -5,7 +5,7 @@ all operations treat them consistently (volume 0, intersect with nothing).
 """
 from __future__ import annotations
 
-from operator import itemgetter, le
+from operator import attrgetter, itemgetter, le
 from typing import Iterable, Sequence
 
 from .errors import RectError
@@ -189,6 +189,9 @@ _set_lo, _set_hi, _set_empty, _set_volume, _set_hash, _set_shape, _set_cell_bits
     Rect.lo.__set__, Rect.hi.__set__, Rect.empty.__set__, Rect.volume.__set__,
     Rect._hash.__set__, Rect._shape.__set__, Rect.cell_bits.__set__)
 _WHOLE: dict = {}           # shape -> Rect.from_shape(shape)
+SHAPE_IF_ASKED = attrgetter("_shape")
+"""A Rect's shape where its `shape` was asked before (kept), else None: a C-level read for
+passes over many rects (taskrt/taskclasses.py)."""
 
 
 # intersect and subtract unrolled per dimensionality (below _UNROLLED dimensions), generated

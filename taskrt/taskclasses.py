@@ -18,11 +18,12 @@ class; the memory model asks it per task of a launch that keeps or takes state.
 """
 from __future__ import annotations
 
-from itertools import compress, groupby, repeat
+from itertools import chain, compress, groupby, repeat
 from operator import attrgetter, is_, itemgetter, methodcaller, not_
 
 import numpy as np
 
+from .geometry import SHAPE_IF_ASKED
 from .taskgraph import TASK
 
 # Per requirement: what decides its part of the class (names and codes hash in C; a
@@ -138,26 +139,28 @@ def _keys_of_run(launch, run: list, reqs_of: list) -> tuple:
         rects = list(map(_RECT, column))
         shape = req.rect.shape
         if not all(map(is_, rects, repeat(req.rect))):
-            shapes = list(map(_SHAPE, rects))
+            shapes = list(map(SHAPE_IF_ASKED, rects))      # (None where not asked yet)
             if shapes.count(shape) != len(shapes):
-                varying.append(shapes)
-                shape = None
+                if None in shapes:
+                    shapes = list(map(_SHAPE, rects))
+                if shapes.count(shape) != len(shapes):
+                    varying.append(shapes)
+                    shape = None
         signature.append((req.region.name, req.privilege.code, shape))
     patterns = _patterns(list(map(_TARGETS, run)), n)
     if not varying and (patterns is None or patterns.count(patterns[0]) == len(patterns)):
         return [(launch, tuple(signature), None if patterns is None else patterns[0])], [0], None
     columns = varying + ([patterns] if patterns is not None else [repeat(None)])
-    per_task = list(zip(*columns))
-    first_at = dict(zip(reversed(per_task), range(len(per_task) - 1, -1, -1)))
-    keys, at, index = [], [], {}
-    for combo in dict.fromkeys(per_task):
+    first_at: dict = {}             # per distinct combination: its first task's position
+    firsts = list(map(first_at.setdefault, zip(*columns), range(len(run))))
+    keys = []
+    for combo in first_at:
         shape_of_next = iter(combo[:-1]).__next__      # the varying shapes, in order
         sig = tuple([s if s[2] is not None else (s[0], s[1], shape_of_next())
                      for s in signature])
-        index[combo] = len(keys)
         keys.append((launch, sig, combo[-1]))
-        at.append(first_at[combo])
-    return keys, at, list(map(index.__getitem__, per_task))
+    at = list(first_at.values())
+    return keys, at, list(map(dict(zip(at, range(len(at)))).__getitem__, firsts))
 
 
 def _patterns(targets_of: list, n: int) -> list | None:
@@ -173,7 +176,12 @@ def _patterns(targets_of: list, n: int) -> list | None:
         if none == len(column):
             columns.append(repeat(None))
         elif none == 0:                 # per task tuple(map(_FLAGS, its targets)), in C
-            columns.append(map(tuple, map(map, repeat(_FLAGS), column)))
+            counts = list(map(len, column))
+            m = counts[0]
+            if m and counts.count(m) == len(counts):    # m each: all flags in one pass
+                columns.append(list(zip(*[map(_FLAGS, chain.from_iterable(column))] * m)))
+            else:
+                columns.append(map(tuple, map(map, repeat(_FLAGS), column)))
         else:
             columns.append([None if t is None else tuple(map(_FLAGS, t)) for t in column])
     patterns = list(zip(*columns))

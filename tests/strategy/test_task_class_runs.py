@@ -9,6 +9,8 @@ import random
 import numpy as np
 import pytest
 
+from taskrt.geometry import Rect
+from taskrt.privilege import RegionRequirement
 from taskrt.taskclasses import TaskClasses, class_key
 from taskrt.taskgraph import TASK, TaskNode
 
@@ -113,4 +115,28 @@ def test_runs_of_mixed_requirement_counts(name, seed):
                     reqs.append(t.requirements[k]), targets.append(t.targets[k])
                 made.append(TaskNode(len(made), ts[0].launch, ts[0].color, ts[0].device,
                                      tuple(reqs), tuple(targets)))
+        assert_same(made)
+
+
+@pytest.mark.parametrize("name,seed", [("gpt-t4", -1), ("cnn", 3)])
+def test_runs_of_rects_shape_not_asked(name, seed):
+    """Runs whose parts are new rects, some of whose shape was asked before and some not
+    (TaskClasses reads the kept shapes and asks the others'): classes as the loop's."""
+    graph, _ = graph_of(name, seed)
+    tasks = [n for n in graph.nodes if n.kind is TASK]
+    rng = random.Random(seed + 400)
+    for _ in range(20):
+        made = []
+        for t in rng.sample(tasks, min(30, len(tasks))):
+            launch = t.launch
+            for i in range(rng.randrange(1, 20)):
+                reqs = []
+                for r in t.requirements:
+                    rect = Rect(r.rect.lo, r.rect.hi) if rng.random() < 0.7 else r.rect
+                    if rng.random() < 0.3:
+                        rect.shape                    # asked: kept
+                    reqs.append(RegionRequirement(r.region, rect, r.privilege))
+                made.append(TaskNode(len(made), launch, t.color, t.device, tuple(reqs),
+                                     t.targets))
+        made.sort(key=lambda n: id(n.launch))
         assert_same(made)
