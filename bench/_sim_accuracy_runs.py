@@ -6,8 +6,8 @@ the strategy files of every app and layout, and the worker that trains every cas
   model with analytic costs (write_strategies);
 - the worker (this file run as a script: a plain process for one rank, mpirun for
   several) calibrates the local machine model for its layout (calibrate_local), then per
-  case runs the app TRACES times with --trace (one warm-up, TRACED_ITERATIONS timed, the
-  last of them traced: the trace keeps the period of the untraced ones before it) and
+  case runs the app TRACES times with --trace (the timed runs' warm-up and iterations
+  untraced, then one traced: the trace keeps the period of the untraced ones) and
   REPEATS times untraced (3 iterations after a warm-up each), the two taking turns,
   recording each run's period (barrier to barrier over its timed iterations:
   apps/report.py Result.period_s) beside its per-iteration times, the load the job felt
@@ -47,9 +47,12 @@ REPEATS = 3                       # separate runs of each case (run-to-run sprea
 # traced iteration differed from its case's measured median by 15.8% (median over the cases
 # of 2026-12-02 05:33) at a load of 4-11, so a calibration fits the median of several.
 TRACES = 3
-# A traced run's timed iterations: the last is traced, the ones before it untraced, and their
-# period is what its trace keeps for calibration (apps/training.py, calibration.residuals).
-TRACED_ITERATIONS = 3
+# A traced run times as many untraced iterations as a timed run (after the same warm-up), then
+# traces one more: their period is what its trace keeps for calibration (apps/training.py,
+# calibration.residuals), over the same window as the measured periods. With 2 untraced
+# iterations before the traced 4th (2026-12-05 22:36), the traced runs' periods were 1.03-1.08x
+# the timed runs' of 3 (medians per layout; quartiles up to 1.43): the first iterations after
+# the warm-up are the slowest, and a shorter window weighs them more.
 
 
 # -- strategies and graphs ----------------------------------------------------------------
@@ -147,7 +150,8 @@ def worker(argv=None) -> dict:
                 argv = argvs[name]
                 if a.trace_dir and i < a.traces:
                     res, c, refs = run_timed(
-                        argv + ["--iterations", str(TRACED_ITERATIONS), "--warmup", "1"],
+                        argv + ["--iterations", str(a.iterations + 1),
+                                "--warmup", str(a.warmup)],
                         os.path.join(a.trace_dir, trace_name(app_name, name, i)))
                     traced[name].append(c)
                     traced_periods[name].append(res.period_s)

@@ -375,7 +375,9 @@ def calibrate(paths, base_model, base_profile: Profile | None = None, factor: bo
         fit.speeds = rank_speeds(runs, profile) or None
     fit.residuals = residuals(runs, fit)
     fit.unscaled = with_factor(model, profile, fit.contention, "contention")
-    if factor and ranks > 1:               # one thread: work x contention is its iteration
+    # One process fits one only from untraced periods: its traced iteration is its work x
+    # contention, and a factor fitted to it held the runs' noise (module doc)
+    if factor and (ranks > 1 or all(r.untraced_s is not None for r in runs)):
         for _ in range(2):                  # the simulation is nearly linear in k
             fit.factor *= statistics.median(m / p for _, m, p in fit.residuals if p > 0)
             fit.residuals = residuals(runs, fit)
