@@ -50,19 +50,21 @@ What a trace determines (docs/simulator.md):
                 50 tasks of RNNLM data parallel on 2 ranks at a load of 1.00); predict()
                 draws a recorded iteration's speeds per simulation (preemption.py), so
                 coupled ranks wait for the slower, as the runs did;
-  the iteration factor  on several ranks, what the recorded runs still take beyond
-                the simulation of them with the above (the median of measured / predicted
-                over the runs, refined once; measured is a run's untraced period where its
-                trace keeps one, else its traced iteration: residuals()), applied to task
-                times and host costs. It
-                stands for what the model of ranks leaves out (MPI progress and polling,
-                wake-ups, ranks sharing cores); 1.25-1.42 on 2 ranks and 2.44-2.66 on 4
-                ranks of 2 cores at 12:09; `factor=False` (--no-factor) leaves it out. One
-                process fits none: its one thread runs every node, so its iteration is its
-                work times the contention (the held-out strategies' predicted work was
-                within 6-7% median of their traced CPU seconds), and a factor fitted there
+  the iteration factor  what the recorded runs still take beyond the simulation of
+                them with the above (the median of measured / predicted over the runs,
+                refined once; measured is a run's untraced period where its trace keeps
+                one, else its traced iteration: residuals()), applied to task times and
+                host costs. On several ranks it stands for what the model of ranks leaves
+                out (MPI progress and polling, wake-ups, ranks sharing cores); 1.25-1.42 on
+                2 ranks and 2.44-2.66 on 4 ranks of 2 cores at 12:09, 1.13-1.47 on a quiet
+                machine (2026-12-05). One process fits one only where every trace keeps an
+                untraced period: its one thread runs every node, so its traced iteration is
+                its work times the contention, and a factor fitted to the traced iteration
                 held only the calibrating runs' noise (1.06-1.17; held out, 1 process x 4
-                devices 15.3% median error with it, 6.8% without).
+                devices 15.3% median error with it, 6.8% without); fitted to the untraced
+                periods it holds what the traced iteration, whose keys price the work, is
+                not (docs/simulator.md, 2026-12-05 23:00). `factor=False` (--no-factor)
+                leaves it out.
   views re-sliced  on one process, the executor's time inside a task's event slicing the
                 views of the buffers it gives new storage (strategy/reslicing.py: every
                 rect of a region a device uses other than its buffer's whole, 4-6 us each,

@@ -230,3 +230,24 @@ def test_a_trace_s_untraced_period_is_what_its_residual_measures(traces, tmp_pat
     bad.write_text(json.dumps(data))
     with pytest.raises(CalibrationError, match=f"bad.json: its '{UNTRACED_PERIOD}' record"):
         load_runs([str(bad)])
+
+
+def test_one_process_fits_a_factor_only_where_every_trace_keeps_an_untraced_period(
+        traces, tmp_path):
+    """One process: the factor is fitted to the untraced periods (apart from the traced
+    iteration whose events price the keys), never to the traced iteration itself."""
+    from strategy.calibration import predict
+    from taskrt.trace import UNTRACED_PERIOD
+    _, _, plain = calibrate(traces, base(), factor=False, speed_reference=False)
+    runs = load_runs(traces)
+    kept = []
+    for k, (path, r) in enumerate(zip(traces, runs)):
+        want = 1.5 * predict(plain, r.graph, r.int_ranges, r.ranks, r.per_rank)
+        data = json.load(open(path))
+        data["otherData"]["soapflow"][UNTRACED_PERIOD] = {"period_s": want, "iterations": 3}
+        kept.append(str(tmp_path / f"kept{k}.json"))
+        json.dump(data, open(kept[-1], "w"))
+    _, _, fit = calibrate(kept, base(), speed_reference=False)
+    assert fit.factor == pytest.approx(1.5, rel=0.05)
+    _, _, fit = calibrate([kept[0], traces[1]], base(), speed_reference=False)
+    assert fit.factor == 1.0                  # one trace keeps none: no factor
