@@ -32,7 +32,7 @@ from types import FunctionType, MethodType
 import torch
 
 from taskrt.errors import PrivilegeError
-from taskrt.geometry import Rect
+from taskrt.geometry import Rect, rect_mover
 from taskrt.launch import colors_of
 from taskrt.privilege import RED, RW, R, WD, Privilege, RegionRequirement
 
@@ -480,27 +480,12 @@ def _tensors_of(stage: Op) -> dict:
             OUT: stage.outputs, DOUT: stage.outputs}
 
 
-def _mover(axis: int, delta: int):
-    """A function moving rects by `delta` along `axis`, one new Rect per distinct rect."""
-    moved: dict[Rect, Rect] = {}
-
-    def move(r: Rect) -> Rect:
-        got = moved.get(r)
-        if got is None:
-            lo, hi = list(r.lo), list(r.hi)
-            lo[axis] += delta
-            hi[axis] += delta
-            got = moved[r] = Rect(tuple(lo), tuple(hi))
-        return got
-    return move
-
-
 def _moved_forward(base: ForwardTemplate, stage: Op) -> ForwardTemplate:
     """The forward template of `stage`, which declares its parts `base`'s stage's moved
     (Stage.moved: inputs and outputs by delta along axis, its own info): what
     ForwardTemplate(stage, ...) makes, from `base` (tests/test_moved_templates.py)."""
     _, axis, delta, info = stage.moved
-    move = _mover(axis, delta)
+    move = rect_mover(axis, delta)
     t = ForwardTemplate.__new__(ForwardTemplate)
     t.domain, t.devices, t.colors = base.domain, base.devices, base.colors
     t.specs = {c: PartSpec(tuple(map(move, s.inputs)), s.weights, tuple(map(move, s.outputs)),

@@ -300,6 +300,22 @@ def inside_test(ndim: int):
     return got
 
 
+def rect_mover(axis: int, delta: int):
+    """A function moving rects by `delta` along `axis`, one new Rect per distinct rect
+    (the planner's slab plans, lowering's LSTM steps moved along time)."""
+    moved: dict[Rect, Rect] = {}
+
+    def move(r: Rect) -> Rect:
+        got = moved.get(r)
+        if got is None:
+            lo, hi = list(r.lo), list(r.hi)
+            lo[axis] += delta
+            hi[axis] += delta
+            got = moved[r] = Rect(tuple(lo), tuple(hi))
+        return got
+    return move
+
+
 def bounding_box(rects: Iterable[Rect]) -> Rect | None:
     """Smallest rect containing all non-empty rects, or None when there are none (the one
     rect itself when there is one; else a new rect, made once)."""

@@ -33,7 +33,7 @@ from collections import Counter
 
 from .coherence import RegionPlanner
 from .errors import PlanError
-from .geometry import Rect
+from .geometry import Rect, rect_mover
 from .regionclasses import plan_alone, stamp
 from .regionmemo import RegionPlan
 
@@ -202,7 +202,7 @@ def slab_plan(planner, name: str, log) -> RegionPlan | None:
         else:
             lis = [log[e][0] for e, _ in parts_of[k]]
             per_slab.append(stamp(template, region, lis, [plans[li].launch.name for li in lis],
-                                  _shifter(d, start - starts[first])))
+                                  rect_mover(d, start - starts[first])))
         slab_touches.append(touches[class_of[k]])
         final.slabs.append((template.planner, d, start - starts[first]))
     OWN_SLABS[0] += len(own)
@@ -320,21 +320,6 @@ def _slabs(region, log):
     return best[0], [a for a, _ in best[1]]
 
 
-def _shifter(d: int, delta: int):
-    """A function moving rects by `delta` along dimension `d` (one new Rect per rect)."""
-    moved: dict[Rect, Rect] = {}
-
-    def shift(r: Rect) -> Rect:
-        got = moved.get(r)
-        if got is None:
-            lo, hi = list(r.lo), list(r.hi)
-            lo[d] += delta
-            hi[d] += delta
-            got = moved[r] = Rect(tuple(lo), tuple(hi))
-        return got
-    return shift
-
-
 def _bounding_rects(final, log, plans, where, per_entry, slab_touches) -> bool:
     """`final`'s instance_rects and partial_rects: per device the bounding box of its slabs',
     in the order planning the region whole touches them: per log entry, the buffers its
@@ -356,7 +341,7 @@ def _bounding_rects(final, log, plans, where, per_entry, slab_touches) -> bool:
                     order.setdefault((t.partial, device))
     boxes: dict[tuple, Rect] = {}
     for rp, dd, delta in final.slabs:
-        shift = _shifter(dd, delta) if delta else None
+        shift = rect_mover(dd, delta) if delta else None
         for partial, rects in ((False, rp.instance_rects), (True, rp.partial_rects)):
             for device, r in rects.items():
                 r = shift(r) if shift else r
@@ -382,7 +367,7 @@ class SlabbedEnd(RegionPlanner):
     def final_valid(self) -> list[tuple[Rect, tuple[int, ...]]]:
         out = []
         for rp, d, delta in self.slabs:
-            shift = _shifter(d, delta) if delta else None
+            shift = rect_mover(d, delta) if delta else None
             for _, r, holders in rp.state.valid:
                 out.append((shift(r) if shift else r, tuple(sorted(holders))))
         return sorted(out, key=lambda x: (x[0].lo, x[0].hi))

@@ -8,10 +8,9 @@ import random
 import pytest
 
 from strategy.machines import from_dict, machine_model, to_dict
-from strategy.machines import routes as routes_module
 from strategy.machines.collectives import _candidates
 from strategy.machines.presets import PRESETS
-from tests.strategy.test_routes import random_machine
+from tests.strategy.test_routes import count_searches, random_machine
 
 
 def random_groups(rng: random.Random, n: int, count: int) -> list[tuple[int, ...]]:
@@ -54,13 +53,7 @@ def _rebuilt(model):
 
 
 def test_each_source_searched_once(monkeypatch):
-    made = []
-    real = routes_module.Search.__init__
-
-    def counting(self, src, graph):
-        made.append(src)
-        real(self, src, graph)
-    monkeypatch.setattr(routes_module.Search, "__init__", counting)
+    made = count_searches(monkeypatch)
     model = machine_model("dgx-h100:32")                 # 256 devices on 32 nodes
     model.links_of_allreduce(tuple(range(256)))
     assert len(made) == len(set(made)) <= 256            # the algorithms' order: 853
