@@ -65,13 +65,14 @@ def test_a_two_rank_period_is_barrier_to_barrier_over_every_rank_s_iterations(tw
     ranks, trace = two_ranks
     spans = [_span_of_rank(trace, r) for r in range(2)]
     assert spans[1][1] > spans[0][1]          # rank 1 works on after rank 0's last node
-    for mine in ranks:
+    for mine, (first, _) in zip(ranks, spans):
         assert len(mine["times"]) == 2 and mine["traced_s"] > 0   # 3 timed, the last traced
         assert mine["period_s"] == pytest.approx(
             (mine["timed_to"] - mine["timed_from"] - mine["besides_s"]) / 2, rel=1e-12)
         assert 0 <= mine["besides_s"] < mine["timed_to"] - mine["timed_from"]
-        for first, last in spans:             # every rank's traced iteration, after them
-            assert mine["timed_to"] < first
+        # the rank's traced iteration after its second mark (another rank, woken up to
+        # 0.2 ms late from the barrier, may mark after this one has begun)
+        assert mine["timed_to"] < first
     record = trace["otherData"]["soapflow"][UNTRACED_PERIOD]
     assert record == {"period_s": ranks[0]["period_s"], "iterations": 2}
 
