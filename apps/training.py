@@ -96,15 +96,15 @@ def run(app: App, argv=None, out=...) -> Result:
     trainer.executor.tracing = False
     speed_before = reference_s() if a.trace else None
     for it in range(start, total):
+        last = it == total - 1
+        if traced_apart and last:       # before the traced iteration's feeds are made
+            res.timed_to = timed_mark(trainer, mpi, "the barrier after the timed iterations")
         t = time.perf_counter()
         feeds = data.train_batch(it) if data else net.synthetic(a.seed, it)
-        last = it == total - 1
         if it == timed_from:
             res.timed_from = timed_mark(trainer, mpi, "the barrier before the timed iterations")
         elif it > timed_from and not (traced_apart and last):
             res.besides_s += time.perf_counter() - t
-        if traced_apart and last:
-            res.timed_to = timed_mark(trainer, mpi, "the barrier after the timed iterations")
         trainer.executor.tracing = bool(a.trace) and last
         t = time.perf_counter()
         loss = trainer.step(feeds)

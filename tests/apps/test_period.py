@@ -87,16 +87,32 @@ def test_an_app_s_trace_carries_every_rank_s_speed_reference(two_ranks):
     assert trace_reference(trace["traceEvents"]) == statistics.median(values)
 
 
-def test_one_process_s_period_and_its_trace_s_reference_reach_calibration(tmp_path):
-    """One process (2 logical devices): the same period, no barrier; the trace's speed
-    reference is what calibration puts the run at."""
+def test_one_process_s_period_and_its_trace_s_reference_reach_calibration(tmp_path,
+                                                                         monkeypatch):
+    """One process (2 logical devices): the same period, no barrier; the feeds made inside
+    the window are taken out of it and the traced iteration's are made after it; the
+    trace's speed reference is what calibration puts the run at."""
+    import time
+    import apps.rnnlm
     from apps.common import run
     from apps.rnnlm import APP as RNNLM
     from strategy.calibration import calibrate, load_runs
     from strategy.machines import DEVICE_SPECS, cluster_model
+    feeds, made = [], apps.rnnlm.LanguageNetwork.synthetic
+
+    def timed_feeds(self, seed, iteration):
+        start = time.perf_counter()
+        out = made(self, seed, iteration)
+        feeds.append((start, time.perf_counter()))
+        return out
+    monkeypatch.setattr(apps.rnnlm.LanguageNetwork, "synthetic", timed_feeds)
     path = str(tmp_path / "t.json")
     res = run(RNNLM, ["--small", "--iterations", "3", "--warmup", "1", "--quiet",
                       "--devices-per-rank", "2", "--trace", path], out=None)
+    assert len(feeds) == 4
+    assert res.timed_to <= feeds[3][0]                   # the traced iteration's, after it
+    inside = sum(end - start for start, end in feeds[2:3])   # the 2nd timed iteration's
+    assert res.besides_s >= inside
     span = res.timed_to - res.timed_from                 # the 2 untraced timed iterations
     assert len(res.times) == 2 and res.traced_s > 0
     assert res.period_s == pytest.approx((span - res.besides_s) / 2, rel=1e-12)
