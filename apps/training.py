@@ -97,20 +97,21 @@ def run(app: App, argv=None, out=...) -> Result:
     speed_before = reference_s() if a.trace else None
     for it in range(start, total):
         last = it == total - 1
-        if traced_apart and last:       # before the traced iteration's feeds are made
+        apart = traced_apart and last    # the traced iteration, after the timed ones
+        if apart:                        # marked before its feeds are made
             res.timed_to = timed_mark(trainer, mpi, "the barrier after the timed iterations")
         t = time.perf_counter()
         feeds = data.train_batch(it) if data else net.synthetic(a.seed, it)
         if it == timed_from:
             res.timed_from = timed_mark(trainer, mpi, "the barrier before the timed iterations")
-        elif it > timed_from and not (traced_apart and last):
+        elif it > timed_from and not apart:
             res.besides_s += time.perf_counter() - t
         trainer.executor.tracing = bool(a.trace) and last
         t = time.perf_counter()
         loss = trainer.step(feeds)
         dt = time.perf_counter() - t
         res.losses.append(loss)
-        if traced_apart and last:
+        if apart:
             res.traced_s = dt
         elif it >= a.warmup:
             res.times.append(dt)

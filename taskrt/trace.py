@@ -16,6 +16,7 @@ import os
 import time
 from dataclasses import dataclass
 
+from .errors import PlanError
 from .taskgraph import ALLREDUCE, COPY, TASK
 
 
@@ -48,6 +49,15 @@ def node_track(node) -> str:
     if node.kind is ALLREDUCE:
         return "group " + ",".join(map(str, node.devices))
     return f"device {node.device}"
+
+
+def traced_run(executor) -> bool:
+    """Whether the executor's next run() is traced: its `tracing`, which needs the
+    executor built with record_trace (said, not ignored, when it was not)."""
+    if executor.tracing and not executor.record_trace:
+        raise PlanError("tracing was set on an executor built without record_trace: "
+                        "compile with record_trace=True (apps: --trace FILE) to trace a run")
+    return executor.tracing
 
 
 class Stamps:

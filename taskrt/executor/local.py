@@ -24,7 +24,7 @@ import time
 import torch
 
 from ..errors import PlanError
-from ..trace import LoadMeter, Stamps, TraceEvent
+from ..trace import LoadMeter, Stamps, TraceEvent, traced_run
 from ..region import Region
 from ..taskgraph import COPY, REDUCE, TASK
 from .capture import Capture, backend_for
@@ -155,7 +155,7 @@ class LocalExecutor:
         if self.capture is not None:
             self.capture.run()
             return
-        if not (self.record_trace and self.tracing):
+        if not traced_run(self):
             for step, allocate, drops, free in self._replayed():
                 if allocate:
                     begin(allocate)

@@ -53,7 +53,7 @@ from .policies import (YIELD, BusyPoll, IdleBackOff, default_poll_max_s, default
 from .watchdog import Watchdog
 from ..settings import Settings
 from ..taskgraph import ALLREDUCE, COPY, TASK
-from ..trace import LoadMeter, Stamps, TraceEvent
+from ..trace import LoadMeter, Stamps, TraceEvent, traced_run
 
 def _mpi():
     from mpi4py import MPI
@@ -337,7 +337,7 @@ class MPIExecutor:
         t0 = clock()
         busy = BusyPoll(settings.poll_busy_s, t0)
         idle = IdleBackOff(self.spin_s, self.poll_max_s, t0)
-        traced = self.record_trace and self.tracing
+        traced = traced_run(self)
         self._steps_for(traced)
         stamps = Stamps(self.graph.nodes, t0) if traced else None
         stamp = stamps.raw.append if traced else None

@@ -89,3 +89,15 @@ def test_record_trace_traces_only_the_runs_it_is_told_to(executor):
     assert plain.weights().keys() == tr.weights().keys()
     for w, value in plain.weights().items():
         assert torch.equal(tr.weights()[w], value), w
+
+
+@pytest.mark.parametrize("executor", ["local", "mpi"])
+def test_tracing_an_executor_built_without_record_trace_is_refused(executor):
+    from taskrt.errors import PlanError
+    if executor == "mpi":
+        pytest.importorskip("mpi4py")
+    m, feeds = _model()
+    trainer = m.compile(Machine.local(2), {}, SGD(lr=0.1), executor=executor)
+    trainer.executor.tracing = True
+    with pytest.raises(PlanError, match="without record_trace: compile with record_trace"):
+        trainer.step(feeds)
