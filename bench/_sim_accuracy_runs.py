@@ -8,7 +8,7 @@ the strategy files of every app and layout, and the worker that trains every cas
   several) calibrates the local machine model for its layout (calibrate_local), then per
   case runs the app TRACES times with --trace (the timed runs' warm-up and iterations
   untraced, then one traced: the trace keeps the period of the untraced ones) and
-  REPEATS times untraced (3 iterations after a warm-up each), the two taking turns,
+  REPEATS times untraced (ITERATIONS iterations after a warm-up each), the two taking turns,
   recording each run's period (barrier to barrier over its timed iterations:
   apps/report.py Result.period_s) beside its per-iteration times, the load the job felt
   during each (contention_since) and the machine's speed before and after each run on
@@ -43,6 +43,13 @@ APPS = ("alexnet", "inception", "rnnlm", "transformer")
 # most of the benchmark's time; the 4-device layouts run the other three.
 APPS_OF_DEVICES = {2: APPS, 4: ("alexnet", "rnnlm", "transformer")}
 REPEATS = 3                       # separate runs of each case (run-to-run spread)
+# Timed iterations of each run (after one warm-up). 3 until 2026-12-06: on 4 ranks on 2 cores
+# one iteration's time scatters (coefficient of variation 12%, median over the cases of
+# 2026-12-05 22:36, against 3-5% on 1 process and 2 ranks), so a case's 3 periods of 3
+# iterations were 1.16x apart (median; up to 1.43x), which both the measured medians and the
+# calibrating traces' periods carried; a mean of 10 has about half that scatter, for ~3 more
+# minutes of collection.
+ITERATIONS = 10
 # Traced runs of each case (one traced iteration each), taking turns with the timed runs: one
 # traced iteration differed from its case's measured median by 15.8% (median over the cases
 # of 2026-12-02 05:33) at a load of 4-11, so a calibration fits the median of several.
@@ -271,7 +278,8 @@ def collect(folder: str, quick: bool = False) -> dict:
                        for s in STRATEGIES):      # a kept folder's strategies are reused
                 write_strategies(a, devices, sub, shared_devices(local, devices), quick)
     timing["search_s"] = round(time.perf_counter() - t, 1)
-    iterations, warmup, repeats, traced = (2, 1, 1, 1) if quick else (3, 1, REPEATS, TRACES)
+    iterations, warmup, repeats, traced = ((2, 1, 1, 1) if quick
+                                          else (ITERATIONS, 1, REPEATS, TRACES))
     path = os.path.join(folder, "measured.json")
     data = {"measured": {}, "timing": timing, "quick": quick}
     if os.path.exists(os.path.join(folder, "partial.json")):    # an interrupted collection

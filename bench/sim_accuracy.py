@@ -13,15 +13,16 @@ most of the benchmark's time).
 - measured (collected by bench/_sim_accuracy_runs.py): the apps themselves train with
   --strategy FILE, untraced, run by a worker (a plain process for 1 rank, mpirun for
   several), which also calibrates the local machine model (calibrate_local: device speeds,
-  ping-pongs, all-reduce) for its layout. Each case runs REPEATS times (3 iterations after a
-  warm-up each); measured is the median of the runs' periods (each run's timed iterations
-  barrier to barrier, over their number: apps/report.py Result.period_s), the spread the
-  lowest and highest of them (run to run); collections before 2026-12-05 08:30 have no
-  periods: there the median of the runs' median iteration times and its spread
-  (measurement()).
-  Taking turns with them, each case runs TRACES times with --trace (one warm-up, one traced
-  iteration), so that traces and timings see the same loads on a shared machine and a
-  calibration fits each strategy's median traced iteration. Each run also records the
+  ping-pongs, all-reduce) for its layout. Each case runs REPEATS times (ITERATIONS
+  iterations after a warm-up each, 3 before 2026-12-06); measured is the median of the
+  runs' periods (each run's timed iterations barrier to barrier, over their number:
+  apps/report.py Result.period_s), the spread the lowest and highest of them (run to
+  run); collections before 2026-12-05 08:30 have no periods: there the median of the
+  runs' median iteration times and its spread (measurement()).
+  Taking turns with them, each case runs TRACES times with --trace (the same warm-up and
+  timed iterations untraced, then one traced iteration; the trace keeps the untraced
+  ones' period), so that traces and timings see the same loads on a shared machine and a
+  calibration fits each strategy's median period. Each run also records the
   load the job felt (contention_since: (CPU + run-queue wait) / CPU from
   /proc/self/schedstat, every rank);
 - calibrated (cross-validated): the strategies are split in two folds; the traces of one
