@@ -8,8 +8,8 @@ of a million nodes is a few thousand steps of Python and numpy over its uses.
 """
 from __future__ import annotations
 
-from itertools import chain
-from operator import attrgetter, itemgetter
+from itertools import chain, compress, count, repeat
+from operator import attrgetter, call, itemgetter
 
 import numpy as np
 
@@ -21,6 +21,7 @@ from .taskclasses import TaskClasses
 from .taskgraph import ALLREDUCE
 
 _FIRST, _SECOND, _VOLUME = itemgetter(0), itemgetter(1), attrgetter("volume")
+_COLOR = attrgetter("color")
 
 
 class BufferUses:
@@ -165,26 +166,13 @@ class BufferUses:
         per_task = np.array(counts, dtype=i8)[cls_of] if len(counts) else np.zeros(0, i8)
         ptr = np.zeros(len(counts) + 1, dtype=i8)
         np.cumsum(counts, out=ptr[1:])
-        state_buf, state_node = [], []
+        state_buf = state_node = np.zeros(0, dtype=i8)
+        n_before = len(extras)                    # (the extras before the saved states)
+        state_dev = state_bytes = np.zeros(0, dtype=i8)
         if any(stateful):
-            # state_key per task, with its launch's part taken once per class.
-            held = [None if not keeps else
-                    ((f.launch.state_from or f.launch.name) + "@state", f.launch.saved_bytes)
-                    for f, keeps in zip(classes.first, stateful)]
-            mask = np.array(stateful, dtype=bool)[cls_of]
-            for i, c, d in zip(classes.ids[mask].tolist(), cls_of[mask].tolist(),
-                               classes.device[mask].tolist()):
-                color = nodes[i].color
-                state_name, saved = held[c]
-                nbytes = saved.get(color, 0)
-                if nbytes:                  # (else it keeps or takes no state)
-                    key = (STATE, state_name, d, (color, nbytes))
-                    e = extra_ids.get(key)
-                    if e is None:
-                        e = extra_ids[key] = len(staged) + len(extras)
-                        extras.append(key)
-                    state_buf.append(base + e)
-                    state_node.append(i)
+            state_buf, state_node, keys, state_dev, state_bytes = _state_uses(
+                nodes, classes, stateful, base + len(staged) + n_before)
+            extras += keys
         # The uses are handed out piece by piece (uses()), made then: copies' and reduces',
         # each all-reduce's, the tasks' in chunks, the saved states'.
         n_rect = len(r_dev)
@@ -195,14 +183,15 @@ class BufferUses:
              for got, i in zip(gathered_buf, gathered_node)]
         out._tasks = (per_task, ptr[:-1][cls_of], np.array(flat, dtype=i8), classes.device,
                       classes.ids)
-        out._after = [(np.array(state_buf, dtype=i8), np.array(state_node, dtype=i8))]
+        out._after = [(state_buf, state_node)]
         out.region = np.concatenate([r_region % max(n_regions, 1),
                                      np.full(len(staged) + len(extras), -1, dtype=i8)])
-        out.device = np.concatenate([r_dev, *extra_dev,
-                                     np.array([k[2] for k in extras], dtype=i8)])
+        before = extras[:n_before]                # (staging buffers asked one by one)
+        out.device = np.concatenate([r_dev, *extra_dev, np.array([k[2] for k in before],
+                                                                 dtype=i8), state_dev])
         out.nbytes = np.concatenate([r_bytes, *extra_bytes,
-                                     np.array([own_bytes(k) if k[0] == STATE else
-                                               k[3].nbytes for k in extras], dtype=i8)])
+                                     np.array([own_bytes(k) for k in before], dtype=i8),
+                                     state_bytes])
         out.extras = Extras(staged, extras)
         out.key_table = BufferKeyTable(rect_keys, out.extras)
         out.read_by_writer, out.reads_of_writers = read_by_writer, reads_of_writers
@@ -238,6 +227,38 @@ class BufferUses:
     def keys(self, bs: np.ndarray) -> list[tuple]:
         """The keys of buffers `bs` (ascending), in that order."""
         return self.key_table.keys(bs)
+
+
+def _state_uses(nodes: list, classes: TaskClasses, stateful: list, first: int) -> tuple:
+    """The saved states' uses: (buffers, nodes, keys, devices, bytes). Per task of a class
+    whose launch keeps or takes state (`stateful`, per class) with bytes for its color,
+    its state_key's number (`first` + the key's index in `keys`) and its id; the distinct
+    keys in order of their first task, each one's device and bytes. C maps over the tasks
+    (GPT-3 2.7B at 1,024 GPUs under Megatron t=8: 268,288 such tasks, 134,144 keys), the
+    launch's part of the key taken once per class, the keys numbered by first use with
+    dict.setdefault."""
+    i8 = np.int64
+    held = [None if not keeps else
+            ((f.launch.state_from or f.launch.name) + "@state", f.launch.saved_bytes.get)
+            for f, keeps in zip(classes.first, stateful)]
+    mask = np.array(stateful, dtype=bool)[classes.cls]
+    ids = classes.ids[mask]
+    names, gets = zip(*map(held.__getitem__, classes.cls[mask].tolist()))
+    colors = list(map(_COLOR, map(nodes.__getitem__, ids.tolist())))
+    nbytes = list(map(call, gets, colors, repeat(0)))
+    some = np.fromiter(map(bool, nbytes), dtype=bool, count=len(nbytes))  # (else no state)
+    if not some.all():
+        ids = ids[some]
+        names, colors, nbytes = (list(compress(x, some)) for x in (names, colors, nbytes))
+    devices = classes.device[mask][some]
+    keys = list(zip(repeat(STATE), names, devices.tolist(), zip(colors, nbytes)))
+    at: dict = {}                   # per key: its first task's position
+    firsts = list(map(at.setdefault, keys, count()))
+    first_at = np.fromiter(at.values(), dtype=i8, count=len(at))
+    number = np.zeros(len(keys), dtype=i8)
+    number[first_at] = np.arange(len(at), dtype=i8)
+    return (first + number[np.array(firsts, dtype=i8)], ids, list(at), devices[first_at],
+            np.array(nbytes, dtype=i8)[first_at])
 
 
 class Extras:
