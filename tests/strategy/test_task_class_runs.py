@@ -18,16 +18,17 @@ from test_sim_classes import CASES, graph_of
 
 
 def by_task(nodes):
-    """TaskClasses.of as a loop over the nodes: class_key per task."""
+    """TaskClasses.of as a loop over the nodes: class_key per task (ids: positions in
+    `nodes`, as a graph's node i is at index i)."""
     classes, first, ids, of, devices, others = {}, [], [], [], [], []
-    for node in nodes:
+    for i, node in enumerate(nodes):
         if node.kind is not TASK:
-            others.append(node.id)
+            others.append(i)
             continue
         c = classes.setdefault(class_key(node), len(first))
         if c == len(first):
             first.append(node)
-        ids.append(node.id), of.append(c), devices.append(node.device)
+        ids.append(i), of.append(c), devices.append(node.device)
     return ids, of, devices, first, others
 
 
