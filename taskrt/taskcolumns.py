@@ -14,12 +14,16 @@ them: graphview.sorted_rows; the per-point sets' order follows node addresses an
 """
 from __future__ import annotations
 
+from itertools import chain, compress, repeat
+from operator import attrgetter, is_not
+
 import numpy as np
 
 from .nodegroups import NodeGroup
 from .taskgraph import TaskNode
 
 _EMPTY = np.zeros(0, dtype=np.int64)
+_WHERE = attrgetter("where")
 
 
 class CompiledColumn:
@@ -50,7 +54,8 @@ class CompiledColumn:
         self.launch_of = np.array([where[l] for l in ls], dtype=np.int64)
         self.q = np.array(qs, dtype=np.int64)
         self.to_self = self.q == self.pi        # (a ref to the same point: its own if
-        self.node_pi, self.nodes, self.targets = node_pi, nodes, targets   # the launch is)
+        self.node_pi = np.array(node_pi, dtype=np.int64)              # the launch is)
+        self.nodes, self.targets = nodes, targets
 
 
 def build_task_group(planner, key: tuple, lp, cache: dict | None) -> NodeGroup:
@@ -92,11 +97,13 @@ def build_task_group(planner, key: tuple, lp, cache: dict | None) -> NodeGroup:
                 gs.append(g)
                 qs.append(column.q)
         if column.nodes:
-            where = [r.where for r in column.nodes] if node_of is None else \
-                [node_of[r].where for r in column.nodes]
-            pis.append(np.array(column.node_pi, dtype=np.int64))
-            gs.append(np.array([w[0] for w in where], dtype=np.int64))
-            qs.append(np.array([w[1] for w in where], dtype=np.int64))
+            refs = column.nodes if node_of is None else map(node_of.__getitem__, column.nodes)
+            m = len(column.nodes)
+            where = np.fromiter(chain.from_iterable(map(_WHERE, refs)), dtype=np.int64,
+                                count=2 * m)      # (group, index) pairs, flat
+            pis.append(column.node_pi)
+            gs.append(where[0::2])
+            qs.append(where[1::2])
         for pi, k, t in column.targets:
             if targets is None:
                 targets = [None] * n
@@ -104,25 +111,33 @@ def build_task_group(planner, key: tuple, lp, cache: dict | None) -> NodeGroup:
             if got is None:
                 got = targets[pi] = [None] * len(points[pi][2])
             got[k] = t
-    state = [(pi, gid_of((src[0], None)), src[1]) for pi, src in enumerate(lp.state_src)
-             if src is not None and src != (li, pi)]
-    if state:
-        pis.append(np.array([s[0] for s in state], dtype=np.int64))
-        gs.append(np.array([s[1] for s in state], dtype=np.int64))
-        qs.append(np.array([s[2] for s in state], dtype=np.int64))
+    srcs = lp.state_src                 # per point None or the task ref it takes state from
+    if srcs.count(None) != n:
+        has = np.fromiter(map(is_not, srcs, repeat(None)), dtype=bool, count=n)
+        at = np.flatnonzero(has)
+        lq = np.fromiter(chain.from_iterable(compress(srcs, has.tolist())), dtype=np.int64,
+                         count=2 * len(at))
+        ls, q = lq[0::2], lq[1::2]
+        keep = (ls != li) | (q != at)      # (its own task is no predecessor)
+        if len(at) and keep.any():
+            at, ls, q = at[keep], ls[keep], q[keep]
+            launches, row = np.unique(ls, return_inverse=True)
+            table = np.array([gid_of((x, None)) for x in launches.tolist()], dtype=np.int64)
+            pis.append(at)
+            gs.append(table[row.reshape(-1)])
+            qs.append(q)
     counts, pred_gid, pred_idx = _per_point(n, pis, gs, qs)
-    launch = lp.launch
-    nones: dict[int, tuple] = {}        # a point without Red+ targets: (None,) * reqs
-    nodes = []
-    for pi, (color, device, reqs) in enumerate(points):
-        mine_t = targets[pi] if targets is not None else None
-        if mine_t is None:
-            mine_t = nones.get(len(reqs))
-            if mine_t is None:
-                mine_t = nones[len(reqs)] = (None,) * len(reqs)
-        else:
-            mine_t = tuple(mine_t)
-        nodes.append(TaskNode(-1, launch, color, device, reqs, mine_t))
+    # The nodes by C maps: a point without Red+ targets has (None,) * its requirements,
+    # one tuple per number of them.
+    colors, devices, reqs_of = zip(*points) if n else ((), (), ())
+    lengths = list(map(len, reqs_of))
+    nones = {k: (None,) * k for k in set(lengths)}
+    if targets is None:
+        per_point = map(nones.__getitem__, lengths)
+    else:
+        per_point = [nones[k] if t is None else tuple(t) for t, k in zip(targets, lengths)]
+    nodes = list(map(TaskNode, repeat(-1), repeat(lp.launch), colors, devices, reqs_of,
+                     per_point))
     return NodeGroup(key, gid_of(key), nodes, counts, pred_gid, pred_idx)
 
 
