@@ -178,9 +178,13 @@ class BufferUses:
         n_rect = len(r_dev)
         out._to_buffers = _BufferNumbers(slot_start, slot_len, slot_direct, r_region, r_dev,
                                          n_dev, base, n_rect)
-        out._before = column_pairs + [(np.array(ub, dtype=i8), np.array(un, dtype=i8))] + \
-            [(got, np.full(len(got), i, dtype=i8))
-             for got, i in zip(gathered_buf, gathered_node)]
+        # (the all-reduces' uses in one piece: 1,890 of GPT-3 2.7B at 1,024 GPUs, each a
+        # dozen numpy calls in turn here and in Liveness.of)
+        gathered = [np.zeros(0, dtype=i8), *gathered_buf]
+        out._before = column_pairs + [(np.array(ub, dtype=i8), np.array(un, dtype=i8)),
+                                      (np.concatenate(gathered), np.repeat(
+                                          np.array(gathered_node, dtype=i8),
+                                          np.array(list(map(len, gathered_buf)), dtype=i8)))]
         out._tasks = (per_task, ptr[:-1][cls_of], np.array(flat, dtype=i8), classes.device,
                       classes.ids)
         out._after = [(state_buf, state_node)]

@@ -15,7 +15,7 @@ test_sim_classes.py compare both passes with those definitions asked node by nod
 from __future__ import annotations
 
 from functools import partial
-from itertools import chain, repeat
+from itertools import chain, compress, repeat
 from operator import attrgetter, is_
 
 import numpy as np
@@ -52,13 +52,14 @@ class OtherColumns:
         (TaskClasses.others); `regions`: the graph's regions, names in order."""
         out = cls()
         i8 = np.int64
-        others = [nodes[i] for i in ids.tolist()]
+        others = list(map(nodes.__getitem__, ids.tolist()))
         out.ids, out.nodes = ids, others
         kinds = list(map(_KIND, others))
-        at = {}
+        at, of_kind = {}, {}
         for kind in (COPY, REDUCE, ALLREDUCE):
-            at[kind] = np.flatnonzero(np.fromiter(map(is_, kinds, repeat(kind)), dtype=bool,
-                                                  count=len(kinds)))
+            flags = list(map(is_, kinds, repeat(kind)))
+            at[kind] = np.flatnonzero(np.fromiter(flags, dtype=bool, count=len(flags)))
+            of_kind[kind] = flags
         out.copy_at, out.reduce_at, out.allreduce_at = at[COPY], at[REDUCE], at[ALLREDUCE]
         index = {name: i for i, name in enumerate(regions)}
         region_of = partial(map, index.get)    # (names, defaults -1) -> indices
@@ -71,13 +72,13 @@ class OtherColumns:
 
         def input_count(chunk):
             return map(len, map(_INPUTS, chunk))
-        copies = [others[k] for k in out.copy_at.tolist()]
+        copies = list(compress(others, of_kind[COPY]))
         (out.copy_src, out.copy_dst, out.copy_region, volume, size, out.copy_reduction,
          out.copy_from_partial) = _columns(
             copies, [(_SRC, i8), (_DST, i8), (region_index, i8), (_VOLUME, i8),
                      (itemsize, i8), (_REDUCTION, bool), (_FROM_PARTIAL, bool)])
         out.copy_bytes = volume * size
-        reduces = [others[k] for k in out.reduce_at.tolist()]
+        reduces = list(compress(others, of_kind[REDUCE]))
         out.reduce_device, out.reduce_region, volume, size, counts = _columns(
             reduces, [(_DEVICE, i8), (region_index, i8), (_VOLUME, i8), (itemsize, i8),
                       (input_count, i8)])
