@@ -39,7 +39,8 @@ class BufferUses:
 
     Tasks are taken per class (taskrt/taskclasses.py): buffers_of and task_reads_writes of
     a class's first task give every task of the class its buffers, on its own device,
-    with numpy; saved state is asked per task of a launch that has some. Copies and
+    with numpy; saved state per task of a launch that has some, by C maps over those
+    tasks (`_state_uses`). Copies and
     reduces are taken by columns (taskrt/otheruses.py: most of a tensor-parallel graph), or
     where a reduce's staged input is not its copy's staging buffer one by one (buffers_of);
     all-reduces (few) one by one, each with numpy."""
