@@ -20,7 +20,6 @@ from strategy.costs import CostModel, CostWarning, Profile, ProfileError
 from strategy.simulator import NodeTimer, SimResult, simulate, trace_of
 from taskrt import Machine, plan
 from taskrt.gcpause import gc_paused
-from taskrt.taskgraph import ALLREDUCE, COPY, TASK
 from taskrt.trace import to_chrome
 
 from .app import App, Network
@@ -75,18 +74,14 @@ class Prediction:
         return list(dict.fromkeys(self.timer.compute(d) for d in range(len(self.machine))))
 
     def devices_used(self) -> int:
-        """Devices some task of the graph runs on."""
-        return len({n.device for n in self.graph.nodes if n.kind is TASK})
+        """Devices some task of the graph runs on (the full simulation counted them)."""
+        return self.result.traffic["devices_used"]
 
     def communication_bytes(self) -> dict[str, int]:
-        """Bytes of copies between devices and of all-reduces (each counted once)."""
-        out = {"copy": 0, "allreduce": 0}
-        for n in self.graph.nodes:
-            if n.kind is COPY and n.src != n.dst:
-                out["copy"] += n.nbytes
-            elif n.kind is ALLREDUCE:
-                out["allreduce"] += n.nbytes
-        return out
+        """Bytes of copies between devices and of all-reduces (each counted once; the full
+        simulation summed them from its columns: strategy.simulator.traffic_of)."""
+        t = self.result.traffic
+        return {"copy": t["copy"], "allreduce": t["allreduce"]}
 
     def text(self) -> str:
         return prediction_report(self)
