@@ -208,10 +208,8 @@ class BufferTable:
         persisting. `user_counts` instead of users_node (None): node i has that many of
         the uses, in node order."""
         self._set_kept(kept)
-        if users_node is None:
-            users_node = self._scratch.users_node(user_counts)
         return sweep_peak(users_buf, users_node, start, end, self._sizes(), self.dev.array(),
                           self.region.array(), self._kept_mask, self.staging.array(),
                           self.state.array(), self._settings.min_temporary_bytes,
                           self._persistent_bytes.copy(), self._persistent_count.copy(),
-                          self._scratch)
+                          self._scratch, user_counts)
