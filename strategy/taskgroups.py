@@ -183,7 +183,13 @@ class TaskGroups:
                                  else table.id(k, own_bytes(k)) for node in nodes),
                                 dtype=_I8, count=n)
             has = state >= 0
-            if has.any():
+            if one and has.all():                   # (most: n rows of the same buffers)
+                size = len(buf_ids) // n
+                out = np.empty((n, size + 1), dtype=_I8)
+                out[:, :size] = buf_ids.reshape(n, size)
+                out[:, size] = state
+                counts, buf_ids = counts + 1, out.reshape(-1)
+            elif has.any():
                 counts = counts + has
                 ptr = csr(counts)
                 at = ptr[1:][has] - 1               # each state id: its task's last buffer
