@@ -106,6 +106,10 @@ class SimulationSession:
         self._epoch += 1
         self._sims: dict = {}            # NodeGroup -> GroupSim
         self._buffers = BufferTable(len(self.machine.devices))   # buffers as dense ids
+        # Whether the table holds every region's buffers (set by a _memory over all of them;
+        # until then, a _memory sets all regions whatever a change touched: an undo of a
+        # change_timed whose simulation started the tables again leaves them partial).
+        self._all_regions = False
         # Task groups' arrays (strategy/taskgroups.py), per task class and device; read
         # groups' (strategy/readgroups.py), per copy and reduce timing key.
         self._task_groups = TaskGroups(self.machine_model, self.timer, self.resources,
@@ -236,7 +240,7 @@ class SimulationSession:
                 self._blocks_back(state)
         same = epoch == self._epoch             # else the tables were started again since
         table, initial = self._buffers, self.planner.initial
-        for name, entry in region_buffers.items():
+        for name, entry in region_buffers.items() if same or self._all_regions else ():
             if not same:
                 entry = self._region_buffer_arrays(name)
             table.set_region(name, entry, bool(initial.get(name)), persistent=not same)
@@ -400,8 +404,7 @@ class SimulationSession:
         """The current graph's SimResult; without `memory`, None, its timeline kept for
         complete() (self._pending)."""
         if len(self._buffers) > 4 * self._live_nodes + self.planner.memo.nodes + TABLE_SLACK:
-            self._reset_tables()
-            touched = None
+            self._reset_tables()        # (the next _memory sets every region: _all_regions)
         blocks = self._blocks_now()
         if len(self._sims) > 2 * (self._num_block_sims +
                                   self.planner.num_remembered_groups) + 1024:
@@ -445,6 +448,8 @@ class SimulationSession:
         """memory_per_device(self.graph, start, end): taskrt.liveness's model over arrays,
         the regions' buffers updated for the regions in `touched` (all when None)."""
         planner, table = self.planner, self._buffers
+        if not self._all_regions:
+            touched, self._all_regions = None, True
         for name in (planner.planners if touched is None else touched):
             table.set_region(name, self._region_buffer_arrays(name),
                              bool(planner.initial.get(name)))

@@ -91,6 +91,26 @@ class BufferTable:
                     on[key[2]] = b
         return b
 
+    def add_staging(self, keys: list, nbytes: list) -> int:
+        """Number these staging buffers (keys (STAGING, region name, device, copy node), none
+        known yet; own bytes nbytes[k]) in order, as id() of each in turn would, in one
+        batch; the first one's id."""
+        b0, m = len(self.dev.items), len(keys)
+        self.ids.update(zip(keys, range(b0, b0 + m)))
+        index = self.region_index
+        regions = []
+        for key in keys:
+            r = index.get(key[1])
+            if r is None:
+                r = index[key[1]] = len(index)
+            regions.append(r)
+        self.dev.items.extend([key[2] for key in keys])
+        self.region.items.extend(regions)
+        self.own_bytes.items.extend(nbytes)
+        self.staging.items.extend([True] * m)
+        self.state.items.extend([False] * m)
+        return b0
+
     def ids_on(self, kind: str, name: str, devices: np.ndarray) -> np.ndarray:
         """The ids of the buffers (kind, name, d, None) for the devices d in `devices` (an
         int64 array), made where new: a region's instance or partial sums (kind INSTANCE
@@ -208,10 +228,8 @@ class BufferTable:
         persisting. `user_counts` instead of users_node (None): node i has that many of
         the uses, in node order."""
         self._set_kept(kept)
-        if users_node is None:
-            users_node = self._scratch.users_node(user_counts)
         return sweep_peak(users_buf, users_node, start, end, self._sizes(), self.dev.array(),
                           self.region.array(), self._kept_mask, self.staging.array(),
                           self.state.array(), self._settings.min_temporary_bytes,
                           self._persistent_bytes.copy(), self._persistent_count.copy(),
-                          self._scratch)
+                          self._scratch, user_counts)

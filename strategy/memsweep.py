@@ -3,10 +3,12 @@ passes around one numpy sort: taskrt.liveness's model (peak_bytes_of_users) fuse
 choice of which used buffers are temporaries, over the session's arrays, with numba like
 strategy/listsched.py.
 
-Per use (node users_node[k] uses buffer users_buf[k]): a buffer of a kept region or under
-the small-buffer size persists (a staging buffer in use then adds its bytes to its device's
-persistent ones, once), except saved state, which is always a temporary; a temporary lives
-from its users' earliest start to their latest end (_uses). Then the allocation events,
+Per use (the uses in node order, counted per node, as the session's joined arrays hold
+them: no per-use node array is made): a buffer of a kept region or under the small-buffer
+size persists (a staging buffer in use then adds its bytes to its device's persistent
+ones, once), except saved state, which is always a temporary (what a buffer is, read at
+its first use in a sweep and kept as flag bits); a temporary lives from its users'
+earliest start to their latest end (_uses). Then the allocation events,
 sorted by time (numpy's vectorised argsort: numba's sort was most of a sweep) and grouped
 by device keeping that order (a counting pass, _peaks): at one time releases come first, then allocations, then the releases of
 buffers whose last user takes no time (liveness.peak_bytes_of_users). The peak of a device
@@ -28,50 +30,65 @@ from .numbastart import blas_probe_skipped
 _SIGNATURE = ("i8(i8[::1], i8[::1], f8[::1], f8[::1], i8[::1], i8[::1], i8[::1], b1[::1], "
               "b1[::1], b1[::1], i8, i8[::1], i8[::1], i8[::1], i8, f8[::1], f8[::1], u1[::1], "
               "i8[::1], f8[::1], i8[::1])")
-_SIGNATURE_REPEAT = "void(i8[::1], i8[::1])"
 _SIGNATURE_PEAKS = "void(f8[::1], i8[::1], i8[::1], i8[::1], u1[::1], i8[::1], i8[::1], b1[::1])"
-_COUNTED, _USED, _LATE = 1, 2, 4          # bits of Scratch.flags
+# Bits of Scratch.flags: set by the uses (_COUNTED, _USED, _LATE), or once per sweep at a
+# buffer's first use from what it is (_ADDS: kept and staging, its bytes persist once;
+# _SKIP: kept and not saved state, no temporary)
+_COUNTED, _USED, _LATE, _ADDS, _SKIP = 1, 2, 4, 8, 16
+_KIND_BITS = _COUNTED | _ADDS | _SKIP
 
 
-def _uses(users_buf, users_node, start, end, sizes, dev, region, kept_mask, staging, state,
+def _uses(users_buf, counts, start, end, sizes, dev, region, kept_mask, staging, state,
           threshold, per_bytes, per_count, stamp, now, born, dies, flags, touched, times,
           bufs):
     """Adds the staging buffers in use that persist to per_bytes / per_count (per device);
     writes the temporaries' allocation and release events (times[j], bufs[j]: b allocated,
-    -1 - b released) and returns how many. stamp, born, dies, flags: a Scratch's arrays (a
-    buffer's entries are set up when its stamp is not `now`: only used buffers are looked
-    at, however many the table holds). touched (the buffers used, in order of first use),
-    times and bufs: a Scratch's working arrays, with room for 1, 2 and 2 per use."""
-    m = users_buf.shape[0]
+    -1 - b released) and returns how many. Node i has counts[i] of the uses users_buf, in
+    node order. stamp, born, dies, flags: a Scratch's arrays (a buffer's entries are set up
+    when its stamp is not `now`, with what it is as flag bits: only used buffers are looked
+    at, however many the table holds, and each once). touched (the buffers used, in order
+    of first use), times and bufs: a Scratch's working arrays, with room for 1, 2 and 2 per
+    use."""
     nt = 0
-    for k in range(m):
-        b = users_buf[k]
-        if stamp[b] != now:
-            stamp[b] = now
-            born[b] = np.inf
-            dies[b] = -np.inf
-            flags[b] = 0
-            touched[nt] = b
-            nt += 1
-        keep = kept_mask[region[b]] or sizes[b] < threshold
-        if keep and staging[b] and not flags[b] & _COUNTED:
-            flags[b] |= _COUNTED
-            per_bytes[dev[b]] += sizes[b]
-            per_count[dev[b]] += 1
-        if keep and not state[b]:
-            continue
-        i = users_node[k]
-        if start[i] < born[b]:
-            born[b] = start[i]
-        # _LATE: a user ending at the latest end so far takes no time (a last user that
-        # takes no time, once the latest end is final)
-        if end[i] > dies[b]:
-            dies[b] = end[i]
-            flags[b] = (flags[b] & _COUNTED) | _USED | (_LATE if start[i] == end[i] else 0)
-        elif end[i] == dies[b] and start[i] == end[i]:
-            flags[b] |= _USED | _LATE
-        else:
-            flags[b] |= _USED
+    k = 0
+    for i in range(counts.shape[0]):
+        si = start[i]
+        ei = end[i]
+        for _ in range(counts[i]):
+            b = users_buf[k]
+            k += 1
+            if stamp[b] != now:
+                stamp[b] = now
+                born[b] = np.inf
+                dies[b] = -np.inf
+                f = 0
+                if kept_mask[region[b]] or sizes[b] < threshold:
+                    if staging[b]:
+                        f |= _ADDS
+                    if not state[b]:
+                        f |= _SKIP
+                flags[b] = f
+                touched[nt] = b
+                nt += 1
+            f = flags[b]
+            if f & _ADDS and not f & _COUNTED:
+                f |= _COUNTED
+                flags[b] = f
+                per_bytes[dev[b]] += sizes[b]
+                per_count[dev[b]] += 1
+            if f & _SKIP:
+                continue
+            if si < born[b]:
+                born[b] = si
+            # _LATE: a user ending at the latest end so far takes no time (a last user that
+            # takes no time, once the latest end is final)
+            if ei > dies[b]:
+                dies[b] = ei
+                flags[b] = (f & _KIND_BITS) | _USED | (_LATE if si == ei else 0)
+            elif ei == dies[b] and si == ei:
+                flags[b] = f | _USED | _LATE
+            else:
+                flags[b] = f | _USED
     j = 0
     for q in range(nt):
         b = touched[q]
@@ -80,16 +97,6 @@ def _uses(users_buf, users_node, start, end, sizes, dev, region, kept_mask, stag
             times[j + 1], bufs[j + 1] = dies[b], -1 - b
             j += 2
     return j
-
-
-def _repeat(counts, out):
-    """out[k] = the node of use k when node i has counts[i] uses, in node order (what
-    np.repeat(np.arange(n), counts) gives, into an array kept between sweeps)."""
-    k = 0
-    for i in range(counts.shape[0]):
-        for _ in range(counts[i]):
-            out[k] = i
-            k += 1
 
 
 def _peaks(times, bufs, order, sizes, flags, dev, peak, has_temp):
@@ -147,14 +154,13 @@ class Scratch:
     table holds several graphs' buffers (strategy/delta.py starts it again only past 4 per
     node), and filling arrays over all of them was most of a sweep. Also the per-use
     working arrays (`uses`): fresh megabyte arrays per sweep cost their page faults."""
-    __slots__ = ("stamp", "now", "born", "dies", "flags", "touched", "times", "bufs", "nodes")
+    __slots__ = ("stamp", "now", "born", "dies", "flags", "touched", "times", "bufs")
 
     def __init__(self):
         self.now = 0
         self._grow(0)
         self.touched, self.times = np.empty(0, dtype=np.int64), np.empty(0)
         self.bufs = np.empty(0, dtype=np.int64)
-        self.nodes = np.empty(0, dtype=np.int64)
 
     def uses(self, m: int) -> tuple:
         """(touched, times, bufs) with room for a sweep over m uses."""
@@ -163,16 +169,6 @@ class Scratch:
             self.touched = np.empty(m, dtype=np.int64)
             self.times, self.bufs = np.empty(2 * m), np.empty(2 * m, dtype=np.int64)
         return self.touched, self.times, self.bufs
-
-    def users_node(self, counts: np.ndarray) -> np.ndarray:
-        """The node of each use when node i has counts[i] uses (in node order): an array of
-        this scratch, valid until the next call."""
-        m = int(counts.sum())
-        if len(self.nodes) < m:
-            self.nodes = np.empty(max(m, 2 * len(self.nodes)), dtype=np.int64)
-        out = self.nodes[:m]
-        _kernels()[2](np.ascontiguousarray(counts, dtype=np.int64), out)
-        return out
 
     def _grow(self, n: int) -> None:
         # Entries are set up by the sweep that stamps them: new arrays need no copy (every
@@ -193,42 +189,51 @@ _compiled = None
 
 
 def _kernels() -> tuple:
-    """The compiled (_uses, _peaks, _repeat) (made on first use, cached next to this file), or the
+    """The compiled (_uses, _peaks) (made on first use, cached next to this file), or the
     Python functions without numba."""
     global _compiled
     if _compiled is None:
         try:
             from numba import njit
         except ImportError:                   # pragma: no cover - numba is a dependency
-            _compiled = (_uses, _peaks, _repeat)
+            _compiled = (_uses, _peaks)
         else:
             with blas_probe_skipped():            # (numbastart.py)
                 _compiled = (njit(_SIGNATURE, cache=True, nogil=True)(_uses),
-                             njit(_SIGNATURE_PEAKS, cache=True, nogil=True)(_peaks),
-                             njit(_SIGNATURE_REPEAT, cache=True, nogil=True)(_repeat))
+                             njit(_SIGNATURE_PEAKS, cache=True, nogil=True)(_peaks))
     return _compiled
 
 
 def sweep_peak(users_buf, users_node, start, end, sizes, dev, region, kept_mask, staging,
                state, threshold: int, per_bytes, per_count,
-               scratch: Scratch | None = None) -> dict[int, int]:
+               scratch: Scratch | None = None, counts=None) -> dict[int, int]:
     """Peak bytes per device: per_bytes (a device listed where per_count > 0, ascending)
     plus the staging buffers in use that persist, plus the most temporaries live at once
     (devices with temporaries but no persistent buffers after those, ascending): what
     BufferTable.peak computed with numpy and taskrt.liveness.peak_bytes_of_users.
-    per_bytes and per_count are updated in place (pass copies). `scratch`: the working
-    entries kept between sweeps of one table (a fresh one when None)."""
+    Node users_node[k] uses buffer users_buf[k]; or, users_node None, node i has counts[i]
+    of the uses, in node order. per_bytes and per_count are updated in place (pass copies).
+    `scratch`: the working entries kept between sweeps of one table (a fresh one when
+    None)."""
+    c = np.ascontiguousarray
+    i8 = np.int64
+    if users_node is not None:
+        # In node order (the peak does not depend on the order of the uses: a buffer's
+        # first and last use times are a minimum and a maximum, its flags set by any use).
+        users_node = np.asarray(users_node, dtype=i8)
+        if len(users_node) > 1 and (users_node[1:] < users_node[:-1]).any():
+            order = np.argsort(users_node, kind="stable")
+            users_buf, users_node = np.asarray(users_buf)[order], users_node[order]
+        counts = np.bincount(users_node, minlength=len(start))
     num_dev = len(per_bytes)
     scratch = scratch or Scratch()
     now = scratch.next(len(sizes))
     peak = np.zeros(num_dev, dtype=np.int64)
     has_temp = np.zeros(num_dev, dtype=bool)
-    c = np.ascontiguousarray
-    i8 = np.int64
-    uses, peaks, _ = _kernels()
+    uses, peaks = _kernels()
     sizes, dev = c(sizes, dtype=i8), c(dev, dtype=i8)
     touched, times, bufs = scratch.uses(len(users_buf))
-    n = uses(c(users_buf, dtype=i8), c(users_node, dtype=i8), c(start, dtype=np.float64),
+    n = uses(c(users_buf, dtype=i8), c(counts, dtype=i8), c(start, dtype=np.float64),
              c(end, dtype=np.float64), sizes, dev, c(region, dtype=i8),
              c(kept_mask, dtype=bool), c(staging, dtype=bool), c(state, dtype=bool),
              int(threshold), per_bytes, per_count, scratch.stamp, now, scratch.born,

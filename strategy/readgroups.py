@@ -8,7 +8,8 @@ computed once per such key, not per node:
   a copy       its duration, resources and host phases are functions of (source,
                destination, bytes) (NodeTimer.copy_timing; host_phases of the same);
                its buffers are the region's instance (or partial sums) on each side, or a
-               staging buffer of its own on the destination (taskrt.bufferkeys.buffers_of);
+               staging buffer of its own on the destination (taskrt.bufferkeys.buffers_of),
+               numbered with the group's others in one batch at its end;
   a reduce     its duration, resources and host phases are functions of (device, bytes
                moved, bytes) (NodeTimer.timing's memory time; host_phases); its buffers
                the region's instance on its device and per input the partial sums, the
@@ -82,6 +83,10 @@ class ReadGroups:
         staged = group.staged
         dur, res_counts, res_ids, buf_ids, hosts = [], [], [], [], []
         buf_counts = [2] * len(group.nodes)
+        # The group's new staging buffers (its reduction copies'), numbered in one batch at
+        # the end (BufferTable.add_staging): key -> -1 - its index here until then.
+        pending: dict = {}
+        pending_bytes: list = []
         region = itemsize = None
         for k, node in enumerate(group.nodes):
             kind = node.kind
@@ -100,7 +105,13 @@ class ReadGroups:
                 if a is None:
                     a = new_id(key, 0)
                 if node.reduction:               # the staging buffer is the node's own
-                    b = new_id((STAGING, name, dst, node), nbytes)
+                    key = (STAGING, name, dst, node)
+                    b = known.get(key)
+                    if b is None:
+                        b = pending.get(key)
+                        if b is None:
+                            b = pending[key] = -1 - len(pending)
+                            pending_bytes.append(nbytes)
                 else:
                     key = (INSTANCE, name, dst, None)
                     b = known.get(key)
@@ -123,7 +134,7 @@ class ReadGroups:
                 a = known.get(key)
                 if a is None:
                     a = new_id(key, 0)
-                mine = [a]
+                mine, seen = [a], {a}
                 for j, inp in enumerate(inputs):
                     source = inp.source
                     if source == "staged":          # (the group records the copy)
@@ -132,8 +143,11 @@ class ReadGroups:
                         key = (PARTIAL if source == "partial" else INSTANCE, name, dev, None)
                     b = known.get(key)
                     if b is None:
-                        b = new_id(key, own_bytes(key))
-                    if b not in mine:
+                        b = pending.get(key)
+                        if b is None:
+                            b = new_id(key, own_bytes(key))
+                    if b not in seen:
+                        seen.add(b)
                         mine.append(b)
                 buf_counts[k] = len(mine)
                 buf_ids.extend(mine)
@@ -149,7 +163,12 @@ class ReadGroups:
             res_counts.append(len(rs))
             res_ids.extend(rs)
             hosts.append(host)
+        buf_ids = np.array(buf_ids, dtype=_I8)
+        if pending:
+            first = self.buffers.add_staging(list(pending), pending_bytes)
+            new = buf_ids < 0
+            buf_ids[new] = first - 1 - buf_ids[new]
         return GroupSim(np.array(dur, dtype=np.float64), np.array(res_counts, dtype=_I8),
                         np.array(res_ids, dtype=_I8), np.array(buf_counts, dtype=_I8),
-                        np.array(buf_ids, dtype=_I8), _NO_READS, {},
+                        buf_ids, _NO_READS, {},
                         host_arrays(hosts) if self.timer.host_costs else None)

@@ -113,3 +113,55 @@ def test_sweep_with_kept_scratch_equals_a_fresh_one(seed):
                 4096)
         got = sweep_peak(*args, per.copy(), count.copy(), scratch)
         assert got == sweep_peak(*args, per.copy(), count.copy(), Scratch()), f"step {step}"
+
+
+def reference_sweep(users_buf, users_node, start, end, sizes, dev, region, kept, staging,
+                    state, threshold, per_bytes, per_count):
+    """sweep_peak's model written out: a buffer of a kept region or under `threshold`
+    persists unless it is saved state (always a temporary); a persisting staging buffer in
+    use adds its bytes to its device once; the rest are peak_bytes_of_users' temporaries."""
+    keep = kept[region] | (sizes < threshold)
+    persistent = {int(d): int(per_bytes[d]) for d in np.flatnonzero(per_count)}
+    for b in sorted(set(users_buf.tolist())):
+        if keep[b] and staging[b]:
+            persistent[int(dev[b])] = persistent.get(int(dev[b]), 0) + int(sizes[b])
+    temp = ~(keep & ~state)[users_buf]
+    return peak_bytes_of_users(users_buf[temp], users_node[temp], dev, sizes, start, end,
+                               persistent)
+
+
+@pytest.mark.parametrize("seed", [2, 3, 4])
+def test_sweep_equals_its_model_written_out(seed):
+    """sweep_peak (one Scratch for all sweeps, uses in any order or by count per node)
+    against reference_sweep on random buffers: kept regions, small buffers, staging
+    buffers and saved state, small saved state among them (a temporary all the same), and
+    in some sweeps buffers both staging and state (the kernel's rule for any flags)."""
+    rng = np.random.default_rng(seed)
+    scratch = Scratch()
+    n = 30
+    for step in range(120):
+        n += int(rng.integers(0, 4))
+        sizes = rng.choice([0, 8, 4000, 4096, 10 ** 6], size=n).astype(np.int64)
+        dev = rng.integers(0, DEVICES, size=n).astype(np.int64)
+        region = rng.integers(0, 4, size=n).astype(np.int64)
+        kept = rng.random(4) < 0.4
+        kind = rng.integers(0, 3, size=n)         # instance or partial, staging, state
+        staging, state = kind == 1, kind == 2
+        if step % 4 == 3:
+            staging = staging | (state & (rng.random(n) < 0.5))
+        nodes, uses = 12, int(rng.integers(1, 60))
+        users_buf = rng.integers(0, n, size=uses).astype(np.int64)
+        users_node = rng.integers(0, nodes, size=uses).astype(np.int64)
+        start = rng.choice([0.0, 1.0, 2.0, 3.0], size=nodes)
+        end = start + rng.choice([0.0, 0.5, 1.0], size=nodes)
+        per = rng.choice([0, 100], size=DEVICES).astype(np.int64)
+        count = (per > 0).astype(np.int64)
+        args = (sizes, dev, region, kept, staging, state, 4096)
+        want = reference_sweep(users_buf, users_node, start, end, *args, per, count)
+        got = sweep_peak(users_buf, users_node, start, end, *args, per.copy(), count.copy(),
+                         scratch)
+        assert got == want, f"step {step}"
+        order = np.argsort(users_node, kind="stable")
+        got = sweep_peak(users_buf[order], None, start, end, *args, per.copy(), count.copy(),
+                         scratch, counts=np.bincount(users_node, minlength=nodes))
+        assert got == want, f"step {step}, by counts"

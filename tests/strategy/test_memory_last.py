@@ -94,3 +94,29 @@ def test_a_search_skipping_peaks_walks_the_chain_that_computes_them(monkeypatch)
     assert lazy_peaks < every_peaks
     # Strategies rejected on their time were proposed again and decided on that bound.
     assert s.bounded > 0
+
+
+@pytest.mark.parametrize("build", [cnn, lstm_model], ids=["cnn", "lstm"])
+def test_peaks_after_an_undone_timed_change_that_restarted_the_tables(build, monkeypatch):
+    """A timed change whose simulation starts the session's tables again (strategy/delta.py
+    _reset_tables: the regions' buffers are set again at the next peak), then undone without
+    a peak: the peaks after it are still the full simulation's (the undo used to set only the
+    change's regions in the new table, and later peaks missed every other region)."""
+    model, _ = build()
+    mm = machine_model("p100:1")
+    session = SimulationSession(model, mm, CostModel(), random_strategy(model, 4, seed=3))
+    rng = random.Random(5)
+    names = [op.name for op in model.ops]
+    for step in range(9):
+        # the tables start again at every third change, a timed one, undone
+        monkeypatch.setattr(delta_module, "TABLE_SLACK", -10 ** 9 if step % 3 == 0 else 10 ** 9)
+        name = rng.choice(names)
+        config = random_strategy(model, 4, seed=300 + step)[name]
+        if step % 3 == 0:
+            session.change_timed([(name, config)])
+            session.undo()
+            continue
+        got = session.change(name, config)
+        full = simulate(session.graph, mm, CostModel())
+        assert got.memory == full.memory, f"step {step}: {name}"
+        assert got.makespan == full.makespan, f"step {step}: {name}"

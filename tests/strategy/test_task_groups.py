@@ -124,3 +124,40 @@ def test_several_classes_in_one_launch():
                 shapes_per_launch[group.key[0]] = len(keys)
     assert max(shapes_per_launch.values()) >= 2
     assert np.isfinite(session.result.makespan)
+
+
+def test_a_reduce_names_each_buffer_once_and_finds_its_group_s_staging():
+    """A read group of reduction copies and a reduce whose inputs repeat buffers (two
+    partial sums, its own instance) and name the group's copies' staging buffers (numbered
+    in one batch at the end of the group): per node the buffers buffers_of names, each once,
+    the staging buffers with their copies' bytes, one id per key."""
+    from taskrt import Region
+    from taskrt.geometry import Rect
+    from taskrt.nodegroups import NodeGroup
+    from taskrt.taskgraph import CopyNode, ReduceInput, ReduceNode
+    from strategy.delta_memory import BufferTable
+    from strategy.readgroups import ReadGroups
+    from taskrt.liveness import STAGING
+    session = SimulationSession(mlp()[0], machine_model("p100:1"), CostModel())
+    region, rect = Region("grad", (8, 4)), Rect.from_shape((8, 4))
+    half = Rect.of((0, 4), (0, 4))
+    copies = [CopyNode(k, "op", region, r, src, 0, reduction=True, from_partial=partial)
+              for k, (r, src, partial) in enumerate([(rect, 1, True), (half, 2, False),
+                                                     (rect, 3, True)])]
+    inputs = (ReduceInput("staged", rect, 0), ReduceInput("partial", rect),
+              ReduceInput("staged", half, 1), ReduceInput("partial", rect),
+              ReduceInput("instance", rect), ReduceInput("staged", rect, 2))
+    reduce = ReduceNode(3, "op", region, rect, 0, inputs)
+    nodes = copies + [reduce]
+    staged = [None, None, None, [copies[0], None, copies[1], None, None, copies[2]]]
+    group = NodeGroup.of((0, "grad"), 0, nodes, [[] for _ in nodes], staged)
+    table = BufferTable(4)
+    sim = ReadGroups(session.timer, session.resources, table).sim(group)
+    assert len(table.ids) == len(table.dev.items)
+    want = [[table.ids[key] for key in buffers_of(n, staged=staged[k])]
+            for k, n in enumerate(nodes)]
+    assert [len(w) for w in want] == [2, 2, 2, 5]       # (the reduce's repeats named once)
+    assert list(sim.buf_counts) == [len(w) for w in want]
+    assert list(sim.buf_ids) == [b for w in want for b in w]
+    for c in copies:
+        assert table.own_bytes.items[table.ids[(STAGING, "grad", 0, c)]] == c.nbytes
