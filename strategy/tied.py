@@ -135,7 +135,7 @@ def extrapolated_result(small: SimResult, deep: SimResult, a: int, b: int, full:
     busy = {k: extrapolate(small.busy.get(k, 0.0), v, a, b, full)
             for k, v in deep.busy.items()}
     return ExtrapolatedResult(float("inf") if over else span, small.start, small.end, busy,
-                              memory, over, small.run, span)
+                              memory, over, small.run, span_s=span)
 
 
 class TiedSession:
