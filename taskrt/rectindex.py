@@ -43,13 +43,17 @@ class RectIndex:
                  "_ones", "_first", "disjoint", "_home", "_span", "_ndim", "_scan_fn",
                  "_pick_fn", "_scanned", "_queries", "_updates", "_grid_at", "_cells")
 
-    def __init__(self, disjoint: bool = False, grid_on_demand: bool = False):
+    def __init__(self, disjoint: bool = False, grid_on_demand: bool = False,
+                 exact: bool = True):
         """`disjoint`: the caller promises items never overlap, so a query equal to an item's
         rect is answered by that item alone (the common case, found by a dict lookup).
         `grid_on_demand`: up to _LARGE items, the grid is built by a query once scanning has
-        cost more than it would have (_grid_pays), not at _SMALL items."""
+        cost more than it would have (_grid_pays), not at _SMALL items. `exact=False` (not
+        with `disjoint`): no find_exact / exact_value, and no rect -> id table kept for them
+        (a hash and a dict update less per add, remove, renew and replace: PendingSums)."""
         self.disjoint = disjoint
-        self._exact: dict[Rect, int] = {}       # rect -> id of the latest item with it
+        # rect -> id of the latest item with it (None: not kept)
+        self._exact: dict[Rect, int] | None = {} if exact or disjoint else None
         self._items: dict[int, tuple[Rect, Any]] = {}
         self._next_id = 0
         self._cell: tuple[int, ...] | None = None    # None: no grid (small or all empty)
@@ -175,7 +179,9 @@ class RectIndex:
         self._next_id = item_id + 1
         items = self._items
         items[item_id] = (rect, value)
-        self._exact[rect] = item_id
+        exact = self._exact
+        if exact is not None:
+            exact[rect] = item_id
         if self._cell is None:
             if len(items) > _SMALL:
                 self._updates += 1
@@ -196,7 +202,7 @@ class RectIndex:
     def remove(self, item_id: int) -> None:
         rect, _ = self._items.pop(item_id)
         exact = self._exact
-        if exact.get(rect) == item_id:
+        if exact is not None and exact.get(rect) == item_id:
             del exact[rect]
         if self._cell is None:
             if len(self._items) >= _SMALL:
@@ -238,7 +244,9 @@ class RectIndex:
         new_id = self._next_id
         self._next_id = new_id + 1
         items[new_id] = (rect, old if value is _KEEP else value)
-        self._exact[rect] = new_id
+        exact = self._exact
+        if exact is not None:
+            exact[rect] = new_id
         if self._cell is None:
             if len(items) > _SMALL:
                 self._updates += 1
@@ -269,12 +277,13 @@ class RectIndex:
             return self.add(rect, value)
         del items[item_id]
         exact = self._exact
-        if exact.get(old) == item_id:
-            del exact[old]
+        if exact is not None:
+            if exact.get(old) == item_id:
+                del exact[old]
+            exact[rect] = self._next_id
         new_id = self._next_id
         self._next_id = new_id + 1
         items[new_id] = (rect, value)
-        exact[rect] = new_id
         home = self._home.pop(item_id, None)
         grid = self._grid
         if home is None:
