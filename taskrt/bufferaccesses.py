@@ -7,7 +7,7 @@ from __future__ import annotations
 from itertools import islice
 
 from .geometry import Rect
-from .rectindex import RectIndex
+from .rectindex import RectIndex, overlaps_any
 
 # Whether a buffer starts in its aligned mode (BufferAccesses); off only to compare the two
 # (tests/taskrt/test_aligned_buffers.py plans both ways and compares the graphs).
@@ -62,7 +62,7 @@ class BufferAccesses:
                 return True
             # Parts are met in order (time steps, blocks), so a new one is mostly outside
             # the box of those seen: no rect-by-rect test.
-            if not box.overlaps(rect) or not any(map(rect.overlaps, islice(seen, 1, None))):
+            if not box.overlaps(rect) or not overlaps_any(islice(seen, 1, None), rect):
                 seen[0] = box.union_bbox(rect)
                 seen.append(rect)
                 if len(seen) <= _ALIGNED_RECTS:

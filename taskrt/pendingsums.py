@@ -20,7 +20,7 @@ class PendingSums:
     __slots__ = ("_all", "_by_device", "_link")
 
     def __init__(self):
-        self._all = RectIndex()                   # id -> (rect, (device, partial))
+        self._all = RectIndex(exact=False)        # id -> (rect, (device, partial))
         # device -> {id in _all: its (rect, value)}, or past _OWN_SCAN items a RectIndex of
         # (rect, id in _all), with _link: id in _all -> id in its device's RectIndex.
         self._by_device: dict[int, dict | RectIndex] = {}
@@ -48,7 +48,7 @@ class PendingSums:
 
     def _promote(self, device: int, own: dict) -> None:
         """`device`'s items from a dict into a RectIndex of their own."""
-        index, link = RectIndex(), self._link
+        index, link = RectIndex(exact=False), self._link
         for i, (rect, _) in own.items():
             link[i] = index.add(rect, i)
         self._by_device[device] = index

@@ -6,7 +6,7 @@ import random
 import pytest
 
 from taskrt.geometry import Rect
-from taskrt.rectindex import RectIndex
+from taskrt.rectindex import RectIndex, overlaps_any
 
 
 def random_rect(rng: random.Random, ndim: int) -> Rect:
@@ -51,3 +51,18 @@ def test_touching_rects_do_not_overlap_in_the_grid():
     assert [v for _, _, v in found] == [(2, 2)]
     found = index.overlapping(Rect((3, 3, 2), (5, 5, 3)))
     assert [v for _, _, v in found] == [(2, 2), (2, 4), (4, 2), (4, 4)]
+
+
+@pytest.mark.parametrize("ndim", range(7))
+def test_overlaps_any_equals_rect_overlaps(ndim):
+    """overlaps_any (BufferAccesses' check of a new rect against the rects seen) answers as
+    any(map(rect.overlaps, rects)), touching rects and every prefix of a list included."""
+    rng = random.Random(7000 + ndim)
+    for _ in range(300):
+        rects = [r for r in (random_rect(rng, ndim) for _ in range(rng.randrange(0, 12)))
+                 if not r.empty]
+        q = random_rect(rng, ndim)
+        if q.empty:
+            continue
+        for k in range(len(rects) + 1):
+            assert overlaps_any(rects[:k], q) == any(map(q.overlaps, rects[:k])), (rects[:k], q)
