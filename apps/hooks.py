@@ -114,18 +114,20 @@ def _judged(app, config, calibration, mm, net, configs, name, starts, found, ran
     candidates and says which it keeps; every rank returns (configs, name, found) of it,
     found's predicted times the calibration's."""
     import dataclasses
+    from strategy.calibration import kept
     from .judge import DATA_PARALLEL, SEARCHED, candidates, judge, verdict_text
     from .startup import optimizer
     named = candidates(app, net, mm, configs, starts)
     times = None
+    error = calibration[0].error
     if rank == 0:
         times = judge(calibration, mm, net, named, optimizer(config))
-        _say(out, verdict_text(times, config.machine))
+        _say(out, verdict_text(times, config.machine, error))
     if comm is not None:
         from taskrt.discovery import idle_barrier
         idle_barrier(comm)
         times = comm.bcast(times, root=0)
-    best = times[0][1]
+    best = kept(times, error, DATA_PARALLEL)
     if found is not None:             # its times the calibration's (--check-prediction)
         by_name = {n: t for t, n in times}
         by_name.setdefault(DATA_PARALLEL, by_name[SEARCHED])   # the same configs
@@ -135,7 +137,9 @@ def _judged(app, config, calibration, mm, net, configs, name, starts, found, ran
                                     baselines=dict(found.baselines, **baselines))
     if best == SEARCHED:
         return configs, name, found
-    return named[best], f"{best} (judged faster than the search's result)", found
+    why = ("judged faster than the search's result" if best == times[0][1] else
+           "the search's result not faster by more than the calibration's error")
+    return named[best], f"{best} ({why})", found
 
 
 def _say(out, text: str) -> None:

@@ -9,7 +9,8 @@ prediction: calibration.fit_from_files) and --profile the profile written with i
 searched strategy, data parallelism and the search's other starts (the app's expert
 strategy, --strategy) are predicted by the calibration, the fastest by it is the result,
 and a line says which model judged it: a search does not return a strategy that the
-calibrated model predicts slower than data parallelism (docs/simulator.md).
+calibrated model predicts slower than data parallelism, nor one it predicts faster by less
+than its own error on the runs it was fitted to (Fit.error; docs/simulator.md).
 """
 from __future__ import annotations
 
@@ -90,13 +91,20 @@ def judge(calibration: tuple, mm, net, named: dict, optimizer) -> list:
     return judged(fit, graphs, net.int_ranges, ranks, per_rank)
 
 
-def verdict_text(times: list, machine: str) -> str:
-    """The line saying which model judged the search's result and what it kept."""
-    best = times[0][1]
+def verdict_text(times: list, machine: str, error: float = 0.0) -> str:
+    """The line saying which model judged the search's result and what it kept
+    (strategy.calibration.kept: data parallelism unless another is predicted faster by more
+    than the calibration's own error)."""
+    from strategy.calibration import kept as kept_of
+    best = kept_of(times, error, DATA_PARALLEL)
     every = ", ".join(f"{name} {t * 1e3:.4g} ms" for t, name in times)
-    kept = ("the searched strategy is the fastest" if best == SEARCHED else
-            f"keeping {best}: the calibrated model predicts it faster than the searched "
-            "strategy, which the search's own (smooth) model preferred")
+    if best != times[0][1]:
+        kept = (f"keeping {DATA_PARALLEL}: {times[0][1]} is predicted faster by less than "
+                f"the calibration's error on its own runs ({error:.1%})")
+    else:
+        kept = ("the searched strategy is the fastest" if best == SEARCHED else
+                f"keeping {best}: the calibrated model predicts it faster than the searched "
+                "strategy, which the search's own (smooth) model preferred")
     if all(name != DATA_PARALLEL for _, name in times):
         every += " (the searched strategy is data parallel)"
     return (f"judged by the calibration of --machine {machine} (calibration.predict: "

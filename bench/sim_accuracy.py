@@ -307,12 +307,12 @@ def analyse(folder: str, data: dict) -> dict:
                         at_both = predict(at_speed, g, ints, ranks_, per, contention=max(
                             1.0, statistics.median(c["contention"])),
                             reference_s=case_reference(c))
-                    judged_data = None      # one calibration judges searched and data
+                    judged_data = judged_error = None   # one calibration judges both
                     if strategy == "searched" and "data" in fold:
                         times = dict((n, t) for t, n in judged(
                             fit, {"searched": g, "data": graphs_of[name, a]["data"]}, ints,
                             ranks_, per))
-                        judged_data = times["data"]
+                        judged_data, judged_error = times["data"], fit.error
                     cases.append({
                         "app": a, "ranks": ranks_, "devices_per_rank": per,
                         "layout": name, "strategy": strategy, "calibrated_on": list(fold),
@@ -329,7 +329,7 @@ def analyse(folder: str, data: dict) -> dict:
                         "calibration_contention": fit.contention,
                         "work_s": work, "traced_cpu_s": cpu, "traced_span_s": span,
                         "traced_periods_s": c.get("traced_periods_s"),
-                        "judged_data_s": judged_data,
+                        "judged_data_s": judged_data, "judged_error": judged_error,
                         "reference_s": case_reference(c),
                         "calibration_reference_s": at_speed and at_speed.reference_s,
                         "at_reference_s": referenced,
@@ -455,15 +455,17 @@ def searched_vs_data(cases: list[dict], key: str = "predicted_s") -> list[str]:
 def judged_rows(cases: list[dict]) -> list[tuple]:
     """The searched strategy as a search with a calibration returns it (apps/judge.py):
     the calibration of the fold holding data parallelism (in its runs, as a user who
-    recorded it) predicts both, the faster by it is kept; measured, the kept one against
-    data parallelism."""
+    recorded it) predicts both, the faster by it kept unless by less than its own error
+    (calibration.kept); measured, the kept one against data parallelism."""
+    from strategy.calibration import kept
     by = {(c["app"], c["layout"], c["strategy"]): c for c in cases}
     out, kept_searched, not_slower = [], 0, 0
     for (a, lay, s), c in by.items():
         d = by.get((a, lay, "data"))
         if s != "searched" or d is None or c.get("judged_data_s") is None:
             continue
-        keep = c["predicted_s"] < c["judged_data_s"]
+        times = sorted([(c["predicted_s"], "searched"), (c["judged_data_s"], "data")])
+        keep = kept(times, c.get("judged_error") or 0.0, "data") == "searched"
         m = c["measured_s"] / d["measured_s"] if keep else 1.0
         kept_searched += keep
         not_slower += m <= 1.0 or d["measured_s"] >= c["spread_s"][0]
@@ -475,7 +477,8 @@ def judged_rows(cases: list[dict]) -> list[tuple]:
              "not slower when run", f"{not_slower} of {len(out)}",
              f"kept the searched in {kept_searched}; one calibration (the fold with data "
              "parallel's runs) predicts both, as --search on a calibrated machine does "
-             "(apps/judge.py); kept / data parallel iteration time, not slower: the data "
+             "(apps/judge.py: the searched one kept only when predicted faster by more than "
+             "the calibration's error on its own runs); kept / data parallel iteration time, not slower: the data "
              "parallel median at or above the kept one's fastest run: " + "; ".join(out))]
 
 

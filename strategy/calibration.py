@@ -162,6 +162,7 @@ class Fit:
     speeds: list | None = None      # per recorded iteration, its ranks' relative speeds
     view_s: float = 0.0             # one process: s per view a node re-slices (reslicing.py)
     reference_s: float | None = None  # the speed reference its times are at (speedref.py)
+    error: float = 0.0              # median |predicted / measured - 1| of its residuals
 
     def text(self) -> str:
         lines = ["host costs per node kind (mean gap before its events + event host work):"]
@@ -383,6 +384,7 @@ def calibrate(paths, base_model, base_profile: Profile | None = None, factor: bo
         for _ in range(2):                  # the simulation is nearly linear in k
             fit.factor *= statistics.median(m / p for _, m, p in fit.residuals if p > 0)
             fit.residuals = residuals(runs, fit)
+    fit.error = residual_error(fit.residuals)
     model, profile = at_contention(fit, fit.contention)
     record = dict(model.calibration)
     record["from_traces"] = dict(record["from_traces"], contention=fit.contention,
@@ -405,7 +407,7 @@ def prediction_record(fit: Fit) -> dict:
             "collective_s": None if fit.collective_s is None else
             {str(p): list(line) for p, line in fit.collective_s.items()},
             "speeds": None if fit.speeds is None else [list(t) for t in fit.speeds],
-            "view_s": fit.view_s, "reference_s": fit.reference_s}
+            "view_s": fit.view_s, "reference_s": fit.reference_s, "error": fit.error}
 
 
 def fit_from_files(model, profile: Profile, where: str = "the machine file") -> Fit | None:
@@ -431,7 +433,8 @@ def fit_from_files(model, profile: Profile, where: str = "the machine file") -> 
                   collective_s=collective, speeds=speeds,
                   view_s=float(rec.get("view_s", 0.0)),   # 0: a record before 2026-12-05
                   reference_s=None if rec.get("reference_s") is None else
-                  float(rec["reference_s"]))
+                  float(rec["reference_s"]),
+                  error=float(rec.get("error", 0.0)))     # 0: a record before 2026-12-06
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise CalibrationError(f"{where}: its calibration record's {PREDICTION_RECORD!r} is "
                                f"malformed ({type(e).__name__}: {e}); calibrate again "
@@ -453,6 +456,28 @@ def judged(fit: Fit, graphs: dict, int_ranges: dict, ranks: int, per_rank: int) 
     times = [(predict(fit, g, int_ranges, ranks, per_rank), k, name)
              for k, (name, g) in enumerate(graphs.items())]
     return [(t, name) for t, _, name in sorted(times)]
+
+
+def residual_error(rows) -> float:
+    """The median relative error |predicted / measured - 1| of residuals' (name, measured s,
+    predicted s) rows: how far the calibration is off on the runs it was fitted to (0 with
+    none)."""
+    errs = [abs(p / m - 1) for _, m, p in rows if m > 0]
+    return statistics.median(errs) if errs else 0.0
+
+
+def kept(times: list, error: float, baseline: str) -> str:
+    """The name a search judged by a calibration keeps, of `times` ([(predicted s, name)],
+    fastest first: judged()): the fastest, unless `baseline` (data parallelism) is predicted
+    within the calibration's own error of it (`error`: Fit.error, the median relative
+    residual on the runs it was fitted to). A gain the model cannot tell from its error does
+    not move a user off the baseline: on 4 ranks of 2 cores a searched Transformer strategy
+    predicted 0.99x data parallel's time ran 1.36x it (the eighth collection, 2026-12-06)."""
+    best_t, best = times[0]
+    base = next((t for t, name in times if name == baseline), None)
+    if base is None or best == baseline or base > best_t * (1 + error):
+        return best
+    return baseline
 
 
 def others_of(runs) -> float:

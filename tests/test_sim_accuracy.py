@@ -225,6 +225,14 @@ def test_the_judged_search_keeps_the_faster_by_one_calibration_and_says_how_it_r
                          "b 2x1: 1.20x predicted, kept data parallel, measured 1.00x; "
                          "c 2x1: 0.90x predicted, kept searched, measured 1.30x")
     assert judged_rows([case("a", 2, "data", 1.0, 1.0), case("a", 2, "searched", 1, 1)]) == []
+    # faster by less than the calibration's own error: data parallel kept
+    close = [case("e", 2, "data", 1.0, 1.0),
+             dict(searched("e", 1.36, 0.99, 1.0), judged_error=0.05),
+             case("f", 2, "data", 1.0, 1.0),
+             dict(searched("f", 0.9, 0.9, 1.0), judged_error=0.05)]
+    (_, value, note), = judged_rows(close)
+    assert value == "2 of 2" and "kept the searched in 1" in note
+    assert "e 2x1: 0.99x predicted, kept data parallel, measured 1.00x" in note
 
 
 def test_a_case_s_speed_is_the_median_of_its_runs_references_on_every_rank():

@@ -120,3 +120,11 @@ def test_simulate_refuses_a_profile_of_another_calibration_before_planning(tmp_p
     assert code != 0
     assert "not the one its calibration wrote" in captured.err + captured.out
     assert "graph of" not in captured.out          # refused before lowering and planning
+
+
+def test_the_verdict_keeps_data_parallel_within_the_calibration_s_error():
+    from apps.judge import verdict_text
+    times = [(0.99e-3, "searched"), (1.0e-3, "data parallel")]
+    assert "keeping data parallel: searched is predicted faster by less than the " \
+           "calibration's error on its own runs (5.0%)" in verdict_text(times, "m.json", 0.05)
+    assert "the searched strategy is the fastest" in verdict_text(times, "m.json", 0.0)

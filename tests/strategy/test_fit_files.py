@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from strategy.calibration import (CalibrationError, Fit, at_contention, fit_from_files,
-                                  judged, predict, prediction_record)
+                                  judged, kept, predict, prediction_record, residual_error)
 from strategy.costs import Profile
 from strategy.machines import load
 from strategy.wakeups import SleepSchedule
@@ -24,7 +24,7 @@ def a_fit(m, profile) -> Fit:
                factor=1.2, slice_s=1e-3, background=0.4, waiting=0.5, cores=2,
                sleep=SleepSchedule(1e-4, 5e-4, 2e-3, 1e-4),
                collective_s={2: (6e-3, 1e-3), 3: (2e-3, 0.0)},
-               speeds=[(1.0, 1.4, 0.9), (1.2, 1.0, 1.0)])
+               speeds=[(1.0, 1.4, 0.9), (1.2, 1.0, 1.0)], error=0.04)
 
 
 def written(fit, tmp_path, layout=(3, 1)):
@@ -42,6 +42,7 @@ def test_the_files_predict_as_the_calibration_does(tmp_path):
     again = fit_from_files(*written(fit, tmp_path))
     assert again.speeds == fit.speeds and again.collective_s == fit.collective_s
     assert again.sleep == fit.sleep and again.background == fit.background
+    assert again.error == fit.error == 0.04
     expected = predict(fit, h.graph, {}, 3, 1)
     assert predict(again, h.graph, {}, 3, 1) == pytest.approx(expected, rel=1e-9)
     # and it is not what the files alone simulate (the search's smooth model)
@@ -61,3 +62,17 @@ def test_a_model_without_the_record_has_no_fit_and_a_foreign_profile_is_refused(
     model.calibration["from_traces"]["prediction"]["speeds"] = "fast"
     with pytest.raises(CalibrationError, match="malformed"):
         fit_from_files(model, profile)
+
+
+def test_a_search_keeps_data_parallel_unless_another_is_faster_by_more_than_the_error():
+    dp, s = "data parallel", "searched"
+    assert kept([(0.99, s), (1.0, dp)], 0.05, dp) == dp          # within the error
+    assert kept([(0.90, s), (1.0, dp)], 0.05, dp) == s           # beyond it
+    assert kept([(0.99, s), (1.0, dp)], 0.0, dp) == s            # no error: the fastest
+    assert kept([(1.0, dp), (1.1, s)], 0.05, dp) == dp
+    assert kept([(0.99, s), (1.0, "expert")], 0.05, dp) == s     # no data parallel judged
+    assert kept([(0.9, "expert"), (0.99, s), (1.0, dp)], 0.05, dp) == "expert"
+    assert kept([(0.97, "expert"), (0.98, s), (1.0, dp)], 0.05, dp) == dp
+    assert residual_error([("a", 1.0, 1.1), ("b", 2.0, 1.8), ("c", 1.0, 1.0)]) == \
+        pytest.approx(0.1)
+    assert residual_error([]) == 0.0
