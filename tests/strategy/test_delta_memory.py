@@ -18,6 +18,18 @@ class _Copy:
     """Stands for the copy node a staging key names (only its identity is used)."""
 
 
+def random_uses(rng, buffers: int, nodes: int, most: int) -> tuple:
+    """Random uses (buffer, node) of `buffers` buffers by `nodes` nodes (1 to most - 1 of
+    them), the nodes' start and end times, and per device persistent bytes and counts."""
+    uses = int(rng.integers(1, most))
+    users_buf = rng.integers(0, buffers, size=uses).astype(np.int64)
+    users_node = rng.integers(0, nodes, size=uses).astype(np.int64)
+    start = rng.choice([0.0, 1.0, 2.0, 3.0], size=nodes)
+    end = start + rng.choice([0.0, 0.5, 1.0], size=nodes)
+    per = rng.choice([0, 100], size=DEVICES).astype(np.int64)
+    return users_buf, users_node, start, end, per, (per > 0).astype(np.int64)
+
+
 def from_scratch(table, regions, kept, users_buf, users_node, start, end):
     """The peak of the table's buffers computed over every buffer, as delta.py did before
     the table kept sums."""
@@ -102,13 +114,7 @@ def test_sweep_with_kept_scratch_equals_a_fresh_one(seed):
         region = rng.integers(0, 3, size=n).astype(np.int64)
         kept = rng.random(3) < 0.3
         staging, state = rng.random(n) < 0.3, rng.random(n) < 0.1
-        nodes, uses = 10, int(rng.integers(1, 40))
-        users_buf = rng.integers(0, n, size=uses).astype(np.int64)
-        users_node = rng.integers(0, nodes, size=uses).astype(np.int64)
-        start = rng.choice([0.0, 1.0, 2.0, 3.0], size=nodes)
-        end = start + rng.choice([0.0, 0.5, 1.0], size=nodes)
-        per = rng.choice([0, 100], size=DEVICES).astype(np.int64)
-        count = (per > 0).astype(np.int64)
+        users_buf, users_node, start, end, per, count = random_uses(rng, n, 10, 40)
         args = (users_buf, users_node, start, end, sizes, dev, region, kept, staging, state,
                 4096)
         got = sweep_peak(*args, per.copy(), count.copy(), scratch)
@@ -149,13 +155,7 @@ def test_sweep_equals_its_model_written_out(seed):
         staging, state = kind == 1, kind == 2
         if step % 4 == 3:
             staging = staging | (state & (rng.random(n) < 0.5))
-        nodes, uses = 12, int(rng.integers(1, 60))
-        users_buf = rng.integers(0, n, size=uses).astype(np.int64)
-        users_node = rng.integers(0, nodes, size=uses).astype(np.int64)
-        start = rng.choice([0.0, 1.0, 2.0, 3.0], size=nodes)
-        end = start + rng.choice([0.0, 0.5, 1.0], size=nodes)
-        per = rng.choice([0, 100], size=DEVICES).astype(np.int64)
-        count = (per > 0).astype(np.int64)
+        users_buf, users_node, start, end, per, count = random_uses(rng, n, 12, 60)
         args = (sizes, dev, region, kept, staging, state, 4096)
         want = reference_sweep(users_buf, users_node, start, end, *args, per, count)
         got = sweep_peak(users_buf, users_node, start, end, *args, per.copy(), count.copy(),
@@ -163,5 +163,5 @@ def test_sweep_equals_its_model_written_out(seed):
         assert got == want, f"step {step}"
         order = np.argsort(users_node, kind="stable")
         got = sweep_peak(users_buf[order], None, start, end, *args, per.copy(), count.copy(),
-                         scratch, counts=np.bincount(users_node, minlength=nodes))
+                         scratch, counts=np.bincount(users_node, minlength=len(start)))
         assert got == want, f"step {step}, by counts"
