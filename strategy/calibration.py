@@ -420,6 +420,9 @@ def fit_from_files(model, profile: Profile, where: str = "the machine file") -> 
     if rec is None:
         return None
     try:
+        error = rec.get("error", 0.0)           # 0: a record before 2026-12-06
+        if type(error) not in (int, float) or not 0.0 <= error < float("inf"):
+            raise ValueError(f"error {error!r} is not a relative error >= 0")
         scale = float(rec["contention"]) * float(rec["factor"])
         sleep = None if rec["sleep"] is None else SleepSchedule(**rec["sleep"])
         collective = None if rec["collective_s"] is None else {
@@ -434,7 +437,7 @@ def fit_from_files(model, profile: Profile, where: str = "the machine file") -> 
                   view_s=float(rec.get("view_s", 0.0)),   # 0: a record before 2026-12-05
                   reference_s=None if rec.get("reference_s") is None else
                   float(rec["reference_s"]),
-                  error=float(rec.get("error", 0.0)))     # 0: a record before 2026-12-06
+                  error=float(error))
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise CalibrationError(f"{where}: its calibration record's {PREDICTION_RECORD!r} is "
                                f"malformed ({type(e).__name__}: {e}); calibrate again "
@@ -459,9 +462,8 @@ def judged(fit: Fit, graphs: dict, int_ranges: dict, ranks: int, per_rank: int) 
 
 
 def residual_error(rows) -> float:
-    """The median relative error |predicted / measured - 1| of residuals' (name, measured s,
-    predicted s) rows: how far the calibration is off on the runs it was fitted to (0 with
-    none)."""
+    """The median |predicted / measured - 1| of residuals' (name, measured s, predicted s)
+    rows: how far a calibration is off on the runs it was fitted to (0 with none)."""
     errs = [abs(p / m - 1) for _, m, p in rows if m > 0]
     return statistics.median(errs) if errs else 0.0
 
@@ -469,10 +471,9 @@ def residual_error(rows) -> float:
 def kept(times: list, error: float, baseline: str) -> str:
     """The name a search judged by a calibration keeps, of `times` ([(predicted s, name)],
     fastest first: judged()): the fastest, unless `baseline` (data parallelism) is predicted
-    within the calibration's own error of it (`error`: Fit.error, the median relative
-    residual on the runs it was fitted to). A gain the model cannot tell from its error does
-    not move a user off the baseline: on 4 ranks of 2 cores a searched Transformer strategy
-    predicted 0.99x data parallel's time ran 1.36x it (the eighth collection, 2026-12-06)."""
+    within the calibration's own error of it (Fit.error). A gain the model cannot tell from
+    its error does not move a user off the baseline: on 4 ranks of 2 cores a searched
+    Transformer strategy predicted 0.99x data parallel's time ran 1.36x it (2026-12-06)."""
     best_t, best = times[0]
     base = next((t for t, name in times if name == baseline), None)
     if base is None or best == baseline or base > best_t * (1 + error):

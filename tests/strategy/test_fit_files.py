@@ -3,6 +3,7 @@ prediction_record / fit_from_files): the machine file's calibration record keeps
 files' host costs and task times do not (ranks' speeds, wake-ups, gradient buckets' waits,
 contention of ranks side by side), so a search given the files predicts as the calibration
 does (apps/judge.py). Hand-built graph with exact times (test_gradbuckets.two_gradients)."""
+import json
 import sys
 from pathlib import Path
 
@@ -76,3 +77,15 @@ def test_a_search_keeps_data_parallel_unless_another_is_faster_by_more_than_the_
     assert residual_error([("a", 1.0, 1.1), ("b", 2.0, 1.8), ("c", 1.0, 1.0)]) == \
         pytest.approx(0.1)
     assert residual_error([]) == 0.0
+
+
+@pytest.mark.parametrize("error", [-0.1, "nan", "inf", "x"])
+def test_a_record_with_a_bad_error_is_refused_by_name(tmp_path, error):
+    m, h, *_ = two_gradients()
+    model, profile = written(a_fit(m, h.profile), tmp_path)
+    record = json.loads((tmp_path / "m.json").read_text())
+    record["calibration"]["from_traces"]["prediction"]["error"] = \
+        float(error) if error in ("nan", "inf") else error
+    (tmp_path / "m.json").write_text(json.dumps(record))
+    with pytest.raises(CalibrationError, match="malformed .*error.*calibrate again"):
+        fit_from_files(load(str(tmp_path / "m.json")), profile)
