@@ -1,25 +1,41 @@
 """A launch's points as the planner plans them: (color, device, requirements) per point, with
 every region the points name known to the planner (Planner._expand).
 
-`expand` asks the projection per color by a C loop (map), checks the devices at once and the
-regions once per distinct requirements tuple (a launch of 1,024 points names a few regions
-over and over). Where anything is wrong -- a projection that raises or returns a
-non-requirement, a device that is not an int on the machine -- it walks the points in order
-instead (`expand_walk`, the definition: the first bad point raises), so the error is the one
-the walk gives; a region declared twice raises the walk's error too (no earlier point can
-fail once the fast checks passed, and the regions are met in the walk's order).
-tests/taskrt/test_expand_points.py compares the two on random launches.
+`expand` asks the projection per color by a C loop (map; a point's requirements are its
+projection's as a tuple, each checked to be a RegionRequirement once per distinct tuple),
+checks the devices at once and the regions once per distinct requirements tuple (a launch
+of 1,024 points names a few regions over and over). Where anything is wrong -- a
+projection that raises or returns a non-requirement, a device that is not an int on the
+machine -- it walks the points in order instead (`expand_walk`, the definition: the first
+bad point raises), so the error is the one the walk gives; a region declared twice raises
+the walk's error too (no earlier point can fail once the fast checks passed, and the
+regions are met in the walk's order). A launch class with its own `requirements` is asked
+per point. tests/taskrt/test_expand_points.py compares the two on random launches.
 """
 from __future__ import annotations
 
+from itertools import chain, repeat
+
 from .errors import MappingError
+from .launch import IndexLaunch
+from .privilege import RegionRequirement
 
 
 def expand(planner, launch) -> list:
     """Launch `launch`'s points for `planner`, each region it names made known to it."""
     colors = launch.colors
     try:
-        reqs_of = list(map(launch.requirements, colors))
+        if type(launch).requirements is IndexLaunch.requirements:
+            # (IndexLaunch.requirements by C loops: the projection's tuples, and the type
+            # check once per distinct tuple; replicas' points often share one)
+            reqs_of = list(map(tuple, map(launch.projection, colors)))
+            distinct = dict(zip(map(id, reqs_of), reqs_of)).values()
+            if not all(map(isinstance, chain.from_iterable(distinct),
+                           repeat(RegionRequirement))):
+                return expand_walk(planner, launch)
+        else:
+            reqs_of = list(map(launch.requirements, colors))
+            distinct = dict(zip(map(id, reqs_of), reqs_of)).values()
     except Exception:               # (the walk raises the first point's error)
         return expand_walk(planner, launch)
     num_devices = len(planner.machine.devices)
@@ -32,7 +48,7 @@ def expand(planner, launch) -> list:
         return expand_walk(planner, launch)
     known = planner.regions
     # Each distinct requirements tuple once, in the order the walk first meets them.
-    for reqs in dict(zip(map(id, reqs_of), reqs_of)).values():
+    for reqs in distinct:
         for req in reqs:
             region = req.region
             if known.get(region.name) is not region:

@@ -17,10 +17,13 @@ another order within a node: the graph sorts each node's predecessors
 """
 from __future__ import annotations
 
+from itertools import groupby, repeat
+from operator import attrgetter, itemgetter
+
 import numpy as np
 
 from .nodegroups import NodeGroup
-from .taskgraph import COPY, REDUCE, AllReduceNode, CopyNode, ReduceNode
+from .taskgraph import ALLREDUCE, COPY, REDUCE, AllReduceNode, CopyNode, ReduceNode
 
 _EMPTY = np.zeros(0, dtype=np.int64)
 
@@ -40,7 +43,7 @@ class EntryRefs:
 
 class TemplateReads:
     """A class template's read nodes (RegionPlan `plan`) with their refs compiled per entry."""
-    __slots__ = ("plan", "entries")
+    __slots__ = ("plan", "entries", "runs", "named", "named_pos")
 
     def __init__(self, plan):
         self.plan = plan
@@ -54,38 +57,38 @@ class TemplateReads:
                     flat += 1
         self.entries = [None if items is None else _compile(items, log_pos, where)
                         for items in plan.nodes]
+        # Per entry its nodes' runs of one kind, each (class, the fields after id, owner and
+        # region as columns): a member's nodes are made by one map per run. (Read once: a
+        # read node's fields are set when it is made; only graph_of, after planning, gives
+        # a reduce's inputs their copies' ids.)
+        self.runs = [None if items is None else _runs(items) for items in plan.nodes]
+        # The template's nodes its tasks' preds name (the node refs in its accesses), and
+        # their flat positions: the only ones a member's node map is asked for.
+        named = {id(r): r for per_access in plan.accesses for p, _ in per_access if p
+                 for r in p if r is not None and type(r) is not tuple}
+        self.named = list(named.values())
+        self.named_pos = [where[r][0] for r in self.named]
 
     def stamp(self, region, owners: list[str], lis: list[int]) -> tuple[list, dict]:
         """A member's read nodes: per entry a StampedReads (or None where the template has
         no read nodes), for `region` over launches `lis` (owners: their names); and the map
-        from the template's nodes to the member's (taskcolumns.py moves task refs by it)."""
-        plan = self.plan
+        from the template's nodes its tasks name to the member's (taskcolumns.py moves task
+        refs by it)."""
         flat: list = []
-        template_flat: list = []
         per_entry = []
-        for items, owner in zip(plan.nodes, owners):
-            if items is None:
+        for runs, owner in zip(self.runs, owners):
+            if runs is None:
                 per_entry.append(None)
                 continue
             nodes = []
-            for node, _, _ in items:
-                kind = node.kind
-                if kind is COPY:
-                    new = CopyNode(-1, owner, region, node.rect, node.src, node.dst,
-                                   node.reduction, node.from_partial)
-                elif kind is REDUCE:
-                    new = ReduceNode(-1, owner, region, node.rect, node.device, node.inputs)
-                else:
-                    new = AllReduceNode(-1, owner, region, node.rect, node.devices,
-                                        node.in_partial)
-                nodes.append(new)
-                template_flat.append(node)
+            for cls, columns in runs:
+                nodes += map(cls, repeat(-1), repeat(owner), repeat(region), *columns)
             flat += nodes
             per_entry.append(nodes)
         lis = tuple(lis)
         out = [None if nodes is None else StampedReads(nodes, refs, lis, region.name, flat)
                for nodes, refs in zip(per_entry, self.entries)]
-        return out, dict(zip(template_flat, flat))
+        return out, dict(zip(self.named, map(flat.__getitem__, self.named_pos)))
 
 
 class StampedReads:
@@ -125,6 +128,23 @@ class StampedReads:
             staged = [None if s is None else [None if p < 0 else flat[p] for p in s]
                       for s in refs.staged]
         return NodeGroup(key, gid, nodes, refs.count, pred_gid, pred_idx, staged)
+
+
+# Per kind of read node: its class and its fields after (id, owner, region), in order.
+_FIELDS = {COPY: (CopyNode, ("rect", "src", "dst", "reduction", "from_partial")),
+           REDUCE: (ReduceNode, ("rect", "device", "inputs")),
+           ALLREDUCE: (AllReduceNode, ("rect", "devices", "in_partial"))}
+
+
+def _runs(items: list) -> list:
+    """One template entry's nodes (items [(node, refs, staged)]) as runs of one kind, in
+    order: (class, [column per field after id, owner and region])."""
+    out = []
+    for kind, run in groupby(map(itemgetter(0), items), key=attrgetter("kind")):
+        cls, fields = _FIELDS[kind]
+        run = list(run)
+        out.append((cls, [list(map(attrgetter(f), run)) for f in fields]))
+    return out
 
 
 def _compile(items: list, log_pos: dict, where: dict) -> EntryRefs:

@@ -2,8 +2,8 @@
 per distinct requirements tuple) against expand_walk, the point-by-point definition, on random
 launches, good and bad: devices out of range, negative, float, bool or numpy; projections
 returning a non-requirement; regions declared twice with other shapes; requirement tuples
-shared by points. Both give the same points and leave the same regions known, or raise the
-same error."""
+shared by points; projections giving lists; a launch class with its own requirements. Both
+give the same points and leave the same regions known, or raise the same error."""
 import random
 
 import numpy as np
@@ -42,7 +42,16 @@ def _random_launch(rng: random.Random, name: str) -> IndexLaunch:
         if rng.random() < 0.4:
             k = rng.randrange(len(devices))
             devices[k] = rng.choice([4, -1, 1.0, True, np.int64(2), 7])
-    return IndexLaunch(name, lambda ctx: None, domain, table.__getitem__, devices=devices)
+    projection = table.__getitem__
+    if rng.random() < 0.3:          # a projection giving a fresh list per point
+        projection = lambda color: list(table[color])   # noqa: E731
+    return IndexLaunch(name, lambda ctx: None, domain, projection, devices=devices)
+
+
+class _Doubled(IndexLaunch):
+    """A launch class with its own requirements (its projection's, twice)."""
+    def requirements(self, color):
+        return super().requirements(color) * 2
 
 
 def _outcome(fn, launch, known: list):
@@ -69,3 +78,15 @@ def test_expand_equals_the_walk_on_random_launches():
         raised += type(want[0]) is tuple
         fine += type(want[0]) is list
     assert raised > 200 and fine > 200, (raised, fine)
+
+
+def test_a_launch_class_with_its_own_requirements_is_asked_per_point():
+    rng = random.Random(1)
+    for case in range(200):
+        base = _random_launch(rng, f"l{case}")
+        launch = _Doubled(base.name, base.task, base.domain, base.projection,
+                          devices=base.devices)
+        want = _outcome(expand_walk, launch, [])
+        assert _outcome(expand, launch, []) == want, case
+        if type(want[0]) is list:
+            assert all(len(r) % 2 == 0 for _, _, _, r in want[0])
