@@ -59,35 +59,22 @@ class BufferUses:
         itemsize = np.fromiter((r.itemsize for r in graph.regions.values()), dtype=i8,
                                count=n_regions)
         rect_keys, r_region, r_dev, r_bytes = [], [], [], []
-        per_list: dict = {}     # id(pairs) -> (pairs, devices, volumes, devices 0, 1, ...?)
-        # Per (kind, region): its first buffer's index, its count, and whether its devices
-        # are 0, 1, ... in order (then device d's buffer is the first's index + d).
-        slot_start = np.full(2 * n_regions, -1, dtype=i8)
-        slot_len = np.zeros(2 * n_regions, dtype=i8)
-        slot_direct = np.ones(2 * n_regions, dtype=bool)
-        done = 0
+        per_list: dict = {}     # id(pairs) -> (pairs, devices, volumes)
         for kind, rects in ((INSTANCE, graph.instance_rects), (PARTIAL, graph.partial_rects)):
-            names, lists, at, dev, vol, direct = [], [], [], [], [], []
+            names, lists, at, dev, vol = [], [], [], [], []
             for name, pairs in as_buffer_rects(rects).per_region():
                 known = per_list.get(id(pairs))
                 if known is None or known[0] is not pairs:
                     devs = np.fromiter(map(_FIRST, pairs), dtype=i8, count=len(pairs))
                     known = per_list[id(pairs)] = (
                         pairs, devs, np.fromiter(map(_VOLUME, map(_SECOND, pairs)), dtype=i8,
-                                                 count=len(pairs)),
-                        bool((devs == np.arange(len(devs))).all()))
+                                                 count=len(pairs)))
                 names.append(name)
                 lists.append(pairs)
                 at.append(regions[name])
                 dev.append(known[1])
                 vol.append(known[2])
-                direct.append(known[3])
             counts = np.fromiter(map(len, lists), dtype=i8, count=len(lists))
-            slots = np.array(at, dtype=i8) + kind * n_regions
-            slot_len[slots] = counts
-            slot_start[slots] = done + np.cumsum(counts) - counts
-            slot_direct[slots] = np.array(direct, dtype=bool)
-            done += int(counts.sum())
             rect_keys.append((kind, names, lists, np.cumsum(counts)))
             at = np.repeat(np.array(at, dtype=i8), counts)
             r_region.append(at + kind * n_regions)
@@ -176,9 +163,8 @@ class BufferUses:
             extras += keys
         # The uses are handed out piece by piece (uses()), made then: copies' and reduces',
         # each all-reduce's, the tasks' in chunks, the saved states'.
-        n_rect = len(r_dev)
-        out._to_buffers = _BufferNumbers(slot_start, slot_len, slot_direct, r_region, r_dev,
-                                         n_dev, base, n_rect)
+        out._to_buffers = _BufferNumbers(r_region * n_dev + r_dev, base,
+                                         len(staged) + len(extras))
         # (the all-reduces' uses in one piece: 1,890 of GPT-3 2.7B at 1,024 GPUs, each a
         # dozen numpy calls in turn here and in Liveness.of)
         gathered = [np.zeros(0, dtype=i8), *gathered_buf]
@@ -319,38 +305,24 @@ _TASK_CHUNK = 1 << 16
 class _BufferNumbers:
     """BufferUses' numbering of a region's buffer, (kind * regions + region) * devices +
     device, or base + index of an extra, turned into buffer indices (-1: a buffer the graph
-    does not list): at once where the region's devices are 0, 1, ...; else by a search
-    among those regions' buffers (its table made on first need)."""
+    does not list, or number -1) by one lookup in a table of every number: a region's
+    buffer of that kind and device (BufferRects lists a region once, a device once in it:
+    one buffer a number), an extra's n_rect + its index, and a last entry -1 for -1. (The
+    ~10M uses of GPT-3 2.7B at 1,024 GPUs under Megatron t=8 were ~15 numpy passes each
+    by slots, a division and a search; the table has 2 x regions x devices + extras
+    entries, 6.3M of int32 there: 25 MB while the memory model is made.)"""
 
-    def __init__(self, slot_start, slot_len, slot_direct, r_region, r_dev, n_dev: int,
-                 base: int, n_rect: int):
-        self.slot_start, self.slot_len, self.slot_direct = slot_start, slot_len, slot_direct
-        self.r_region, self.r_dev, self.n_dev = r_region, r_dev, n_dev
-        self.base, self.n_rect = base, n_rect
-        self._search = None
+    def __init__(self, numbers: np.ndarray, base: int, n_extra: int):
+        """`numbers`: per region buffer (in order), its number (< base)."""
+        n_rect = len(numbers)
+        kind = np.int32 if n_rect + n_extra < 2 ** 31 else np.int64     # (half the bytes)
+        table = np.full(base + n_extra + 1, -1, dtype=kind)
+        table[numbers] = np.arange(n_rect, dtype=kind)
+        table[base:base + n_extra] = np.arange(n_rect, n_rect + n_extra, dtype=kind)
+        self.table = table
 
     def __call__(self, ids: np.ndarray) -> np.ndarray:
-        base = self.base
-        buf = np.full(len(ids), -1, dtype=np.int64)
-        of_rect = np.flatnonzero((ids >= 0) & (ids < base))
-        slot, dev = np.divmod(ids[of_rect], max(self.n_dev, 1))
-        direct = self.slot_direct[slot]
-        hit = direct & (dev < self.slot_len[slot])
-        buf[of_rect[hit]] = self.slot_start[slot[hit]] + dev[hit]
-        rest = of_rect[~direct]
-        if len(rest):
-            if self._search is None:
-                among = np.flatnonzero(~self.slot_direct[self.r_region])
-                numbers = (self.r_region * self.n_dev + self.r_dev)[among]
-                order = np.argsort(numbers, kind="stable")
-                self._search = (among[order], numbers[order])
-            buffers, ordered = self._search
-            pos = np.minimum(np.searchsorted(ordered, ids[rest]), len(ordered) - 1)
-            found = ordered[pos] == ids[rest]
-            buf[rest[found]] = buffers[pos[found]]
-        of_extra = ids >= base
-        buf[of_extra] = self.n_rect + ids[of_extra] - base
-        return buf
+        return self.table[ids]
 
 
 def as_buffer_rects(rects) -> BufferRects:

@@ -15,19 +15,18 @@ test_sim_classes.py compare both passes with those definitions asked node by nod
 from __future__ import annotations
 
 from functools import partial
-from itertools import chain, compress, repeat
-from operator import attrgetter, is_
+from itertools import chain
+from operator import attrgetter
 
 import numpy as np
 
 from .region import _ITEMSIZE
+from .taskclasses import KIND_CODE, kind_codes
 from .taskgraph import ALLREDUCE, COPY, REDUCE
 
-_KIND, _SRC, _DST, _DEVICE = (attrgetter("kind"), attrgetter("src"), attrgetter("dst"),
-                              attrgetter("device"))
+_SRC, _DST, _DEVICE = attrgetter("src"), attrgetter("dst"), attrgetter("device")
 _REDUCTION, _FROM_PARTIAL = attrgetter("reduction"), attrgetter("from_partial")
-_REGION_NAME, _DTYPE, _VOLUME = (attrgetter("region.name"), attrgetter("region.dtype"),
-                                 attrgetter("rect.volume"))
+_REGION, _VOLUME = attrgetter("region"), attrgetter("rect.volume")
 _INPUTS, _SOURCE, _COPY_ID = attrgetter("inputs"), attrgetter("source"), attrgetter("copy_id")
 
 # ReduceInput.source as a code.
@@ -47,41 +46,34 @@ class OtherColumns:
                  "input_source", "input_bytes", "input_copy", "allreduce_at")
 
     @classmethod
-    def of(cls, nodes: list, ids: np.ndarray, regions) -> "OtherColumns":
+    def of(cls, nodes: list, ids: np.ndarray, regions, kinds: np.ndarray | None = None
+           ) -> "OtherColumns":
         """`nodes`: a graph's nodes (node i at index i); `ids`: those that are no tasks
-        (TaskClasses.others); `regions`: the graph's regions, names in order."""
+        (TaskClasses.others); `regions`: the graph's regions, names in order; `kinds`: None,
+        or per node of `nodes` its kind_codes (TaskClasses.kinds)."""
         out = cls()
         i8 = np.int64
         others = list(map(nodes.__getitem__, ids.tolist()))
         out.ids, out.nodes = ids, others
-        kinds = list(map(_KIND, others))
-        at, of_kind = {}, {}
-        for kind in (COPY, REDUCE, ALLREDUCE):
-            flags = list(map(is_, kinds, repeat(kind)))
-            at[kind] = np.flatnonzero(np.fromiter(flags, dtype=bool, count=len(flags)))
-            of_kind[kind] = flags
+        kinds = kind_codes(others) if kinds is None else kinds[ids]
+        at = {kind: np.flatnonzero(kinds == KIND_CODE[kind])
+              for kind in (COPY, REDUCE, ALLREDUCE)}
         out.copy_at, out.reduce_at, out.allreduce_at = at[COPY], at[REDUCE], at[ALLREDUCE]
         index = {name: i for i, name in enumerate(regions)}
-        region_of = partial(map, index.get)    # (names, defaults -1) -> indices
-
-        def region_index(chunk):
-            return region_of(map(_REGION_NAME, chunk), repeat(-1))
-
-        def itemsize(chunk):
-            return map(_ITEMSIZE.__getitem__, map(_DTYPE, chunk))
 
         def input_count(chunk):
             return map(len, map(_INPUTS, chunk))
-        copies = list(compress(others, of_kind[COPY]))
-        (out.copy_src, out.copy_dst, out.copy_region, volume, size, out.copy_reduction,
+        copies = list(map(others.__getitem__, out.copy_at.tolist()))
+        (out.copy_src, out.copy_dst, region_ids, volume, out.copy_reduction,
          out.copy_from_partial) = _columns(
-            copies, [(_SRC, i8), (_DST, i8), (region_index, i8), (_VOLUME, i8),
-                     (itemsize, i8), (_REDUCTION, bool), (_FROM_PARTIAL, bool)])
+            copies, [(_SRC, i8), (_DST, i8), (_region_ids, i8), (_VOLUME, i8),
+                     (_REDUCTION, bool), (_FROM_PARTIAL, bool)])
+        out.copy_region, size = _by_region(copies, region_ids, index)
         out.copy_bytes = volume * size
-        reduces = list(compress(others, of_kind[REDUCE]))
-        out.reduce_device, out.reduce_region, volume, size, counts = _columns(
-            reduces, [(_DEVICE, i8), (region_index, i8), (_VOLUME, i8), (itemsize, i8),
-                      (input_count, i8)])
+        reduces = list(map(others.__getitem__, out.reduce_at.tolist()))
+        out.reduce_device, region_ids, volume, counts = _columns(
+            reduces, [(_DEVICE, i8), (_region_ids, i8), (_VOLUME, i8), (input_count, i8)])
+        out.reduce_region, size = _by_region(reduces, region_ids, index)
         out.reduce_bytes = volume * size
         out.input_ptr = np.zeros(len(reduces) + 1, dtype=i8)
         np.cumsum(counts, out=out.input_ptr[1:])
@@ -114,8 +106,31 @@ def other_columns(graph, classes) -> OtherColumns:
     """The OtherColumns of `graph`'s non-task nodes, `classes` its TaskClasses (made once,
     kept in classes.other_columns: the timing and the memory model share them)."""
     if classes.other_columns is None:
-        classes.other_columns = OtherColumns.of(graph.nodes, classes.others, graph.regions)
+        classes.other_columns = OtherColumns.of(graph.nodes, classes.others, graph.regions,
+                                                classes.kinds)
     return classes.other_columns
+
+
+def _region_ids(chunk):
+    """Per node its region object's id (node by node; _by_region reads each region once)."""
+    return map(id, map(_REGION, chunk))
+
+
+def _by_region(items: list, region_ids: np.ndarray, index: dict) -> tuple:
+    """(per item its region's index in `index` (name -> index; -1 if not there), per item
+    its region's item size), `region_ids` their regions' ids (_region_ids): one region per
+    run of equal ids read (a group's nodes are one region's: 264 runs of GPT-3 2.7B's 1.53M
+    copies at 1,024 GPUs), not a name and a dtype per item. (Every region is alive while
+    its nodes are: equal ids, one region.)"""
+    n, i8 = len(region_ids), np.int64
+    heads = np.flatnonzero(region_ids[1:] != region_ids[:-1]) + 1
+    heads = np.concatenate([np.zeros(min(n, 1), dtype=i8), heads])
+    firsts = [items[h].region for h in heads.tolist()]
+    lengths = np.diff(np.append(heads, n))
+    return (np.repeat(np.fromiter((index.get(r.name, -1) for r in firsts), dtype=i8,
+                                  count=len(firsts)), lengths),
+            np.repeat(np.fromiter((_ITEMSIZE[r.dtype] for r in firsts), dtype=i8,
+                                  count=len(firsts)), lengths))
 
 
 def _columns(items: list, columns: list) -> list[np.ndarray]:

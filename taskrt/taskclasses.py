@@ -24,13 +24,14 @@ from operator import attrgetter, is_, itemgetter, methodcaller
 import numpy as np
 
 from .geometry import SHAPE_IF_ASKED
-from .taskgraph import TASK
+from .taskgraph import TASK, NodeKind
 
 # Per requirement: what decides its part of the class (names and codes hash in C; a
 # Region's or Privilege's hash is Python code).
 _SIGNATURE = attrgetter("region.name", "privilege.code", "rect.shape")
 # Per Red+ target piece: (partial, accumulate) of ReduceTarget(piece, partial, accumulate).
 _FLAGS = itemgetter(1, 2)
+_PARTIAL, _ACCUMULATE = itemgetter(1), itemgetter(2)
 
 
 def class_key(node) -> tuple:
@@ -47,15 +48,32 @@ def _pattern(targets: tuple) -> tuple | None:
     return tuple([None if t is None else tuple(map(_FLAGS, t)) for t in targets])
 
 
+def kind_codes(nodes) -> np.ndarray:
+    """Per node its kind's code (KIND_CODE: TASK 0, COPY 1, REDUCE 2, ALLREDUCE 3), int8:
+    one C pass reading each node's kind (by the members' ids: an enum's hash is Python
+    code), the codes by numpy."""
+    ids = np.fromiter(map(id, map(_KIND, nodes)), dtype=np.int64, count=len(nodes))
+    codes = np.full(len(ids), -1, dtype=np.int8)
+    for kind, code in KIND_CODE.items():
+        codes[ids == id(kind)] = code
+    return codes
+
+
+KIND_CODE = {kind: code for code, kind in enumerate(NodeKind)}
+
+
 class TaskClasses:
     """ids: the graph's task node ids, ascending; cls: per task, its class; device: per
     task, its device; first: per class, its first task node; others: the ids of the nodes
-    that are not tasks, ascending; other_columns: None, or those nodes' OtherColumns
-    (taskrt/othercolumns.py other_columns() makes it on first need)."""
-    __slots__ = ("ids", "cls", "device", "first", "others", "other_columns")
+    that are not tasks, ascending; kinds: None, or per node its kind_codes (OtherColumns
+    takes the others' from it: no second pass over 1.67M nodes' kinds);
+    other_columns: None, or those nodes' OtherColumns (taskrt/othercolumns.py
+    other_columns() makes it on first need)."""
+    __slots__ = ("ids", "cls", "device", "first", "others", "kinds", "other_columns")
 
-    def __init__(self, ids, cls, device, first, others):
+    def __init__(self, ids, cls, device, first, others, kinds=None):
         self.ids, self.cls, self.device, self.first, self.others = ids, cls, device, first, others
+        self.kinds = kinds
         self.other_columns = None
 
     @classmethod
@@ -63,8 +81,9 @@ class TaskClasses:
         """The classes of `nodes` (a graph's nodes, node i at index i: ids are positions),
         numbered in order of their first task: class_key's classes, found per run of consecutive tasks of one
         launch (_classes_of_run), not per task."""
-        is_task = list(map(is_, map(_KIND, nodes), repeat(TASK)))
-        tasks = list(compress(nodes, is_task))
+        kinds = kind_codes(nodes)
+        flags = kinds == KIND_CODE[TASK]
+        tasks = list(compress(nodes, flags.tolist()))
         classes: dict = {}
         first: list = []
         of: list[int] = []
@@ -72,10 +91,9 @@ class TaskClasses:
             of += _classes_of_run(launch, list(run), classes, first)
         i8 = np.int64
         # (the ids by position: no second pass fetching 2.6M nodes' ids)
-        flags = np.fromiter(is_task, dtype=bool, count=len(is_task))
         return cls(np.flatnonzero(flags), np.array(of, dtype=i8),
                    np.array(list(map(_DEVICE, tasks)), dtype=i8), first,
-                   np.flatnonzero(~flags))
+                   np.flatnonzero(~flags), kinds)
 
     def __len__(self) -> int:
         return len(self.first)
@@ -137,11 +155,11 @@ def _keys_of_run(launch, run: list, reqs_of: list) -> tuple:
         if not (all(map(is_, map(_REGION, column), repeat(req.region))) and
                 all(map(is_, map(_PRIVILEGE, column), repeat(req.privilege)))):
             return _keys_by_task(run)
-        rects = list(map(_RECT, column))
         shape = req.rect.shape
-        if not all(map(is_, rects, repeat(req.rect))):
-            shapes = list(map(SHAPE_IF_ASKED, rects))      # (None where not asked yet)
-            if shapes.count(shape) != len(shapes):
+        shapes = list(map(_SHAPE_IF_ASKED, column))         # (None where not asked yet)
+        if shapes.count(shape) != len(shapes):
+            rects = list(map(_RECT, column))
+            if not all(map(is_, rects, repeat(req.rect))):
                 if None in shapes:
                     shapes = list(map(_SHAPE, rects))
                 if shapes.count(shape) != len(shapes):
@@ -149,9 +167,12 @@ def _keys_of_run(launch, run: list, reqs_of: list) -> tuple:
                     shape = None
         signature.append((req.region.name, req.privilege.code, shape))
     patterns = _patterns(list(map(_TARGETS, run)), n)
-    if not varying and (patterns is None or patterns.count(patterns[0]) == len(patterns)):
-        return [(launch, tuple(signature), None if patterns is None else patterns[0])], [0], None
-    columns = varying + ([patterns] if patterns is not None else [repeat(None)])
+    pattern = None if patterns is None else patterns[0]
+    one = patterns is None or patterns.count(pattern) == len(patterns)
+    if not varying and one:
+        return [(launch, tuple(signature), pattern)], [0], None
+    # (one pattern for all: not part of the per-task combinations hashed below)
+    columns = varying + [repeat(None) if one else patterns]
     first_at: dict = {}             # per distinct combination: its first task's position
     firsts = list(map(first_at.setdefault, zip(*columns), range(len(run))))
     keys = []
@@ -159,32 +180,50 @@ def _keys_of_run(launch, run: list, reqs_of: list) -> tuple:
         shape_of_next = iter(combo[:-1]).__next__      # the varying shapes, in order
         sig = tuple([s if s[2] is not None else (s[0], s[1], shape_of_next())
                      for s in signature])
-        keys.append((launch, sig, combo[-1]))
+        keys.append((launch, sig, pattern if one else combo[-1]))
     at = list(first_at.values())
     return keys, at, list(map(dict(zip(at, range(len(at)))).__getitem__, firsts))
 
 
 def _patterns(targets_of: list, n: int) -> list | None:
     """Per task (whose targets are `targets_of`, one per requirement, n each), _pattern of
-    its targets, column by column; None when no task has a Red+."""
+    its targets, column by column; None when no task has a Red+. (Tasks without a Red+
+    mostly share one targets tuple, (None,) * n: one object, one pattern, no pass per task
+    but an identity check.)"""
+    targets = targets_of[0]
+    if all(map(is_, targets_of, repeat(targets))):
+        pattern = _pattern(targets)
+        return None if pattern is None else [pattern] * len(targets_of)
     nones = list(map(_count_none, targets_of))
     if nones.count(n) == len(nones):
         return None
     columns: list = []
+    one = True                      # every column has one pattern for all tasks
     for k in range(n):
         column = list(map(itemgetter(k), targets_of))
         none = column.count(None)
         if none == len(column):
             columns.append(repeat(None))
-        elif none == 0:                 # per task tuple(map(_FLAGS, its targets)), in C
+            continue
+        if none == 0:                   # per task tuple(map(_FLAGS, its targets)), in C
             counts = list(map(len, column))
             m = counts[0]
             if m and counts.count(m) == len(counts):    # m each: all flags in one pass
-                columns.append(list(zip(*[map(_FLAGS, chain.from_iterable(column))] * m)))
+                flat = list(chain.from_iterable(column))
+                partial, accumulate = list(map(_PARTIAL, flat)), list(map(_ACCUMULATE, flat))
+                if (partial.count(partial[0]) == len(flat) and
+                        accumulate.count(accumulate[0]) == len(flat)):
+                    # one pattern for all (GPT's Red+ columns): no tuple per target
+                    columns.append(repeat(((partial[0], accumulate[0]),) * m))
+                    continue
+                columns.append(list(zip(*[zip(partial, accumulate)] * m)))
             else:
                 columns.append(map(tuple, map(map, repeat(_FLAGS), column)))
         else:
             columns.append([None if t is None else tuple(map(_FLAGS, t)) for t in column])
+        one = False
+    if one:     # (every column a repeat; one object for all tasks: compared by identity)
+        return [tuple(map(next, columns))] * len(targets_of)
     patterns = list(zip(*columns))
     if n in nones:                  # tasks without a Red+ among them: their pattern is None
         patterns = [None if c == n else p for c, p in zip(nones, patterns)]
@@ -217,6 +256,8 @@ def _class_of(key: tuple, node, classes: dict, first: list) -> int:
 
 _KIND, _DEVICE, _LAUNCH = attrgetter("kind"), attrgetter("device"), attrgetter("launch")
 _REQUIREMENTS, _TARGETS = attrgetter("requirements"), attrgetter("targets")
-_REGION, _PRIVILEGE, _RECT, _SHAPE = (attrgetter("region"), attrgetter("privilege"),
-                                      attrgetter("rect"), attrgetter("shape"))
+_RECT, _SHAPE = attrgetter("rect"), attrgetter("shape")
+_REGION, _PRIVILEGE = attrgetter("region"), attrgetter("privilege")
+# A requirement's rect's shape where asked before (geometry.SHAPE_IF_ASKED), else None.
+_SHAPE_IF_ASKED = attrgetter("rect." + SHAPE_IF_ASKED.__reduce__()[1][0])
 _count_none = methodcaller("count", None)

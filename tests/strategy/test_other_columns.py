@@ -4,7 +4,8 @@ their per-node definitions (NodeTimer.timing, bufferkeys.buffers_of asked node b
 random hand-built graphs: copies plain and reduction (from partial sums or the instance),
 some on one device, of parts of regions of several dtypes, one region the graph does not
 list; reduces of partial, instance and staged inputs, some staged by a copy that is not
-theirs (column_uses falls back to buffers_of then); all-reduces; tasks between."""
+theirs (column_uses falls back to buffers_of then); all-reduces; tasks between. And
+OtherColumns' regions read once per run of nodes of one region object (runs_graph)."""
 import random
 import warnings
 
@@ -16,10 +17,10 @@ from strategy.simulator import NodeTimer, Resources, node_arrays
 from strategy.timearrays import node_arrays_by_class
 from taskrt import IndexLaunch, Rect, Region, TaskNode
 from taskrt.privilege import Privilege, RegionRequirement
-from taskrt.taskgraph import COPY, ReduceInput
+from taskrt.taskgraph import COPY, REDUCE, TASK, ReduceInput
 from taskrt.bufferuses import BufferUses
 from taskrt.liveness import STAGING, Liveness, buffers_of, peak_bytes
-from taskrt.othercolumns import other_columns
+from taskrt.othercolumns import OtherColumns, other_columns
 from taskrt.otheruses import column_uses
 from taskrt.taskclasses import TaskClasses
 
@@ -178,3 +179,55 @@ def assert_columns_equal_the_definitions(h, seed):
         end = start + rng.integers(0, 3, len(graph.nodes))
         assert live.peak(start, end) == peak_bytes(device, nbytes, users, start, end,
                                                    persistent)
+
+
+def runs_graph(seed: int):
+    """A HandGraph whose copies and reduces come in runs of one region (as a plan's groups:
+    what OtherColumns reads one region per run of), runs of two Region objects of one name
+    next to each other (one listed, one not), of several dtypes."""
+    rng = random.Random(seed)
+    h = HandGraph(lab())
+    listed = [h.region(f"r{k}", rng.randint(1, 5000), rng.choice(["float32", "bfloat16",
+                                                                   "float64"]))
+              for k in range(3)]
+    # unlisted: one of a listed one's name (the same str object), another dtype
+    twins = [Region(listed[0].name, (77,), "int8"), Region("loose", (40,), "float16")]
+    regions = listed + twins
+    for _ in range(rng.randint(1, 12)):
+        r = rng.choice(regions)
+        for _ in range(rng.randint(1, 6)):
+            lo = rng.randrange(r.shape[0])
+            rect = Rect((lo,), (rng.randint(lo, r.shape[0]),))
+            if rng.random() < 0.6:
+                i = h.copy(r, rng.randrange(4), rng.randrange(4), reduction=rng.random() < 0.5)
+                h.graph.nodes[i].rect = rect
+            else:
+                h.reduce(r, rng.randrange(4), [ReduceInput(rng.choice(["partial", "instance"]),
+                                                           rect)
+                                               for _ in range(rng.randint(0, 3))])
+    return h.graph
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_region_columns_read_per_run_equal_the_nodes(seed):
+    """OtherColumns' regions, bytes and input bytes (a region read per run of nodes of one
+    region object) and its kinds (given by TaskClasses or read) equal the nodes'."""
+    for graph in (runs_graph(seed), random_graph(seed).graph):
+        classes = TaskClasses.of(graph.nodes)
+        index = {name: i for i, name in enumerate(graph.regions)}
+        for kinds in (classes.kinds, None):
+            cols = OtherColumns.of(graph.nodes, classes.others, graph.regions, kinds)
+            copies = [cols.nodes[k] for k in cols.copy_at.tolist()]
+            reduces = [cols.nodes[k] for k in cols.reduce_at.tolist()]
+            assert [n.kind for n in cols.nodes] == [n.kind for n in graph.nodes
+                                                    if n.kind is not TASK]
+            assert all(n.kind is COPY for n in copies) and all(n.kind is REDUCE
+                                                               for n in reduces)
+            assert len(copies) + len(reduces) + len(cols.allreduce_at) == len(cols)
+            assert cols.copy_region.tolist() == [index.get(n.region.name, -1) for n in copies]
+            assert cols.copy_bytes.tolist() == [n.nbytes for n in copies]
+            assert cols.reduce_region.tolist() == [index.get(n.region.name, -1)
+                                                   for n in reduces]
+            assert cols.reduce_bytes.tolist() == [n.nbytes for n in reduces]
+            assert cols.input_bytes.tolist() == [n.region.nbytes(i.rect) for n in reduces
+                                                 for i in n.inputs]
