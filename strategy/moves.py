@@ -38,7 +38,10 @@ data parallel), RELABEL `relabel` every operator's devices by one permutation ke
 node-aligned blocks, the rest trade a device set for a list of its size. The 2-step RNNLM's
 slowest seeds sat at +0.036%: embed split over two devices, rnn_l0 on a third, rnn_l1 and
 the softmax on the fourth; the optimum has embed there and the two data parallel on embed's
-pair, a swap (or that placement's mirror: a relabel, then a swap).
+pair, a swap (or that placement's mirror: a relabel, then a swap). Neither moves more than
+GROUP_MOST operators: on a large model such a move is nearly a new strategy, costs about a
+session build and is rejected (Inception-v3 @16: 5 relabels of 50+ operators in 300
+proposals, +30% of the search's CPU).
 
 Recomputation. `RecomputeUnits` are the segments (parallel_ops/recompute.py) a search may
 switch on and off one at a time: the distinct segments of the named plans it was given
@@ -65,6 +68,7 @@ from .space import SearchSpace, _weight_dims
 TRADE, ALIGN = 0.2, 0.2      # GuidedSpace's shares of proposals: trades, alignments
 RESIZE = 0.5                 # share of exchange moves that swap two operators' device sets
 RELABEL = 0.25               # ... and that rename every operator's devices at once
+GROUP_MOST = 8               # the most operators a swap or relabel moves (else no move)
 
 
 def fullest_device(result) -> int:
@@ -280,6 +284,8 @@ def swap(space, configs, first: tuple, rng: random.Random):
             if new is None:
                 return None
             changes.append((op.name, new))
+    if len(changes) > GROUP_MOST:
+        return None
     return "group", tuple(changes), tuple(configs[name] for name, _ in changes)
 
 
@@ -300,6 +306,8 @@ def relabel(space, configs, rng: random.Random):
                 return None
         if moved != cfg.devices:
             changes.append((op.name, ParallelConfig(cfg.degrees, moved)))
+            if len(changes) > GROUP_MOST:
+                return None
     if not changes:
         return None
     return "group", tuple(changes), tuple(configs[name] for name, _ in changes)

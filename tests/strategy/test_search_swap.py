@@ -86,3 +86,21 @@ def test_block_permutations_keep_aligned_blocks_and_reach_all_eight():
         seen.add(tuple(perm))
     assert len(seen) == 8
     assert sorted(block_permutation(6, rng)) == list(range(6))
+
+
+def test_a_swap_or_relabel_moves_at_most_group_most_operators(setting, monkeypatch):
+    """A larger group is nearly a new strategy: it costs about a session build and is
+    rejected (Inception-v3 @16: relabels of 50+ operators), so none is proposed."""
+    import strategy.moves as moves
+    m, mm, _ = setting
+    space = SearchSpace.for_machine(m, mm).restricted(frozen={"relu1", "loss"})
+    configs = {op.name: on(0, 1, 2, 3, n=4) for op in m.ops}
+    configs.update(fc1=on(0), fc2=on(2))
+    rng = random.Random(0)
+    both = [mv for mv in (moves.relabel(space, configs, rng) for _ in range(50))
+            if mv and len(mv[1]) == 2]
+    assert both and moves.swap(space, configs, (0,), rng) is not None
+    monkeypatch.setattr(moves, "GROUP_MOST", 1)
+    assert all(mv is None or len(mv[1]) == 1
+               for mv in (moves.relabel(space, configs, rng) for _ in range(50)))
+    assert moves.swap(space, configs, (0,), rng) is None
