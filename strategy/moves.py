@@ -32,7 +32,16 @@ the first (strategy/search.py EXCHANGE_MOVE). Operation-parallel strategies (ope
 single devices and pairs) come in near-ties that differ by which group sits where: on the
 2-step RNNLM's exhaustive check 15 local optima within 0.05% of the optimum, and from 11 of
 them no single or pair proposal reaches it (docs/design.md); a placement is a relabelling
-away.
+away. Of the exchanges, RESIZE `swap` two operators' disjoint device sets of any sizes
+(the operators on each take the other's list, degrees resized: a data-parallel group stays
+data parallel), RELABEL `relabel` every operator's devices by one permutation keeping
+node-aligned blocks, the rest trade a device set for a list of its size. The 2-step RNNLM's
+slowest seeds sat at +0.036%: embed split over two devices, rnn_l0 on a third, rnn_l1 and
+the softmax on the fourth; the optimum has embed there and the two data parallel on embed's
+pair, a swap (or that placement's mirror: a relabel, then a swap). Neither moves more than
+GROUP_MOST operators: on a large model such a move is nearly a new strategy, costs about a
+session build and is rejected (Inception-v3 @16: 5 relabels of 50+ operators in 300
+proposals, +30% of the search's CPU).
 
 Recomputation. `RecomputeUnits` are the segments (parallel_ops/recompute.py) a search may
 switch on and off one at a time: the distinct segments of the named plans it was given
@@ -57,6 +66,9 @@ from taskrt.liveness import own_bytes, state_key
 from .space import SearchSpace, _weight_dims
 
 TRADE, ALIGN = 0.2, 0.2      # GuidedSpace's shares of proposals: trades, alignments
+RESIZE = 0.5                 # share of exchange moves that swap two operators' device sets
+RELABEL = 0.25               # ... and that rename every operator's devices at once
+GROUP_MOST = 8               # the most operators a swap or relabel moves (else no move)
 
 
 def fullest_device(result) -> int:
@@ -202,16 +214,23 @@ def pair_move(space, configs, name: str, cfg, rng: random.Random):
 
 def exchange_move(space, configs, rng: random.Random):
     """('group', ((op name, new config), ...), (their configs now, ...)): a uniformly drawn
-    operator's device set and
-    another device list of the space of that length (SearchSpace.random_devices) trade
-    places (module doc): every searchable operator whose devices are that set moves onto
-    the other list (its device at position k of the first list to position k of the
-    other), and every one whose devices are the other list's set moves back the same way;
-    degrees are kept. A moved list outside the space's device families is put in order
-    (the same devices); None when it is still outside, when the two lists are the same set
-    (an operator on every device: nothing to trade) or when nothing would change."""
+    operator's device set and another device list trade places (module doc). Half the time
+    (RESIZE) the other list is that of another operator, on devices disjoint from the
+    first's and as many or not (`swap`); else a device list of the space of the first's
+    length (SearchSpace.random_devices): every searchable operator whose devices are that
+    set moves onto the other list (its device at position k of the first list to position
+    k of the other), and every one whose devices are the other list's set moves back the
+    same way; degrees are kept. A moved list outside the space's device families is put in
+    order (the same devices); None when it is still outside, when the two lists are the
+    same set (an operator on every device: nothing to trade) or when nothing would
+    change."""
     ops = space.searchable()
     first = tuple(configs[rng.choice(ops).name].devices)
+    r = rng.random()
+    if r < RESIZE:
+        return swap(space, configs, first, rng)
+    if r < RESIZE + RELABEL:
+        return relabel(space, configs, rng)
     other = tuple(space.random_devices(len(first), rng))
     if set(first) == set(other):
         return None
@@ -235,6 +254,105 @@ def exchange_move(space, configs, rng: random.Random):
     if not changes:
         return None
     return "group", tuple(changes), tuple(configs[name] for name, _ in changes)
+
+
+def swap(space, configs, first: tuple, rng: random.Random):
+    """exchange_move's trade of `first`'s device set with the device list of another
+    operator on disjoint devices (drawn uniformly among such operators): the operators on
+    either set take the other's list, their degrees resized to its length (`resized`),
+    as the 2-step RNNLM's optimum needs from its nearest ties: the embedding split over
+    two devices and the LSTM and softmax on a third trade places, the two on two devices
+    data parallel (module doc). None when no operator is on devices disjoint from
+    `first`'s or an operator has no config of the other's length."""
+    ops = space.searchable()
+    a = set(first)
+    lists = {}
+    for op in ops:
+        devs = tuple(configs[op.name].devices)
+        if not a & set(devs):
+            lists.setdefault(frozenset(devs), devs)
+    if not lists:
+        return None
+    other = lists[rng.choice(sorted(lists, key=sorted))]
+    b = set(other)
+    changes = []
+    for op in ops:
+        cfg = configs[op.name]
+        devs = set(cfg.devices)
+        if devs == a or devs == b:
+            new = resized(space, op, cfg, other if devs == a else first)
+            if new is None:
+                return None
+            changes.append((op.name, new))
+    if len(changes) > GROUP_MOST:
+        return None
+    return "group", tuple(changes), tuple(configs[name] for name, _ in changes)
+
+
+def relabel(space, configs, rng: random.Random):
+    """Every searchable operator's devices renamed by one permutation of the devices that
+    keeps node-aligned blocks (`block_permutation`); None when that changes nothing or
+    gives a list outside the space's families (the same devices in order too)."""
+    perm = block_permutation(space.n, rng)
+    changes = []
+    for op in space.searchable():
+        cfg = configs[op.name]
+        moved = tuple(perm[d] for d in cfg.devices)
+        if moved == cfg.devices:
+            continue
+        if not space.has_devices(moved):
+            moved = tuple(sorted(moved))
+            if not space.has_devices(moved):
+                return None
+        if moved != cfg.devices:
+            changes.append((op.name, ParallelConfig(cfg.degrees, moved)))
+            if len(changes) > GROUP_MOST:
+                return None
+    if not changes:
+        return None
+    return "group", tuple(changes), tuple(configs[name] for name, _ in changes)
+
+
+def block_permutation(n: int, rng: random.Random) -> list[int]:
+    """A permutation of range(n) that swaps the two halves of a block of even size, or not
+    (even odds), from the whole range down to pairs: consecutive aligned blocks stay
+    consecutive and aligned."""
+    perm = list(range(n))
+
+    def shuffle(lo: int, size: int) -> None:
+        if size < 2 or size % 2:
+            return
+        half = size // 2
+        if rng.random() < 0.5:
+            perm[lo:lo + size] = perm[lo + half:lo + size] + perm[lo:lo + half]
+        shuffle(lo, half)
+        shuffle(lo + half, half)
+
+    shuffle(0, n)
+    return perm
+
+
+def resized(space, op, cfg, devices: tuple):
+    """`op`'s config `cfg` on `devices`: its degrees where the count is the same; else
+    the sample degree scaled by the ratio of the counts where that gives a degree tuple of
+    the space (data parallelism stays data parallelism), else the tuple of that product
+    keeping the most of cfg's degrees (the first in the space's order); None when the space
+    has none."""
+    current = tuple(cfg.degree(d.name) for d in op.dims)
+    q, p = len(devices), len(cfg.devices)
+    allowed = [t for t in space.degree_tuples(op) if prod(t) == q]
+    if q != p:
+        sample = next((i for i, d in enumerate(op.dims) if d.kind == "sample"), None)
+        if sample is not None and (current[sample] * q) % p == 0:
+            t = list(current)
+            t[sample] = current[sample] * q // p
+            if tuple(t) in allowed:
+                current = tuple(t)
+    if current not in allowed:
+        if not allowed:
+            return None
+        current = max(allowed, key=lambda t: sum(k == c for k, c in zip(t, current)))
+    return space.config(op, current, devices)
 
 
 def trade(space, op, cfg, rng: random.Random):

@@ -6,7 +6,8 @@ random, 40% a neighbor of its config, 20% a regular config of the restricted spa
 in memory PAIR_MOVE of them give it, matched, to a dataflow neighbour too (strategy/moves.py
 pair_move); EXCHANGE_MOVE of them instead make two groups of operators trade devices
 (moves.py exchange_move: the operators on one operator's device set and those on another
-list of the space swap places; one change_all). strategy/delta.py re-simulates only what
+list of the space swap places, or two operators' device sets of any sizes, or every
+operator's devices renamed at once; one change_all). strategy/delta.py re-simulates only what
 changed (a rejected pair: the second change undone, the first changed back). A proposal that is
 `cost(new) - cost(cur)` slower is accepted with probability exp(-beta * that); rejected ones
 are undone (SimulationSession.undo: the planner's saved state and node groups are put back,
