@@ -85,12 +85,9 @@ def executor_schedule(ranks_here: int, cores: int, others: float,
     beside `others` runnable threads of other processes (taskrt/executor/policies.py). Rung
     (doorbells) as recorded `runs` had it (rung_by), else as this process's Settings.doorbell
     says (TASKRT_DOORBELL)."""
-    from taskrt.executor.policies import (FIRST_SLEEP_S, default_doorbell, default_poll_max_s,
-                                          default_spin_s)
+    from taskrt.executor.policies import FIRST_SLEEP_S, default_poll_max_s, default_spin_s
     from taskrt.settings import Settings
-    bell = Settings.resolve().doorbell
-    rung = rung_by(runs) if runs is not None else \
-        default_doorbell(ranks_here, cores) if bell is None else bool(bell)
+    rung = bool(Settings.resolve().doorbell) if runs is None else rung_by(runs)
     return SleepSchedule(default_spin_s(ranks_here, cores, others), FIRST_SLEEP_S,
                          default_poll_max_s(ranks_here, cores, others),
                          timer_slack_s() if overshoot_s is None else overshoot_s, rung)

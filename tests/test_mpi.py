@@ -64,18 +64,13 @@ def test_messages_sent_equal_graph_copies(mpi_results, model, strategy):
 
 @pytest.mark.parametrize("model,strategy", CASES, ids=[f"{m}-{s}" for m, s in CASES])
 def test_every_send_rings_its_receivers_bell(mpi_results, model, strategy):
-    """The ranks share this host, so where they are no more than its cores each message
-    wakes its receiver (doorbell.py): a rank rang at least once per message it sent
-    (all-reduces ring too); where they outnumber them, no bell (policies.default_doorbell)."""
+    """The ranks share this host, so each message wakes its receiver (doorbell.py): a rank
+    rang at least once per message it sent (all-reduces ring too)."""
     n, per_rank = mpi_results
-    rung = n <= len(os.sched_getaffinity(0))
     for r in range(n):
         rec = per_rank[r][f"{model}/{strategy}"]
-        assert rec["bell"] == rung, f"rank {r}"
-        if rung:
-            assert rec["rings"] >= len(rec["sent"]), f"rank {r}"
-        else:
-            assert rec["rings"] == 0, f"rank {r}"
+        assert rec["bell"], f"rank {r}: no doorbell bound"
+        assert rec["rings"] >= len(rec["sent"]), f"rank {r}"
 
 
 @pytest.mark.parametrize("model,strategy", CASES, ids=[f"{m}-{s}" for m, s in CASES])

@@ -49,8 +49,8 @@ from .instances import TORCH_DTYPES, InstanceStore
 from .scheduler import (COLLECT, POST_RECV, RECV, RUN, SEND, START, UNPACK, RankScheduler)
 from .steps import (BatchMember, batchable, idle as is_idle, local_copy_step, nothing, reduce_step,
                     run_batches, task_step, view_of)
-from .policies import (YIELD, BusyPoll, IdleBackOff, default_doorbell, default_poll_max_s,
-                       default_spin_s, others_runnable, ready_batch)
+from .policies import (YIELD, BusyPoll, IdleBackOff, default_poll_max_s, default_spin_s,
+                       others_runnable, ready_batch)
 from .watchdog import Watchdog
 from ..settings import Settings
 from ..taskgraph import ALLREDUCE, COPY, TASK
@@ -128,8 +128,7 @@ class MPIExecutor:
             else settings.spin_s
         # Rung by the sender of a message or a collective's first member (doorbell.py), a
         # sleeping rank wakes at once instead of at its next poll (a collective call).
-        self.bell = Doorbell(self.comm, default_doorbell(ranks_here, cores)
-                             if settings.doorbell is None else bool(settings.doorbell))
+        self.bell = Doorbell(self.comm, bool(settings.doorbell))
         self.abort_on_error = (self.comm.Get_size() > 1) if abort_on_error is None \
             else abort_on_error
         self.record_trace = record_trace

@@ -67,19 +67,6 @@ def default_spin_s(ranks_here: int, cores: int, others: float | None = None) -> 
     return 1e-3 if _own_cores(ranks_here, cores, others) else 0.0
 
 
-def default_doorbell(ranks_here: int, cores: int) -> bool:
-    """Whether a message's sender wakes its sleeping receiver on this node (doorbell.py):
-    when the node's ranks are no more than its cores. Where they outnumber them, a rank
-    woken at once takes the core from another rank of the job, which then waits: on 4 ranks
-    of 2 cores every message-heavy strategy ran slower rung (parameter parallel AlexNet
-    108-112 -> 126-133 ms, the Transformer's 112-115 -> 121-127, data parallel RNNLM 35-37
-    -> 39-40, taking turns, 2026-12-06), the ranks' 1 ms sleeps gathering the messages
-    between them; on 2 ranks beside another process the same runs were faster rung
-    (Inception-v3 data parallel 489-528 -> 464-479 ms, the Transformer's operation
-    parallel 10.2-10.8 -> 8.7-10.0 ms)."""
-    return ranks_here <= cores
-
-
 class BusyPoll:
     """Whether to poll MPI after a task (MPI progresses a non-blocking collective, and a
     large message, only inside MPI calls: polling only when idle would leave the gradients'

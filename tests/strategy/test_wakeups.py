@@ -134,9 +134,8 @@ def test_the_schedule_is_rung_as_the_runs_executor_was(monkeypatch):
     assert not executor_schedule(4, 2, 0.0, overshoot_s=5e-5).rung
     monkeypatch.setenv("TASKRT_DOORBELL", "1")
     assert executor_schedule(4, 2, 0.0, overshoot_s=5e-5).rung
-    monkeypatch.delenv("TASKRT_DOORBELL")                  # by default: ranks <= cores
-    assert executor_schedule(2, 2, 0.0, overshoot_s=5e-5).rung
-    assert not executor_schedule(4, 2, 0.0, overshoot_s=5e-5).rung
+    monkeypatch.delenv("TASKRT_DOORBELL")
+    assert executor_schedule(4, 2, 0.0, overshoot_s=5e-5).rung          # on by default
     assert SleepSchedule(**RUNG.to_dict()) == RUNG
     old = SLEEPY.to_dict()
     del old["rung"]                          # a file written before doorbells: not rung

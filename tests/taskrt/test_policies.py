@@ -73,10 +73,3 @@ def test_waiting_ranks_do_not_spin_on_a_node_loaded_by_other_processes(monkeypat
     monkeypatch.setattr(policies.os, "getloadavg", lambda: (1.6, 1.0, 1.0))   # our ranks only
     assert policies.others_runnable(2) == 0.0
     assert default_spin_s(2, 2) == 1e-3 and default_poll_max_s(2, 2) == 2e-4
-
-
-def test_senders_ring_their_receivers_only_where_ranks_fit_the_cores():
-    """policies.default_doorbell: a rank woken at once would take the core of another rank
-    of the job where the node's ranks outnumber its cores; other processes do not count."""
-    assert policies.default_doorbell(2, 2) and policies.default_doorbell(1, 4)
-    assert not policies.default_doorbell(4, 2) and not policies.default_doorbell(3, 2)
