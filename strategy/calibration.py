@@ -370,7 +370,7 @@ def calibrate(paths, base_model, base_profile: Profile | None = None, factor: bo
             fit.background, fit.waiting = shared
     if wakeups and ranks > 1:
         fit.cores = machine_cores()
-        fit.sleep = executor_schedule(ranks, fit.cores, others_of(runs), runs=runs)
+        fit.sleep = executor_schedule(ranks, fit.cores, others_of(runs))
         fit.collective_s = collective_wait(runs, lambda nodes: sum(plain.timing(n)[0]
                                                                    for n in nodes))
     fit.work = (model, profile)

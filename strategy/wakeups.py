@@ -80,26 +80,16 @@ class SleepSchedule:
 
 
 def executor_schedule(ranks_here: int, cores: int, others: float,
-                      overshoot_s: float | None = None, runs=None) -> SleepSchedule:
+                      overshoot_s: float | None = None) -> SleepSchedule:
     """The MPI executor's schedule on a node of `cores` cores running `ranks_here` ranks
-    beside `others` runnable threads of other processes (taskrt/executor/policies.py). Rung
-    (doorbells) as recorded `runs` had it (rung_by), else as this process's Settings.doorbell
-    says (TASKRT_DOORBELL)."""
+    beside `others` runnable threads of other processes (taskrt/executor/policies.py), its
+    doorbells as Settings.doorbell says (TASKRT_DOORBELL, as the runs had it)."""
     from taskrt.executor.policies import FIRST_SLEEP_S, default_poll_max_s, default_spin_s
     from taskrt.settings import Settings
-    rung = bool(Settings.resolve().doorbell) if runs is None else rung_by(runs)
     return SleepSchedule(default_spin_s(ranks_here, cores, others), FIRST_SLEEP_S,
                          default_poll_max_s(ranks_here, cores, others),
-                         timer_slack_s() if overshoot_s is None else overshoot_s, rung)
-
-
-def rung_by(runs) -> bool:
-    """Whether every rank of every recorded run (strategy.calibration.RecordedRun) had its
-    doorbell: each trace's load records say so (traces from before doorbells: no)."""
-    from taskrt.trace import LOAD_EVENT
-    seen = [(e.get("args") or {}).get("doorbell") is True for r in runs for e in r.events
-            if e.get("ph") == "M" and e.get("name") == LOAD_EVENT]
-    return bool(seen) and all(seen)
+                         timer_slack_s() if overshoot_s is None else overshoot_s,
+                         bool(Settings.resolve().doorbell))
 
 
 def _busy_before(intervals) -> tuple[list, list]:

@@ -382,7 +382,7 @@ class MPIExecutor:
             # the stamps' origin on this host's monotonic clock (perf_counter), so that
             # ranks on one host are put on one clock exactly (strategy/rankclocks.py)
             self.trace_load = dict(meter.stop(), clock_origin_s=t0,
-                                   host=socket.gethostname(), doorbell=self.bell.active)
+                                   host=socket.gethostname())
 
     def _steps_for(self, traced: bool) -> None:
         """The steps and batches of a traced run() (every node alone) or an untraced one."""

@@ -140,20 +140,3 @@ def test_the_schedule_is_rung_as_the_runs_executor_was(monkeypatch):
     old = SLEEPY.to_dict()
     del old["rung"]                          # a file written before doorbells: not rung
     assert SleepSchedule(**old) == SLEEPY
-
-
-def test_a_calibration_takes_the_doorbells_its_runs_had():
-    from types import SimpleNamespace
-    from strategy.wakeups import rung_by
-    from taskrt.trace import LOAD_EVENT
-
-    def run(*flags):
-        return SimpleNamespace(events=[{"ph": "M", "pid": r, "name": LOAD_EVENT,
-                                        "args": {} if f is None else {"doorbell": f}}
-                                       for r, f in enumerate(flags)])
-    assert rung_by([run(True, True), run(True, True)])
-    assert not rung_by([run(True, True), run(True, False)])      # one rank without
-    assert not rung_by([run(True, None)])                        # a trace from before
-    assert not rung_by([SimpleNamespace(events=[])])
-    assert executor_schedule(4, 2, 0.0, 5e-5, runs=[run(True, True)]).rung
-    assert not executor_schedule(4, 2, 0.0, 5e-5, runs=[run(None, None)]).rung
