@@ -45,15 +45,11 @@ def timer_slack_s() -> float:
 @dataclass(frozen=True)
 class SleepSchedule:
     """How an idle rank waits: yields for spin_s (sees a message at once), then sleeps
-    first_s, 2 first_s, ... up to max_s, each overshoot_s longer than asked. `rung`: the
-    sender of a message to a rank of its own host rings the receiver's doorbell
-    (taskrt/executor/doorbell.py, on by default since 2026-12-06), which ends its sleep, so
-    only all-reduces and messages between hosts wait for a wake-up."""
+    first_s, 2 first_s, ... up to max_s, each overshoot_s longer than asked."""
     spin_s: float
     first_s: float
     max_s: float
     overshoot_s: float
-    rung: bool = False
 
     def __post_init__(self):
         if not (self.spin_s >= 0 and self.first_s > 0 and self.max_s >= self.first_s
@@ -76,20 +72,17 @@ class SleepSchedule:
 
     def to_dict(self) -> dict:
         return {"spin_s": self.spin_s, "first_s": self.first_s, "max_s": self.max_s,
-                "overshoot_s": self.overshoot_s, "rung": self.rung}
+                "overshoot_s": self.overshoot_s}
 
 
 def executor_schedule(ranks_here: int, cores: int, others: float,
                       overshoot_s: float | None = None) -> SleepSchedule:
     """The MPI executor's schedule on a node of `cores` cores running `ranks_here` ranks
-    beside `others` runnable threads of other processes (taskrt/executor/policies.py), its
-    doorbells as Settings.doorbell says (TASKRT_DOORBELL, as the runs had it)."""
+    beside `others` runnable threads of other processes (taskrt/executor/policies.py)."""
     from taskrt.executor.policies import FIRST_SLEEP_S, default_poll_max_s, default_spin_s
-    from taskrt.settings import Settings
     return SleepSchedule(default_spin_s(ranks_here, cores, others), FIRST_SLEEP_S,
                          default_poll_max_s(ranks_here, cores, others),
-                         timer_slack_s() if overshoot_s is None else overshoot_s,
-                         bool(Settings.resolve().doorbell))
+                         timer_slack_s() if overshoot_s is None else overshoot_s)
 
 
 def _busy_before(intervals) -> tuple[list, list]:
@@ -114,15 +107,6 @@ def _idle_for(busy, at: float) -> float | None:
     return None if last >= at else at - last
 
 
-def _node_of(model):
-    """device -> its machine node (host) in `model` (a MachineModel, or logical devices on
-    one: strategy/logical_devices.py)."""
-    base = getattr(model, "model", None)
-    if base is not None and hasattr(model, "per_device"):
-        return lambda d: base.node_of(model.host(d))
-    return model.node_of
-
-
 def wake_delays(graph, result, timer, schedule: SleepSchedule) -> dict:
     """{node id: seconds} the receiving threads of `result`'s messages (copies between
     processes) and multi-process all-reduces sleep past their arrival (the longest of an
@@ -130,7 +114,6 @@ def wake_delays(graph, result, timer, schedule: SleepSchedule) -> dict:
     from .cores import simulated_intervals
     busy = {t: _busy_before(spans)
             for t, spans in simulated_intervals(graph, result, timer).items()}
-    node_of = _node_of(timer.model) if schedule.rung else None
     run = result.run if result.run is not None else result.start
     out = {}
     for node in graph.nodes:
@@ -139,9 +122,8 @@ def wake_delays(graph, result, timer, schedule: SleepSchedule) -> dict:
         hd, hr, pd, pr = timer.host_phases(node)
         if not pr:
             continue
-        if node.kind is COPY and (pr == hr or (
-                node_of is not None and node_of(node.src) == node_of(node.dst))):
-            continue                         # within one process, or rung on its host
+        if node.kind is COPY and pr == hr:
+            continue                         # a copy within one process
         d, _ = timer.timing(node)
         arrival = run[node.id] + d
         idle = [_idle_for(busy[t], arrival) for t in pr if t in busy]

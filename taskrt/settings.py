@@ -40,10 +40,6 @@ FIELDS = {
     "spin_s": ("TASKRT_SPIN_S", None, False, 0,
                "how long an idle rank yields the core before it sleeps (unset: 1 ms when "
                "each rank of the node has a core, else 0; taskrt/executor/policies.py)"),
-    "doorbell": ("TASKRT_DOORBELL", 1, True, 0,
-                 "1: a rank asleep awaiting a message is woken by its sender (a datagram "
-                 "between ranks of one host; taskrt/executor/doorbell.py); 0: it wakes at "
-                 "its next poll"),
     "bucket_bytes": ("TASKRT_BUCKET_BYTES", 25 << 20, True, 0,
                      "gradient bucket size for all-reduces (0: one collective per node)"),
     "min_temporary_bytes": ("TASKRT_MIN_TEMPORARY_BYTES", 256 << 10, True, 0,
@@ -69,7 +65,6 @@ class Settings:
     poll_max_s: float | None = FIELDS["poll_max_s"][1]
     poll_busy_s: float = FIELDS["poll_busy_s"][1]
     spin_s: float | None = FIELDS["spin_s"][1]
-    doorbell: int = FIELDS["doorbell"][1]
     bucket_bytes: int = FIELDS["bucket_bytes"][1]
     min_temporary_bytes: int = FIELDS["min_temporary_bytes"][1]
     cpu_retain_bytes: int = FIELDS["cpu_retain_bytes"][1]

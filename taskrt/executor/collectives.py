@@ -56,20 +56,17 @@ def rank_group(node, machine) -> tuple[int, ...]:
 
 
 class _Bucket:
-    __slots__ = ("members", "flat", "sub", "ranks", "ready", "request")
+    __slots__ = ("members", "flat", "sub", "ready", "request")
 
-    def __init__(self, members, flat, sub, ranks):
-        self.members, self.flat, self.sub, self.ranks = members, flat, sub, ranks
+    def __init__(self, members, flat, sub):
+        self.members, self.flat, self.sub = members, flat, sub
         self.ready, self.request = 0, None
 
 
 class Collectives:
     def __init__(self, graph, rank: int, store, group_comms: dict, node_ids, host_buffer,
-                 mpi, max_bytes: int, started=None):
+                 mpi, max_bytes: int):
         self.store, self.MPI = store, mpi
-        # called with the group's ranks when this rank starts a collective (so that members
-        # asleep wake to progress it: doorbell.py)
-        self.started = started
         devs = graph.machine.devices
         self.max_bytes = max_bytes          # Settings.bucket_bytes
 
@@ -96,9 +93,8 @@ class Collectives:
                 for m in members:               # each member's slice of the flat buffer
                     offsets[m] = numel
                     numel += graph.nodes[m].rect.volume
-                group = group_of(n)
                 bucket = _Bucket(members, host_buffer((numel,), dtype, device),
-                                 group_comms[group], tuple(r for r in group if r != rank))
+                                 group_comms[group_of(n)])
                 for m in members:
                     bucket_of[m] = bucket
             host = None
@@ -162,8 +158,6 @@ class Collectives:
             bucket.request = bucket.sub.Iallreduce(self.MPI.IN_PLACE, bucket.flat.numpy(),
                                                    op=self.MPI.SUM)
             self.running.append(bucket)
-            if self.started is not None:
-                self.started(bucket.ranks)
         return []
 
     def _copy_out(self, i: int, src: torch.Tensor) -> None:

@@ -44,7 +44,6 @@ import torch
 from ..discovery import local_rank_and_size
 from ..errors import ExecutionError, PlanError
 from .collectives import Collectives, completed, rank_group
-from .doorbell import Doorbell
 from .instances import TORCH_DTYPES, InstanceStore
 from .scheduler import (COLLECT, POST_RECV, RECV, RUN, SEND, START, UNPACK, RankScheduler)
 from .steps import (BatchMember, batchable, idle as is_idle, local_copy_step, nothing, reduce_step,
@@ -126,9 +125,6 @@ class MPIExecutor:
             if settings.poll_max_s is None else settings.poll_max_s
         self.spin_s = default_spin_s(ranks_here, cores, others) if settings.spin_s is None \
             else settings.spin_s
-        # Rung by the sender of a message or a collective's first member (doorbell.py), a
-        # sleeping rank wakes at once instead of at its next poll (a collective call).
-        self.bell = Doorbell(self.comm, bool(settings.doorbell))
         self.abort_on_error = (self.comm.Get_size() > 1) if abort_on_error is None \
             else abort_on_error
         self.record_trace = record_trace
@@ -239,7 +235,7 @@ class MPIExecutor:
         self.collectives = Collectives(
             self.graph, self.rank, self.store, self.group_comms,
             [i for i, role in self.sched.roles.items() if role == COLLECT], _host_buffer, MPI,
-            self.settings.bucket_bytes, started=self.bell.ring_all)
+            self.settings.bucket_bytes)
         self._handlers = {RUN: self._on_run, SEND: self._on_send, POST_RECV: self._on_post_recv,
                           UNPACK: self._on_unpack, START: self._on_start}
 
@@ -371,7 +367,7 @@ class MPIExecutor:
             if action == YIELD:
                 os.sched_yield()
             else:
-                self.bell.sleep(seconds)
+                time.sleep(seconds)
             self.wait_s += clock() - now
         if self._send_reqs:
             self.MPI.Request.Waitall(self._send_reqs)
@@ -504,9 +500,7 @@ class MPIExecutor:
         """Send copy i's packed buffer (its packing has finished)."""
         _, buf, dst = self.send_bufs[i]
         self.sent.append((i, dst, buf.numel() * buf.element_size()))
-        request = self.comm.Isend(_bytes(buf), dest=dst, tag=self.tags[i])
-        self.bell.ring(dst)
-        return request
+        return self.comm.Isend(_bytes(buf), dest=dst, tag=self.tags[i])
 
     def _waiting_report(self) -> str:
         """What this rank's iteration awaits (called from the watchdog's thread)."""

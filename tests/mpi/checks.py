@@ -62,8 +62,6 @@ def main():
                 "sent": sorted(list(s) for s in trainer.executor.sent),
                 "expected_sent": [list(e) for e in expected],
                 "batched": trainer.executor.batched,
-                "rings": trainer.executor.bell.rings,
-                "bell": trainer.executor.bell.active,
             }
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
         json.dump(results, f)

@@ -109,34 +109,3 @@ def test_a_calibrations_prediction_holds_the_wake_up_and_its_work_does_not():
     assert predict(fit, h.graph, {}, 4, 1) == pytest.approx(awake + 345e-6, rel=1e-9)
     assert predict(Fit(dict(HOST), {}, {}, 2, work=(m, h.profile), ranks=4), h.graph, {},
                    4, 1) == pytest.approx(awake, rel=1e-12)      # no schedule: no wait
-
-
-RUNG = SleepSchedule(spin_s=0.0, first_s=2e-5, max_s=1e-3, overshoot_s=5e-5, rung=True)
-
-
-def test_a_rung_receiver_on_the_senders_host_wakes_at_once(monkeypatch):
-    """Doorbells (taskrt/executor/doorbell.py): the sender of a message to a rank of its own
-    host ends the receiver's sleep, so the message waits for no wake-up; one from another
-    host still does."""
-    m, h, c, b = chain()
-    costs = h.costs()
-    timer = PreemptedTimer(m, costs, 1.0, 0.0)
-    result = simulate(h.graph, m, costs, timer)
-    assert m.node_of(0) == m.node_of(1)
-    assert wake_delays(h.graph, result, timer, RUNG) == {}
-    monkeypatch.setattr(m, "node_of", lambda d: d)            # d0 and d1 on two hosts
-    assert wake_delays(h.graph, result, timer, RUNG) == \
-        wake_delays(h.graph, result, timer, SLEEPY) == {c: pytest.approx(345e-6)}
-
-
-def test_the_schedule_is_rung_as_the_runs_executor_was(monkeypatch):
-    monkeypatch.setenv("TASKRT_DOORBELL", "0")
-    assert not executor_schedule(4, 2, 0.0, overshoot_s=5e-5).rung
-    monkeypatch.setenv("TASKRT_DOORBELL", "1")
-    assert executor_schedule(4, 2, 0.0, overshoot_s=5e-5).rung
-    monkeypatch.delenv("TASKRT_DOORBELL")
-    assert executor_schedule(4, 2, 0.0, overshoot_s=5e-5).rung          # on by default
-    assert SleepSchedule(**RUNG.to_dict()) == RUNG
-    old = SLEEPY.to_dict()
-    del old["rung"]                          # a file written before doorbells: not rung
-    assert SleepSchedule(**old) == SLEEPY
