@@ -102,6 +102,7 @@ class MachineModel:
                 self._add(f"n{i}/{ls.name or '-'.join(ls.ends)}", ls, full, i)
         for ls in self.links:
             self._add(ls.name or "-".join(ls.ends), ls, ls.ends)
+        self._resource_order = {name: k for k, name in enumerate(self._resources)}
 
     def _add(self, base: str, ls: LinkSpec, ends, node: int = -1) -> None:
         a, b = (self._vertex[e] for e in ends)
