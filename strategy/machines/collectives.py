@@ -161,5 +161,8 @@ def links_of_allreduce(model, devices: Iterable[int], nbytes: int | None = None)
             for stage in cands.get(algorithm, ()):
                 for part in stage:
                     names |= part.links
-        cache[which] = tuple(link for name, link in model._resources.items() if name in names)
+        # in declaration order (sorted by place: not a pass over every link of the machine
+        # per group, 6,144 at 1,024 H100s)
+        order, resources = model._resource_order, model._resources
+        cache[which] = tuple(resources[name] for name in sorted(names, key=order.__getitem__))
     return cache[which]

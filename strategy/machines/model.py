@@ -8,7 +8,8 @@ description is the model's identity: equality, files and round trips use it.
 Routing: the links form a graph whose vertices are devices and named points (switches, the
 host, NICs, the network "fabric"). A transfer from device a to device b takes the route with
 the fewest links, then the least total latency; it never passes through a third device.
-Routes are found on demand and kept (routes.py). Owns no simulation: the simulator
+Routes are found on demand and kept (routes.py); where the nodes repeat, a route is a
+canonical pair's with the nodes renamed (symmetry.py). Owns no simulation: the simulator
 decides when transfers run; this module says which links they occupy and for how long.
 """
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Iterable, Mapping, Sequence
 from .checks import check_description
 from .errors import MachineModelError
 from .routes import Routes
+from .symmetry import NodeSymmetry
 from .specs import HOST_KINDS, DeviceSpec, HostCost, Link, LinkSpec, NodeType
 
 
@@ -64,6 +66,7 @@ class MachineModel:
                                     f"{'s' if len(problems) > 1 else ''}:\n  - " +
                                     "\n  - ".join(problems))
         self._routes: Routes | None = None        # made on the first route asked for
+        self._symmetry: NodeSymmetry | None = None   # with it, when the nodes repeat
         # collectives.py's caches: candidates per group, group per device list as given,
         # (name, seconds) per (group, nbytes)
         self._collectives: dict[tuple[int, ...], dict] = {}
@@ -88,14 +91,20 @@ class MachineModel:
         self._names = names
         self._adj: list[list[tuple[int, Link]]] = [[] for _ in names]
         self._resources: dict[str, Link] = {}
+        # per node its links in declaration order, and a node link's (node, index) by name:
+        # what symmetry.py renames routes with
+        self._node_links: list[list[Link]] = []
+        self._link_place: dict[str, tuple[int, int]] = {}
         for i, t in enumerate(self.nodes):
+            self._node_links.append([])
             for ls in self.node_types[t].links:
                 full = tuple(e if e in self.switches else f"n{i}/{e}" for e in ls.ends)
-                self._add(f"n{i}/{ls.name or '-'.join(ls.ends)}", ls, full)
+                self._add(f"n{i}/{ls.name or '-'.join(ls.ends)}", ls, full, i)
         for ls in self.links:
             self._add(ls.name or "-".join(ls.ends), ls, ls.ends)
+        self._resource_order = {name: k for k, name in enumerate(self._resources)}
 
-    def _add(self, base: str, ls: LinkSpec, ends) -> None:
+    def _add(self, base: str, ls: LinkSpec, ends, node: int = -1) -> None:
         a, b = (self._vertex[e] for e in ends)
         if ls.duplex:
             fwd = Link(base + ">", ls.kind, ls.latency, ls.bandwidth, ends[0], ends[1])
@@ -108,6 +117,9 @@ class MachineModel:
                     f"machine '{self.name}': two links are named '{link.name}'; give one of "
                     "them another \"name\"")
             self._resources[link.name] = link
+            if node >= 0:
+                self._link_place[link.name] = (node, len(self._node_links[node]))
+                self._node_links[node].append(link)
         self._adj[a].append((b, fwd))
         self._adj[b].append((a, rev))
 
@@ -210,6 +222,9 @@ class MachineModel:
             return (), 0.0, math.inf
         if self._routes is None:
             self._routes = Routes(self._adj, self.num_devices)
+            self._symmetry = NodeSymmetry.of(self)
+        if self._symmetry is not None:
+            return self._symmetry.route(a, b, self._routes)
         return self._routes.route(a, b)
 
     def path(self, a: int, b: int) -> tuple[Link, ...]:

@@ -57,3 +57,29 @@ def test_each_source_searched_once(monkeypatch):
     model = machine_model("dgx-h100:32")                 # 256 devices on 32 nodes
     model.links_of_allreduce(tuple(range(256)))
     assert len(made) == len(set(made)) <= 256            # the algorithms' order: 853
+
+
+def test_links_of_allreduce_in_declaration_order():
+    """The links an all-reduce occupies, in the machine's declaration order (sorted by place,
+    not filtered out of every link): as link_resources() lists them."""
+    from strategy.machines.collectives import ORDER
+    rng = random.Random(31)
+    models = [PRESETS[p][0](min(PRESETS[p][1], 3)) for p in sorted(PRESETS)]
+    while len(models) < len(PRESETS) + 20:
+        try:
+            models.append(random_machine(rng, len(models)))
+        except Exception:
+            pass
+    checked = 0
+    for model in models:
+        for group in random_groups(rng, model.num_devices, 4):
+            for nbytes in (None, 1 << 10, 1 << 30):
+                got = model.links_of_allreduce(group, nbytes)
+                cands = model._collectives[tuple(sorted(set(group)))]
+                which = ORDER if nbytes is None else \
+                    (model.allreduce_algorithm(nbytes, group)[0],)
+                names = {n for a in which for stage in cands.get(a, ()) for part in stage
+                         for n in part.links}
+                assert got == tuple(l for l in model.link_resources() if l.name in names)
+                checked += 1
+    assert checked > 200
