@@ -240,9 +240,13 @@ class SimulationSession:
                 self._blocks_back(state)
         same = epoch == self._epoch             # else the tables were started again since
         table, initial = self._buffers, self.planner.initial
+        regions, initial_names = table.regions, table.initial_names
         for name, entry in region_buffers.items() if same or self._all_regions else ():
             if not same:
                 entry = self._region_buffer_arrays(name)
+            elif regions.get(name) is entry and \
+                    (name in initial_names) == bool(initial.get(name)):
+                continue        # as it was (a timed change undone before its peak)
             table.set_region(name, entry, bool(initial.get(name)), persistent=not same)
         if same:
             table.put_back_persistent(mark)
