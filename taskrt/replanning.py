@@ -14,8 +14,10 @@ order.
 """
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import defaultdict
 from itertools import islice
+from operator import itemgetter
 from typing import Iterable, Mapping, Sequence
 from weakref import WeakKeyDictionary
 
@@ -34,6 +36,7 @@ EXPANDED_POINTS = 1 << 16
 # Planner -> {launch: (points, its regions in first-use order, reads, accesses)}, and the
 # number of points held.
 _kept: WeakKeyDictionary = WeakKeyDictionary()
+_LAUNCH = itemgetter(0)         # a log entry's launch index
 
 
 def _expanded(planner, launch: IndexLaunch) -> tuple[list, dict, dict]:
@@ -90,7 +93,7 @@ def replace(planner, launches: Sequence[IndexLaunch],
                      | {region.name for region in initial})
     for region in initial:
         planner._region(region)
-    planner._undo = PlanUndo.record(planner, [e[:3] for e in expanded], initial,
+    planner._undo = PlanUndo.record(planner, expanded, initial,
                                  list(islice(planner.regions, num_regions, None))) \
         if record_undo else None
     touched: set[str] = set()
@@ -112,12 +115,16 @@ def replace(planner, launches: Sequence[IndexLaunch],
         lp.version = old.version
         if launch.state_from != old.launch.state_from:
             planner._state_index = None
+        log = planner.log
         for name in old_regions:
-            planner.log[name] = [e for e in planner.log[name] if e[0] != li]
+            log[name] = [e for e in log[name] if e[0] != li]
             planner.region_nodes.pop((li, name), None)
         for name in accesses:
-            entry = (li, reads.get(name), accesses[name])
-            planner.log[name] = sorted(planner.log[name] + [entry], key=lambda e: e[0])
+            # (a log is in launch order, one entry per launch: the new one goes where
+            # sorting by launch index puts it)
+            entries = log[name]
+            at = bisect_left(entries, li, key=_LAUNCH)
+            log[name] = entries[:at] + [(li, reads.get(name), accesses[name])] + entries[at:]
             touched.add(name)
     # Replaced launches, and launches whose state comes from one, get their sources again.
     undo = planner._undo
