@@ -177,6 +177,8 @@ class SimulationSession:
         if self._pending is not None:
             touched, start, end, busy, run = self._pending
             self._pending = None
+            if self._undo is not None:
+                self._note_regions(self._undo[2], touched)
             with gc_paused():
                 memory = self._memory(touched, start, end)
             self.result = result_of(self.machine_model, start, end, busy, memory, run)
@@ -202,8 +204,8 @@ class SimulationSession:
                 initial = lowering.initial_of(names)
                 replaced = True
                 touched = self.planner.replace(launches, initial, record_undo=True)
-                regions = self._buffers.regions
-                before[2].update((name, regions.get(name)) for name in touched)
+                if memory:      # (else complete() notes them: a timed change undone
+                    self._note_regions(before[2], touched)   # before its peak set none)
                 self._graph = None
                 state = _SimState(self._epoch, {}, len(self._blocks), self._joined, None,
                                   self._live_nodes)
@@ -219,6 +221,12 @@ class SimulationSession:
                 self._restore(before, replaced)
                 raise
         self._undo = before[:5] + (state,)
+
+    def _note_regions(self, region_buffers: dict, touched) -> None:
+        """Note the buffer table's entries of the regions in `touched` before _memory sets
+        them, for _restore (`region_buffers`: the change's undo record's)."""
+        regions = self._buffers.regions
+        region_buffers.update((name, regions.get(name)) for name in touched)
 
     def undo(self) -> SimResult:
         """Take back the last change() or change_all(): the plan, result and configs before

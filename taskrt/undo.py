@@ -25,12 +25,14 @@ class PlanUndo:
 
     @classmethod
     def record(cls, p: "Planner", expanded, initial, new_regions: list) -> "PlanUndo":
+        """`expanded`: per replaced launch (index, launch, points, reads, accesses), as
+        replace() holds them (launchplan.by_region's reads and accesses)."""
         u = cls()
-        u.plans = {li: p.plans[li] for li, _, _ in expanded}
+        u.plans = {li: p.plans[li] for li, *_ in expanded}
         names = {r.name for r in initial}
-        for li, _, points in expanded:
+        for li, _, _, _, accesses in expanded:
             names.update(p.plans[li].regions)
-            names.update(req.region.name for _, _, reqs in points for req in reqs)
+            names.update(accesses)          # (the regions the new points name)
         u.regions = {}
         u.pred_entries, u.target_entries = {}, {}
         replaced = u.plans
@@ -85,10 +87,13 @@ class PlanUndo:
                 p._dirty.discard(name)
         for name in self.new_regions:
             del p.regions[name]
+        relaunched = {}                 # (a new version once per launch, in first order)
         for key, group in self.groups.items():
             _put(p._groups, key, group)
             if key[0] < len(plans):
-                p._new_version(key[0])
+                relaunched[key[0]] = None
+        for li in relaunched:
+            p._new_version(li)
         p._stale = set(self.stale)
 
 
