@@ -14,7 +14,7 @@ from strategy.machines.collectives import _candidates
 from strategy.machines.presets import PRESETS, cluster_model
 from strategy.machines.routes import Routes
 from strategy.machines.symmetry import NodeSymmetry, symmetric
-from tests.strategy.test_routes import dijkstra_routes, random_machine
+from tests.strategy.test_routes import dijkstra_routes, drawn, random_machine
 
 LAT = [1e-6, 2e-6, 3e-6]
 
@@ -142,11 +142,7 @@ def symmetric_random_machine(rng: random.Random, k: int) -> MachineModel:
 def test_random_symmetric_machines_route_as_the_plain_search():
     rng = random.Random(19)
     made = 0
-    for k in range(150):
-        try:
-            model = symmetric_random_machine(rng, k)
-        except Exception:           # a draw with no route between two devices
-            continue
+    for model in drawn(symmetric_random_machine, rng, 150):
         assert symmetric(model)
         made += 1
         assert_routes_as_plain(model)
@@ -156,11 +152,7 @@ def test_random_symmetric_machines_route_as_the_plain_search():
 def test_random_symmetric_machines_all_reduce_candidates_as_the_plain_search():
     rng = random.Random(23)
     compared = 0
-    for k in range(80):
-        try:
-            model = symmetric_random_machine(rng, k)
-        except Exception:
-            continue
+    for model in drawn(symmetric_random_machine, rng, 80):
         n = model.num_devices
         groups = [tuple(range(n))] + [tuple(sorted(rng.sample(range(n), rng.randint(2, n))))
                                       for _ in range(3)] if n > 1 else []
@@ -222,9 +214,5 @@ def test_machines_where_renaming_is_wrong_are_searched_pair_by_pair(build):
 
 def test_random_unsymmetric_machines_route_as_the_plain_search():
     rng = random.Random(29)
-    for k in range(60):
-        try:
-            model = random_machine(rng, k)
-        except Exception:
-            continue
+    for model in drawn(random_machine, rng, 60):
         assert_routes_as_plain(model)
