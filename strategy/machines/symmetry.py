@@ -21,6 +21,11 @@ from __future__ import annotations
 
 from .errors import MachineModelError
 
+# Renamed routes kept per (source, destination), at most: then the table starts again (a
+# table of every pair grows with the square of the devices, as routes.py's searches would;
+# remaking one from its template is a tuple of a few links).
+KEPT_PAIRS = 1 << 18
+
 
 def symmetric(model) -> bool:
     """Whether renaming nodes of one type maps routes to routes (the module doc's
@@ -113,6 +118,8 @@ class NodeSymmetry:
         renamed = tuple(mine[k] if w == 0 else theirs[k] if w == 1 else k
                         for w, k in template)
         # the same links' latencies summed in the same order: the same floats
+        if len(self._pairs) >= KEPT_PAIRS:
+            self._pairs.clear()
         got = self._pairs[a, b] = (renamed, latency, bandwidth)
         return got
 

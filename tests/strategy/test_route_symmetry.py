@@ -216,3 +216,17 @@ def test_random_unsymmetric_machines_route_as_the_plain_search():
     rng = random.Random(29)
     for model in drawn(random_machine, rng, 60):
         assert_routes_as_plain(model)
+
+
+def test_the_renamed_routes_kept_are_bounded(monkeypatch):
+    """A table of every pair grows with the square of the devices: it starts again at
+    KEPT_PAIRS, and routes asked after that are the same."""
+    import strategy.machines.symmetry as sym
+    monkeypatch.setattr(sym, "KEPT_PAIRS", 5)
+    model = machine_model("dgx-h100:4")
+    plain = fresh(model)
+    plain._routes, plain._symmetry = plain_routes(plain), None
+    n = model.num_devices
+    for a, b in [(0, n - 1), (3, 12), (9, 30), (30, 9), (17, 2), (8, 24), (1, 31), (0, n - 1)]:
+        assert model.route(a, b) == plain._routes.route(a, b)
+        assert len(model._symmetry._pairs) <= 5
