@@ -17,7 +17,9 @@ process CPU seconds (the machine is shared; wall time would count other processe
            target: <= 10 s, <= 8 GB) under data parallelism (1M nodes, 2.6 GB) and under
            Megatron's strategy (2.6M nodes, ~4 GB). (Where the deepest point of a strategy is
            not run, a row extrapolates it from the deepest two: nodes, CPU and memory grow
-           linearly with the blocks; the dp rows show it.)
+           linearly with the blocks; the dp rows show it.) And at full depth on 256 and 4,096
+           GPUs, for how a full model's cost per node and memory grow with the GPUs
+           (Megatron @4,096: 10.5M nodes, ~8 GB).
 Peak RSS is the process's VmHWM, with the model and torch loaded first (their share is the
 baseline). Reported per point: nodes, CPU seconds, us per node, peak RSS and KB per node
 above the baseline.
@@ -41,7 +43,9 @@ POINTS = [("dp", 256, LAYERS, "session"), ("dp", 1024, LAYERS, "session"),
           ("megatron", 1024, LAYERS, "session"), ("dp", 1024, LAYERS, "predict"),
           ("megatron", 1024, LAYERS, "predict"), ("dp", 1024, 8, "predict"),
           ("megatron", 1024, 8, "predict"), ("dp", 1024, 16, "predict"),
-          ("dp", 1024, 32, "predict"), ("megatron", 1024, 32, "predict")]
+          ("dp", 1024, 32, "predict"), ("megatron", 1024, 32, "predict"),
+          ("dp", 256, 32, "predict"), ("megatron", 256, 32, "predict"),
+          ("dp", 4096, 32, "predict"), ("megatron", 4096, 32, "predict")]
 FULL_DEPTH = 32
 QUICK_POINTS = [("dp", 8, LAYERS, "session"), ("dp", 16, LAYERS, "session"),
                 ("dp", 16, 4, "predict")]
@@ -152,15 +156,13 @@ def report(results: dict) -> dict:
         pts = sorted((r for r in points if r["kind"] == kind and r["path"] == "session"
                       and r["layers"] == LAYERS), key=lambda r: r["gpus"])
         if len(pts) > 1:
-            lo, hi = pts[0], pts[-1]
-            growth = hi["us_per_node"] / lo["us_per_node"]
-            out[f"{kind}_growth"] = growth
-            rows.append((f"GPT 2.7B widths, {kind}: per-node cost and memory, {hi['gpus']} / "
-                         f"{lo['gpus']} GPUs", f"{growth:.2f}x us/node, "
-                         f"{hi['kb_per_node'] / lo['kb_per_node']:.2f}x KB/node",
-                         f"nodes {hi['nodes'] / lo['nodes']:.1f}x; 1.0 = linear in nodes; "
-                         + ", ".join(f"{r['gpus']}: {r['us_per_node']:.0f} us, "
-                                     f"{r['kb_per_node']:.1f} KB" for r in pts)))
+            out[f"{kind}_growth"] = _growth_row(rows, kind, pts, "GPT 2.7B widths")
+    for kind in ("dp", "megatron"):
+        pts = sorted((r for r in points if r["kind"] == kind and r["path"] == "predict"
+                      and r["layers"] == FULL_DEPTH), key=lambda r: r["gpus"])
+        if len(pts) > 1:
+            out[f"{kind}x{FULL_DEPTH}_growth"] = _growth_row(rows, kind, pts, "GPT-3 2.7B "
+                                                             f"({FULL_DEPTH} blocks) --simulate")
     for kind in ("dp", "megatron"):
         for gpus in sorted({r["gpus"] for r in points}):
             deep = sorted((r for r in points if r["kind"] == kind and r["gpus"] == gpus
@@ -175,6 +177,20 @@ def report(results: dict) -> dict:
                              f"linear in blocks from the measured {deep[-2]['layers']} and "
                              f"{deep[-1]['layers']} blocks; target <= 10 s, <= 8 GB"))
     return {"title": "simulator scaling", "results": out, "rows": rows}
+
+
+def _growth_row(rows: list, kind: str, pts: list, what: str) -> float:
+    """Append the row of how cost and memory per node grow from the fewest GPUs of `pts`
+    (sorted by GPUs) to the most; return the growth of us/node."""
+    lo, hi = pts[0], pts[-1]
+    growth = hi["us_per_node"] / lo["us_per_node"]
+    rows.append((f"{what}, {kind}: per-node cost and memory, {hi['gpus']} / {lo['gpus']} GPUs",
+                 f"{growth:.2f}x us/node, {hi['kb_per_node'] / lo['kb_per_node']:.2f}x KB/node",
+                 f"nodes {hi['nodes'] / lo['nodes']:.1f}x; 1.0 = linear in nodes; "
+                 + ", ".join(f"{r['gpus']}: {r['nodes']:,} nodes, {r['cpu_s']:.1f} s, "
+                             f"{r['us_per_node']:.1f} us, {r['kb_per_node']:.1f} KB, "
+                             f"{r['peak_rss_gb']:.2f} GB" for r in pts)))
+    return growth
 
 
 def _extrapolated(a: dict, b: dict, layers: int = FULL_DEPTH) -> dict:

@@ -86,3 +86,19 @@ def test_sim_scaling_quick_points_report_per_node_cost_and_its_growth():
     assert out["results"]["dp_growth"] == big["us_per_node"] / small["us_per_node"]
     assert [row[0] for row in out["rows"]][3] == \
         "GPT 2.7B widths, dp: per-node cost and memory, 16 / 8 GPUs"
+
+
+def test_sim_scaling_reports_full_depth_growth_from_fewest_to_most_gpus():
+    from bench import sim_scaling
+
+    def point(kind, gpus, nodes, cpu, kb):
+        return {"kind": kind, "gpus": gpus, "layers": sim_scaling.FULL_DEPTH, "path": "predict",
+                "nodes": nodes, "cpu_s": cpu, "first_cpu_s": None, "us_per_node": cpu / nodes * 1e6,
+                "peak_rss_gb": 1.0, "base_rss_gb": 0.2, "kb_per_node": kb, "valid": True}
+    pts = [point("megatron", 4096, 160, 2.0, 0.5), point("megatron", 256, 10, 0.1, 1.0),
+           point("megatron", 1024, 40, 0.45, 0.8)]
+    out = sim_scaling.report({str(i): p for i, p in enumerate(pts)})
+    assert out["results"]["megatronx32_growth"] == (2.0 / 160) / (0.1 / 10)
+    row = [r for r in out["rows"] if "per-node cost" in r[0]]
+    assert len(row) == 1 and row[0][0].endswith("megatron: per-node cost and memory, 4096 / 256 GPUs")
+    assert row[0][1] == "1.25x us/node, 0.50x KB/node"
