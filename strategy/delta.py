@@ -126,7 +126,10 @@ class SimulationSession:
         # _blocks_now gave keeps (listsched.Checkpoints: a run resumes there).
         self._checkpoints = Checkpoints(0, 0)
         self._first_changed = 0
-        self._writers_of: dict = defaultdict(dict)   # region -> {group sim: its reads}
+        # region -> {id of a set of regions: [the set, how many writers' GroupSims read
+        # it]}: the reads of the tasks writing the region (a task group's shape shares
+        # its sets: strategy/taskgroups.py)
+        self._writers_of: dict = defaultdict(dict)
         self._live_nodes = 0
         self._replaced: dict | None = None    # while a change simulates: _SimState.blocks
         # (id of a frozen RegionPlanner, region name) -> (a weak reference to it, its
@@ -390,9 +393,14 @@ class SimulationSession:
         old, self._blocks[li] = self._blocks[li], block
         self._num_block_sims += len(block.sims) - len(old.sims)
         a, b = old.writers, block.writers
-        if len(a) != len(b) or any(x is not y for x, y in zip(a, b)):
-            self._count_block(old, -1)       # (the same GroupSims: taking them away and
-            self._count_block(block, 1)      # adding them again changes nothing)
+        # (GroupSims of the same reads, the very objects as a task group's shape shares
+        # them (strategy/taskgroups.py): taking them away and adding them again changes
+        # nothing)
+        if len(a) != len(b) or any(x.read_by_writers is not y.read_by_writers or
+                                   x.reads_of_writers is not y.reads_of_writers
+                                   for x, y in zip(a, b)):
+            self._count_block(old, -1)
+            self._count_block(block, 1)
         return old
 
     def _count_block(self, block: LaunchBlock, step: int) -> None:
@@ -401,12 +409,15 @@ class SimulationSession:
         counts, writers = self._read_by_writers, self._writers_of
         for s in block.writers:
             _count(counts, s.read_by_writers, step)
-            if step > 0:
-                for written, reads in s.reads_of_writers.items():
-                    writers[written][s] = reads
-            else:
-                for written in s.reads_of_writers:
-                    del writers[written][s]
+            for written, reads in s.reads_of_writers.items():
+                per = writers[written]
+                got = per.get(id(reads))
+                if got is None:
+                    per[id(reads)] = [reads, step]
+                elif got[1] + step:
+                    got[1] += step
+                else:
+                    del per[id(reads)]
 
     def _simulate(self, touched, memory: bool = True) -> SimResult | None:
         """The current graph's SimResult; without `memory`, None, its timeline kept for
@@ -449,7 +460,8 @@ class SimulationSession:
         a result read (from the counts _blocks_now keeps)."""
         writers = self._writers_of
         kept = results_of(self.planner.regions, self._read_by_writers,
-                          lambda name: writers[name].values() if name in writers else ())
+                          lambda name: [r for r, _ in writers[name].values()]
+                          if name in writers else ())
         return kept | self._buffers.initial_names
 
     def _memory(self, touched, start, end) -> dict[int, int]:

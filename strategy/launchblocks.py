@@ -22,6 +22,9 @@ from taskrt.nodegroups import join
 from .taskgroups import HOST_ARRAYS
 
 SIM_ARRAYS = ("dur", "res_counts", "res_ids", "buf_counts", "buf_ids")   # GroupSim's
+# Joined on first use only: the memory peak's (a search rejects most proposals on their
+# time alone, before their peak: strategy/search.py "Memory last").
+MEMORY_ARRAYS = ("buf_counts", "buf_ids")
 RUN_ARRAYS = ("gids", "offsets", "pred_count", "pred_gid", "pred_idx")   # nodegroups.GroupRun's
 # Per node (the others: per group, gids and offsets; or flattened, counted per node by ...)
 _PER_NODE = ("dur", "res_counts", "buf_counts", "pred_count", "pre_dur", "pre_counts",
@@ -68,11 +71,25 @@ def _pieces(block: LaunchBlock, field: str) -> list:
     return [getattr(g, field) for g in groups]          # pred_count, pred_gid, pred_idx
 
 
+class _Arrays(dict):
+    """Joined.arrays: field -> its joined array; a MEMORY_ARRAYS field is joined from the
+    blocks (a copy of the list the Joined was made from) when first asked for."""
+    __slots__ = ("blocks",)
+
+    def __missing__(self, field: str) -> np.ndarray:
+        if field not in MEMORY_ARRAYS:
+            raise KeyError(field)
+        parts = [getattr(s, field) for b in self.blocks for s in b.sims]
+        got = self[field] = join(parts) if parts else np.zeros(0, dtype=_I8)
+        return got
+
+
 class Joined:
     """Every launch block's arrays joined in program order, per field (SIM_ARRAYS,
-    RUN_ARRAYS and, with host costs, HOST_ARRAYS), and per field each block's length in it
-    (`lens`; a flattened field's, made on first use from `bounds`, each block's first node
-    and the end); kept up to date by splicing in the blocks that changed."""
+    RUN_ARRAYS and, with host costs, HOST_ARRAYS; MEMORY_ARRAYS on first use), and per
+    field each block's length in it (`lens`; a flattened field's, made on first use from
+    `bounds`, each block's first node and the end); kept up to date by splicing in the
+    blocks that changed."""
     __slots__ = ("arrays", "lens", "bounds")
 
     def __init__(self, blocks: list, fields: tuple):
@@ -86,8 +103,11 @@ class Joined:
                   out=node_at[1:])
         bounds = node_at[group_at]                         # each block's first node, the end
         sims = [s for b in blocks for s in b.sims]
-        arrays = {}
+        arrays = _Arrays()
+        arrays.blocks = list(blocks)
         for f in fields:
+            if f in MEMORY_ARRAYS:
+                continue
             if f in SIM_ARRAYS:
                 parts = list(map(attrgetter(f), sims))
             elif f in HOST_ARRAYS:
@@ -107,8 +127,13 @@ class Joined:
     def lens_of(self, field: str) -> np.ndarray:
         """Each block's length in `field`."""
         got = self.lens.get(field)
+        if got is None and field not in _COUNTED_BY:      # per node: as every such field
+            return self.lens["dur"]
         if got is None:           # flattened: summed over each block's nodes' counts
             bounds = self.bounds
+            if bounds is None:    # (spliced)
+                bounds = self.bounds = np.zeros(len(self.lens["dur"]) + 1, dtype=_I8)
+                np.cumsum(self.lens["dur"], out=bounds[1:])
             counted = np.zeros(bounds[-1] + 1, dtype=_I8)
             np.cumsum(self.arrays[_COUNTED_BY[field]], out=counted[1:])
             got = self.lens[field] = counted[bounds[1:]] - counted[bounds[:-1]]
@@ -118,8 +143,9 @@ class Joined:
         """The arrays with those of blocks[i] put in for each i in `changed` (ascending), as
         a new Joined (this one stays as it is: an undo may take it back)."""
         out = Joined.__new__(Joined)
-        out.arrays, out.lens, out.bounds = {}, {}, None
-        for f, arr in self.arrays.items():
+        out.arrays, out.lens, out.bounds = _Arrays(), {}, None
+        out.arrays.blocks = list(blocks)     # (a MEMORY_ARRAYS field not joined here yet
+        for f, arr in self.arrays.items():   # is joined from them when asked for)
             lens = self.lens_of(f).copy()
             starts = np.zeros(len(lens) + 1, dtype=_I8)
             np.cumsum(lens, out=starts[1:])

@@ -98,6 +98,10 @@ class TaskGroups:
         self._specs: list = []
         self._hosts: dict = {}               # device -> a task's host phases there
         self._shapes: dict = {}              # (templates, devices) -> _shape_arrays
+        # (regions read by writers, reads of writers) by value -> the one pair of objects
+        # all shapes of that value share: SimulationSession._put_block compares them by
+        # identity (a new config's launch reads and writes the regions the old one did)
+        self._reads: dict = {}
 
     def forget_nodes(self) -> None:
         """Drop the per-node template cache (bounded like the session's other tables)."""
@@ -265,7 +269,14 @@ class TaskGroups:
                     h = hosts[d] = host_info(timer, resources, nodes[k])
                 phases.append(h)
             host = host_arrays(phases)
-        return (dur, counts, buf_ids, frozenset(read_by_writers), reads_of_writers, host)
+        key = (frozenset(read_by_writers),
+               frozenset([(w, frozenset(r)) for w, r in reads_of_writers.items()]))
+        shared = self._reads.get(key)
+        if shared is None:
+            if len(self._reads) >= SHAPES_KEPT:
+                self._reads = {}
+            shared = self._reads[key] = (key[0], reads_of_writers)
+        return (dur, counts, buf_ids) + shared + (host,)
 
 
 def host_info(timer, resources, node) -> tuple:

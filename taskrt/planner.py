@@ -383,7 +383,19 @@ class Planner:
                 node = self._task_node(launch, pi, color, device, reqs, targets)
                 self._set_task((li, pi), node)
             nodes.append(node)
-        return NodeGroup.of(key, gid_of(key), nodes, preds)
+        group = NodeGroup.of(key, gid_of(key), nodes, preds)
+        # A re-plan marks every task group of a region's launches, and most come out as
+        # they were (the same task objects and predecessors): then the group of before is
+        # kept, so that refresh() gives the launch no new version (delta.py rebuilds and
+        # re-times only launches with new versions).
+        old = None if once else self._groups.get(key)
+        if old is not None and len(old.nodes) == len(nodes) and \
+                all(a is b for a, b in zip(old.nodes, nodes)) and \
+                old.pred_count.tobytes() == group.pred_count.tobytes() and \
+                old.pred_gid.tobytes() == group.pred_gid.tobytes() and \
+                old.pred_idx.tobytes() == group.pred_idx.tobytes():
+            return old      # (int64 arrays: equal bytes, equal arrays)
+        return group
 
     def _build_columns(self, key: tuple, lp) -> NodeGroup:
         """_build_tasks for a launch record kept by columns (a planner never re-planned):
@@ -404,18 +416,25 @@ class Planner:
 
     def refresh(self) -> None:
         """Rebuild the groups that changes made stale, in program order (a group resolves
-        references to the groups before it), giving their launches new versions."""
+        references to the groups before it), giving a new version to each launch whose
+        groups are not all the very objects of before (a rebuilt group that comes out as
+        it was is the old object: _build_tasks, and _build_reads for a remembered plan)."""
         if not self._stale:
             return
+        groups, bumped = self._groups, -1
         for key in sorted(self._stale, key=lambda k: (k[0], k[1] is None)):
             if key[0] >= len(self.plans):
                 continue
             group = self._build_reads(key) if key[1] is not None else self._build_tasks(key)
+            if group is groups.get(key):
+                continue
             if group is None:
-                self._groups.pop(key, None)
+                del groups[key]
             else:
-                self._groups[key] = group
-            self._new_version(key[0])
+                groups[key] = group
+            if key[0] != bumped:
+                bumped = key[0]
+                self._new_version(bumped)
         self._stale.clear()
 
     @property

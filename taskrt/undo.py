@@ -87,9 +87,14 @@ class PlanUndo:
                 p._dirty.discard(name)
         for name in self.new_regions:
             del p.regions[name]
-        relaunched = {}                 # (a new version once per launch, in first order)
+        # A new version once per launch, in first order, for the launches given back other
+        # group objects (a group the replace's refresh rebuilt as it was is the same one).
+        relaunched = {}
+        groups = p._groups
         for key, group in self.groups.items():
-            _put(p._groups, key, group)
+            if groups.get(key) is group:
+                continue
+            _put(groups, key, group)
             if key[0] < len(plans):
                 relaunched[key[0]] = None
         for li in relaunched:

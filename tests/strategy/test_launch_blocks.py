@@ -11,7 +11,7 @@ import pytest
 import strategy.delta as delta
 from strategy.costs import CostModel
 from strategy.delta import SimulationSession
-from strategy.launchblocks import RUN_ARRAYS, SIM_ARRAYS, Joined
+from strategy.launchblocks import MEMORY_ARRAYS, RUN_ARRAYS, SIM_ARRAYS, Joined
 from strategy.machine_model import machine_model
 from strategy.taskgroups import HOST_ARRAYS
 from taskrt.nodegroups import GroupRun, join
@@ -36,7 +36,7 @@ def check_joined(session) -> None:
     per_block = [block_arrays(b, host) for b in session._blocks]
     joined = session._joined
     fields = SIM_ARRAYS + RUN_ARRAYS + (HOST_ARRAYS if host else ())
-    assert set(joined.arrays) == set(fields)
+    assert set(joined.arrays) | set(MEMORY_ARRAYS) == set(fields)   # (those: on first use)
     for f in fields:
         want = np.concatenate([b[f] for b in per_block])
         got = joined.arrays[f]
@@ -66,8 +66,13 @@ def test_joined_arrays_equal_per_block_joins(build, host, share, monkeypatch):
         op = rng.choice(model.ops)
         ops = [op] + ([rng.choice([o for o in model.ops if o is not op])]
                       if rng.random() < 0.3 else [])
-        got = session.change_all([(o.name, random_strategy(model, 4, 100 + k)[o.name])
-                                  for o in ops])
+        changes = [(o.name, random_strategy(model, 4, 100 + k)[o.name]) for o in ops]
+        if rng.random() < 0.5:      # timed: the memory arrays not joined until asked for
+            session.change_timed(changes)
+            check_joined(session)
+            got = session.complete()
+        else:
+            got = session.change_all(changes)
         check_joined(session)
         full = session.full()
         assert got.makespan == full.makespan and np.array_equal(got.end, full.end)
@@ -75,3 +80,32 @@ def test_joined_arrays_equal_per_block_joins(build, host, share, monkeypatch):
             session.undo()
             check_joined(session)
     assert (len(splices) > 10) if share == 1.0 else (not splices) if share == 0.0 else True
+
+
+@pytest.mark.parametrize("build", [mlp, cnn, lstm_model], ids=["mlp", "cnn", "lstm"])
+def test_spliced_joins_its_memory_arrays_from_its_own_blocks(build):
+    """A Joined made without its memory arrays and spliced: they are joined, when asked
+    for, from the blocks it was spliced with, not those it was made from."""
+    model = build()[0]
+    rng = random.Random(11)
+    session = SimulationSession(model, machine_model("p100:1"), CostModel(),
+                                random_strategy(model, 4, 11))
+    fields = SIM_ARRAYS + RUN_ARRAYS
+    spliced = 0
+    for k in range(12):
+        before = list(session._blocks)
+        lazy = Joined(before, fields)
+        op = rng.choice(model.ops)
+        session.change(op.name, random_strategy(model, 4, 200 + k)[op.name])
+        after = session._blocks
+        changed = [i for i, (a, b) in enumerate(zip(before, after)) if a is not b]
+        if len(after) != len(before) or not changed:
+            continue
+        got = lazy.spliced(after, changed)
+        per_block = [block_arrays(b, False) for b in after]
+        for f in MEMORY_ARRAYS:
+            assert np.array_equal(got.arrays[f], np.concatenate([b[f] for b in per_block])), f
+            assert list(got.lens_of(f)) == [len(b[f]) for b in per_block], f
+        spliced += any(not np.array_equal(lazy.arrays[f], got.arrays[f])
+                       for f in MEMORY_ARRAYS)
+    assert spliced, "some change should have changed the memory arrays"

@@ -40,3 +40,44 @@ def test_versions_since_names_exactly_the_changed_launches():
                 f"step {step}, mark {mark}"
         history.append((planner.next_version, now))
     assert too_old, "the log should have dropped its oldest versions at least once"
+
+
+def test_a_launch_whose_groups_come_out_as_before_keeps_its_version():
+    """refresh() and undo() give a new version exactly to the launches whose groups are
+    not all the very objects of before: a re-planned region marks every launch using it,
+    and most of those launches' task groups come out as they were (the same task nodes
+    and predecessors), so delta simulation need not rebuild them."""
+    model, _ = cnn()
+    machine = Machine.grid(4, 1)
+    strategy = random_strategy(model, 4, seed=1)
+    planner = planner_of(model, strategy, machine)
+    planner.refresh()
+    rng = random.Random(3)
+    kept = 0
+
+    def check(before, mark, stale, where):
+        nonlocal kept
+        since = set(planner.versions_since(mark))
+        for li in range(len(planner.plans)):
+            now = planner.launch_groups(li)
+            same = len(now) == len(before[li]) and all(a is b for a, b in zip(now, before[li]))
+            assert (li not in since) == same, f"{where}: launch {li}"
+            kept += same and li in stale
+    for step in range(60):
+        op = rng.choice(model.ops)
+        trial = dict(strategy, **{op.name: random_strategy(model, 4, 100 + step)[op.name]})
+        before = [planner.launch_groups(li) for li in range(len(planner.plans))]
+        mark = planner.next_version
+        replace_strategy(planner, model, trial, machine)
+        stale = {key[0] for key in planner._stale}
+        planner.refresh()
+        check(before, mark, stale, f"step {step}, refresh")
+        if rng.random() < 0.6:
+            after = [planner.launch_groups(li) for li in range(len(planner.plans))]
+            mark = planner.next_version
+            planner.undo()
+            planner.refresh()
+            check(after, mark, stale, f"step {step}, undo")
+        else:
+            strategy = trial
+    assert kept, "some re-planned launch should have kept all its groups"
