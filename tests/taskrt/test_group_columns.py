@@ -82,6 +82,12 @@ def test_a_graph_changed_after_planning_is_read_from_its_nodes():
     model, machine = tower(), Machine.grid(DEVICES, 1)
     low = lower(model, alike_strategy(model, 0), machine, SGD(lr=0.1, momentum=0.9))
     graph = plan(low.launches, machine, low.initial)
+    # Columns of other nodes (another graph's) are not taken.
+    other = plan(low.launches[:len(low.launches) // 2], machine, low.initial)
+    graph.other_columns, mine = other.other_columns, graph.other_columns
+    classes = TaskClasses.of(graph.nodes)
+    assert other_columns(graph, classes) is not other.other_columns
+    graph.other_columns = mine
     task = next(n for n in graph.nodes if str(n.kind) == "task")
     graph.add(TaskNode(len(graph.nodes), task.launch, (9,), 0, (), ()), [])
     assert graph.other_columns is None
