@@ -12,7 +12,7 @@ from operator import attrgetter, eq, is_
 
 import numpy as np
 
-from .groupcolumns import planned_columns
+from .groupcolumns import planned_columns, staged_inputs
 from .nodegroups import assemble
 from .taskgraph import TASK, ReduceInput, TaskGraph
 
@@ -37,8 +37,10 @@ def graph_of(planner, release: bool = False) -> TaskGraph:
         starts.append(nid)
         nid = _number(members, nid, launch_nodes)
         nodes += members
-    for group in groups:
-        if group.staged is not None:
+    for group, start in zip(groups, starts):
+        if group.columns is not None and group.columns.relative:
+            staged_inputs(group, start)         # (a class member's: from its columns)
+        elif group.staged is not None:
             for node, staged in zip(group.nodes, group.staged):
                 if staged is not None:
                     node.inputs = tuple([

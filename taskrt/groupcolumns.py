@@ -17,6 +17,7 @@ node order into the OtherColumns that OtherColumns.of would read from the graph'
 """
 from __future__ import annotations
 
+from itertools import islice
 from operator import attrgetter
 
 import numpy as np
@@ -24,7 +25,7 @@ import numpy as np
 from .othercolumns import _SOURCE_CODE, OtherColumns
 from .region import _ITEMSIZE
 from .taskclasses import KIND_CODE, kind_codes
-from .taskgraph import NodeKind
+from .taskgraph import NodeKind, ReduceInput
 
 _I8, _B = np.int64, np.bool_
 _TASK_CODE, _COPY_CODE, _REDUCE_CODE, _ALLREDUCE_CODE = map(KIND_CODE.__getitem__, NodeKind)
@@ -41,7 +42,7 @@ class EntryColumns:
     its staged copy in the group (`relative`) or the copy's id, -1 for none."""
     __slots__ = ("kinds", "copy_src", "copy_dst", "copy_volume", "copy_reduction",
                  "copy_from_partial", "reduce_device", "reduce_volume", "input_count",
-                 "input_source", "input_volume", "input_copy", "relative")
+                 "input_source", "input_volume", "input_copy", "relative", "restage")
 
     def __init__(self, nodes: list, staged_at=None):
         """`nodes`: a group's (or template entry's) nodes; `staged_at`: None (the inputs'
@@ -73,6 +74,10 @@ class EntryColumns:
                 if c == _REDUCE_CODE:
                     at += [-1] * len(node.inputs) if s is None else s
             self.input_copy = np.array(at, dtype=_I8)
+        # (relative: what staged_inputs remakes a member's reduces' inputs from)
+        self.restage = (np.flatnonzero(self.kinds == _REDUCE_CODE).tolist(),
+                        list(map(_SOURCE, inputs)), [i.rect for i in inputs],
+                        self.input_count.tolist()) if self.relative else None
 
 
 def _column(items: list, get, dtype) -> np.ndarray:
@@ -133,3 +138,20 @@ def planned_columns(groups: list, starts: list, nodes: list, regions: dict) -> O
     out.input_bytes = joined("input_volume", _I8) * np.repeat(size, counts)
     out.input_copy = np.concatenate(inputs_of) if inputs_of else np.zeros(0, dtype=_I8)
     return out
+
+
+def staged_inputs(group, start: int) -> None:
+    """Give the reduces of a class member's read group (its columns relative, `start` its
+    first node id) their inputs with their staged copies' ids, as graph_of gives every
+    reduce (ReduceInput(source, rect, the copy's id) where a copy stages it; the others
+    equal to the template's, copy_id -1): by C maps over the entry's inputs, not a Python
+    step per input."""
+    at, sources, rects, counts = group.columns.restage
+    if not at:
+        return
+    copy = group.columns.input_copy
+    ids = np.where(copy >= 0, copy + start, -1).tolist()
+    made = iter(list(map(ReduceInput, sources, rects, ids)))
+    nodes = group.nodes
+    for k, n in zip(at, counts):
+        nodes[k].inputs = tuple(islice(made, n))
