@@ -135,8 +135,8 @@ class StampedReads:
         else:
             pred_gid = pred_idx = _EMPTY
         staged = None
-        if refs.staged is not None:
-            flat = self.flat
+        if refs.staged is not None and refs.columns is None:     # (else graph_of reads the
+            flat = self.flat                                      # columns: groupcolumns.py)
             staged = [None if s is None else [None if p < 0 else flat[p] for p in s]
                       for s in refs.staged]
         return NodeGroup(key, gid, nodes, refs.count, pred_gid, pred_idx, staged, refs.columns)
