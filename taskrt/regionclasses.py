@@ -272,10 +272,11 @@ class _AlikeSignatures:
         order, one k and privilege (launchplan.by_region_and_alike; or its DeferredAccesses);
         `devices` their id."""
         if type(accesses) is DeferredAccesses:
-            k, col = accesses.k, accesses.col
+            k, first, reqs = accesses.k, accesses.col[0], accesses.col
         else:
-            k, col = accesses[0][1], list(map(_third, accesses))
-        key = (replicas, k, col[0].privilege.code, devices, tuple(map(id, map(_rect, col))))
+            _, k, first = accesses[0]
+            reqs = map(_third, accesses)
+        key = (replicas, k, first.privilege.code, devices, tuple(map(id, map(_rect, reqs))))
         got = self.by_key.get(key)
         if got is None:
             sig = signature(replicas, points, accesses_list(accesses))
