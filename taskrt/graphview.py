@@ -1,6 +1,8 @@
 """The TaskGraph object view of a planner's node groups (Planner.finish): node ids in group
-order, sorted predecessor and successor lists, and each region's buffers and valid pieces.
-Executors, traces and tests run from it; the search never builds it (nodegroups.py)."""
+order, sorted predecessor and successor lists, and each region's buffers and valid pieces;
+for a one-shot plan also the columns of its nodes that are not tasks, made per group
+(groupcolumns.py). Executors, traces and tests run from it; the search never builds it
+(nodegroups.py)."""
 from __future__ import annotations
 
 import weakref
@@ -10,6 +12,7 @@ from operator import attrgetter, eq, is_
 
 import numpy as np
 
+from .groupcolumns import planned_columns, staged_inputs
 from .nodegroups import assemble
 from .taskgraph import TASK, ReduceInput, TaskGraph
 
@@ -28,17 +31,24 @@ def graph_of(planner, release: bool = False) -> TaskGraph:
         _release(planner)
     nodes, launch_nodes = g.nodes, g.launch_nodes
     nid = 0
+    starts = []
     for group in groups:
         members = group.nodes
+        starts.append(nid)
         nid = _number(members, nid, launch_nodes)
         nodes += members
-    for group in groups:
-        if group.staged is not None:
+    for group, start in zip(groups, starts):
+        if group.columns is not None and group.columns.relative:
+            staged_inputs(group, start)         # (a class member's: from its columns)
+        elif group.staged is not None:
             for node, staged in zip(group.nodes, group.staged):
                 if staged is not None:
                     node.inputs = tuple([
                         ReduceInput(i.source, i.rect, c.id) if c is not None else i
                         for i, c in zip(node.inputs, staged)])
+    if release:
+        # (a one-shot plan's: the simulator takes them instead of reading the nodes)
+        g.other_columns = planned_columns(groups, starts, nodes, g.regions)
     del groups
     g.set_edges(*sorted_rows(asm.pred_ptr, asm.preds))
     return g

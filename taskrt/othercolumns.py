@@ -104,10 +104,16 @@ class OtherColumns:
 
 def other_columns(graph, classes) -> OtherColumns:
     """The OtherColumns of `graph`'s non-task nodes, `classes` its TaskClasses (made once,
-    kept in classes.other_columns: the timing and the memory model share them)."""
+    kept in classes.other_columns: the timing and the memory model share them): those the
+    planner made with a one-shot graph (graph.other_columns, taskrt/groupcolumns.py) where
+    it has them for these nodes, else read from the nodes."""
     if classes.other_columns is None:
-        classes.other_columns = OtherColumns.of(graph.nodes, classes.others, graph.regions,
-                                                classes.kinds)
+        planned = getattr(graph, "other_columns", None)     # (groupcolumns.py: a plan's)
+        if planned is not None and np.array_equal(planned.ids, classes.others):
+            classes.other_columns = planned
+        else:
+            classes.other_columns = OtherColumns.of(graph.nodes, classes.others,
+                                                    graph.regions, classes.kinds)
     return classes.other_columns
 
 

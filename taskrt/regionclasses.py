@@ -35,7 +35,8 @@ from collections import defaultdict
 from operator import attrgetter, itemgetter
 
 from .coherence import RegionPlanner
-from .launchplan import DeferredReads, by_region_and_alike, reads_list
+from .launchplan import DeferredAccesses, DeferredReads, accesses_list, by_region_and_alike, \
+    reads_list
 from .regionmemo import RegionPlan, signature
 from .stampedreads import TemplateReads
 from .taskgraph import (COPY, REDUCE, AllReduceNode, CopyNode, ReduceInput, ReduceNode,
@@ -104,7 +105,7 @@ class RegionClasses:
                 if alike:
                     sid = alike_ids.sid(replicas, points, acc, devices)
                 else:
-                    sig = signature(replicas, points, acc)
+                    sig = signature(replicas, points, accesses_list(acc))
                     sid = ids.get(sig)
                     if sid is None:
                         sid = ids[sig] = len(ids)
@@ -204,7 +205,8 @@ class RegionClasses:
         for li in lis:
             reads, accesses = self._grouped[li]
             mine = {name: reads_list(reads[name])} if name in reads else {}
-            out.append((li, self._launch(li), self.points_of(li), mine, accesses))
+            out.append((li, self._launch(li), self.points_of(li), mine,
+                        {name: accesses_list(accesses[name])}))
         return out
 
     def grouped(self, li: int) -> tuple[dict, dict]:
@@ -216,6 +218,12 @@ class RegionClasses:
         for name, r in reads.items():
             if type(r) is DeferredReads and name not in of:
                 reads[name] = reads_list(r)
+        # (a class member's accesses stay deferred where the tasks are built by columns:
+        # taskcolumns.py reads only its template's)
+        columns = self.planner.columns
+        for name, a in accesses.items():
+            if type(a) is DeferredAccesses and (name not in of or not columns):
+                accesses[name] = accesses_list(a)
         return reads, accesses
 
     def release(self, li: int) -> None:
@@ -261,13 +269,17 @@ class _AlikeSignatures:
 
     def sid(self, replicas: bool, points, accesses: list, devices: int) -> int:
         """The signature id of `accesses` [(point index, k, requirement)] of every point in
-        order, one k and privilege (launchplan.by_region_and_alike); `devices` their id."""
-        _, k, first = accesses[0]
-        key = (replicas, k, first.privilege.code, devices,
-               tuple(map(id, map(_rect, map(_third, accesses)))))
+        order, one k and privilege (launchplan.by_region_and_alike; or its DeferredAccesses);
+        `devices` their id."""
+        if type(accesses) is DeferredAccesses:
+            k, first, reqs = accesses.k, accesses.col[0], accesses.col
+        else:
+            _, k, first = accesses[0]
+            reqs = map(_third, accesses)
+        key = (replicas, k, first.privilege.code, devices, tuple(map(id, map(_rect, reqs))))
         got = self.by_key.get(key)
         if got is None:
-            sig = signature(replicas, points, accesses)
+            sig = signature(replicas, points, accesses_list(accesses))
             got = self.ids.get(sig)
             if got is None:
                 got = self.ids[sig] = len(self.ids)

@@ -13,7 +13,8 @@ the re-plannable and slab paths keep, is this module's test oracle:
 tests/taskrt/test_stamped_reads.py). The pairs are those Planner._resolve gives from the
 moved refs (distinct there by a set; distinct here because moving is one to one), in
 another order within a node: the graph sorts each node's predecessors
-(graphview.sorted_rows).
+(graphview.sorted_rows). A template entry's nodes are also read once as columns
+(groupcolumns.EntryColumns), which every member's group hands to the graph's columns.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from operator import attrgetter, itemgetter
 
 import numpy as np
 
+from .groupcolumns import EntryColumns
 from .nodegroups import NodeGroup
 from .taskgraph import ALLREDUCE, COPY, REDUCE, AllReduceNode, CopyNode, ReduceNode
 
@@ -32,13 +34,20 @@ class EntryRefs:
     """One template entry's read nodes' refs: per node how many, then per ref whether it is
     a task's, its log position (of the launch, or of the node's entry) and its point or
     index; and the staging copies behind each reduce's inputs, as flat node positions."""
-    __slots__ = ("count", "is_task", "pos", "idx", "task_pos", "node_pos", "staged")
+    __slots__ = ("count", "is_task", "pos", "idx", "task_pos", "node_pos", "staged", "columns",
+                 "named")
 
-    def __init__(self, count, is_task, pos, idx, staged):
+    def __init__(self, count, is_task, pos, idx, staged, columns=None):
         self.count, self.is_task, self.pos, self.idx = count, is_task, pos, idx
         self.task_pos = np.unique(pos[is_task]).tolist()        # log positions referred to
         self.node_pos = np.unique(pos[~is_task]).tolist()
         self.staged = staged        # None, or per node None / [flat position or -1]
+        # The entry's groupcolumns.EntryColumns (its staged copies by index in the entry),
+        # or None (read from a member's nodes).
+        self.columns = columns
+        # The indices of the entry's nodes that the template's tasks name (TemplateReads):
+        # the only ones whose place (node.where) is asked, by taskcolumns.py.
+        self.named: list[int] = []
 
 
 class TemplateReads:
@@ -68,6 +77,9 @@ class TemplateReads:
                  for r in p if r is not None and type(r) is not tuple}
         self.named = list(named.values())
         self.named_pos = [where[r][0] for r in self.named]
+        for r in self.named:            # (their places in their entries: EntryRefs.named)
+            _, j, idx = where[r]
+            self.entries[j].named.append(idx)
 
     def stamp(self, region, owners: list[str], lis: list[int]) -> tuple[list, dict]:
         """A member's read nodes: per entry a StampedReads (or None where the template has
@@ -106,8 +118,8 @@ class StampedReads:
         of the moved refs."""
         gid = planner._gid(key)
         nodes = self.nodes
-        for idx, node in enumerate(nodes):
-            node.where = (gid, idx)
+        for idx in self.refs.named:
+            nodes[idx].where = (gid, idx)
         refs = self.refs
         if len(refs.pos):
             lis, gids, gid_of, name = self.lis, planner._gids, planner._gid, self.name
@@ -123,11 +135,11 @@ class StampedReads:
         else:
             pred_gid = pred_idx = _EMPTY
         staged = None
-        if refs.staged is not None:
-            flat = self.flat
+        if refs.staged is not None and refs.columns is None:     # (else graph_of reads the
+            flat = self.flat                                      # columns: groupcolumns.py)
             staged = [None if s is None else [None if p < 0 else flat[p] for p in s]
                       for s in refs.staged]
-        return NodeGroup(key, gid, nodes, refs.count, pred_gid, pred_idx, staged)
+        return NodeGroup(key, gid, nodes, refs.count, pred_gid, pred_idx, staged, refs.columns)
 
 
 # Per kind of read node: its class and its fields after (id, owner, region), in order.
@@ -151,6 +163,7 @@ def _compile(items: list, log_pos: dict, where: dict) -> EntryRefs:
     """EntryRefs of one template entry's items [(node, refs, staged)]."""
     count, is_task, pos, idx = [], [], [], []
     staged_out: list | None = None
+    staged_at: list | None = []     # per node None or per input its copy's index in the entry
     for k, (node, refs, staged) in enumerate(items):
         n = 0
         for r in refs:
@@ -167,9 +180,21 @@ def _compile(items: list, log_pos: dict, where: dict) -> EntryRefs:
                 idx.append(i)
             n += 1
         count.append(n)
-        if staged is not None:
-            if staged_out is None:
-                staged_out = [None] * len(items)
-            staged_out[k] = [-1 if c is None else where[c][0] for c in staged]
+        if staged is None:
+            if staged_at is not None:
+                staged_at.append(None)
+            continue
+        if staged_out is None:
+            staged_out = [None] * len(items)
+        staged_out[k] = [-1 if c is None else where[c][0] for c in staged]
+        # (a reduce's staged copies are made with it, in its entry: else no columns)
+        if staged_at is not None:
+            if any(c is not None and where[c][1] != where[node][1] for c in staged):
+                staged_at = None
+            else:
+                staged_at.append([-1 if c is None else where[c][2] for c in staged])
+    columns = EntryColumns(list(map(itemgetter(0), items)), staged_at) \
+        if staged_at is not None else None
     return EntryRefs(np.array(count, dtype=np.int64), np.array(is_task, dtype=bool),
-                     np.array(pos, dtype=np.int64), np.array(idx, dtype=np.int64), staged_out)
+                     np.array(pos, dtype=np.int64), np.array(idx, dtype=np.int64), staged_out,
+                     columns)

@@ -19,6 +19,7 @@ from operator import attrgetter, is_not
 
 import numpy as np
 
+from .launchplan import accesses_list
 from .nodegroups import NodeGroup
 from .taskgraph import TaskNode
 
@@ -73,7 +74,7 @@ def build_task_group(planner, key: tuple, lp, cache: dict | None) -> NodeGroup:
         shared = moves is not None and cache is not None
         column = cache.get(id(per_access)) if shared else None
         if column is None or column.per_access is not per_access:
-            column = CompiledColumn(accesses, per_access)
+            column = CompiledColumn(accesses_list(accesses), per_access)
             if shared:
                 cache[id(per_access)] = column
         li_of, node_of = moves if moves is not None else (None, None)

@@ -200,6 +200,9 @@ class TaskGraph:
     final_valid: dict[str, list[tuple[Rect, tuple[int, ...]]]] = field(default_factory=dict)
     # Partial sums never reduced by a read: (rect, device, in partial buffer?) per region.
     final_pending: dict[str, list[tuple[Rect, int, bool]]] = field(default_factory=dict)
+    # The nodes that are not tasks as othercolumns.OtherColumns, where the planner made them
+    # (a one-shot plan: groupcolumns.py); None otherwise, and once a node is added.
+    other_columns: Any = field(default=None, compare=False, repr=False)
 
     def __post_init__(self):
         self._preds: list[list[int]] | None = []
@@ -250,6 +253,7 @@ class TaskGraph:
         assert node.id == len(self.nodes)
         all_preds, all_succs = self.preds, self.succs
         self._csr = None
+        self.other_columns = None
         self.nodes.append(node)
         ps = sorted(p for p in set(preds) if p is not None and p != node.id)
         all_preds.append(ps)

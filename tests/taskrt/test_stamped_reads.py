@@ -6,6 +6,7 @@ the graph's digest, on models that repeat themselves, the apps, and random progr
 twin regions (partial sums and reductions included)."""
 import random
 import warnings
+from itertools import islice
 
 import pytest
 
@@ -59,15 +60,27 @@ def planned(launches, machine, initial, stamped: bool, monkeypatch):
     plan_once(p, launches)
     rows = []
     for g in p.groups():
+        # (a class member's node has its place (where) only if a task names it: the
+        # staging copies by their place in the group, each place set checked)
+        place = {id(n): (g.gid, i) for i, n in enumerate(g.nodes)}
         staged = None if g.staged is None else \
-            [None if s is None else [None if c is None else c.where for c in s]
+            [None if s is None else [None if c is None else place.get(id(c), c.where)
+                                     for c in s]
              for s in g.staged]
+        if g.columns is not None and g.columns.restage[0]:
+            # (a class member's reduces: their staging copies by columns)
+            assert staged is None
+            staged = [None] * len(g.nodes)
+            copies = iter(g.columns.input_copy.tolist())
+            at, _, _, counts = g.columns.restage
+            for k, n in zip(at, counts):
+                staged[k] = [None if c < 0 else (g.gid, c) for c in islice(copies, n)]
+        if g.key[1] is not None:
+            assert all(n.where in (None, (g.gid, i)) for i, n in enumerate(g.nodes))
         ends = g.pred_count.cumsum().tolist()
         pairs = list(zip(g.pred_gid.tolist(), g.pred_idx.tolist()))
         preds = [sorted(pairs[e - c:e]) for c, e in zip(g.pred_count.tolist(), ends)]
-        rows.append((g.key, g.gid, [_describe(n) for n in g.nodes],
-                     [n.where for n in g.nodes] if g.key[1] is not None else None,
-                     preds, staged))
+        rows.append((g.key, g.gid, [_describe(n) for n in g.nodes], preds, staged))
     return rows, digest(p.finish(release=True)), seen
 
 
