@@ -168,8 +168,8 @@ class Liveness:
         persistent and kept the same), each used by pseudo-nodes standing for its lifetime
         on the timeline (node i from start[i] to end[i]) instead of by its nodes: one from
         its users' earliest start to their latest end, and where one of the users ending
-        last takes no time, another taking none then (k, and len(temporaries) + j for the
-        j-th such, running from start'[k] to end'[k]). The model's peak depends on nothing
+        last takes no time, another taking none then (pseudo-node k runs from start'[k] to
+        end'[k]: lifetime_users). The model's peak depends on nothing
         else (peak_bytes_of_users): live.peak(start', end') is Liveness.of(graph,
         ...).peak(start, end), without the uses as arrays (GPT-3 2.7B at 1,024 GPUs under
         Megatron t=8: 6.7M uses of 1.7M temporaries, gathered, joined and sorted by node
