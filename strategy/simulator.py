@@ -32,7 +32,8 @@ Memory: a device holds its persistent buffers (weights, optimizer state, inputs,
 graph's results) for the whole iteration, and each temporary (activations, gradients,
 partial sums, staging; taskrt.liveness; small ones stay, as in the executors) from the
 earliest start to the latest end of its users on the timeline, as the executors allocate
-and free them (the peak swept by strategy/memsweep.py's compiled passes: liveness_peak). A
+and free them (each temporary's lifetime on the timeline, Liveness.on_timeline, swept by
+strategy/memsweep.py's compiled passes: liveness_peak). A
 strategy whose peak on a device exceeds its capacity is invalid, and its predicted time is
 reported as infinite.
 """
@@ -87,7 +88,7 @@ def memory_per_device(graph, start, end, keep=None) -> dict[int, int]:
     persistent buffers plus the temporaries live at once (see taskrt.liveness; `keep` as
     there: None keeps the graph's results, as the Trainer does)."""
     with gc_paused():          # it allocates a few objects per class: see taskrt/gcpause.py
-        return liveness_peak(Liveness.of(graph, keep), start, end)
+        return liveness_peak(*Liveness.on_timeline(graph, start, end, keep))
 
 
 NO_HOST = (0.0, (), 0.0, ())
@@ -295,7 +296,7 @@ def _simulate(graph, model, costs, timer: NodeTimer | None) -> SimResult:
     pred_ptr, preds = graph.pred_csr()
     start, run, end, busy = timeline(dur, counts, res_ids, pred_ptr, preds, resources,
                                      host, timer.ready_order)
-    memory = liveness_peak(Liveness.of(graph, None, classes=classes), start, end)
+    memory = liveness_peak(*Liveness.on_timeline(graph, start, end, classes=classes))
     result = result_of(model, start, end, busy, memory, run)
     result.traffic = traffic_of(classes, other_columns(graph, classes))
     return result

@@ -11,7 +11,9 @@ are timed by columns: a copy's time is its (src, dst) pair's line in its bytes
 (NodeTimer.copy_line), a reduce's its device's memory time of the bytes it moves; all-reduces
 (few) and, with host costs, every non-task node are asked one by one. Resource ids
 are numbered in the order nodes first use them, as a loop over the nodes would (a
-result's `busy` lists resources in that order).
+result's `busy` lists resources in that order): the non-task nodes' resource lists are
+rows of small tables (a copy's is its (src, dst) pair's), so the first uses are read per
+row, the rows renumbered once and joined into the CSR arrays by one compiled pass.
 
 Only for NodeTimer itself: a timer that overrides timing or host_phases (a preempted
 timer draws random slices per node, in node order) is asked node by node
@@ -19,30 +21,90 @@ timer draws random slices per node, in node order) is asked node by node
 """
 from __future__ import annotations
 
+from itertools import chain
+
 import numpy as np
 
 from taskrt.othercolumns import other_columns
 
 from .listsched import csr
+from .numbastart import blas_probe_skipped
 
 
-def _scatter(n: int, counts_at: np.ndarray, ids_at: np.ndarray, other_ids: np.ndarray,
-             other_counts: np.ndarray, other_flat: np.ndarray, at_value) -> tuple:
-    """(counts, flat) in CSR form over n nodes: each node in `ids_at` has counts_at of
-    them, valued at_value (one per such node, counts_at is 1 or 0 per node); the nodes
-    other_ids have other_counts values each, other_flat joined."""
+def _group(at: np.ndarray, row: np.ndarray, rows: list) -> tuple:
+    """Nodes at positions `at` (among the non-task nodes) whose resource ids are rows[row[k]]
+    (lists) as (at, row, per row its length, its start in flat, flat: the rows joined)."""
+    lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
+    ptr = csr(lengths)
+    return at, row, lengths, ptr[:-1], np.fromiter(chain.from_iterable(rows), dtype=np.int64,
+                                                  count=int(ptr[-1]))
+
+
+def _lower_first_uses(first_use: np.ndarray, others: np.ndarray, groups: list, phase: int,
+                      width: int) -> None:
+    """first_use[r] lowered to the place of every use of resource r by the groups' nodes in
+    `phase`, (node * 3 + phase) * width + its index in the node's list: per row, of its
+    first node only (the row's other nodes come later), not per node and use."""
+    for at, row, lengths, starts, flat in groups:
+        if not len(flat):
+            continue
+        first = np.full(len(lengths), np.iinfo(np.int64).max, dtype=np.int64)
+        np.minimum.at(first, row, others[at])          # (every row is some node's)
+        row_of = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
+        within = np.arange(len(flat), dtype=np.int64) - starts[row_of]
+        np.minimum.at(first_use, flat, (first[row_of] * 3 + phase) * width + within)
+
+
+def _phase(n: int, task_ids: np.ndarray, task_value, others: np.ndarray, groups: list,
+           new: np.ndarray) -> tuple:
+    """(counts, flat) in CSR form over n nodes of one phase: each task of `task_ids` has one
+    id, task_value (per task; None: none), the groups' nodes their rows', all renumbered by
+    `new` (provisional id -> id); the rows are joined per group in one gather and one
+    scatter, each row's ids renumbered once."""
     counts = np.zeros(n, dtype=np.int64)
-    counts[ids_at] = counts_at
-    counts[other_ids] = other_counts
+    if task_value is not None:
+        counts[task_ids] = 1
+    for at, row, lengths, _, _ in groups:
+        counts[others[at]] = lengths[row]
     ptr = csr(counts)
-    flat = np.zeros(int(ptr[-1]), dtype=np.int64)
-    has = counts_at > 0
-    flat[ptr[ids_at[has]]] = at_value[has]
-    if len(other_flat):
-        starts = np.repeat(ptr[other_ids] - (np.cumsum(other_counts) - other_counts),
-                           other_counts)
-        flat[starts + np.arange(len(other_flat), dtype=np.int64)] = other_flat
+    flat = np.empty(int(ptr[-1]), dtype=np.int64)
+    if task_value is not None:
+        flat[ptr[task_ids]] = new[task_value]
+    join, c = _join_kernel(), np.ascontiguousarray
+    for at, row, lengths, starts, row_flat in groups:
+        join(flat, ptr[others[at]], *(c(a, dtype=np.int64) for a in (row, lengths, starts)),
+             new[row_flat])
     return counts, flat
+
+
+def _join(flat, at, row, lengths, starts, row_flat):
+    """flat[at[k]:][:n] = row_flat[starts[r]:][:n] for each k, r = row[k], n = lengths[r]:
+    one pass writing each entry once (numpy's repeat and arange over the ~6M entries of
+    GPT-3 2.7B's copies at 1,024 GPUs made ~8 arrays of that size)."""
+    for k in range(at.shape[0]):
+        r = row[k]
+        p = at[k]
+        s = starts[r]
+        for j in range(lengths[r]):
+            flat[p + j] = row_flat[s + j]
+
+
+_compiled_join = None
+
+
+def _join_kernel():
+    """_join compiled (on first use; cached next to this file), or as Python without numba."""
+    global _compiled_join
+    if _compiled_join is None:
+        try:
+            from numba import njit
+        except ImportError:                   # pragma: no cover - numba is a dependency
+            _compiled_join = _join
+        else:
+            with blas_probe_skipped():            # (numbastart.py)
+                _compiled_join = njit("void(i8[::1], i8[::1], i8[::1], i8[::1], i8[::1], "
+                                      "i8[::1])", cache=True, nogil=True)(_join)
+    return _compiled_join
 
 
 def timings_one_by_one(nodes, timer, ids) -> tuple:
@@ -89,12 +151,12 @@ def distinct(keys: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def other_timings(cols, timer, pids) -> tuple:
-    """(durations, resource counts, resource ids joined) of the non-task nodes `cols`
-    (OtherColumns), in their order, as timer.timing gives them node by node (no host
-    phases). `pids(resources)`: their ids, as a list."""
+    """(durations, groups) of the non-task nodes `cols` (OtherColumns), in their order, as
+    timer.timing gives them node by node (no host phases): groups of nodes whose resource
+    ids (`pids(resources)`: a list) are rows of a table (_group: per copy its (src, dst)
+    pair's, per reduce its device's, the others one by one), each node in one."""
     n, i8 = len(cols), np.int64
     dur = np.zeros(n, dtype=np.float64)
-    counts = np.zeros(n, dtype=i8)
     # Per group of nodes: (positions, per node its row in `rows`, rows: lists of ids).
     groups = []
     one_by_one = cols.allreduce_at
@@ -135,18 +197,7 @@ def other_timings(cols, timer, pids) -> tuple:
         rows.append(pids(rs))
     if len(one_by_one):
         groups.append((one_by_one, np.arange(len(rows), dtype=i8), rows))
-    for at, row, rows in groups:
-        counts[at] = np.array(list(map(len, rows)), dtype=i8)[row]
-    ptr = csr(counts)
-    flat = np.zeros(int(ptr[-1]), dtype=i8)
-    for at, row, rows in groups:
-        lengths = np.array(list(map(len, rows)), dtype=i8)
-        row_ptr = csr(lengths)
-        row_flat = np.array([i for r in rows for i in r], dtype=i8)
-        per = lengths[row]
-        within = np.arange(int(per.sum()), dtype=i8) - np.repeat(csr(per)[:-1], per)
-        flat[np.repeat(ptr[at], per) + within] = row_flat[np.repeat(row_ptr[row], per) + within]
-    return dur, counts, flat
+    return dur, [_group(*g) for g in groups]
 
 
 def node_arrays_by_class(graph, classes, timer, resources) -> tuple:
@@ -200,45 +251,30 @@ def node_arrays_by_class(graph, classes, timer, resources) -> tuple:
                       for p in pairs.tolist()], dtype=np.float64)
     dur = np.zeros(n, dtype=np.float64)
     dur[classes.ids] = times[inverse]
-    # Other nodes: by columns, or with host costs one by one.
+    # Other nodes: by columns, or with host costs one by one; per phase (device, issuing
+    # host thread, receiving host thread) groups of nodes whose resource ids are rows.
     others = classes.others
     i8 = np.int64
     if with_host:
         o_dur, o_counts, o_flat, pre_d, pre_c, pre_f, post_d, post_c, post_f = \
             timings_one_by_one([nodes[i] for i in others.tolist()], timer, pids)
-        o_dur, o_counts, o_flat = (np.array(o_dur, dtype=np.float64),
-                                   np.array(o_counts, dtype=i8), np.array(o_flat, dtype=i8))
+        o_dur = np.array(o_dur, dtype=np.float64)
+        each = np.arange(len(others), dtype=i8)       # (a row per node)
+        phases = [[(each, each, np.array(c, dtype=i8), csr(c)[:-1], np.array(f, dtype=i8))]
+                  for c, f in ((o_counts, o_flat), (pre_c, pre_f), (post_c, post_f))]
     else:
-        o_dur, o_counts, o_flat = other_timings(other_columns(graph, classes), timer, pids)
+        o_dur, groups = other_timings(other_columns(graph, classes), timer, pids)
+        phases = [groups]
     dur[others] = o_dur
-    ones = np.ones(len(classes.ids), dtype=i8)
-    res_counts, res_ids = _scatter(n, ones, classes.ids, others, o_counts, o_flat,
-                                   compute[task_dev])
-    host_arrays = None
-    if with_host:
-        pre_dur = np.zeros(n, dtype=np.float64)
-        post_dur = np.zeros(n, dtype=np.float64)
-        # A task's host phases (NodeTimer.host_phases): the same host cost for every task,
-        # on its device's thread, and nothing after.
-        if len(classes.first):
-            pre_dur[classes.ids] = timer.host_phases(classes.first[0])[0]
-        pre_dur[others] = np.array(pre_d, dtype=np.float64)
-        post_dur[others] = np.array(post_d, dtype=np.float64)
-        pre_counts, pre_ids = _scatter(n, ones, classes.ids, others, np.array(pre_c, dtype=i8),
-                                       np.array(pre_f, dtype=i8), host[task_dev])
-        zero = np.zeros(len(classes.ids), dtype=i8)
-        post_counts, post_ids = _scatter(n, zero, classes.ids, others,
-                                         np.array(post_c, dtype=i8), np.array(post_f, dtype=i8),
-                                         zero)
-        host_arrays = (pre_dur, pre_counts, pre_ids, post_dur, post_counts, post_ids)
     # Renumber the resources by first use: node by node, its device resources, then the
     # issuing and receiving host threads, each in order. A use's place in that order is
     # (node * 3 + phase) * width + its index in the node's list of that phase; per resource
-    # its least, over the other nodes' uses (np.minimum.at) and, for the tasks (one device
-    # resource and one host thread each), per device its first task. (Not a sort of all
-    # ~1M uses: GPT-3 2.7B at 1,024 GPUs.)
-    phases = [(o_counts, o_flat)] + ([(pre_c, pre_f), (post_c, post_f)] if with_host else [])
-    width = 1 + max((int(np.max(c)) if len(c) else 0 for c, _ in phases), default=0)
+    # its least, over the other nodes' rows (each row's first node: _lower_first_uses) and,
+    # for the tasks (one device resource and one host thread each), per device its first
+    # task. (Not a sort of all ~1M uses, nor a pass over the ~6M of the copies' lists:
+    # GPT-3 2.7B at 1,024 GPUs.)
+    width = 1 + max((int(g[2].max()) for groups in phases for g in groups if len(g[2])),
+                    default=0)
     never = np.iinfo(i8).max
     first_use = np.full(len(provisional), never, dtype=i8)
     if len(task_dev):
@@ -247,13 +283,8 @@ def node_arrays_by_class(graph, classes, timer, resources) -> tuple:
         np.minimum.at(first_use, compute[devices], first_task[devices] * 3 * width)
         if with_host:
             np.minimum.at(first_use, host[devices], (first_task[devices] * 3 + 1) * width)
-    for phase, (counts, flat) in enumerate(phases):
-        counts = np.array(counts, dtype=i8)
-        if not len(flat):
-            continue
-        within = np.arange(len(flat), dtype=i8) - np.repeat(csr(counts)[:-1], counts)
-        np.minimum.at(first_use, np.array(flat, dtype=i8),
-                      (np.repeat(others, counts) * 3 + phase) * width + within)
+    for phase, groups in enumerate(phases):
+        _lower_first_uses(first_use, others, groups, phase, width)
     seen = np.flatnonzero(first_use < never)
     used = seen[np.argsort(first_use[seen])]          # provisional ids by first use
     new = np.full(len(provisional), -1, dtype=i8)
@@ -261,9 +292,19 @@ def node_arrays_by_class(graph, classes, timer, resources) -> tuple:
     items = list(provisional)
     for p in used.tolist():
         resources.id(items[p])
-    res_ids = new[res_ids]
+    # Per phase the CSR over all nodes, renumbered: a task's device resource, its host
+    # thread (NodeTimer.host_phases: the same host cost for every task, on its device's
+    # thread, and nothing after), the other nodes' rows.
+    res_counts, res_ids = _phase(n, classes.ids, compute[task_dev], others, phases[0], new)
+    host_arrays = None
     if with_host:
-        pre_dur, pre_counts, pre_ids, post_dur, post_counts, post_ids = host_arrays
-        host_arrays = (pre_dur, pre_counts, new[pre_ids], post_dur, post_counts,
-                       new[post_ids])
+        pre_dur = np.zeros(n, dtype=np.float64)
+        post_dur = np.zeros(n, dtype=np.float64)
+        if len(classes.first):
+            pre_dur[classes.ids] = timer.host_phases(classes.first[0])[0]
+        pre_dur[others] = np.array(pre_d, dtype=np.float64)
+        post_dur[others] = np.array(post_d, dtype=np.float64)
+        pre_counts, pre_ids = _phase(n, classes.ids, host[task_dev], others, phases[1], new)
+        post_counts, post_ids = _phase(n, classes.ids, None, others, phases[2], new)
+        host_arrays = (pre_dur, pre_counts, pre_ids, post_dur, post_counts, post_ids)
     return dur, res_counts, res_ids, host_arrays

@@ -188,13 +188,16 @@ class BufferUses:
         out.read_by_writer, out.reads_of_writers = read_by_writer, reads_of_writers
         return out
 
-    def uses(self):
+    def uses(self, relabel: np.ndarray | None = None):
         """The uses as (buffers, nodes) pairs of arrays, piece by piece in one order: node
         nodes[k] uses buffer buffers[k] (-1: a buffer the graph does not list). The tasks'
         come in chunks of _TASK_CHUNK tasks: GPT-3 2.7B at 1,024 GPUs has ~6M uses, and the
         ~10 arrays of all of them made in turn were most of the memory model's time (fresh
-        pages: docs/design.md "Simulator speed")."""
-        to_buffers = self._to_buffers
+        pages: docs/design.md "Simulator speed"). `relabel`: None, or per buffer a number
+        and a last entry -1; then buffers[k] is relabel[the buffer] (one lookup a use in a
+        table composed once, not two)."""
+        to_buffers = self._to_buffers if relabel is None else \
+            _BufferNumbers.relabelled(self._to_buffers, relabel)
         for numbers, nodes in self._before:
             yield to_buffers(numbers), nodes
         # Task t's uses: flat[ptr[c] : ptr[c + 1]] of its class c, each plus its device.
@@ -323,6 +326,13 @@ class _BufferNumbers:
 
     def __call__(self, ids: np.ndarray) -> np.ndarray:
         return self.table[ids]
+
+    @classmethod
+    def relabelled(cls, numbers: "_BufferNumbers", relabel: np.ndarray) -> "_BufferNumbers":
+        """`numbers` followed by relabel (per buffer a number, a last entry -1 for -1)."""
+        out = cls.__new__(cls)
+        out.table = relabel[numbers.table]
+        return out
 
 
 def as_buffer_rects(rects) -> BufferRects:

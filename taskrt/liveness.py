@@ -26,7 +26,9 @@ iteration) while such buffers are a sliver of any device's memory.
 The parts: taskrt/bufferkeys.py says which buffers (keys) a node uses and writes;
 taskrt/bufferuses.py lists a whole graph's buffers and uses as arrays, per task class; this
 module picks the temporaries and the kept regions (Liveness) and sweeps the peak
-(peak_bytes_of_users).
+(peak_bytes_of_users). The simulator, which needs only the peak on one timeline, takes
+each temporary's lifetime on it rather than its uses (Liveness.on_timeline: no arrays of
+all uses, nothing sorted by node).
 """
 from __future__ import annotations
 
@@ -143,12 +145,73 @@ class Liveness:
     def of(cls, graph, keep=None, devices=None, settings: Settings | None = None,
            classes: TaskClasses | None = None) -> "Liveness":
         """`classes`: TaskClasses.of(graph.nodes), when the caller has it already."""
+        c = _Candidates(graph, keep, devices, settings, classes)
+        bufs, nodes = [np.zeros(0, dtype=np.int64)], [np.zeros(0, dtype=np.int64)]
+        for got, node in c.uses():
+            mine = got >= 0
+            bufs.append(got[mine])
+            nodes.append(node[mine])
+        use_buf, use_node = np.concatenate(bufs), np.concatenate(nodes)
+        del bufs, nodes
+        used = np.zeros(len(c.index), dtype=bool)
+        used[use_buf] = True
+        temps = c.index[used]
+        if len(temps) < len(c.index):
+            use_buf = (np.cumsum(used) - 1)[use_buf]
+        return c.liveness(temps, use_buf, use_node)
+
+    @classmethod
+    def on_timeline(cls, graph, start, end, keep=None, devices=None,
+                    settings: Settings | None = None, classes: TaskClasses | None = None
+                    ) -> tuple["Liveness", np.ndarray, np.ndarray]:
+        """(live, start', end'): Liveness.of(graph, ...)'s temporaries (keys, devices, bytes,
+        persistent and kept the same), each used by pseudo-nodes standing for its lifetime
+        on the timeline (node i from start[i] to end[i]) instead of by its nodes: one from
+        its users' earliest start to their latest end, and where one of the users ending
+        last takes no time, another taking none then (pseudo-node k runs from start'[k] to
+        end'[k]: lifetime_users). The model's peak depends on nothing
+        else (peak_bytes_of_users): live.peak(start', end') is Liveness.of(graph,
+        ...).peak(start, end), without the uses as arrays (GPT-3 2.7B at 1,024 GPUs under
+        Megatron t=8: 6.7M uses of 1.7M temporaries, gathered, joined and sorted by node
+        for the peak's sweep: ~1 s of the simulation's)."""
+        c = _Candidates(graph, keep, devices, settings, classes)
+        used, born, dies, late = lifetimes(c.uses(), len(c.index), start, end)
+        use_buf, use_node, start, end = lifetime_users(born[used], dies[used], late[used])
+        return c.liveness(c.index[used], use_buf, use_node), start, end
+
+    @property
+    def keys(self) -> list:
+        """Per temporary, its key (as buffers_of gives it)."""
+        if self._keys is None:
+            self._keys = self._key_table.keys(self._temps)
+        return self._keys
+
+    def peak(self, start, end) -> dict[int, int]:
+        """Peak bytes per device when node i runs from start[i] to end[i]."""
+        return peak_bytes_of_users(self.use_buf, self.use_node, self.device_array,
+                                   self.nbytes_array, start, end, self.persistent)
+
+    def peak_in_id_order(self) -> dict[int, int]:
+        """The peak when nodes run one at a time in id order (as LocalExecutor runs them)."""
+        n = 1 + (int(self.use_node.max()) if len(self.use_node) else -1)
+        return self.peak(np.arange(n), np.arange(1, n + 1))
+
+
+class _Candidates:
+    """Liveness.of's choice of temporaries before their uses are looked at: the graph's
+    BufferUses, the persistent bytes per device, the kept regions and the candidates
+    (owned temporaries, `index` into the buffers; a candidate nobody uses is none)."""
+    __slots__ = ("buffer_uses", "index", "device", "size", "persistent", "kept")
+
+    def __init__(self, graph, keep, devices, settings: Settings | None,
+                 classes: TaskClasses | None):
         settings = Settings.resolve(settings)
-        uses = BufferUses.of(graph, classes)
+        uses = self.buffer_uses = BufferUses.of(graph, classes)
         results = results_of(graph.regions, uses.read_by_writer,
                              lambda name: uses.reads_of_writers.get(name, ()))
-        kept = resolve_keep(graph, keep, results)
+        kept = self.kept = resolve_keep(graph, keep, results)
         region, device, size = uses.region, uses.device, uses.nbytes
+        self.device, self.size = device, size
         n_rect = len(size) - len(uses.extras)
         # Temporary: not of a kept region and not small; saved state always.
         region_kept = np.fromiter((name in kept for name in graph.regions), dtype=bool,
@@ -171,52 +234,76 @@ class Liveness:
             np.isin(device, np.array(sorted(set(devices)), dtype=np.int64))
         # Persistent: an owned region buffer that is no temporary, used or not (staging
         # buffers exist when used, and each is used).
-        persistent: dict[int, int] = {}
-        stay = np.flatnonzero(owned & ~temporary)
-        if len(stay):
-            per = np.zeros(int(device.max()) + 1, dtype=np.int64)
-            np.add.at(per, device[stay], size[stay])
-            devs, first = np.unique(device[stay], return_index=True)
-            for d in devs[np.argsort(first)].tolist():      # in the buffers' order
-                persistent[d] = int(per[d])
-        # The uses of candidates (owned temporaries), piece by piece; a candidate nobody
-        # uses is no temporary, and the others are numbered in order.
-        candidates = np.flatnonzero(owned & temporary)
-        candidate_of = np.full(len(size) + 1, -1, dtype=np.int64)      # [-1]: no buffer
-        candidate_of[candidates] = np.arange(len(candidates), dtype=np.int64)
-        bufs, nodes = [np.zeros(0, dtype=np.int64)], [np.zeros(0, dtype=np.int64)]
-        for buf, node in uses.uses():
-            got = candidate_of[buf]
-            mine = got >= 0
-            bufs.append(got[mine])
-            nodes.append(node[mine])
-        use_buf, use_node = np.concatenate(bufs), np.concatenate(nodes)
-        del bufs, nodes
-        used = np.zeros(len(candidates), dtype=bool)
-        used[use_buf] = True
-        temps = candidates[used]
-        if len(temps) < len(candidates):
-            use_buf = (np.cumsum(used) - 1)[use_buf]
-        live = cls(None, device[temps], size[temps], use_buf, use_node, persistent, kept)
-        live._temps, live._key_table = temps, uses.key_table    # (not uses' arrays)
+        self.persistent = _per_device(device, size, np.flatnonzero(owned & ~temporary))
+        self.index = np.flatnonzero(owned & temporary)
+
+    def uses(self):
+        """The uses of candidates, piece by piece as BufferUses.uses hands them out, each
+        buffer as its index among the candidates (-1: none)."""
+        kind = np.int32 if len(self.index) < 2 ** 31 else np.int64    # (half the bytes)
+        candidate_of = np.full(len(self.size) + 1, -1, dtype=kind)    # [-1]: no buffer
+        candidate_of[self.index] = np.arange(len(self.index), dtype=kind)
+        return self.buffer_uses.uses(candidate_of)
+
+    def liveness(self, temps: np.ndarray, use_buf, use_node) -> "Liveness":
+        """The Liveness of temporaries `temps` (buffers), with those uses."""
+        live = Liveness(None, self.device[temps], self.size[temps], use_buf, use_node,
+                        self.persistent, self.kept)
+        live._temps, live._key_table = temps, self.buffer_uses.key_table  # (not its arrays)
         return live
 
-    @property
-    def keys(self) -> list:
-        """Per temporary, its key (as buffers_of gives it)."""
-        if self._keys is None:
-            self._keys = self._key_table.keys(self._temps)
-        return self._keys
 
-    def peak(self, start, end) -> dict[int, int]:
-        """Peak bytes per device when node i runs from start[i] to end[i]."""
-        return peak_bytes_of_users(self.use_buf, self.use_node, self.device_array,
-                                   self.nbytes_array, start, end, self.persistent)
+def _per_device(device: np.ndarray, size: np.ndarray, at: np.ndarray) -> dict[int, int]:
+    """{device: bytes} of buffers `at` (those listed, in the order of their first buffer)."""
+    if not len(at):
+        return {}
+    dev = device[at]
+    top = int(dev.max()) + 1
+    per = np.zeros(top, dtype=np.int64)
+    np.add.at(per, dev, size[at])
+    first = np.full(top, len(at), dtype=np.int64)
+    np.minimum.at(first, dev, np.arange(len(at), dtype=np.int64))
+    devs = np.flatnonzero(first < len(at))
+    devs = devs[np.argsort(first[devs], kind="stable")]
+    return dict(zip(devs.tolist(), per[devs].tolist()))
 
-    def peak_in_id_order(self) -> dict[int, int]:
-        """The peak when nodes run one at a time in id order (as LocalExecutor runs them)."""
-        n = 1 + (int(self.use_node.max()) if len(self.use_node) else -1)
-        return self.peak(np.arange(n), np.arange(1, n + 1))
+
+def lifetimes(pieces, n: int, start, end) -> tuple:
+    """(used, born, dies, late) of buffers 0..n-1 whose uses are `pieces`, (buffers, nodes)
+    pairs of arrays (buffer -1: none; node i runs from start[i] to end[i]): per buffer
+    whether some node uses it, its users' earliest start and latest end, and whether a
+    user ending last takes no time (peak_bytes_of_users: it is then released after the
+    allocations at its time). Per piece a few numpy passes over its uses (the most of all
+    users' zero-time ends equal to the latest end: late)."""
+    start = np.asarray(start, dtype=np.float64)
+    end = np.asarray(end, dtype=np.float64)
+    # (Entry n takes the uses of buffer -1, as numpy indexes it: no uses filtered out.)
+    used = np.zeros(n + 1, dtype=bool)
+    born = np.full(n + 1, np.inf)
+    dies = np.full(n + 1, -np.inf)
+    zero_end = np.full(n + 1, -np.inf)      # per buffer, its users' latest end taking no time
+    for buf, node in pieces:
+        starts, ends = start[node], end[node]
+        used[buf] = True
+        np.minimum.at(born, buf, starts)
+        np.maximum.at(dies, buf, ends)
+        zero = starts == ends
+        if zero.any():
+            np.maximum.at(zero_end, buf[zero], ends[zero])
+    used, born, dies = used[:n], born[:n], dies[:n]
+    return used, born, dies, used & (zero_end[:n] == dies)
+
+
+def lifetime_users(born, dies, late) -> tuple:
+    """(use_buf, use_node, start, end): pseudo-nodes standing for the lifetimes of buffers
+    (per buffer its users' earliest start and latest end, and whether a user ending last
+    takes no time: lifetimes'), as Liveness.on_timeline describes them, with their
+    timeline."""
+    k = len(born)
+    late = np.flatnonzero(late)
+    return (np.concatenate([np.arange(k, dtype=np.int64), late]),
+            np.arange(k + len(late), dtype=np.int64),
+            np.concatenate([born, dies[late]]), np.concatenate([dies, dies[late]]))
 
 
 def peak_bytes(device, nbytes, users, start, end, persistent) -> dict[int, int]:
@@ -241,18 +328,8 @@ def peak_bytes_of_users(user_buf, user_node, device, nbytes, start, end, persist
     if not len(user_buf):
         return out
     user_node = np.asarray(user_node, dtype=np.int64)
-    starts = np.asarray(start, dtype=np.float64)[user_node]
-    ends = np.asarray(end, dtype=np.float64)[user_node]
-    n = len(nbytes)
-    born = np.full(n, np.inf)
-    np.minimum.at(born, user_buf, starts)
-    dies = np.full(n, -np.inf)
-    np.maximum.at(dies, user_buf, ends)
     # Released after the allocations at its time when a user ending last takes no time.
-    late = np.zeros(n, dtype=bool)
-    late[user_buf[(ends == dies[user_buf]) & (starts == ends)]] = True
-    used = np.zeros(n, dtype=bool)
-    used[user_buf] = True
+    used, born, dies, late = lifetimes([(user_buf, user_node)], len(nbytes), start, end)
     ids = np.flatnonzero(used)
     born, dies, late = born[ids], dies[ids], late[ids]
     dev = np.asarray(device, dtype=np.int64)[ids]

@@ -46,7 +46,8 @@ PHASES = [
     ("simulation: task classes", "taskrt.taskclasses", "TaskClasses.of"),
     ("simulation: node arrays", "strategy.timearrays", "node_arrays_by_class"),
     ("simulation: timeline (numba loaded here)", "strategy.simulator", "timeline"),
-    ("simulation: memory (Liveness)", "taskrt.liveness", "Liveness.of"),
+    ("simulation: memory (Liveness)", "taskrt.liveness", "Liveness.on_timeline"),
+    ("simulation: memory's sweep", "strategy.memsweep", "liveness_peak"),
     ("report", "apps.simulate", "prediction_report"),
 ]
 

@@ -2,7 +2,10 @@
 Liveness.peak (numpy, peak_bytes_of_users): the same dict, values and order, on random
 temporaries and timelines full of ties (times from a few values, users that take no time,
 a buffer's last users ending together), devices with persistent bytes only, temporaries
-only or both, listed in any order; and the simulator's memory on a real graph."""
+only or both, listed in any order; and the simulator's memory on a real graph. The
+buffers' lifetimes the simulator takes instead of their uses (liveness.lifetimes,
+Liveness.on_timeline) against the uses read one by one, and their peak against the
+uses'."""
 import os
 import random
 import sys
@@ -17,7 +20,7 @@ from parallel_ops import SGD  # noqa: E402
 from strategy.memsweep import liveness_peak  # noqa: E402
 from strategy.simulator import memory_per_device  # noqa: E402
 from taskrt import Machine  # noqa: E402
-from taskrt.liveness import Liveness  # noqa: E402
+from taskrt.liveness import Liveness, lifetime_users, lifetimes  # noqa: E402
 
 CASES = [(cnn, cnn_strategies, s) for s in ("data_parallel", "random")] + \
         [(lstm_model, lstm_strategies, s) for s in ("parameter", "random")]
@@ -72,3 +75,39 @@ def test_simulated_memory_is_liveness_peak(build, strategies, name):
             want = Liveness.of(graph, keep).peak(start, end)
             got = memory_per_device(graph, start, end, keep=keep)
             assert list(got.items()) == list(want.items()), keep
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_lifetimes_stand_for_the_uses(seed):
+    """lifetimes (a buffer's earliest start, latest end and whether a user ending last takes
+    no time) equal the uses read one by one, the uses in pieces of any size with entries -1
+    (no buffer) among them and buffers nobody uses; the pseudo-users of lifetime_users have
+    the uses' peak (liveness_peak's compiled sweep, its own reading of the uses, and
+    Liveness.peak)."""
+    rng = random.Random(seed)
+    for case in range(300):
+        live, start, end = random_liveness(rng)
+        n = len(live.nbytes) + rng.randint(0, 2)          # (the last ones used by nobody)
+        buf, node = live.use_buf.tolist(), live.use_node.tolist()
+        for _ in range(rng.randint(0, 3)):
+            k = rng.randint(0, len(buf))
+            buf.insert(k, -1)
+            node.insert(k, rng.randrange(len(start)))
+        cuts = sorted(rng.randint(0, len(buf)) for _ in range(rng.randint(0, 3)))
+        pieces = [(np.array(buf[a:b], dtype=np.int64), np.array(node[a:b], dtype=np.int64))
+                  for a, b in zip([0] + cuts, cuts + [len(buf)])]
+        used, born, dies, late = lifetimes(pieces, n, start, end)
+        for b in range(n):
+            users = [node[k] for k in range(len(buf)) if buf[k] == b]
+            assert used[b] == bool(users), (seed, case, b)
+            if users:
+                last = max(end[i] for i in users)
+                assert born[b] == min(start[i] for i in users) and dies[b] == last
+                assert late[b] == any(end[i] == last and start[i] == end[i] for i in users)
+        n = len(live.nbytes)
+        use_buf, use_node, s, e = lifetime_users(born[:n], dies[:n], late[:n])
+        pseudo = Liveness(None, live.device, live.nbytes, use_buf, use_node, live.persistent,
+                          set())
+        want = liveness_peak(live, np.asarray(start, dtype=np.float64), end)
+        assert list(liveness_peak(pseudo, s, e).items()) == list(want.items()), (seed, case)
+        assert list(pseudo.peak(s, e).items()) == list(live.peak(start, end).items())

@@ -14,6 +14,7 @@ from strategy.costs import CostModel
 from strategy.delta import SimulationSession
 from strategy.experts import megatron
 from strategy.machine_model import machine_model
+from strategy.memsweep import liveness_peak
 from strategy.simulator import NodeTimer, Resources, node_arrays
 from strategy.timearrays import node_arrays_by_class
 from taskrt import bufferuses, othercolumns
@@ -148,8 +149,15 @@ def assert_liveness_equals_the_model(graph, seed):
         n = len(graph.nodes)
         start = np.sort(rng.integers(0, 50, n)).astype(float)
         end = start + rng.integers(0, 3, n)         # some take no time: ties and late frees
-        assert live.peak(start, end) == peak_bytes(device, nbytes, users, start, end,
-                                                   persistent)
+        want = peak_bytes(device, nbytes, users, start, end, persistent)
+        assert live.peak(start, end) == want
+        # The temporaries with their lifetimes on the timeline instead of their uses (the
+        # simulator's memory).
+        on, s, e = Liveness.on_timeline(graph, start, end, keep, devices)
+        assert on.keys == keys and on.device == device and on.nbytes == nbytes
+        assert list(on.persistent.items()) == list(persistent.items()) and on.kept == kept
+        assert list(on.peak(s, e).items()) == list(want.items())
+        assert list(liveness_peak(on, s, e).items()) == list(want.items())
 
 
 @pytest.mark.parametrize("machine", [None, p100_with_host, cpu_ranks_with_host],
