@@ -164,3 +164,46 @@ def test_cut_first_entry_plans_are_used(monkeypatch):
         _plans(monkeypatch, seed, True)
     assert used[0] > 10 and refused[0] > 10
     assert sum(counted_refusals.values()) == left[0]
+
+
+def _sums_reordered_program(steps: int = 4):
+    """Two sums of one device over every step (device 0: hidden 0:3 and 3:6), then per step
+    a Red+ of device 0 over both (accumulating onto each) and a read of the first on device
+    1; the second's parts are read last. Planned whole, the first read retires the first
+    sum's part of step 0, which moves it behind the second: from step 1 on, device 0's Red+
+    meets the sums in the other order, and its targets follow that order."""
+    a, b = Rect((0, 0, 0), (BATCH, steps, 3)), Rect((0, 0, 3), (BATCH, steps, HIDDEN))
+    first = IndexLaunch("attn/bwd", noop, (2,), lambda c: ((RegionRequirement(G, (a, b)[c[0]],
+                                                                              RED),)),
+                        devices=[0, 0])
+
+    def one(name, device, rect, priv):
+        return IndexLaunch(name, noop, (1,), lambda c: ((RegionRequirement(G, rect, priv),)),
+                           devices=[device])
+
+    out = [first]
+    for t in range(steps):
+        out.append(one(f"y/s{t}", 0, Rect((0, t, 0), (BATCH, t + 1, HIDDEN)), RED))
+        out.append(one(f"x/s{t}", 1, Rect((0, t, 0), (BATCH, t + 1, 3)), R))
+    for t in range(steps):
+        out.append(one(f"z/s{t}", 1, Rect((0, t, 3), (BATCH, t + 1, HIDDEN)), R))
+    return out
+
+
+def _replanned_state(monkeypatch, on):
+    monkeypatch.setattr(slabplans, "SLAB_PLANS", on)
+    program = _sums_reordered_program()
+    p = Planner(MACHINE, memo=RegionPlanMemo(0))
+    p.add_launches(program)
+    p.replace([_sums_reordered_program()[0]])       # G re-planned (slab_plan's path)
+    return _state(p)
+
+
+def test_a_red_meeting_two_cut_sums_is_planned_whole(monkeypatch):
+    """A Red+ meeting two of its device's sums of a cut first entry (_OneSum): planned whole,
+    their order (and so its targets') can differ from the cut plan's, so slab_plan refuses;
+    the graph equals planning whole."""
+    counted = Counter()
+    monkeypatch.setattr(slabplans, "REFUSED", counted)
+    assert _replanned_state(monkeypatch, True) == _replanned_state(monkeypatch, False)
+    assert counted["a cut first entry's sums met others"] >= 1
