@@ -19,7 +19,8 @@ itself from its first part on (_OwnSlab: its own RegionPlanner, whose copies cou
 region's shared counts in log order, as planning whole counts them; its parts before the one
 that differed replay their recorded choices, which matched). Only for regions without
 initial data and with no sums left pending at the end (the end state's pending order would
-interleave the slabs).
+interleave the slabs). A first entry summing into every slab (attention's backward into an
+LSTM's output) is cut at the slabs where that is exact (_cut_first).
 
 The RegionPlanner it leaves (SlabbedEnd) holds the end state the graph and the simulator read
 (valid pieces, the instances' bounding rects in the order planning whole meets them, the sent
@@ -34,8 +35,11 @@ from collections import Counter
 from .coherence import RegionPlanner
 from .errors import PlanError
 from .geometry import Rect, rect_mover
+from .pendingsums import PendingSums
 from .regionclasses import plan_alone, stamp
+from .privilege import RED as _RED, RegionRequirement
 from .regionmemo import RegionPlan
+from .taskgraph import ReduceTarget
 
 # Off only to compare with planning regions whole (tests/taskrt/test_slab_plans.py).
 SLAB_PLANS = True
@@ -55,8 +59,11 @@ class _RecordingPlanner(RegionPlanner):
     (holders, reader device, elements, chosen source) and the buffers it first touches
     there ((partial?, device), in order: the order of the region's instance_rects)."""
 
-    def __init__(self, region, machine):
+    def __init__(self, region, machine, one_sum: bool = False):
         super().__init__(region, machine)
+        self.one_sum = one_sum
+        if one_sum:
+            self.state.pending = _OneSum()
         self.choices: dict[str, list] = {}
         self.touches: dict[str, list] = {}
         self._current: list = []
@@ -76,6 +83,11 @@ class _RecordingPlanner(RegionPlanner):
             touch.append((partial, device))
         super()._instance_rect(device, rect, partial)
 
+    def _mark_summed(self, rect, device: int, contribs, parts) -> None:
+        if self.one_sum and len(parts) > 1 and all(p.volume != rect.volume for p in parts):
+            raise _SumsMet                  # (the pieces left summed follow their order)
+        super()._mark_summed(rect, device, contribs, parts)
+
     def _choose_source(self, holders, device: int, elements: int) -> int:
         src = super()._choose_source(holders, device, elements)
         self._current.append((tuple(holders), device, elements, src))
@@ -92,9 +104,15 @@ def slab_plan(planner, name: str, log) -> RegionPlan | None:
     plans = planner.plans
     region = planner.regions[name]
     split = _slabs(region, log)
+    whole_log = cut = None
     if split is None:
-        return _refuse("no dimension splits every access")
-    d, starts = split
+        # A first entry of sums over every slab (attention's backward into an LSTM's
+        # output): planned cut at the slabs of the rest (_cut_first).
+        cut = _cut_first(region, log)
+        if cut is None:
+            return _refuse("no dimension splits every access")
+        whole_log, (log, split) = log, cut
+    d, starts = split[0], split[1]
     # Each entry's part in each slab it touches (its accesses there; its reads must all be in
     # one slab, so that its read nodes are that slab's), and per slab the signatures of its
     # parts translated to the slab's start (what decides its plan: regionmemo.signature).
@@ -144,13 +162,15 @@ def slab_plan(planner, name: str, log) -> RegionPlan | None:
     # Step 1: each class's first slab planned alone, its source choices recorded.
     templates, choices, touches = [], [], []    # per class: its plan; per part: what it did
     for ks in members:
-        rp = _RecordingPlanner(region, planner.machine)
+        rp = _RecordingPlanner(region, planner.machine, cut is not None)
         entries = [_entry(plans, log, e, parts_of[ks[0]], name)
                    for e in range(len(parts_of[ks[0]]))]
         try:
             plan = plan_alone(planner, name, entries, rp)
         except PlanError:
             return _refuse("an error")  # planned whole, it raises what the user should see
+        except _SumsMet:
+            return _refuse("a cut first entry's sums met others")
         if len(rp.state.pending):
             return _refuse("sums left pending")
         templates.append(plan)
@@ -176,13 +196,19 @@ def slab_plan(planner, name: str, log) -> RegionPlan | None:
                             if not sent[counted]:
                                 del sent[counted]
                         slab = own[k] = _OwnSlab(region, planner.machine, sent,
-                                                 choices[class_of[k]][:j])
+                                                 choices[class_of[k]][:j], cut is not None)
                         break
                 if slab is None:
                     continue
-                for before in range(j):
-                    slab.plan(planner, name, _entry(plans, log, before, parts_of[k], name))
-            slab.plan(planner, name, _entry(plans, log, j, parts_of[k], name))
+                try:
+                    for before in range(j):
+                        slab.plan(planner, name, _entry(plans, log, before, parts_of[k], name))
+                except _SumsMet:
+                    return _refuse("a cut first entry's sums met others")
+            try:
+                slab.plan(planner, name, _entry(plans, log, j, parts_of[k], name))
+            except _SumsMet:
+                return _refuse("a cut first entry's sums met others")
     if any(len(slab.rp.state.pending) for slab in own.values()):
         return _refuse("sums left pending")
     # Step 3: each slab gets its class's plan, translated (or its own plan); the end state
@@ -228,6 +254,14 @@ def slab_plan(planner, name: str, log) -> RegionPlan | None:
         per_entry.append(got)
     if not _bounding_rects(final, log, plans, where, per_entry, slab_touches):
         return _refuse("buffers met in another order")
+    if whole_log is not None:
+        # The first entry's sums, cut: each went straight into its device's instance
+        # (planned whole, each requirement's one target), with no preds (a first write).
+        for (preds, targets), (_, _, req) in zip(per_entry[0], log[0][2]):
+            if preds or targets != (ReduceTarget(req.rect, False, False),):
+                return _refuse("a cut first entry's sums met others")
+        per_entry[0] = [((), (ReduceTarget(req.rect, False, False),))
+                        for _, _, req in whole_log[0][2]]
     return RegionPlan(final, nodes, per_entry, size, name, tuple(li for li, _, _ in log))
 
 
@@ -249,8 +283,8 @@ class _OwnSlab:
     the one that differed replay their class's recorded choices (`forced`: the choices
     matched the real counts, which the replay already updated) without counting them again."""
 
-    def __init__(self, region, machine, sent: dict, forced: list):
-        self.rp = rp = _ForcedPlanner(region, machine)
+    def __init__(self, region, machine, sent: dict, forced: list, one_sum: bool = False):
+        self.rp = rp = _ForcedPlanner(region, machine, one_sum)
         rp.sent = sent
         rp.forced = [c for part in forced for c in part]
         rp.forced.reverse()
@@ -280,8 +314,8 @@ class _ForcedPlanner(_RecordingPlanner):
     """A _RecordingPlanner that first takes its source choices from `forced` (reversed; each
     checked against what is asked), not counting them, then chooses by the counts."""
 
-    def __init__(self, region, machine):
-        super().__init__(region, machine)
+    def __init__(self, region, machine, one_sum: bool = False):
+        super().__init__(region, machine, one_sum)
         self.forced: list = []
 
     def _choose_source(self, holders, device: int, elements: int) -> int:
@@ -294,8 +328,8 @@ class _ForcedPlanner(_RecordingPlanner):
 
 
 def _slabs(region, log):
-    """(d, slab starts) for the dimension along which the log's access rects fall into the
-    most slabs (two or more; a slab: a union of rects' extents there), or None."""
+    """(d, slab starts, slab ends) for the dimension along which the log's access rects fall
+    into the most slabs (two or more; a slab: a union of rects' extents there), or None."""
     spans = [set() for _ in range(region.rect.ndim)]
     for _, _, accesses in log:
         for _, _, req in accesses:
@@ -317,7 +351,120 @@ def _slabs(region, log):
             best = (d, merged)
     if best is None:
         return None
-    return best[0], [a for a, _ in best[1]]
+    return best[0], [a for a, _ in best[1]], [b for _, b in best[1]]
+
+
+class _SumsMet(Exception):
+    """Planning a region whose first entry was cut met sums whose order could differ from
+    planning it whole (_cut_first)."""
+
+
+class _OneSum(PendingSums):
+    """PendingSums of a slab of a region whose first entry was cut (_cut_first): a Red+
+    finding two of its device's sums or more raises _SumsMet (planned whole, their order,
+    the order of its targets, could differ)."""
+    __slots__ = ()
+
+    def of_device(self, device: int, rect: Rect) -> list:
+        got = PendingSums.of_device(self, device, rect)
+        if len(got) > 1:
+            raise _SumsMet
+        return got
+
+
+def _cut_first(region, log):
+    """(the log with its first entry's accesses cut at the slabs, (d, starts, ends)) where
+    only the first entry spans slabs and it may be planned cut, else None.
+
+    Planned whole, a first entry of Red+ accesses only (no reads, no initial data, no two of
+    one device overlapping: each sum straight into its device's instance, which slab_plan
+    checks) leaves sums P spanning the slabs of the rest. Where the later rects' extents in
+    each dimension before d are equal or disjoint (cells q of a grid), a later rect r lies in
+    one block q x slab, and Rect.subtract (dimension by dimension: below and above r, each
+    limited to r in the dimensions before) cuts a fragment F of P so that its part in every
+    other block stays in one piece, with F's extent after d, and its pieces in r's block are
+    those of F's part there less r. So by induction each block holds the same sums' parts,
+    planned whole or cut, and every query (a later rect, in one block) finds the same sums
+    with the same parts. Only their order can differ (planned whole, a sum retired in one
+    slab moves behind the others in every slab), which matters only where a reduction leaves
+    several parts of its rect summed (_RecordingPlanner._mark_summed) or a Red+ finds several
+    of its device's sums (_OneSum): there the region is planned whole."""
+    li0, reads0, first = log[0]
+    if reads0 or len(log) < 3 or any(req.privilege is not _RED or req.rect.empty
+                                     for _, _, req in first):
+        return None
+    split = _slabs(region, log[1:])
+    if split is None:
+        return None
+    d, starts, ends = split
+    if not _grid_before(log[1:], d) or _sums_meet(first, log[1:], d):
+        return None
+    cut = []
+    for pi, k, req in first:
+        r = req.rect
+        covered = 0
+        for s, e in zip(starts, ends):
+            lo, hi = max(s, r.lo[d]), min(e, r.hi[d])
+            if lo < hi:
+                covered += hi - lo
+                a, b = list(r.lo), list(r.hi)
+                a[d], b[d] = lo, hi
+                cut.append((pi, k, RegionRequirement(req.region, Rect(tuple(a), tuple(b)),
+                                                      _RED)))
+        if covered != r.hi[d] - r.lo[d]:
+            return None                     # (part of it in no slab)
+    return [(li0, reads0, cut)] + list(log[1:]), split
+
+
+def _sums_meet(first, log, d: int) -> bool:
+    """Whether a later read rect meets two or more of the first entry's sums, none of them
+    covering it (apart from d): its reduction would leave several parts summed, and
+    slab_plan refuse the cut plan after planning its templates (a quick look first)."""
+    sums = {_across(req.rect, d) for _, _, req in first}
+    if len(sums) < 2:
+        return False
+    seen = set()
+    for _, reads, _ in log:
+        for _, _, r in reads or ():
+            q = _across(r, d)
+            if q in seen:
+                continue
+            seen.add(q)
+            met = [p for p in sums if _meets(p, q)]
+            if len(met) > 1 and not any(_covers(p, q) for p in met):
+                return True
+    return False
+
+
+def _across(r: Rect, d: int) -> tuple:
+    """A rect's extent in every dimension but d: (lo, hi) tuples."""
+    return r.lo[:d] + r.lo[d + 1:], r.hi[:d] + r.hi[d + 1:]
+
+
+def _meets(p: tuple, q: tuple) -> bool:
+    return all(a < y and x < b for a, b, x, y in zip(p[0], p[1], q[0], q[1]))
+
+
+def _covers(p: tuple, q: tuple) -> bool:
+    """Whether extent p covers extent q."""
+    return all(a <= x and y <= b for a, b, x, y in zip(p[0], p[1], q[0], q[1]))
+
+
+def _grid_before(log, d: int) -> bool:
+    """Whether the log's access and read rects' extents in each dimension before d are
+    pairwise equal or disjoint (their boxes there: cells of one grid)."""
+    for j in range(d):
+        spans = set()
+        for _, reads, accesses in log:
+            for _, _, req in accesses:
+                spans.add((req.rect.lo[j], req.rect.hi[j]))
+            for _, _, r in reads or ():
+                spans.add((r.lo[j], r.hi[j]))
+        ordered = sorted(spans)
+        for (_, b), (c, _) in zip(ordered, ordered[1:]):
+            if c < b:
+                return False
+    return True
 
 
 def _bounding_rects(final, log, plans, where, per_entry, slab_touches) -> bool:
