@@ -125,6 +125,20 @@ def test_the_cases_reach_targets_and_state(monkeypatch):
     assert total["targets"] > 0 and total["state"] > 0, total
 
 
+def twinned_graphs(seeds):
+    """The graphs of `_twinned` random programs (test_aligned_plans._program of each seed)
+    planned on test_aligned_plans.MACHINE, skipping the programs the planner refuses."""
+    from taskrt_helpers import launches_of
+    from test_aligned_plans import MACHINE, _program
+    for seed in seeds:
+        program, initial = _twinned(_program(seed))
+        try:
+            graph = plan(launches_of(program), MACHINE, initial)
+        except PlanError:
+            continue
+        yield graph
+
+
 def _twinned(program):
     """`program` (test_aligned_plans._program) on its regions and, launch by launch, on
     twins of them (regions alike: planned once, the twin's preds read through moves); a

@@ -12,12 +12,18 @@ from plan_checks import planner_of, replace_strategy
 warnings.simplefilter("ignore")
 
 
-def test_versions_since_names_exactly_the_changed_launches():
+def _refreshed_cnn_planner():
+    """(model, machine, strategy, planner) of the cnn on 4 devices, random strategy 1."""
     model, _ = cnn()
     machine = Machine.grid(4, 1)
     strategy = random_strategy(model, 4, seed=1)
     planner = planner_of(model, strategy, machine)
     planner.refresh()
+    return model, machine, strategy, planner
+
+
+def test_versions_since_names_exactly_the_changed_launches():
+    model, machine, strategy, planner = _refreshed_cnn_planner()
     rng = random.Random(2)
     history = [(planner.next_version, planner.versions)]     # (mark, versions then)
     too_old = 0
@@ -47,11 +53,7 @@ def test_a_launch_whose_groups_come_out_as_before_keeps_its_version():
     not all the very objects of before: a re-planned region marks every launch using it,
     and most of those launches' task groups come out as they were (the same task nodes
     and predecessors), so delta simulation need not rebuild them."""
-    model, _ = cnn()
-    machine = Machine.grid(4, 1)
-    strategy = random_strategy(model, 4, seed=1)
-    planner = planner_of(model, strategy, machine)
-    planner.refresh()
+    model, machine, strategy, planner = _refreshed_cnn_planner()
     rng = random.Random(3)
     kept = 0
 

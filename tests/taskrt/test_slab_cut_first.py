@@ -24,7 +24,7 @@ from taskrt import (R, RED, IndexLaunch, Machine, Planner, Rect, Region, RegionR
 from taskrt import regionplans, slabplans
 from taskrt.regionmemo import RegionPlanMemo
 
-from test_graph_golden import digest
+from test_slab_plans import _state, changed_states
 
 MACHINE = Machine.grid(2, 2)
 NDEV = 4
@@ -101,11 +101,6 @@ def _program(configs, recurrent, ops):
     return [launch for op in order for launch in _operator(op, configs[op], recurrent)]
 
 
-def _state(p):
-    return digest(p.finish()), [(name, list(rp.instance_rects), list(rp.partial_rects))
-                                for name, rp in p.planners.items() if rp is not None]
-
-
 def _plans(monkeypatch, seed, on):
     monkeypatch.setattr(slabplans, "SLAB_PLANS", on)
     rng = random.Random(seed)
@@ -114,17 +109,8 @@ def _plans(monkeypatch, seed, on):
     configs = [_config(rng) for _ in range(3)]
     p = Planner(MACHINE, memo=RegionPlanMemo(0))
     p.add_launches(_program(configs, recurrent, ops))
-    out = [_state(p)]
-    for _ in range(4):
-        op = rng.randrange(ops)
-        old, configs[op] = configs[op], _config(rng)
-        p.replace(_operator(op, configs[op], recurrent), record_undo=True)
-        out.append(_state(p))
-        if rng.random() < 0.4:
-            p.undo()
-            configs[op] = old
-            out.append(_state(p))
-    return out
+    return changed_states(p, configs, lambda op, config: _operator(op, config, recurrent),
+                          _config, rng, changes=4, undo_chance=0.4, ops=ops)
 
 
 @pytest.mark.parametrize("seed", range(150))

@@ -113,13 +113,20 @@ def _plans(monkeypatch, seed, on):
     configs = [_config(rng), _config(rng)]
     p = Planner(MACHINE, memo=RegionPlanMemo(0))
     p.add_launches(_program(configs))
+    return changed_states(p, configs, _operator, _config, rng, changes=3, undo_chance=0.5)
+
+
+def changed_states(p, configs, operator, draw_config, rng, changes, undo_chance, ops=2):
+    """The planner's _state now and after each of `changes` random replacements of one of
+    the first `ops` operators' configs (operator(op, config) its launches), each undone
+    (and its state taken again) with chance `undo_chance`."""
     out = [_state(p)]
-    for _ in range(3):
-        op = rng.randrange(2)
-        old, configs[op] = configs[op], _config(rng)
-        p.replace(_operator(op, configs[op]), record_undo=True)
+    for _ in range(changes):
+        op = rng.randrange(ops)
+        old, configs[op] = configs[op], draw_config(rng)
+        p.replace(operator(op, configs[op]), record_undo=True)
         out.append(_state(p))
-        if rng.random() < 0.5:
+        if rng.random() < undo_chance:
             p.undo()
             configs[op] = old
             out.append(_state(p))
