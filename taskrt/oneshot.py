@@ -32,20 +32,11 @@ def plan_once(planner, launches: Iterable) -> None:
     launches = launches if hasattr(launches, "__getitem__") else list(launches)
     # (by index: iterating `launches` below is what advances a progress bar, apps/progress.py)
     expanded = [planner._expand(launches[i]) for i in range(len(launches))]
-    last_of: dict[str, int] = {}
-    for li, points in enumerate(expanded):
-        last = None
-        for _, _, reqs in points:
-            if reqs is last:              # (replicas' points often share one tuple)
-                continue
-            last = reqs
-            for req in reqs:
-                last_of[req.region.name] = li
-    retire_after: dict[int, list[str]] = {}
-    for name, li in last_of.items():
-        retire_after.setdefault(li, []).append(name)
     base = len(planner.plans)
     classes = planner._classes = RegionClasses.find(planner, launches, expanded, base)
+    retire_after: dict[int, list[str]] = {}         # launch -> regions it touches last
+    for name, li in classes.last_use.items():
+        retire_after.setdefault(li, []).append(name)
     for i, launch in enumerate(launches):
         li = len(planner.plans)
         planner.add_launch(launch, expanded[i])
@@ -53,7 +44,7 @@ def plan_once(planner, launches: Iterable) -> None:
         classes.release(li)
         planner.refresh()
         _drop_launch_state(planner, li)
-        for name in retire_after.get(i, ()):
+        for name in retire_after.get(li, ()):
             retire_region(planner, name)
     planner._classes = None
     for name, rp in planner.planners.items():

@@ -114,6 +114,11 @@ class RegionClasses:
                 mine.append(sid)
             self._launch_sigs[li] = tuple(mine)
         del ids, alike_ids
+        # Per region its last launch, regions in the order the launches' points first name
+        # them (each launch's grouped accesses are in first-use order): plan_once retires
+        # each after its last (a walk over every point's requirements took ~0.14 s of
+        # GPT-3 2.7B at 1,024 GPUs, Megatron t=8: 4.65M of them).
+        self.last_use: dict[str, int] = {name: log[-1] for name, log in logs.items()}
         by_key: dict[tuple, list[str]] = defaultdict(list)
         regions, initial = planner.regions, planner.initial
         for name, sig in sigs.items():

@@ -71,6 +71,39 @@ def test_one_shot_plan_equals_planning_every_region(seed):
     assert digest(got) == digest(plan_region_by_region(low.launches, machine, low.initial))
 
 
+def last_use_walk(launches, base: int = 0) -> dict:
+    """The oracle of RegionClasses.last_use: every point's requirements walked in order,
+    each region's last launch (planner index), regions in the order first named."""
+    out: dict[str, int] = {}
+    for i, launch in enumerate(launches):
+        for color in launch.colors:
+            for req in launch.requirements(color):
+                out[req.region.name] = base + i
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_last_use_is_the_walks(seed):
+    """plan_once retires each region after RegionClasses.last_use's launch: the walk's, in
+    the walk's order (regions retired in it), for launches added after others too."""
+    from mpi.models import cnn, mlp, random_strategy
+    for model in (tower(), mlp()[0], cnn()[0]):
+        machine = Machine.grid(DEVICES, 1)
+        strategy = alike_strategy(model, seed) if model.name == "tower" else \
+            random_strategy(model, DEVICES, seed=seed)
+        low = lower(model, strategy, machine, SGD(lr=0.1))
+        launches = low.launches
+        got = classes_of(launches, machine, low.initial).last_use
+        assert list(got.items()) == list(last_use_walk(launches).items()), model.name
+        cut = len(launches) // 3                    # (a planner holding launches before)
+        p = Planner(machine, low.initial, replannable=False)
+        for launch in launches[:cut]:
+            p.add_launch(launch)
+        expanded = [p._expand(launch) for launch in launches[cut:]]
+        got = RegionClasses.find(p, launches[cut:], expanded, cut).last_use
+        assert list(got.items()) == list(last_use_walk(launches[cut:], cut).items())
+
+
 def test_replannable_planner_equals_planning_every_region():
     """add_launches (as SimulationSession builds), then random strategies swapped in and
     undone: each graph equals a plan of that strategy made region by region."""
