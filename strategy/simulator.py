@@ -46,6 +46,7 @@ import numpy as np
 from taskrt.gcpause import gc_paused
 from taskrt.liveness import Liveness
 from taskrt.othercolumns import other_columns
+from taskrt.smallpages import small_pages
 from taskrt.taskclasses import TaskClasses
 from taskrt.taskgraph import COPY, REDUCE, TASK
 from taskrt.trace import TraceEvent, node_label
@@ -280,7 +281,10 @@ def result_of(model, start, end, busy, memory, run=None) -> SimResult:
 
 def simulate(graph, model, costs, timer: NodeTimer | None = None) -> SimResult:
     """Full simulation of one iteration of `graph` (paper Algorithm 1, FIFO in program order)."""
-    with gc_paused():      # a few objects per node that stay alive: see taskrt/gcpause.py
+    # (gc: a few objects per node stay alive; numpy's huge pages: arrays of millions of
+    # entries made and dropped pass after pass, each fresh page zeroed in 2 MiB: see
+    # taskrt/gcpause.py and taskrt/smallpages.py)
+    with gc_paused(), small_pages():
         return _simulate(graph, model, costs, timer)
 
 

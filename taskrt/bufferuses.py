@@ -150,10 +150,6 @@ class BufferUses:
                 read_by_writer.update(reads)
                 for name in writes:
                     reads_of_writers.setdefault(name, set()).add(reads)
-        cls_of = classes.cls
-        per_task = np.array(counts, dtype=i8)[cls_of] if len(counts) else np.zeros(0, i8)
-        ptr = np.zeros(len(counts) + 1, dtype=i8)
-        np.cumsum(counts, out=ptr[1:])
         state_buf = state_node = np.zeros(0, dtype=i8)
         n_before = len(extras)                    # (the extras before the saved states)
         state_dev = state_bytes = np.zeros(0, dtype=i8)
@@ -172,8 +168,8 @@ class BufferUses:
                                       (np.concatenate(gathered), np.repeat(
                                           np.array(gathered_node, dtype=i8),
                                           np.array(list(map(len, gathered_buf)), dtype=i8)))]
-        out._tasks = (per_task, ptr[:-1][cls_of], np.array(flat, dtype=i8), classes.device,
-                      classes.ids)
+        out._tasks = _TaskUses(np.array(counts, dtype=i8), np.array(flat, dtype=i8),
+                               classes.cls, classes.device, classes.ids, n_dev)
         out._after = [(state_buf, state_node)]
         out.region = np.concatenate([r_region % max(n_regions, 1),
                                      np.full(len(staged) + len(extras), -1, dtype=i8)])
@@ -195,13 +191,16 @@ class BufferUses:
         ~10 arrays of all of them made in turn were most of the memory model's time (fresh
         pages: docs/design.md "Simulator speed"). `relabel`: None, or per buffer a number
         and a last entry -1; then buffers[k] is relabel[the buffer] (one lookup a use in a
-        table composed once, not two)."""
+        table composed once, not two), and the tasks' uses of a region's buffers that
+        relabel makes -1 on every device are left out (_TaskUses.per_task)."""
         to_buffers = self._to_buffers if relabel is None else \
             _BufferNumbers.relabelled(self._to_buffers, relabel)
         for numbers, nodes in self._before:
             yield to_buffers(numbers), nodes
         # Task t's uses: flat[ptr[c] : ptr[c + 1]] of its class c, each plus its device.
-        per_task, first_use, flat, device, ids = self._tasks
+        per_task, first_use, flat = self._tasks.per_task(
+            None if relabel is None else to_buffers.table)
+        device, ids = self._tasks.device, self._tasks.ids
         for lo in range(0, len(per_task), _TASK_CHUNK):
             hi = lo + _TASK_CHUNK
             per = per_task[lo:hi]
@@ -298,6 +297,42 @@ class BufferKeyTable:
             base += total
         out += [self.extras[b - base] for b in bs[bs >= base].tolist()]
         return out
+
+
+class _TaskUses:
+    """BufferUses' tasks' uses, per class: `counts` of its uses and their numbers on device
+    0 (`flat`, the classes' in turn: a region buffer's number less the first task's device,
+    a multiple of n_dev, or -n_dev where the graph lists no region of the name); per task
+    (TaskClasses' ids, cls, device) its class and device."""
+    __slots__ = ("counts", "flat", "cls", "device", "ids", "n_dev")
+
+    def __init__(self, counts, flat, cls, device, ids, n_dev: int):
+        self.counts, self.flat, self.cls = counts, flat, cls
+        self.device, self.ids, self.n_dev = device, ids, n_dev
+
+    def per_task(self, table: np.ndarray | None = None) -> tuple:
+        """(per task its number of uses, its first use's index in flat, flat). `table`: None,
+        or per buffer number (region buffers first: (kind * regions + region) * n_dev +
+        device) a buffer or -1; then a class's use of a region's buffers of one kind that
+        the table makes -1 on every device (of a kept region, or small everywhere: GPT-3
+        2.7B at 1,024 GPUs under Megatron t=8, 2.8M of the tasks' 5.4M uses) is left out,
+        as are uses of no listed region (-1 on any device): uses of buffer -1 only, which
+        the memory model drops, and half the arrays it passes over."""
+        counts, flat = self.counts, self.flat
+        if table is not None and len(flat):
+            n = self.n_dev
+            block = flat // n                       # (kind * regions + region), or -1
+            keep = block >= 0
+            blocks, at = np.unique(block[keep], return_inverse=True)
+            numbers = blocks[:, None] * n + np.arange(n, dtype=np.int64)
+            keep[keep] = (table[numbers] >= 0).any(axis=1)[at]
+            if not keep.all():
+                of = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
+                counts = np.bincount(of[keep], minlength=len(counts))
+                flat = flat[keep]
+        ptr = np.zeros(len(counts) + 1, dtype=np.int64)
+        np.cumsum(counts, out=ptr[1:])
+        return counts[self.cls], ptr[:-1][self.cls], flat
 
 
 # Tasks per chunk of BufferUses.uses() (a chunk's few MB of temporaries are reused; arrays

@@ -274,23 +274,29 @@ def lifetimes(pieces, n: int, start, end) -> tuple:
     whether some node uses it, its users' earliest start and latest end, and whether a
     user ending last takes no time (peak_bytes_of_users: it is then released after the
     allocations at its time). Per piece a few numpy passes over its uses (the most of all
-    users' zero-time ends equal to the latest end: late)."""
+    users' zero-time ends equal to the latest end: late). Where no node ends before it
+    starts (nor at NaN), a buffer is used exactly when its earliest start is at most its
+    latest end (a user's start <= its end; nobody's: inf > -inf): no pass marking the
+    used ones over all uses."""
     start = np.asarray(start, dtype=np.float64)
     end = np.asarray(end, dtype=np.float64)
+    ordered = bool((start <= end).all())
     # (Entry n takes the uses of buffer -1, as numpy indexes it: no uses filtered out.)
-    used = np.zeros(n + 1, dtype=bool)
+    used = None if ordered else np.zeros(n + 1, dtype=bool)
     born = np.full(n + 1, np.inf)
     dies = np.full(n + 1, -np.inf)
     zero_end = np.full(n + 1, -np.inf)      # per buffer, its users' latest end taking no time
     for buf, node in pieces:
         starts, ends = start[node], end[node]
-        used[buf] = True
+        if not ordered:
+            used[buf] = True
         np.minimum.at(born, buf, starts)
         np.maximum.at(dies, buf, ends)
         zero = starts == ends
         if zero.any():
             np.maximum.at(zero_end, buf[zero], ends[zero])
-    used, born, dies = used[:n], born[:n], dies[:n]
+    born, dies = born[:n], dies[:n]
+    used = born <= dies if ordered else used[:n]
     return used, born, dies, used & (zero_end[:n] == dies)
 
 

@@ -135,6 +135,36 @@ def test_a_listed_buffer_nobody_uses_is_no_temporary():
     assert_liveness_equals_the_model(graph, 3)
 
 
+@pytest.mark.parametrize("name,seed", [c for c in CASES if c[1] != 4])
+def test_relabelled_uses_are_the_uses_relabelled(name, seed):
+    """BufferUses.uses(relabel) leaves out the tasks' uses of a region's buffers of one kind
+    that relabel makes -1 on every device (the memory model's persistent buffers): the
+    other uses are uses() relabelled, each as often, and some were left out."""
+    from collections import Counter
+    graph, _ = graph_of(name, seed)
+    uses = bufferuses.BufferUses.of(graph)
+    n = len(uses.nbytes)
+    n_rect = n - len(uses.extras)
+    rng = np.random.default_rng(seed + 20)
+    for dead, loose in ((0.0, 0.0), (0.3, 0.2), (0.7, 0.5), (1.0, 0.0)):
+        relabel = rng.integers(0, 7, n + 1)
+        regions = np.flatnonzero(rng.random(len(graph.regions)) < dead)
+        relabel[:n_rect][np.isin(uses.region[:n_rect], regions)] = -1  # whole regions
+        relabel[:n][rng.random(n) < loose] = -1                         # single buffers
+        relabel[-1] = -1
+        want, got, left_out = Counter(), Counter(), 0
+        for (b, nodes), (c, same) in zip(uses.uses(), uses.uses(relabel)):
+            b = relabel[b]
+            want.update(zip(b[b >= 0].tolist(), nodes[b >= 0].tolist()))
+            got.update(zip(c[c >= 0].tolist(), same[c >= 0].tolist()))
+            left_out += len(b) - len(c)
+        assert got == want
+        if dead == loose == 0:
+            assert left_out == 0
+        if dead == 1:
+            assert left_out > 0
+
+
 def assert_liveness_equals_the_model(graph, seed):
     some = {0, 2}
     for keep, devices in ((None, None), ("all", None), (None, some)):
