@@ -9,7 +9,9 @@ inside the blocks are reduction copies and reduces): asked node by node they wer
 the simulation (node arrays 3.7-4.0 s, memory model 4.4-4.5 s; now 2.2-2.3 and 1.7-1.9:
 docs/design.md "Simulator speed"). The columns' values are the node attributes the per-node definitions
 read (CopyNode.nbytes is region.nbytes(rect), i.e. rect.volume times the dtype's size),
-read chunk by chunk (`_columns`); tests/strategy/test_other_columns.py and
+read by one reader, EntryColumns (some nodes of one region, chunk by chunk: `_columns`),
+and joined by `joined`: OtherColumns.of reads a graph per run of one region, the planner
+per node group (taskrt/groupcolumns.py); tests/strategy/test_other_columns.py and
 test_sim_classes.py compare both passes with those definitions asked node by node.
 """
 from __future__ import annotations
@@ -22,8 +24,10 @@ import numpy as np
 
 from .region import _ITEMSIZE
 from .taskclasses import KIND_CODE, kind_codes
-from .taskgraph import ALLREDUCE, COPY, REDUCE
+from .taskgraph import NodeKind
 
+_I8, _B = np.int64, np.bool_
+_TASK_CODE, _COPY_CODE, _REDUCE_CODE, _ALLREDUCE_CODE = map(KIND_CODE.__getitem__, NodeKind)
 _SRC, _DST, _DEVICE = attrgetter("src"), attrgetter("dst"), attrgetter("device")
 _REDUCTION, _FROM_PARTIAL = attrgetter("reduction"), attrgetter("from_partial")
 _REGION, _VOLUME = attrgetter("region"), attrgetter("rect.volume")
@@ -50,42 +54,22 @@ class OtherColumns:
            ) -> "OtherColumns":
         """`nodes`: a graph's nodes (node i at index i); `ids`: those that are no tasks
         (TaskClasses.others); `regions`: the graph's regions, names in order; `kinds`: None,
-        or per node of `nodes` its kind_codes (TaskClasses.kinds)."""
-        out = cls()
-        i8 = np.int64
+        or per node of `nodes` its kind_codes (TaskClasses.kinds). Read per run of nodes of
+        one region object (a group's nodes are one region's: 264 runs of GPT-3 2.7B's 1.53M
+        copies at 1,024 GPUs), as EntryColumns reads a node group's."""
         others = list(map(nodes.__getitem__, ids.tolist()))
-        out.ids, out.nodes = ids, others
-        kinds = kind_codes(others) if kinds is None else kinds[ids]
-        at = {kind: np.flatnonzero(kinds == KIND_CODE[kind])
-              for kind in (COPY, REDUCE, ALLREDUCE)}
-        out.copy_at, out.reduce_at, out.allreduce_at = at[COPY], at[REDUCE], at[ALLREDUCE]
+        mine = kind_codes(others) if kinds is None else kinds[ids]
         index = {name: i for i, name in enumerate(regions)}
-
-        def input_count(chunk):
-            return map(len, map(_INPUTS, chunk))
-        copies = list(map(others.__getitem__, out.copy_at.tolist()))
-        (out.copy_src, out.copy_dst, region_ids, volume, out.copy_reduction,
-         out.copy_from_partial) = _columns(
-            copies, [(_SRC, i8), (_DST, i8), (_region_ids, i8), (_VOLUME, i8),
-                     (_REDUCTION, bool), (_FROM_PARTIAL, bool)])
-        out.copy_region, size = _by_region(copies, region_ids, index)
-        out.copy_bytes = volume * size
-        reduces = list(map(others.__getitem__, out.reduce_at.tolist()))
-        out.reduce_device, region_ids, volume, counts = _columns(
-            reduces, [(_DEVICE, i8), (_region_ids, i8), (_VOLUME, i8), (input_count, i8)])
-        out.reduce_region, size = _by_region(reduces, region_ids, index)
-        out.reduce_bytes = volume * size
-        out.input_ptr = np.zeros(len(reduces) + 1, dtype=i8)
-        np.cumsum(counts, out=out.input_ptr[1:])
-        inputs = list(chain.from_iterable(map(_INPUTS, reduces)))
-
-        def source(chunk):
-            return map(_SOURCE_CODE.__getitem__, map(_SOURCE, chunk))
-        out.input_source, volume, out.input_copy = _columns(
-            inputs, [(source, i8), (_VOLUME, i8), (_COPY_ID, i8)])
-        # An input's bytes are its reduce's region's: region.nbytes(input.rect).
-        out.input_bytes = volume * np.repeat(size, counts)
-        return out
+        region_ids = np.fromiter(map(id, map(_REGION, others)), dtype=np.int64,
+                                 count=len(others))
+        heads = np.flatnonzero(region_ids[1:] != region_ids[:-1]) + 1
+        bounds = [0, *heads.tolist(), len(others)] if others else [0]
+        parts = []
+        for lo, hi in zip(bounds, bounds[1:]):
+            region = others[lo].region
+            parts.append((EntryColumns(others[lo:hi], kinds=mine[lo:hi]),
+                          index.get(region.name, -1), _ITEMSIZE[region.dtype], None))
+        return joined(ids, others, mine, parts)
 
     def __len__(self) -> int:
         return len(self.nodes)
@@ -100,6 +84,94 @@ class OtherColumns:
         for node in self.allreduces():
             top = max(top, max(node.devices, default=-1))
         return top
+
+
+class EntryColumns:
+    """Some non-task nodes of one region (a node group's, a template entry's, a run of a
+    graph's) as columns, but for their region and ids: per node its kind code; per copy (in
+    order) src, dst, volume, reduction, from_partial; per reduce device, volume and number
+    of inputs; per input its source code, volume and copy: the index of its staged copy
+    among the nodes (`relative`) or the copy's id, -1 for none. The one reader of those
+    node attributes: OtherColumns.of reads a graph with it, the planner its node groups
+    (taskrt/groupcolumns.py)."""
+    __slots__ = ("kinds", "copy_src", "copy_dst", "copy_volume", "copy_reduction",
+                 "copy_from_partial", "reduce_device", "reduce_volume", "input_count",
+                 "input_source", "input_volume", "input_copy", "relative", "restage")
+
+    def __init__(self, nodes: list, staged_at=None, kinds: np.ndarray | None = None):
+        """`nodes`: the nodes (none a task); `staged_at`: None (the inputs' copy ids are
+        read), or per node None / per input the index of its staged copy among `nodes` or
+        -1 (a template entry's); `kinds`: their kind codes, or None to read them."""
+        self.kinds = kinds = kind_codes(nodes) if kinds is None else kinds
+        copies = list(map(nodes.__getitem__, np.flatnonzero(kinds == _COPY_CODE).tolist()))
+        reduce_at = np.flatnonzero(kinds == _REDUCE_CODE).tolist()
+        reduces = list(map(nodes.__getitem__, reduce_at))
+        (self.copy_src, self.copy_dst, self.copy_volume, self.copy_reduction,
+         self.copy_from_partial) = _columns(
+            copies, [(_SRC, _I8), (_DST, _I8), (_VOLUME, _I8), (_REDUCTION, _B),
+                     (_FROM_PARTIAL, _B)])
+        self.reduce_device, self.reduce_volume, self.input_count = _columns(
+            reduces, [(_DEVICE, _I8), (_VOLUME, _I8), (_input_count, _I8)])
+        inputs = list(chain.from_iterable(map(_INPUTS, reduces)))
+        self.relative = staged_at is not None
+        if staged_at is None:
+            self.input_source, self.input_volume, self.input_copy = _columns(
+                inputs, [(_source_codes, _I8), (_VOLUME, _I8), (_COPY_ID, _I8)])
+            self.restage = None
+            return
+        self.input_source, self.input_volume = _columns(
+            inputs, [(_source_codes, _I8), (_VOLUME, _I8)])
+        at = []
+        for k in reduce_at:
+            s = staged_at[k]
+            at += [-1] * len(nodes[k].inputs) if s is None else s
+        self.input_copy = np.array(at, dtype=_I8)
+        # (what groupcolumns.staged_inputs remakes a member's reduces' inputs from)
+        self.restage = (reduce_at, list(map(_SOURCE, inputs)), [i.rect for i in inputs],
+                        self.input_count.tolist())
+
+
+def joined(ids: np.ndarray, nodes: list, kinds: np.ndarray, parts: list) -> OtherColumns:
+    """The OtherColumns of non-task nodes `nodes` (ids `ids`, kind codes `kinds`) from the
+    EntryColumns of their runs in order, `parts`: per run (its columns, its region's index
+    in the graph's regions or -1, the region's item size, its first node id where its
+    columns are relative, else None)."""
+    out = OtherColumns()
+    out.ids, out.nodes = ids, nodes
+    out.copy_at = np.flatnonzero(kinds == _COPY_CODE)
+    out.reduce_at = np.flatnonzero(kinds == _REDUCE_CODE)
+    out.allreduce_at = np.flatnonzero(kinds == _ALLREDUCE_CODE)
+    read = [p[0] for p in parts]
+
+    def join(attr: str, dtype) -> np.ndarray:
+        arrays = [getattr(c, attr) for c in read]
+        return np.concatenate(arrays) if arrays else np.zeros(0, dtype=dtype)
+
+    def per_run(values, attr: str) -> np.ndarray:
+        return np.repeat(np.array(values, dtype=_I8),
+                         np.fromiter((len(getattr(c, attr)) for c in read), dtype=_I8,
+                                     count=len(read)))
+    regs, sizes = [p[1] for p in parts], [p[2] for p in parts]
+    out.copy_src, out.copy_dst = join("copy_src", _I8), join("copy_dst", _I8)
+    out.copy_reduction = join("copy_reduction", _B)
+    out.copy_from_partial = join("copy_from_partial", _B)
+    out.copy_region = per_run(regs, "copy_src")
+    out.copy_bytes = join("copy_volume", _I8) * per_run(sizes, "copy_src")
+    out.reduce_device = join("reduce_device", _I8)
+    out.reduce_region = per_run(regs, "reduce_device")
+    size = per_run(sizes, "reduce_device")
+    out.reduce_bytes = join("reduce_volume", _I8) * size
+    counts = join("input_count", _I8)
+    out.input_ptr = np.zeros(len(counts) + 1, dtype=_I8)
+    np.cumsum(counts, out=out.input_ptr[1:])
+    out.input_source = join("input_source", _I8)
+    # An input's bytes are its reduce's region's: region.nbytes(input.rect).
+    out.input_bytes = join("input_volume", _I8) * np.repeat(size, counts)
+    copies = [c.input_copy if start is None else
+              np.where(c.input_copy >= 0, c.input_copy + start, -1)
+              for c, (_, _, _, start) in zip(read, parts)]
+    out.input_copy = np.concatenate(copies) if copies else np.zeros(0, dtype=_I8)
+    return out
 
 
 def other_columns(graph, classes) -> OtherColumns:
@@ -117,26 +189,12 @@ def other_columns(graph, classes) -> OtherColumns:
     return classes.other_columns
 
 
-def _region_ids(chunk):
-    """Per node its region object's id (node by node; _by_region reads each region once)."""
-    return map(id, map(_REGION, chunk))
+def _input_count(chunk):
+    return map(len, map(_INPUTS, chunk))
 
 
-def _by_region(items: list, region_ids: np.ndarray, index: dict) -> tuple:
-    """(per item its region's index in `index` (name -> index; -1 if not there), per item
-    its region's item size), `region_ids` their regions' ids (_region_ids): one region per
-    run of equal ids read (a group's nodes are one region's: 264 runs of GPT-3 2.7B's 1.53M
-    copies at 1,024 GPUs), not a name and a dtype per item. (Every region is alive while
-    its nodes are: equal ids, one region.)"""
-    n, i8 = len(region_ids), np.int64
-    heads = np.flatnonzero(region_ids[1:] != region_ids[:-1]) + 1
-    heads = np.concatenate([np.zeros(min(n, 1), dtype=i8), heads])
-    firsts = [items[h].region for h in heads.tolist()]
-    lengths = np.diff(np.append(heads, n))
-    return (np.repeat(np.fromiter((index.get(r.name, -1) for r in firsts), dtype=i8,
-                                  count=len(firsts)), lengths),
-            np.repeat(np.fromiter((_ITEMSIZE[r.dtype] for r in firsts), dtype=i8,
-                                  count=len(firsts)), lengths))
+def _source_codes(chunk):
+    return map(_SOURCE_CODE.__getitem__, map(_SOURCE, chunk))
 
 
 def _columns(items: list, columns: list) -> list[np.ndarray]:

@@ -23,7 +23,7 @@ from operator import attrgetter, itemgetter
 
 import numpy as np
 
-from .groupcolumns import EntryColumns
+from .othercolumns import EntryColumns
 from .nodegroups import NodeGroup
 from .taskgraph import ALLREDUCE, COPY, REDUCE, AllReduceNode, CopyNode, ReduceNode
 
