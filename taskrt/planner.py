@@ -110,6 +110,7 @@ class Planner:
         self._frozen: weakref.WeakSet = weakref.WeakSet()
         # id(frozen RegionPlanner) -> (a weak ref to it, graphview.region_info of it): shared by its regions.
         self._frozen_info: dict[int, tuple] = {}
+        fine: set = set()                             # (check_initial's, while we run)
         for region, pieces in (initial or {}).items():
             self._region(region)
             self.initial[region.name] = list(pieces)
@@ -122,7 +123,7 @@ class Planner:
                 # weights and optimizer state on many devices would otherwise hold every
                 # region's initial state from the start (an optimizer's state is touched
                 # only by the last launches). Checked now as RegionPlanner checks it.
-                check_initial(region, self.initial[region.name], machine)
+                check_initial(region, self.initial[region.name], machine, fine)
                 self.planners[region.name] = None
 
     # -- bookkeeping ---------------------------------------------------------------------
