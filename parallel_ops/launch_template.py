@@ -87,17 +87,34 @@ def signature(stage: Op, roots: dict) -> Signature:
     """A value equal for two stages exactly when they have one structure (module doc):
     equal signatures, equal parts under every config. A stage is identified by its
     operator's signature and its position among the operator's stages (`roots` caches
-    the operators')."""
+    the operators'). An operator's signature is interned (`_interned`): one object per
+    value, so a stage's is hashed and compared without walking its operator's structure
+    again (as a template lookup per stage would: tuples keep no hash)."""
     root = stage.parent or stage
     sig = roots.get(root)
     if sig is None:
-        sig = roots[root] = _sig(root, frozenset())
+        sig = roots[root] = _interned(Signature(_sig(root, frozenset())))
     if stage is root:
         return Signature((sig, -1))
     for k, s in enumerate(root.stages()):
         if s is stage:
             return Signature((sig, k))
     return Signature((sig, _sig(stage, frozenset())))   # a stage its operator does not list
+
+
+REMEMBERED_SIGNATURES = 4096     # operators' signatures interned (then it starts again)
+_SIGNATURES: dict[Signature, Signature] = {}
+
+
+def _interned(sig: Signature) -> Signature:
+    """The one Signature object of `sig`'s value (until REMEMBERED_SIGNATURES are kept;
+    after a restart an equal signature is a new object, still equal by value)."""
+    got = _SIGNATURES.get(sig)
+    if got is None:
+        if len(_SIGNATURES) >= REMEMBERED_SIGNATURES:
+            _SIGNATURES.clear()
+        got = _SIGNATURES[sig] = sig
+    return got
 
 
 def _sig(v, visiting: frozenset):

@@ -149,7 +149,7 @@ class _Lowering:
         # Each stage's signature (launch_template.py: its templates are shared by the
         # stages of one structure), and each operator's, made once per lowering.
         self._signature_of: dict[Op, Signature] = {}
-        self._roots: dict[Op, tuple] = {}
+        self._roots: dict[Op, Signature] = {}
 
     def _gradients(self) -> set[str]:
         """Names of the tensors that get a gradient (depends on the graph, not on configs):

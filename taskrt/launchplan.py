@@ -13,14 +13,13 @@ from .privilege import RW, R
 class LaunchPlan:
     """The planner's record of one launch: its points, and what planning the regions it
     touches gave its point tasks. replace() gives a launch a new record."""
-    __slots__ = ("launch", "points", "colors", "read_order", "regions", "task_preds",
+    __slots__ = ("launch", "points", "read_order", "regions", "task_preds",
                  "task_targets", "state_src", "version", "refs", "columns")
 
     def __init__(self, launch: IndexLaunch, points: list, reads: dict, accesses: dict,
                  state_src: list, columns: bool = False):
         self.launch = launch
         self.points = points                          # per point: (color, device, reqs)
-        self.colors = {c: k for k, (c, _, _) in enumerate(points)}   # color -> point index
         self.read_order = list(reads)                 # regions it reads, by first read
         self.regions = list(accesses)                 # regions it touches, by first use
         # Per point: region name -> pred refs; and per requirement: Red+ targets (else None).

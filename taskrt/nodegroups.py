@@ -120,4 +120,6 @@ def resolve(gids, offsets, groups_per_run, run_sizes, pred_count, pred_gid, pred
     base_of_gid[gids] = np.repeat(starts, groups_per_run) + offsets
     pred_ptr = np.zeros(len(pred_count) + 1, dtype=np.int64)
     np.cumsum(pred_count, out=pred_ptr[1:])
-    return Assembled(pred_ptr, base_of_gid[pred_gid] + pred_idx)
+    preds = base_of_gid[pred_gid]
+    preds += pred_idx               # (in place: one fresh array of all edges, not two)
+    return Assembled(pred_ptr, preds)

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import weakref
 from collections import defaultdict
+from itertools import repeat
+from operator import itemgetter
 from typing import Iterable, Mapping, Sequence
 
 from . import replanning
@@ -48,6 +50,8 @@ from .undo import PlanUndo
 # copies (RegionClasses.next_entry). Off: per point as a re-plannable planner keeps them
 # (the oracle of tests/taskrt/test_plan_columns.py; the graph is the same).
 TASK_COLUMNS = True
+
+_first, _second = itemgetter(0), itemgetter(1)
 
 
 class Planner:
@@ -106,6 +110,7 @@ class Planner:
         self._frozen: weakref.WeakSet = weakref.WeakSet()
         # id(frozen RegionPlanner) -> (a weak ref to it, graphview.region_info of it): shared by its regions.
         self._frozen_info: dict[int, tuple] = {}
+        fine: set = set()                             # (check_initial's, while we run)
         for region, pieces in (initial or {}).items():
             self._region(region)
             self.initial[region.name] = list(pieces)
@@ -118,7 +123,7 @@ class Planner:
                 # weights and optimizer state on many devices would otherwise hold every
                 # region's initial state from the start (an optimizer's state is touched
                 # only by the last launches). Checked now as RegionPlanner checks it.
-                check_initial(region, self.initial[region.name], machine)
+                check_initial(region, self.initial[region.name], machine, fine)
                 self.planners[region.name] = None
 
     # -- bookkeeping ---------------------------------------------------------------------
@@ -271,18 +276,30 @@ class Planner:
         return index * len(self.machine.devices) // len(launch.colors)
 
     def _state_sources(self, launch: IndexLaunch, points) -> list:
+        """Per point the task ref it takes state from: the point of launch.state_from of
+        the same color, which must be on the same device. A backward's points are its
+        forward's, color by color in the same order on the same devices: then the refs
+        are the source's in order (C comparisons of the colors and devices, no lookup
+        per point); else, or to find the first error, point by point."""
         li = self.index.get(launch.state_from)
         if li is None:
             raise PlanError(f"Launch '{launch.name}': state_from='{launch.state_from}' names "
                             "no earlier launch. Add that launch first.")
-        out = []
         source = self.plans[li]
+        theirs = source.points
+        if len(theirs) == len(points) and \
+                list(map(_first, theirs)) == list(map(_first, points)) and \
+                list(map(_second, theirs)) == list(map(_second, points)):
+            return list(source.refs) if source.refs else \
+                list(zip(repeat(li), range(len(points))))
+        out = []
+        colors = {c: k for k, (c, _, _) in enumerate(theirs)}      # color -> point index
         for color, device, _ in points:
-            pi = source.colors.get(color)
+            pi = colors.get(color)
             if pi is None:
                 raise PlanError(f"Launch '{launch.name}' point {color}: launch "
                                 f"'{launch.state_from}' has no such point to take state from.")
-            src_device = source.points[pi][1]
+            src_device = theirs[pi][1]
             if src_device != device:
                 raise MappingError(f"Launch '{launch.name}' point {color} is on device {device} "
                                    f"but its state is on device {src_device} (from "

@@ -92,3 +92,22 @@ def test_a_part_outside_its_tensor_is_refused():
     with pytest.raises(PrivilegeError, match=r"Requirement on 'x': rect \[0:9,0:4\] is not "
                                              r"inside the region \[0:8,0:4\]"):
         lower(model, {}, Machine.grid(4, 1), None, training=False)
+
+
+def test_operators_signatures_are_interned_and_equal_by_value_after_a_restart(monkeypatch):
+    """A stage's signature holds its operator's as one object per value (interned), so a
+    template lookup compares it by identity; a restart of the interning (a bound reached)
+    leaves signatures equal by value, and the templates are found again."""
+    import parallel_ops.launch_template as lt
+    model = windows([1, 2, 1])
+    low = lower(model, {}, Machine.grid(4, 1), None, training=False)   # (sets op.training)
+    a, b, c = (signature(op, {}) for op in model.ops)
+    assert a.value[0] is c.value[0] and a == c
+    assert a.value[0] is not b.value[0] and a != b
+    assert signature(model.ops[0], {}).value[0] is a.value[0]      # another lowering's
+    monkeypatch.setattr(lt, "REMEMBERED_SIGNATURES", 1)
+    again = signature(model.ops[2], {})             # (the interned ones dropped)
+    assert again == a and again != b
+    low2 = lower(model, {}, Machine.grid(4, 1), None, training=False)
+    for k in range(3):
+        assert launch(low, f"w{k}/fwd").args.specs is launch(low2, f"w{k}/fwd").args.specs

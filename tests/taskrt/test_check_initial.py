@@ -65,3 +65,31 @@ def test_check_initial_equals_the_walk_on_random_pieces():
         raised += want is not None
         passed += want is None
     assert raised > 500 and passed > 500, (raised, passed)
+
+
+def test_pieces_found_fine_are_remembered_only_for_the_same_objects_and_rect():
+    """check_initial with `fine` (as Planner.__init__ calls it for every region): regions
+    given the very same piece objects as a region found fine before, and of its rect, pass
+    unchecked; any other region (another rect, equal but other objects, pieces that failed
+    before) is checked, with the walk's outcome."""
+    rng = random.Random(1)
+    machine = Machine.grid(4, 1)
+    shapes = [(6, 5), (6, 5), (3, 5), (6, 2), (8, 8)]
+    fine: set = set()
+    held = []                   # (every region's pieces alive, as the planner holds them)
+    raised = remembered = 0
+    for _ in range(1500):
+        region = Region("w", rng.choice(shapes))
+        pieces = _random_pieces(rng, Region("w", (6, 5)), len(machine.devices))
+        for again in range(rng.randint(1, 3)):
+            if again and rng.random() < 0.3:        # equal pieces, other objects
+                pieces = [tuple(list(p)) for p in pieces]
+            held.append(pieces)
+            other = Region(f"s{again}", rng.choice(shapes))   # (a state: maybe other shape)
+            for r in (region, other):
+                want = _outcome(walk_initial, r, pieces, machine)
+                known = (r.rect, tuple(map(id, pieces))) in fine
+                assert _outcome(lambda *a: check_initial(*a, fine), r, pieces, machine) == want
+                raised += want is not None
+                remembered += known
+    assert raised > 500 and remembered > 500, (raised, remembered)
