@@ -72,16 +72,43 @@ def _pieces(block: LaunchBlock, field: str) -> list:
 
 
 class _Arrays(dict):
-    """Joined.arrays: field -> its joined array; a MEMORY_ARRAYS field is joined from the
-    blocks (a copy of the list the Joined was made from) when first asked for."""
-    __slots__ = ("blocks",)
+    """Joined.arrays: field -> its joined array; a MEMORY_ARRAYS field is made when first
+    asked for: spliced from the Joined this one was spliced from (`base`, with the
+    `changed` blocks), when that one has it, else joined from the blocks (a copy of the
+    list the Joined was made or spliced with)."""
+    __slots__ = ("blocks", "base", "changed", "lens")
 
     def __missing__(self, field: str) -> np.ndarray:
         if field not in MEMORY_ARRAYS:
             raise KeyError(field)
-        parts = [getattr(s, field) for b in self.blocks for s in b.sims]
-        got = self[field] = join(parts) if parts else np.zeros(0, dtype=_I8)
+        base = self.base
+        if base is not None and field in base.arrays:
+            got, self.lens[field] = _splice(base, field, self.blocks, self.changed)
+        else:
+            parts = [getattr(s, field) for b in self.blocks for s in b.sims]
+            got = join(parts) if parts else np.zeros(0, dtype=_I8)
+        self[field] = got
+        if all(f in self for f in MEMORY_ARRAYS):
+            self.base = self.changed = None      # (no chain of Joined objects kept alive)
         return got
+
+
+def _splice(joined: "Joined", field: str, blocks: list, changed: list[int]) -> tuple:
+    """(array, each block's length in it): joined's `field` with the arrays of blocks[i]
+    put in for each i in `changed` (ascending)."""
+    arr = joined.arrays[field]
+    lens = joined.lens_of(field).copy()
+    starts = np.zeros(len(lens) + 1, dtype=_I8)
+    np.cumsum(lens, out=starts[1:])
+    pieces, prev = [], 0
+    for i in changed:
+        new = _pieces(blocks[i], field)
+        pieces.append(arr[starts[prev]:starts[i]])
+        pieces += new
+        lens[i] = sum(map(len, new))
+        prev = i + 1
+    pieces.append(arr[starts[prev]:])
+    return np.concatenate(pieces), lens
 
 
 class Joined:
@@ -104,7 +131,7 @@ class Joined:
         bounds = node_at[group_at]                         # each block's first node, the end
         sims = [s for b in blocks for s in b.sims]
         arrays = _Arrays()
-        arrays.blocks = list(blocks)
+        arrays.blocks, arrays.base, arrays.changed = list(blocks), None, None
         for f in fields:
             if f in MEMORY_ARRAYS:
                 continue
@@ -122,6 +149,7 @@ class Joined:
         nodes = np.diff(bounds)
         self.lens = {f: per_block if f in ("gids", "offsets") else nodes
                      for f in fields if f not in _COUNTED_BY}
+        arrays.lens = self.lens
         self.arrays, self.bounds = arrays, bounds
 
     def lens_of(self, field: str) -> np.ndarray:
@@ -141,22 +169,16 @@ class Joined:
 
     def spliced(self, blocks: list, changed: list[int]) -> "Joined":
         """The arrays with those of blocks[i] put in for each i in `changed` (ascending), as
-        a new Joined (this one stays as it is: an undo may take it back)."""
+        a new Joined (this one stays as it is: an undo may take it back). The memory
+        arrays are spliced when first asked for (most changes of a search are timed and
+        undone without their peak: strategy/search.py "Memory last")."""
         out = Joined.__new__(Joined)
         out.arrays, out.lens, out.bounds = _Arrays(), {}, None
-        out.arrays.blocks = list(blocks)     # (a MEMORY_ARRAYS field not joined here yet
-        for f, arr in self.arrays.items():   # is joined from them when asked for)
-            lens = self.lens_of(f).copy()
-            starts = np.zeros(len(lens) + 1, dtype=_I8)
-            np.cumsum(lens, out=starts[1:])
-            pieces, prev = [], 0
-            for i in changed:
-                new = _pieces(blocks[i], f)
-                pieces.append(arr[starts[prev]:starts[i]])
-                pieces += new
-                lens[i] = sum(map(len, new))
-                prev = i + 1
-            pieces.append(arr[starts[prev]:])
-            out.arrays[f] = np.concatenate(pieces)
-            out.lens[f] = lens
+        arrays = out.arrays
+        arrays.blocks, arrays.changed, arrays.lens = list(blocks), changed, out.lens
+        # (from this one while it has them; else joined from the blocks when asked for)
+        arrays.base = self if any(f in self.arrays for f in MEMORY_ARRAYS) else None
+        for f in self.arrays:
+            if f not in MEMORY_ARRAYS:
+                arrays[f], out.lens[f] = _splice(self, f, blocks, changed)
         return out

@@ -96,3 +96,21 @@ def test_undo_puts_back_blocks_and_checkpoints_with_host_costs(resumed):
 
 def test_undo_puts_back_blocks_and_checkpoints_on_an_app(resumed):
     check_undo_puts_blocks_back(app_model("inception"), machine_model("p100:1"), 6, 13, resumed)
+
+
+def test_resumed_times_are_all_written(resumed, monkeypatch):
+    """A program-order run takes its times' arrays unzeroed (np.empty) and the host-less
+    phases from arrays kept between runs: with every fresh np.empty array full of garbage
+    (NaN, -7), resumed runs still equal full ones (each node's times written: copied from
+    the last run before the checkpoint, by the loop after it), and the kept arrays stay
+    zeros (the loop only reads them)."""
+    real = np.empty
+
+    def garbage(shape, dtype=float, *args, **kwargs):
+        out = real(shape, dtype, *args, **kwargs)
+        out.fill(np.nan if np.dtype(dtype).kind == "f" else -7)
+        return out
+    monkeypatch.setattr(np, "empty", garbage)
+    check_resumed_equals_full(cnn()[0], machine_model("p100:1"), 10, 9, resumed)
+    zeros, ptr = listsched._NO_HOST
+    assert len(zeros) and not zeros.any() and not ptr.any()

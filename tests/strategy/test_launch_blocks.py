@@ -109,3 +109,33 @@ def test_spliced_joins_its_memory_arrays_from_its_own_blocks(build):
         spliced += any(not np.array_equal(lazy.arrays[f], got.arrays[f])
                        for f in MEMORY_ARRAYS)
     assert spliced, "some change should have changed the memory arrays"
+
+
+@pytest.mark.parametrize("build", [mlp, cnn, lstm_model], ids=["mlp", "cnn", "lstm"])
+def test_timed_change_splices_memory_arrays_only_when_asked(build, monkeypatch):
+    """A timed change splices the time's arrays but not the memory arrays (most are undone
+    before their peak); complete() splices those from the Joined of before, which then
+    holds on to no Joined of before (no chain kept alive from change to change)."""
+    monkeypatch.setattr(delta, "SPLICE_SHARE", 1.0)
+    model = build()[0]
+    rng = random.Random(5)
+    session = SimulationSession(model, machine_model("p100:1"), CostModel(),
+                                random_strategy(model, 4, 5))
+    lazy = 0
+    for k in range(16):
+        op = rng.choice(model.ops)
+        before = session._joined
+        had = all(f in before.arrays for f in MEMORY_ARRAYS)      # (not via __missing__)
+        session.change_timed([(op.name, random_strategy(model, 4, 300 + k)[op.name])])
+        joined = session._joined
+        if joined is not before and had:
+            lazy += 1
+            assert not any(f in joined.arrays for f in MEMORY_ARRAYS)
+            assert joined.arrays.base is before
+        if k % 2:
+            session.undo()
+            continue
+        session.complete()
+        check_joined(session)
+        assert getattr(session._joined.arrays, "base", None) is None
+    assert lazy, "some timed change should have spliced"
