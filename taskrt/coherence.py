@@ -353,30 +353,81 @@ class RegionPlanner:
                 held.add((device, rect))
                 return
         covered = 0
-        by_source: dict[int, list[Rect]] = {}
         lacking = []
+        by_writer: dict[int, list] = {}     # the pieces lacked, by their first holder
         for i, r, holders in st.valid.overlapping(rect):
             piece = r.intersect(rect)
             covered += piece.volume
             if device in holders:
                 continue
             lacking.append((i, r, piece, holders))
-            src = self._choose_source(holders, device, piece.volume)
-            pieces = by_source.get(src)
-            if pieces is None:
-                by_source[src] = [piece]
+            group = by_writer.get(holders[0])
+            if group is None:
+                by_writer[holders[0]] = [(piece, holders)]
             else:
-                pieces.append(piece)
+                group.append((piece, holders))
         if covered != rect.volume:
             raise PlanError(f"Launch '{launch.name}' point {color} on device {device} reads "
                             f"'{self.region.name}'{rect}, but only {covered} of its "
                             f"{rect.volume} elements were ever written. Write the region "
                             "first, or declare it as initial data of the plan.")
+        by_source: dict[int, list[Rect]] = {}
+        for group in by_writer.values():
+            self._group_sources(group, device, by_source)
         for src, pieces in by_source.items():
             for piece in merge_adjacent(pieces) if len(pieces) > 1 else pieces:
                 self._copy(launch.name, piece, src, device, out)
         st.add_holder_to(lacking, device)
         held.add((device, rect))
+
+    def _group_sources(self, group, device: int, by_source: dict) -> None:
+        """The sources of one read's lacking pieces that have the same first holder (writer)
+        [(piece, holders)], into `by_source` (source -> pieces). Those with a holder on the
+        reader's rank, and those with none, each come from one holder where one holds them
+        all (on the rank, for the first): the one _choose_source picks among those; where
+        none does, each piece's own pick. Picks see the counts as they were before the group;
+        the group's elements are then counted by source. Earlier readers partitioned
+        differently cut a producer's piece into fragments held by different readers; picked
+        and counted one by one, the fragments went to different holders (each count raised
+        made the next fragment another holder's): thousands of tiny copies that no merge
+        could join (design.md "Simulator speed", 2026-12-06). A gather's parts are one
+        piece per writer each: spread as before. Choices and counts go through
+        _choose_source alone (slabplans.py records and replays them): picks counting
+        nothing, then a count of one holder per source."""
+        choose = self._choose_source
+        if len(group) == 1:
+            piece, holders = group[0]
+            src = choose(holders, device, piece.volume)
+            pieces = by_source.get(src)
+            if pieces is None:
+                by_source[src] = [piece]
+            else:
+                pieces.append(piece)
+            return
+        ranks = self._ranks
+        rank = ranks[device]
+        near, far = [], []
+        for item in group:
+            (near if any(ranks[h] == rank for h in item[1]) else far).append(item)
+        counts: dict[int, int] = {}
+        for part in (near, far):
+            one = None
+            if len(part) > 1:
+                common = set(part[0][1]).intersection(*(h for _, h in part[1:]))
+                if part is near:
+                    common = {h for h in common if ranks[h] == rank}
+                if common:
+                    one = choose(tuple(h for h in part[0][1] if h in common), device, 0)
+            for piece, holders in part:
+                src = choose(holders, device, 0) if one is None else one
+                counts[src] = counts.get(src, 0) + piece.volume
+                pieces = by_source.get(src)
+                if pieces is None:
+                    by_source[src] = [piece]
+                else:
+                    pieces.append(piece)
+        for src, elements in counts.items():
+            choose((src,), device, elements)
 
     def _choose_source(self, holders, device: int, elements: int) -> int:
         """The holder to copy `elements` from onto `device`: one on the same rank if any,
