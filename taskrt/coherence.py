@@ -29,6 +29,7 @@ from typing import Iterable
 from .bufferaccesses import BufferAccesses
 from .errors import PlanError
 from .geometry import Rect, inside_test, merge_adjacent, subtract_all
+from .holders import _LONG, Holders  # noqa: F401  (_LONG: tests/taskrt/test_holders.py)
 from .privilege import Privilege
 from .pendingsums import PendingSums
 from .rectindex import RectIndex
@@ -40,51 +41,6 @@ _R, _WD, _RW, _RED = (Privilege.READ, Privilege.WRITE_DISCARD, Privilege.READ_WR
 # The shortcuts below that do what the general code does with fewer calls (access_points'
 # reads, _reduce_targets' first sum); off only to compare the two (test_aligned_plans.py).
 FAST_PATHS = True
-
-
-class Holders:
-    """The devices holding a valid piece's current value, in the order they got it (its
-    writer first), with a set for membership once there are more than _LONG of them. Each
-    valid item owns its Holders (a piece split off gets a copy), so a new holder is appended
-    in place. As tuples, data parallelism on n devices made every replica's write of a
-    weight copy an n-tuple (`holders + (device,)`) and every point's read scan one
-    (`device in holders`): ~4n holder entries touched per graph node (call counts in
-    docs/design.md, "Holder lists are owned and appended")."""
-    __slots__ = ("order", "_members")
-
-    def __init__(self, devices: Iterable[int]):
-        self.order = list(devices)
-        self._members = set(self.order) if len(self.order) > _LONG else None
-
-    def __contains__(self, device: int) -> bool:
-        members = self._members
-        return device in (self.order if members is None else members)
-
-    def __len__(self) -> int:
-        return len(self.order)
-
-    def __iter__(self):
-        return iter(self.order)
-
-    def __getitem__(self, i: int) -> int:
-        return self.order[i]
-
-    def __repr__(self) -> str:
-        return f"Holders({self.order})"
-
-    def append(self, device: int) -> None:
-        order, members = self.order, self._members
-        order.append(device)
-        if members is not None:
-            members.add(device)
-        elif len(order) > _LONG:
-            self._members = set(order)
-
-    def copy(self) -> "Holders":
-        return Holders(self.order)
-
-
-_LONG = 8       # holder lists longer than this get a set for membership
 
 
 def _first(item):
@@ -361,11 +317,7 @@ class RegionPlanner:
             if device in holders:
                 continue
             lacking.append((i, r, piece, holders))
-            group = by_writer.get(holders[0])
-            if group is None:
-                by_writer[holders[0]] = [(piece, holders)]
-            else:
-                group.append((piece, holders))
+            by_writer.setdefault(holders[0], []).append((piece, holders))
         if covered != rect.volume:
             raise PlanError(f"Launch '{launch.name}' point {color} on device {device} reads "
                             f"'{self.region.name}'{rect}, but only {covered} of its "
@@ -381,19 +333,15 @@ class RegionPlanner:
         held.add((device, rect))
 
     def _group_sources(self, group, device: int, by_source: dict) -> None:
-        """The sources of one read's lacking pieces that have the same first holder (writer)
-        [(piece, holders)], into `by_source` (source -> pieces). Those with a holder on the
-        reader's rank, and those with none, each come from one holder where one holds them
-        all (on the rank, for the first): the one _choose_source picks among those; where
-        none does, each piece's own pick. Picks see the counts as they were before the group;
-        the group's elements are then counted by source. Earlier readers partitioned
-        differently cut a producer's piece into fragments held by different readers; picked
-        and counted one by one, the fragments went to different holders (each count raised
-        made the next fragment another holder's): thousands of tiny copies that no merge
-        could join (design.md "Simulator speed", 2026-12-06). A gather's parts are one
-        piece per writer each: spread as before. Choices and counts go through
-        _choose_source alone (slabplans.py records and replays them): picks counting
-        nothing, then a count of one holder per source."""
+        """Sources of a read's lacking pieces [(piece, holders)] with one first holder (their
+        writer), into `by_source` (source -> pieces). Those with a holder on the reader's
+        rank, and those without, each come from one holder where one holds them all (picked
+        among those), else each from its own pick; picks see the counts as before the group,
+        which then counts its elements by source. Fragments of one producer's piece, held by
+        different earlier readers, picked and counted one by one went to alternating holders:
+        thousands of copies no merge joins (design.md, 2026-12-06). A gather's parts (one
+        piece per writer) are spread as before. Every pick and count is a _choose_source call
+        (slabplans.py records and replays them)."""
         choose = self._choose_source
         if len(group) == 1:
             piece, holders = group[0]
