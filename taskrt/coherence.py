@@ -29,6 +29,7 @@ from typing import Iterable
 from .bufferaccesses import BufferAccesses
 from .errors import PlanError
 from .geometry import Rect, inside_test, merge_adjacent, subtract_all
+from .holders import _LONG, Holders  # noqa: F401  (_LONG: tests/taskrt/test_holders.py)
 from .privilege import Privilege
 from .pendingsums import PendingSums
 from .rectindex import RectIndex
@@ -40,51 +41,6 @@ _R, _WD, _RW, _RED = (Privilege.READ, Privilege.WRITE_DISCARD, Privilege.READ_WR
 # The shortcuts below that do what the general code does with fewer calls (access_points'
 # reads, _reduce_targets' first sum); off only to compare the two (test_aligned_plans.py).
 FAST_PATHS = True
-
-
-class Holders:
-    """The devices holding a valid piece's current value, in the order they got it (its
-    writer first), with a set for membership once there are more than _LONG of them. Each
-    valid item owns its Holders (a piece split off gets a copy), so a new holder is appended
-    in place. As tuples, data parallelism on n devices made every replica's write of a
-    weight copy an n-tuple (`holders + (device,)`) and every point's read scan one
-    (`device in holders`): ~4n holder entries touched per graph node (call counts in
-    docs/design.md, "Holder lists are owned and appended")."""
-    __slots__ = ("order", "_members")
-
-    def __init__(self, devices: Iterable[int]):
-        self.order = list(devices)
-        self._members = set(self.order) if len(self.order) > _LONG else None
-
-    def __contains__(self, device: int) -> bool:
-        members = self._members
-        return device in (self.order if members is None else members)
-
-    def __len__(self) -> int:
-        return len(self.order)
-
-    def __iter__(self):
-        return iter(self.order)
-
-    def __getitem__(self, i: int) -> int:
-        return self.order[i]
-
-    def __repr__(self) -> str:
-        return f"Holders({self.order})"
-
-    def append(self, device: int) -> None:
-        order, members = self.order, self._members
-        order.append(device)
-        if members is not None:
-            members.add(device)
-        elif len(order) > _LONG:
-            self._members = set(order)
-
-    def copy(self) -> "Holders":
-        return Holders(self.order)
-
-
-_LONG = 8       # holder lists longer than this get a set for membership
 
 
 def _first(item):
@@ -353,30 +309,73 @@ class RegionPlanner:
                 held.add((device, rect))
                 return
         covered = 0
-        by_source: dict[int, list[Rect]] = {}
         lacking = []
+        by_writer: dict[int, list] = {}     # the pieces lacked, by their first holder
         for i, r, holders in st.valid.overlapping(rect):
             piece = r.intersect(rect)
             covered += piece.volume
             if device in holders:
                 continue
             lacking.append((i, r, piece, holders))
-            src = self._choose_source(holders, device, piece.volume)
-            pieces = by_source.get(src)
-            if pieces is None:
-                by_source[src] = [piece]
-            else:
-                pieces.append(piece)
+            by_writer.setdefault(holders[0], []).append((piece, holders))
         if covered != rect.volume:
             raise PlanError(f"Launch '{launch.name}' point {color} on device {device} reads "
                             f"'{self.region.name}'{rect}, but only {covered} of its "
                             f"{rect.volume} elements were ever written. Write the region "
                             "first, or declare it as initial data of the plan.")
+        by_source: dict[int, list[Rect]] = {}
+        for group in by_writer.values():
+            self._group_sources(group, device, by_source)
         for src, pieces in by_source.items():
             for piece in merge_adjacent(pieces) if len(pieces) > 1 else pieces:
                 self._copy(launch.name, piece, src, device, out)
         st.add_holder_to(lacking, device)
         held.add((device, rect))
+
+    def _group_sources(self, group, device: int, by_source: dict) -> None:
+        """Sources of a read's lacking pieces [(piece, holders)] with one first holder (their
+        writer), into `by_source` (source -> pieces). Those with a holder on the reader's
+        rank, and those without, each come from one holder where one holds them all (picked
+        among those), else each from its own pick; picks see the counts as before the group,
+        which then counts its elements by source. Fragments of one producer's piece, held by
+        different earlier readers, picked and counted one by one went to alternating holders:
+        thousands of copies no merge joins (design.md, 2026-12-06). A gather's parts (one
+        piece per writer) are spread as before. Every pick and count is a _choose_source call
+        (slabplans.py records and replays them)."""
+        choose = self._choose_source
+        if len(group) == 1:
+            piece, holders = group[0]
+            src = choose(holders, device, piece.volume)
+            pieces = by_source.get(src)
+            if pieces is None:
+                by_source[src] = [piece]
+            else:
+                pieces.append(piece)
+            return
+        ranks = self._ranks
+        rank = ranks[device]
+        near, far = [], []
+        for item in group:
+            (near if any(ranks[h] == rank for h in item[1]) else far).append(item)
+        counts: dict[int, int] = {}
+        for part in (near, far):
+            one = None
+            if len(part) > 1:
+                common = set(part[0][1]).intersection(*(h for _, h in part[1:]))
+                if part is near:
+                    common = {h for h in common if ranks[h] == rank}
+                if common:
+                    one = choose(tuple(h for h in part[0][1] if h in common), device, 0)
+            for piece, holders in part:
+                src = choose(holders, device, 0) if one is None else one
+                counts[src] = counts.get(src, 0) + piece.volume
+                pieces = by_source.get(src)
+                if pieces is None:
+                    by_source[src] = [piece]
+                else:
+                    pieces.append(piece)
+        for src, elements in counts.items():
+            choose((src,), device, elements)
 
     def _choose_source(self, holders, device: int, elements: int) -> int:
         """The holder to copy `elements` from onto `device`: one on the same rank if any,

@@ -74,17 +74,17 @@ GOLDEN = {
     ('mlp', 2): 'ad072faec1b224967290149e555cef5e',
     ('mlp', 3): 'b09d8c1a4112e58ef5b68deab7d5f534',
     ('cnn', None): '7ba3288851ecf2b1ef0bb823f77a2d9f',
-    ('cnn', 1): 'a4eb788a7c6b5b1904dfc9d708cc1229',
+    ('cnn', 1): '5b5ef6333ade942a490d5709cc7ebd8e',
     ('cnn', 2): '5090a454627bca80954d43e7051402fa',
-    ('cnn', 3): '85c8f4018aa4c5b0c6cb9271b7735ed8',
+    ('cnn', 3): 'bc7d8ff8c96b9c0d9e72db42fc673e5d',
     ('lstm', None): 'e72a9207bbf04b3d298d4a86aef55f7e',
     ('lstm', 1): 'b1bf8d643424cfbbc744e0f04b585b15',
     ('lstm', 2): '08a1bf18c5e4d1baf7ccecb0b1e40e8a',
-    ('lstm', 3): '1a51a68c0c1335192e819a7baa5314a9',
+    ('lstm', 3): '7c6c323bc852acbfe5cd1c7e0610fe32',
     ('inception', None): '2fd38f76c435b0da9b6980120efba42a',
-    ('inception', 5): '4453e84e72fd700ed73edd4cccf74290',
+    ('inception', 5): 'd3f331e75ba574546d5c201c6848a5a5',
     ('nmt', None): '9c762b7b6ea3625acbec3c62c74fd013',
-    ('nmt', 5): '99f36f5e29b0980779e64275d3fbb354',
+    ('nmt', 5): 'd4552821214c19b8e451d85ee21d1a3f',
 }
 
 

@@ -147,3 +147,22 @@ def test_merge_adjacent_stops_early_with_the_rounds_result():
         assert merge_adjacent(keep) == want, keep
         several += len(want) < len(keep) - 1
     assert several > 300
+
+
+def test_fragments_held_by_different_readers_come_from_one_holder():
+    """A writer's piece cut into a checkerboard of fragments by two earlier readers (rows on
+    device 1, columns on device 2: fragments held by {0}, {0, 1}, {0, 2}, {0, 1, 2}), then
+    read whole on device 3 of the same rank: one copy from the writer, which holds every
+    fragment. Picking a holder per fragment (least sent so far, per fragment) made 36
+    copies of single rows and cells from devices 0, 1 and 2, which no merge can join
+    (RegionPlanner._group_sources)."""
+    value = torch.arange(64.0).reshape(8, 8)
+    seen = []
+    launches = [one("w", X, FULL, WD, 0, task=lambda ctx, _: value.clone())]
+    launches += [one(f"row{k}", X, Rect.of((2 * k, 2 * k + 1), (0, 8)), R, 1) for k in range(4)]
+    launches += [one(f"col{k}", X, Rect.of((0, 8), (2 * k, 2 * k + 1)), R, 2) for k in range(4)]
+    launches += [one("all", X, FULL, R, 3, task=lambda ctx, x: seen.append(x.clone()))]
+    g = plan(launches, M4)
+    assert [(c.src, c.rect) for c in copies(g) if c.dst == 3] == [(0, FULL)]
+    LocalExecutor(g).run()
+    assert torch.equal(seen[0], value)
