@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections import Counter
+from operator import attrgetter, itemgetter
 
 from .coherence import RegionPlanner
 from .errors import PlanError
@@ -119,19 +120,13 @@ def slab_plan(planner, name: str, log) -> RegionPlan | None:
     parts_of: list[list] = [[] for _ in starts]         # per slab: (entry, access positions)
     sigs: list[list] = [[] for _ in starts]
     where: list[list] = []              # per entry: (slab, index in its parts, positions)
+    at_d = itemgetter(d)
     for e, (li, reads, accesses) in enumerate(log):
         lp = plans[li]
         points = lp.points
-        if reads and len({bisect_right(starts, r.lo[d]) for _, _, r in reads}) > 1:
+        if reads and len(_by_slab(list(map(at_d, map(_lo, map(_third, reads)))), starts)) > 1:
             return _refuse("an entry reads in several slabs")
-        by_slab: dict[int, list[int]] = {}
-        for a, (_, _, req) in enumerate(accesses):
-            k = bisect_right(starts, req.rect.lo[d]) - 1
-            got = by_slab.get(k)
-            if got is None:
-                by_slab[k] = [a]
-            else:
-                got.append(a)
+        by_slab = _by_slab(list(map(at_d, map(_lo, map(_rect, map(_third, accesses))))), starts)
         mine = []
         for k, positions in by_slab.items():
             base = starts[k]
@@ -234,6 +229,14 @@ def slab_plan(planner, name: str, log) -> RegionPlan | None:
     OWN_SLABS[0] += len(own)
     nodes, per_entry, size = [], [], 0
     for (li, _, accesses), mine in zip(log, where):
+        if len(mine) == 1 and len(mine[0][2]) == len(accesses):
+            # (most entries: all in one slab, its part's accesses in the entry's order)
+            k, j, _ = mine[0]
+            items = per_slab[k].nodes[j]
+            nodes.append(items)
+            size += len(items) if items else 0
+            per_entry.append(list(per_slab[k].accesses[j]))
+            continue
         items = None
         got: list = [None] * len(accesses)
         for k, j, positions in mine:
@@ -263,6 +266,26 @@ def slab_plan(planner, name: str, log) -> RegionPlan | None:
         per_entry[0] = [((), (ReduceTarget(req.rect, False, False),))
                         for _, _, req in whole_log[0][2]]
     return RegionPlan(final, nodes, per_entry, size, name, tuple(li for li, _, _ in log))
+
+
+def _by_slab(at: list, starts: list) -> dict:
+    """{slab: positions in `at`} for a log entry's access rects' lo along d (`at`), slabs in
+    the order first met: what bisecting each in `starts` gives. All in one slab (most
+    entries) is seen from the least and the greatest alone (bisect is monotone)."""
+    if not at:
+        return {}
+    k = bisect_right(starts, min(at))
+    if k == bisect_right(starts, max(at)):
+        return {k - 1: range(len(at))}
+    by_slab: dict[int, list[int]] = {}
+    for a, lo in enumerate(at):
+        k = bisect_right(starts, lo) - 1
+        got = by_slab.get(k)
+        if got is None:
+            by_slab[k] = [a]
+        else:
+            got.append(a)
+    return by_slab
 
 
 def _entry(plans, log, e, parts, name) -> tuple:
@@ -330,16 +353,16 @@ class _ForcedPlanner(_RecordingPlanner):
 def _slabs(region, log):
     """(d, slab starts, slab ends) for the dimension along which the log's access rects fall
     into the most slabs (two or more; a slab: a union of rects' extents there), or None."""
-    spans = [set() for _ in range(region.rect.ndim)]
+    rects = []
     for _, _, accesses in log:
-        for _, _, req in accesses:
-            r = req.rect
-            if r.empty:
-                return None
-            for d, lo_hi in enumerate(zip(r.lo, r.hi)):
-                spans[d].add(lo_hi)
+        rects += map(_rect, map(_third, accesses))
+    if any(map(_empty, rects)):
+        return None
+    los, his = list(map(_lo, rects)), list(map(_hi, rects))
     best = None
-    for d, found in enumerate(spans):
+    for d in range(region.rect.ndim):
+        at = itemgetter(d)
+        found = set(zip(map(at, los), map(at, his)))         # (by C loops)
         merged: list[list[int]] = []
         for a, b in sorted(found):
             if merged and a < merged[-1][1]:
@@ -352,6 +375,10 @@ def _slabs(region, log):
     if best is None:
         return None
     return best[0], [a for a, _ in best[1]], [b for _, b in best[1]]
+
+
+_empty, _lo, _hi = attrgetter("empty"), attrgetter("lo"), attrgetter("hi")
+_rect, _third = attrgetter("rect"), itemgetter(2)      # (an access's req, a read's rect)
 
 
 class _SumsMet(Exception):
@@ -486,14 +513,36 @@ def _bounding_rects(final, log, plans, where, per_entry, slab_touches) -> bool:
             else:
                 for t in targets:
                     order.setdefault((t.partial, device))
-    boxes: dict[tuple, Rect] = {}
+    # A buffer's box over the slabs: its rect in each distinct slab plan moved by that plan's
+    # least and greatest delta along d (the union of a rect's moves along one dimension is
+    # the rect stretched there), then those few boxes joined (Rect.union_bbox ignores an
+    # empty rect; access rects are never empty here, so none is expected: else refuse).
+    moves: dict[tuple, dict] = {}           # (partial, device) -> {id(rect): [rect, d, lo, hi]}
     for rp, dd, delta in final.slabs:
-        shift = rect_mover(dd, delta) if delta else None
         for partial, rects in ((False, rp.instance_rects), (True, rp.partial_rects)):
             for device, r in rects.items():
-                r = shift(r) if shift else r
-                old = boxes.get((partial, device))
-                boxes[partial, device] = r if old is None else old.union_bbox(r)
+                got = moves.setdefault((partial, device), {}).get(id(r))
+                if got is None:
+                    if r.empty:
+                        return False
+                    moves[partial, device][id(r)] = [r, dd, delta, delta]
+                elif got[1] != dd:
+                    return False            # (one d for every slab: not expected)
+                elif delta < got[2]:
+                    got[2] = delta
+                elif delta > got[3]:
+                    got[3] = delta
+    boxes: dict[tuple, Rect] = {}
+    for key, found in moves.items():
+        box = None
+        for r, dd, least, most in found.values():
+            if least or most:
+                lo, hi = list(r.lo), list(r.hi)
+                lo[dd] += least
+                hi[dd] += most
+                r = Rect(tuple(lo), tuple(hi))
+            box = r if box is None else box.union_bbox(r)
+        boxes[key] = box
     if order.keys() != boxes.keys():
         return False                        # (not expected: then plan the region whole)
     for key in order:
