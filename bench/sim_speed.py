@@ -78,6 +78,11 @@ def _clock() -> float:
 
 
 def measure(app: str, gpus: int, small: bool, changes: int, rebuilds: int, seed: int = 0):
+    """Build + full simulation, then `changes` random changes (delta) of which the first
+    `rebuilds` are also rebuilt and simulated in full (rebuild_s, ratio: None without)."""
+    if changes < 1 or not 0 <= rebuilds <= changes:
+        raise ValueError(f"bench.sim_speed.measure: changes={changes}, rebuilds={rebuilds}; "
+                         "give changes >= 1 and 0 <= rebuilds <= changes")
     from strategy.costs import CostModel
     from strategy.costs.app_profile import load_app
     from strategy.delta import SimulationSession
@@ -134,10 +139,12 @@ def measure(app: str, gpus: int, small: bool, changes: int, rebuilds: int, seed:
         finally:
             gc.unfreeze()
     # The mean, so that the periodic collections count; the median beside it.
-    delta, rebuild = statistics.mean(deltas), statistics.median(rebuilt)
+    delta = statistics.mean(deltas)
+    rebuild = statistics.median(rebuilt) if rebuilt else None
     return {"nodes": len(graph), "build_s": build, "full_sim_s": sim, "delta_s": delta,
             "delta_median_s": statistics.median(deltas),
-            "delta_p90_s": sorted(deltas)[int(0.9 * (len(deltas) - 1))], "rebuild_s": rebuild, "ratio": rebuild / delta, "paper_ratio": PAPER_RATIO[app, gpus],
+            "delta_p90_s": sorted(deltas)[int(0.9 * (len(deltas) - 1))], "rebuild_s": rebuild,
+            "ratio": None if rebuild is None else rebuild / delta, "paper_ratio": PAPER_RATIO[app, gpus],
             "build_us_per_node": build / len(graph) * 1e6,
             "sim_us_per_node": sim / len(graph) * 1e6, "changes": changes,
             "rebuilds": rebuilds, "makespan_s": full.makespan}
