@@ -29,7 +29,7 @@ from typing import Iterable
 from .bufferaccesses import BufferAccesses
 from .errors import PlanError
 from .geometry import Rect, inside_test, merge_adjacent, subtract_all
-from .holders import _LONG, Holders  # noqa: F401  (_LONG: tests/taskrt/test_holders.py)
+from .holders import Holders
 from .privilege import Privilege
 from .pendingsums import PendingSums
 from .rectindex import RectIndex

@@ -1,9 +1,9 @@
-"""Holder lists (coherence.Holders): each valid piece owns its list and a new holder is
+"""Holder lists (taskrt/holders.py): each valid piece owns its list and a new holder is
 appended in place, with a set for membership once the list is long. These check that a piece
 split off keeps its own holders and that the set follows the list, through the plans they
 decide (which device a copy comes from, whether one is needed, final_valid)."""
 from taskrt import R, WD, Machine, Rect, Region, plan
-from taskrt.coherence import _LONG
+from taskrt.holders import _LONG
 
 from taskrt_helpers import copies, launch, one
 
