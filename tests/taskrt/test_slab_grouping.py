@@ -26,17 +26,34 @@ def _walk_slabs(ndim, log):
                 spans[d].add(lo_hi)
     best = None
     for d, found in enumerate(spans):
-        merged = []
-        for a, b in sorted(found):
-            if merged and a < merged[-1][1]:
-                merged[-1][1] = max(merged[-1][1], b)
-            else:
-                merged.append([a, b])
+        merged = _components(found)
         if len(merged) > 1 and (best is None or len(merged) > len(best[1])):
             best = (d, merged)
     if best is None:
         return None
     return best[0], [a for a, _ in best[1]], [b for _, b in best[1]]
+
+
+def _components(spans):
+    """The spans [a, b) joined where they overlap (not where they only touch), transitively:
+    by pairs (not the sorted sweep slabplans uses), each group as (lowest a, highest b), in
+    order."""
+    spans = list(spans)
+    group = list(range(len(spans)))
+
+    def root(i):
+        while group[i] != i:
+            i = group[i]
+        return i
+    for i, (a, b) in enumerate(spans):
+        for j, (c, e) in enumerate(spans[:i]):
+            if a < e and c < b:
+                group[root(i)] = root(j)
+    joined = {}
+    for i, (a, b) in enumerate(spans):
+        lo, hi = joined.get(root(i), (a, b))
+        joined[root(i)] = (min(lo, a), max(hi, b))
+    return sorted(joined.values())
 
 
 def _rect(rng, ndim, empty_chance):
