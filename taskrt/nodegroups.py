@@ -34,7 +34,7 @@ class NodeGroup:
     pred_gid: np.ndarray        # flattened predecessors: their group id ...
     pred_idx: np.ndarray        # ... and index in that group
     staged: list | None = None  # per node: the copies behind a reduce's inputs (or None)
-    # A class member's read group: its template entry's groupcolumns.EntryColumns, which
+    # A class member's read group: its template entry's othercolumns.EntryColumns, which
     # also say which copies stage its reduces' inputs (then `staged` is None); None: a
     # one-shot graph reads the group's columns from its nodes.
     columns: object = None

@@ -14,7 +14,7 @@ tests/taskrt/test_stamped_reads.py). The pairs are those Planner._resolve gives 
 moved refs (distinct there by a set; distinct here because moving is one to one), in
 another order within a node: the graph sorts each node's predecessors
 (graphview.sorted_rows). A template entry's nodes are also read once as columns
-(groupcolumns.EntryColumns), which every member's group hands to the graph's columns.
+(othercolumns.EntryColumns), which every member's group hands to the graph's columns.
 """
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ class EntryRefs:
         # are read (_compile), not by np.unique (~6 us a call on an entry's few refs).
         self.task_pos, self.node_pos = task_pos, node_pos
         self.staged = staged        # None, or per node None / [flat position or -1]
-        # The entry's groupcolumns.EntryColumns (its staged copies by index in the entry),
+        # The entry's othercolumns.EntryColumns (its staged copies by index in the entry),
         # or None (read from a member's nodes).
         self.columns = columns
         # The indices of the entry's nodes that the template's tasks name (TemplateReads):
