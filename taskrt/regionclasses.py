@@ -292,7 +292,8 @@ class _AlikeSignatures:
         return got
 
 
-_second, _third, _rect = itemgetter(1), itemgetter(2), attrgetter("rect")
+_first, _second, _third = itemgetter(0), itemgetter(1), itemgetter(2)
+_rect = attrgetter("rect")
 
 
 def plan_alone(planner, name: str, entries: list[tuple], rp=None) -> RegionPlan:
@@ -320,6 +321,10 @@ def merged_per_point(accesses, planned: list) -> list:
     RegionPlanner gave each access (`planned`, aligned with `accesses`): a point's preds
     on the region are the union over its accesses of it (in a set's order; a tuple), as
     Planner._plan_accesses keeps them per point."""
+    if len(set(map(_first, accesses))) == len(accesses):
+        # (each point accesses the region once, as in most launches: its preds are that
+        # access's; no union to make)
+        return [(tuple(preds) if preds else (), t) for preds, t in planned]
     merged: dict[int, tuple] = {}
     targets = []
     for (pi, _, _), (preds, t) in zip(accesses, planned):

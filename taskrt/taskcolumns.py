@@ -6,7 +6,8 @@ template gave them with the launch indices and nodes to move them by (RegionClas
 next_entry; launchplan.LaunchPlan.columns). A column's task refs (launch, point) are read
 once into arrays (`compile_column`: per access Python, once per template entry, which all
 of a class's members share), and a member's are its template's with each launch index
-replaced by its group id: one small table per column, no Python per access. The group's
+replaced by its group id: a small table per launch (its columns' template launches), no
+Python per access, and numpy calls per launch, not per column. The group's
 predecessor arrays are those pairs, each point's own ref dropped, with its node refs and
 state source, deduplicated per point: the pairs of the per-point sets Planner._build_tasks
 makes (tests/taskrt/test_plan_columns.py), each node's in ascending order (the graph sorts
@@ -70,6 +71,12 @@ def build_task_group(planner, key: tuple, lp, cache: dict | None) -> NodeGroup:
     gids, gid_of = planner._gids, planner._gid
     pis, gs, qs = [], [], []
     targets: list | None = None
+    # The columns' task refs are gathered, and resolved by one table of group ids (per
+    # column and template launch), for the whole launch at once; their node refs by one
+    # C loop: a launch's numpy calls do not grow with its columns (regions).
+    t_pi, t_row, t_q, t_self = [], [], [], []
+    table, mine = [], []            # per (column, launch it refers to): group id, is it li
+    node_pi, node_refs = [], []
     for accesses, per_access, moves in lp.columns:
         shared = moves is not None and cache is not None
         column = cache.get(id(per_access)) if shared else None
@@ -79,7 +86,7 @@ def build_task_group(planner, key: tuple, lp, cache: dict | None) -> NodeGroup:
                 cache[id(per_access)] = column
         li_of, node_of = moves if moves is not None else (None, None)
         if column.launches:
-            table, mine = [], []
+            base = len(table)
             for l in column.launches:
                 to = l if li_of is None else li_of[l]
                 g = gids.get((to, None))
@@ -87,24 +94,14 @@ def build_task_group(planner, key: tuple, lp, cache: dict | None) -> NodeGroup:
                     g = gid_of((to, None))
                 table.append(g)
                 mine.append(to == li)
-            g = np.array(table, dtype=np.int64)[column.launch_of]
-            if any(mine):
-                keep = ~(np.array(mine)[column.launch_of] & column.to_self)
-                pis.append(column.pi[keep])
-                gs.append(g[keep])
-                qs.append(column.q[keep])
-            else:
-                pis.append(column.pi)
-                gs.append(g)
-                qs.append(column.q)
+            t_pi.append(column.pi)
+            t_row.append(column.launch_of + base if base else column.launch_of)
+            t_q.append(column.q)
+            t_self.append(column.to_self)
         if column.nodes:
-            refs = column.nodes if node_of is None else map(node_of.__getitem__, column.nodes)
-            m = len(column.nodes)
-            where = np.fromiter(chain.from_iterable(map(_WHERE, refs)), dtype=np.int64,
-                                count=2 * m)      # (group, index) pairs, flat
-            pis.append(column.node_pi)
-            gs.append(where[0::2])
-            qs.append(where[1::2])
+            node_pi.append(column.node_pi)
+            node_refs.append(column.nodes if node_of is None else
+                             map(node_of.__getitem__, column.nodes))
         for pi, k, t in column.targets:
             if targets is None:
                 targets = [None] * n
@@ -112,6 +109,21 @@ def build_task_group(planner, key: tuple, lp, cache: dict | None) -> NodeGroup:
             if got is None:
                 got = targets[pi] = [None] * len(points[pi][2])
             got[k] = t
+    if table:
+        pi, row, q = _joined(t_pi), _joined(t_row), _joined(t_q)
+        g = np.array(table, dtype=np.int64)[row]
+        if any(mine):
+            keep = ~(np.array(mine)[row] & _joined(t_self))
+            pi, g, q = pi[keep], g[keep], q[keep]
+        pis.append(pi)
+        gs.append(g)
+        qs.append(q)
+    if node_refs:
+        where = np.fromiter(chain.from_iterable(map(_WHERE, chain.from_iterable(node_refs))),
+                            dtype=np.int64)         # (group, index) pairs, flat
+        pis.append(_joined(node_pi))
+        gs.append(where[0::2])
+        qs.append(where[1::2])
     srcs = lp.state_src                 # per point None or the task ref it takes state from
     if srcs.count(None) != n:
         has = np.fromiter(map(is_not, srcs, repeat(None)), dtype=bool, count=n)
@@ -122,10 +134,12 @@ def build_task_group(planner, key: tuple, lp, cache: dict | None) -> NodeGroup:
         keep = (ls != li) | (q != at)      # (its own task is no predecessor)
         if len(at) and keep.any():
             at, ls, q = at[keep], ls[keep], q[keep]
-            launches, row = np.unique(ls, return_inverse=True)
-            table = np.array([gid_of((x, None)) for x in launches.tolist()], dtype=np.int64)
+            # Each source launch's group id once, ascending (a backward's points take state
+            # from one launch: a dict of one, not np.unique's sort and inverse).
+            ls = ls.tolist()
+            table = {x: gid_of((x, None)) for x in sorted(set(ls))}
             pis.append(at)
-            gs.append(table[row.reshape(-1)])
+            gs.append(np.fromiter(map(table.__getitem__, ls), dtype=np.int64, count=len(ls)))
             qs.append(q)
     counts, pred_gid, pred_idx = _per_point(n, pis, gs, qs)
     # The nodes by C maps: a point without Red+ targets has (None,) * its requirements,
@@ -140,6 +154,11 @@ def build_task_group(planner, key: tuple, lp, cache: dict | None) -> NodeGroup:
     nodes = list(map(TaskNode, repeat(-1), repeat(lp.launch), colors, devices, reqs_of,
                      per_point))
     return NodeGroup(key, gid_of(key), nodes, counts, pred_gid, pred_idx)
+
+
+def _joined(arrays: list):
+    """One array of `arrays` (the one itself when alone)."""
+    return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
 
 
 def _per_point(n: int, pis: list, gs: list, qs: list) -> tuple:
