@@ -12,10 +12,9 @@ earliest start to their latest end (_uses). Then the allocation events,
 sorted by time (numpy's vectorised argsort: numba's sort was most of a sweep) and swept in
 that order, all devices at once (_peaks): per device, at one time releases come first, then
 allocations, then the releases of buffers whose last user takes no time
-(liveness.peak_bytes_of_users). The peak of a device
-is reached right after a time's allocations (every other event lowers the live bytes, and
-each device's first event is an allocation: a buffer allocated and released at one time is
-released late), so a sweep needs only, per (device, time), the sums of its releases, its
+(liveness.peak_bytes_of_users). The peak of a device is reached right after a time's
+allocations (every other event lowers the live bytes, and each device's first event is an
+allocation: a buffer allocated and released at one time is released late), so a sweep needs only, per (device, time), the sums of its releases, its
 allocations and its late releases: the order of events within one kind and time, which
 the sort may not keep, cannot change it. The result is the reference's exactly (integer
 sums; tests/strategy/test_delta_memory.py compares them on random cases). A sweep looks at
@@ -102,11 +101,11 @@ def _uses(users_buf, counts, start, end, sizes, dev, region, kept_mask, staging,
 
 def _peaks(times, bufs, order, sizes, flags, dev, peak, has_temp):
     """Sets peak[d] to device d's most temporary bytes live at once and has_temp[d] where
-    device d has a temporary with users (both passed in as zeros), from the events (times, bufs) taken in `order`
-    (by time; any order among equal times: see the module doc), in one pass: per time,
-    each device's sums of releases, allocations and late releases, then for each device
-    with events at that time its live bytes and peak (no grouping by device first: a
-    counting sort by device was a second pass of scattered writes and reads)."""
+    device d has a temporary with users (both passed in as zeros), from the events (times,
+    bufs) taken in `order` (by time; any order among equal times: see the module doc), in
+    one pass: per time, each device's sums of releases, allocations and late releases, then
+    for each device with events at that time its live bytes and peak (no grouping by device
+    first: a counting sort by device was a second pass of scattered writes and reads)."""
     num_dev = peak.shape[0]
     n = order.shape[0]
     live = np.zeros(num_dev, dtype=np.int64)
