@@ -14,9 +14,10 @@ that order, all devices at once (_peaks): per device, at one time releases come 
 allocations, then the releases of buffers whose last user takes no time
 (liveness.peak_bytes_of_users). The peak of a device is reached right after a time's
 allocations (every other event lowers the live bytes, and each device's first event is an
-allocation: a buffer allocated and released at one time is released late), so a sweep needs only, per (device, time), the sums of its releases, its
-allocations and its late releases: the order of events within one kind and time, which
-the sort may not keep, cannot change it. The result is the reference's exactly (integer
+allocation: a buffer allocated and released at one time is released late), so a sweep
+needs only, per (device, time), the sums of its releases, its allocations and its late
+releases: the order of events within one kind and time, which the sort may not keep,
+cannot change it. The result is the reference's exactly (integer
 sums; tests/strategy/test_delta_memory.py compares them on random cases). A sweep looks at
 the buffers its uses name only (their working entries live in a Scratch kept between
 sweeps), not at every id of the table, which holds several graphs' buffers.
