@@ -9,14 +9,15 @@ size persists (a staging buffer in use then adds its bytes to its device's persi
 ones, once), except saved state, which is always a temporary (what a buffer is, read at
 its first use in a sweep and kept as flag bits); a temporary lives from its users'
 earliest start to their latest end (_uses). Then the allocation events,
-sorted by time (numpy's vectorised argsort: numba's sort was most of a sweep) and grouped
-by device keeping that order (a counting pass, _peaks): at one time releases come first, then allocations, then the releases of
-buffers whose last user takes no time (liveness.peak_bytes_of_users). The peak of a device
-is reached right after a time's allocations (every other event lowers the live bytes, and
-each device's first event is an allocation: a buffer allocated and released at one time is
-released late), so a sweep needs only, per (device, time), the sums of its releases, its
-allocations and its late releases: the order of events within one kind and time, which
-the sort may not keep, cannot change it. The result is the reference's exactly (integer
+sorted by time (numpy's vectorised argsort: numba's sort was most of a sweep) and swept in
+that order, all devices at once (_peaks): per device, at one time releases come first, then
+allocations, then the releases of buffers whose last user takes no time
+(liveness.peak_bytes_of_users). The peak of a device is reached right after a time's
+allocations (every other event lowers the live bytes, and each device's first event is an
+allocation: a buffer allocated and released at one time is released late), so a sweep
+needs only, per (device, time), the sums of its releases, its allocations and its late
+releases: the order of events within one kind and time, which the sort may not keep,
+cannot change it. The result is the reference's exactly (integer
 sums; tests/strategy/test_delta_memory.py compares them on random cases). A sweep looks at
 the buffers its uses name only (their working entries live in a Scratch kept between
 sweeps), not at every id of the table, which holds several graphs' buffers.
@@ -101,51 +102,57 @@ def _uses(users_buf, counts, start, end, sizes, dev, region, kept_mask, staging,
 
 def _peaks(times, bufs, order, sizes, flags, dev, peak, has_temp):
     """Sets peak[d] to device d's most temporary bytes live at once and has_temp[d] where
-    device d has a temporary with users, from the events (times, bufs) taken in `order`
-    (by time; any order among equal times: see the module doc): grouped by device, keeping
-    that order (a counting sort), then swept per (device, time)."""
+    device d has a temporary with users (both passed in as zeros), from the events (times,
+    bufs) taken in `order` (by time; any order among equal times: see the module doc), in
+    one pass: per time, each device's sums of releases, allocations and late releases, then
+    for each device with events at that time its live bytes and peak (no grouping by device
+    first: a counting sort by device was a second pass of scattered writes and reads)."""
     num_dev = peak.shape[0]
     n = order.shape[0]
-    dev_ptr = np.zeros(num_dev + 1, dtype=np.int64)
-    for j in range(n):
-        b = bufs[j]
-        dev_ptr[dev[b if b >= 0 else -1 - b] + 1] += 1
-    for d in range(num_dev):
-        dev_ptr[d + 1] += dev_ptr[d]
-    fill = dev_ptr[:num_dev].copy()
-    by_dev = np.empty(n, dtype=np.int64)
-    for j in range(n):
-        e = order[j]
-        b = bufs[e]
-        d = dev[b if b >= 0 else -1 - b]
-        by_dev[fill[d]] = e
-        fill[d] += 1
-    for d in range(num_dev):
-        live = 0
-        best = 0
-        any_event = False      # the device has temporaries (its peak is listed, maybe 0)
-        j = dev_ptr[d]
-        while j < dev_ptr[d + 1]:
-            tj = times[by_dev[j]]
-            released, allocated, late_released, allocs = 0, 0, 0, 0
-            while j < dev_ptr[d + 1] and times[by_dev[j]] == tj:
-                b = bufs[by_dev[j]]
-                if b >= 0:
-                    allocated += sizes[b]
-                    allocs += 1
-                elif flags[-1 - b] & _LATE:
-                    late_released += sizes[-1 - b]
+    live = np.zeros(num_dev, dtype=np.int64)
+    released = np.zeros(num_dev, dtype=np.int64)
+    allocated = np.zeros(num_dev, dtype=np.int64)
+    late_released = np.zeros(num_dev, dtype=np.int64)
+    allocs = np.zeros(num_dev, dtype=np.int64)
+    at = np.zeros(num_dev, dtype=np.bool_)       # the device has events at this time
+    seen = np.empty(num_dev, dtype=np.int64)     # those devices, in order of first event
+    j = 0
+    while j < n:
+        tj = times[order[j]]
+        m = 0
+        while j < n:
+            e = order[j]
+            if times[e] != tj:
+                break
+            b = bufs[e]
+            if b >= 0:
+                d = dev[b]
+                allocated[d] += sizes[b]
+                allocs[d] += 1
+            else:
+                b = -1 - b
+                d = dev[b]
+                if flags[b] & _LATE:
+                    late_released[d] += sizes[b]
                 else:
-                    released += sizes[-1 - b]
-                j += 1
-            live -= released
-            live += allocated
-            if allocs and live > best:
-                best = live
-            any_event = True
-            live -= late_released
-        has_temp[d] = any_event
-        peak[d] = best
+                    released[d] += sizes[b]
+            if not at[d]:
+                at[d] = True
+                seen[m] = d
+                m += 1
+            j += 1
+        for q in range(m):
+            d = seen[q]
+            lv = live[d] - released[d] + allocated[d]
+            if allocs[d] and lv > peak[d]:
+                peak[d] = lv
+            live[d] = lv - late_released[d]
+            has_temp[d] = True
+            at[d] = False
+            released[d] = 0
+            allocated[d] = 0
+            late_released[d] = 0
+            allocs[d] = 0
 
 
 class Scratch:
