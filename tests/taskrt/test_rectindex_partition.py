@@ -238,3 +238,36 @@ def test_rectindex_grid_built_when_its_queries_pay_for_it():
         big.add(Rect((4 * k, 0), (4 * k + 4, 4)), k)
     assert big._cell is not None
     assert [v for _, _, v in big.overlapping(Rect((9, 1), (13, 2)))] == [2, 3]
+
+
+
+def test_on_demand_grid_cells_are_twice_the_typical_extent_and_follow_it():
+    """A grid_on_demand index (a region's valid pieces) has cells 2**_COARSER times those of an
+    ordinary index of the same items (their typical extent), and its drift check measures
+    that extent, not the cell: as the items grow 8x both rebuild at the same steps, so the
+    cells stay in that ratio. (A check measuring the coarser cell would rebuild later, or
+    not at all, leaving cells smaller than the items.) Every answer equals a brute-force
+    scan."""
+    def square(side, k, at=0):
+        return Rect((at + side * k, 0), (at + side * k + side, side))
+
+    factor = 1 << rectindex._COARSER
+    coarse, plain = RectIndex(disjoint=True, grid_on_demand=True), RectIndex(disjoint=True)
+    model = {}
+    for k in range(rectindex._LARGE + 8):
+        model[coarse.add(square(8, k), None)] = plain.add(square(8, k), None)
+    assert plain._cell == (8, 8) and coarse._cell == (8 * factor, 8 * factor)
+    rebuilds = set()
+    for k, i in enumerate(list(model)):        # the small items go, items 8x larger come
+        coarse.remove(i)
+        plain.remove(model.pop(i))
+        r = square(64, k, at=100_000)
+        model[coarse.add(r, None)] = plain.add(r, None)
+        assert coarse._cell == tuple(factor * c for c in plain._cell)
+        rebuilds.add(plain._cell)
+    assert len(rebuilds) > 1                    # (the ordinary index followed the extent)
+    for query in (Rect((100_000, 0), (100_200, 30)), Rect((100_500, 10), (101_000, 70))):
+        found = coarse.overlapping(query)
+        assert found == [(i, r, None) for i, (r, _) in coarse._items.items()
+                         if r.overlaps(query)]
+        assert [r for _, r, _ in found] == [r for _, r, _ in plain.overlapping(query)]
