@@ -4,6 +4,8 @@ comparing most pairs: one device's sums are disjoint, parts equal to an earlier 
 another device add nothing, and one partition's parts are seen apart by a sweep."""
 from __future__ import annotations
 
+from operator import itemgetter
+
 from .geometry import Rect, subtract_all
 from .rectindex import RectIndex
 
@@ -62,9 +64,18 @@ def _cross_device_overlap(rect: Rect, parts) -> bool:
     """Whether two of `parts` [(part of `rect`, device)] of different devices overlap: a
     sweep along the dimension where the parts start at the most places (for the parts of
     one block partition, each part meets only its neighbours there)."""
-    d = max(range(rect.ndim), key=lambda k: len({p.lo[k] for p, _ in parts}))
+    los = [p.lo for p, _ in parts]
+    d = max(range(rect.ndim), key=lambda k: len(set(map(itemgetter(k), los))))
+    order = sorted(parts, key=lambda x: x[0].lo[d])
+    end = None
+    for p, _ in order:
+        if end is not None and p.lo[d] < end:
+            break
+        end = p.hi[d]
+    else:
+        return False        # each part ends along d where or before the next starts
     active: list = []
-    for p, dev in sorted(parts, key=lambda x: x[0].lo[d]):
+    for p, dev in order:
         start = p.lo[d]
         active = [(q, e) for q, e in active if q.hi[d] > start]
         for q, e in active:
