@@ -33,6 +33,7 @@ from .holders import Holders
 from .privilege import Privilege
 from .pendingsums import PendingSums
 from .rectindex import RectIndex
+from .summedpieces import summed_pieces
 from .region import Region
 from .taskgraph import AllReduceNode, CopyNode, ReduceInput, ReduceNode, ReduceTarget
 
@@ -547,50 +548,3 @@ class RegionPlanner:
 
     def final_pending(self) -> list[tuple[Rect, int, bool]]:
         return [(r, d, partial) for _, r, (d, partial) in self.state.pending]
-
-
-def summed_pieces(rect: Rect, contribs, parts: list[Rect] | None = None) -> list[Rect]:
-    """The part of `rect` that pending sums [(id, rect, (device, partial))] cover, as disjoint
-    pieces: each sum's part of `rect` less what earlier sums covered, in order. One device's
-    sums are disjoint (PendingSums), so a sum is compared only with other devices' pieces,
-    and sums of one device alone (a gradient summed over time steps on its device) are
-    their parts of `rect` as they are. `parts`: the sums' parts of `rect`, when known."""
-    if parts is None:
-        parts = [r.intersect(rect) for _, r, _ in contribs]
-    if len({dev for _, _, (dev, _) in contribs}) == 1:
-        return parts
-    parts = [(p, dev) for p, (_, _, (dev, _)) in zip(parts, contribs)]
-    if not _cross_device_overlap(rect, parts):
-        # The common case, another partition's sums (each device's part of a gradient):
-        # no piece overlaps another device's, so none is cut.
-        return [p for p, _ in parts]
-    # The pieces found so far are disjoint (each is cut by the other devices' before it, and
-    # one device's sums are disjoint), so an index of them answers "which overlap this sum".
-    # Queried with each sum's part of `rect` (every piece found so far lies in `rect`, so
-    # it meets the sum where it meets its part): a part equal to a piece found before (two
-    # devices' sums of one rect, as from an operator split in a dimension it sums over) is
-    # then found by the index's exact lookup alone.
-    summed = RectIndex(disjoint=True)       # piece -> device of its sum, in order found
-    out = []
-    for part, dev in parts:
-        done = [q for _, q, d in summed.overlapping(part) if d != dev]
-        for piece in subtract_all(part, done):
-            summed.add(piece, dev)
-            out.append(piece)
-    return out
-
-
-def _cross_device_overlap(rect: Rect, parts) -> bool:
-    """Whether two of `parts` [(part of `rect`, device)] of different devices overlap: a
-    sweep along the dimension where the parts start at the most places (for the parts of
-    one block partition, each part meets only its neighbours there)."""
-    d = max(range(rect.ndim), key=lambda k: len({p.lo[k] for p, _ in parts}))
-    active: list = []
-    for p, dev in sorted(parts, key=lambda x: x[0].lo[d]):
-        start = p.lo[d]
-        active = [(q, e) for q, e in active if q.hi[d] > start]
-        for q, e in active:
-            if e != dev and q.overlaps(p):
-                return True
-        active.append((p, dev))
-    return False

@@ -81,8 +81,12 @@ class PendingSums:
         RegionState.retire_pending does: replace, or remove and add the pieces left)."""
         items, by_device = self._all, self._by_device
         get = items.get
+        last = pieces = None
         for i, r, value in found:
-            pieces = r.subtract(rect)
+            # (sums of one rect, one per device, come in a run: one subtract, their pieces
+            # shared, so the next reduction's run is of one object)
+            if r is not last:
+                last, pieces = r, r.subtract(rect)
             if len(pieces) != 1:
                 self.remove(i)
                 for piece in pieces:

@@ -90,3 +90,33 @@ def test_set_only_holder_of_equals_piece_by_piece():
             b.set_only_holder(p, (5,))
         assert [(r, list(h)) for _, r, h in a.valid] == [(r, list(h)) for _, r, h in b.valid]
         assert a.held == b.held
+
+
+def test_retire_of_one_rects_sums_on_several_devices_equals_the_plain_definition():
+    """PendingSums.retire where runs of sums share one rect object (every device's sum of one
+    time step, as an operator split in a dimension it sums over leaves them; retire then
+    subtracts once per run and the pieces it leaves are shared, so later runs are of one
+    object too), among other sums and equal rects that are other objects: each found sum
+    loses the cut, its pieces last, in order. Guards the shared subtract taking another
+    sum's pieces (a run ended by a rect of another object or value)."""
+    rng = random.Random(9)
+    shape = (16, 10, 6)
+    for trial in range(150):
+        sums = PendingSums()
+        for _ in range(rng.randint(1, 8)):
+            rect = _rect(rng, shape)
+            devices = rng.sample(range(6), rng.randint(1, 6))
+            for dev in devices:
+                # the same object mostly; an equal copy, or another rect, now and then
+                r = rect if rng.random() < 0.8 else (
+                    Rect(rect.lo, rect.hi) if rng.random() < 0.5 else _rect(rng, shape))
+                sums.add(r, (dev, rng.random() < 0.2))
+        for _ in range(4):
+            cut = _rect(rng, shape)
+            before = list(sums)
+            found = sums.overlapping(cut)
+            sums.retire(cut, found)
+            gone = {i for i, _, _ in found}
+            want = [(r, v) for i, r, v in before if i not in gone]
+            want += [(piece, v) for _, r, v in found for piece in r.subtract(cut)]
+            assert [(r, v) for _, r, v in sums] == want, trial
