@@ -31,10 +31,10 @@ What a trace determines (docs/simulator.md):
                 all-reduce's start = pack + Iallreduce) the event itself, fitted as
                 seconds + per_byte * bytes; for local copies and reductions, what the event
                 takes beyond the device model's memory time.
-  ranks sharing cores  on several ranks, the machine's other runnable threads and the
-                share of its waits a waiting rank is runnable all the same (its wake-ups;
-                strategy/cores.py sharing: from each rank's recorded load and its events'
-                overlap with the other ranks', a run at contention 1 bounding them only),
+  ranks sharing cores  on several ranks, the share of its waits a waiting rank takes a
+                core (its wake-ups: the ranks' CPU beyond their events) and the machine's
+                other runnable threads (strategy/cores.py sharing: from each rank's load
+                and its events' overlap with the others', runs at contention 1 bounding),
                 so that predict() gives each rank the contention of the ranks working or
                 waking beside it (a strategy whose ranks take turns is slowed less than one
                 whose ranks all compute at once, by as much as the runs showed);
@@ -155,7 +155,7 @@ class Fit:
     slice_s: float = 0.0            # the OS's time slice as the runs felt it (slice_length)
     load_source: str = "the task events"   # where the contention came from
     background: float | None = None  # other runnable threads sharing the cores (cores.py)
-    waiting: float = 0.0             # share of its waits a waiting rank is runnable (cores.py)
+    waiting: float = 0.0             # share of its waits a waiting rank takes a core (cores.py)
     cores: int = 1                   # the cores the recorded runs' ranks shared
     sleep: SleepSchedule | None = None  # how an idle rank waits (several ranks; wakeups.py)
     collective_s: dict | None = None    # {ranks: s} a bucket's wait beyond links (gradbuckets)
@@ -186,7 +186,7 @@ class Fit:
                      f"from {how}); preemption slices {self.slice_s * 1e3:.2f} ms")
         if self.background is not None:
             lines.append(f"ranks sharing {self.cores} cores with {self.background:.2f} other "
-                         f"runnable threads, waiting ranks runnable {self.waiting:.2f} of their "
+                         f"runnable threads, waiting ranks on a core {self.waiting:.2f} of their "
                          "waits (each rank's contention from the ranks working beside it: "
                          "strategy/cores.py)")
         if self.sleep is not None:

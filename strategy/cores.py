@@ -16,9 +16,13 @@ taskrt/executor/policies.py default_spin_s), so
 with k_r the mean number of the job's ranks working while r works (itself included).
 `background` fits b to recorded runs (their per-rank CPU and run-queue wait, their events'
 overlap, the ranks' stamps on one clock: strategy/rankclocks.py, calibration.load_runs);
+`sharing` also fits w, the share of its waits a waiting rank takes a core (its wake-ups),
+from the CPU the ranks consumed beyond their events, with which a working rank's
+contention is max(1, (k + w (R - k) + b) / C) on R ranks;
 `per_thread_contention` finds the k_r of a graph by simulating it at the contention they
 imply, a few times (strategy/calibration.py predict). What this does not
-model: which core a thread runs on, and a waiting rank's wake-ups (sleeps of 20 us - 1 ms).
+model: which core a thread runs on, and when in a wait a waiting rank wakes (sleeps of
+20 us - 1 ms: strategy/wakeups.py times the messages' delays, not their CPU).
 """
 from __future__ import annotations
 
@@ -95,32 +99,63 @@ def recorded_intervals(events: list) -> dict:
 FLOOR = 1.01
 
 
+def waking_cpu(events: list, busy: dict) -> tuple[float, float] | None:
+    """(CPU seconds, wall seconds) of a recorded run's ranks beyond their node events (busy:
+    {rank: busy seconds}, overlap()): per rank, the time it was runnable beyond its events
+    (CPU + run-queue wait - busy, the events taken as runnable throughout), of which the
+    CPU part (CPU / (CPU + wait)), and its wall time beyond its events (wall_s - busy),
+    summed over the ranks. None when a rank's load record lacks cpu_s, wait_s or wall_s."""
+    cpu_s = wall_s = 0.0
+    for e in events:
+        if e.get("ph") == "M" and e.get("name") == LOAD_EVENT:
+            a = e.get("args") or {}
+            cpu, wait, wall = a.get("cpu_s"), a.get("wait_s"), a.get("wall_s")
+            if not all(isinstance(v, (int, float)) for v in (cpu, wait, wall)):
+                return None
+            b = busy.get(e.get("pid", 0), 0.0)
+            if cpu + wait > 0:
+                cpu_s += cpu * max(0.0, cpu + wait - b) / (cpu + wait)
+            wall_s += max(0.0, wall - b)
+    return cpu_s, wall_s
+
+
 def sharing(runs, cores: int) -> tuple[float, float] | None:
     """(b, w) fitted to recorded runs of several ranks (strategy.calibration.RecordedRun):
-    the machine's other runnable threads b, and the share w of its waits a waiting rank is
-    runnable all the same (its wake-ups: sleeps of 20 us doubling to 1 ms, each a pass over
-    MPI). Per run, from its ranks' recorded loads and its events' overlap, both weighted by
-    the ranks' busy time: C x its contention - k (the ranks working at once) = b + w x (R -
-    k), R its ranks; the line through the runs (Theil-Sen, w in [0, 1], b >= 0: through
-    the origin where the free line's intercept is below 0, through_origin). A run at
-    the floor (contention <= FLOOR: no thread waited for a core) determines nothing, only
-    that b + w (R - k) <= C - k: such runs bound b, and with no run above the floor (b, w) =
-    (0, 0), what the runs measured (nobody waited). None when a run lacks a rank's load
-    record.
+    the share w of its waits a waiting rank takes a core (its wake-ups: sleeps of 20 us
+    doubling to 1 ms, each a pass over MPI), and the machine's other runnable threads b.
+    w is the CPU the runs' ranks consumed beyond their events over their wall time beyond
+    them (waking_cpu; the median over the runs with such time): what the waiting ranks take
+    from the working ones, not their wake-ups' queueing. b: per run, from its ranks'
+    recorded loads and its events' overlap, both weighted by the ranks' busy time, C x its
+    contention - k (the ranks working at once) = b + w x (R - k), R its ranks; b the median
+    over the runs of C c - k - w (R - k), at least 0. A run at the floor (contention <=
+    FLOOR: no thread waited for a core) determines nothing, only that b + w (R - k) <= C -
+    k: such runs bound b, and with no run above the floor (b, w) = (0, 0), what the runs
+    measured (nobody waited). None when a run lacks a rank's load record.
 
     Both were needed on the collection of 2026-12-03 13:56 (docs/simulator.md): on 4 ranks
     of 2 cores the OS counted a contention of 1.79-1.97 for every strategy, those whose
     ranks take turns (operation parallel, k about 1) as much as those whose ranks compute
     at once (data parallel), and with w = 0 the first were predicted 33-44% too fast, the
     second 25-51% too slow; on 2 ranks (contention 1.0000 in every run) taking C - k as b
-    gave a held-out data parallel (k near 2) a contention of 1.2-1.35 no run had."""
-    xs, ys, bounds = [], [], []
+    gave a held-out data parallel (k near 2) a contention of 1.2-1.35 no run had. w was
+    the slope of the line through the runs' (R - k, C c - k) until 2026-12-06; on 4 ranks
+    of 2 cores those counts (1.66-1.96 for every strategy: a waking rank's queueing counts
+    in its own contention) do not determine it: fitted 0.58-0.69, the held-out strategies
+    whose ranks take turns were priced up to 70% slow (RNNLM's searched). The ranks' CPU
+    beyond their events gave w 0.21-0.24 on both folds of the ninth collection."""
+    xs, ys, bounds, shares = [], [], [], []
     for r in runs:
         c = recorded_contention(r.events)
         if len(c) != r.ranks:
             return None
         ov = overlap(recorded_intervals(r.events))
         ov = {k: ov.get(k, (0.0, 1.0)) for k in c}      # a rank may run no node at all
+        woke = waking_cpu(r.events, {k: ov[k][0] for k in c})
+        if woke is None:
+            return None
+        if woke[1] > 0:
+            shares.append(woke[0] / woke[1])
         busy = sum(ov[k][0] for k in c)
         if busy <= 0:
             continue
@@ -136,29 +171,10 @@ def sharing(runs, cores: int) -> tuple[float, float] | None:
         return None
     if not xs:
         return 0.0, 0.0
-    from .insitu import _line
-    b, w = _line(xs, ys)
-    w = through_origin(xs, ys, w)
-    if w > 1.0:
-        w = 1.0
-        b = max(0.0, statistics.median(y - x for x, y in zip(xs, ys)))
+    w = min(1.0, statistics.median(shares)) if shares else 0.0
+    b = statistics.median(y - w * x for x, y in zip(xs, ys))
     b = max(0.0, min([b, *(y - w * x for x, y in bounds)]))
     return b, w
-
-
-def through_origin(xs, ys, w: float) -> float:
-    """The slope w of b + w x once b >= 0 holds: Theil-Sen's free line's slope where its
-    intercept (median of y - w x) is >= 0, else the line through the origin's (the median
-    of y / x over x > 0). Cutting a negative intercept to 0 and keeping the free slope is
-    not that fit: on the collection of 2026-12-04 (4 ranks) the free line of the fold of
-    data, attribute parallel and random0 was -0.42 + 0.93 x (data parallel at x 0.3-1.0,
-    y about 0; the others at x 1.2-2.5, y 0.7 x), and kept as 0 + 0.93 x it gave the
-    strategies whose ranks take turns (x about 2.8) a contention near 2 (docs/simulator.md,
-    "Waiting ranks that wake, fitted with b >= 0", 2026-12-04)."""
-    if statistics.median(y - w * x for x, y in zip(xs, ys)) >= 0:
-        return w
-    ratios = [y / x for x, y in zip(xs, ys) if x > 0]
-    return max(0.0, statistics.median(ratios)) if ratios else w
 
 
 def background(runs, cores: int) -> float | None:
@@ -170,7 +186,7 @@ def background(runs, cores: int) -> float | None:
 def contention_of_overlap(k: float, b: float, cores: int, waiting: float = 0.0,
                           ranks: int = 0) -> float:
     """A thread's contention when k of the job's threads (itself included) work, the job's
-    other `ranks` - k wait (runnable a share `waiting` of it) and b others share `cores`
+    other `ranks` - k wait (on a core a share `waiting` of it) and b others share `cores`
     cores."""
     return max(1.0, (k + waiting * max(0.0, ranks - k) + b) / cores)
 

@@ -47,9 +47,13 @@ def graph_on(model, strategy_fn, devices):
     return plan(lowered.launches, machine, initial=lowered.initial)
 
 
-def _run(ranks, spans, loads):
-    """A recorded run: node events (rank, start s, end s), per-rank (cpu s, wait s)."""
-    events = [{"ph": "M", "pid": r, "name": LOAD_EVENT, "args": {"cpu_s": c, "wait_s": w}}
+def _run(ranks, spans, loads, wall=None):
+    """A recorded run: node events (rank, start s, end s), per-rank (cpu s, wait s), each
+    rank's load over `wall` seconds (default: the events' whole span)."""
+    wall = wall if wall is not None else \
+        max(e for _, _, e in spans) - min(s for _, s, _ in spans)
+    events = [{"ph": "M", "pid": r, "name": LOAD_EVENT,
+               "args": {"cpu_s": c, "wait_s": w, "wall_s": wall}}
               for r, (c, w) in loads.items()]
     events += [{"ph": "X", "pid": r, "ts": s * 1e6, "dur": (e - s) * 1e6, "args": {"node": 0}}
                for r, s, e in spans]
@@ -66,13 +70,15 @@ def test_background_is_cores_times_contention_minus_the_ranks_overlap():
     assert background([together, turns, turns], 2) == pytest.approx(2.0)   # the median
     assert background([_run(2, [(0, 0.0, 1.0)], {0: (1.0, 0.0)})], 2) is None  # a record missing
     # a rank that runs no node (operation parallelism on more ranks than operators) counts
-    idle_rank = _run(2, [(0, 0.0, 1.0)], {0: (0.5, 0.25), 1: (0.001, 0.0)})
-    assert background([idle_rank], 2) == pytest.approx(2.0)
+    idle_rank = _run(2, [(0, 0.0, 1.0)], {0: (0.5, 0.25), 1: (0.001, 0.0)}, wall=1.0)
+    assert background([idle_rank], 2) == pytest.approx(2.0, abs=1e-3)   # it woke 0.001 s
 
 
 def _at(ranks, spans, contention):
-    """A run whose every rank felt `contention`: 1 s of CPU and (contention - 1) s waiting."""
-    return _run(ranks, spans, {r: (1.0, contention - 1.0) for r in range(ranks)})
+    """A run whose every rank felt `contention` in its events and was asleep between them:
+    1 s of events, 1 / contention s of CPU in them and the rest waiting."""
+    return _run(ranks, spans, {r: (1.0 / contention, 1.0 - 1.0 / contention)
+                               for r in range(ranks)})
 
 
 def test_runs_where_nobody_waited_for_a_core_give_no_background():
@@ -88,36 +94,34 @@ def test_runs_where_nobody_waited_for_a_core_give_no_background():
     assert background([loaded, together], 2) == pytest.approx(0.0)   # at most 2 - 2
 
 
-def test_waiting_ranks_runnable_share_is_fitted_from_runs_of_different_overlaps():
-    # 4 ranks on 2 cores with b = 0.5 others, a waiting rank runnable 0.6 of its wait:
-    # contention (k + 0.6 (4 - k) + 0.5) / 2 for k ranks working at once
-    b, w = 0.5, 0.6
-    def c(k):
-        return (k + w * (4 - k) + b) / 2
-    at_once = _at(4, [(r, 0.0, 1.0) for r in range(4)], c(4))
-    turns = _at(4, [(r, float(r), r + 1.0) for r in range(4)], c(1))
-    pairs = _at(4, [(r, float(r // 2), r // 2 + 1.0) for r in range(4)], c(2))
-    fb, fw = sharing([at_once, turns, pairs], 2)
-    assert (fb, fw) == (pytest.approx(b), pytest.approx(w))
-    assert contention_of_overlap(1, fb, 2, fw, 4) == pytest.approx(c(1))
-    assert contention_of_overlap(4, fb, 2, fw, 4) == pytest.approx(c(4))
-    assert contention_of_overlap(1, fb, 2) == 1.0          # waiting ranks asleep: a core free
+def _woken(ranks, spans, contention, cpu, wall):
+    """A run whose ranks felt `contention` in their 1 s of events and, beyond them, woke for
+    `cpu` s on a core (queueing for it at the same contention), over `wall` s."""
+    c = contention
+    return _run(ranks, spans, {r: (1.0 / c + cpu, 1.0 - 1.0 / c + cpu * (c - 1.0))
+                               for r in range(ranks)}, wall=wall)
 
 
-def test_a_negative_intercept_is_fitted_through_the_origin_not_cut_to_zero():
-    # the fold of data, attribute parallel and random0 on 4 ranks (2026-12-04): no other
-    # runnable threads, waiting ranks runnable 0.7 of their wait, and the ranks that all
-    # work at once counted below k / C (y = C c - k = -0.4 at x = R - k = 0); the free line
-    # through the three is about -0.4 + 0.83 x, and cut to 0 + 0.83 x it prices ranks that
-    # take turns at (1 + 0.83 x 3) / 2 = 1.75 where they ran at 1.55
-    w = 0.7
-    at_once = _at(4, [(r, 0.0, 1.0) for r in range(4)], 1.8)
-    turns = _at(4, [(r, float(r), r + 1.0) for r in range(4)], (1 + w * 3) / 2)
-    pairs = _at(4, [(r, float(r // 2), r // 2 + 1.0) for r in range(4)], (2 + w * 2) / 2)
-    fb, fw = sharing([at_once, turns, pairs], 2)
-    assert (fb, fw) == (0.0, pytest.approx(w))
-    assert contention_of_overlap(1, fb, 2, fw, 4) == pytest.approx(1.55)
-    # a line whose free intercept is >= 0 keeps its slope (the test above)
+def test_waiting_ranks_share_of_a_core_is_the_cpu_they_took_beyond_their_events():
+    # 4 ranks of 2 cores taking turns (1 s each of a 4 s iteration) at contention 1.5:
+    # beyond its events each rank took 0.6 s of CPU and queued 0.3 s more for it: it was
+    # runnable 0.3 of its 3 s of waits, but took a core 0.2 of them, what the worker lost
+    turns = _woken(4, [(r, float(r), r + 1.0) for r in range(4)], 1.5, 0.6, 4.0)
+    b, w = sharing([turns], 2)
+    assert w == pytest.approx(0.2)
+    # the OS's count C c - k = 2 x 1.5 - 1 = 2 is b + w (R - k) = b + 0.2 x 3
+    assert b == pytest.approx(1.4)
+    assert contention_of_overlap(1, b, 2, w, 4) == pytest.approx(1.5)
+    # several runs: w the median of their shares, b the median of what it leaves, >= 0
+    at_once = _woken(4, [(r, 0.0, 1.0) for r in range(4)], 2.0, 0.1, 2.0)        # w 0.1
+    assert sharing([turns, at_once], 2) == (pytest.approx((2 - 0.45) / 2), pytest.approx(0.15))
+    # a run at the floor bounds b: 2 x 1 - 2 - 0.2 x 2 < 0
+    pairs = _woken(4, [(r, float(r // 2), r // 2 + 1.0) for r in range(4)], 1.0, 0.3, 2.0)
+    assert sharing([turns, at_once, pairs], 2) == (0.0, pytest.approx(0.2))
+    # a load record without its wall time determines nothing
+    bare = _woken(4, [(r, float(r), r + 1.0) for r in range(4)], 1.5, 0.6, 4.0)
+    del bare.events[0]["args"]["wall_s"]
+    assert sharing([turns, bare], 2) is None
 
 
 def test_ranks_working_at_once_are_slowed_more_than_ranks_taking_turns():
