@@ -178,7 +178,7 @@ def sharing(runs, cores: int) -> tuple[float, float] | None:
 
 
 def background(runs, cores: int) -> float | None:
-    """sharing()'s b alone (other runnable threads), waiting ranks taken as asleep."""
+    """sharing()'s b alone (other runnable threads beside the ranks' work and wake-ups)."""
     fit = sharing(runs, cores)
     return None if fit is None else fit[0]
 

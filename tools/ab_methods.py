@@ -33,6 +33,8 @@ import warnings
 def old_methods(old_root: str, module, names: list[str]) -> dict:
     """{(class name, method name): function} compiled from OLD_ROOT's file of `module`."""
     path = os.path.join(old_root, *module.__name__.split(".")) + ".py"
+    if not os.path.isfile(path):
+        raise SystemExit(f"ab_methods: no {path}: OLD_ROOT holds no copy of {module.__name__}")
     text = open(path).read()
     lines = text.splitlines()
     out = {}
@@ -53,10 +55,25 @@ def old_methods(old_root: str, module, names: list[str]) -> dict:
     return out
 
 
+USAGE = "usage: tools/ab_methods.py OLD_ROOT MODULE Class.method[,...] [APP GPUS N [AA]]"
+
+
 def main(argv: list[str]) -> None:
+    if len(argv) not in (3, 6, 7):
+        raise SystemExit(f"ab_methods: {len(argv)} arguments given\n{USAGE}")
     old_root, modname, names = argv[0], argv[1], argv[2].split(",")
-    app, gpus, n = (argv[3], int(argv[4]), int(argv[5])) if len(argv) > 5 else \
-        ("inception", 16, 200)
+    if not os.path.isdir(old_root):
+        raise SystemExit(f"ab_methods: OLD_ROOT {old_root!r} is not a directory (a worktree "
+                         f"of the old code, e.g. git worktree add --detach /tmp/old COMMIT)")
+    try:
+        app, gpus, n = (argv[3], int(argv[4]), int(argv[5])) if len(argv) > 5 else \
+            ("inception", 16, 200)
+    except ValueError:
+        raise SystemExit(f"ab_methods: GPUS and N must be integers, got {argv[4:6]}\n{USAGE}")
+    if gpus < 1 or n < 1:
+        raise SystemExit(f"ab_methods: GPUS and N must be at least 1, got {gpus}, {n}")
+    if len(argv) == 7 and argv[6] != "AA":
+        raise SystemExit(f"ab_methods: the seventh argument can only be AA, got {argv[6]!r}")
     same = len(argv) > 6 and argv[6] == "AA"
     import numpy as np
     from bench.sim_speed import random_config
