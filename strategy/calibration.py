@@ -185,10 +185,10 @@ class Fit:
         lines.append(f"contention {self.contention:.3f} (wall seconds per second of work, "
                      f"from {how}); preemption slices {self.slice_s * 1e3:.2f} ms")
         if self.background is not None:
-            lines.append(f"ranks sharing {self.cores} cores with {self.background:.2f} other "
-                         f"runnable threads, waiting ranks on a core {self.waiting:.2f} of their "
-                         "waits (each rank's contention from the ranks working beside it: "
-                         "strategy/cores.py)")
+            lines.append(f"ranks sharing {self.cores} cores with {self.background:.2f} others, "
+                         f"waiting ranks on a core {self.waiting:.2f} of their waits (cores.py)")
+        elif self.ranks > 1:    # shared_cores off, or sharing() found no load records
+            lines.append("one contention for every rank: no per-rank sharing fitted")
         if self.sleep is not None:
             sl = self.sleep
             lines.append(f"idle ranks yield {sl.spin_s * 1e3:.1f} ms, then sleep "

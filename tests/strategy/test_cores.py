@@ -140,3 +140,13 @@ def test_ranks_working_at_once_are_slowed_more_than_ranks_taking_turns():
     same = dict.fromkeys(c, 2.0)
     assert expected_makespan(data, m, costs, same, 1e-3, samples=4) == \
         expected_makespan(data, m, costs, 2.0, 1e-3, samples=4)
+
+
+def test_a_calibration_of_several_ranks_says_when_it_fitted_no_per_rank_sharing():
+    from dataclasses import replace
+    from strategy.calibration import Fit
+    plain = Fit({}, {}, {}, 0, 0, None)
+    assert "no per-rank sharing fitted" in replace(plain, ranks=2).text()
+    assert "no per-rank sharing fitted" not in plain.text()          # one rank: none to fit
+    shared = replace(plain, ranks=4, background=0.9, waiting=0.21, cores=2).text()
+    assert "no per-rank sharing fitted" not in shared and "0.21 of their waits" in shared
