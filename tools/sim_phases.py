@@ -52,10 +52,12 @@ PHASES = [
 ]
 
 
-def _timed(cpu: dict, returned: dict, label: str, module: str, path: str) -> None:
-    """Replace module.path by a wrapper adding its process CPU to cpu[label] (and keeping
-    its last result in returned[label]), also where another module imported the function
-    by name."""
+def _timed(cpu: dict, calls: dict, returned: dict, label: str, module: str,
+           path: str) -> None:
+    """Replace module.path by a wrapper adding its process CPU to cpu[label], counting its
+    calls in calls[label] (a fast phase can take less CPU than the clock shows) and keeping
+    its last result in returned[label], also where another module imported the function by
+    name."""
     owner = importlib.import_module(module)
     *outer, name = path.split(".")
     for part in outer:
@@ -65,6 +67,7 @@ def _timed(cpu: dict, returned: dict, label: str, module: str, path: str) -> Non
 
     def wrapper(*args, **kwargs):
         start = time.process_time()
+        calls[label] = calls.get(label, 0) + 1
         try:
             returned[label] = func(*args, **kwargs)
             return returned[label]
@@ -116,13 +119,14 @@ def measure(gpus: int = 128, blocks: int = 32, strategy: str = "dp") -> dict:
 
 def measure_flags(gpus: int, blocks: int, strategy: str, extra: list[str]) -> dict:
     cpu: dict[str, float] = {}
+    calls: dict[str, int] = {}
     returned: dict = {}
     start = time.process_time()
     import apps.gpt  # noqa: F401  (torch and the apps, as the script imports them)
     import apps.simulate  # noqa: F401
     cpu["imports (torch, apps)"] = time.process_time() - start
     for label, module, path in PHASES:
-        _timed(cpu, returned, label, module, path)
+        _timed(cpu, calls, returned, label, module, path)
     sys.argv = ["apps/gpt.py", *_app_flags(gpus, blocks), *extra]
     try:
         with redirect_stdout(sys.stderr):            # (the report; stdout gets the JSON)
@@ -142,6 +146,7 @@ def measure_flags(gpus: int, blocks: int, strategy: str, extra: list[str]) -> di
             "iteration_ms": r.makespan * 1e3, "peak_memory_gb": max(r.memory.values()) / 2**30,
             "prediction_sha256": digest.hexdigest()[:16],
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "calls": calls,
             "cpu_s": {k: round(v, 3) for k, v in cpu.items()},
             "us_per_node": {k: round(v / n * 1e6, 2) for k, v in cpu.items()}}
 
