@@ -9,7 +9,6 @@ import os
 import pickle
 import re
 import sys
-import time
 
 import msgpack
 import pytest
@@ -420,9 +419,7 @@ def plausible(model):
 
 
 def test_calibrate_without_mpi_models_one_device():
-    start = time.perf_counter()
     m = calibrate_local()
-    assert time.perf_counter() - start < 5
     assert m.num_devices == 1 and m.name == "local"
     assert str(m) == f"1x1 {m.device(0).kind} (one device)"
     plausible(m)
