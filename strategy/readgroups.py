@@ -21,6 +21,8 @@ against the timer and liveness node by node.
 """
 from __future__ import annotations
 
+from itertools import chain
+
 import numpy as np
 
 from taskrt.liveness import INSTANCE, PARTIAL, STAGING, buffers_of, own_bytes
@@ -30,6 +32,13 @@ from .taskgroups import GroupSim, host_arrays, host_info
 
 _NO_READS = frozenset()           # a read group's nodes write no region (tasks do)
 _I8 = np.int64
+
+
+def _instance(known: dict, new_id, name: str, device: int) -> int:
+    """The id of region `name`'s instance buffer on `device` (BufferTable.id)."""
+    key = (INSTANCE, name, device, None)
+    b = known.get(key)
+    return new_id(key, 0) if b is None else b
 
 
 class ReadGroups:
@@ -67,44 +76,53 @@ class ReadGroups:
         return got
 
     def _node_info(self, node, staged) -> tuple:
-        """(duration, resource ids, buffer ids, host phases) of another node (all-reduce),
+        """((duration, resource ids, host phases), buffer ids) of another node (all-reduce),
         cached per node object (unchanged nodes are the same objects in the next graph)."""
         d, rs = self.timer.timing(node)
         host = host_info(self.timer, self.resources, node)
         table = self.buffers
         bufs = tuple([table.id(key, own_bytes(key)) for key in buffers_of(node, staged=staged)])
         rid = self.resources.id
-        return d, tuple([rid(x) for x in rs]), bufs, host
+        return (d, tuple([rid(x) for x in rs]), host), bufs
 
     def sim(self, group) -> GroupSim:
-        """The GroupSim of a read group, node by node in one loop."""
+        """The GroupSim of a read group, node by node in one loop: per node its timing
+        tuple (duration, resource ids, host phases; shared by the nodes of one key) and its
+        buffer ids, the arrays made from those lists at the end by C loops."""
         copies, reduces, infos = self._copies, self._reduces, self.infos
         known, new_id = self.buffers.ids, self.buffers.id
         staged = group.staged
-        dur, res_counts, res_ids, buf_ids, hosts = [], [], [], [], []
-        buf_counts = [2] * len(group.nodes)
+        nodes = group.nodes
+        times, buf_ids = [], []
+        append, add = times.append, buf_ids.append
+        buf_counts = [2] * len(nodes)
         # The group's new staging buffers (its reduction copies'), numbered in one batch at
         # the end (BufferTable.add_staging): key -> -1 - its index here until then.
         pending: dict = {}
         pending_bytes: list = []
         region = itemsize = None
-        for k, node in enumerate(group.nodes):
+        for k, node in enumerate(nodes):
             kind = node.kind
             if node.region is not region:
                 region = node.region
                 name, itemsize = region.name, region.itemsize
+                inst: dict = {}       # device -> id of buffer (INSTANCE, name, device, None)
             if kind is COPY:
                 src, dst, nbytes = node.src, node.dst, node.rect.volume * itemsize
                 t = copies.get((src, dst, nbytes))
                 if t is None:
                     t = self._copy_timing(node, (src, dst, nbytes))
-                d, rs, host = t
-                key = (PARTIAL if node.from_partial else INSTANCE, name, src, None) \
-                    if node.reduction else (INSTANCE, name, src, None)
-                a = known.get(key)
-                if a is None:
-                    a = new_id(key, 0)
+                append(t)
                 if node.reduction:               # the staging buffer is the node's own
+                    if node.from_partial:
+                        key = (PARTIAL, name, src, None)
+                        a = known.get(key)
+                        if a is None:
+                            a = new_id(key, 0)
+                    else:
+                        a = inst.get(src)
+                        if a is None:
+                            a = inst[src] = _instance(known, new_id, name, src)
                     key = (STAGING, name, dst, node)
                     b = known.get(key)
                     if b is None:
@@ -113,12 +131,14 @@ class ReadGroups:
                             b = pending[key] = -1 - len(pending)
                             pending_bytes.append(nbytes)
                 else:
-                    key = (INSTANCE, name, dst, None)
-                    b = known.get(key)
+                    a = inst.get(src)
+                    if a is None:
+                        a = inst[src] = _instance(known, new_id, name, src)
+                    b = inst.get(dst)
                     if b is None:
-                        b = new_id(key, 0)
-                buf_ids.append(a)
-                buf_ids.append(b)
+                        b = inst[dst] = _instance(known, new_id, name, dst)
+                add(a)
+                add(b)
             elif kind is REDUCE:
                 dev, inputs = node.device, node.inputs
                 vol = node.rect.volume
@@ -128,12 +148,11 @@ class ReadGroups:
                 t = reduces.get((dev, moved * itemsize, vol * itemsize))
                 if t is None:
                     t = self._reduce_timing(node, (dev, moved * itemsize, vol * itemsize))
-                d, rs, host = t
+                append(t)
                 # buffers_of's keys, each once, in order: the instance, then per input
-                key = (INSTANCE, name, dev, None)
-                a = known.get(key)
+                a = inst.get(dev)
                 if a is None:
-                    a = new_id(key, 0)
+                    a = inst[dev] = _instance(known, new_id, name, dev)
                 mine, seen = [a], {a}
                 for j, inp in enumerate(inputs):
                     source = inp.source
@@ -156,19 +175,18 @@ class ReadGroups:
                 if info is None:
                     info = infos[node] = self._node_info(
                         node, None if staged is None else staged[k])
-                d, rs, bufs, host = info
-                buf_counts[k] = len(bufs)
-                buf_ids.extend(bufs)
-            dur.append(d)
-            res_counts.append(len(rs))
-            res_ids.extend(rs)
-            hosts.append(host)
+                append(info[0])
+                buf_counts[k] = len(info[1])
+                buf_ids.extend(info[1])
+        n = len(nodes)
+        dur, res, hosts = zip(*times) if n else ((), (), ())
         buf_ids = np.array(buf_ids, dtype=_I8)
         if pending:
             first = self.buffers.add_staging(list(pending), pending_bytes)
             new = buf_ids < 0
             buf_ids[new] = first - 1 - buf_ids[new]
-        return GroupSim(np.array(dur, dtype=np.float64), np.array(res_counts, dtype=_I8),
-                        np.array(res_ids, dtype=_I8), np.array(buf_counts, dtype=_I8),
-                        buf_ids, _NO_READS, {},
+        return GroupSim(np.array(dur, dtype=np.float64),
+                        np.fromiter(map(len, res), dtype=_I8, count=n),
+                        np.fromiter(chain.from_iterable(res), dtype=_I8),
+                        np.array(buf_counts, dtype=_I8), buf_ids, _NO_READS, {},
                         host_arrays(hosts) if self.timer.host_costs else None)

@@ -318,22 +318,6 @@ class Planner:
     def num_group_ids(self) -> int:
         return len(self._gids)
 
-    def _resolve(self, refs, own) -> list:
-        """Predecessor refs as (group id, index) pairs: a task ref (launch, point) is point
-        `point` of that launch's task group; a node is where its group put it."""
-        out = set()
-        gids = self._gids
-        for r in refs:
-            if r is None or r == own:
-                continue
-            if type(r) is tuple:
-                key = (r[0], None)
-                gid = gids.get(key)
-                out.add((self._gid(key) if gid is None else gid, r[1]))
-            else:
-                out.add(r.where)
-        return list(out)
-
     def _build_reads(self, key: tuple) -> NodeGroup | None:
         items = self.region_nodes.get(key)
         if items is None:
@@ -344,11 +328,29 @@ class Planner:
         if built is not None and built[0] is items:
             return built[1]
         gid = self._gid(key)
-        for idx, item in enumerate(items):
-            item[0].where = (gid, idx)
+        nodes = [item[0] for item in items]
+        for idx, node in enumerate(nodes):
+            node.where = (gid, idx)
+        # Predecessor refs as (group id, index) pairs, each node's once, in one loop: a
+        # task ref (launch, point) is point `point` of that launch's task group (its id
+        # looked up once per launch); a node is where its group put it (this group's
+        # nodes: just above).
+        preds = []
+        task_gid: dict = {}
+        gid_of = self._gid
+        for node, refs, _ in items:
+            out = set()
+            for r in refs:
+                if type(r) is tuple:
+                    g = task_gid.get(r[0])
+                    if g is None:
+                        g = task_gid[r[0]] = gid_of((r[0], None))
+                    out.add((g, r[1]))
+                elif r is not None and r is not node:
+                    out.add(r.where)
+            preds.append(out)          # (NodeGroup.of reads a set as the list of it)
         staged = [item[2] for item in items]
-        group = NodeGroup.of(key, gid, [item[0] for item in items],
-                             [self._resolve(refs, node) for node, refs, _ in items],
+        group = NodeGroup.of(key, gid, nodes, preds,
                              staged if any(st is not None for st in staged) else None)
         # A group depends only on its nodes (their refs are to this region's nodes, whose
         # places are stable per key, and to tasks by point), so it is kept with its list
@@ -372,7 +374,7 @@ class Planner:
         # marks only the new launch's, replace() is refused): no node to reuse or keep.
         once = not self.replannable
         for pi, (color, device, reqs) in enumerate(lp.points):
-            # The preds resolved as _resolve does, with each launch's task group id looked
+            # The preds resolved as _build_reads does, with each launch's task group id looked
             # up once rather than once per ref.
             out = set()
             for p in preds_of[pi].values():

@@ -10,7 +10,7 @@ of kind, log position and index, each node's own ref and None dropped), and a me
 group (`StampedReads.group`) is those arrays with each log position's group id looked up
 once: no Python per ref, and no moved ref sets per node (regionclasses.stamp_nodes, which
 the re-plannable and slab paths keep, is this module's test oracle:
-tests/taskrt/test_stamped_reads.py). The pairs are those Planner._resolve gives from the
+tests/taskrt/test_stamped_reads.py). The pairs are those Planner._build_reads gives from the
 moved refs (distinct there by a set; distinct here because moving is one to one), in
 another order within a node: the graph sorts each node's predecessors
 (graphview.sorted_rows). A template entry's nodes are also read once as columns
