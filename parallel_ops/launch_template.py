@@ -33,7 +33,7 @@ import torch
 
 from taskrt.errors import PrivilegeError
 from taskrt.geometry import Rect, rect_mover
-from taskrt.launch import colors_of
+from taskrt.launch import RequirementsTable, colors_of
 from taskrt.privilege import RED, RW, R, WD, Privilege, RegionRequirement
 
 from .op import Op, PartSpec
@@ -377,13 +377,18 @@ class _Requirements:
             new.groups.append((s, i, group))
         return new
 
-    def make(self, colors, regions: dict, shared) -> dict:
+    def make(self, colors, regions: dict, shared) -> RequirementsTable:
         """color -> requirements tuple on the operator's regions (regions[slot][index]),
-        each group's made by `shared.group` (parallel_ops.lowering._Shared)."""
-        made = []
+        each group's made by `shared.group` (parallel_ops.lowering._Shared). The table's
+        regions are the groups' in order: the groups are numbered in the order the points
+        first ask for them (finish), so that is the order a walk of the points meets them."""
+        made, named = [], []
         for s, i, group in self.groups:
-            made += shared.group(regions[s][i], group)
-        return dict(zip(colors, [get(made) for get in self.getters]))
+            region = regions[s][i]
+            made += shared.group(region, group)
+            named.append(region)
+        return RequirementsTable(colors, [get(made) for get in self.getters],
+                                 tuple(dict(zip(map(id, named), named)).values()))
 
 
 class ForwardTemplate:
