@@ -381,14 +381,14 @@ class _Requirements:
         """color -> requirements tuple on the operator's regions (regions[slot][index]),
         each group's made by `shared.group` (parallel_ops.lowering._Shared). The table's
         regions are the groups' in order: the groups are numbered in the order the points
-        first ask for them (finish), so that is the order a walk of the points meets them."""
+        first ask for them (finish), so that is the order a walk of the points meets them
+        (two groups on one region name it twice)."""
         made, named = [], []
         for s, i, group in self.groups:
             region = regions[s][i]
             made += shared.group(region, group)
             named.append(region)
-        return RequirementsTable(colors, [get(made) for get in self.getters],
-                                 tuple(dict(zip(map(id, named), named)).values()))
+        return RequirementsTable(colors, [get(made) for get in self.getters], named)
 
 
 class ForwardTemplate:

@@ -12,8 +12,8 @@ the walk's error too (no earlier point can fail once the fast checks passed, and
 regions are met in the walk's order). A launch class with its own `requirements` is asked
 per point. A projection that is a RequirementsTable's (taskrt/launch.py; the lowering's)
 gives its points' tuples and the regions they name, in the walk's order, at once: only those
-regions are checked. tests/taskrt/test_expand_points.py compares the two on random launches
-and on a lowering's.
+regions are checked. tests/taskrt/test_expand_points.py compares the two on random launches,
+tests/test_launch_templates.py on a lowering's.
 """
 from __future__ import annotations
 

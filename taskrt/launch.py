@@ -92,12 +92,13 @@ def colors_of(domain: tuple[int, ...]) -> tuple[Color, ...]:
 
 class RequirementsTable(dict):
     """color -> a point's requirements tuple (RegionRequirements only), for the colors of
-    `colors` in that order, with `regions`: every region those tuples name, each object
-    once, in the order a walk of the points in color order first meets it. A launch whose
+    `colors` in that order, with `regions`: every region those tuples name, in the order a
+    walk of the points in color order first meets it (one may be listed again later: it
+    is known by then). A launch whose
     projection is a table's __getitem__ is expanded from these (taskrt/expand.py), so the
-    maker (parallel_ops/launch_template.py) promises both; tests/taskrt/test_expand_points.py
+    maker (parallel_ops/launch_template.py) promises both; tests/test_launch_templates.py
     checks a lowering's tables against the walk."""
 
-    def __init__(self, colors: tuple, reqs: list, regions: tuple):
+    def __init__(self, colors: tuple, reqs: list, regions: list):
         super().__init__(zip(colors, reqs))
         self.colors, self.regions = colors, regions
