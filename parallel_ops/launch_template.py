@@ -33,7 +33,7 @@ import torch
 
 from taskrt.errors import PrivilegeError
 from taskrt.geometry import Rect, rect_mover
-from taskrt.launch import colors_of
+from taskrt.launch import RequirementsTable, colors_of
 from taskrt.privilege import RED, RW, R, WD, Privilege, RegionRequirement
 
 from .op import Op, PartSpec
@@ -117,34 +117,64 @@ def _interned(sig: Signature) -> Signature:
     return got
 
 
+def _kind(t: type) -> int:
+    """Which case of `_sig` a value of type `t` takes (the cases in their order; a type's
+    case never changes, so `_sig` looks it up once per type)."""
+    if t is str:
+        return _STR
+    if t is tuple or t is list or (issubclass(t, (tuple, list))
+                                   and not issubclass(t, _LEAVES + (Tensor,))):
+        return _SEQ
+    if issubclass(t, _LEAVES):
+        return _LEAF
+    if issubclass(t, Tensor):
+        return _TENSOR
+    if issubclass(t, dict):
+        return _DICT
+    if issubclass(t, Op):
+        return _OP
+    if t is FunctionType:
+        return _FUNCTION
+    if t is MethodType:
+        return _METHOD
+    if t.__eq__ is object.__eq__ or issubclass(t, torch.Tensor):   # (a tensor's == is
+        return _SAME                                                  # elementwise)
+    return _VALUE
+
+
+_STR, _SEQ, _LEAF, _TENSOR, _DICT, _OP, _FUNCTION, _METHOD, _SAME, _VALUE = range(10)
+_KINDS: dict[type, int] = {}
+
+
 def _sig(v, visiting: frozenset):
     t = type(v)
-    if t is str:
+    kind = _KINDS.get(t)
+    if kind is None:
+        kind = _KINDS[t] = _kind(t)
+    if kind == _STR:
         return v
-    if t is tuple or t is list:
+    if kind == _SEQ:
         return (t, tuple([_sig(x, visiting) for x in v]))
-    if isinstance(v, _LEAVES):
+    if kind == _LEAF:
         return (t, v)                         # 1, 1.0 and True are equal keys otherwise
-    if isinstance(v, Tensor):
+    if kind == _TENSOR:
         return (t, v.shape, v.dtype, v.requires_grad, v.is_weight)
-    if isinstance(v, (tuple, list)):
-        return (t, tuple([_sig(x, visiting) for x in v]))
-    if isinstance(v, dict):
-        return (t, tuple([(_sig(k, visiting), _sig(x, visiting)) for k, x in v.items()]))
-    if isinstance(v, Op):
+    if kind == _OP:
         if id(v) in visiting:
             return (t, "<cycle>")             # a stage's parent lists the stage again
         visiting = visiting | {id(v)}
         return (t, tuple([(k, _sig(x, visiting)) for k, x in vars(v).items()
                           if k != "name"]))
-    if t is FunctionType:
+    if kind == _DICT:
+        return (t, tuple([(_sig(k, visiting), _sig(x, visiting)) for k, x in v.items()]))
+    if kind == _FUNCTION:
         cells = tuple([_sig(c.cell_contents, visiting) for c in v.__closure__ or ()])
         return (t, v.__code__, _sig(v.__defaults__, visiting),
                 _sig(v.__kwdefaults__, visiting), cells)
-    if t is MethodType:
+    if kind == _METHOD:
         return (t, v.__func__, _sig(v.__self__, visiting))
-    if t.__eq__ is object.__eq__ or isinstance(v, torch.Tensor):   # (a tensor's == is
-        return _Same(v)                                              # elementwise)
+    if kind == _SAME:
+        return _Same(v)
     try:                                      # a value type (a dtype, a frozen dataclass)
         hash(v)
         return (t, v)
@@ -347,13 +377,18 @@ class _Requirements:
             new.groups.append((s, i, group))
         return new
 
-    def make(self, colors, regions: dict, shared) -> dict:
+    def make(self, colors, regions: dict, shared) -> RequirementsTable:
         """color -> requirements tuple on the operator's regions (regions[slot][index]),
-        each group's made by `shared.group` (parallel_ops.lowering._Shared)."""
-        made = []
+        each group's made by `shared.group` (parallel_ops.lowering._Shared). The table's
+        regions are the groups' in order: the groups are numbered in the order the points
+        first ask for them (finish), so that is the order a walk of the points meets them
+        (two groups on one region name it twice)."""
+        made, named = [], []
         for s, i, group in self.groups:
-            made += shared.group(regions[s][i], group)
-        return dict(zip(colors, [get(made) for get in self.getters]))
+            region = regions[s][i]
+            made += shared.group(region, group)
+            named.append(region)
+        return RequirementsTable(colors, [get(made) for get in self.getters], named)
 
 
 class ForwardTemplate:

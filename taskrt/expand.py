@@ -10,29 +10,38 @@ machine -- it walks the points in order instead (`expand_walk`, the definition: 
 bad point raises), so the error is the one the walk gives; a region declared twice raises
 the walk's error too (no earlier point can fail once the fast checks passed, and the
 regions are met in the walk's order). A launch class with its own `requirements` is asked
-per point. tests/taskrt/test_expand_points.py compares the two on random launches.
+per point. A projection that is a RequirementsTable's (taskrt/launch.py; the lowering's)
+gives its points' tuples and the regions they name, in the walk's order, at once: only those
+regions are checked. tests/taskrt/test_expand_points.py compares the two on random launches,
+tests/test_launch_templates.py on a lowering's.
 """
 from __future__ import annotations
 
 from itertools import chain, repeat
 
 from .errors import MappingError
-from .launch import IndexLaunch
+from .launch import IndexLaunch, RequirementsTable
 from .privilege import RegionRequirement
 
 
 def expand(planner, launch) -> list:
     """Launch `launch`'s points for `planner`, each region it names made known to it."""
     colors = launch.colors
+    regions = None                  # (a table's: the regions its points name)
     try:
         if type(launch).requirements is IndexLaunch.requirements:
-            # (IndexLaunch.requirements by C loops: the projection's tuples, and the type
-            # check once per distinct tuple; replicas' points often share one)
-            reqs_of = list(map(tuple, map(launch.projection, colors)))
-            distinct = dict(zip(map(id, reqs_of), reqs_of)).values()
-            if not all(map(isinstance, chain.from_iterable(distinct),
-                           repeat(RegionRequirement))):
-                return expand_walk(planner, launch)
+            table = getattr(launch.projection, "__self__", None)
+            if type(table) is RequirementsTable and table.colors is colors and \
+                    launch.projection == table.__getitem__:
+                reqs_of, regions = list(table.values()), table.regions
+            else:
+                # (IndexLaunch.requirements by C loops: the projection's tuples, and the
+                # type check once per distinct tuple; replicas' points often share one)
+                reqs_of = list(map(tuple, map(launch.projection, colors)))
+                distinct = dict(zip(map(id, reqs_of), reqs_of)).values()
+                if not all(map(isinstance, chain.from_iterable(distinct),
+                               repeat(RegionRequirement))):
+                    return expand_walk(planner, launch)
         else:
             reqs_of = list(map(launch.requirements, colors))
             distinct = dict(zip(map(id, reqs_of), reqs_of)).values()
@@ -47,6 +56,11 @@ def expand(planner, launch) -> list:
               max(devices) < num_devices):
         return expand_walk(planner, launch)
     known = planner.regions
+    if regions is not None:
+        for region in regions:
+            if known.get(region.name) is not region:
+                planner._region(region)
+        return list(zip(colors, devices, reqs_of))
     # Each distinct requirements tuple once, in the order the walk first meets them.
     for reqs in distinct:
         for req in reqs:

@@ -12,6 +12,10 @@ only write in place (they return None per writing requirement). An executor that
 in a fixed order may use it for consecutive points on one device whose launches have the
 same `batch` and the same `args` (taskrt.executor.local: the optimizer's updates, one
 multi-tensor call instead of a task per weight); others call `task` per point.
+
+A projection may be a RequirementsTable's __getitem__ (the lowering's): its table also says
+which regions the points name, so the planner learns them without reading every point's
+requirements (taskrt/expand.py).
 """
 from __future__ import annotations
 
@@ -84,3 +88,17 @@ def colors_of(domain: tuple[int, ...]) -> tuple[Color, ...]:
             _COLORS[domain] = colors
     return colors
 
+
+
+class RequirementsTable(dict):
+    """color -> a point's requirements tuple (RegionRequirements only), for the colors of
+    `colors` in that order, with `regions`: every region those tuples name, in the order a
+    walk of the points in color order first meets it (one may be listed again later: it
+    is known by then). A launch whose
+    projection is a table's __getitem__ is expanded from these (taskrt/expand.py), so the
+    maker (parallel_ops/launch_template.py) promises both; tests/test_launch_templates.py
+    checks a lowering's tables against the walk."""
+
+    def __init__(self, colors: tuple, reqs: list, regions: list):
+        super().__init__(zip(colors, reqs))
+        self.colors, self.regions = colors, regions

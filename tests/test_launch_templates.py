@@ -4,7 +4,7 @@ anything their part() may read do not, and a part's rect outside its tensor is s
 refused. What the launches ask for is unchanged (tests/test_graph_golden.py)."""
 import pytest
 
-from parallel_ops import SAMPLE, SGD, Dim, Model, Op, PartSpec, lower
+from parallel_ops import SAMPLE, SGD, Dim, Model, Op, ParallelConfig, PartSpec, lower
 from parallel_ops.launch_template import signature
 from taskrt import Machine, Rect
 from taskrt.errors import PrivilegeError
@@ -111,3 +111,86 @@ def test_operators_signatures_are_interned_and_equal_by_value_after_a_restart(mo
     low2 = lower(model, {}, Machine.grid(4, 1), None, training=False)
     for k in range(3):
         assert launch(low, f"w{k}/fwd").args.specs is launch(low2, f"w{k}/fwd").args.specs
+
+
+class Skewed(Op):
+    """Reads `a` everywhere but in its first point and `b` everywhere: a walk of its points
+    meets b's region (and the output's) before a's."""
+    type = "skewed"
+
+    def __init__(self, model: Model, a, b, name: str):
+        super().__init__(name)
+        n, f = a.shape
+        self.inputs = [a, b]
+        model.new_tensor(self, (n, f))
+        self.dims = (Dim("n", SAMPLE, n),)
+        self.labels = None
+
+    def part(self, degrees, color):
+        (lo, hi), = self.ranges(degrees, color).values()
+        f = self.inputs[0].shape[1]
+        rows = Rect((lo, 0), (hi, f))
+        return PartSpec((Rect((0, 0), (0, 0)) if color == (0,) else rows, rows), (), (rows,))
+
+    def forward(self, spec, inputs, weights):
+        return [inputs[1] * 2]
+
+
+def _walk_regions(launch) -> list:
+    """The regions a walk of `launch`'s points in color order meets, each once, in order."""
+    seen = {}
+    for c in launch.colors:
+        for r in launch.projection(c):
+            seen.setdefault(id(r.region), r.region)
+    return list(seen.values())
+
+
+def test_lowered_tables_name_their_regions_in_the_order_a_walk_meets_them():
+    """A lowered launch's projection is a RequirementsTable (taskrt/launch.py) whose regions
+    are the ones its points name, in the walk's order (repeats allowed): the planner learns a
+    launch's regions from them (taskrt/expand.py) and the graph lists regions in that
+    order. On random configs of Inception (small) and on an operator whose first point
+    skips its first input; expand and the walk leave the same regions known, in order."""
+    import random
+
+    from strategy.costs.app_profile import load_app
+    from strategy.standard import random_config
+    from taskrt import Planner
+    from taskrt.expand import expand, expand_walk
+    from taskrt.launch import RequirementsTable
+    from taskrt.privilege import RegionRequirement
+
+    m = Model("skew", seed=0)
+    a = m.input("a", (8, 4), requires_grad=True)
+    b = m.input("b", (8, 4), requires_grad=True)
+    out = m.add_op(Skewed(m, a, b, name="skewed")).outputs[0]
+    y = m.input("y", (8,), dtype="int64")
+    m.softmax_cross_entropy(m.linear(out, 5, name="fc"), y, name="loss")
+    machine = Machine.grid(4, 1)
+    cases = [(m, {"skewed": ParallelConfig.of(range(4), n=4)}, machine)]
+    net = load_app("inception", ["--small"], 16).model
+    rng = random.Random(3)
+    for _ in range(3):
+        cases.append((net, {op.name: random_config(op, range(16), rng) for op in net.ops},
+                      Machine.grid(4, 4)))
+    tables = skipped_first = 0
+    for model, strategy, mach in cases:
+        low = lower(model, strategy, mach, SGD(lr=0.1))
+        via, walked = Planner(mach), Planner(mach)
+        for launch in low.launches:
+            table = getattr(launch.projection, "__self__", None)
+            if type(table) is RequirementsTable:
+                tables += 1
+                assert table.colors is launch.colors
+                assert list(table) == list(launch.colors)
+                assert all(isinstance(r, RegionRequirement)
+                           for reqs in table.values() for r in reqs)
+                want, named = _walk_regions(launch), table.regions
+                assert {id(r) for r in named} == {id(r) for r in want}, launch.name
+                first = list(dict(zip(map(id, named), named)).values())   # (repeats known)
+                assert all(map(lambda p, q: p is q, first, want)), launch.name
+                skipped_first += launch.name == "skewed/fwd"
+            assert expand(via, launch) == expand_walk(walked, launch)
+            assert [(n, id(r)) for n, r in via.regions.items()] == \
+                [(n, id(r)) for n, r in walked.regions.items()], launch.name
+    assert skipped_first == 1 and tables > 500, (skipped_first, tables)
