@@ -103,3 +103,54 @@ def test_a_shape_beyond_the_timed_bytes_per_flop_keeps_its_price_where_bytes_are
     assert prof.get((op, ("beyond",)), "cpu").seconds == pytest.approx(2.5e-3)
     for name in ("within", "near"):
         assert prof.get((op, (name,)), "cpu").seconds == pytest.approx(work_s(45e6, 0))
+
+
+def _layer_norm_stats(short=None):
+    """The Transformer's layer norm statistics on 2 ranks (acc-1206b, 2 x 1): timed with half
+    the features a device (a strided part: 27 us alone, 80 us in situ, 18 KB) and with all
+    of them (1.3 us alone, 6.2 us in situ, 34 KB); an unseen 16 x 8 x 32 part (17 KB, 1.25
+    us alone) priced 28 us by the line of all operators' keys. Returns its price after
+    price_unseen_by_operator."""
+    op = ("layernorm.stats", (("features", "32"),), "fwd")
+    base, prof = Profile(), Profile()
+    for name, alone, insitu, nbytes in (("split", 27e-6, 80e-6, 18432),
+                                        ("whole", 1.27e-6, 6.2e-6, 34816),
+                                        ("unseen", 1.25e-6, 28e-6, 17408)):
+        base.add((op, (name,)), "cpu", Measurement(alone, 5, alone, alone), Work(0, nbytes))
+        prof.add((op, (name,)), "cpu", Measurement(insitu, 5, insitu, insitu))
+    seen = {(op, ("split",)), (op, ("whole",))}
+    if short is None:
+        price_unseen_by_operator(prof, base, seen)
+    else:
+        price_unseen_by_operator(prof, base, seen, short)
+    return prof.get((op, ("unseen",)), "cpu").seconds
+
+
+def test_a_short_unseen_key_is_bounded_by_the_timed_shape_nearest_in_time_alone():
+    """By bytes the nearest timed shape is the strided one (80 us for 18 KB: 75 us for the
+    unseen part, above its 28 us); by its time alone the nearest is the whole-feature one,
+    which ran 6.2 / 1.27 times slower in situ than alone: 1.25 us x that = 6.1 us (its own
+    runs timed 5.3 us)."""
+    assert _layer_norm_stats() == pytest.approx(1.25e-6 * 6.2 / 1.27)
+
+
+def test_a_key_long_in_the_profiler_is_not_bounded_by_its_time_alone():
+    """Where the profiler's fastest repeat of a key is at least `short` (deflate: a slice /
+    (load - 1), one preemption expected in it) its time alone is not its work: the key keeps
+    its price (no timed shape bounds it by bytes either)."""
+    assert _layer_norm_stats(short=1e-6) == pytest.approx(28e-6)
+
+
+def test_an_operator_with_flops_keeps_its_bound_by_flops():
+    """Only operators sized by their bytes are bounded by time alone: an unseen 1 MFLOP
+    shape (10 us alone, priced 150 us) of an operator timed at 1 MFLOP (100 us alone and in
+    situ) and 2 MFLOP (10 us alone and in situ) gets the FLOPs bound (100 us), not the 10 us
+    its time alone and the 2 MFLOP shape's ratio give."""
+    op = ("conv2d", (), "bwd")
+    base, prof = Profile(), Profile()
+    for name, alone, insitu, flops in (("one", 1e-4, 1e-4, 1e6), ("two", 1e-5, 1e-5, 2e6),
+                                       ("unseen", 1e-5, 1.5e-4, 1e6)):
+        base.add((op, (name,)), "cpu", Measurement(alone, 5, alone, alone), Work(flops, 0))
+        prof.add((op, (name,)), "cpu", Measurement(insitu, 5, insitu, insitu))
+    price_unseen_by_operator(prof, base, {(op, ("one",)), (op, ("two",))})
+    assert prof.get((op, ("unseen",)), "cpu").seconds == pytest.approx(1e-4)
