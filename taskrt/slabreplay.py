@@ -2,7 +2,7 @@
 one region share when planned apart is the count of elements each device has sent
 (RegionPlanner._choose_source spreads copies by it), so a slab planned alone records its
 choices (_RecordingPlanner), and another slab of its class gets its plan, moved, where every
-choice comes out alike against the region's real counts (_replay, _follow); a slab where none
+choice comes out alike against the region's real counts (_follow); a slab where none
 does is planned by itself (_OwnSlab, _ForcedPlanner). Also the checks a slab of a region whose
 first entry was cut makes (_OneSum, _SumsMet: slabplans._cut_first).
 """
@@ -117,38 +117,47 @@ _NONE = object()        # (_follow: no plan to follow)
 
 def _follow(choose, sent: dict, done: list, current, template: list, variants: list):
     """The plan a slab's next part (the `len(done)`th) follows: its current one (None: its
-    class's `template` choices; else an _OwnSlab), else the template or an own slab of its
-    class that made the same choices in every earlier part (`done`), and whose choices for
-    this part come out alike against the real counts (`choose`: each counted); the part's
-    choices are appended to `done`. _NONE where none does (no counts left changed). A
-    slab's plan is a function of its parts' translated signatures and the sources chosen:
-    one whose choices are all another's of its class is that one's plan, moved."""
+    class's `template` choices; else an _OwnSlab) or the template or an own slab of its
+    class that made the same choices in every earlier part (`done`), whose recorded choices
+    for this part (holders, device, elements, source) come out alike against the real counts
+    (`choose`: each counted). Walked once, as a trie: where the real source differs from
+    the plan followed, another plan that recorded the same choices so far and this source
+    takes over. The part's choices are appended to `done`; _NONE where no plan fits (the
+    part's counts taken back). A slab's plan is a function of its parts' translated
+    signatures and the sources chosen: one whose choices are all another's of its class is
+    that one's plan, moved."""
     j = len(done)
+    cands = []
     for cand in [current] + ([None] if current is not None else []) + \
-            [v for v in variants if v is not current]:
+            [v for v in reversed(variants) if v is not current]:
         parts = template if cand is None else cand.parts
-        if len(parts) <= j or cand is not current and not all(
-                a is b or a == b for a, b in zip(parts, done)):
-            continue
-        if _replay(choose, sent, parts[j]):
-            done.append(parts[j])
-            return cand
-    return _NONE
-
-
-def _replay(choose, sent: dict, recorded) -> bool:
-    """Whether each recorded source choice (holders, device, elements, source) comes out
-    alike against the real counts, in order (each counted); where one does not, the counts
-    of this part are taken back and False returned."""
-    for i, (holders, device, elements, src) in enumerate(recorded):
+        if len(parts) > j and (cand is current or all(
+                a is b or a == b for a, b in zip(parts, done))):
+            cands.append((cand, parts[j]))
+    if not cands:
+        return _NONE
+    cand, recorded = cands[0]
+    made = []                                   # (elements, source) counted
+    i = 0
+    while i < len(recorded):
+        holders, device, elements, src = recorded[i]
         got = choose(holders, device, elements)
+        made.append((elements, got))
         if got != src:
-            for _, _, n, counted in list(recorded[:i]) + [(0, 0, elements, got)]:
-                sent[counted] -= n
-                if not sent[counted]:
-                    del sent[counted]
-            return False
-    return True
+            want = (holders, device, elements, got)
+            for other, theirs in cands:
+                if len(theirs) > i and theirs[i] == want and theirs[:i] == recorded[:i]:
+                    cand, recorded = other, theirs
+                    break
+            else:
+                for n, counted in made:
+                    sent[counted] -= n
+                    if not sent[counted]:
+                        del sent[counted]
+                return _NONE
+        i += 1
+    done.append(recorded)
+    return cand
 
 
 class _ForcedPlanner(_RecordingPlanner):
