@@ -11,6 +11,7 @@ from collections import defaultdict
 
 from .coherence import _R, _RED
 from .errors import PrivilegeError
+from .geometry import bounding_box
 from .launch import IndexLaunch
 from .rectindex import RectIndex
 
@@ -51,9 +52,11 @@ def check_interference(launch: IndexLaunch, points) -> None:
 
 def _cannot_interfere(accesses, replicas: bool) -> bool:
     """True when no two of one region's (color, device, requirement) in a launch can conflict:
-    one access; all read or all reduce; all rects disjoint (shown along one dimension); or, in
+    one access; all read or all reduce; all rects disjoint (shown along one dimension); in
     a launch of replicas, per distinct rect one privilege and each access of its own point
-    and device, the distinct rects disjoint."""
+    and device, the distinct rects disjoint; or the writes apart from everything else
+    (_writes_apart: an LSTM step reads step t-1 of a region on every point and writes its
+    part of step t)."""
     if len(accesses) < 2:
         return True
     privs = {req.privilege for _, _, req in accesses}
@@ -72,20 +75,44 @@ def _cannot_interfere(accesses, replicas: bool) -> bool:
                 len({p for _, _, p in g}) == 1 and len({c for c, _, _ in g}) == len(g) ==
                 len({d for _, d, _ in g}) for g in by_rect.values()):
             return _disjoint([r for r in by_rect if not r.empty], first.ndim)
-    return _disjoint([req.rect for _, _, req in accesses if not req.rect.empty], first.ndim)
+    return _disjoint([req.rect for _, _, req in accesses if not req.rect.empty],
+                     first.ndim) or _writes_apart(accesses, first.ndim)
+
+
+def _writes_apart(accesses, ndim: int) -> bool:
+    """Whether the writes (any privilege but R and Red+) are pairwise disjoint (shown along
+    one dimension) and each of them, the reads' bounding box and the sums' bounding box meet
+    none of the others: then any two accesses that meet both read or both reduce."""
+    reads, sums, writes = [], [], []
+    for _, _, req in accesses:
+        r = req.rect
+        if not r.empty:
+            p = req.privilege
+            (reads if p is _R else sums if p is _RED else writes).append(r)
+    if not _disjoint(writes, ndim):
+        return False
+    boxes = [box for box in (bounding_box(reads), bounding_box(sums)) if box is not None]
+    if len(boxes) == 2 and boxes[0].overlaps(boxes[1]):
+        return False
+    return not any(box.overlaps(w) for box in boxes for w in writes)
 
 
 def _disjoint(rects: list, ndim: int) -> bool:
-    """Whether `rects` (none empty) are pairwise disjoint, shown along one dimension."""
+    """Whether `rects` (none empty) are pairwise disjoint, shown along one dimension, or as
+    distinct cells of a grid (in every dimension their extents pairwise equal or disjoint:
+    two distinct cells differ in some dimension's extent, so they are apart there)."""
     if len(rects) < 2:
         return True
+    grid = True
     for d in range(ndim):
-        spans = sorted((r.lo[d], r.hi[d]) for r in rects)
+        spans = sorted({(r.lo[d], r.hi[d]) for r in rects})
         end = spans[0][1]
         for lo, hi in spans[1:]:
             if lo < end:
+                grid = False
                 break
             end = hi
         else:
-            return True
-    return False
+            if len(spans) == len(rects):
+                return True             # (distinct extents here, pairwise disjoint)
+    return grid and len(set(rects)) == len(rects)
