@@ -76,7 +76,7 @@ def build_task_group(planner, key: tuple, lp, cache: dict | None,
     # The columns' task refs are gathered, and resolved by one table of group ids (per
     # column and template launch), for the whole launch at once; their node refs by one
     # C loop: a launch's numpy calls do not grow with its columns (regions).
-    t_pi, t_row, t_q, t_self = [], [], [], []
+    t_pi, t_row, t_base, t_q, t_self = [], [], [], [], []
     table, mine = [], []            # per (column, launch it refers to): group id, is it li
     node_pi, node_refs = [], []
     for accesses, per_access, moves in lp.columns:
@@ -97,7 +97,8 @@ def build_task_group(planner, key: tuple, lp, cache: dict | None,
                 table.append(g)
                 mine.append(to == li)
             t_pi.append(column.pi)
-            t_row.append(column.launch_of + base if base else column.launch_of)
+            t_row.append(column.launch_of)
+            t_base.append(base)
             t_q.append(column.q)
             t_self.append(column.to_self)
         if column.nodes:
@@ -111,12 +112,9 @@ def build_task_group(planner, key: tuple, lp, cache: dict | None,
             if got is None:
                 got = targets[pi] = [None] * len(points[pi][2])
             got[k] = t
-    if table:
-        pi, row, q = _joined(t_pi), _joined(t_row), _joined(t_q)
-        g = np.array(table, dtype=np.int64)[row]
-        if any(mine):
-            keep = ~(np.array(mine)[row] & _joined(t_self))
-            pi, g, q = pi[keep], g[keep], q[keep]
+    tasks = TaskRefs(t_pi, t_row, t_base, t_q, t_self, table, mine)
+    if table and pending is None:
+        pi, g, q = tasks.resolved()
         pis.append(pi)
         gs.append(g)
         qs.append(q)
@@ -156,9 +154,48 @@ def build_task_group(planner, key: tuple, lp, cache: dict | None,
                      per_point))
     if pending is not None:
         group = NodeGroup(key, gid_of(key), nodes, None, None, None)
-        pending.add(group, pis, gs, qs)
+        pending.add(group, tasks, pis, gs, qs)
         return group
     return NodeGroup(key, gid_of(key), nodes, *_per_point(n, pis, gs, qs))
+
+
+class TaskRefs:
+    """Columns' task refs, to be resolved into (point, group, index) triples: per column
+    its arrays of point, row (of `table`, less the column's `base`), point referred to and
+    whether that is the point itself; per row the group id and whether it is the task
+    group being built (whose refs to the point itself are no predecessors)."""
+    __slots__ = ("pi", "row", "base", "q", "to_self", "table", "mine")
+
+    def __init__(self, pi: list, row: list, base: list, q: list, to_self: list, table: list,
+                 mine: list):
+        self.pi, self.row, self.base, self.q, self.to_self = pi, row, base, q, to_self
+        self.table, self.mine = table, mine
+
+    def extend(self, other: "TaskRefs", rows: int) -> None:
+        """Append `other`'s refs, its rows after the `rows` of ours."""
+        self.pi += other.pi
+        self.row += other.row
+        self.base += [b + rows for b in other.base]
+        self.q += other.q
+        self.to_self += other.to_self
+        self.table += other.table
+        self.mine += other.mine
+
+    def resolved(self, pi_base: list | None = None) -> tuple:
+        """(point, group, index) arrays of the refs, each point's own ref dropped (points
+        numbered from `pi_base`, one per column, if given)."""
+        row = np.concatenate(self.row)
+        lengths = np.fromiter(map(len, self.row), dtype=np.int64, count=len(self.row))
+        if any(self.base):
+            row += np.repeat(np.array(self.base, dtype=np.int64), lengths)
+        pi, q = _joined(self.pi), _joined(self.q)
+        if pi_base is not None:
+            pi = pi + np.repeat(np.array(pi_base, dtype=np.int64), lengths)
+        g = np.array(self.table, dtype=np.int64)[row]
+        if any(self.mine):
+            keep = ~(np.array(self.mine)[row] & _joined(self.to_self))
+            pi, g, q = pi[keep], g[keep], q[keep]
+        return pi, g, q
 
 
 def _joined(arrays: list):
@@ -200,6 +237,7 @@ def _per_point(n: int, pis: list, gs: list, qs: list) -> tuple:
 
 KEY_LIMIT = 1 << 62         # (_per_point's one key: point * span + group * span_q + index)
 
+
 class PendingPreds:
     """Task groups whose predecessor arrays are still to be made: their (point, group,
     index) triples, kept until flush(), which makes every group's arrays by one
@@ -210,10 +248,13 @@ class PendingPreds:
     the whole. Flushed when `LIMIT` triples are kept (the sort's temporaries stay small)
     and before any group is read (Planner.launch_groups)."""
     LIMIT = 1 << 17
-    __slots__ = ("groups", "pis", "gs", "qs", "offsets", "points", "size")
+    __slots__ = ("groups", "tasks", "task_offsets", "pis", "gs", "qs", "offsets", "points",
+                 "size")
 
     def __init__(self):
         self.groups: list[NodeGroup] = []
+        self.tasks = TaskRefs([], [], [], [], [], [], [])
+        self.task_offsets: list[int] = []   # per column in tasks: its group's first point
         self.pis, self.gs, self.qs = [], [], []
         self.offsets: list[int] = []        # per array in pis: its group's first point
         self.points = self.size = 0         # points and triples kept
@@ -221,9 +262,13 @@ class PendingPreds:
     def __bool__(self) -> bool:
         return bool(self.groups)
 
-    def add(self, group: NodeGroup, pis: list, gs: list, qs: list) -> None:
-        """`group`'s triples (the arrays _per_point would take)."""
+    def add(self, group: NodeGroup, tasks: TaskRefs, pis: list, gs: list, qs: list) -> None:
+        """`group`'s task refs and other triples (arrays _per_point would take)."""
         self.groups.append(group)
+        if tasks.pi:
+            self.tasks.extend(tasks, len(self.tasks.table))
+            self.task_offsets += repeat(self.points, len(tasks.pi))
+            self.size += sum(map(len, tasks.pi))
         self.pis += pis
         self.gs += gs
         self.qs += qs
@@ -235,7 +280,7 @@ class PendingPreds:
 
     def flush(self) -> None:
         """Give the kept groups their predecessor arrays (views of the flush's arrays)."""
-        groups, pis = self.groups, self.pis
+        groups, pis, gs, qs = self.groups, self.pis, self.gs, self.qs
         if not groups:
             return
         if pis:
@@ -243,7 +288,10 @@ class PendingPreds:
             pi = np.concatenate(pis)
             pi += np.repeat(np.array(self.offsets, dtype=np.int64), lengths)
             pis = [pi]
-        counts, gid, idx = _per_point(self.points, pis, self.gs, self.qs)
+        if self.tasks.pi:
+            pi, g, q = self.tasks.resolved(self.task_offsets)
+            pis, gs, qs = pis + [pi], gs + [g], qs + [q]
+        counts, gid, idx = _per_point(self.points, pis, gs, qs)
         sizes = np.fromiter(map(len, map(_NODES, groups)), dtype=np.int64, count=len(groups))
         first = np.zeros(len(groups) + 1, dtype=np.int64)     # per group its first point
         np.cumsum(sizes, out=first[1:])

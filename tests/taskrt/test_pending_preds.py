@@ -1,6 +1,7 @@
-"""Task groups' predecessor arrays made in batches (taskcolumns.PendingPreds) and by one
-sort key (taskcolumns._per_point): each group's arrays are its points' distinct (group,
-index) pairs, ascending, as made one group at a time from Python sets; and a one-shot
+"""Task groups' predecessor arrays made in batches (taskcolumns.PendingPreds: their task
+refs resolved by one table) and by one sort key (taskcolumns._per_point): each group's
+arrays are its points' distinct (group, index) pairs, ascending, as made one group at a
+time from Python sets (each point's ref to itself dropped); and a one-shot
 plan flushed many times mid-plan, or sorted by lexsort, is the per-point records' plan
 (test_plan_columns' comparison)."""
 import random
@@ -13,7 +14,7 @@ from parallel_ops import lower
 from strategy.costs.app_profile import load_app
 from taskrt import Machine
 from taskrt.nodegroups import NodeGroup
-from taskrt.taskcolumns import PendingPreds, _per_point
+from taskrt.taskcolumns import PendingPreds, TaskRefs, _per_point
 
 from mpi.models import random_strategy
 from test_plan_columns import DEVICES, _compare
@@ -33,8 +34,35 @@ def _random_group(rng: random.Random):
     return n, pis, gs, qs
 
 
-def _oracle(n, pis, gs, qs):
+def _random_task_refs(rng: random.Random, n: int):
+    """TaskRefs of a few columns as build_task_group gathers them (rows of each column
+    after the table's rows before it; some rows the group's own launch), and its triples
+    as Python lists, each point's ref to itself through its own launch dropped."""
+    tasks = TaskRefs([], [], [], [], [], [], [])
+    want = []
+    for _ in range(rng.randrange(4) if n else 0):
+        rows = rng.randrange(1, 4)
+        base = len(tasks.table)
+        tasks.table += [rng.randrange(300) for _ in range(rows)]
+        tasks.mine += [rng.random() < 0.4 for _ in range(rows)]
+        m = rng.choice([0, 1, 5, 40])
+        pi = [rng.randrange(n) for _ in range(m)]
+        row = [rng.randrange(rows) for _ in range(m)]
+        q = [p if rng.random() < 0.5 else rng.randrange(n + 3) for p in pi]
+        tasks.pi.append(np.array(pi, dtype=np.int64))
+        tasks.row.append(np.array(row, dtype=np.int64))
+        tasks.base.append(base)
+        tasks.q.append(np.array(q, dtype=np.int64))
+        tasks.to_self.append(tasks.q[-1] == tasks.pi[-1])
+        want += [(p, tasks.table[base + r], b) for p, r, b in zip(pi, row, q)
+                 if not (tasks.mine[base + r] and b == p)]
+    return tasks, want
+
+
+def _oracle(n, pis, gs, qs, tasks=()):
     per_point = [set() for _ in range(n)]
+    for a, b, c in tasks:
+        per_point[a].add((b, c))
     for pi, g, q in zip(pis, gs, qs):
         for a, b, c in zip(pi.tolist(), g.tolist(), q.tolist()):
             per_point[a].add((b, c))
@@ -66,9 +94,10 @@ def test_pending_groups_get_the_arrays_each_would_alone(seed, limit, monkeypatch
     pending, made = PendingPreds(), []
     for k in range(rng.randrange(1, 40)):
         n, pis, gs, qs = _random_group(rng)
+        tasks, triples = _random_task_refs(rng, n)
         group = NodeGroup((k, None), k, [object() for _ in range(n)], None, None, None)
-        made.append((group, _oracle(n, pis, gs, qs)))
-        pending.add(group, pis, gs, qs)
+        made.append((group, _oracle(n, pis, gs, qs, triples)))
+        pending.add(group, tasks, pis, gs, qs)
     pending.flush()
     assert not pending
     for group, want in made:
