@@ -40,7 +40,7 @@ from .regionplans import install, own_planner
 from .region import Region
 from .settings import Settings
 from .stampedreads import StampedReads
-from .taskcolumns import build_task_group
+from .taskcolumns import PendingPreds, build_task_group
 from .taskgraph import TaskGraph, TaskNode
 from .undo import PlanUndo
 
@@ -70,6 +70,9 @@ class Planner:
         self.replannable = replannable
         # Launch records kept by region columns (TASK_COLUMNS; only where never re-planned).
         self.columns = not replannable and TASK_COLUMNS
+        # Task groups built by columns whose predecessor arrays are made in batches
+        # (taskcolumns.PendingPreds; flushed before launch_groups reads a group).
+        self._pending = PendingPreds() if self.columns else None
         self.regions: dict[str, Region] = {}
         self.initial: dict[str, list[tuple[Rect, int]]] = {}
         self.planners: dict[str, RegionPlanner] = {}
@@ -421,7 +424,8 @@ class Planner:
         taskcolumns.py, with the compiled columns of class templates kept while
         plan_once's classes are."""
         classes = self._classes
-        return build_task_group(self, key, lp, classes.compiled if classes else None)
+        return build_task_group(self, key, lp, classes.compiled if classes else None,
+                                self._pending)
 
     def _new_version(self, li: int) -> None:
         self.plans[li].version = self._next_version
@@ -468,6 +472,8 @@ class Planner:
 
     def launch_groups(self, li: int) -> list[NodeGroup]:
         """Launch `li`'s non-empty groups in program order (after refresh())."""
+        if self._pending:
+            self._pending.flush()
         groups = self._groups
         out = [g for name in self.plans[li].read_order if (g := groups[li, name]).nodes]
         out.append(groups[li, None])
