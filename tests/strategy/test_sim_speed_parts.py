@@ -3,7 +3,9 @@ the compiled list scheduler (equal to the Python loop it replaced, bit for bit),
 that a change does not touch kept as they are, the interference check's fast path, lazily
 hashed and shared Rects, and the paused GC."""
 import gc
+import os
 import random
+import sys
 import warnings
 
 import pytest
@@ -22,6 +24,9 @@ from taskrt.interference import check_interference
 from taskrt.region import block_rect
 
 from mpi.models import cnn, lstm_model, random_strategy
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from interference_oracle import conflicts as _conflicts  # noqa: E402
 
 warnings.simplefilter("ignore")       # analytic-cost fallback warnings
 
@@ -116,24 +121,6 @@ def test_interference_fast_path_still_finds_conflicts():
     plan([_launch("replicas", whole, WD, replicas=True)], machine)
     with pytest.raises(PrivilegeError):                      # replicas on one device
         plan([_launch("same-device", whole, WD, replicas=True, devices=[1, 1])], machine)
-
-
-def _conflicts(points, replicas: bool) -> bool:
-    """check_interference's rule pair by pair (the oracle of its fast paths): two
-    requirements of a launch that touch the same elements conflict unless both read, both
-    reduce, or (replicas) they write one rect alike from other points on other devices."""
-    reqs = [(c, d, r) for c, d, rs in points for r in rs]
-    for k, (c1, d1, r1) in enumerate(reqs):
-        for c2, d2, r2 in reqs[:k]:
-            if r1.region.name != r2.region.name or not r1.rect.overlaps(r2.rect):
-                continue
-            p1, p2 = r1.privilege, r2.privilege
-            if (p1 is R and p2 is R) or (p1 is RED and p2 is RED):
-                continue
-            if replicas and c1 != c2 and d1 != d2 and r1.rect == r2.rect and p1 is p2:
-                continue
-            return True
-    return False
 
 
 @pytest.mark.parametrize("seed", range(300))

@@ -2,8 +2,10 @@
 overlapping reads or sums (interference._disjoint's grid test, _writes_apart): an LSTM step
 reads step t-1 of its state on every point and writes its part of step t; a 2-d partition
 writes a grid of blocks. Each fast path says "cannot interfere" only where no pair of accesses
-conflicts by the rule pair by pair (the oracle below), and those shapes take it."""
+conflicts by the rule pair by pair (tests/interference_oracle.py), and those shapes take it."""
+import os
 import random
+import sys
 
 import pytest
 
@@ -11,23 +13,8 @@ from taskrt import R, RED, RW, WD, IndexLaunch, Rect, Region, RegionRequirement
 from taskrt.errors import PrivilegeError
 from taskrt.interference import _cannot_interfere, check_interference
 
-
-def _conflicts(points, replicas: bool) -> bool:
-    """The rule pair by pair: two requirements that touch the same elements conflict unless
-    both read, both reduce, or (replicas) they write one rect alike from other points on
-    other devices."""
-    reqs = [(c, d, r) for c, d, rs in points for r in rs]
-    for k, (c1, d1, r1) in enumerate(reqs):
-        for c2, d2, r2 in reqs[:k]:
-            if r1.region.name != r2.region.name or not r1.rect.overlaps(r2.rect):
-                continue
-            p1, p2 = r1.privilege, r2.privilege
-            if (p1 is R and p2 is R) or (p1 is RED and p2 is RED):
-                continue
-            if replicas and c1 != c2 and d1 != d2 and r1.rect == r2.rect and p1 is p2:
-                continue
-            return True
-    return False
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from interference_oracle import conflicts as _conflicts  # noqa: E402
 
 
 def _cuts(rng, n):
