@@ -1,6 +1,10 @@
 """check_interference's rule pair by pair: the oracle its fast paths are tested against
 (tests/taskrt/test_interference_grids.py, tests/strategy/test_sim_speed_parts.py)."""
-from taskrt import R, RED
+import pytest
+
+from taskrt import R, RED, IndexLaunch
+from taskrt.errors import PrivilegeError
+from taskrt.interference import check_interference
 
 
 def conflicts(points, replicas: bool) -> bool:
@@ -19,3 +23,15 @@ def conflicts(points, replicas: bool) -> bool:
                 continue
             return True
     return False
+
+
+def check_as_oracle_says(points, replicas: bool) -> None:
+    """check_interference on a launch of these points raises PrivilegeError exactly when
+    the rule pair by pair finds a conflict."""
+    launch = IndexLaunch("l", None, (len(points),), lambda c: (),
+                         devices=[d for _, d, _ in points], replicas=replicas)
+    if conflicts(points, replicas):
+        with pytest.raises(PrivilegeError):
+            check_interference(launch, points)
+    else:
+        check_interference(launch, points)

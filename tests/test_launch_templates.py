@@ -40,6 +40,15 @@ def test_identical_operators_share_parts_layouts_and_saved_bytes():
     assert fc3.args.specs is not launch(low, "fc1/fwd").args.specs
 
 
+def _rows_like(op: Op, model: Model, inputs: list) -> None:
+    """A test operator's inputs, and one output shaped like its first input, split by rows."""
+    n, f = inputs[0].shape
+    op.inputs = inputs
+    model.new_tensor(op, (n, f))
+    op.dims = (Dim("n", SAMPLE, n),)
+    op.labels = None
+
+
 class Window(Op):
     """A custom operator whose part() reads an attribute that is not a parameter: each
     part reads `ahead` more input rows than it writes (clipped to the input)."""
@@ -47,11 +56,8 @@ class Window(Op):
 
     def __init__(self, model: Model, x, ahead: int, name: str):
         super().__init__(name)
-        n, f = x.shape
-        self.inputs, self.ahead = [x], ahead
-        model.new_tensor(self, (n, f))
-        self.dims = (Dim("n", SAMPLE, n),)
-        self.labels = None
+        self.ahead = ahead
+        _rows_like(self, model, [x])
 
     def part(self, degrees, color):
         (lo, hi), = self.ranges(degrees, color).values()
@@ -120,11 +126,7 @@ class Skewed(Op):
 
     def __init__(self, model: Model, a, b, name: str):
         super().__init__(name)
-        n, f = a.shape
-        self.inputs = [a, b]
-        model.new_tensor(self, (n, f))
-        self.dims = (Dim("n", SAMPLE, n),)
-        self.labels = None
+        _rows_like(self, model, [a, b])
 
     def part(self, degrees, color):
         (lo, hi), = self.ranges(degrees, color).values()
