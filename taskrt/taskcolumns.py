@@ -18,7 +18,7 @@ pairs sorted and deduplicated for many launches at once, before any group is rea
 from __future__ import annotations
 
 from itertools import chain, compress, repeat
-from operator import attrgetter, is_not
+from operator import attrgetter, is_not, itemgetter
 
 import numpy as np
 
@@ -28,6 +28,7 @@ from .taskgraph import TaskNode
 
 _EMPTY = np.zeros(0, dtype=np.int64)
 _WHERE = attrgetter("where")
+_FIRST = itemgetter(0)
 
 
 class CompiledColumn:
@@ -120,29 +121,21 @@ def build_task_group(planner, key: tuple, lp, cache: dict | None,
         pis.append(pi)
         gs.append(g)
         qs.append(q)
-    if node_refs:
-        where = np.fromiter(chain.from_iterable(map(_WHERE, chain.from_iterable(node_refs))),
-                            dtype=np.int64)         # (group, index) pairs, flat
+    node_refs = list(chain.from_iterable(node_refs)) if node_refs else None
+    if node_refs and pending is None:
+        where = np.fromiter(chain.from_iterable(map(_WHERE, node_refs)), dtype=np.int64,
+                            count=2 * len(node_refs))      # (group, index) pairs, flat
         pis.append(_joined(node_pi))
         gs.append(where[0::2])
         qs.append(where[1::2])
     srcs = lp.state_src                 # per point None or the task ref it takes state from
+    source = None                       # (the one launch they name, its group id: pending)
     if srcs.count(None) != n:
-        has = np.fromiter(map(is_not, srcs, repeat(None)), dtype=bool, count=n)
-        at = np.flatnonzero(has)
-        lq = np.fromiter(chain.from_iterable(compress(srcs, has.tolist())), dtype=np.int64,
-                         count=2 * len(at))
-        ls, q = lq[0::2], lq[1::2]
-        keep = (ls != li) | (q != at)      # (its own task is no predecessor)
-        if len(at) and keep.any():
-            at, ls, q = at[keep], ls[keep], q[keep]
-            # Each source launch's group id once, ascending (a backward's points take state
-            # from one launch: a dict of one, not np.unique's sort and inverse).
-            ls = ls.tolist()
-            table = {x: gid_of((x, None)) for x in sorted(set(ls))}
-            pis.append(at)
-            gs.append(np.fromiter(map(table.__getitem__, ls), dtype=np.int64, count=len(ls)))
-            qs.append(q)
+        launches = set(map(_FIRST, filter(None, srcs))) if pending is not None else ()
+        if len(launches) == 1 and li not in launches:
+            source = (srcs, gid_of((launches.pop(), None)))
+        else:
+            _state_triples(li, srcs, gid_of, pis, gs, qs)
     # The nodes by C maps: a point without Red+ targets has (None,) * its requirements,
     # one tuple per number of them.
     colors, devices, reqs_of = zip(*points) if n else ((), (), ())
@@ -156,9 +149,31 @@ def build_task_group(planner, key: tuple, lp, cache: dict | None,
                      per_point))
     if pending is not None:
         group = NodeGroup(key, gid_of(key), nodes, None, None, None)
-        pending.add(group, tasks, pis, gs, qs)
+        pending.add(group, tasks, pis, gs, qs, (node_pi, node_refs) if node_refs else None,
+                    source)
         return group
     return NodeGroup(key, gid_of(key), nodes, *_per_point(n, pis, gs, qs))
+
+
+def _state_triples(li: int, srcs: list, gid_of, pis: list, gs: list, qs: list) -> None:
+    """Append the (point, group, index) triples of a launch's state sources (per point None
+    or a task ref), each point's own task dropped."""
+    n = len(srcs)
+    has = np.fromiter(map(is_not, srcs, repeat(None)), dtype=bool, count=n)
+    at = np.flatnonzero(has)
+    lq = np.fromiter(chain.from_iterable(compress(srcs, has.tolist())), dtype=np.int64,
+                     count=2 * len(at))
+    ls, q = lq[0::2], lq[1::2]
+    keep = (ls != li) | (q != at)      # (its own task is no predecessor)
+    if len(at) and keep.any():
+        at, ls, q = at[keep], ls[keep], q[keep]
+        # Each source launch's group id once, ascending (a backward's points take state
+        # from one launch: a dict of one, not np.unique's sort and inverse).
+        ls = ls.tolist()
+        table = {x: gid_of((x, None)) for x in sorted(set(ls))}
+        pis.append(at)
+        gs.append(np.fromiter(map(table.__getitem__, ls), dtype=np.int64, count=len(ls)))
+        qs.append(q)
 
 
 class TaskRefs:
@@ -251,7 +266,8 @@ class PendingPreds:
     and before any group is read (Planner.launch_groups)."""
     LIMIT = 1 << 17
     __slots__ = ("groups", "tasks", "task_offsets", "pis", "gs", "qs", "offsets", "points",
-                 "size")
+                 "size", "node_pi", "node_offsets", "node_refs", "srcs", "src_first",
+                 "src_gid")
 
     def __init__(self):
         self.groups: list[NodeGroup] = []
@@ -259,18 +275,38 @@ class PendingPreds:
         self.task_offsets: list[int] = []   # per column in tasks: its group's first point
         self.pis, self.gs, self.qs = [], [], []
         self.offsets: list[int] = []        # per array in pis: its group's first point
+        self.node_pi: list = []             # node refs: per column its points ...
+        self.node_offsets: list[int] = []   # ... and its group's first point
+        self.node_refs: list = []           # the nodes referred to, flat
+        self.srcs: list = []                # per group with state sources: its list, ...
+        self.src_first: list[int] = []      # ... its first point ...
+        self.src_gid: list[int] = []        # ... and the group id of the launch they name
         self.points = self.size = 0         # points and triples kept
 
     def __bool__(self) -> bool:
         return bool(self.groups)
 
-    def add(self, group: NodeGroup, tasks: TaskRefs, pis: list, gs: list, qs: list) -> None:
-        """`group`'s task refs and other triples (arrays _per_point would take)."""
+    def add(self, group: NodeGroup, tasks: TaskRefs, pis: list, gs: list, qs: list,
+            nodes: tuple | None = None, source: tuple | None = None) -> None:
+        """`group`'s task refs and other triples (arrays _per_point would take); `nodes`:
+        its node refs (per column the points, and the nodes referred to, flat; their
+        places are read at the flush); `source`: its state sources (per point None or a
+        task ref, all of one launch, none its own) and that launch's group id."""
         self.groups.append(group)
         if tasks.pi:
             self.tasks.extend(tasks, len(self.tasks.table))
             self.task_offsets += repeat(self.points, len(tasks.pi))
             self.size += sum(map(len, tasks.pi))
+        if nodes is not None:
+            self.node_pi += nodes[0]
+            self.node_offsets += repeat(self.points, len(nodes[0]))
+            self.node_refs += nodes[1]
+            self.size += len(nodes[1])
+        if source is not None:
+            self.srcs.append(source[0])
+            self.src_first.append(self.points)
+            self.src_gid.append(source[1])
+            self.size += len(source[0])
         self.pis += pis
         self.gs += gs
         self.qs += qs
@@ -286,13 +322,18 @@ class PendingPreds:
         if not groups:
             return
         if pis:
-            lengths = np.fromiter(map(len, pis), dtype=np.int64, count=len(pis))
-            pi = np.concatenate(pis)
-            pi += np.repeat(np.array(self.offsets, dtype=np.int64), lengths)
-            pis = [pi]
+            pis = [_offset(pis, self.offsets)]
         if self.tasks.pi:
             pi, g, q = self.tasks.resolved(self.task_offsets)
             pis, gs, qs = pis + [pi], gs + [g], qs + [q]
+        if self.node_refs:
+            refs = self.node_refs
+            where = np.fromiter(chain.from_iterable(map(_WHERE, refs)), dtype=np.int64,
+                                count=2 * len(refs))        # (group, index) pairs, flat
+            pis, gs, qs = (pis + [_offset(self.node_pi, self.node_offsets)],
+                           gs + [where[0::2]], qs + [where[1::2]])
+        if self.srcs:
+            pis, gs, qs = _sources(self.srcs, self.src_first, self.src_gid, pis, gs, qs)
         counts, gid, idx = _per_point(self.points, pis, gs, qs)
         sizes = np.fromiter(map(len, map(_NODES, groups)), dtype=np.int64, count=len(groups))
         first = np.zeros(len(groups) + 1, dtype=np.int64)     # per group its first point
@@ -309,3 +350,28 @@ class PendingPreds:
 
 
 _NODES = attrgetter("nodes")
+
+
+def _offset(pis: list, offsets: list):
+    """One array of the points `pis`, each array's moved by its offset."""
+    lengths = np.fromiter(map(len, pis), dtype=np.int64, count=len(pis))
+    pi = np.concatenate(pis)
+    pi += np.repeat(np.array(offsets, dtype=np.int64), lengths)
+    return pi
+
+
+def _sources(srcs: list, first: list, gids: list, pis: list, gs: list, qs: list) -> tuple:
+    """pis, gs, qs with the triples of the groups' state sources added: per group its list
+    (per point None or a task ref of one launch), its first point and that launch's group
+    id."""
+    lengths = np.fromiter(map(len, srcs), dtype=np.int64, count=len(srcs))
+    flat = list(chain.from_iterable(srcs))
+    has = np.fromiter(map(is_not, flat, repeat(None)), dtype=bool, count=len(flat))
+    at = np.flatnonzero(has)
+    lq = np.fromiter(chain.from_iterable(compress(flat, has.tolist())), dtype=np.int64,
+                     count=2 * len(at))
+    starts = np.zeros(len(srcs), dtype=np.int64)        # per group its first in flat
+    np.cumsum(lengths[:-1], out=starts[1:])
+    shift = np.repeat(np.array(first, dtype=np.int64) - starts, lengths)
+    g = np.repeat(np.array(gids, dtype=np.int64), lengths)
+    return pis + [at + shift[at]], gs + [g[at]], qs + [lq[1::2]]
