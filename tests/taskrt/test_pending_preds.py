@@ -1,5 +1,5 @@
 """Task groups' predecessor arrays made in batches (taskcolumns.PendingPreds: their task
-refs resolved by one table) and by one sort key (taskcolumns._per_point): each group's
+refs resolved by one table, their node refs' places and state sources read at the flush) and by one sort key (taskcolumns._per_point): each group's
 arrays are its points' distinct (group, index) pairs, ascending, as made one group at a
 time from Python sets (each point's ref to itself dropped); and a one-shot
 plan flushed many times mid-plan, or sorted by lexsort, is the per-point records' plan
@@ -59,6 +59,38 @@ def _random_task_refs(rng: random.Random, n: int):
     return tasks, want
 
 
+class _Node:
+    __slots__ = ("where",)
+
+    def __init__(self, where):
+        self.where = where
+
+
+def _random_nodes_and_sources(rng: random.Random, n: int):
+    """A group's node refs (per column its points; the nodes referred to, flat, each with
+    its place) and state sources (per point None or a ref to a point of one other launch,
+    and that launch's group id) as build_task_group keeps them pending, or None; and
+    their triples as Python lists."""
+    want, nodes, source = [], None, None
+    if n and rng.random() < 0.7:
+        node_pi, refs = [], []
+        for _ in range(rng.randrange(1, 4)):
+            pi = [rng.randrange(n) for _ in range(rng.choice([1, 4, 30]))]
+            node_pi.append(np.array(pi, dtype=np.int64))
+            for p in pi:
+                refs.append(_Node((rng.randrange(rng.choice([1, 5, 400])),
+                                   rng.randrange(rng.choice([1, 6, 900])))))
+                want.append((p, *refs[-1].where))
+        nodes = (node_pi, refs)
+    if n and rng.random() < 0.7:
+        gid, launch = rng.randrange(300), rng.randrange(50)
+        srcs = [None if rng.random() < 0.3 else (launch, rng.randrange(n + 5))
+                for _ in range(n)]
+        source = (srcs, gid)
+        want += [(p, gid, s[1]) for p, s in enumerate(srcs) if s is not None]
+    return nodes, source, want
+
+
 def _oracle(n, pis, gs, qs, tasks=()):
     per_point = [set() for _ in range(n)]
     for a, b, c in tasks:
@@ -95,9 +127,10 @@ def test_pending_groups_get_the_arrays_each_would_alone(seed, limit, monkeypatch
     for k in range(rng.randrange(1, 40)):
         n, pis, gs, qs = _random_group(rng)
         tasks, triples = _random_task_refs(rng, n)
+        nodes, source, more = _random_nodes_and_sources(rng, n)
         group = NodeGroup((k, None), k, [object() for _ in range(n)], None, None, None)
-        made.append((group, _oracle(n, pis, gs, qs, triples)))
-        pending.add(group, tasks, pis, gs, qs)
+        made.append((group, _oracle(n, pis, gs, qs, triples + more)))
+        pending.add(group, tasks, pis, gs, qs, nodes, source)
     pending.flush()
     assert not pending
     for group, want in made:
