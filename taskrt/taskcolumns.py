@@ -12,8 +12,9 @@ predecessor arrays are those pairs, each point's own ref dropped, with its node 
 state source, deduplicated per point: the pairs of the per-point sets Planner._build_tasks
 makes (tests/taskrt/test_plan_columns.py), each node's in ascending order (the graph sorts
 them: graphview.sorted_rows; the per-point sets' order follows node addresses anyway).
-A planner's groups are made in batches (PendingPreds): their task refs resolved and their
-pairs sorted and deduplicated for many launches at once, before any group is read.
+A planner's groups are made in batches (PendingPreds): their task refs resolved, their node
+refs' places and state sources read, and their pairs sorted and deduplicated for many
+launches at once, before any group is read.
 """
 from __future__ import annotations
 
