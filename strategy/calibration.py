@@ -109,6 +109,7 @@ from .gradbuckets import bucket_collectives, bucketed, buckets_of, collective_wa
 from .preemption import PreemptedTimer, expected_makespan
 from .replay import ReplayError, measured_times, model_for_layout, recorded
 from .rankclocks import on_one_clock
+from .repetition import priced_at_repetition, same_graph, thread_scale
 from .reslicing import reslicing_time, resliced_views
 from .simulator import NodeTimer, simulate
 from .speedref import at_reference_speed, trace_reference
@@ -133,6 +134,7 @@ class RecordedRun:
     measured_s: float               # the traced iteration's span (longest rank)
     load: float | None = None       # the OS's load over the traced iteration (recorded_load)
     executor_s: dict = field(default_factory=dict)  # node id -> s of its event not its key's
+    task_scale: dict = field(default_factory=dict)  # node id -> x of its rank's repetition
     reference_s: float | None = None  # the machine's speed beside the run (speedref.py)
     untraced_s: float | None = None   # the run's untraced period before its traced iteration
 
@@ -162,6 +164,7 @@ class Fit:
     speeds: list | None = None      # per recorded iteration, its ranks' relative speeds
     view_s: float = 0.0             # one process: s per view a node re-slices (reslicing.py)
     reference_s: float | None = None  # the speed reference its times are at (speedref.py)
+    repetition: tuple = (0.0, 1.0)  # (b, ref): task x (rank's repetition / ref)^b (repetition.py)
     error: float = 0.0              # median |predicted / measured - 1| of its residuals
 
     def text(self) -> str:
@@ -313,7 +316,7 @@ def with_factor(model, profile: Profile, k: float, name: str = "iteration_factor
 
 def calibrate(paths, base_model, base_profile: Profile | None = None, factor: bool = True,
               loads: dict | None = None, shared_cores: bool = True, wakeups: bool = True,
-              rank_spread: bool = True, speed_reference: bool = True):
+              rank_spread: bool = True, speed_reference: bool = True, repeats: bool = True):
     """(machine model with host costs, in-situ profile, Fit) from trace files. `base_model`
     is a MachineModel with one device per rank of the runs (or one per device): its devices
     and links are kept, its host costs replaced. `factor`: fit the iteration factor (runs
@@ -330,7 +333,8 @@ def calibrate(paths, base_model, base_profile: Profile | None = None, factor: bo
     ranks, the ranks of one iteration run at the different speeds the runs showed
     (insitu.rank_speeds), drawn in each of the prediction's simulations.
     `speed_reference`: where every trace records the machine's speed beside its run
-    (strategy/speedref.py), fit every run at one speed (at_reference_speed; fit.reference_s)."""
+    (strategy/speedref.py), fit every run at one speed (at_reference_speed; fit.reference_s).
+    `repeats`: on several ranks, a rank's tasks at its repetition's speed (repetition.py)."""
     runs = load_runs(paths)
     if not runs:
         raise CalibrationError("calibrate: give at least one trace file (a run with --trace)")
@@ -341,6 +345,7 @@ def calibrate(paths, base_model, base_profile: Profile | None = None, factor: bo
     except ReplayError as e:
         raise CalibrationError(f"calibrate: {e}") from None
     view_s = reslicing_time(runs) if ranks == 1 else 0.0  # before the keys are priced
+    repeated = priced_at_repetition(runs, repeats and ranks > 1)
     profile, scale, scaled = insitu_profile(runs, base_profile)
     plain = NodeTimer(layout, CostModel(profile))       # device phases without host costs
     samples: dict = {}
@@ -362,7 +367,7 @@ def calibrate(paths, base_model, base_profile: Profile | None = None, factor: bo
         fit.contention = deflate_long_keys(runs, profile, base_profile, fit.slice_s, loads)
         fit.load_source = "the OS's count" + ("" if any(given.get(r.path) for r in runs)
                                               else " recorded in the traces")
-    fit.ranks, fit.view_s, fit.reference_s = ranks, view_s, reference
+    fit.ranks, fit.view_s, fit.reference_s, fit.repetition = ranks, view_s, reference, repeated
     if shared_cores and ranks > 1:
         fit.cores = machine_cores()
         shared = sharing(runs, fit.cores)
@@ -407,7 +412,8 @@ def prediction_record(fit: Fit) -> dict:
             "collective_s": None if fit.collective_s is None else
             {str(p): list(line) for p, line in fit.collective_s.items()},
             "speeds": None if fit.speeds is None else [list(t) for t in fit.speeds],
-            "view_s": fit.view_s, "reference_s": fit.reference_s, "error": fit.error}
+            "view_s": fit.view_s, "reference_s": fit.reference_s, "error": fit.error,
+            "repetition": list(fit.repetition)}
 
 
 def fit_from_files(model, profile: Profile, where: str = "the machine file") -> Fit | None:
@@ -437,7 +443,7 @@ def fit_from_files(model, profile: Profile, where: str = "the machine file") -> 
                   view_s=float(rec.get("view_s", 0.0)),   # 0: a record before 2026-12-05
                   reference_s=None if rec.get("reference_s") is None else
                   float(rec["reference_s"]),
-                  error=float(error))
+                  error=float(error), repetition=tuple(map(float, rec.get("repetition", (0, 1)))))
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise CalibrationError(f"{where}: its calibration record's {PREDICTION_RECORD!r} is "
                                f"malformed ({type(e).__name__}: {e}); calibrate again "
@@ -532,6 +538,8 @@ def predict(fit: Fit, graph, int_ranges: dict, ranks: int, per_rank: int,
                           batched=frozenset() if traced else batch_tails(graph, buckets),
                           executor_s=extra)
     layout = model_for_layout(model, ranks, per_rank)
+    scale = thread_scale(graph, per_rank, *fit.repetition, NodeTimer(layout, costs).host) \
+        if ranks > 1 else {}
     held = None
     if ranks > 1:                           # the executor's buckets: one collective each
         if any(len(b) > 1 for b in buckets) and not NodeTimer(layout, costs).ready_order:
@@ -553,27 +561,19 @@ def predict(fit: Fit, graph, int_ranges: dict, ranks: int, per_rank: int,
         if wakeups and fit.sleep is not None and ranks > 1:
             delays = {}
             for _ in range(WAKE_ROUNDS):
-                timer = PreemptedTimer(layout, costs, c, 0.0, delays=delays, collectives=held)
+                timer = PreemptedTimer(layout, costs, c, 0.0, delays=delays, collectives=held,
+                                       speed=scale)
                 delays = wake_delays(graph, simulate(graph, layout, costs, timer), timer,
                                      fit.sleep)
         return expected_makespan(graph, layout, costs, c, fit.slice_s if ranks > 1 else 0.0,
                                  delays=delays, collectives=held,
-                                 speeds=fit.speeds if ranks > 1 else None)
+                                 speeds=fit.speeds if ranks > 1 else None, scale=scale)
 
 
 def at_contention(fit: Fit, c: float) -> tuple:
     """(model, profile) of a calibration for a machine whose contention is c (wall seconds
     per second of work) instead of the recorded runs', the iteration factor kept."""
     return with_factor(*fit.work, c * fit.factor, "contention")
-
-
-def same_graph(runs) -> list[list]:
-    """The runs grouped by the graph they ran (app and TaskGraph.fingerprint()), in the
-    order each graph first appears: several traced runs of one strategy are one case."""
-    groups: dict = {}
-    for r in runs:
-        groups.setdefault((r.app, r.graph.fingerprint()), []).append(r)
-    return list(groups.values())
 
 
 def residuals(runs, fit: Fit) -> list:

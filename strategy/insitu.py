@@ -124,10 +124,14 @@ def run_durations(runs) -> dict:
 def work_durations(run, into: dict | None = None) -> dict:
     """{cost key: [seconds]} of a recorded run's task events, less the executor's time in
     each that its key does not set (`run.executor_s`, {node id: seconds}: the views it
-    re-sliced, strategy/reslicing.py), kept at 10% of the event at least."""
+    re-sliced, strategy/reslicing.py), kept at 10% of the event at least, over the
+    multiplier its rank's repetition gives it (`run.task_scale`, {node id: x},
+    strategy/repetition.py)."""
     extra = getattr(run, "executor_s", None)
-    if not extra:
+    scale = getattr(run, "task_scale", None) or {}  # its rank's repetition (repetition.py)
+    if not extra and not scale:
         return task_durations(run.graph, run.events, into)
+    extra = extra or {}
     durations = {} if into is None else into
     nodes = run.graph.nodes
     for e in run.events:
@@ -136,7 +140,7 @@ def work_durations(run, into: dict | None = None) -> dict:
             if nodes[i].kind is TASK:
                 d = e["dur"] / 1e6
                 durations.setdefault(nodes[i].cost_key, []).append(
-                    max(0.1 * d, d - extra.get(i, 0.0)))
+                    max(0.1 * d, d - extra.get(i, 0.0)) / scale.get(i, 1.0))
     return durations
 
 
@@ -436,7 +440,8 @@ def rank_speeds(runs, profile: Profile) -> list[tuple]:
                 if node.kind is TASK:
                     spent = per.setdefault(e.get("pid", 0), [0.0, 0.0])
                     spent[0] += e["dur"] / 1e6
-                    spent[1] += profile.get(node.cost_key, "cpu").seconds
+                    spent[1] += profile.get(node.cost_key, "cpu").seconds * \
+                        (getattr(r, "task_scale", None) or {}).get(node.id, 1.0)
         per = {rank: (a, p) for rank, (a, p) in per.items() if a > 0 and p > 0}
         if len(per) < 2:
             continue

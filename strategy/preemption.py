@@ -111,13 +111,15 @@ class PreemptedTimer(NodeTimer):
 
 def expected_makespan(graph, model, costs, contention, slice_s: float,
                       samples: int = 16, seed: int = 0, delays: dict | None = None,
-                      collectives: dict | None = None, speeds: list | None = None) -> float:
+                      collectives: dict | None = None, speeds: list | None = None,
+                      scale: dict | None = None) -> float:
     """The mean makespan of `samples` simulations of graph on `model` (the threads' work:
     task times and host costs without contention) with preemption slices of `slice_s`
     taking (contention - 1) s per second of each thread's work (`contention`: a number, or
     {thread: contention}; `delays` and `collectives` as PreemptedTimer's) and, with
     `speeds` (tuples of the ranks' relative speeds, one per recorded iteration), each
-    draw's threads running their tasks at one recorded iteration's speeds (draw_speeds)."""
+    draw's threads running their tasks at one recorded iteration's speeds (draw_speeds),
+    times `scale` ({thread: multiplier}: its rank's repetition, strategy/repetition.py)."""
     top = max(contention.values(), default=1.0) if isinstance(contention, dict) \
         else contention
     smooth = top <= 1.0 or slice_s <= 0
@@ -125,7 +127,7 @@ def expected_makespan(graph, model, costs, contention, slice_s: float,
         c = contention if isinstance(contention, dict) else max(contention, 1.0)
         return simulate(graph, model, costs,
                         PreemptedTimer(model, costs, c, 0.0, delays=delays,
-                                       collectives=collectives)).makespan
+                                       collectives=collectives, speed=scale)).makespan
     if smooth:
         contention = contention if isinstance(contention, dict) else max(contention, 1.0)
         slice_s = 0.0
@@ -134,7 +136,9 @@ def expected_makespan(graph, model, costs, contention, slice_s: float,
                      key=repr)
     spans = []
     for _ in range(samples):
-        speed = draw_speeds(speeds, threads, rng) if speeds else None
+        speed = draw_speeds(speeds, threads, rng) if speeds else dict(scale or {})
+        if speeds and scale:
+            speed = {t: x * scale.get(t, 1.0) for t, x in speed.items()}
         spans.append(simulate(graph, model, costs, PreemptedTimer(
             model, costs, contention, slice_s, rng, delays, collectives, speed)).makespan)
     return statistics.fmean(spans)

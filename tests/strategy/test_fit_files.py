@@ -25,7 +25,7 @@ def a_fit(m, profile) -> Fit:
                factor=1.2, slice_s=1e-3, background=0.4, waiting=0.5, cores=2,
                sleep=SleepSchedule(1e-4, 5e-4, 2e-3, 1e-4),
                collective_s={2: (6e-3, 1e-3), 3: (2e-3, 0.0)},
-               speeds=[(1.0, 1.4, 0.9), (1.2, 1.0, 1.0)], error=0.04)
+               speeds=[(1.0, 1.4, 0.9), (1.2, 1.0, 1.0)], error=0.04, repetition=(-0.3, 2.5))
 
 
 def written(fit, tmp_path, layout=(3, 1)):
@@ -43,7 +43,7 @@ def test_the_files_predict_as_the_calibration_does(tmp_path):
     again = fit_from_files(*written(fit, tmp_path))
     assert again.speeds == fit.speeds and again.collective_s == fit.collective_s
     assert again.sleep == fit.sleep and again.background == fit.background
-    assert again.error == fit.error == 0.04
+    assert again.error == fit.error == 0.04 and again.repetition == fit.repetition
     expected = predict(fit, h.graph, {}, 3, 1)
     assert predict(again, h.graph, {}, 3, 1) == pytest.approx(expected, rel=1e-9)
     # and it is not what the files alone simulate (the search's smooth model)
