@@ -47,35 +47,35 @@ def repetition(graph, per_rank: int) -> dict:
     return {rank: tasks[rank] / len(keys[rank]) for rank in tasks}
 
 
-def _points(runs) -> dict:
-    """{(app, cost key): [(log repetition of its rank, log seconds)]} of the runs' task events."""
+def _points(run, rep: dict) -> dict:
+    """{(app, cost key): [(log repetition of its rank, log seconds)]} of a run's task events
+    (`rep`: the run's repetition by rank)."""
     out: dict = {}
-    for r in runs:
-        rep = repetition(r.graph, r.per_rank)
-        nodes = r.graph.nodes
-        for e in r.events:
-            if e.get("ph") == "X" and "node" in (e.get("args") or {}) and e["dur"] > 0:
-                n = nodes[int(e["args"]["node"])]
-                if n.kind is TASK:
-                    out.setdefault((r.app, n.cost_key), []).append(
-                        (math.log(rep[n.device // r.per_rank]), math.log(e["dur"])))
+    nodes = run.graph.nodes
+    for e in run.events:
+        if e.get("ph") == "X" and "node" in (e.get("args") or {}) and e["dur"] > 0:
+            n = nodes[int(e["args"]["node"])]
+            if n.kind is TASK:
+                out.setdefault((run.app, n.cost_key), []).append(
+                    (math.log(rep[n.device // run.per_rank]), math.log(e["dur"])))
     return out
 
 
-def fit_slope(runs) -> tuple[float, float]:
-    """(b, ref): log time against log repetition, key effects removed (module doc), and the
-    runs' centre repetition (geometric mean over the events); (0, 1) with too few events."""
+def _slope(per_run: list) -> tuple[float, float]:
+    """(b, ref) of fit_slope over runs given as their _points."""
+    merged: dict = {}
+    for pts in per_run:
+        for key, xy in pts.items():
+            merged.setdefault(key, []).extend(xy)
     sxy = sxx = 0.0
     xs_all, n = [], 0
-    for pts in _points(runs).values():
+    for pts in merged.values():
         xs_all.extend(x for x, _ in pts)
         if len({x for x, _ in pts}) < 2:
             continue
         mx = sum(x for x, _ in pts) / len(pts)
-        ys = sorted(y for _, y in pts)
-        my = ys[len(ys) // 2] if len(ys) % 2 else 0.5 * (ys[len(ys) // 2 - 1] + ys[len(ys) // 2])
-        for x, y in pts:
-            sxy += (x - mx) * (y - my)
+        for x, y in pts:                # sum (x - mx) = 0: y's centre drops out
+            sxy += (x - mx) * y
             sxx += (x - mx) ** 2
         n += len(pts)
     ref = math.exp(sum(xs_all) / len(xs_all)) if xs_all else 1.0
@@ -84,14 +84,23 @@ def fit_slope(runs) -> tuple[float, float]:
     return sxy / sxx, ref
 
 
+def fit_slope(runs) -> tuple[float, float]:
+    """(b, ref): log time against log repetition, key effects removed (module doc), and the
+    runs' centre repetition (geometric mean over the events); (0, 1) with too few events."""
+    return _slope([_points(r, repetition(r.graph, r.per_rank)) for r in runs])
+
+
 def stable_slope(runs) -> tuple[float, float]:
     """(b, ref) of fit_slope where the slope is stable within the runs (module doc), else
-    (0, ref). One process (a thread for every device) or fewer than 3 graphs: b = 0."""
-    b, ref = fit_slope(runs)
+    (0, ref). One process (a thread for every device) or fewer than 3 graphs: b = 0. Each
+    run's events are read once, for the fit on all runs and every leave-one-out fit."""
+    points = {id(r): _points(r, repetition(r.graph, r.per_rank)) for r in runs}
+    b, ref = _slope(list(points.values()))
     groups = same_graph(runs)
     if b == 0.0 or len(groups) < 3 or any(r.ranks < 2 for r in runs):
         return 0.0, ref
-    out = [fit_slope([r for g in groups if g is not left for r in g])[0] for left in groups]
+    out = [_slope([points[id(r)] for g in groups if g is not left for r in g])[0]
+           for left in groups]
     if any(x * b <= 0 for x in out) or \
             max(abs(x) for x in out) > STABLE * min(abs(x) for x in out):
         return 0.0, ref
