@@ -109,7 +109,7 @@ from .gradbuckets import bucket_collectives, bucketed, buckets_of, collective_wa
 from .preemption import PreemptedTimer, expected_makespan
 from .replay import ReplayError, measured_times, model_for_layout, recorded
 from .rankclocks import on_one_clock
-from .repetition import priced_at_repetition, same_graph, thread_scale
+from .repetition import from_record, priced_at_repetition, same_graph, thread_scale
 from .reslicing import reslicing_time, resliced_views
 from .simulator import NodeTimer, simulate
 from .speedref import at_reference_speed, trace_reference
@@ -443,7 +443,7 @@ def fit_from_files(model, profile: Profile, where: str = "the machine file") -> 
                   view_s=float(rec.get("view_s", 0.0)),   # 0: a record before 2026-12-05
                   reference_s=None if rec.get("reference_s") is None else
                   float(rec["reference_s"]),
-                  error=float(error), repetition=tuple(map(float, rec.get("repetition", (0, 1)))))
+                  error=float(error), repetition=from_record(rec.get("repetition", (0, 1))))
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise CalibrationError(f"{where}: its calibration record's {PREDICTION_RECORD!r} is "
                                f"malformed ({type(e).__name__}: {e}); calibrate again "

@@ -47,6 +47,16 @@ def repetition(graph, per_rank: int) -> dict:
     return {rank: tasks[rank] / len(keys[rank]) for rank in tasks}
 
 
+def from_record(value) -> tuple[float, float]:
+    """(b, ref) as a machine file's prediction record keeps them: two finite numbers, ref > 0
+    (ValueError naming the value otherwise: calibration.fit_from_files refuses the file)."""
+    if not isinstance(value, (list, tuple)) or len(value) != 2 or \
+            any(type(x) not in (int, float) or not math.isfinite(x) for x in value) or \
+            value[1] <= 0:
+        raise ValueError(f"repetition {value!r} is not [slope, reference > 0]")
+    return float(value[0]), float(value[1])
+
+
 def _points(run, rep: dict) -> dict:
     """{(app, cost key): [(log repetition of its rank, log seconds)]} of a run's task events
     (`rep`: the run's repetition by rank)."""

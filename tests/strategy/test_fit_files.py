@@ -89,3 +89,14 @@ def test_a_record_with_a_bad_error_is_refused_by_name(tmp_path, error):
     (tmp_path / "m.json").write_text(json.dumps(record))
     with pytest.raises(CalibrationError, match="malformed .*error.*calibrate again"):
         fit_from_files(load(str(tmp_path / "m.json")), profile)
+
+
+@pytest.mark.parametrize("repetition", [[-0.2], [-0.2, 0], ["a", 1.0], [float("nan"), 1.0], 3])
+def test_a_record_with_a_bad_repetition_is_refused_by_name(tmp_path, repetition):
+    m, h, *_ = two_gradients()
+    model, profile = written(a_fit(m, h.profile), tmp_path)
+    record = json.loads((tmp_path / "m.json").read_text())
+    record["calibration"]["from_traces"]["prediction"]["repetition"] = repetition
+    (tmp_path / "m.json").write_text(json.dumps(record))
+    with pytest.raises(CalibrationError, match="malformed .*repetition.*calibrate again"):
+        fit_from_files(load(str(tmp_path / "m.json")), profile)
