@@ -151,9 +151,12 @@ def _follow(choose, sent: dict, done: list, current, template: list, variants: l
                     break
             else:
                 for n, counted in made:
-                    sent[counted] -= n
-                    if not sent[counted]:
-                        del sent[counted]
+                    # (a copy of no elements is counted too: its holder may have had none)
+                    left = sent.get(counted, 0) - n
+                    if left:
+                        sent[counted] = left
+                    else:
+                        sent.pop(counted, None)
                 return _NONE
         i += 1
     done.append(recorded)

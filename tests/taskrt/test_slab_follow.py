@@ -56,6 +56,17 @@ def test_a_failed_try_takes_back_its_counts():
     assert sent == {0: 3, 1: 10, 2: 7} and done == [template[0]]
 
 
+def test_a_failed_try_takes_back_a_pick_of_no_elements():
+    # A group's picks count no elements (coherence._group_sources), so a source that had
+    # sent nothing can be picked with no elements after its copies were counted: taking
+    # the counts back in order empties it first, and the pick of none after must not fail.
+    template = [[((1,), 0, 4, 1), ((1,), 0, 0, 1), ((2, 3), 2, 5, 3)]]
+    sent, choose = _counts()
+    done: list = []
+    assert _follow(choose, sent, done, None, template, []) is _NONE
+    assert sent == {} and done == []
+
+
 def test_followed_slabs_equal_whole_plans(monkeypatch):
     steps = 16
     monkeypatch.setattr(programs, "STEPS", steps)
