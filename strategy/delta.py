@@ -43,7 +43,7 @@ from taskrt.nodegroups import join, resolve
 from .delta_memory import BufferTable
 from .launchblocks import RUN_ARRAYS, SIM_ARRAYS, Joined, LaunchBlock
 from .listsched import Checkpoints
-from .simulator import NodeTimer, Resources, SimResult, result_of, timeline
+from .simulator import NodeTimer, Resources, SimResult, busy_of, result_of, timeline
 from .readgroups import ReadGroups
 from .taskgroups import HOST_ARRAYS, GroupSim, TaskGroups
 
@@ -95,7 +95,8 @@ class SimulationSession:
             self._reset_tables()
             self._graph = None
             self._undo: tuple | None = None       # what change() replaced, for undo()
-            # change_timed's graph until complete(): (touched, start, end, busy, run)
+            # change_timed's graph until complete(): (touched, start, end, (busy by resource
+            # id, res_ids, host): simulator.busy_of's, run)
             self._pending: tuple | None = None
             self.result = self._simulate(None)
 
@@ -184,7 +185,8 @@ class SimulationSession:
                 self._note_regions(self._undo[2], touched)
             with gc_paused():
                 memory = self._memory(touched, start, end)
-            self.result = result_of(self.machine_model, start, end, busy, memory, run)
+            self.result = result_of(self.machine_model, start, end,
+                                    busy_of(self.resources, *busy), memory, run)
         return self.result
 
     def _change_all(self, changes, memory: bool) -> None:
@@ -447,12 +449,15 @@ class SimulationSession:
         start, run, end, busy = timeline(a["dur"], a["res_counts"], a["res_ids"],
                                          asm.pred_ptr, asm.preds, self.resources, host,
                                          self.timer.ready_order, self._checkpoints,
-                                         self._first_changed)
+                                         self._first_changed, named=False)
+        # (busy by name only for a result: most timed changes are undone before theirs)
+        busy = (busy, a["res_ids"], host)
         if not memory:
             self._pending = (touched, start, end, busy, run)
             return None
         memory = self._memory(touched, start, end)
-        return result_of(self.machine_model, start, end, busy, memory, run)
+        return result_of(self.machine_model, start, end, busy_of(self.resources, *busy),
+                         memory, run)
 
     def _kept_regions(self) -> set[str]:
         """Regions whose buffers persist (taskrt.liveness.Liveness.of with keep=None): initial

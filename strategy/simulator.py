@@ -245,14 +245,17 @@ class Resources:
 
 
 def timeline(dur, res_counts, res_ids, pred_ptr, preds, resources: Resources, host=None,
-             ready_order: bool = False, checkpoints=None, first: int = 0):
+             ready_order: bool = False, checkpoints=None, first: int = 0,
+             named: bool = True):
     """(start, run, end, busy by resource name) of nodes in program order
     (strategy.listsched): each starts when its predecessors have ended and its resources are
     free (FIFO per resource in program order, or with `ready_order` in the order the nodes
     become ready: NodeTimer.ready_order), and holds them for its duration. `host`:
     None, or (pre seconds, pre counts, pre ids, post seconds, post counts, post ids) of the
     nodes' host phases. `checkpoints`, `first`: listsched.list_schedule's (a run that
-    resumes where the last one's nodes changed: delta simulation)."""
+    resumes where the last one's nodes changed: delta simulation). Without `named`, busy is
+    the scheduler's array by resource id, for busy_of (delta simulation names it only for
+    a change it completes: a search undoes most of its timed changes)."""
     n = len(resources.items)
     phases = None
     if host is not None:
@@ -260,12 +263,19 @@ def timeline(dur, res_counts, res_ids, pred_ptr, preds, resources: Resources, ho
         phases = (pre_dur, csr(pre_counts), pre_ids, post_dur, csr(post_counts), post_ids)
     start, run, end, busy = list_schedule(dur, csr(res_counts), res_ids, pred_ptr, preds, n,
                                           phases, ready_order, checkpoints, first)
+    return start, run, end, busy_of(resources, busy, res_ids, host) if named else busy
+
+
+def busy_of(resources: Resources, busy, res_ids, host=None) -> dict[str, float]:
+    """timeline's busy by resource name, from its busy seconds by resource id (`busy`) and
+    the nodes' resource ids (and host phases' ids in `host`, as timeline's): the resources
+    some node holds."""
     ids = np.asarray(res_ids, dtype=np.int64)
     if host is not None:
-        ids = np.concatenate([ids, np.asarray(pre_ids, dtype=np.int64),
-                              np.asarray(post_ids, dtype=np.int64)])
-    used = np.bincount(ids, minlength=n) > 0
-    return start, run, end, resources.busy_by_name(busy, used)
+        ids = np.concatenate([ids, np.asarray(host[2], dtype=np.int64),
+                              np.asarray(host[5], dtype=np.int64)])
+    used = np.bincount(ids, minlength=len(busy)) > 0
+    return resources.busy_by_name(busy, used)
 
 
 def result_of(model, start, end, busy, memory, run=None) -> SimResult:

@@ -13,7 +13,7 @@ import strategy.delta as delta_module
 from parallel_ops import SGD
 from strategy.costs import CostModel
 from strategy.delta import SimulationSession
-from strategy.machine_model import machine_model
+from strategy.machine_model import HostCost, machine_model
 from strategy.search import Search
 from strategy.simulator import simulate
 
@@ -24,10 +24,16 @@ warnings.simplefilter("ignore")       # analytic-cost fallback warnings
 pytestmark = pytest.mark.filterwarnings("ignore::strategy.costs.CostWarning")
 
 
+HOSTS = {"task": HostCost(2e-5), "copy": HostCost(5e-6, 1e-10), "reduce": HostCost(3e-6, 2e-10)}
+
+
+@pytest.mark.parametrize("hosts", [False, True], ids=["", "host costs"])
 @pytest.mark.parametrize("build", [cnn, lstm_model], ids=["cnn", "lstm"])
-def test_a_timed_change_completes_or_undoes_as_change_all(build):
+def test_a_timed_change_completes_or_undoes_as_change_all(build, hosts):
     model, _ = build()
     mm = machine_model("p100:1")
+    if hosts:
+        mm = mm.with_host_costs(HOSTS)
     start = random_strategy(model, 4, seed=3)
     timed = SimulationSession(model, mm, CostModel(), dict(start))
     whole = SimulationSession(model, mm, CostModel(), dict(start))
@@ -41,13 +47,16 @@ def test_a_timed_change_completes_or_undoes_as_change_all(build):
         where = f"step {step}: {[name for name, _ in changes]}"
         assert span == want.span and timed.result is None, where
         if step % 3 == 0:                   # accepted: its peak computed, kept
-            same_result(timed.complete(), want, where)
+            got = timed.complete()
+            same_result(got, want, where)
+            assert got.busy == want.busy, where     # (named only now: simulator.busy_of)
         else:                               # rejected on its time: undone without a peak
             same_result(timed.undo(), whole.undo(), where)
         assert timed.configs == whole.configs, where
     same_result(timed.result, whole.result, "the end")
     full = simulate(timed.graph, mm, CostModel())
     assert timed.result.memory == full.memory and timed.result.makespan == full.makespan
+    assert timed.result.busy == full.busy
 
 
 def _tight_machine():
