@@ -103,8 +103,9 @@ class RequirementsTable(dict):
     once, in the order of `regions`, and with one privilege per region; and per position
     k a pair of objects (the order of the points' parts, the parts) such that tables whose
     pairs at the same k are the same two objects ask, point by point, equal rects with
-    equal privileges there (one pair may stand at two positions) (regionclasses.RegionClasses.find keys a launch's regions by them
-    instead of by every point's rect)."""
+    equal privileges there (one pair may stand at two positions).
+    regionclasses.RegionClasses.find keys a launch's regions by them instead of by every
+    point's rect."""
 
     def __init__(self, colors: tuple, reqs: list, regions: list, columns: list | None = None):
         super().__init__(zip(colors, reqs))
