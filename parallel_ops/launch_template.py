@@ -324,7 +324,7 @@ class _Requirements:
     ((slot, index) in the order first asked for, so the operator's regions are made in the
     order its points first use them), so a launch makes each group in one piece."""
     __slots__ = ("groups", "getters", "points", "_atoms", "_index", "_stage", "_tensors",
-                 "by_position")
+                 "by_position", "order")
 
     def __init__(self, stage: Op):
         self._stage = stage
@@ -371,6 +371,7 @@ class _Requirements:
         self.by_position = all(
             len(p) == groups and all(starts[k] <= number[a] < starts[k + 1]
                                      for k, a in enumerate(p)) for p in self.points)
+        self.order = object()   # (names the getters in a table's columns; picklable)
         self.points = self._atoms = self._index = self._stage = self._tensors = None
 
     def moved(self, stage: Op, move, intern) -> "_Requirements":
@@ -379,7 +380,8 @@ class _Requirements:
         the weights' groups stay), the moved rects checked against `stage`'s tensors."""
         new = _Requirements.__new__(_Requirements)
         new.points = new._atoms = new._index = new._stage = new._tensors = None
-        new.getters, new.groups, new.by_position = self.getters, [], self.by_position
+        new.getters, new.groups = self.getters, []
+        new.by_position, new.order = self.by_position, self.order
         tensors = _tensors_of(stage)
         for s, i, group in self.groups:
             if s not in (W, DW):
@@ -396,8 +398,8 @@ class _Requirements:
         first ask for them (finish), so that is the order a walk of the points meets them
         (two groups on one region name it twice). Its columns (RequirementsTable) where
         every point asks group k at position k, the groups' regions are distinct and each
-        group has one privilege: per position (the getters, the group), the group's atoms
-        being its requirements in order (shared.group)."""
+        group has one privilege: per position (an object standing for the getters, the
+        group), the group's atoms being its requirements in order (shared.group)."""
         made, named = [], []
         for s, i, group in self.groups:
             region = regions[s][i]
@@ -406,7 +408,7 @@ class _Requirements:
         columns = None
         if self.by_position and len({r.name for r in named}) == len(named) and \
                 all(len(set(group.privileges)) == 1 for _, _, group in self.groups):
-            columns = [(self.getters, group) for _, _, group in self.groups]
+            columns = [(self.order, group) for _, _, group in self.groups]
         return RequirementsTable(colors, [get(made) for get in self.getters], named, columns)
 
 

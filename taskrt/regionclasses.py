@@ -325,13 +325,14 @@ def _table_columns(launch, points) -> list | None:
     """The columns of the RequirementsTable whose tuples are `points`' requirements, point
     by point (the table expand took them from: taskrt/expand.py's test), or None."""
     table = getattr(launch.projection, "__self__", None)
-    if type(table) is not RequirementsTable or table.columns is None or \
+    columns = getattr(table, "columns", None)   # (a table pickled before it had them)
+    if type(table) is not RequirementsTable or columns is None or \
             table.colors is not launch.colors or not points or \
             type(launch).requirements is not IndexLaunch.requirements or \
             launch.projection != table.__getitem__ or len(points) != len(table) or \
             not all(map(is_, map(_third, points), table.values())):
         return None
-    return table.columns
+    return columns
 
 
 def plan_alone(planner, name: str, entries: list[tuple], rp=None) -> RegionPlan:
