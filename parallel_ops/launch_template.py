@@ -311,11 +311,12 @@ _PRIVILEGE = {p.code: p for p in Privilege}
 
 class Group:
     """The atoms of one launch on one (slot, index): rects and privileges, in order."""
-    __slots__ = ("rects", "privileges", "keys")
+    __slots__ = ("rects", "privileges", "keys", "one_privilege")
 
     def __init__(self, rects: tuple, codes: tuple):
         self.rects, self.privileges = rects, tuple([_PRIVILEGE[c] for c in codes])
         self.keys = tuple(zip(rects, codes))
+        self.one_privilege = len(set(codes)) == 1      # (once per interned group)
 
 
 class _Requirements:
@@ -407,7 +408,7 @@ class _Requirements:
             named.append(region)
         columns = None
         if self.by_position and len({r.name for r in named}) == len(named) and \
-                all(len(set(group.privileges)) == 1 for _, _, group in self.groups):
+                all(group.one_privilege for _, _, group in self.groups):
             columns = [(self.order, group) for _, _, group in self.groups]
         return RequirementsTable(colors, [get(made) for get in self.getters], named, columns)
 
