@@ -41,7 +41,13 @@ def _table(launch):
     return table if type(table) is RequirementsTable else None
 
 
-def test_columns_promise_what_find_keys_on():
+def test_columns_promise_what_find_keys_on(monkeypatch):
+    import parallel_ops.launch_template as templates
+    # (a template cache of its own: one that starts again in the middle, as late in a
+    # full test run, would leave few pairs met again)
+    monkeypatch.setattr(templates, "_TEMPLATES", {})
+    monkeypatch.setattr(templates, "_INTERNED", [])
+    monkeypatch.setattr(templates, "_POINTS", [0])
     seen: dict = {}     # (k, id(order), id(parts)) -> (the pair, per point (rect, privilege))
     with_columns = without = positions = 0
     lowerings = []
