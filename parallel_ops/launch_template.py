@@ -311,11 +311,12 @@ _PRIVILEGE = {p.code: p for p in Privilege}
 
 class Group:
     """The atoms of one launch on one (slot, index): rects and privileges, in order."""
-    __slots__ = ("rects", "privileges", "keys")
+    __slots__ = ("rects", "privileges", "keys", "one_privilege")
 
     def __init__(self, rects: tuple, codes: tuple):
         self.rects, self.privileges = rects, tuple([_PRIVILEGE[c] for c in codes])
         self.keys = tuple(zip(rects, codes))
+        self.one_privilege = len(set(codes)) == 1      # (once per interned group)
 
 
 class _Requirements:
@@ -323,7 +324,8 @@ class _Requirements:
     per point the atoms it asks for, in order. finish() numbers the atoms group by group
     ((slot, index) in the order first asked for, so the operator's regions are made in the
     order its points first use them), so a launch makes each group in one piece."""
-    __slots__ = ("groups", "getters", "points", "_atoms", "_index", "_stage", "_tensors")
+    __slots__ = ("groups", "getters", "points", "_atoms", "_index", "_stage", "_tensors",
+                 "by_position", "order")
 
     def __init__(self, stage: Op):
         self._stage = stage
@@ -359,6 +361,18 @@ class _Requirements:
             _check(self._stage, self._tensors[s][i], rects)
             self.groups.append((s, i, intern(rects, tuple([atoms[k][3] for k in ks]))))
         self.getters = [_getter([number[k] for k in p]) for p in self.points]
+        # Whether every point asks group k at position k (numbers start[k] to start[k+1]):
+        # then a launch's table has columns (make), once per template.
+        starts, n = [], 0
+        for ks in by_group.values():
+            starts.append(n)
+            n += len(ks)
+        starts.append(n)
+        groups = len(by_group)
+        self.by_position = all(
+            len(p) == groups and all(starts[k] <= number[a] < starts[k + 1]
+                                     for k, a in enumerate(p)) for p in self.points)
+        self.order = object()   # (names the getters in a table's columns; picklable)
         self.points = self._atoms = self._index = self._stage = self._tensors = None
 
     def moved(self, stage: Op, move, intern) -> "_Requirements":
@@ -368,6 +382,7 @@ class _Requirements:
         new = _Requirements.__new__(_Requirements)
         new.points = new._atoms = new._index = new._stage = new._tensors = None
         new.getters, new.groups = self.getters, []
+        new.by_position, new.order = self.by_position, self.order
         tensors = _tensors_of(stage)
         for s, i, group in self.groups:
             if s not in (W, DW):
@@ -382,13 +397,20 @@ class _Requirements:
         each group's made by `shared.group` (parallel_ops.lowering._Shared). The table's
         regions are the groups' in order: the groups are numbered in the order the points
         first ask for them (finish), so that is the order a walk of the points meets them
-        (two groups on one region name it twice)."""
+        (two groups on one region name it twice). Its columns (RequirementsTable) where
+        every point asks group k at position k, the groups' regions are distinct and each
+        group has one privilege: per position (an object standing for the getters, the
+        group), the group's atoms being its requirements in order (shared.group)."""
         made, named = [], []
         for s, i, group in self.groups:
             region = regions[s][i]
             made += shared.group(region, group)
             named.append(region)
-        return RequirementsTable(colors, [get(made) for get in self.getters], named)
+        columns = None
+        if self.by_position and len({r.name for r in named}) == len(named) and \
+                all(group.one_privilege for _, _, group in self.groups):
+            columns = [(self.order, group) for _, _, group in self.groups]
+        return RequirementsTable(colors, [get(made) for get in self.getters], named, columns)
 
 
 class ForwardTemplate:

@@ -97,8 +97,16 @@ class RequirementsTable(dict):
     is known by then). A launch whose
     projection is a table's __getitem__ is expanded from these (taskrt/expand.py), so the
     maker (parallel_ops/launch_template.py) promises both; tests/test_launch_templates.py
-    checks a lowering's tables against the walk."""
+    checks a lowering's tables against the walk.
 
-    def __init__(self, colors: tuple, reqs: list, regions: list):
+    `columns`, where the maker gives it: every point's tuple names the same regions, each
+    once, in the order of `regions`, and with one privilege per region; and per position
+    k a pair of objects (the order of the points' parts, the parts) such that tables whose
+    pairs at the same k are the same two objects ask, point by point, equal rects with
+    equal privileges there (one pair may stand at two positions).
+    regionclasses.RegionClasses.find keys a launch's regions by them instead of by every
+    point's rect."""
+
+    def __init__(self, colors: tuple, reqs: list, regions: list, columns: list | None = None):
         super().__init__(zip(colors, reqs))
-        self.colors, self.regions = colors, regions
+        self.colors, self.regions, self.columns = colors, regions, columns

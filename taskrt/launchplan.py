@@ -54,11 +54,13 @@ def by_region(points, deferred: bool = False) -> tuple[dict, dict]:
     return grouped if grouped is not None else _by_region_loop(points)
 
 
-def by_region_and_alike(points, deferred: bool = False) -> tuple[tuple[dict, dict], bool]:
+def by_region_and_alike(points, deferred: bool = False,
+                        alike: bool = False) -> tuple[tuple[dict, dict], bool]:
     """by_region, and whether its points ask alike: then each region's accesses are
     [(point index, k, requirement)] over all the points in order, with one k and one
-    privilege (_by_region_alike)."""
-    grouped = _by_region_alike(points, deferred)
+    privilege (_by_region_alike). `alike`: the points are known to ask alike (a
+    RequirementsTable's columns say so): not checked again."""
+    grouped = _by_region_alike(points, deferred, alike)
     if grouped is not None:
         return grouped, True
     return _by_region_loop(points), False
@@ -123,7 +125,8 @@ def _by_region_loop(points) -> tuple[dict, dict]:
     return reads, accesses
 
 
-def _by_region_alike(points, deferred: bool = False) -> tuple[dict, dict] | None:
+def _by_region_alike(points, deferred: bool = False,
+                     known: bool = False) -> tuple[dict, dict] | None:
     """by_region when every point asks the same regions with the same privileges in the same
     order, each region once (the points of a launch differ in their rects and devices): per
     requirement index one list over the points, made and checked by C loops (map), not one
@@ -134,12 +137,12 @@ def _by_region_alike(points, deferred: bool = False) -> tuple[dict, dict] | None
     first = reqs_of[0]
     n, m = len(first), len(points)
     names = [req.region.name for req in first]
-    if len(set(names)) != n or any(map(ne, map(len, reqs_of), repeat(n))):
+    if not known and (len(set(names)) != n or any(map(ne, map(len, reqs_of), repeat(n)))):
         return None
     # The columns by one transposition (the lengths are equal), each checked by two C list
     # comparisons (identity first; a region equal by value groups by its name alike).
     cols = list(zip(*reqs_of)) if n else []
-    for req, col in zip(first, cols):
+    for req, col in zip(first, cols) if not known else ():
         if list(map(_region, col)) != [req.region] * m or \
                 list(map(_privilege, col)) != [req.privilege] * m:
             return None

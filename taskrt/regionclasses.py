@@ -11,8 +11,10 @@ split alike, give regions whose logs ask exactly the same things of them at othe
 (a block's weights, its activations, their gradients, each block's optimizer state). Such
 regions form a class (`RegionClasses.find`: the key regionmemo.region_key gives, made from
 interned per-launch signatures; where a launch's points ask alike, found first by the
-identities of their rects, `_AlikeSignatures`). When a launch first touches a member of a
-class of two or more, the class's first member is planned alone over its whole log
+identities of their rects, `_AlikeSignatures`, or where the launch's RequirementsTable has
+columns, by the identities of a column's pair: per launch, not per point). When a launch
+first touches a member of a class of two or more, the class's first member is planned
+alone over its whole log
 (`plan_alone`, the same RegionPlanner calls add_launch makes), and every member gets that plan
 with its own region and launches (`stamp`: new node objects, the same rects, devices and Red+
 targets, references moved to the member's launches and nodes); the planner installs each
@@ -32,9 +34,10 @@ replace() always plans into a new RegionPlanner.
 from __future__ import annotations
 
 from collections import defaultdict
-from operator import attrgetter, itemgetter
+from operator import attrgetter, is_, itemgetter
 
 from .coherence import RegionPlanner
+from .launch import IndexLaunch, RequirementsTable
 from .launchplan import DeferredAccesses, DeferredReads, accesses_list, by_region_and_alike, \
     reads_list
 from .regionmemo import RegionPlan, signature
@@ -96,13 +99,17 @@ class RegionClasses:
         sigs: dict[str, list[int]] = defaultdict(list)
         for i, points in enumerate(expanded):
             replicas, li = launches[i].replicas, base + i
+            columns = _table_columns(launches[i], points)
             # (a one-shot planner's reads made when asked for: grouped, _entries)
-            grouped, alike = by_region_and_alike(points, not planner.replannable)
+            grouped, alike = by_region_and_alike(points, not planner.replannable,
+                                                 columns is not None)
             self._grouped[li] = grouped
             devices = alike_ids.devices(points) if alike else None
             mine = []
-            for name, acc in grouped[1].items():
-                if alike:
+            for k, (name, acc) in enumerate(grouped[1].items()):
+                if columns is not None:
+                    sid = alike_ids.table_sid(replicas, points, acc, devices, columns[k], k)
+                elif alike:
                     sid = alike_ids.sid(replicas, points, acc, devices)
                 else:
                     sig = signature(replicas, points, accesses_list(acc))
@@ -257,12 +264,14 @@ class _AlikeSignatures:
     signature's id by value, so the ids are exactly those `signature` gives. The rects of
     a model's repeated blocks are the same objects (GPT-3 Megatron @1,024: 4,094 such
     region accesses, 3.9M point accesses, 97 keys)."""
-    __slots__ = ("ids", "by_key", "device_ids")
+    __slots__ = ("ids", "by_key", "device_ids", "by_column", "alive")
 
     def __init__(self, ids: dict):
         self.ids = ids
         self.by_key: dict[tuple, int] = {}
         self.device_ids: dict[tuple, int] = {}
+        self.by_column: dict[tuple, int] = {}
+        self.alive: list = []       # (the pairs keyed by identity, held while find runs)
 
     def devices(self, points) -> int:
         """An id of the points' devices, in order."""
@@ -270,6 +279,25 @@ class _AlikeSignatures:
         got = self.device_ids.get(devices)
         if got is None:
             got = self.device_ids[devices] = len(self.device_ids)
+        return got
+
+    def table_sid(self, replicas: bool, points, accesses, devices: int, column: tuple,
+                  k: int) -> int:
+        """sid of requirement index k of a launch whose RequirementsTable has columns
+        (`column`: its pair at k): keyed by the pair's identities, not per point."""
+        order, parts = column
+        key = (replicas, k, devices, id(order), id(parts))
+        got = self.by_column.get(key)
+        if got is None:
+            got = self.by_column[key] = self._of(signature(replicas, points,
+                                                           accesses_list(accesses)))
+            self.alive.append(column)
+        return got
+
+    def _of(self, sig: tuple) -> int:
+        got = self.ids.get(sig)
+        if got is None:
+            got = self.ids[sig] = len(self.ids)
         return got
 
     def sid(self, replicas: bool, points, accesses: list, devices: int) -> int:
@@ -284,16 +312,27 @@ class _AlikeSignatures:
         key = (replicas, k, first.privilege.code, devices, tuple(map(id, map(_rect, reqs))))
         got = self.by_key.get(key)
         if got is None:
-            sig = signature(replicas, points, accesses_list(accesses))
-            got = self.ids.get(sig)
-            if got is None:
-                got = self.ids[sig] = len(self.ids)
-            self.by_key[key] = got
+            got = self.by_key[key] = self._of(signature(replicas, points,
+                                                        accesses_list(accesses)))
         return got
 
 
 _first, _second, _third = itemgetter(0), itemgetter(1), itemgetter(2)
 _rect = attrgetter("rect")
+
+
+def _table_columns(launch, points) -> list | None:
+    """The columns of the RequirementsTable whose tuples are `points`' requirements, point
+    by point (the table expand took them from: taskrt/expand.py's test), or None."""
+    table = getattr(launch.projection, "__self__", None)
+    columns = getattr(table, "columns", None)   # (a table pickled before it had them)
+    if type(table) is not RequirementsTable or columns is None or \
+            table.colors is not launch.colors or not points or \
+            type(launch).requirements is not IndexLaunch.requirements or \
+            launch.projection != table.__getitem__ or len(points) != len(table) or \
+            not all(map(is_, map(_third, points), table.values())):
+        return None
+    return columns
 
 
 def plan_alone(planner, name: str, entries: list[tuple], rp=None) -> RegionPlan:
