@@ -138,6 +138,18 @@ class Skewed(Op):
         return [inputs[1] * 2]
 
 
+def skewed_model() -> Model:
+    """A Skewed operator (4 points: its first skips input `a`) feeding a linear layer and a
+    loss, and its strategy: a model whose points do not ask alike."""
+    m = Model("skew", seed=0)
+    a = m.input("a", (8, 4), requires_grad=True)
+    b = m.input("b", (8, 4), requires_grad=True)
+    out = m.add_op(Skewed(m, a, b, name="skewed")).outputs[0]
+    y = m.input("y", (8,), dtype="int64")
+    m.softmax_cross_entropy(m.linear(out, 5, name="fc"), y, name="loss")
+    return m
+
+
 def _walk_regions(launch) -> list:
     """The regions a walk of `launch`'s points in color order meets, each once, in order."""
     seen = {}
@@ -162,12 +174,7 @@ def test_lowered_tables_name_their_regions_in_the_order_a_walk_meets_them():
     from taskrt.launch import RequirementsTable
     from taskrt.privilege import RegionRequirement
 
-    m = Model("skew", seed=0)
-    a = m.input("a", (8, 4), requires_grad=True)
-    b = m.input("b", (8, 4), requires_grad=True)
-    out = m.add_op(Skewed(m, a, b, name="skewed")).outputs[0]
-    y = m.input("y", (8,), dtype="int64")
-    m.softmax_cross_entropy(m.linear(out, 5, name="fc"), y, name="loss")
+    m = skewed_model()
     machine = Machine.grid(4, 1)
     cases = [(m, {"skewed": ParallelConfig.of(range(4), n=4)}, machine)]
     net = load_app("inception", ["--small"], 16).model

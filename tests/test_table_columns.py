@@ -11,7 +11,7 @@ from taskrt import Machine, Planner
 from taskrt.launch import RequirementsTable
 from taskrt.regionclasses import RegionClasses
 
-from test_launch_templates import Skewed
+from test_launch_templates import Skewed, skewed_model
 
 
 def _cases():
@@ -20,12 +20,7 @@ def _cases():
     (other lowerings of the same templates)."""
     from strategy.costs.app_profile import load_app
     from strategy.standard import random_config
-    m = Model("skew", seed=0)
-    a = m.input("a", (8, 4), requires_grad=True)
-    b = m.input("b", (8, 4), requires_grad=True)
-    out = m.add_op(Skewed(m, a, b, name="skewed")).outputs[0]
-    y = m.input("y", (8,), dtype="int64")
-    m.softmax_cross_entropy(m.linear(out, 5, name="fc"), y, name="loss")
+    m = skewed_model()
     cases = [(m, {"skewed": ParallelConfig.of(range(4), n=4)}, Machine.grid(4, 1))]
     net = load_app("inception", ["--small"], 16).model
     for seed in range(3):
