@@ -359,12 +359,12 @@ def calibrate(paths, base_model, base_profile: Profile | None = None, factor: bo
     model = base_model.with_host_costs(host_costs, record)
     fit = Fit(host_costs, counts, spread, len(profile.keys("cpu")) - scaled, scaled, scale)
     durations = run_durations(runs)
-    fit.contention = contention(durations, profile)
-    fit.slice_s = slice_length(durations, profile)
+    fit.contention, fit.slice_s = contention(durations, profile), slice_length(durations, profile)
     given = loads or {}
     loads = {r.path: given.get(r.path) or r.load for r in runs}
-    if all(loads.values()):
-        fit.contention = deflate_long_keys(runs, profile, base_profile, fit.slice_s, loads)
+    if all(loads.values()):     # the ranks' sharing of the cores is cores.py's (in_events)
+        fit.contention = deflate_long_keys(runs, profile, base_profile, fit.slice_s, loads,
+                                           machine_cores() if shared_cores else None)
         fit.load_source = "the OS's count" + ("" if any(given.get(r.path) for r in runs)
                                               else " recorded in the traces")
     fit.ranks, fit.view_s, fit.reference_s, fit.repetition = ranks, view_s, reference, repeated

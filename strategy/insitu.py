@@ -12,6 +12,8 @@
                    their operator's in-situ work per FLOP at the shapes the runs timed,
                    and for an operator without FLOPs by their time alone at the ratio
                    of its timed shape nearest in time alone (price_unseen_by_operator);
+  in_events        the part of a run's load that stretched its events: on ranks outnumbering
+                   the cores, not the job's own sharing of them (strategy/cores.py's);
   rank_speeds      on several ranks, how fast each rank ran beside the others in one
                    recorded iteration (preemption.expected_makespan draws them).
 """
@@ -158,30 +160,54 @@ def contention(durations: dict, profile: Profile) -> float:
 
 
 def deflate_long_keys(runs, profile: Profile, base: Profile | None, slice_s: float,
-                      loads: dict) -> float:
+                      loads: dict, cores: int | None = None) -> float:
     """The contention the OS counted (the median over the runs of `loads`), and the work of
-    the long keys in `profile`. A key's median is its work only if most of its events ran
-    without a preemption, which holds for tasks short beside the slices: one of w seconds is
-    preempted with probability about w (c - 1) / slice. A longer key (AlexNet's 10-30 ms
-    convolutions at a load of 8 on 2 cores: every event preempted several times) has its
-    events stretched by its run's c on average: its work is the mean of its events / c,
-    but a rare long wait is shared by the run's long keys, not priced into the key it
-    landed on (pooled_work). The keys no run timed are priced by
-    the line fitted to the timed keys' work (price_unseen_by_work), and the long
-    keys no run timed get the profiler's time times the median ratio of work to the
-    profiler's time of the keys the runs did time that are long in the profiler too (its
-    fastest repeat, alone_s, expecting a slice per repeat at the median load): those
-    repeats were stretched alike, all of them preempted (without such keys, the ratio is 1
-    / the load: the profiler ran at the runs' load). Keys short in the profiler keep
-    the line fitted on the short ones (their fastest repeat is their work). Mixing the two
-    priced AlexNet's first convolution (its fastest repeat 53 ms, stretched; in situ 8-12
-    ms of work) at 87 ms with the ratio of 2 ms keys (1.6) on 4 logical devices. A key long
-    in some runs and short in others (a load of 1.14 in one, 1.00 in the rest: a slice of
-    0.12 ms makes keys from 0.2 ms long in the first only) is priced by all its events, each
-    run's estimate weighted by its events: pooled work where it is long, the median of its
-    events where it is short."""
-    return deflate([(work_durations(r), loads[r.path]) for r in runs],
-                   profile, base, slice_s)
+    the long keys in `profile`, each run's events deflated by the part of its load that
+    stretched them (in_events: with `cores`, the cores the runs' ranks shared and their
+    sharing priced by strategy/cores.py, not what the job's own ranks made). A key's median is
+    its work only if most of its events ran without a preemption, which holds for tasks short
+    beside the slices: one of w seconds is preempted with probability about w (c - 1) / slice.
+    A longer key (AlexNet's 10-30 ms convolutions at a load of 8 on 2 cores: every event
+    preempted several times) has its events stretched by its run's c on average: its work is
+    the mean of its events / c, but a rare long wait is shared by the run's long keys, not
+    priced into the key it landed on (pooled_work). The keys no run timed are priced by the
+    line fitted to the timed keys' work (price_unseen_by_work), and the long keys no run timed
+    get the profiler's time times the median ratio of work to the profiler's time of the keys
+    the runs did time that are long in the profiler too (its fastest repeat, alone_s, expecting
+    a slice per repeat at the median load): those repeats were stretched alike, all of them
+    preempted (without such keys, the ratio is 1 / the load: the profiler ran at the runs'
+    load). Keys short in the profiler keep the line fitted on the short ones (their fastest
+    repeat is their work). Mixing the two priced AlexNet's first convolution (its fastest
+    repeat 53 ms, stretched; in situ 8-12 ms of work) at 87 ms with the ratio of 2 ms keys
+    (1.6) on 4 logical devices. A key long in some runs and short in others (a load of 1.14 in
+    one, 1.00 in the rest: a slice of 0.12 ms makes keys from 0.2 ms long in the first only) is
+    priced by all its events, each run's estimate weighted by its events: pooled work where it
+    is long, the median of its events where it is short.
+    """
+    deflate([(work_durations(r), in_events(loads[r.path], r.ranks, cores)) for r in runs],
+            profile, base, slice_s)
+    return statistics.median(loads[r.path] for r in runs)
+
+
+def in_events(c: float, ranks: int, cores: int | None) -> float:
+    """The part of a run's contention c (the OS's count over its ranks, (CPU + run-queue
+    wait) / CPU) to deflate its long keys' events by: all of it on one process, where the
+    ranks have a core each, or with `cores` None (no per-rank sharing modelled); where the
+    ranks outnumber the cores, only what the job's own ranks cannot make, c x cores / ranks
+    (its ranks make at most ranks / cores: the rest is load from elsewhere). The job's own
+    sharing is not a stretch of its long keys that the count measures: on 4 ranks of 2 cores
+    (the tenth collection, 2026-12-06 17:53) every run counted 1.4-2.0, while a key's events
+    took 1.15x (keys over 1 ms) to 1.9x (under 30 us) its events on one process of 4 devices
+    at 1.00 (the opposite of preemption, which stretches longer keys more), and 0.85x as
+    long with three other ranks working beside them as with none (keys timed both ways): a
+    working rank's events are slowed alike in every strategy, by the waiting ranks' wake-ups
+    as by the working ranks, and strategy/cores.py prices the sharing per rank. Deflated by
+    c, long keys were priced at 0.5-0.9 of their events, differently by fold (the same keys
+    1.3-1.7x apart), and the held-out 4-rank cases 24% / 10% too fast (median by fold;
+    now 12% / 0.4%: docs/simulator.md)."""
+    if cores is None or ranks <= cores:
+        return c
+    return max(1.0, c * cores / ranks)
 
 
 def deflate(per_run: list, profile: Profile, base: Profile | None, slice_s: float) -> float:
