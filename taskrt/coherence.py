@@ -67,6 +67,10 @@ class RegionState:
         # (set_only_holder), which forgets them all.
         self.held: set[tuple[int, Rect]] = set()
 
+    def valid_meets(self, rect: Rect) -> bool:
+        """Whether a valid piece overlaps `rect`."""
+        return bool(self.valid.overlapping(rect))
+
     def add_holder(self, rect: Rect, device: int) -> None:
         """Record that `device` now also holds the current value of `rect`."""
         covered, lacking = [], []
@@ -298,7 +302,7 @@ class RegionPlanner:
         the partial buffer where a value exists (it is the base the sums are added to)."""
         st = self.state
         found = st.pending.of_device(device, rect)
-        if not found and FAST_PATHS and not rect.empty and not st.valid.overlapping(rect):
+        if not found and FAST_PATHS and not rect.empty and not st.valid_meets(rect):
             # The common case, a gradient's first sum here: one piece into the instance.
             st.pending.add(rect, (device, False))
             return (ReduceTarget(rect, False, False),)
@@ -485,7 +489,7 @@ class RegionPlanner:
     def _is_allreduce(self, rect: Rect, devices, contribs) -> bool:
         """Each reader holds a full partial of `rect` in one buffer, nobody else holds any,
         and there is no base value."""
-        if len(devices) < 2 or self.state.valid.overlapping(rect):
+        if len(devices) < 2 or self.state.valid_meets(rect):
             return False
         held = defaultdict(int)
         where = defaultdict(set)

@@ -255,7 +255,7 @@ def _merge(rs, n, nd):
 def copy_reads(box, hold, pool, meta, sent, ranks, reads, ctl, out, log, logh, forced,
                forcedh):
     """RegionPlanner._copy_in for reads[ctl[C_NEXT]:] (rows: device, lo, hi), in order: the
-    copies into out (rows: read index, source, lo, hi), the reader added as a holder, the
+    copies into out (rows: read index, source, volume, lo, hi), the reader added as a holder, the
     choices counted in `sent`. Stops DONE, or at a read with NEED (room: ctl[C_NEED_*], the
     read untouched), UNCOVERED (ctl[C_COVERED] of its elements ever written) or a
     FORCED_MISMATCH; ctl[C_NEXT] is that read."""
@@ -435,7 +435,8 @@ def copy_reads(box, hold, pool, meta, sent, ranks, reads, ctl, out, log, logh, f
             for b in range(c):
                 out[o, 0] = j
                 out[o, 1] = src
-                out[o, 2:] = merged[b]
+                out[o, 2] = _volume(merged[b], nd)
+                out[o, 3:] = merged[b]
                 o += 1
         ctl[C_NOUT] = o
         for k in range(m):
@@ -444,33 +445,41 @@ def copy_reads(box, hold, pool, meta, sent, ranks, reads, ctl, out, log, logh, f
     ctl[C_STATUS] = DONE
 
 
-def set_only(box, hold, pool, meta, r, devices):
-    """RegionState.set_only_holder(r, devices): each piece overlapping r replaced by what
-    Rect.subtract leaves of it (its holders), then r held by `devices` alone. False, with
-    nothing changed, where the arrays lack room (the caller grows them and calls again)."""
+def set_only(box, hold, pool, meta, writes, devices, start):
+    """RegionState.set_only_holder of each of writes[start:] in order (rows: lo, hi, the
+    number of its devices, taken in order from `devices`): each piece overlapping the rect
+    replaced by what Rect.subtract leaves of it (its holders), then the rect held by its
+    devices alone. Returns the write it stopped at for lack of room (that write untouched;
+    the caller grows the arrays and calls again), or the number of writes."""
     nd = box.shape[1] // 2
-    n = meta[M_NPOS]
-    count = 0
-    for p in range(n):
-        if hold[p, 1] and _overlap(box, p, r, nd):
-            count += 1
-    nh = devices.shape[0]
-    if n + 2 * nd * count + 1 > box.shape[0] or meta[M_POOL] + nh > pool.shape[0]:
-        return False
     part = np.empty(2 * nd, np.int64)
-    for p in range(n):
-        if hold[p, 1] and _overlap(box, p, r, nd):
-            for d in range(nd):
-                part[d] = max(box[p, d], r[d])
-                part[nd + d] = min(box[p, nd + d], r[nd + d])
-            hs, hn = hold[p, 0], hold[p, 1]
-            _kill(hold, meta, p)
-            _cut(box, hold, meta, p, part, nd, hs, hn)
-    s = meta[M_POOL]
-    pool[s:s + nh] = devices
-    meta[M_POOL] = s + nh
-    _push(box, hold, meta, r, s, nh)
-    return True
+    o = 0
+    for i in range(start):
+        o += writes[i, 2 * nd]
+    for i in range(start, writes.shape[0]):
+        r = writes[i, :2 * nd]
+        n = meta[M_NPOS]
+        count = 0
+        for p in range(n):
+            if hold[p, 1] and _overlap(box, p, r, nd):
+                count += 1
+        nh = writes[i, 2 * nd]
+        if n + 2 * nd * count + 1 > box.shape[0] or meta[M_POOL] + nh > pool.shape[0]:
+            return i
+        for p in range(n):
+            if hold[p, 1] and _overlap(box, p, r, nd):
+                for d in range(nd):
+                    part[d] = max(box[p, d], r[d])
+                    part[nd + d] = min(box[p, nd + d], r[nd + d])
+                hs, hn = hold[p, 0], hold[p, 1]
+                _kill(hold, meta, p)
+                _cut(box, hold, meta, p, part, nd, hs, hn)
+        s = meta[M_POOL]
+        pool[s:s + nh] = devices[o:o + nh]
+        o += nh
+        meta[M_POOL] = s + nh
+        _push(box, hold, meta, r, s, nh)
+    return writes.shape[0]
 
 
 def overlapping(box, hold, meta, r):

@@ -17,7 +17,7 @@ from typing import Iterable
 import numpy as np
 
 from .errors import PlanError
-from .geometry import Rect, subtract_all
+from .geometry import Rect, _made, subtract_all
 from .pendingsums import PendingSums
 from .region import Region
 from . import validkernels as vk
@@ -28,7 +28,9 @@ _COMPILED = True        # the kernels numba-compiled (off: plain Python, for deb
 
 _NO_LOG = np.empty((0, 5), np.int64)     # (no choices logged or forced: never written)
 _NONE = np.empty(0, np.int64)
-_ONE: dict = {}             # device -> array([device]) (set_only_holder's common devices)
+# copy_reads' control block and copies, per ndim (one call at a time: read back before the next)
+_CTL = np.zeros(vk.CTL_SIZE, np.int64)
+_OUT: dict = {}
 
 
 def _kernels():
@@ -43,12 +45,29 @@ class ValidPieces:
     """Disjoint (rect, holders) pieces in insertion order, as arrays (validkernels.py): the
     RectIndex API coherence's readers use -- overlapping, iteration, len, exact_value, add --
     with holders as tuples (read only: changes go through PieceState)."""
-    __slots__ = ("nd", "box", "hold", "pool", "meta", "_first")
+    __slots__ = ("nd", "box", "hold", "pool", "meta", "_first", "queue")
 
     def __init__(self):
         self.nd = -1
         self.box = self.hold = self.pool = self.meta = None
         self._first: Rect | None = None
+        # set_only_holder's (rect, devices) not applied yet: applied in order, in one
+        # compiled call, before the pieces are next read (every method here flushes first)
+        self.queue: list = []
+
+    def flush(self) -> None:
+        """Apply the queued set_only_holder writes (validkernels.set_only)."""
+        queue = self.queue
+        self.queue = []
+        writes = np.array([r.lo + r.hi + (len(ds),) for r, ds in queue], np.int64)
+        devices = np.array([d for _, ds in queue for d in ds], np.int64)
+        kernel = _kernels()[1]
+        done = 0
+        while True:
+            done = kernel(self.box, self.hold, self.pool, self.meta, writes, devices, done)
+            if done == len(queue):
+                return
+            self.room(2 * self.nd * len(self) + 1, len(queue[done][1]))
 
     def _check(self, rect: Rect) -> None:
         if len(rect.lo) != self.nd:
@@ -63,6 +82,8 @@ class ValidPieces:
                 self._first._check_same_ndim(rect)    # raises the error naming both
 
     def __len__(self) -> int:
+        if self.queue:
+            self.flush()
         return 0 if self.meta is None else int(self.meta[vk.M_NALIVE])
 
     def _rect(self, p: int) -> Rect:
@@ -75,6 +96,8 @@ class ValidPieces:
         return tuple(self.pool[s:s + n].tolist())
 
     def __iter__(self):
+        if self.queue:
+            self.flush()
         if self.meta is None:
             return
         hold = self.hold
@@ -84,11 +107,18 @@ class ValidPieces:
 
     def overlapping(self, rect: Rect) -> list[tuple[int, Rect, tuple]]:
         """(position, rect, holders) of the pieces overlapping `rect`, in insertion order."""
+        if self.queue:
+            self.flush()
         if self.meta is None or rect.empty:
             return []
         self._check(rect)
         found = _kernels()[2](self.box, self.hold, self.meta, _bounds(rect))
-        return [(p, self._rect(p), self.holders(p)) for p in found.tolist()]
+        if not found.shape[0]:
+            return []
+        nd, pool = self.nd, self.pool
+        return [(p, Rect(tuple(row[:nd]), tuple(row[nd:])), tuple(pool[s:s + n].tolist()))
+                for p, row, (s, n) in zip(found.tolist(), self.box[found].tolist(),
+                                          self.hold[found].tolist())]
 
     def exact_value(self, rect: Rect):
         """The holders of the piece equal to `rect`, or None."""
@@ -98,6 +128,8 @@ class ValidPieces:
 
     def add(self, rect: Rect, devices: Iterable[int]) -> None:
         """Append a piece (initial data; coherence's tests)."""
+        if self.queue:
+            self.flush()
         self._check(rect)
         devices = list(devices)
         self.room(1, len(devices))
@@ -113,7 +145,8 @@ class ValidPieces:
     def room(self, positions: int, pool: int) -> bool:
         """Room for `positions` more positions and `pool` more holder entries: the live
         pieces compacted (order kept) where dead ones take half the positions, the arrays
-        doubled past what is needed. Whether it moved the pieces (positions change)."""
+        doubled past what is needed. Whether it moved the pieces (positions change). (Never
+        with writes queued: its callers flushed them.)"""
         meta = self.meta
         npos, alive, used = meta.tolist()
         cap, pcap = self.box.shape[0], self.pool.shape[0]
@@ -134,11 +167,16 @@ class ValidPieces:
         Returns (copies [(read index, source, Rect)], status, read index it stopped at,
         covered elements of that read, choices logged [(holders, device, elements, src)],
         forced choices taken)."""
+        if self.queue:
+            self.flush()
         nd = self.nd
         rows = np.array([(d,) + r.lo + r.hi for d, r in reads], np.int64)
-        ctl = np.zeros(vk.CTL_SIZE, np.int64)
+        ctl = _CTL
+        ctl[:] = 0
         ctl[vk.C_LOG] = log
-        out = np.empty((max(8, len(reads)), 2 + 2 * nd), np.int64)
+        out = _OUT.get(nd)
+        if out is None or out.shape[0] < len(reads):
+            out = _OUT[nd] = np.empty((max(64, 2 * len(reads)), 3 + 2 * nd), np.int64)
         logs = np.empty((8, 5), np.int64) if log else _NO_LOG
         logh = np.empty(32, np.int64) if log else _NONE
         if forced:
@@ -163,19 +201,20 @@ class ValidPieces:
             self.room(need[vk.C_NEED_POS] - int(self.meta[vk.M_NPOS]),
                       need[vk.C_NEED_POOL] - int(self.meta[vk.M_POOL]))
             if need[vk.C_NEED_OUT] > out.shape[0]:
-                out = _grown(out, need[vk.C_NEED_OUT], need[vk.C_NOUT])
+                out = _OUT[nd] = _grown(out, need[vk.C_NEED_OUT], need[vk.C_NOUT])
             if need[vk.C_NEED_LOG] > logs.shape[0]:
                 logs = _grown(logs, need[vk.C_NEED_LOG], need[vk.C_NLOG])
             if need[vk.C_NEED_LOGH] > logh.shape[0]:
                 logh = _grown(logh, need[vk.C_NEED_LOGH], need[vk.C_NLOGH])
         c = ctl.tolist()
         copies = []
+        mid = 3 + nd
         for row in out[:c[vk.C_NOUT]].tolist():
             j = row[0]
             rect = reads[j][1]
-            lo, hi = tuple(row[2:2 + nd]), tuple(row[2 + nd:])
+            lo, hi = tuple(row[3:mid]), tuple(row[mid:])
             if lo != rect.lo or hi != rect.hi:
-                rect = Rect(lo, hi)
+                rect = _made(lo, hi, row[2])
             copies.append((j, row[1], rect))
         choices = []
         if log:
@@ -200,6 +239,16 @@ class PieceState:
         self.valid = ValidPieces()
         self.pending = PendingSums()
         self.held: set = set()      # (device, rect) known held (RegionState.held)
+
+    def valid_meets(self, rect: Rect) -> bool:
+        """Whether a valid piece overlaps `rect`."""
+        valid = self.valid
+        if valid.queue:
+            valid.flush()
+        if valid.meta is None or rect.empty:
+            return False
+        valid._check(rect)
+        return _kernels()[2](valid.box, valid.hold, valid.meta, _bounds(rect)).shape[0] > 0
 
     def add_holder(self, rect: Rect, device: int) -> None:
         """Record that `device` now also holds the current value of `rect`."""
@@ -226,22 +275,12 @@ class PieceState:
             valid.add(piece, (device,))
 
     def set_only_holder(self, rect: Rect, devices: Iterable[int]) -> None:
+        """`devices` alone hold the current value of `rect` (queued: ValidPieces.flush)."""
         self.held.clear()
         valid = self.valid
-        valid._check(rect)
-        if type(devices) is not tuple:
-            devices = tuple(devices)
-        if len(devices) == 1:
-            device = devices[0]
-            devices = _ONE.get(device)
-            if devices is None:
-                devices = _ONE[device] = np.array((device,), np.int64)
-        else:
-            devices = np.array(list(devices), np.int64)
-        q = _bounds(rect)
-        kernel = _kernels()[1]
-        while not kernel(valid.box, valid.hold, valid.pool, valid.meta, q, devices):
-            valid.room(2 * valid.nd * len(valid) + 1, len(devices))
+        if len(rect.lo) != valid.nd:
+            valid._check(rect)
+        valid.queue.append((rect, devices if type(devices) is tuple else tuple(devices)))
 
     def set_only_holder_of(self, rect: Rect, pieces: list[Rect], devices) -> None:
         """set_only_holder(piece, devices) for each of the disjoint `pieces` of `rect`."""
