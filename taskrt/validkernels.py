@@ -32,6 +32,7 @@ C_NEED_POS, C_NEED_POOL, C_NEED_OUT, C_NEED_LOG, C_NEED_LOGH = range(9, 14)
 CTL_SIZE = 14
 DONE, NEED, UNCOVERED, FORCED_MISMATCH = 0, 1, 2, 3
 M_NPOS, M_NALIVE, M_POOL = 0, 1, 2
+SET_ONLY, ADD_HOLDER = 0, 1       # apply()'s ops
 
 
 def _overlap(box, p, q, nd):
@@ -78,38 +79,78 @@ def _kill(hold, meta, p):
 
 
 def _slice_plus(pool, meta, hs, hn, device):
-    """A new pool slice: the slice (hs, hn) then `device`; its start."""
+    """A slice of the slice (hs, hn)'s holders then `device`; its start. The slice itself,
+    extended, where it ends the pool (a piece renewed holder after holder: a weight read
+    by its n replicas costs n entries, not n^2); pieces sharing it keep their count."""
     s = meta[M_POOL]
+    if hs + hn == s:
+        pool[s] = device
+        meta[M_POOL] = s + 1
+        return hs
     pool[s:s + hn] = pool[hs:hs + hn]
     pool[s + hn] = device
     meta[M_POOL] = s + hn + 1
     return s
 
 
-def _cut(box, hold, meta, p, part, nd, hs, hn):
-    """Rect.subtract(piece p, part) (part inside it and non-empty), each appended with p's
-    holder slice: per dimension the part below the intersection, then above it, bounded by
-    the intersection in the dimensions before."""
-    r = np.empty(2 * nd, np.int64)
+def _pieces(a, part, nd, out, m):
+    """Rect.subtract(a, part) for `part` inside a, non-empty, into out[m:]: per dimension
+    the part below the intersection, then above it, bounded by the intersection in the
+    dimensions before. Returns the new count."""
     for d in range(nd):
-        if box[p, d] < part[d]:
-            for e in range(nd):
-                if e < d:
-                    r[e], r[nd + e] = part[e], part[nd + e]
-                elif e == d:
-                    r[e], r[nd + e] = box[p, e], part[e]
-                else:
-                    r[e], r[nd + e] = box[p, e], box[p, nd + e]
-            _push(box, hold, meta, r, hs, hn)
-        if part[nd + d] < box[p, nd + d]:
-            for e in range(nd):
-                if e < d:
-                    r[e], r[nd + e] = part[e], part[nd + e]
-                elif e == d:
-                    r[e], r[nd + e] = part[nd + e], box[p, nd + e]
-                else:
-                    r[e], r[nd + e] = box[p, e], box[p, nd + e]
-            _push(box, hold, meta, r, hs, hn)
+        for side in range(2):
+            if (a[d] < part[d]) if side == 0 else (part[nd + d] < a[nd + d]):
+                for e in range(nd):
+                    if e < d:
+                        out[m, e], out[m, nd + e] = part[e], part[nd + e]
+                    elif e == d:
+                        if side == 0:
+                            out[m, e], out[m, nd + e] = a[e], part[e]
+                        else:
+                            out[m, e], out[m, nd + e] = part[nd + e], a[nd + e]
+                    else:
+                        out[m, e], out[m, nd + e] = a[e], a[nd + e]
+                m += 1
+    return m
+
+
+def _cut(box, hold, meta, p, part, nd, hs, hn):
+    """Rect.subtract(piece p, part) (part inside it), each appended with the holder slice
+    (hs, hn)."""
+    out = np.empty((2 * nd, 2 * nd), np.int64)
+    for k in range(_pieces(box[p], part, nd, out, 0)):
+        _push(box, hold, meta, out[k], hs, hn)
+
+
+def _subtract_all(r, parts, count, nd):
+    """geometry.subtract_all(r, parts[:count]): (rows, count)."""
+    cur = np.empty((1, 2 * nd), np.int64)
+    cur[0, :] = r
+    n = 1 if _volume(r, nd) > 0 else 0
+    inter = np.empty(2 * nd, np.int64)
+    for k in range(count):
+        if n == 0:
+            break
+        nxt = np.empty((n * max(2 * nd, 1), 2 * nd), np.int64)
+        m = 0
+        for a in range(n):
+            empty = False
+            whole = True
+            for d in range(nd):
+                lo = max(cur[a, d], parts[k, d])
+                hi = min(cur[a, nd + d], parts[k, nd + d])
+                if hi <= lo:
+                    empty = True
+                inter[d], inter[nd + d] = lo, hi
+                if lo != cur[a, d] or hi != cur[a, nd + d]:
+                    whole = False
+            if empty:
+                nxt[m, :] = cur[a]
+                m += 1
+            elif not whole:
+                m = _pieces(cur[a], inter, nd, nxt, m)
+        cur, n = nxt, m
+    return cur, n
 
 
 def _give(box, hold, pool, meta, p, part, device, nd):
@@ -445,41 +486,75 @@ def copy_reads(box, hold, pool, meta, sent, ranks, reads, ctl, out, log, logh, f
     ctl[C_STATUS] = DONE
 
 
-def set_only(box, hold, pool, meta, writes, devices, start):
-    """RegionState.set_only_holder of each of writes[start:] in order (rows: lo, hi, the
-    number of its devices, taken in order from `devices`): each piece overlapping the rect
-    replaced by what Rect.subtract leaves of it (its holders), then the rect held by its
-    devices alone. Returns the write it stopped at for lack of room (that write untouched;
-    the caller grows the arrays and calls again), or the number of writes."""
+def apply(box, hold, pool, meta, ops, devices, start):
+    """The queued state changes ops[start:] in order (rows: lo, hi, kind, the number of its
+    devices, taken in order from `devices`). SET_ONLY (RegionState.set_only_holder): each
+    piece overlapping the rect replaced by what Rect.subtract leaves of it (its holders),
+    then the rect held by its devices alone. ADD_HOLDER (RegionState.add_holder): each piece
+    overlapping the rect gets the device as a holder of its part of it (add_holder_to), then
+    what none covers (subtract_all) is added, held by the device alone. Returns the op it
+    stopped at for lack of room (that op untouched; the caller grows the arrays and calls
+    again), or the number of ops."""
     nd = box.shape[1] // 2
-    part = np.empty(2 * nd, np.int64)
     o = 0
     for i in range(start):
-        o += writes[i, 2 * nd]
-    for i in range(start, writes.shape[0]):
-        r = writes[i, :2 * nd]
+        o += ops[i, 2 * nd + 1]
+    for i in range(start, ops.shape[0]):
+        r = ops[i, :2 * nd]
+        nh = ops[i, 2 * nd + 1]
         n = meta[M_NPOS]
         count = 0
         for p in range(n):
             if hold[p, 1] and _overlap(box, p, r, nd):
                 count += 1
-        nh = writes[i, 2 * nd]
-        if n + 2 * nd * count + 1 > box.shape[0] or meta[M_POOL] + nh > pool.shape[0]:
-            return i
+        idx = np.empty(count, np.int64)
+        parts = np.empty((count, 2 * nd), np.int64)
+        c = 0
+        covered = 0
         for p in range(n):
             if hold[p, 1] and _overlap(box, p, r, nd):
                 for d in range(nd):
-                    part[d] = max(box[p, d], r[d])
-                    part[nd + d] = min(box[p, nd + d], r[nd + d])
+                    parts[c, d] = max(box[p, d], r[d])
+                    parts[c, nd + d] = min(box[p, nd + d], r[nd + d])
+                covered += _volume(parts[c], nd)
+                idx[c] = p
+                c += 1
+        if ops[i, 2 * nd] == SET_ONLY:
+            if n + 2 * nd * count + 1 > box.shape[0] or meta[M_POOL] + nh > pool.shape[0]:
+                return i
+            for k in range(count):
+                p = idx[k]
                 hs, hn = hold[p, 0], hold[p, 1]
                 _kill(hold, meta, p)
-                _cut(box, hold, meta, p, part, nd, hs, hn)
-        s = meta[M_POOL]
-        pool[s:s + nh] = devices[o:o + nh]
-        o += nh
-        meta[M_POOL] = s + nh
-        _push(box, hold, meta, r, s, nh)
-    return writes.shape[0]
+                _cut(box, hold, meta, p, parts[k], nd, hs, hn)
+            s = meta[M_POOL]
+            pool[s:s + nh] = devices[o:o + nh]
+            meta[M_POOL] = s + nh
+            _push(box, hold, meta, r, s, nh)
+            o += nh
+            continue
+        device = devices[o]
+        o += 1
+        need_pos = n + 1
+        need_pool = meta[M_POOL] + 1
+        for k in range(count):
+            if not _holds(pool, hold, idx[k], device):
+                need_pos += 2 * nd + 1
+                need_pool += hold[idx[k], 1] + 1
+        rest, u = _subtract_all(r, parts, count, nd) if covered != _volume(r, nd) else \
+            (parts, 0)
+        if need_pos + u > box.shape[0] or need_pool > pool.shape[0]:
+            return i
+        for k in range(count):
+            if not _holds(pool, hold, idx[k], device):
+                _give(box, hold, pool, meta, idx[k], parts[k], device, nd)
+        if u:
+            s = meta[M_POOL]
+            pool[s] = device
+            meta[M_POOL] = s + 1
+            for k in range(u):
+                _push(box, hold, meta, rest[k], s, 1)
+    return ops.shape[0]
 
 
 def overlapping(box, hold, meta, r):
@@ -497,9 +572,10 @@ def overlapping(box, hold, meta, r):
 
 def compact(box, hold, pool, meta, nbox, nhold, npool):
     """The live pieces into nbox/nhold in order, their holder slices into npool (a slice
-    shared by pieces stays shared); meta updated."""
+    shared by pieces stays shared where the later ones need no more of it); meta updated."""
     n = meta[M_NPOS]
-    moved = np.full(pool.shape[0] + 1, -1, np.int64)
+    moved = np.full(pool.shape[0] + 1, -1, np.int64)     # old slice start -> new
+    length = np.zeros(pool.shape[0] + 1, np.int64)       # ... and the length copied
     c = 0
     used = 0
     for p in range(n):
@@ -508,11 +584,12 @@ def compact(box, hold, pool, meta, nbox, nhold, npool):
             continue
         hs = hold[p, 0]
         ns = moved[hs]
-        if ns < 0:
+        if ns < 0 or length[hs] < hn:      # (a slice extended since: a longer one)
             ns = used
             npool[used:used + hn] = pool[hs:hs + hn]
             used += hn
             moved[hs] = ns
+            length[hs] = hn
         nbox[c, :] = box[p, :]
         nhold[c, 0] = ns
         nhold[c, 1] = hn
@@ -522,14 +599,15 @@ def compact(box, hold, pool, meta, nbox, nhold, npool):
     meta[M_POOL] = used
 
 
-_HELPERS = ("_overlap", "_volume", "_holds", "_push", "_kill", "_slice_plus", "_cut", "_give",
+_HELPERS = ("_overlap", "_volume", "_holds", "_push", "_kill", "_slice_plus", "_pieces", "_cut",
+            "_subtract_all", "_give",
             "_choose", "_merge_along", "_merge")
-_ENTRIES = ("copy_reads", "set_only", "overlapping", "compact")
+_ENTRIES = ("copy_reads", "apply", "overlapping", "compact")
 _compiled = None
 
 
 def kernels(compiled: bool = True):
-    """The entry points (copy_reads, set_only, overlapping, compact): numba-compiled on
+    """The entry points (copy_reads, apply, overlapping, compact): numba-compiled on
     first use (cached on disk), or the plain Python functions (compiled=False: tests)."""
     global _compiled
     g = globals()

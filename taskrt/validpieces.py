@@ -17,7 +17,7 @@ from typing import Iterable
 import numpy as np
 
 from .errors import PlanError
-from .geometry import Rect, _made, subtract_all
+from .geometry import Rect, _made
 from .pendingsums import PendingSums
 from .region import Region
 from . import validkernels as vk
@@ -33,8 +33,18 @@ _CTL = np.zeros(vk.CTL_SIZE, np.int64)
 _OUT: dict = {}
 
 
+_made_kernels = None
+
+
 def _kernels():
-    return vk.kernels(_COMPILED)
+    """validkernels.kernels(): (copy_reads, apply, overlapping, compact)."""
+    global _made_kernels
+    got = _made_kernels
+    if got is None:
+        got = vk.kernels(_COMPILED)
+        if _COMPILED:
+            _made_kernels = got
+    return got
 
 
 def _bounds(rect: Rect) -> np.ndarray:
@@ -51,23 +61,26 @@ class ValidPieces:
         self.nd = -1
         self.box = self.hold = self.pool = self.meta = None
         self._first: Rect | None = None
-        # set_only_holder's (rect, devices) not applied yet: applied in order, in one
-        # compiled call, before the pieces are next read (every method here flushes first)
+        # PieceState's changes (rect, SET_ONLY or ADD_HOLDER, devices) not applied yet:
+        # applied in order, in one compiled call, before the pieces are next read (every
+        # method here flushes first)
         self.queue: list = []
 
     def flush(self) -> None:
-        """Apply the queued set_only_holder writes (validkernels.set_only)."""
+        """Apply the queued changes (validkernels.apply)."""
         queue = self.queue
         self.queue = []
-        writes = np.array([r.lo + r.hi + (len(ds),) for r, ds in queue], np.int64)
-        devices = np.array([d for _, ds in queue for d in ds], np.int64)
+        ops = np.array([r.lo + r.hi + (kind, len(ds)) for r, kind, ds in queue], np.int64)
+        devices = np.array([d for _, _, ds in queue for d in ds], np.int64)
         kernel = _kernels()[1]
         done = 0
         while True:
-            done = kernel(self.box, self.hold, self.pool, self.meta, writes, devices, done)
+            done = kernel(self.box, self.hold, self.pool, self.meta, ops, devices, done)
             if done == len(queue):
                 return
-            self.room(2 * self.nd * len(self) + 1, len(queue[done][1]))
+            r, _, ds = queue[done]
+            self.room(2 * (2 * self.nd + 1) * (len(self) + 1),
+                      len(ds) + int(self.hold[:, 1].sum()) + len(self) + 1)
 
     def _check(self, rect: Rect) -> None:
         if len(rect.lo) != self.nd:
@@ -251,28 +264,11 @@ class PieceState:
         return _kernels()[2](valid.box, valid.hold, valid.meta, _bounds(rect)).shape[0] > 0
 
     def add_holder(self, rect: Rect, device: int) -> None:
-        """Record that `device` now also holds the current value of `rect`."""
+        """Record that `device` now also holds the current value of `rect` (queued)."""
         valid = self.valid
-        valid._check(rect)
-        while True:
-            covered, lacking = [], []
-            for p, r, holders in valid.overlapping(rect):
-                inter = r.intersect(rect)
-                covered.append(inter)
-                if device not in holders:
-                    lacking.append((p, inter, holders))
-            # (room that compacts moves the positions found: then find them again)
-            if not lacking or not valid.room(len(lacking) * (2 * valid.nd + 1),
-                                             sum(len(h) + 1 for _, _, h in lacking)):
-                break
-        if lacking:
-            nd = valid.nd
-            give = _give_kernel()
-            for p, inter, _ in lacking:
-                give(valid.box, valid.hold, valid.pool, valid.meta, p, _bounds(inter),
-                     device, nd)
-        for piece in subtract_all(rect, covered):
-            valid.add(piece, (device,))
+        if len(rect.lo) != valid.nd:
+            valid._check(rect)
+        valid.queue.append((rect, vk.ADD_HOLDER, (device,)))
 
     def set_only_holder(self, rect: Rect, devices: Iterable[int]) -> None:
         """`devices` alone hold the current value of `rect` (queued: ValidPieces.flush)."""
@@ -280,7 +276,8 @@ class PieceState:
         valid = self.valid
         if len(rect.lo) != valid.nd:
             valid._check(rect)
-        valid.queue.append((rect, devices if type(devices) is tuple else tuple(devices)))
+        valid.queue.append((rect, vk.SET_ONLY,
+                            devices if type(devices) is tuple else tuple(devices)))
 
     def set_only_holder_of(self, rect: Rect, pieces: list[Rect], devices) -> None:
         """set_only_holder(piece, devices) for each of the disjoint `pieces` of `rect`."""
@@ -291,11 +288,6 @@ class PieceState:
     def retire_pending(self, rect: Rect, found=None) -> None:
         pending = self.pending
         pending.retire(rect, pending.overlapping(rect) if found is None else found)
-
-
-def _give_kernel():
-    _kernels()                  # (compiled: validkernels' helpers are then numba's)
-    return vk._give
 
 
 class SentCounts:
