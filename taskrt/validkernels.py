@@ -607,15 +607,24 @@ _compiled = None
 
 
 def kernels(compiled: bool = True):
-    """The entry points (copy_reads, apply, overlapping, compact): numba-compiled on
-    first use (cached on disk), or the plain Python functions (compiled=False: tests)."""
+    """The entry points (copy_reads, apply, overlapping, compact): numba-compiled on first
+    use, one signature each (cached on disk next to this file: a later process loads the
+    machine code, ~0.1 s each), or the plain Python functions (compiled=False: tests)."""
     global _compiled
     g = globals()
     if not compiled:
         return tuple(g[name] for name in _ENTRIES)
     if _compiled is None:
-        from numba import njit
+        from numba import njit, types
+        a1, a2, i8 = types.int64[::1], types.int64[:, ::1], types.int64
+        store = (a2, a2, a1, a1)                # box, hold, pool, meta
+        signatures = {
+            "copy_reads": store + (a1, a1, a2, a1, a2, a2, a1, a2, a1),
+            "apply": store + (a2, a1, i8),
+            "overlapping": (a2, a2, a1, a1),
+            "compact": store + (a2, a2, a1)}
         for name in _HELPERS:
             g[name] = njit(cache=True, nogil=True)(g[name])
-        _compiled = tuple(njit(cache=True, nogil=True)(g[name]) for name in _ENTRIES)
+        _compiled = tuple(njit(signatures[name], cache=True, nogil=True)(g[name])
+                          for name in _ENTRIES)
     return _compiled
