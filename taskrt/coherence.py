@@ -55,6 +55,8 @@ def _first(item):
 
 
 class RegionState:
+    """The coherence state over a RectIndex: with RegionPlanner._copy_in, the oracle that
+    validpieces.PieceState (the state the planner uses, COMPILED_READS) is tested against."""
     __slots__ = ("region", "valid", "pending", "held")
 
     def __init__(self, region: Region):

@@ -26,6 +26,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import validgeometry
+from .validgeometry import _merge, _pieces, _subtract_all, _volume
+
 # ctl[]: the batch call's scalars in and out
 C_NEXT, C_NOUT, C_NLOG, C_NLOGH, C_FPTR, C_FN, C_STATUS, C_COVERED, C_LOG = range(9)
 C_NEED_POS, C_NEED_POOL, C_NEED_OUT, C_NEED_LOG, C_NEED_LOGH = range(9, 14)
@@ -43,16 +46,6 @@ def _overlap(box, p, q, nd):
         if hi <= lo:
             return False
     return True
-
-
-def _volume(r, nd):
-    v = 1
-    for d in range(nd):
-        e = r[nd + d] - r[d]
-        if e <= 0:
-            return 0
-        v *= e
-    return v
 
 
 def _holds(pool, hold, p, device):
@@ -93,64 +86,12 @@ def _slice_plus(pool, meta, hs, hn, device):
     return s
 
 
-def _pieces(a, part, nd, out, m):
-    """Rect.subtract(a, part) for `part` inside a, non-empty, into out[m:]: per dimension
-    the part below the intersection, then above it, bounded by the intersection in the
-    dimensions before. Returns the new count."""
-    for d in range(nd):
-        for side in range(2):
-            if (a[d] < part[d]) if side == 0 else (part[nd + d] < a[nd + d]):
-                for e in range(nd):
-                    if e < d:
-                        out[m, e], out[m, nd + e] = part[e], part[nd + e]
-                    elif e == d:
-                        if side == 0:
-                            out[m, e], out[m, nd + e] = a[e], part[e]
-                        else:
-                            out[m, e], out[m, nd + e] = part[nd + e], a[nd + e]
-                    else:
-                        out[m, e], out[m, nd + e] = a[e], a[nd + e]
-                m += 1
-    return m
-
-
 def _cut(box, hold, meta, p, part, nd, hs, hn):
     """Rect.subtract(piece p, part) (part inside it), each appended with the holder slice
     (hs, hn)."""
     out = np.empty((2 * nd, 2 * nd), np.int64)
     for k in range(_pieces(box[p], part, nd, out, 0)):
         _push(box, hold, meta, out[k], hs, hn)
-
-
-def _subtract_all(r, parts, count, nd):
-    """geometry.subtract_all(r, parts[:count]): (rows, count)."""
-    cur = np.empty((1, 2 * nd), np.int64)
-    cur[0, :] = r
-    n = 1 if _volume(r, nd) > 0 else 0
-    inter = np.empty(2 * nd, np.int64)
-    for k in range(count):
-        if n == 0:
-            break
-        nxt = np.empty((n * max(2 * nd, 1), 2 * nd), np.int64)
-        m = 0
-        for a in range(n):
-            empty = False
-            whole = True
-            for d in range(nd):
-                lo = max(cur[a, d], parts[k, d])
-                hi = min(cur[a, nd + d], parts[k, nd + d])
-                if hi <= lo:
-                    empty = True
-                inter[d], inter[nd + d] = lo, hi
-                if lo != cur[a, d] or hi != cur[a, nd + d]:
-                    whole = False
-            if empty:
-                nxt[m, :] = cur[a]
-                m += 1
-            elif not whole:
-                m = _pieces(cur[a], inter, nd, nxt, m)
-        cur, n = nxt, m
-    return cur, n
 
 
 def _give(box, hold, pool, meta, p, part, device, nd):
@@ -212,85 +153,6 @@ def _choose(cand, nc, device, elements, sent, ranks, ctl, log, logh, forced, for
         logh[o:o + nc] = cand[:nc]
         ctl[C_NLOG], ctl[C_NLOGH] = i + 1, o + nc
     return src
-
-
-def _merge_along(rs, n, d, nd, out):
-    """geometry._merge_along of rs[:n] into out; the count (n when no two share a line:
-    out is then not written)."""
-    line = np.empty(n, np.int64)         # per rect: its line, numbered in first-seen order
-    lines = 0
-    for i in range(n):
-        line[i] = -1
-        for j in range(i):
-            same = True
-            for e in range(nd):
-                if e != d and (rs[i, e] != rs[j, e] or rs[i, nd + e] != rs[j, nd + e]):
-                    same = False
-                    break
-            if same:
-                line[i] = line[j]
-                break
-        if line[i] < 0:
-            line[i] = lines
-            lines += 1
-    if lines == n:
-        return n
-    m = 0
-    members = np.empty(n, np.int64)
-    for g in range(lines):
-        c = 0
-        for i in range(n):
-            if line[i] == g:
-                members[c] = i
-                c += 1
-        for a in range(1, c):            # stable insertion sort by lo[d]
-            x = members[a]
-            b = a - 1
-            while b >= 0 and rs[members[b], d] > rs[x, d]:
-                members[b + 1] = members[b]
-                b -= 1
-            members[b + 1] = x
-        out[m, :] = rs[members[0], :]
-        for a in range(1, c):
-            r = members[a]
-            if rs[r, d] == out[m, nd + d]:
-                out[m, nd + d] = rs[r, nd + d]
-            else:
-                m += 1
-                out[m, :] = rs[r, :]
-        m += 1
-    return m
-
-
-def _merge(rs, n, nd):
-    """geometry.merge_adjacent of the disjoint non-empty rs[:n] (n > 1): (rects, count)."""
-    box = rs[0, :].copy()
-    total = 0
-    for i in range(n):
-        total += _volume(rs[i], nd)
-        for e in range(nd):
-            if rs[i, e] < box[e]:
-                box[e] = rs[i, e]
-            if rs[i, nd + e] > box[nd + e]:
-                box[nd + e] = rs[i, nd + e]
-    if total == _volume(box, nd):
-        out = np.empty((1, 2 * nd), np.int64)
-        out[0, :] = box
-        return out, 1
-    cur = rs[:n].copy()
-    nxt = np.empty_like(cur)
-    quiet = 0
-    d = 0
-    while quiet < nd and n > 1:
-        m = _merge_along(cur, n, d, nd, nxt)
-        if m < n:
-            cur, nxt = nxt, cur
-            n = m
-            quiet = 1
-        else:
-            quiet += 1
-        d = d + 1 if d + 1 < nd else 0
-    return cur, n
 
 
 def copy_reads(box, hold, pool, meta, sent, ranks, reads, ctl, out, log, logh, forced,
@@ -599,9 +461,7 @@ def compact(box, hold, pool, meta, nbox, nhold, npool):
     meta[M_POOL] = used
 
 
-_HELPERS = ("_overlap", "_volume", "_holds", "_push", "_kill", "_slice_plus", "_pieces", "_cut",
-            "_subtract_all", "_give",
-            "_choose", "_merge_along", "_merge")
+_HELPERS = ("_overlap", "_holds", "_push", "_kill", "_slice_plus", "_cut", "_give", "_choose")
 _ENTRIES = ("copy_reads", "apply", "overlapping", "compact")
 _compiled = None
 
@@ -623,6 +483,9 @@ def kernels(compiled: bool = True):
             "apply": store + (a2, a1, i8),
             "overlapping": (a2, a2, a1, a1),
             "compact": store + (a2, a2, a1)}
+        vg = vars(validgeometry)
+        for name in validgeometry.HELPERS:       # (compiled where they call each other too)
+            g[name] = vg[name] = njit(cache=True, nogil=True)(vg[name])
         for name in _HELPERS:
             g[name] = njit(cache=True, nogil=True)(g[name])
         _compiled = tuple(njit(signatures[name], cache=True, nogil=True)(g[name])

@@ -99,24 +99,17 @@ class ValidPieces:
             self.flush()
         return 0 if self.meta is None else int(self.meta[vk.M_NALIVE])
 
-    def _rect(self, p: int) -> Rect:
-        row = self.box[p].tolist()
-        nd = self.nd
-        return Rect(tuple(row[:nd]), tuple(row[nd:]))
-
-    def holders(self, p: int) -> tuple:
-        s, n = self.hold[p].tolist()
-        return tuple(self.pool[s:s + n].tolist())
-
     def __iter__(self):
         if self.queue:
             self.flush()
         if self.meta is None:
             return
-        hold = self.hold
-        for p in range(int(self.meta[vk.M_NPOS])):
-            if hold[p, 1]:
-                yield p, self._rect(p), self.holders(p)
+        n, nd = int(self.meta[vk.M_NPOS]), self.nd
+        pool = self.pool[:int(self.meta[vk.M_POOL])].tolist()
+        for p, (row, (s, c)) in enumerate(zip(self.box[:n].tolist(),
+                                              self.hold[:n].tolist())):
+            if c:
+                yield p, Rect(tuple(row[:nd]), tuple(row[nd:])), tuple(pool[s:s + c])
 
     def overlapping(self, rect: Rect) -> list[tuple[int, Rect, tuple]]:
         """(position, rect, holders) of the pieces overlapping `rect`, in insertion order."""
@@ -370,8 +363,11 @@ def copy_in_all(rp, launch, reads, out: list) -> None:
     if not todo:
         return
     valid = rp.state.valid
+    nd = valid.nd
     for _, rect in todo:
-        valid._check(rect)
+        if len(rect.lo) != nd:
+            valid._check(rect)
+            nd = valid.nd
     ranks = rp._rank_array
     if ranks is None:
         ranks = rp._rank_array = np.array(rp._ranks, np.int64)
