@@ -36,12 +36,18 @@ from .rectindex import RectIndex
 from .summedpieces import summed_pieces
 from .region import Region
 from .taskgraph import AllReduceNode, CopyNode, ReduceInput, ReduceNode, ReduceTarget
+from .validpieces import PieceState, SentCounts, copy_in_all
 
 _R, _WD, _RW, _RED = (Privilege.READ, Privilege.WRITE_DISCARD, Privilege.READ_WRITE,
                       Privilege.REDUCE_SUM)
 # The shortcuts below that do what the general code does with fewer calls (access_points'
 # reads, _reduce_targets' first sum); off only to compare the two (test_aligned_plans.py).
 FAST_PATHS = True
+# A region's valid pieces as arrays and each launch's reads walked by one compiled call
+# (validpieces.py); off: the Python walk over a RectIndex (RegionState, _copy_in), kept only
+# as the oracle tests/taskrt/test_valid_pieces.py compares against. Read when a
+# RegionPlanner is made.
+COMPILED_READS = True
 
 
 def _first(item):
@@ -49,6 +55,8 @@ def _first(item):
 
 
 class RegionState:
+    """The coherence state over a RectIndex: with RegionPlanner._copy_in, the oracle that
+    validpieces.PieceState (the state the planner uses, COMPILED_READS) is tested against."""
     __slots__ = ("region", "valid", "pending", "held")
 
     def __init__(self, region: Region):
@@ -60,6 +68,10 @@ class RegionState:
         # left. Holders are only added until some rect gets new only holders
         # (set_only_holder), which forgets them all.
         self.held: set[tuple[int, Rect]] = set()
+
+    def valid_meets(self, rect: Rect) -> bool:
+        """Whether a valid piece overlaps `rect`."""
+        return bool(self.valid.overlapping(rect))
 
     def add_holder(self, rect: Rect, device: int) -> None:
         """Record that `device` now also holds the current value of `rect`."""
@@ -131,11 +143,14 @@ class RegionPlanner:
         self.machine = machine
         self._ranks = [d.rank for d in machine.devices]    # device -> its rank
         self._inside = inside_test(region.rect.ndim)
-        self.state = RegionState(region)
+        self.compiled = COMPILED_READS
+        self.state = PieceState(region) if self.compiled else RegionState(region)
+        self._rank_array = None     # self._ranks as int64 (the compiled walk's)
         self.buffers: dict[tuple[int, bool], BufferAccesses] = {}
         self.instance_rects: dict[int, Rect] = {}
         self.partial_rects: dict[int, Rect] = {}
-        self.sent: dict[int, int] = {}          # device -> elements copies took from it
+        # device -> elements copies took from it (SentCounts: a dict's API over an array)
+        self.sent = SentCounts(len(self._ranks)) if self.compiled else {}
         self.initial: list[tuple[Rect, tuple[int, ...]]] = []
         # device -> the initial rects its instance holds, written (by None: initial data)
         # into its BufferAccesses when _buffer first makes it: a weight replicated on 1,024
@@ -198,9 +213,29 @@ class RegionPlanner:
         out: list = []
         if len(self.state.pending):
             self._reduce_for_reads(launch.name, reads, out)
+        if self.compiled:
+            copy_in_all(self, launch, reads, out)
+            return out
         for color, device, rect in reads:
             self._copy_in(launch, color, device, rect, out)
         return out
+
+    # Source choices: a subclass that logs them (slabreplay._RecordingPlanner) sets this and
+    # takes the compiled walk's in _logged; one that forces them gives them in
+    # _forced_choices (a list popped from its end).
+    _logs_choices = False
+
+    def _logged(self, choices: list) -> None:
+        """The compiled walk's source choices [(holders, device, elements, src)]."""
+
+    def _forced_choices(self) -> list | None:
+        return None
+
+    def _unwritten(self, launch, color, device: int, rect: Rect, covered: int) -> str:
+        return (f"Launch '{launch.name}' point {color} on device {device} reads "
+                f"'{self.region.name}'{rect}, but only {covered} of its "
+                f"{rect.volume} elements were ever written. Write the region "
+                "first, or declare it as initial data of the plan.")
 
     # -- step 2: the points' requirements ------------------------------------------------------
     def access_points(self, refs, points, accesses, replicas: bool) -> list:
@@ -269,7 +304,7 @@ class RegionPlanner:
         the partial buffer where a value exists (it is the base the sums are added to)."""
         st = self.state
         found = st.pending.of_device(device, rect)
-        if not found and FAST_PATHS and not rect.empty and not st.valid.overlapping(rect):
+        if not found and FAST_PATHS and not rect.empty and not st.valid_meets(rect):
             # The common case, a gradient's first sum here: one piece into the instance.
             st.pending.add(rect, (device, False))
             return (ReduceTarget(rect, False, False),)
@@ -320,10 +355,7 @@ class RegionPlanner:
             lacking.append((i, r, piece, holders))
             by_writer.setdefault(holders[0], []).append((piece, holders))
         if covered != rect.volume:
-            raise PlanError(f"Launch '{launch.name}' point {color} on device {device} reads "
-                            f"'{self.region.name}'{rect}, but only {covered} of its "
-                            f"{rect.volume} elements were ever written. Write the region "
-                            "first, or declare it as initial data of the plan.")
+            raise PlanError(self._unwritten(launch, color, device, rect, covered))
         by_source: dict[int, list[Rect]] = {}
         for group in by_writer.values():
             self._group_sources(group, device, by_source)
@@ -459,7 +491,7 @@ class RegionPlanner:
     def _is_allreduce(self, rect: Rect, devices, contribs) -> bool:
         """Each reader holds a full partial of `rect` in one buffer, nobody else holds any,
         and there is no base value."""
-        if len(devices) < 2 or self.state.valid.overlapping(rect):
+        if len(devices) < 2 or self.state.valid_meets(rect):
             return False
         held = defaultdict(int)
         where = defaultdict(set)

@@ -48,10 +48,15 @@ class _RecordingPlanner(RegionPlanner):
             raise _SumsMet                  # (the pieces left summed follow their order)
         super()._mark_summed(rect, device, contribs, parts)
 
+    _logs_choices = True        # (the compiled walk's choices come to _logged)
+
     def _choose_source(self, holders, device: int, elements: int) -> int:
         src = super()._choose_source(holders, device, elements)
         self._current.append((tuple(holders), device, elements, src))
         return src
+
+    def _logged(self, choices: list) -> None:
+        self._current.extend(choices)
 
 
 class _SumsMet(Exception):
@@ -170,6 +175,9 @@ class _ForcedPlanner(_RecordingPlanner):
     def __init__(self, region, machine, one_sum: bool = False):
         super().__init__(region, machine, one_sum)
         self.forced: list = []
+
+    def _forced_choices(self) -> list:
+        return self.forced              # (the compiled walk pops those it takes)
 
     def _choose_source(self, holders, device: int, elements: int) -> int:
         if not self.forced:

@@ -1,0 +1,388 @@
+"""A region's valid pieces as arrays (ValidPieces), the coherence state over them (PieceState)
+and the elements sent per device as an array (SentCounts): what coherence.RegionPlanner
+plans a region's reads with when coherence.COMPILED_READS is on (the default), each launch's
+reads walked by one compiled call (validkernels.copy_reads).
+
+The Python walk over a RectIndex (coherence.RegionState, RegionPlanner._copy_in) is kept only
+as the test oracle (tests/taskrt/test_valid_pieces.py compares the two on random region
+programs; COMPILED_READS off selects it). The answers are the same: the valid pieces in
+insertion order with their holders in order, the copies (rect, source) in order, the sent
+counts. What differs is only where rects are objects: a piece's Rect is made when Python
+asks for it (overlapping, iteration), a copy's from the kernel's rows.
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+import numpy as np
+
+from .errors import PlanError
+from .geometry import Rect, _made
+from .pendingsums import PendingSums
+from .region import Region
+from . import validkernels as vk
+
+_MIN_ROOM = 16          # positions of room ensured before a call (it asks for more if needed)
+_COMPILED = True        # the kernels numba-compiled (off: plain Python, for debugging)
+
+
+_NO_LOG = np.empty((0, 5), np.int64)     # (no choices logged or forced: never written)
+_NONE = np.empty(0, np.int64)
+# copy_reads' control block and copies, per ndim (one call at a time: read back before the next)
+_CTL = np.zeros(vk.CTL_SIZE, np.int64)
+_OUT: dict = {}
+
+
+_made_kernels = None
+
+
+def _kernels():
+    """validkernels.kernels(): (copy_reads, apply, overlapping, compact)."""
+    global _made_kernels
+    got = _made_kernels
+    if got is None:
+        got = vk.kernels(_COMPILED)
+        if _COMPILED:
+            _made_kernels = got
+    return got
+
+
+def _bounds(rect: Rect) -> np.ndarray:
+    return np.array(rect.lo + rect.hi, np.int64)
+
+
+class ValidPieces:
+    """Disjoint (rect, holders) pieces in insertion order, as arrays (validkernels.py): the
+    RectIndex API coherence's readers use -- overlapping, iteration, len, exact_value, add --
+    with holders as tuples (read only: changes go through PieceState)."""
+    __slots__ = ("nd", "box", "hold", "pool", "meta", "_first", "queue")
+
+    def __init__(self):
+        self.nd = -1
+        self.box = self.hold = self.pool = self.meta = None
+        self._first: Rect | None = None
+        # PieceState's changes (rect, SET_ONLY or ADD_HOLDER, devices) not applied yet:
+        # applied in order, in one compiled call, before the pieces are next read (every
+        # method here flushes first)
+        self.queue: list = []
+
+    def flush(self) -> None:
+        """Apply the queued changes (validkernels.apply)."""
+        queue = self.queue
+        self.queue = []
+        ops = np.array([r.lo + r.hi + (kind, len(ds)) for r, kind, ds in queue], np.int64)
+        devices = np.array([d for _, _, ds in queue for d in ds], np.int64)
+        kernel = _kernels()[1]
+        done = 0
+        while True:
+            done = kernel(self.box, self.hold, self.pool, self.meta, ops, devices, done)
+            if done == len(queue):
+                return
+            r, _, ds = queue[done]
+            self.room(2 * (2 * self.nd + 1) * (len(self) + 1),
+                      len(ds) + int(self.hold[:, 1].sum()) + len(self) + 1)
+
+    def _check(self, rect: Rect) -> None:
+        if len(rect.lo) != self.nd:
+            if self._first is None:
+                self._first = rect
+                self.nd = nd = len(rect.lo)
+                self.box = np.empty((_MIN_ROOM, 2 * nd), np.int64)
+                self.hold = np.zeros((_MIN_ROOM, 2), np.int64)
+                self.pool = np.empty(4 * _MIN_ROOM, np.int64)
+                self.meta = np.zeros(3, np.int64)
+            else:
+                self._first._check_same_ndim(rect)    # raises the error naming both
+
+    def __len__(self) -> int:
+        if self.queue:
+            self.flush()
+        return 0 if self.meta is None else int(self.meta[vk.M_NALIVE])
+
+    def __iter__(self):
+        if self.queue:
+            self.flush()
+        if self.meta is None:
+            return
+        n, nd = int(self.meta[vk.M_NPOS]), self.nd
+        pool = self.pool[:int(self.meta[vk.M_POOL])].tolist()
+        for p, (row, (s, c)) in enumerate(zip(self.box[:n].tolist(),
+                                              self.hold[:n].tolist())):
+            if c:
+                yield p, Rect(tuple(row[:nd]), tuple(row[nd:])), tuple(pool[s:s + c])
+
+    def overlapping(self, rect: Rect) -> list[tuple[int, Rect, tuple]]:
+        """(position, rect, holders) of the pieces overlapping `rect`, in insertion order."""
+        if self.queue:
+            self.flush()
+        if self.meta is None or rect.empty:
+            return []
+        self._check(rect)
+        found = _kernels()[2](self.box, self.hold, self.meta, _bounds(rect))
+        if not found.shape[0]:
+            return []
+        nd, pool = self.nd, self.pool
+        return [(p, Rect(tuple(row[:nd]), tuple(row[nd:])), tuple(pool[s:s + n].tolist()))
+                for p, row, (s, n) in zip(found.tolist(), self.box[found].tolist(),
+                                          self.hold[found].tolist())]
+
+    def exact_value(self, rect: Rect):
+        """The holders of the piece equal to `rect`, or None."""
+        for _, r, holders in self.overlapping(rect):
+            return holders if r == rect else None
+        return None
+
+    def add(self, rect: Rect, devices: Iterable[int]) -> None:
+        """Append a piece (initial data; coherence's tests)."""
+        if self.queue:
+            self.flush()
+        self._check(rect)
+        devices = list(devices)
+        self.room(1, len(devices))
+        meta = self.meta
+        n, s = int(meta[vk.M_NPOS]), int(meta[vk.M_POOL])
+        self.box[n] = rect.lo + rect.hi
+        self.pool[s:s + len(devices)] = devices
+        self.hold[n] = (s, len(devices))
+        meta[vk.M_NPOS] = n + 1
+        meta[vk.M_NALIVE] += 1
+        meta[vk.M_POOL] = s + len(devices)
+
+    def room(self, positions: int, pool: int) -> bool:
+        """Room for `positions` more positions and `pool` more holder entries: the live
+        pieces compacted (order kept) where dead ones take half the positions, the arrays
+        doubled past what is needed. Whether it moved the pieces (positions change). (Never
+        with writes queued: its callers flushed them.)"""
+        meta = self.meta
+        npos, alive, used = meta.tolist()
+        cap, pcap = self.box.shape[0], self.pool.shape[0]
+        if npos + positions <= cap and used + pool <= pcap and npos <= 2 * alive + 64:
+            return False
+        ncap = max(cap, 2 * (alive + positions) + _MIN_ROOM)
+        npcap = max(pcap, 2 * (used + pool) + 4 * _MIN_ROOM)
+        box = np.empty((ncap, self.box.shape[1]), np.int64)
+        hold = np.zeros((ncap, 2), np.int64)
+        newpool = np.empty(npcap, np.int64)
+        _kernels()[3](self.box, self.hold, self.pool, meta, box, hold, newpool)
+        self.box, self.hold, self.pool = box, hold, newpool
+        return True
+
+    def copy_reads(self, reads: list, sent: np.ndarray, ranks: np.ndarray, log: bool,
+                   forced: list | None):
+        """validkernels.copy_reads of `reads` [(device, rect)], growing what it asks for.
+        Returns (copies [(read index, source, Rect)], status, read index it stopped at,
+        covered elements of that read, choices logged [(holders, device, elements, src)],
+        forced choices taken)."""
+        if self.queue:
+            self.flush()
+        nd = self.nd
+        rows = np.array([(d,) + r.lo + r.hi for d, r in reads], np.int64)
+        ctl = _CTL
+        ctl[:] = 0
+        ctl[vk.C_LOG] = log
+        out = _OUT.get(nd)
+        if out is None or out.shape[0] < len(reads):
+            out = _OUT[nd] = np.empty((max(64, 2 * len(reads)), 3 + 2 * nd), np.int64)
+        logs = np.empty((8, 5), np.int64) if log else _NO_LOG
+        logh = np.empty(32, np.int64) if log else _NONE
+        if forced:
+            order = forced[::-1]            # (popped from the end)
+            fh = [h for holders, *_ in order for h in holders]
+            offs = np.cumsum([0] + [len(f[0]) for f in order])
+            farr = np.array([(f[1], f[2], f[3], offs[k], len(f[0]))
+                             for k, f in enumerate(order)], np.int64)
+            fharr = np.array(fh, np.int64)
+            ctl[vk.C_FN] = len(order)
+        else:
+            farr, fharr = _NO_LOG, _NONE
+        kernel = _kernels()[0]
+        self.room(_MIN_ROOM, 4 * _MIN_ROOM)
+        while True:
+            kernel(self.box, self.hold, self.pool, self.meta, sent, ranks, rows, ctl, out,
+                   logs, logh, farr, fharr)
+            if ctl[vk.C_STATUS] != vk.NEED:
+                break
+            ctl[vk.C_STATUS] = vk.DONE
+            need = ctl.tolist()
+            self.room(need[vk.C_NEED_POS] - int(self.meta[vk.M_NPOS]),
+                      need[vk.C_NEED_POOL] - int(self.meta[vk.M_POOL]))
+            if need[vk.C_NEED_OUT] > out.shape[0]:
+                out = _OUT[nd] = _grown(out, need[vk.C_NEED_OUT], need[vk.C_NOUT])
+            if need[vk.C_NEED_LOG] > logs.shape[0]:
+                logs = _grown(logs, need[vk.C_NEED_LOG], need[vk.C_NLOG])
+            if need[vk.C_NEED_LOGH] > logh.shape[0]:
+                logh = _grown(logh, need[vk.C_NEED_LOGH], need[vk.C_NLOGH])
+        c = ctl.tolist()
+        copies = []
+        mid = 3 + nd
+        for row in out[:c[vk.C_NOUT]].tolist():
+            j = row[0]
+            rect = reads[j][1]
+            lo, hi = tuple(row[3:mid]), tuple(row[mid:])
+            if lo != rect.lo or hi != rect.hi:
+                rect = _made(lo, hi, row[2])
+            copies.append((j, row[1], rect))
+        choices = []
+        if log:
+            hs = logh[:c[vk.C_NLOGH]].tolist()
+            for device, elements, src, o, n in logs[:c[vk.C_NLOG]].tolist():
+                choices.append((tuple(hs[o:o + n]), device, elements, src))
+        return copies, c[vk.C_STATUS], c[vk.C_NEXT], c[vk.C_COVERED], choices, c[vk.C_FPTR]
+
+
+def _grown(a: np.ndarray, need: int, used: int) -> np.ndarray:
+    b = np.empty((2 * need,) + a.shape[1:], np.int64)
+    b[:used] = a[:used]
+    return b
+
+
+class PieceState:
+    """coherence.RegionState over ValidPieces: the same methods, the same answers."""
+    __slots__ = ("region", "valid", "pending", "held")
+
+    def __init__(self, region: Region):
+        self.region = region
+        self.valid = ValidPieces()
+        self.pending = PendingSums()
+        self.held: set = set()      # (device, rect) known held (RegionState.held)
+
+    def valid_meets(self, rect: Rect) -> bool:
+        """Whether a valid piece overlaps `rect`."""
+        valid = self.valid
+        if valid.queue:
+            valid.flush()
+        if valid.meta is None or rect.empty:
+            return False
+        valid._check(rect)
+        return _kernels()[2](valid.box, valid.hold, valid.meta, _bounds(rect)).shape[0] > 0
+
+    def add_holder(self, rect: Rect, device: int) -> None:
+        """Record that `device` now also holds the current value of `rect` (queued)."""
+        valid = self.valid
+        if len(rect.lo) != valid.nd:
+            valid._check(rect)
+        valid.queue.append((rect, vk.ADD_HOLDER, (device,)))
+
+    def set_only_holder(self, rect: Rect, devices: Iterable[int]) -> None:
+        """`devices` alone hold the current value of `rect` (queued: ValidPieces.flush)."""
+        self.held.clear()
+        valid = self.valid
+        if len(rect.lo) != valid.nd:
+            valid._check(rect)
+        valid.queue.append((rect, vk.SET_ONLY,
+                            devices if type(devices) is tuple else tuple(devices)))
+
+    def set_only_holder_of(self, rect: Rect, pieces: list[Rect], devices) -> None:
+        """set_only_holder(piece, devices) for each of the disjoint `pieces` of `rect`."""
+        devices = tuple(devices)
+        for piece in pieces:
+            self.set_only_holder(piece, devices)
+
+    def retire_pending(self, rect: Rect, found=None) -> None:
+        pending = self.pending
+        pending.retire(rect, pending.overlapping(rect) if found is None else found)
+
+
+class SentCounts:
+    """RegionPlanner.sent as an int64 array per device, -1 where nothing was ever counted:
+    the dict API its readers use (get, [], pop, update, items, ==) over what the kernel
+    counts in place. Made on first use (a planner that copies nothing holds none)."""
+    __slots__ = ("_n", "_a")
+
+    def __init__(self, num_devices: int):
+        self._n = num_devices
+        self._a = None
+
+    @property
+    def array(self) -> np.ndarray:
+        a = self._a
+        if a is None:
+            a = self._a = np.full(self._n, -1, np.int64)
+        return a
+
+    def get(self, device: int, default=None):
+        a = self._a
+        v = -1 if a is None else int(a[device])
+        return default if v < 0 else v
+
+    def __getitem__(self, device: int) -> int:
+        v = self.get(device)
+        if v is None:
+            raise KeyError(device)
+        return v
+
+    def __setitem__(self, device: int, value: int) -> None:
+        self.array[device] = value
+
+    def __contains__(self, device: int) -> bool:
+        return self.get(device) is not None
+
+    def pop(self, device: int, default=None):
+        v = self.get(device)
+        if v is None:
+            return default
+        self._a[device] = -1
+        return v
+
+    def update(self, other) -> None:
+        for k, v in dict(other).items():
+            self[k] = v
+
+    def items(self):
+        a = self._a
+        if a is None:
+            return []
+        return [(d, v) for d, v in enumerate(a.tolist()) if v >= 0]
+
+    def __iter__(self):
+        return iter([d for d, _ in self.items()])
+
+    def __len__(self) -> int:
+        return len(self.items())
+
+    def __eq__(self, other) -> bool:
+        return dict(self.items()) == dict(other.items() if hasattr(other, "items") else other)
+
+    def __repr__(self) -> str:
+        return f"SentCounts({dict(self.items())})"
+
+
+def copy_in_all(rp, launch, reads, out: list) -> None:
+    """RegionPlanner._copy_in of each of `reads` [(color, device, rect)] in order, for the
+    planner `rp` (COMPILED_READS), the walks in one compiled call (validkernels.copy_reads):
+    the same copies, valid pieces and counts."""
+    held = rp.state.held
+    todo, colors = [], []
+    for color, device, rect in reads:
+        key = (device, rect)
+        if key in held:             # read before, nothing written since: all held
+            continue
+        held.add(key)               # (what the walk leaves, unless it raises)
+        todo.append(key)
+        colors.append(color)
+    if not todo:
+        return
+    valid = rp.state.valid
+    nd = valid.nd
+    for _, rect in todo:
+        if len(rect.lo) != nd:
+            valid._check(rect)
+            nd = valid.nd
+    ranks = rp._rank_array
+    if ranks is None:
+        ranks = rp._rank_array = np.array(rp._ranks, np.int64)
+    forced = rp._forced_choices()
+    copies, status, stop, covered, choices, taken = valid.copy_reads(
+        todo, rp.sent.array, ranks, rp._logs_choices, forced)
+    if taken:
+        del forced[len(forced) - taken:]
+    if choices:
+        rp._logged(choices)
+    name, copy = launch.name, rp._copy
+    for j, src, rect in copies:
+        copy(name, rect, src, todo[j][0], out)
+    if status == vk.UNCOVERED:
+        device, rect = todo[stop]
+        raise PlanError(rp._unwritten(launch, colors[stop], device, rect, covered))
+    if status == vk.FORCED_MISMATCH:
+        raise AssertionError("a slab replayed differently from its class")

@@ -1,0 +1,219 @@
+"""The compiled read walk over the valid pieces as arrays (taskrt/validpieces.py,
+validkernels.py) against its oracle, the Python walk over a RectIndex (coherence.RegionState,
+RegionPlanner._copy_in; coherence.COMPILED_READS off): on random region programs -- grid and
+non-grid parts, 1-4 dimensions, replicated and partitioned initial data, several ranks,
+reads overlapping within a launch, WD / RW writes, replicas, Red+ sums, readers reading again
+-- the same graph node for node (fingerprint: every node and its preds), the same valid
+pieces in insertion order with their holders in order, the same sent counts, pending sums
+and instances' boxes, or the same error. Also the state updates alone (set_only_holder,
+add_holder) and the source choices logged and forced (slabreplay.py's planners)."""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from taskrt import (R, RED, RW, WD, IndexLaunch, Machine, PlanError, Planner, Rect, Region,
+                    RegionRequirement)
+from taskrt import coherence
+from taskrt.coherence import RegionState
+from taskrt.holders import Holders
+from taskrt.regionclasses import plan_alone
+from taskrt.slabreplay import _ForcedPlanner, _RecordingPlanner
+from taskrt.validpieces import PieceState
+
+from taskrt_helpers import noop
+
+
+def _rand_rect(rng, shape) -> Rect:
+    lo, hi = [], []
+    for s in shape:
+        a = rng.randrange(s)
+        lo.append(a)
+        hi.append(rng.randint(a + 1, s))
+    return Rect(tuple(lo), tuple(hi))
+
+
+def _grid(rng, shape) -> list[Rect]:
+    """A random block partition (uneven cuts) of the whole shape."""
+    cuts = []
+    for s in shape:
+        k = rng.randint(1, min(3, s))
+        points = sorted(rng.sample(range(1, s), k - 1)) if s > 1 else []
+        cuts.append([0] + points + [s])
+    rects = [()]
+    for c in cuts:
+        rects = [r + ((c[i], c[i + 1]),) for r in rects for i in range(len(c) - 1)]
+    return [Rect.of(*r) for r in rects]
+
+
+def _program(seed: int):
+    """(machine, regions, initial, launches) of a random program."""
+    rng = random.Random(seed)
+    machine = Machine.grid(rng.choice([1, 2, 4]), rng.choice([1, 2, 4]))
+    ndev = len(machine.devices)
+    nd = rng.choice([1, 2, 2, 3, 4])
+    shape = tuple(rng.randint(2, 7) for _ in range(nd))
+    x = Region(f"x{seed}", shape, "float32")        # has initial data
+    g = Region(f"g{seed}", shape, "float32")        # starts unwritten: sums, errors
+    whole = x.rect
+    if rng.random() < 0.5:
+        initial = {x: [(whole, d) for d in rng.sample(range(ndev), rng.randint(1, ndev))]}
+    else:
+        initial = {x: [(r, rng.randrange(ndev)) for r in _grid(rng, shape)]}
+    launches = []
+    for li in range(rng.randint(2, 12)):
+        region = rng.choice([x, x, g])
+        kind = rng.random()
+        if kind < 0.45:
+            rects = _grid(rng, shape)
+        elif kind < 0.7:
+            rects = [_rand_rect(rng, shape) for _ in range(rng.randint(1, 6))]
+        else:
+            rects = [region.rect] * rng.randint(1, ndev)
+        priv = rng.choice([R, R, R, WD, RW, RED])
+        replicas = priv is WD and all(r == whole for r in rects) and rng.random() < 0.5
+        if priv in (WD, RW) and not replicas and 0.45 <= kind:     # writes: disjoint
+            rects = _grid(rng, shape) if kind < 0.7 else rects[:1]
+        points, devices = [], []
+        for r in rects:
+            reqs = [RegionRequirement(region, r, priv)]
+            if priv is R and rng.random() < 0.3:      # a second read, overlapping maybe
+                reqs.append(RegionRequirement(region, _rand_rect(rng, shape), R))
+            points.append(tuple(reqs))
+            devices.append(rng.randrange(ndev))
+        if replicas:
+            devices = rng.sample(range(ndev), min(len(rects), ndev))
+            points = points[:len(devices)]
+        launches.append(IndexLaunch(f"l{li}", noop, (len(points),),
+                                    lambda c, t=points: t[c[0]], devices=devices,
+                                    replicas=replicas))
+    return machine, initial, launches
+
+
+def _state(rp) -> tuple:
+    valid = [(r, tuple(h)) for _, r, h in rp.state.valid]
+    return (valid, dict(rp.sent.items()), rp.final_pending(), dict(rp.instance_rects),
+            dict(rp.partial_rects))
+
+
+def _planned(seed: int, compiled: bool, monkeypatch):
+    monkeypatch.setattr(coherence, "COMPILED_READS", compiled)
+    machine, initial, launches = _program(seed)
+    planner = Planner(machine, initial)
+    try:
+        planner.add_launches(launches)
+    except PlanError as e:
+        return ("error", str(e))
+    states = {name: _state(rp) for name, rp in sorted(planner.planners.items())}
+    return planner.finish().fingerprint(), states
+
+
+@pytest.mark.parametrize("block", range(8))
+def test_random_programs_plan_as_the_oracle(block, monkeypatch):
+    errors = 0
+    for seed in range(block * 40, block * 40 + 40):
+        new = _planned(seed, True, monkeypatch)
+        old = _planned(seed, False, monkeypatch)
+        assert new == old, f"seed {seed}"
+        errors += new[0] == "error"
+    assert errors < 30          # (most programs plan: the walk is what they compare)
+
+
+def test_state_updates_equal_the_oracle():
+    """set_only_holder, add_holder and add, in random sequences over grids and random rects
+    (cuts of cuts), leave the same pieces in the same order with the same holders."""
+    for seed in range(300):
+        rng = random.Random(seed)
+        shape = tuple(rng.randint(2, 8) for _ in range(rng.choice([1, 2, 3, 6])))
+        region = Region("s", shape)
+        a, b = RegionState(region), PieceState(region)
+        for st in (a, b):
+            st.valid.add(region.rect, Holders([0, 1, 2]))
+        for _ in range(rng.randint(1, 25)):
+            r = _rand_rect(rng, shape) if rng.random() < 0.7 else rng.choice(_grid(rng, shape))
+            if rng.random() < 0.4:
+                devices = tuple(rng.sample(range(20), rng.randint(1, 3)))
+                a.set_only_holder(r, devices)
+                b.set_only_holder(r, devices)
+            else:
+                d = rng.randrange(20)
+                a.add_holder(r, d)
+                b.add_holder(r, d)
+            assert [(r, tuple(h)) for _, r, h in a.valid] == \
+                [(r, tuple(h)) for _, r, h in b.valid], f"seed {seed}"
+            q = _rand_rect(rng, shape)
+            assert [(r, tuple(h)) for _, r, h in a.valid.overlapping(q)] == \
+                [(r, tuple(h)) for _, r, h in b.valid.overlapping(q)]
+
+
+def test_many_holders_and_compaction():
+    """A weight replicated on 4,096 devices (one piece, 4,096 holders), read in parts by new
+    devices and rewritten, many times (the pool and positions compacted on the way)."""
+    region = Region("w", (64, 8))
+    a, b = RegionState(region), PieceState(region)
+    for st in (a, b):
+        st.valid.add(region.rect, Holders(range(4096)))
+    rng = random.Random(7)
+    for step in range(400):
+        r = _rand_rect(rng, region.shape)
+        if step % 50 == 49:
+            for st in (a, b):
+                st.set_only_holder(region.rect, range(step, step + 4096))
+        else:
+            for st in (a, b):
+                st.add_holder(r, 4096 + step)
+    assert [(r, tuple(h)) for _, r, h in a.valid] == [(r, tuple(h)) for _, r, h in b.valid]
+
+
+def _entries(seed: int):
+    """(planner, {region name: its log as plan_alone's entries}) of a random program."""
+    machine, initial, launches = _program(seed)
+    planner = Planner(machine, initial)
+    planner.add_launches(launches)
+    logs = {}
+    for name, log in planner.log.items():
+        logs[name] = [(li, planner.plans[li].launch, planner.plans[li].points,
+                       {name: reads} if reads else {}, {name: accesses})
+                      for li, reads, accesses in log]
+    return planner, logs
+
+
+@pytest.mark.parametrize("block", range(2))
+def test_choices_logged_and_forced_as_the_oracle(block, monkeypatch):
+    """slabreplay's _RecordingPlanner logs the same choices either way, and a
+    _ForcedPlanner given them back makes the same plan without counting them."""
+    checked = 0
+    for seed in range(block * 60, block * 60 + 60):
+        try:
+            planner, logs = _entries(seed)
+        except PlanError:
+            continue
+        for name, entries in logs.items():
+            got = {}
+            for compiled in (False, True):
+                monkeypatch.setattr(coherence, "COMPILED_READS", compiled)
+                rp = _with_initial(planner, name, _RecordingPlanner)
+                try:
+                    plan_alone(planner, name, entries, rp)
+                except PlanError as e:
+                    got[compiled] = str(e)
+                    continue
+                forced = _with_initial(planner, name, _ForcedPlanner)
+                forced.forced = [c for launch in rp.choices.values() for c in launch][::-1]
+                n = len(forced.forced)
+                plan_alone(planner, name, entries, forced)
+                got[compiled] = (rp.choices, _state(rp), forced.forced, _state(forced)[0],
+                                 dict(forced.sent.items()), n)
+                checked += n
+            assert got[True] == got[False], f"seed {seed} region {name}"
+    assert checked > 50
+
+
+def _with_initial(planner, name, cls):
+    """A `cls` planner of region `name` with its initial data (slabreplay's planners are
+    made without: a slab's initial data is none)."""
+    rp = cls(planner.regions[name], planner.machine)
+    coherence.RegionPlanner.__init__(rp, planner.regions[name], planner.machine,
+                                     planner.initial.get(name, ()))
+    return rp
