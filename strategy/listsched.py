@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .numbastart import blas_probe_skipped
+from taskrt.numbastart import blas_probe_skipped
 
 _SIGNATURE = ("void(f8[::1], i8[::1], i8[::1], i8[::1], i8[::1], i8, f8[::1], i8[::1], "
               "i8[::1], f8[::1], i8[::1], i8[::1], f8[::1], f8[::1], f8[::1], f8[::1])")

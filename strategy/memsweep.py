@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .numbastart import blas_probe_skipped
+from taskrt.numbastart import blas_probe_skipped
 
 _SIGNATURE = ("i8(i8[::1], i8[::1], f8[::1], f8[::1], i8[::1], i8[::1], i8[::1], b1[::1], "
               "b1[::1], b1[::1], i8, i8[::1], i8[::1], i8[::1], i8, f8[::1], f8[::1], u1[::1], "

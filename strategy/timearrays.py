@@ -28,7 +28,7 @@ import numpy as np
 from taskrt.othercolumns import other_columns
 
 from .listsched import csr
-from .numbastart import blas_probe_skipped
+from taskrt.numbastart import blas_probe_skipped
 
 
 def _group(at: np.ndarray, row: np.ndarray, rows: list) -> tuple:

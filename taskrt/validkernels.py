@@ -27,6 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import validgeometry
+from .numbastart import blas_probe_skipped
 from .validgeometry import _merge, _pieces, _subtract_all, _volume
 
 # ctl[]: the batch call's scalars in and out
@@ -484,10 +485,11 @@ def kernels(compiled: bool = True):
             "overlapping": (a2, a2, a1, a1),
             "compact": store + (a2, a2, a1)}
         vg = vars(validgeometry)
-        for name in validgeometry.HELPERS:       # (compiled where they call each other too)
-            g[name] = vg[name] = njit(cache=True, nogil=True)(vg[name])
-        for name in _HELPERS:
-            g[name] = njit(cache=True, nogil=True)(g[name])
-        _compiled = tuple(njit(signatures[name], cache=True, nogil=True)(g[name])
-                          for name in _ENTRIES)
+        with blas_probe_skipped():                # (numbastart.py)
+            for name in validgeometry.HELPERS:   # (compiled where they call each other too)
+                g[name] = vg[name] = njit(cache=True, nogil=True)(vg[name])
+            for name in _HELPERS:
+                g[name] = njit(cache=True, nogil=True)(g[name])
+            _compiled = tuple(njit(signatures[name], cache=True, nogil=True)(g[name])
+                              for name in _ENTRIES)
     return _compiled

@@ -2,7 +2,7 @@
 with the cyclic collector paused (apps/scriptgc.py: no full collection during those
 imports) and exits with every object frozen (no collection walks them at shutdown), and
 loading the compiled list scheduler and memory sweep does not import
-scipy.linalg (strategy/numbastart.py: numba's BLAS probe), while scipy.linalg still imports
+scipy.linalg (taskrt/numbastart.py: numba's BLAS probe), while scipy.linalg still imports
 afterwards and the compiled loops give what their Python versions give. Run in a fresh
 interpreter: the test process has long imported all of it."""
 from __future__ import annotations
