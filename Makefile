@@ -8,13 +8,15 @@ MPIRUN := $(VENV)/bin/mpirun
 NP     ?= 2
 
 $(VENV)/.installed: setup.py
-	@echo "Setting up $(VENV) (first use only; about 1-2 minutes): torch 2.13 CPU, numpy, mpi4py"
+	@echo "Setting up $(VENV) (first use only; about 2 minutes): torch 2.13 CPU, numpy, mpi4py"
 	@echo "with the mpich wheel, msgpack, matplotlib, tqdm, pytest, hypothesis, scikit-learn."
 	python3 -m venv $(VENV)
-	@echo "[1/2] torch 2.13 (the largest download) ..."
+	@echo "[1/3] torch 2.13 (the largest download) ..."
 	$(PIP) install -q --only-binary=mpi4py "torch==2.13.0"
-	@echo "[2/2] soapflow and the rest ..."
+	@echo "[2/3] soapflow and the rest ..."
 	$(PIP) install -q --only-binary=mpi4py -e ".[test]"
+	@echo "[3/3] the planner's and simulator's loops, compiled once (numba; 20-40 s) ..."
+	$(PY) -m strategy.precompile
 	@echo "$(VENV) is ready. To run the commands of README.md by hand: . $(VENV)/bin/activate"
 	touch $@
 
