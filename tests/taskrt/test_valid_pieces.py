@@ -10,6 +10,7 @@ add_holder) and the source choices logged and forced (slabreplay.py's planners).
 from __future__ import annotations
 
 import random
+from collections import Counter
 
 import pytest
 
@@ -91,22 +92,82 @@ def _program(seed: int):
     return machine, initial, launches
 
 
+def _red_program(seed: int):
+    """(machine, regions, initial, launches) of a random Red+-heavy program: several
+    contributors per rect (the same rect on several devices, grid parts, random rects
+    overlapping them partly), sums onto a base value (x) and onto nothing (g), then reads
+    of all of a sum by exactly its contributors (all-reduces), by a subset of them, by
+    others, and of parts; writes now and then retire sums."""
+    rng = random.Random(seed)
+    machine = Machine.grid(rng.choice([1, 2]), rng.choice([2, 4]))
+    ndev = len(machine.devices)
+    nd = rng.choice([1, 2, 2, 3])
+    shape = tuple(rng.randint(2, 7) for _ in range(nd))
+    x = Region(f"x{seed}", shape, "float32")        # a base value: sums into partial buffers
+    g = Region(f"g{seed}", shape, "float32")        # no value: sums start in instances
+    initial = {x: [(x.rect, d) for d in rng.sample(range(ndev), rng.randint(1, ndev))]}
+    launches = []
+    last: dict = {}         # region -> (rects, devices) of its last Red+ launch
+    for li in range(rng.randint(3, 14)):
+        region = rng.choice([x, g, g])
+        kind = rng.random()
+        if kind < 0.5 or region not in last:        # a Red+ launch
+            shape_kind = rng.random()
+            if shape_kind < 0.4:
+                k = rng.randint(2, ndev)
+                rects = [region.rect] * k
+                devices = rng.sample(range(ndev), k)
+            elif shape_kind < 0.7:
+                rects = _grid(rng, shape) * rng.randint(1, 2)
+                devices = [rng.randrange(ndev) for _ in rects]
+            else:
+                rects = [_rand_rect(rng, shape) for _ in range(rng.randint(1, 5))]
+                devices = [rng.randrange(ndev) for _ in rects]
+            priv = RED
+            last[region] = (rects, devices)
+        else:                                       # read the sums (or write over them)
+            rects0, devs0 = last[region]
+            read_kind = rng.random()
+            priv = R
+            if read_kind < 0.3:                     # all of each sum by its contributors
+                rects, devices = list(rects0), list(devs0)
+            elif read_kind < 0.55:                  # a subset of the contributors
+                k = rng.randint(1, len(devs0))
+                rects, devices = list(rects0[:k]), list(devs0[:k])
+            elif read_kind < 0.8:                   # parts, by anyone
+                rects = [_rand_rect(rng, shape) for _ in range(rng.randint(1, 4))]
+                devices = [rng.choice(devs0 + [rng.randrange(ndev)]) for _ in rects]
+            else:                                   # a write over part of the sums
+                priv = rng.choice([WD, RW])
+                rects = [_rand_rect(rng, shape)]
+                devices = [rng.randrange(ndev)]
+        points = [(RegionRequirement(region, r, priv),) for r in rects]
+        launches.append(IndexLaunch(f"l{li}", noop, (len(points),),
+                                    lambda c, t=points: t[c[0]], devices=devices))
+    return machine, initial, launches
+
+
 def _state(rp) -> tuple:
     valid = [(r, tuple(h)) for _, r, h in rp.state.valid]
     return (valid, dict(rp.sent.items()), rp.final_pending(), dict(rp.instance_rects),
             dict(rp.partial_rects))
 
 
-def _planned(seed: int, compiled: bool, monkeypatch):
+def _planned(seed: int, compiled: bool, monkeypatch, program=_program):
     monkeypatch.setattr(coherence, "COMPILED_READS", compiled)
-    machine, initial, launches = _program(seed)
+    machine, initial, launches = program(seed)
     planner = Planner(machine, initial)
     try:
         planner.add_launches(launches)
     except PlanError as e:
         return ("error", str(e))
     states = {name: _state(rp) for name, rp in sorted(planner.planners.items())}
-    return planner.finish().fingerprint(), states
+    graph = planner.finish()
+    _KINDS.update(n.kind for n in graph)
+    return graph.fingerprint(), states
+
+
+_KINDS: Counter = Counter()     # the kinds of node _planned made (what a test exercised)
 
 
 @pytest.mark.parametrize("block", range(8))
@@ -118,6 +179,22 @@ def test_random_programs_plan_as_the_oracle(block, monkeypatch):
         assert new == old, f"seed {seed}"
         errors += new[0] == "error"
     assert errors < 30          # (most programs plan: the walk is what they compare)
+
+
+@pytest.mark.parametrize("block", range(4))
+def test_red_heavy_programs_plan_as_the_oracle(block, monkeypatch):
+    """Red+-heavy programs (_red_program): the reductions' updates of the valid pieces
+    (the base gathered onto the reducer, set_only_holder_of the summed pieces, all-reduces)
+    and the reads after them, as the oracle plans them."""
+    errors = 0
+    _KINDS.clear()
+    for seed in range(block * 40, block * 40 + 40):
+        new = _planned(seed, True, monkeypatch, _red_program)
+        old = _planned(seed, False, monkeypatch, _red_program)
+        assert new == old, f"seed {seed}"
+        errors += new[0] == "error"
+    assert errors < 30
+    assert _KINDS["reduce"] > 40 and _KINDS["allreduce"] > 5, _KINDS
 
 
 def test_state_updates_equal_the_oracle():
