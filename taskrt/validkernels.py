@@ -49,6 +49,30 @@ def _overlap(box, p, q, nd):
     return True
 
 
+def _meeting(box, hold, meta, q, nd):
+    """The live pieces meeting the rect q (lo then hi), in position (insertion) order: their
+    positions, their parts of q (rows, lo then hi) and the parts' total volume. Every piece
+    is scanned (no grid yet: why coherence.COMPILED_READS is off by default)."""
+    n = meta[M_NPOS]
+    count = 0
+    for p in range(n):
+        if hold[p, 1] and _overlap(box, p, q, nd):
+            count += 1
+    idx = np.empty(count, np.int64)
+    parts = np.empty((count, 2 * nd), np.int64)
+    covered = 0
+    c = 0
+    for p in range(n):
+        if hold[p, 1] and _overlap(box, p, q, nd):
+            for d in range(nd):
+                parts[c, d] = max(box[p, d], q[d])
+                parts[c, nd + d] = min(box[p, nd + d], q[nd + d])
+            covered += _volume(parts[c], nd)
+            idx[c] = p
+            c += 1
+    return idx, parts, covered
+
+
 def _holds(pool, hold, p, device):
     s = hold[p, 0]
     for k in range(s, s + hold[p, 1]):
@@ -168,27 +192,20 @@ def copy_reads(box, hold, pool, meta, sent, ranks, reads, ctl, out, log, logh, f
         ctl[C_NEXT] = j
         device = reads[j, 0]
         q = reads[j, 1:]
-        n = meta[M_NPOS]
-        count = 0
-        for p in range(n):
-            if hold[p, 1] and _overlap(box, p, q, nd):
-                count += 1
+        found, met, covered = _meeting(box, hold, meta, q, nd)
+        count = found.shape[0]
         idx = np.empty(count, np.int64)
         parts = np.empty((count, 2 * nd), np.int64)
-        covered = 0
         m = 0
         holders = 0
-        for p in range(n):
-            if hold[p, 1] and _overlap(box, p, q, nd):
-                for d in range(nd):
-                    parts[m, d] = max(box[p, d], q[d])
-                    parts[m, nd + d] = min(box[p, nd + d], q[nd + d])
-                covered += _volume(parts[m], nd)
-                if _holds(pool, hold, p, device):
-                    continue
-                idx[m] = p
-                holders += hold[p, 1]
-                m += 1
+        for k in range(count):
+            p = found[k]
+            if _holds(pool, hold, p, device):
+                continue
+            idx[m] = p
+            parts[m, :] = met[k, :]
+            holders += hold[p, 1]
+            m += 1
         if covered != _volume(q, nd):
             ctl[C_STATUS] = UNCOVERED
             ctl[C_COVERED] = covered
@@ -366,22 +383,8 @@ def apply(box, hold, pool, meta, ops, devices, start):
         r = ops[i, :2 * nd]
         nh = ops[i, 2 * nd + 1]
         n = meta[M_NPOS]
-        count = 0
-        for p in range(n):
-            if hold[p, 1] and _overlap(box, p, r, nd):
-                count += 1
-        idx = np.empty(count, np.int64)
-        parts = np.empty((count, 2 * nd), np.int64)
-        c = 0
-        covered = 0
-        for p in range(n):
-            if hold[p, 1] and _overlap(box, p, r, nd):
-                for d in range(nd):
-                    parts[c, d] = max(box[p, d], r[d])
-                    parts[c, nd + d] = min(box[p, nd + d], r[nd + d])
-                covered += _volume(parts[c], nd)
-                idx[c] = p
-                c += 1
+        idx, parts, covered = _meeting(box, hold, meta, r, nd)
+        count = idx.shape[0]
         if ops[i, 2 * nd] == SET_ONLY:
             if n + 2 * nd * count + 1 > box.shape[0] or meta[M_POOL] + nh > pool.shape[0]:
                 return i
@@ -462,7 +465,8 @@ def compact(box, hold, pool, meta, nbox, nhold, npool):
     meta[M_POOL] = used
 
 
-_HELPERS = ("_overlap", "_holds", "_push", "_kill", "_slice_plus", "_cut", "_give", "_choose")
+_HELPERS = ("_overlap", "_meeting", "_holds", "_push", "_kill", "_slice_plus", "_cut", "_give",
+            "_choose")
 _ENTRIES = ("copy_reads", "apply", "overlapping", "compact")
 _compiled = None
 
