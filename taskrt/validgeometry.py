@@ -69,6 +69,16 @@ def _subtract_all(r, parts, count, nd):
     return cur, n
 
 
+def _members(label, n, g, out):
+    """Writes into `out` the indices i < n with label[i] == g, in order; returns how many."""
+    c = 0
+    for i in range(n):
+        if label[i] == g:
+            out[c] = i
+            c += 1
+    return c
+
+
 def _merge_along(rs, n, d, nd, out):
     """geometry._merge_along of rs[:n] into out; the count (n when no two share a line:
     out is then not written)."""
@@ -93,11 +103,7 @@ def _merge_along(rs, n, d, nd, out):
     m = 0
     members = np.empty(n, np.int64)
     for g in range(lines):
-        c = 0
-        for i in range(n):
-            if line[i] == g:
-                members[c] = i
-                c += 1
+        c = _members(line, n, g, members)
         for a in range(1, c):            # stable insertion sort by lo[d]
             x = members[a]
             b = a - 1
@@ -148,4 +154,4 @@ def _merge(rs, n, nd):
     return cur, n
 
 
-HELPERS = ("_volume", "_pieces", "_subtract_all", "_merge_along", "_merge")
+HELPERS = ("_volume", "_members", "_pieces", "_subtract_all", "_merge_along", "_merge")

@@ -28,7 +28,7 @@ import numpy as np
 
 from . import validgeometry
 from .numbastart import blas_probe_skipped
-from .validgeometry import _merge, _pieces, _subtract_all, _volume
+from .validgeometry import _members, _merge, _pieces, _subtract_all, _volume
 
 # ctl[]: the batch call's scalars in and out
 C_NEXT, C_NOUT, C_NLOG, C_NLOGH, C_FPTR, C_FN, C_STATUS, C_COVERED, C_LOG = range(9)
@@ -250,11 +250,7 @@ def copy_reads(box, hold, pool, meta, sent, ranks, reads, ctl, out, log, logh, f
         cels = np.empty(m, np.int64)
         rank = ranks[device]
         for g in range(ngroups):
-            ni = 0
-            for k in range(m):
-                if group[k] == g:
-                    items[ni] = k
-                    ni += 1
+            ni = _members(group, m, g, items)
             if ni == 1:
                 k = items[0]
                 p = idx[k]
