@@ -50,9 +50,6 @@ FAST_PATHS = True
 # piece per query and queued write (no grid yet): NMT @64 changes up to 5.7x slower (apply: 10
 # of 13.5 s of one), GPT-3 2.7B @4,096 plan +2.6 s (docs/design.md, "Phase 1 built").
 COMPILED_READS = False
-# On, a region past this many valid pieces at a read moves its state to RegionState
-# (_to_python_state, exact) and is planned by the Python walk on (queued writes: unbounded).
-COMPILED_MAX_PIECES = 512
 
 
 def _first(item):
@@ -219,24 +216,11 @@ class RegionPlanner:
         if len(self.state.pending):
             self._reduce_for_reads(launch.name, reads, out)
         if self.compiled:
-            if len(self.state.valid) <= COMPILED_MAX_PIECES:
-                copy_in_all(self, launch, reads, out)
-                return out
-            self._to_python_state()
+            copy_in_all(self, launch, reads, out)
+            return out
         for color, device, rect in reads:
             self._copy_in(launch, color, device, rect, out)
         return out
-
-    def _to_python_state(self) -> None:
-        """Move this region's state from the arrays (PieceState) to a RectIndex (RegionState),
-        the same pieces in the same insertion order with their holders in order (`held`,
-        `pending` and `sent` as they are), and plan its reads by the Python walk from now on."""
-        old, new = self.state, RegionState(self.region)
-        add = new.valid.add
-        for _, rect, holders in old.valid:
-            add(rect, Holders(holders))
-        new.pending, new.held = old.pending, old.held
-        self.state, self.compiled = new, False
 
     # Source choices: a subclass that logs them (slabreplay._RecordingPlanner) sets this and
     # takes the compiled walk's in _logged; one that forces them gives them in

@@ -96,11 +96,9 @@ def test_graph_is_the_golden_one(app, seed):
 
 @pytest.mark.parametrize("app,seed", CASES, ids=[f"{a}-{s}" for a, s in CASES])
 def test_graph_is_the_golden_one_with_the_compiled_reads(app, seed, monkeypatch):
-    """The same graphs with taskrt.coherence.COMPILED_READS on (off by default; the small
-    limit moves regions to the Python walk midway, as large ones are)."""
+    """The same graphs with taskrt.coherence.COMPILED_READS on (off by default)."""
     from taskrt import coherence
     monkeypatch.setattr(coherence, "COMPILED_READS", True)
-    monkeypatch.setattr(coherence, "COMPILED_MAX_PIECES", 24)
     random.seed(0)
     assert digest(BUILDS[app](seed)) == GOLDEN[app, seed]
 

@@ -197,27 +197,6 @@ def test_red_heavy_programs_plan_as_the_oracle(block, monkeypatch):
     assert _KINDS["reduce"] > 40 and _KINDS["allreduce"] > 5, _KINDS
 
 
-@pytest.mark.parametrize("program", [_program, _red_program])
-def test_regions_moved_to_the_python_walk_midway_plan_as_the_oracle(program, monkeypatch):
-    """A region whose pieces outgrow COMPILED_MAX_PIECES moves its state to RegionState
-    (RegionPlanner._to_python_state) and goes on with the Python walk: planned so, with the
-    limit at 0-6 pieces, every program plans as the oracle, and many regions move."""
-    moved = []
-    real = coherence.RegionPlanner._to_python_state
-
-    def counted(rp):
-        moved.append(len(rp.state.valid))
-        real(rp)
-
-    monkeypatch.setattr(coherence.RegionPlanner, "_to_python_state", counted)
-    for seed in range(0, 120):
-        monkeypatch.setattr(coherence, "COMPILED_MAX_PIECES", seed % 7)
-        new = _planned(seed, True, monkeypatch, program)
-        old = _planned(seed, False, monkeypatch, program)
-        assert new == old, f"seed {seed}"
-    assert len(moved) > 50 and max(moved) > 6, moved
-
-
 def test_state_updates_equal_the_oracle():
     """set_only_holder, add_holder and add, in random sequences over grids and random rects
     (cuts of cuts), leave the same pieces in the same order with the same holders."""
