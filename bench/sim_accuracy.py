@@ -200,8 +200,6 @@ def ordered_pairs(cases: list[dict]) -> tuple[int, int, list]:
     return total, right, wrong
 
 
-
-
 def run(quick: bool = False) -> dict:
     """Collect (or, with SIM_ACCURACY_DATA=FOLDER holding an earlier collection, reuse) the
     measured runs and traces, then calibrate and predict."""
@@ -453,13 +451,12 @@ def searched_vs_data(cases: list[dict], key: str = "predicted_s") -> list[str]:
 
 
 def judged_rows(cases: list[dict]) -> list[tuple]:
-    """The searched strategy as a search with a calibration returns it (apps/judge.py):
-    the calibration of the fold holding data parallelism (in its runs, as a user who
-    recorded it) predicts both, the faster by it kept unless by less than its own error
-    (calibration.kept); measured, the kept one against data parallelism."""
+    """The searched strategy as a search with a calibration returns it (apps/judge.py): the
+    calibration of the fold holding data parallelism (in its runs, as a user who recorded it)
+    predicts both, the faster kept unless by less than its own error (calibration.kept)."""
     from strategy.calibration import kept
     by = {(c["app"], c["layout"], c["strategy"]): c for c in cases}
-    out, kept_searched, not_slower = [], 0, 0
+    out, kept_searched, not_slower, within = [], 0, 0, 0
     for (a, lay, s), c in by.items():
         d = by.get((a, lay, "data"))
         if s != "searched" or d is None or c.get("judged_data_s") is None:
@@ -468,7 +465,8 @@ def judged_rows(cases: list[dict]) -> list[tuple]:
         keep = kept(times, c.get("judged_error") or 0.0, "data") == "searched"
         m = c["measured_s"] / d["measured_s"] if keep else 1.0
         kept_searched += keep
-        not_slower += m <= 1.0 or d["measured_s"] >= c["spread_s"][0]
+        not_slower += m <= 1.0
+        within += m <= 1.0 or d["measured_s"] >= c["spread_s"][0]
         out.append(f"{a} {lay}: {c['predicted_s'] / c['judged_data_s']:.2f}x predicted, "
                    f"kept {'searched' if keep else 'data parallel'}, measured {m:.2f}x")
     if not out:
@@ -477,9 +475,10 @@ def judged_rows(cases: list[dict]) -> list[tuple]:
              "not slower when run", f"{not_slower} of {len(out)}",
              f"kept the searched in {kept_searched}; one calibration (the fold with data "
              "parallel's runs) predicts both, as --search on a calibrated machine does "
-             "(apps/judge.py: the searched one kept only when predicted faster by more than "
-             "the calibration's error on its own runs); kept / data parallel iteration time, not slower: the data "
-             "parallel median at or above the kept one's fastest run: " + "; ".join(out))]
+             "(apps/judge.py: the searched one kept only when predicted faster by more than the "
+             "calibration's error on its own runs); kept / data parallel iteration time (medians; "
+             "not slower within the runs' spread, data parallel's median at or above the kept "
+             f"one's fastest run: {within} of {len(out)}): " + "; ".join(out))]
 
 
 def layout_text(layout: str) -> str:

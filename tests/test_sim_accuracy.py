@@ -233,6 +233,12 @@ def test_the_judged_search_keeps_the_faster_by_one_calibration_and_says_how_it_r
     (_, value, note), = judged_rows(close)
     assert value == "2 of 2" and "kept the searched in 1" in note
     assert "e 2x1: 0.99x predicted, kept data parallel, measured 1.00x" in note
+    # slower by the medians, though its fastest run beat data parallel's median: slower,
+    # counted apart as within the runs' spread
+    spread = [case("g", 2, "data", 1.0, 1.0),
+              dict(case("g", 2, "searched", 1.3, 0.8, spread=1.0), judged_data_s=1.0)]
+    (_, value, note), = judged_rows(spread)
+    assert value == "0 of 1" and "within the runs' spread" in note and ": 1 of 1)" in note
 
 
 def test_a_case_s_speed_is_the_median_of_its_runs_references_on_every_rank():
