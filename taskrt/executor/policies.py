@@ -3,15 +3,16 @@ long an iteration may take. Pure: time comes in as an argument, actions go out a
 tests drive them with made-up clocks (tests/taskrt/test_policies.py); taskrt/executor/mpi.py
 only carries them out. One reading of the machine: the defaults below take the other
 processes' runnable threads from the load average (others_runnable) unless given them; the
-executor itself decides from a reading of the node's runnable threads that leaves out its
-own (idle_schedule, `IdleSchedule`: one per job and node, recorded in traces and --json).
+executor itself decides from the node's run queue less its own threads (others_on_run_queue,
+whose /proc readers tests replace; choose_idle_schedule: one `IdleSchedule` per job and
+node, recorded in traces and --json).
 
   BusyPoll       while tasks run and messages or collectives are in flight, poll MPI between
                  tasks at most every Settings.poll_busy_s (negative: only when idle);
   IdleBackOff    a rank with nothing runnable first yields its core (sched_yield) for
-                 Settings.spin_s (default_spin_s: none when the node's ranks, with the
-                 other runnable threads its load average counts, outnumber its cores),
-                 then sleeps 20 us, 40 us, ... up to poll_max_s;
+                 spin_s (choose_idle_schedule: none when the node's ranks, with the other
+                 processes' runnable threads, outnumber its cores), then sleeps 20 us,
+                 40 us, ... up to poll_max_s;
   ready_batch    a batchable instruction and the ready ones with its batch key;
   WatchdogLimit  an iteration's limit: fixed, or FACTOR x the slowest so far above a floor.
 """
@@ -93,18 +94,18 @@ class IdleSchedule:
     it was decided from: the node's ranks and cores, the other processes' runnable threads
     (`others`; None: not read) and where that came from (`source`: RUNNABLE, the run queue
     less this job's threads, sampled on the node's first rank; LOADAVG, the 1-minute load
-    average less the ranks, where the OS gives no run queue), and `set`: the fields
-    Settings gave (TASKRT_SPIN_S, TASKRT_POLL_MAX_S) instead."""
+    average less the ranks, where the OS gives no run queue), and `given`: the fields
+    Settings gave (TASKRT_SPIN_S, TASKRT_POLL_MAX_S) instead of the choice."""
     spin_s: float
     poll_max_s: float
     ranks_here: int
     cores: int
     others: float | None
     source: str
-    set: tuple = ()
+    given: tuple = ()
 
     def to_dict(self) -> dict:
-        return dict(asdict(self), set=list(self.set))
+        return dict(asdict(self), given=list(self.given))
 
 
 def own_cores_by_run_queue(ranks_here: int, cores: int, others: float) -> bool:

@@ -51,7 +51,7 @@ class _Run:
 
 def test_the_calibration_takes_the_schedule_the_traces_recorded():
     own = {"spin_s": 1e-3, "poll_max_s": 2e-4, "ranks_here": 2, "cores": 2, "others": 0.0,
-           "source": "runnable threads", "set": []}
+           "source": "runnable threads", "given": []}
     shared = dict(own, spin_s=0.0, poll_max_s=1e-3, others=1.6)
     # load averages of 2.1-2.4 (the job's own previous runs): the old reading gave the shared
     # schedule, which these runs did not follow

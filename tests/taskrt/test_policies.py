@@ -122,9 +122,9 @@ def test_idle_schedule_keeps_own_cores_beside_a_core_of_other_load():
     # the load average (no run queue) keeps its rule: no margin
     assert policies.choose_idle_schedule(2, 2, 0.4, policies.LOADAVG).spin_s == 0.0
     given = policies.choose_idle_schedule(2, 2, 0.0, policies.RUNNABLE, spin_s=0.0)
-    assert (given.spin_s, given.poll_max_s, given.set) == (0.0, 2e-4, ("spin_s",))
+    assert (given.spin_s, given.poll_max_s, given.given) == (0.0, 2e-4, ("spin_s",))
     assert given.to_dict() == {"spin_s": 0.0, "poll_max_s": 2e-4, "ranks_here": 2, "cores": 2,
-                               "others": 0.0, "source": policies.RUNNABLE, "set": ["spin_s"]}
+                               "others": 0.0, "source": policies.RUNNABLE, "given": ["spin_s"]}
 
 
 def test_read_others_falls_back_to_the_load_average_without_a_run_queue(monkeypatch):
