@@ -109,6 +109,13 @@ def _finite(x):
     return x if x is not None and math.isfinite(x) else None
 
 
+def idle_schedule(trainer) -> dict | None:
+    """The trainer's executor's idle schedule (taskrt/executor/policies.py IdleSchedule) as
+    plain JSON, or None where its executor has none (LocalExecutor)."""
+    schedule = getattr(getattr(trainer, "executor", None), "schedule", None)
+    return schedule.to_dict() if schedule is not None else None
+
+
 def result_json(res: Result) -> dict:
     """The --json object: the keys every result has first (through "strategy"), then
     details. A --simulate Prediction (apps/simulate.py) gives its own object with the same
@@ -138,6 +145,9 @@ def result_json(res: Result) -> dict:
            "iteration_times_s": res.times,
            "iteration_period_s": res.period_s,
            "traced_iteration_s": res.traced_s,
+           # how the MPI executor's waiting ranks waited (policies.IdleSchedule; None in
+           # one process without MPI)
+           "idle_schedule": idle_schedule(res.trainer),
            "checkpoints": res.checkpoints,
            "checkpoint_s": res.checkpoint_s,
            "operators": len(res.network.model.ops),

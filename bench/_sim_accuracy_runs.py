@@ -117,6 +117,7 @@ def worker(argv=None) -> dict:
     ap.add_argument("--traces", type=int, default=1, help="traced runs of each case")
     a = ap.parse_args(argv)
     from apps.common import run
+    from apps.report import idle_schedule
     from strategy.workload import load_workload
     from strategy.machines.calibrate import calibrate_local
     from strategy.machines.fileformat import to_dict
@@ -144,8 +145,8 @@ def worker(argv=None) -> dict:
                      "--strategy", os.path.join(a.folder, f"{app_name}_{name}.json"), "--quiet",
                      "--json", "--devices-per-rank", str(a.devices_per_rank)]
                  for name in STRATEGIES}
-        runs, periods, contention, traced, references, traced_refs, traced_periods = (
-            {name: [] for name in STRATEGIES} for _ in range(7))
+        (runs, periods, contention, traced, references, traced_refs, traced_periods,
+         schedules) = ({name: [] for name in STRATEGIES} for _ in range(8))
         # Rounds of every strategy once, each round in another order (rotated), traced and
         # timed runs taking turns: every strategy sees the same loads and the same places in
         # the worker's life (with all runs of a strategy in a row, data parallel, run first,
@@ -168,6 +169,7 @@ def worker(argv=None) -> dict:
                                                      "--warmup", str(a.warmup)])
                     runs[name].append(res.times)
                     periods[name].append(res.period_s)
+                    schedules[name].append(idle_schedule(res.trainer))
                     contention[name].append(c)
                     references[name].append(refs)
         for name in STRATEGIES:
@@ -175,6 +177,9 @@ def worker(argv=None) -> dict:
                                  # each run's period (apps/report.py Result.period_s)
                                  "measured_s": statistics.median(periods[name]),
                                  "periods_s": periods[name],
+                                 # each run's idle schedule beside its period (rank 0's:
+                                 # taskrt/executor/policies.py IdleSchedule.to_dict())
+                                 "schedules": schedules[name],
                                  "runs_s": runs[name], "load": os.getloadavg()[0],
                                  "contention": contention[name],
                                  "traced_contention": (traced[name] or [None])[0],

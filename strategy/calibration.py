@@ -114,7 +114,7 @@ from .reslicing import reslicing_time, resliced_views
 from .simulator import NodeTimer, simulate
 from .speedref import at_reference_speed, trace_reference
 from .untraced import UntracedCosts, batch_tails, skipped_tasks
-from .wakeups import ROUNDS as WAKE_ROUNDS, SleepSchedule, executor_schedule, wake_delays
+from .wakeups import ROUNDS as WAKE_ROUNDS, SleepSchedule, traced_schedule, wake_delays
 
 
 class CalibrationError(ValueError):
@@ -375,7 +375,7 @@ def calibrate(paths, base_model, base_profile: Profile | None = None, factor: bo
             fit.background, fit.waiting = shared
     if wakeups and ranks > 1:
         fit.cores = machine_cores()
-        fit.sleep = executor_schedule(ranks, fit.cores, others_of(runs))
+        fit.sleep = traced_schedule(runs, ranks, fit.cores)
         fit.collective_s = collective_wait(runs, lambda nodes: sum(plain.timing(n)[0]
                                                                    for n in nodes))
     fit.work = (model, profile)
@@ -485,20 +485,6 @@ def kept(times: list, error: float, baseline: str) -> str:
     if base is None or best == baseline or base > best_t * (1 + error):
         return best
     return baseline
-
-
-def others_of(runs) -> float:
-    """The other processes' runnable threads while the runs ran, as the executor reads them
-    (policies.others_runnable: the load average less the ranks): the median over the runs
-    of the load average their traces recorded (0 where none did)."""
-    seen = []
-    for r in runs:
-        avg = [(e.get("args") or {}).get("loadavg") for e in r.events
-               if e.get("ph") == "M" and e.get("name") == LOAD_EVENT]
-        avg = [a for a in avg if isinstance(a, (int, float)) and not isinstance(a, bool)]
-        if avg:
-            seen.append(max(0.0, statistics.median(avg) - r.ranks))
-    return statistics.median(seen) if seen else 0.0
 
 
 def predict(fit: Fit, graph, int_ranges: dict, ranks: int, per_rank: int,

@@ -3,9 +3,9 @@ nothing to run, the MPI executor sees it only at its next wake-up.
 
 A rank with nothing runnable yields its core for Settings.spin_s, then sleeps 20 us, 40 us,
 ... doubling up to poll_max_s, polling MPI at each wake-up (taskrt/executor/policies.py
-IdleBackOff; spin_s and poll_max_s from default_spin_s / default_poll_max_s: no yield and
-1 ms sleeps when the node's ranks and its other runnable threads outnumber its cores, else
-1 ms of yields and 200 us sleeps). Each sleep also lasts the OS's timer slack longer
+IdleBackOff; spin_s and poll_max_s from choose_idle_schedule, once per job and node: no
+yield and 1 ms sleeps when the node's ranks and its other runnable threads outnumber its
+cores, else 1 ms of yields and 200 us sleeps; the traces record it, `traced_schedule`). Each sleep also lasts the OS's timer slack longer
 (/proc/thread-self/timerslack_ns, 50 us by default: time.sleep(20e-6) took 75 us here). A
 message that arrives during a sleep of length L waits L / 2 on average before its unpack
 starts. On 4 ranks of 2 cores (1 ms sleeps) every hop of a chain of messages to an idle
@@ -23,9 +23,12 @@ contentions). One process has no such wait (its one thread runs every node in or
 from __future__ import annotations
 
 import bisect
+import statistics
+from collections import Counter
 from dataclasses import dataclass
 
 from taskrt.taskgraph import ALLREDUCE, COPY
+from taskrt.trace import LOAD_EVENT, SCHEDULE
 
 ROUNDS = 2            # simulations to settle the delays (each from the previous timeline)
 
@@ -82,6 +85,51 @@ def executor_schedule(ranks_here: int, cores: int, others: float,
     from taskrt.executor.policies import FIRST_SLEEP_S, default_poll_max_s, default_spin_s
     return SleepSchedule(default_spin_s(ranks_here, cores, others), FIRST_SLEEP_S,
                          default_poll_max_s(ranks_here, cores, others),
+                         timer_slack_s() if overshoot_s is None else overshoot_s)
+
+
+def others_of(runs) -> float:
+    """The other processes' runnable threads while the runs ran, as executors before the
+    recorded schedule read them (policies.others_runnable: the load average less the ranks):
+    the median over the runs of the load average their traces recorded (0 where none did)."""
+    seen = []
+    for r in runs:
+        avg = [a.get("loadavg") for a in _load_records(r)]
+        avg = [a for a in avg if isinstance(a, (int, float)) and not isinstance(a, bool)]
+        if avg:
+            seen.append(max(0.0, statistics.median(avg) - r.ranks))
+    return statistics.median(seen) if seen else 0.0
+
+
+def _load_records(run) -> list[dict]:
+    return [e.get("args") or {} for e in run.events
+            if e.get("ph") == "M" and e.get("name") == LOAD_EVENT]
+
+
+def recorded_schedules(runs) -> list[tuple[float, float]] | None:
+    """(spin_s, poll_max_s) of every rank of every run, as their traces recorded them
+    (taskrt.trace.SCHEDULE, since 2026-12-06); None when a run's trace has none."""
+    out = []
+    for r in runs:
+        recs = [a.get(SCHEDULE) for a in _load_records(r)]
+        if not recs or any(not isinstance(x, dict) for x in recs):
+            return None
+        out += [(float(x["spin_s"]), float(x["poll_max_s"])) for x in recs]
+    return out
+
+
+def traced_schedule(runs, ranks_here: int, cores: int,
+                    overshoot_s: float | None = None) -> SleepSchedule:
+    """The schedule the calibrating runs' waiting ranks followed: the one their traces
+    recorded (the most common over the runs' ranks: the executor decides one per job and
+    node), or, for traces from before the record, executor_schedule from their load
+    averages (others_of), as those executors decided it."""
+    seen = recorded_schedules(runs)
+    if not seen:
+        return executor_schedule(ranks_here, cores, others_of(runs), overshoot_s)
+    from taskrt.executor.policies import FIRST_SLEEP_S
+    (spin_s, max_s), _ = Counter(seen).most_common(1)[0]
+    return SleepSchedule(spin_s, FIRST_SLEEP_S, max(max_s, FIRST_SLEEP_S),
                          timer_slack_s() if overshoot_s is None else overshoot_s)
 
 

@@ -7,7 +7,10 @@ trace-event JSON (one track per device, and per link for transfers).
 CPU seconds, its seconds runnable but waiting for a core, the wall seconds, the load
 average); the trace keeps it per rank, as a metadata event "soapflow_load", so that a
 calibration from the trace knows how much of each event was the machine's other work
-(strategy/calibration.py; docs/simulator.md).
+(strategy/calibration.py; docs/simulator.md). The MPI executor adds to it, under SCHEDULE,
+how its waiting ranks waited (policies.IdleSchedule.to_dict(): spin_s, poll_max_s and
+what they were decided from), which the calibration's wake-up model reads
+(strategy/wakeups.py traced_schedule).
 """
 from __future__ import annotations
 
@@ -96,6 +99,7 @@ def sched_times() -> tuple[float, float] | None:
 
 
 LOAD_EVENT = "soapflow_load"      # the metadata event of a rank's load in a trace
+SCHEDULE = "schedule"             # its key of the rank's idle schedule (MPI executor; 2026-12-06)
 # In a trace file's "otherData" run record: {"period_s", "iterations"} of the untraced timed
 # iterations of the run before its traced last one (apps/training.py), when it had some.
 UNTRACED_PERIOD = "untraced_period"

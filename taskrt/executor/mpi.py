@@ -13,8 +13,8 @@ RankScheduler with its handler (_on_run, _on_send, _on_post_recv, _on_unpack, _o
 follows pure policies (taskrt/executor/policies.py): it polls MPI between tasks while
 anything is in flight (BusyPoll, Settings.poll_busy_s), and never spins against other
 processes: a rank that runs out of work yields its core for Settings.spin_s (none when the
-node's ranks, with the other runnable threads its load average counts, outnumber its cores:
-policies.default_spin_s; awaited
+node's ranks, with the other processes' runnable threads, outnumber its cores:
+policies.choose_idle_schedule, decided once per job and node, node_idle_schedule; awaited
 statistics and buckets often come within microseconds, and time.sleep sleeps 50 us at
 least), then sleeps with a short, growing back-off (IdleBackOff, up to poll_max_s: 200 us
 when each rank of the node can have its own core beside the other processes, else 1 ms). Batchable tasks that are ready
@@ -48,12 +48,12 @@ from .instances import TORCH_DTYPES, InstanceStore
 from .scheduler import (COLLECT, POST_RECV, RECV, RUN, SEND, START, UNPACK, RankScheduler)
 from .steps import (BatchMember, batchable, idle as is_idle, local_copy_step, nothing, reduce_step,
                     run_batches, task_step, view_of)
-from .policies import (YIELD, BusyPoll, IdleBackOff, default_poll_max_s, default_spin_s,
-                       others_runnable, ready_batch)
+from .policies import (YIELD, BusyPoll, IdleBackOff, IdleSchedule, choose_idle_schedule,
+                       default_poll_max_s, read_others, ready_batch)
 from .watchdog import Watchdog
 from ..settings import Settings
 from ..taskgraph import ALLREDUCE, COPY, TASK
-from ..trace import LoadMeter, Stamps, TraceEvent, traced_run
+from ..trace import SCHEDULE, LoadMeter, Stamps, TraceEvent, traced_run
 
 def _mpi():
     from mpi4py import MPI
@@ -84,6 +84,29 @@ def node_ranks_and_cores(comm) -> tuple[int, int]:
 def node_poll_max_s(comm) -> float:
     """policies.default_poll_max_s for this node's ranks and cores (a collective call)."""
     return default_poll_max_s(*node_ranks_and_cores(comm))
+
+
+def node_idle_schedule(comm, settings: Settings) -> IdleSchedule:
+    """This node's policies.IdleSchedule, one for the job (a collective call): the node's
+    first rank reads the other processes' runnable threads (policies.read_others, leaving
+    out every rank of the node and its launcher) while the others wait, and sends the
+    reading to them, so that the node's ranks agree."""
+    MPI = _mpi()
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
+    try:
+        ranks_here = node.Get_size()
+        pids = node.gather((os.getpid(), os.getppid()), root=0)
+        if node.Get_rank() == 0:
+            cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
+                else (os.cpu_count() or 1)
+            reading = (cores,) + read_others({p for pair in pids for p in pair}, ranks_here)
+        else:
+            reading = None
+        cores, others, source = node.bcast(reading, root=0)
+    finally:
+        node.Free()
+    return choose_idle_schedule(ranks_here, cores, others, source, settings.spin_s,
+                                settings.poll_max_s)
 
 
 def cuda_aware_mpi() -> bool:
@@ -117,14 +140,11 @@ class MPIExecutor:
         # Longest sleep between polls when nothing is runnable: short enough for MPI's
         # progress (some MPIs progress non-blocking collectives only inside MPI calls), long
         # enough that waiting ranks leave the cores to computing ones.
-        # (always computed: node_ranks_and_cores is a collective call, which every rank makes)
-        # One reading of the node's load for both decisions (they must agree).
-        ranks_here, cores = node_ranks_and_cores(self.comm)
-        others = others_runnable(ranks_here)
-        self.poll_max_s = default_poll_max_s(ranks_here, cores, others) \
-            if settings.poll_max_s is None else settings.poll_max_s
-        self.spin_s = default_spin_s(ranks_here, cores, others) if settings.spin_s is None \
-            else settings.spin_s
+        # (always computed: node_idle_schedule is a collective call, which every rank makes)
+        # One reading of the node's run queue for the job (its ranks must agree), recorded
+        # in traces (trace_load) and the apps' --json.
+        self.schedule = node_idle_schedule(self.comm, settings)
+        self.poll_max_s, self.spin_s = self.schedule.poll_max_s, self.schedule.spin_s
         self.abort_on_error = (self.comm.Get_size() > 1) if abort_on_error is None \
             else abort_on_error
         self.record_trace = record_trace
@@ -378,7 +398,8 @@ class MPIExecutor:
             # the stamps' origin on this host's monotonic clock (perf_counter), so that
             # ranks on one host are put on one clock exactly (strategy/rankclocks.py)
             self.trace_load = dict(meter.stop(), clock_origin_s=t0,
-                                   host=socket.gethostname())
+                                   host=socket.gethostname(),
+                                   **{SCHEDULE: self.schedule.to_dict()})
 
     def _steps_for(self, traced: bool) -> None:
         """The steps and batches of a traced run() (every node alone) or an untraced one."""

@@ -9,7 +9,7 @@ import pytest
 from strategy.machines.specs import HostCost
 from strategy.preemption import PreemptedTimer, expected_makespan
 from strategy.simulator import simulate
-from strategy.wakeups import SleepSchedule, executor_schedule, wake_delays
+from strategy.wakeups import SleepSchedule, executor_schedule, traced_schedule, wake_delays
 
 sys.path.insert(0, str(Path(__file__).parent))
 from sim_graphs import HandGraph, lab, lab_dict  # noqa: E402
@@ -40,6 +40,30 @@ def test_the_executors_schedule_follows_its_policy():
     assert (crowded.spin_s, crowded.first_s, crowded.max_s) == (0.0, 2e-5, 1e-3)
     roomy = executor_schedule(2, 2, 0.0, overshoot_s=5e-5)     # a core each
     assert (roomy.spin_s, roomy.max_s) == (1e-3, 2e-4)
+
+
+class _Run:
+    """A calibrating run as traced_schedule reads it: its ranks and its trace's events."""
+    def __init__(self, loads, ranks=2):
+        self.ranks = ranks
+        self.events = [{"ph": "M", "name": "soapflow_load", "args": a} for a in loads]
+
+
+def test_the_calibration_takes_the_schedule_the_traces_recorded():
+    own = {"spin_s": 1e-3, "poll_max_s": 2e-4, "ranks_here": 2, "cores": 2, "others": 0.0,
+           "source": "runnable threads", "given": []}
+    shared = dict(own, spin_s=0.0, poll_max_s=1e-3, others=1.6)
+    # load averages of 2.1-2.4 (the job's own previous runs): the old reading gave the shared
+    # schedule, which these runs did not follow
+    runs = [_Run([{"loadavg": 2.4, "schedule": own}, {"loadavg": 2.4, "schedule": own}]),
+            _Run([{"loadavg": 2.1, "schedule": own}, {"loadavg": 2.1, "schedule": own}]),
+            _Run([{"loadavg": 2.2, "schedule": shared}, {"loadavg": 2.2, "schedule": shared}])]
+    s = traced_schedule(runs, 2, 2, overshoot_s=5e-5)
+    assert (s.spin_s, s.first_s, s.max_s, s.overshoot_s) == (1e-3, 2e-5, 2e-4, 5e-5)
+    # traces from before the record: the executor's old reading of their load averages
+    old = [_Run([{"loadavg": 2.4}, {"loadavg": 2.4}]), _Run([{"loadavg": 2.1}])]
+    assert traced_schedule(old, 2, 2, 5e-5) == executor_schedule(2, 2, 0.4, 5e-5)
+    assert traced_schedule(old[:1] + runs, 2, 2, 5e-5).spin_s == 0.0   # one without: old rule
 
 
 def chain():

@@ -73,3 +73,63 @@ def test_waiting_ranks_do_not_spin_on_a_node_loaded_by_other_processes(monkeypat
     monkeypatch.setattr(policies.os, "getloadavg", lambda: (1.6, 1.0, 1.0))   # our ranks only
     assert policies.others_runnable(2) == 0.0
     assert default_spin_s(2, 2) == 1e-3 and default_poll_max_s(2, 2) == 2e-4
+
+
+# -- the job's idle schedule: decided once, from the run queue less the job's own threads ----
+def _proc(loadavg: str, threads: dict):
+    """Fake /proc readers: the text of /proc/loadavg and {pid: [thread states]}."""
+    def read(path):
+        if path == "/proc/loadavg":
+            return loadavg
+        _, _, pid, _, tid, _ = path.split("/")
+        return f"{tid} (python3 x) {threads[int(pid)][int(tid)]} 1 2 3"
+
+    def listdir(path):
+        pid = int(path.split("/")[2])
+        if pid not in threads:
+            raise FileNotFoundError(path)
+        return [str(i) for i in range(len(threads[pid]))]
+    return read, listdir
+
+
+def test_others_are_the_run_queue_less_the_jobs_runnable_threads():
+    # 5 runnable on the node: our 2 ranks (one with a runnable helper thread) and 2 others;
+    # our launcher sleeps; a pid that is gone counts nothing
+    read, listdir = _proc("2.31 1.90 1.20 5/120 4242", {10: "RS", 11: "RR", 9: "S"})
+    assert policies.job_runnable([10, 11, 9, 12], read, listdir) == 3
+    sleeps = []
+    assert policies.others_on_run_queue([10, 11, 9], samples=4, gap_s=0.01, read=read,
+                                        listdir=listdir, sleep=sleeps.append) == 2.0
+    assert sleeps == [0.01] * 3
+    only_us = _proc("2.31 1.90 1.20 2/120 4242", {10: "R", 11: "R"})
+    assert policies.others_on_run_queue([10, 11], 3, 0.0, *only_us, sleep=lambda s: None) == 0
+    assert policies.thread_runnable("7 (a) b) R 1") and not policies.thread_runnable("7 (a) S 1")
+
+    def no_proc(path):
+        raise FileNotFoundError(path)
+    assert policies.others_on_run_queue([1], 3, 0.0, no_proc, no_proc, lambda s: None) is None
+
+
+def test_idle_schedule_keeps_own_cores_beside_a_core_of_other_load():
+    own = policies.choose_idle_schedule(2, 2, 0.0, policies.RUNNABLE)
+    assert (own.spin_s, own.poll_max_s) == (1e-3, 2e-4)
+    for others in (0.3, 0.5, policies.OWN_MARGIN):     # a fraction of a core does not flip it
+        assert policies.choose_idle_schedule(2, 2, others, policies.RUNNABLE).spin_s == 1e-3
+    crowded = policies.choose_idle_schedule(2, 2, policies.OWN_MARGIN + 0.1, policies.RUNNABLE)
+    assert (crowded.spin_s, crowded.poll_max_s) == (0.0, 1e-3)
+    four = policies.choose_idle_schedule(4, 2, 0.0, policies.RUNNABLE)   # ranks outnumber cores
+    assert (four.spin_s, four.poll_max_s) == (0.0, 1e-3)
+    # the load average (no run queue) keeps its rule: no margin
+    assert policies.choose_idle_schedule(2, 2, 0.4, policies.LOADAVG).spin_s == 0.0
+    given = policies.choose_idle_schedule(2, 2, 0.0, policies.RUNNABLE, spin_s=0.0)
+    assert (given.spin_s, given.poll_max_s, given.given) == (0.0, 2e-4, ("spin_s",))
+    assert given.to_dict() == {"spin_s": 0.0, "poll_max_s": 2e-4, "ranks_here": 2, "cores": 2,
+                               "others": 0.0, "source": policies.RUNNABLE, "given": ["spin_s"]}
+
+
+def test_read_others_falls_back_to_the_load_average_without_a_run_queue(monkeypatch):
+    monkeypatch.setattr(policies, "others_on_run_queue", lambda pids: None)
+    monkeypatch.setattr(policies.os, "getloadavg", lambda: (3.5, 3.0, 2.0))
+    assert policies.read_others([1, 2], 2) == (1.5, policies.LOADAVG)
+    monkeypatch.setattr(policies, "others_on_run_queue", lambda pids: 0.25)
+    assert policies.read_others([1, 2], 2) == (0.25, policies.RUNNABLE)
