@@ -104,7 +104,7 @@ from .hostcosts import fit_host_costs, host_samples
 from .insitu import (contention, deflate_long_keys, insitu_profile, rank_speeds,
                      run_durations, slice_length)
 from .machines import HOST_KINDS, HostCost
-from .cores import machine_cores, per_thread_contention, sharing
+from .cores import machine_cores, per_thread_contention, sharing, waiting_slice
 from .gradbuckets import bucket_collectives, bucketed, buckets_of, collective_wait
 from .preemption import PreemptedTimer, expected_makespan
 from .replay import ReplayError, measured_times, model_for_layout, recorded
@@ -324,14 +324,13 @@ def calibrate(paths, base_model, base_profile: Profile | None = None, factor: bo
     `loads`: {trace path: contention the OS counted while it ran}, instead of what the
     trace recorded over its iteration (recorded_load; traces of older runs have none).
     When every run has a load, it is used instead of the estimate from the task events
-    (see deflate_long_keys). `shared_cores`: on several ranks, give each rank the contention
-    of the ranks working beside it and the machine's other threads (strategy/cores.py),
-    fitted to the runs' per-rank load records; else one contention for every rank.
-    `wakeups`: on several ranks, a message to a rank with nothing to run waits for the
-    rank's next wake-up (strategy/wakeups.py; the executor's sleep schedule for the runs'
-    ranks, cores and the other processes' load they recorded). `rank_spread`: on several
-    ranks, the ranks of one iteration run at the different speeds the runs showed
-    (insitu.rank_speeds), drawn in each of the prediction's simulations.
+    (see deflate_long_keys). `shared_cores`: on several ranks, each rank the contention
+    of the ranks working beside it and of other threads (cores.py, from the runs' load
+    records), slices as long as the runs' messages waited (cores.waiting_slice); else one.
+    `wakeups`: on several ranks, a message to a rank with nothing to run waits for its next
+    wake-up (wakeups.py; the executor's sleep schedule for the runs' ranks, cores and the
+    other processes' load they recorded). `rank_spread`: on several ranks, the ranks of one
+    iteration run at the speeds the runs showed (insitu.rank_speeds), drawn in each simulation.
     `speed_reference`: where every trace records the machine's speed beside its run
     (strategy/speedref.py), fit every run at one speed (at_reference_speed; fit.reference_s).
     `repeats`: on several ranks, a rank's tasks at its repetition's speed (repetition.py)."""
@@ -373,6 +372,7 @@ def calibrate(paths, base_model, base_profile: Profile | None = None, factor: bo
         shared = sharing(runs, fit.cores)
         if shared is not None:
             fit.background, fit.waiting = shared
+        fit.slice_s = waiting_slice(runs, fit.cores, fit.slice_s)
     if wakeups and ranks > 1:
         fit.cores = machine_cores()
         fit.sleep = traced_schedule(runs, ranks, fit.cores)

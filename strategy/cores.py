@@ -26,6 +26,7 @@ model: which core a thread runs on, and when in a wait a waiting rank wakes (sle
 """
 from __future__ import annotations
 
+import bisect
 import os
 import statistics
 
@@ -231,3 +232,68 @@ def per_thread_contention(graph, model, costs, b: float, cores: int,
         c = {t: contention_of_overlap(ov[t][1], b, cores, waiting, n) if ov[t][0] > 0 else c[t]
              for t in threads}
     return c
+
+
+
+# A rank is idle when a message reaches it if it had run nothing for this long before its
+# receive began (shorter gaps are the executor's own steps between two nodes).
+IDLE_S = 20e-6
+
+
+def receive_latencies(graph, events: list, per_rank: int) -> list:
+    """Seconds each message between ranks waited for a receiver that had nothing to run:
+    the receive event's start less the later of the send event's end and the receiver's
+    last event's end, for the messages whose receiver was idle (at least IDLE_S) before its
+    receive. `events`: a recorded run's, on one clock (strategy/rankclocks.py)."""
+    from taskrt.taskgraph import COPY
+    ends_of: dict = {}                  # node id -> {rank: (start, end)} of its events
+    spans: dict = {}
+    for e in events:
+        if e.get("ph") == "X" and "node" in (e.get("args") or {}):
+            s, rank = e["ts"] / 1e6, e.get("pid", 0)
+            span = (s, s + e["dur"] / 1e6)
+            ends_of.setdefault(e["args"]["node"], {}).setdefault(rank, []).append(span)
+            spans.setdefault(rank, []).append(span)
+    busy = {}                           # rank: (starts, running max of ends)
+    for rank, sp in spans.items():
+        sp.sort()
+        top, ends = float("-inf"), []
+        for _, e in sp:
+            top = max(top, e)
+            ends.append(top)
+        busy[rank] = ([s for s, _ in sp], ends)
+    out = []
+    for node in graph.nodes:
+        if node.kind is not COPY or node.src // per_rank == node.dst // per_rank:
+            continue
+        ev = ends_of.get(node.id, {})
+        send, recv = ev.get(node.src // per_rank, []), ev.get(node.dst // per_rank, [])
+        if len(send) != 1 or len(recv) != 1:
+            continue                    # untimed, or not one send and one receive
+        sent, got = send[0][1], recv[0][0]
+        starts, ends = busy[node.dst // per_rank]
+        i = bisect.bisect_left(starts, got)
+        last = ends[i - 1] if i > 0 else float("-inf")
+        if got - last >= IDLE_S and sent < got:
+            out.append(got - max(last, sent))
+    return out
+
+
+def waiting_slice(runs, cores: int, slice_s: float) -> float:
+    """The preemption slice a prediction on several ranks draws (strategy/preemption.py):
+    where the runs' ranks outnumber the cores, the longer of `slice_s` (the slices the task
+    events felt, insitu.slice_length) and the mean wait of a message for its idle receiver
+    in the runs (receive_latencies: how long a rank that sleeps or waits for a core stays
+    off it); else, or with no such message, `slice_s`.
+
+    The slices' length sets how much ranks that exchange messages at every step hold each
+    other up (each waits for the others' stalls; data parallel's ranks meet only at their
+    all-reduces). On 4 ranks of 2 cores the task events' slice was 95-674 us by fold and
+    collection, the messages' mean wait 400-470 us in every fold of two collections, and the
+    strategies in lock step (parameter parallel: 50-110 messages a rank an iteration, 300-400
+    us a wait) were predicted 14-35% fast where the events' slice was the shorter
+    (2026-12-06, docs/simulator.md)."""
+    if not runs or runs[0].ranks <= cores:
+        return slice_s
+    waits = [x for r in runs for x in receive_latencies(r.graph, r.events, r.per_rank)]
+    return max(slice_s, statistics.fmean(waits)) if waits else slice_s
