@@ -146,7 +146,8 @@ class RegionPlanner:
         self._ranks = [d.rank for d in machine.devices]    # device -> its rank
         self._inside = inside_test(region.rect.ndim)
         self.compiled = COMPILED_READS
-        self.state = PieceState(region) if self.compiled else RegionState(region)
+        self.state = PieceState(region, len(self._ranks)) if self.compiled else \
+            RegionState(region)
         self._rank_array = None     # self._ranks as int64 (the compiled walk's)
         self.buffers: dict[tuple[int, bool], BufferAccesses] = {}
         self.instance_rects: dict[int, Rect] = {}
