@@ -199,7 +199,7 @@ def candidates(gi, cells, ent, hold, meta, q, nd):
     n = _span(gi, q, nd, o)
     if n == 0:
         return np.empty(0, np.int64), 0
-    if n > meta[1] + 8:                 # (meta[M_NALIVE])
+    if 8 * n > meta[1] + 64:            # (meta[M_NALIVE]) a large query: a scan costs less
         return np.empty(0, np.int64), -1
     big = cells.shape[0] - 1
     total = cells[big, 1]
@@ -208,7 +208,7 @@ def candidates(gi, cells, ent, hold, meta, q, nd):
         total += cells[_bucket(gi, nd, o + 2 * nd), 1]
         if not _advance(gi, nd, o):
             break
-    if total > meta[0]:                 # (meta[M_NPOS])
+    if 4 * total > meta[0]:             # (meta[M_NPOS]) gathered and sorted: a scan costs less
         return np.empty(0, np.int64), -1
     buf = np.empty(total, np.int64)
     c = 0

@@ -513,12 +513,32 @@ _HELPERS = ("_overlap", "_meeting", "_push", "_kill", "_slice_plus", "_cut", "_g
             "_choose", "_short", "_stop")
 _ENTRIES = ("copy_reads", "apply", "overlapping", "compact", "build")
 _compiled = None
+_DEPS = None        # _stamped's file digests (a test plants others)
+
+
+def _stamped(dispatcher):
+    """`dispatcher` (cache=True, nothing compiled yet) with the stamps of validgeometry.py
+    and validindex.py joined to its own file's in its cache's key: numba checks only the
+    file a function is in, and the loops here compile those modules' helpers into their
+    machine code, so an edit there (not here) would otherwise load stale code."""
+    import hashlib
+    cache = getattr(dispatcher, "_cache", None)
+    index = getattr(cache, "_cache_file", None)
+    if index is None or not hasattr(index, "_source_stamp"):
+        raise RuntimeError("numba's cache has changed (no _cache._cache_file._source_stamp):"
+                           " taskrt/validkernels.py's _stamped needs updating for it")
+    deps = _DEPS
+    if deps is None:
+        deps = tuple(hashlib.sha256(open(m.__file__, "rb").read()).digest()
+                     for m in (validgeometry, validindex))
+    index._source_stamp = (index._source_stamp, deps)
+    return dispatcher
 
 
 def kernels(compiled: bool = True):
     """The entry points (copy_reads, apply, overlapping, compact, validindex.build):
-    numba-compiled on first
-    use, one signature each (cached on disk next to this file: a later process loads the
+    numba-compiled on first use, one signature each (cached on disk next to this file, keyed
+    on this file and the two whose helpers they hold: _stamped; a later process loads the
     machine code, ~0.1 s each), or the plain Python functions (compiled=False: tests)."""
     global _compiled
     g = globals()
@@ -543,7 +563,12 @@ def kernels(compiled: bool = True):
                 for name in module.HELPERS:
                     g[name] = vm[name] = njit(cache=True, nogil=True)(vm[name])
             for name in _HELPERS:
-                g[name] = njit(cache=True, nogil=True)(g[name])
-            _compiled = tuple(njit(signatures[name], cache=True, nogil=True)(g[name])
-                              for name in _ENTRIES)
+                g[name] = _stamped(njit(cache=True, nogil=True)(g[name]))
+            entries = []
+            for name in _ENTRIES:
+                entry = _stamped(njit(cache=True, nogil=True)(g[name]))
+                entry.compile(signatures[name])
+                entry.disable_compile()     # (as njit(signature) does: that one only)
+                entries.append(entry)
+            _compiled = tuple(entries)
     return _compiled

@@ -29,7 +29,7 @@ _COMPILED = True        # the kernels numba-compiled (off: plain Python, for deb
 # The grid over a region's pieces (validindex.py): built once it holds more than GRID_AT live
 # pieces (-1: never; the tests also run 0, so that small programs go through it). Holder
 # rows for slices of max(ROW_AT, devices // ROW_RATIO) holders or more (ROW_AT 0: never).
-GRID_AT = 48
+GRID_AT = 128
 ROW_AT = 64
 ROW_RATIO = 32
 

@@ -27,6 +27,7 @@ from taskrt.holders import Holders
 from taskrt.regionclasses import plan_alone
 from taskrt.slabreplay import _ForcedPlanner, _RecordingPlanner
 from taskrt import validindex as vi
+from taskrt import validkernels as vk
 from taskrt import validpieces
 from taskrt.validpieces import PieceState
 
@@ -299,6 +300,22 @@ def test_holder_rows_answer_as_a_scan():
                 f"trial {trial}"
 
 
+def test_cached_loops_go_stale_with_the_helpers_files(monkeypatch):
+    """validkernels' loops hold validgeometry's and validindex's helpers in their cached
+    machine code, so the cache is keyed on those files too (validkernels._stamped: numba
+    checks only the function's own file): with other contents there, nothing is loaded."""
+    from numba import njit
+    validpieces._kernels()              # compiled and cached with the files as they are
+
+    def cached():
+        fresh = vk._stamped(njit(cache=True)(vk.overlapping))
+        return fresh._cache._cache_file._load_index()
+
+    assert cached()
+    monkeypatch.setattr(vk, "_DEPS", (b"an edited validgeometry.py", b"validindex.py"))
+    assert not cached()
+
+
 def _blocks(rng, shape, most: int) -> list[Rect]:
     """A tiling of the shape by blocks of 1..most elements per dimension, row-major."""
     cuts = []
@@ -372,7 +389,7 @@ def test_point_by_point_writes_equal_the_oracle(seed, tiny, monkeypatch):
                 gridded += int(b.valid.gi[vi.G_ON])
         assert [(r, tuple(h)) for _, r, h in a.valid] == \
             [(r, tuple(h)) for _, r, h in b.valid], f"seed {seed} phase {phase}"
-    assert most > 150 and gridded > 3, (most, gridded)
+    assert most > 150 and gridded > 0, (most, gridded)     # (the grid: at default sizes too)
 
 
 def _fine_program(seed: int):
