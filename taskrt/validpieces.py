@@ -68,7 +68,7 @@ class ValidPieces:
     (validindex.py): `gi`, the grid (`cells`, `ent`), holder rows (`mrow`, `mwhere`) for
     `ndev` devices."""
     __slots__ = ("nd", "box", "hold", "pool", "meta", "_first", "queue", "gi", "cells", "ent",
-                 "mrow", "mwhere", "ndev")
+                 "mrow", "mwhere", "ndev", "made")
 
     def __init__(self, ndev: int = 0):
         self.nd = -1
@@ -76,6 +76,10 @@ class ValidPieces:
         self.cells, self.ent = _NO_CELLS, _NO_ENT
         self.mwhere = np.empty((0, 1), np.int32)
         self.ndev = ndev
+        # position -> (position, Rect, holders) made for overlapping's callers: a position's
+        # rect and holders never change (a change kills it and appends others) until a
+        # compaction renumbers the positions (room: then forgotten)
+        self.made: dict = {}
         self._first: Rect | None = None
         # PieceState's changes (rect, SET_ONLY or ADD_HOLDER, devices) not applied yet:
         # applied in order, in one compiled call, before the pieces are next read (every
@@ -195,10 +199,17 @@ class ValidPieces:
                               _bounds(rect))
         if not found.shape[0]:
             return []
-        nd, pool = self.nd, self.pool
-        return [(p, Rect(tuple(row[:nd]), tuple(row[nd:])), tuple(pool[s:s + n].tolist()))
-                for p, row, (s, n) in zip(found.tolist(), self.box[found].tolist(),
-                                          self.hold[found].tolist())]
+        made = self.made
+        ps = found.tolist()
+        got = [made.get(p) for p in ps]
+        if None in got:                 # (made for Python once per position: self.made)
+            nd, pool = self.nd, self.pool
+            for k, (p, row, (s, n)) in enumerate(zip(ps, self.box[found].tolist(),
+                                                     self.hold[found].tolist())):
+                if got[k] is None:
+                    got[k] = made[p] = (p, Rect(tuple(row[:nd]), tuple(row[nd:])),
+                                        tuple(pool[s:s + n].tolist()))
+        return got
 
     def exact_value(self, rect: Rect):
         """The holders of the piece equal to `rect`, or None."""
@@ -245,6 +256,7 @@ class ValidPieces:
             newpool = np.empty(npcap, np.int64)
             _kernels()[3](self.box, self.hold, self.pool, meta, box, hold, newpool)
             self.box, self.hold, self.pool = box, hold, newpool
+            self.made = {}
             self.mrow = np.full(npcap, -1, np.int64)
             gi[vi.G_NROWS] = 0
             if gi[vi.G_ON] or gi[vi.G_AT] >= 0 and alive > gi[vi.G_AT]:
