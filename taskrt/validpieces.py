@@ -1,12 +1,12 @@
 """A region's valid pieces as arrays (ValidPieces), the coherence state over them (PieceState)
 and the elements sent per device as an array (SentCounts): what coherence.RegionPlanner
-plans a region's reads with when coherence.COMPILED_READS is on (off by default until its
-scans get a grid: coherence.py says why), each launch's reads walked by one compiled call
-(validkernels.copy_reads).
+plans a region's reads with when coherence.COMPILED_READS is on (the default), each
+launch's reads walked by one compiled call (validkernels.copy_reads), its queries through
+validindex.py's grid and holder rows.
 
 The Python walk over a RectIndex (coherence.RegionState, RegionPlanner._copy_in) is the
 oracle (tests/taskrt/test_valid_pieces.py compares the two on random region programs;
-COMPILED_READS off selects it), to be removed once this path is the default. The answers are the same: the valid pieces in
+COMPILED_READS off selects it). The answers are the same: the valid pieces in
 insertion order with their holders in order, the copies (rect, source) in order, the sent
 counts. What differs is only where rects are objects: a piece's Rect is made when Python
 asks for it (overlapping, iteration), a copy's from the kernel's rows.
