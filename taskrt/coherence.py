@@ -44,12 +44,12 @@ _R, _WD, _RW, _RED = (Privilege.READ, Privilege.WRITE_DISCARD, Privilege.READ_WR
 # reads, _reduce_targets' first sum); off only to compare the two (test_aligned_plans.py).
 FAST_PATHS = True
 # A region's valid pieces as arrays and each launch's reads walked by one compiled call
-# (validpieces.py), exact against the Python walk over a RectIndex (RegionState, _copy_in;
-# tests/taskrt/test_valid_pieces.py runs both). Read when a RegionPlanner is made. OFF by
-# default: a proposal 8-18% cheaper at Inception / ResNet-101 @16, but its kernels scan every
-# piece per query and queued write (no grid yet): NMT @64 changes up to 5.7x slower (apply: 10
-# of 13.5 s of one), GPT-3 2.7B @4,096 plan +2.6 s (docs/design.md, "Phase 1 built").
-COMPILED_READS = False
+# (validpieces.py; its queries through validindex.py's grid and holder rows), exact against
+# the Python walk over a RectIndex (RegionState, _copy_in; tests/taskrt/test_valid_pieces.py
+# runs both; off selects the oracle). Read when a RegionPlanner is made. On: a change 5-16%
+# cheaper at Inception / ResNet-101 / NMT @16, 10-30% at NMT @64, builds and GPT-3 @4,096's
+# plan within noise (docs/design.md, "Simulator speed").
+COMPILED_READS = True
 
 
 def _first(item):
@@ -146,7 +146,8 @@ class RegionPlanner:
         self._ranks = [d.rank for d in machine.devices]    # device -> its rank
         self._inside = inside_test(region.rect.ndim)
         self.compiled = COMPILED_READS
-        self.state = PieceState(region) if self.compiled else RegionState(region)
+        self.state = PieceState(region, len(self._ranks)) if self.compiled else \
+            RegionState(region)
         self._rank_array = None     # self._ranks as int64 (the compiled walk's)
         self.buffers: dict[tuple[int, bool], BufferAccesses] = {}
         self.instance_rects: dict[int, Rect] = {}

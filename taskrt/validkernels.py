@@ -9,8 +9,9 @@ its insertion order (a renew or add appends, a removal marks it dead), so a scan
 order answers as RectIndex.overlapping does. Holder slices are never written once made: a cut
 piece shares its piece's slice, a new holder copies the slice to the pool's end plus itself.
 `sent`: per device the elements copies took from it, -1 where none was ever counted (a dict
-without the key). Every function here is plain Python too (numba compiles it on first use,
-cached in __pycache__ as strategy/listsched.py's loops are).
+without the key). The queries go through validindex.py's grid, the holder tests through its
+rows, once a region is large enough to pay. Every function here is plain Python too (numba
+compiles it on first use, cached in __pycache__ as strategy/listsched.py's loops are).
 
 The rules the walk keeps (each decides later queries' order, so the plan; design.md):
 lacking pieces in insertion order, grouped by their first holder in first-seen order; a
@@ -26,15 +27,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import validgeometry
+from . import validgeometry, validindex
 from .numbastart import blas_probe_skipped
 from .validgeometry import _members, _merge, _pieces, _subtract_all, _volume
+from .validindex import (G_NEED_ENT, G_NEED_POOL, G_NEED_POS, G_ON, G_STOP, MAXC, STOP_NEED,
+                         STOP_WANT, build, candidates, entries_of, holds, index_add,
+                         index_kill, wants)
 
 # ctl[]: the batch call's scalars in and out
 C_NEXT, C_NOUT, C_NLOG, C_NLOGH, C_FPTR, C_FN, C_STATUS, C_COVERED, C_LOG = range(9)
-C_NEED_POS, C_NEED_POOL, C_NEED_OUT, C_NEED_LOG, C_NEED_LOGH = range(9, 14)
-CTL_SIZE = 14
-DONE, NEED, UNCOVERED, FORCED_MISMATCH = 0, 1, 2, 3
+C_NEED_POS, C_NEED_POOL, C_NEED_OUT, C_NEED_LOG, C_NEED_LOGH, C_NEED_ENT = range(9, 15)
+CTL_SIZE = 15
+# WANT: the store wants compacting or its grid (re)building first (validindex.wants)
+DONE, NEED, UNCOVERED, FORCED_MISMATCH, WANT = 0, 1, 2, 3, 4
 M_NPOS, M_NALIVE, M_POOL = 0, 1, 2
 SET_ONLY, ADD_HOLDER = 0, 1       # apply()'s ops
 
@@ -49,20 +54,25 @@ def _overlap(box, p, q, nd):
     return True
 
 
-def _meeting(box, hold, meta, q, nd):
+def _meeting(box, hold, meta, gi, cells, ent, q, nd):
     """The live pieces meeting the rect q (lo then hi), in position (insertion) order: their
-    positions, their parts of q (rows, lo then hi) and the parts' total volume. Every piece
-    is scanned (no grid yet: why coherence.COMPILED_READS is off by default)."""
-    n = meta[M_NPOS]
+    positions, their parts of q (rows, lo then hi) and the parts' total volume. The grid's
+    candidates (validindex.py) where it has one and they are fewer, else every position."""
+    cand, n = candidates(gi, cells, ent, hold, meta, q, nd)
+    scan = n < 0
+    if scan:
+        n = meta[M_NPOS]
     count = 0
-    for p in range(n):
+    for k in range(n):
+        p = k if scan else cand[k]
         if hold[p, 1] and _overlap(box, p, q, nd):
             count += 1
     idx = np.empty(count, np.int64)
     parts = np.empty((count, 2 * nd), np.int64)
     covered = 0
     c = 0
-    for p in range(n):
+    for k in range(n):
+        p = k if scan else cand[k]
         if hold[p, 1] and _overlap(box, p, q, nd):
             for d in range(nd):
                 parts[c, d] = max(box[p, d], q[d])
@@ -73,27 +83,23 @@ def _meeting(box, hold, meta, q, nd):
     return idx, parts, covered
 
 
-def _holds(pool, hold, p, device):
-    s = hold[p, 0]
-    for k in range(s, s + hold[p, 1]):
-        if pool[k] == device:
-            return True
-    return False
-
-
-def _push(box, hold, meta, r, hs, hn):
-    """Append a piece (rect r) with the holder slice (hs, hn)."""
+def _push(box, hold, meta, gi, cells, ent, r, hs, hn):
+    """Append a piece (rect r) with the holder slice (hs, hn) (entered in the grid)."""
     n = meta[M_NPOS]
     box[n, :] = r
     hold[n, 0] = hs
     hold[n, 1] = hn
     meta[M_NPOS] = n + 1
     meta[M_NALIVE] += 1
+    if gi[G_ON] and hn:
+        index_add(gi, cells, ent, box, n, box.shape[1] // 2)
 
 
-def _kill(hold, meta, p):
+def _kill(box, hold, meta, gi, cells, ent, p):
     hold[p, 1] = 0
     meta[M_NALIVE] -= 1
+    if gi[G_ON]:
+        index_kill(gi, cells, ent, box, hold, p, box.shape[1] // 2)
 
 
 def _slice_plus(pool, meta, hs, hn, device):
@@ -111,15 +117,15 @@ def _slice_plus(pool, meta, hs, hn, device):
     return s
 
 
-def _cut(box, hold, meta, p, part, nd, hs, hn):
+def _cut(box, hold, meta, gi, cells, ent, p, part, nd, hs, hn):
     """Rect.subtract(piece p, part) (part inside it), each appended with the holder slice
     (hs, hn)."""
     out = np.empty((2 * nd, 2 * nd), np.int64)
     for k in range(_pieces(box[p], part, nd, out, 0)):
-        _push(box, hold, meta, out[k], hs, hn)
+        _push(box, hold, meta, gi, cells, ent, out[k], hs, hn)
 
 
-def _give(box, hold, pool, meta, p, part, device, nd):
+def _give(box, hold, pool, meta, gi, cells, ent, p, part, device, nd):
     """add_holder_to for one piece p and its part: the part gets `device` as a holder."""
     whole = True
     for e in range(2 * nd):
@@ -127,11 +133,11 @@ def _give(box, hold, pool, meta, p, part, device, nd):
             whole = False
             break
     hs, hn = hold[p, 0], hold[p, 1]
-    _kill(hold, meta, p)
+    _kill(box, hold, meta, gi, cells, ent, p)
     if not whole:
-        _cut(box, hold, meta, p, part, nd, hs, hn)
+        _cut(box, hold, meta, gi, cells, ent, p, part, nd, hs, hn)
     s = _slice_plus(pool, meta, hs, hn, device)
-    _push(box, hold, meta, part, s, hn + 1)
+    _push(box, hold, meta, gi, cells, ent, part, s, hn + 1)
 
 
 def _choose(cand, nc, device, elements, sent, ranks, ctl, log, logh, forced, forcedh):
@@ -180,31 +186,37 @@ def _choose(cand, nc, device, elements, sent, ranks, ctl, log, logh, forced, for
     return src
 
 
-def copy_reads(box, hold, pool, meta, sent, ranks, reads, ctl, out, log, logh, forced,
-               forcedh):
+def copy_reads(box, hold, pool, meta, gi, cells, ent, mrow, mwhere, sent, ranks, reads, ctl,
+               out, log, logh, forced, forcedh):
     """RegionPlanner._copy_in for reads[ctl[C_NEXT]:] (rows: device, lo, hi), in order: the
     copies into out (rows: read index, source, volume, lo, hi), the reader added as a holder, the
     choices counted in `sent`. Stops DONE, or at a read with NEED (room: ctl[C_NEED_*], the
-    read untouched), UNCOVERED (ctl[C_COVERED] of its elements ever written) or a
-    FORCED_MISMATCH; ctl[C_NEXT] is that read."""
+    read untouched), WANT (validindex.wants), UNCOVERED (ctl[C_COVERED] of its elements ever
+    written) or a FORCED_MISMATCH; ctl[C_NEXT] is that read."""
     nd = box.shape[1] // 2
     for j in range(ctl[C_NEXT], reads.shape[0]):
         ctl[C_NEXT] = j
+        if wants(gi, meta, nd):
+            ctl[C_STATUS] = WANT
+            return
         device = reads[j, 0]
         q = reads[j, 1:]
-        found, met, covered = _meeting(box, hold, meta, q, nd)
+        found, met, covered = _meeting(box, hold, meta, gi, cells, ent, q, nd)
         count = found.shape[0]
         idx = np.empty(count, np.int64)
         parts = np.empty((count, 2 * nd), np.int64)
         m = 0
         holders = 0
+        need_ent = 0
         for k in range(count):
             p = found[k]
-            if _holds(pool, hold, p, device):
+            if holds(pool, hold, p, device, gi, mrow, mwhere):
                 continue
             idx[m] = p
             parts[m, :] = met[k, :]
             holders += hold[p, 1]
+            if gi[G_ON]:
+                need_ent += entries_of(gi, box, p, met[k], nd, 1)
             m += 1
         if covered != _volume(q, nd):
             ctl[C_STATUS] = UNCOVERED
@@ -219,10 +231,11 @@ def copy_reads(box, hold, pool, meta, sent, ranks, reads, ctl, out, log, logh, f
         need_logh = ctl[C_NLOGH] + 2 * holders + 2 * m + 2 if ctl[C_LOG] else 0
         if need_pos > box.shape[0] or need_pool > pool.shape[0] or \
                 need_out > out.shape[0] or need_log > log.shape[0] or \
-                need_logh > logh.shape[0]:
+                need_logh > logh.shape[0] or _short(gi, ent, need_ent):
             ctl[C_STATUS] = NEED
             ctl[C_NEED_POS], ctl[C_NEED_POOL], ctl[C_NEED_OUT] = need_pos, need_pool, need_out
             ctl[C_NEED_LOG], ctl[C_NEED_LOGH] = need_log, need_logh
+            ctl[C_NEED_ENT] = need_ent
             return
         # by_writer: groups by first holder, first-seen order
         group = np.empty(m, np.int64)
@@ -291,7 +304,7 @@ def copy_reads(box, hold, pool, meta, sent, ranks, reads, ctl, out, log, logh, f
                             continue
                         common = True
                         for a in range(1, np_):
-                            if not _holds(pool, hold, idx[part[a]], h):
+                            if not holds(pool, hold, idx[part[a]], h, gi, mrow, mwhere):
                                 common = False
                                 break
                         if common:
@@ -357,75 +370,110 @@ def copy_reads(box, hold, pool, meta, sent, ranks, reads, ctl, out, log, logh, f
                 o += 1
         ctl[C_NOUT] = o
         for k in range(m):
-            _give(box, hold, pool, meta, idx[k], parts[k], device, nd)
+            _give(box, hold, pool, meta, gi, cells, ent, idx[k], parts[k], device, nd)
     ctl[C_NEXT] = reads.shape[0]
     ctl[C_STATUS] = DONE
 
 
-def apply(box, hold, pool, meta, ops, devices, start):
+def _short(gi, ent, need):
+    """Whether the grid (if on) lacks `need` free entries."""
+    return gi[G_ON] != 0 and need > ent.shape[0] - gi[validindex.G_EUSED] + \
+        gi[validindex.G_NFREE]
+
+
+def _stop(gi, why, need_pos, need_pool, need_ent):
+    gi[G_STOP] = why
+    gi[G_NEED_POS], gi[G_NEED_POOL], gi[G_NEED_ENT] = need_pos, need_pool, need_ent
+
+
+def apply(box, hold, pool, meta, gi, cells, ent, mrow, mwhere, ops, devices, start):
     """The queued state changes ops[start:] in order (rows: lo, hi, kind, the number of its
     devices, taken in order from `devices`). SET_ONLY (RegionState.set_only_holder): each
     piece overlapping the rect replaced by what Rect.subtract leaves of it (its holders),
     then the rect held by its devices alone. ADD_HOLDER (RegionState.add_holder): each piece
     overlapping the rect gets the device as a holder of its part of it (add_holder_to), then
     what none covers (subtract_all) is added, held by the device alone. Returns the op it
-    stopped at for lack of room (that op untouched; the caller grows the arrays and calls
-    again), or the number of ops."""
+    stopped at (that op untouched; gi[G_STOP] says why: STOP_NEED for lack of room, what it
+    needs in gi[G_NEED_*], or STOP_WANT, validindex.wants; the caller makes room or
+    compacts or builds the grid, and calls again), or the number of ops."""
     nd = box.shape[1] // 2
     o = 0
     for i in range(start):
         o += ops[i, 2 * nd + 1]
     for i in range(start, ops.shape[0]):
+        if wants(gi, meta, nd):
+            _stop(gi, STOP_WANT, 0, 0, 0)
+            return i
         r = ops[i, :2 * nd]
         nh = ops[i, 2 * nd + 1]
         n = meta[M_NPOS]
-        idx, parts, covered = _meeting(box, hold, meta, r, nd)
+        idx, parts, covered = _meeting(box, hold, meta, gi, cells, ent, r, nd)
         count = idx.shape[0]
         if ops[i, 2 * nd] == SET_ONLY:
-            if n + 2 * nd * count + 1 > box.shape[0] or meta[M_POOL] + nh > pool.shape[0]:
+            need_ent = 0
+            if gi[G_ON]:
+                need_ent = MAXC
+                for k in range(count):
+                    need_ent += entries_of(gi, box, idx[k], parts[k], nd, 0)
+            if n + 2 * nd * count + 1 > box.shape[0] or meta[M_POOL] + nh > pool.shape[0] \
+                    or _short(gi, ent, need_ent):
+                _stop(gi, STOP_NEED, n + 2 * nd * count + 1, meta[M_POOL] + nh, need_ent)
                 return i
             for k in range(count):
                 p = idx[k]
                 hs, hn = hold[p, 0], hold[p, 1]
-                _kill(hold, meta, p)
-                _cut(box, hold, meta, p, parts[k], nd, hs, hn)
+                _kill(box, hold, meta, gi, cells, ent, p)
+                _cut(box, hold, meta, gi, cells, ent, p, parts[k], nd, hs, hn)
             s = meta[M_POOL]
             pool[s:s + nh] = devices[o:o + nh]
             meta[M_POOL] = s + nh
-            _push(box, hold, meta, r, s, nh)
+            _push(box, hold, meta, gi, cells, ent, r, s, nh)
             o += nh
             continue
         device = devices[o]
         o += 1
         need_pos = n + 1
         need_pool = meta[M_POOL] + 1
+        need_ent = 0
+        lacking = np.empty(count, np.bool_)
         for k in range(count):
-            if not _holds(pool, hold, idx[k], device):
+            lacking[k] = not holds(pool, hold, idx[k], device, gi, mrow, mwhere)
+            if lacking[k]:
                 need_pos += 2 * nd + 1
                 need_pool += hold[idx[k], 1] + 1
+                if gi[G_ON]:
+                    need_ent += entries_of(gi, box, idx[k], parts[k], nd, 1)
         rest, u = _subtract_all(r, parts, count, nd) if covered != _volume(r, nd) else \
             (parts, 0)
-        if need_pos + u > box.shape[0] or need_pool > pool.shape[0]:
+        if gi[G_ON]:
+            need_ent += u * MAXC
+        if need_pos + u > box.shape[0] or need_pool > pool.shape[0] or \
+                _short(gi, ent, need_ent):
+            _stop(gi, STOP_NEED, need_pos + u, need_pool, need_ent)
             return i
         for k in range(count):
-            if not _holds(pool, hold, idx[k], device):
-                _give(box, hold, pool, meta, idx[k], parts[k], device, nd)
+            if lacking[k]:
+                _give(box, hold, pool, meta, gi, cells, ent, idx[k], parts[k], device, nd)
         if u:
             s = meta[M_POOL]
             pool[s] = device
             meta[M_POOL] = s + 1
             for k in range(u):
-                _push(box, hold, meta, rest[k], s, 1)
+                _push(box, hold, meta, gi, cells, ent, rest[k], s, 1)
     return ops.shape[0]
 
 
-def overlapping(box, hold, meta, r):
+def overlapping(box, hold, meta, gi, cells, ent, r):
     """Positions of the live pieces overlapping r, in insertion order."""
     nd = box.shape[1] // 2
-    n = meta[M_NPOS]
+    cand, n = candidates(gi, cells, ent, hold, meta, r, nd)
+    scan = n < 0
+    if scan:
+        n = meta[M_NPOS]
     found = np.empty(n, np.int64)
     c = 0
-    for p in range(n):
+    for k in range(n):
+        p = k if scan else cand[k]
         if hold[p, 1] and _overlap(box, p, r, nd):
             found[c] = p
             c += 1
@@ -461,15 +509,36 @@ def compact(box, hold, pool, meta, nbox, nhold, npool):
     meta[M_POOL] = used
 
 
-_HELPERS = ("_overlap", "_meeting", "_holds", "_push", "_kill", "_slice_plus", "_cut", "_give",
-            "_choose")
-_ENTRIES = ("copy_reads", "apply", "overlapping", "compact")
+_HELPERS = ("_overlap", "_meeting", "_push", "_kill", "_slice_plus", "_cut", "_give",
+            "_choose", "_short", "_stop")
+_ENTRIES = ("copy_reads", "apply", "overlapping", "compact", "build")
 _compiled = None
+_DEPS = None        # _stamped's file digests (a test plants others)
+
+
+def _stamped(dispatcher):
+    """`dispatcher` (cache=True, nothing compiled yet) with the stamps of validgeometry.py
+    and validindex.py joined to its own file's in its cache's key: numba checks only the
+    file a function is in, and the loops here compile those modules' helpers into their
+    machine code, so an edit there (not here) would otherwise load stale code."""
+    import hashlib
+    cache = getattr(dispatcher, "_cache", None)
+    index = getattr(cache, "_cache_file", None)
+    if index is None or not hasattr(index, "_source_stamp"):
+        raise RuntimeError("numba's cache has changed (no _cache._cache_file._source_stamp):"
+                           " taskrt/validkernels.py's _stamped needs updating for it")
+    deps = _DEPS
+    if deps is None:
+        deps = tuple(hashlib.sha256(open(m.__file__, "rb").read()).digest()
+                     for m in (validgeometry, validindex))
+    index._source_stamp = (index._source_stamp, deps)
+    return dispatcher
 
 
 def kernels(compiled: bool = True):
-    """The entry points (copy_reads, apply, overlapping, compact): numba-compiled on first
-    use, one signature each (cached on disk next to this file: a later process loads the
+    """The entry points (copy_reads, apply, overlapping, compact, validindex.build):
+    numba-compiled on first use, one signature each (cached on disk next to this file, keyed
+    on this file and the two whose helpers they hold: _stamped; a later process loads the
     machine code, ~0.1 s each), or the plain Python functions (compiled=False: tests)."""
     global _compiled
     g = globals()
@@ -478,18 +547,28 @@ def kernels(compiled: bool = True):
     if _compiled is None:
         from numba import njit, types
         a1, a2, i8 = types.int64[::1], types.int64[:, ::1], types.int64
+        w2 = types.int32[:, ::1]
         store = (a2, a2, a1, a1)                # box, hold, pool, meta
+        index = (a1, a2, a2)                    # gi, cells, ent (validindex.py)
+        rows = (a1, w2)                         # mrow, mwhere
         signatures = {
-            "copy_reads": store + (a1, a1, a2, a1, a2, a2, a1, a2, a1),
-            "apply": store + (a2, a1, i8),
-            "overlapping": (a2, a2, a1, a1),
-            "compact": store + (a2, a2, a1)}
-        vg = vars(validgeometry)
+            "copy_reads": store + index + rows + (a1, a1, a2, a1, a2, a2, a1, a2, a1),
+            "apply": store + index + rows + (a2, a1, i8),
+            "overlapping": (a2, a2, a1) + index + (a1,),
+            "compact": store + (a2, a2, a1),
+            "build": types.UniTuple(a2, 2)(a2, a2, a1, a1)}
         with blas_probe_skipped():                # (numbastart.py)
-            for name in validgeometry.HELPERS:   # (compiled where they call each other too)
-                g[name] = vg[name] = njit(cache=True, nogil=True)(vg[name])
+            for module in (validgeometry, validindex):  # (compiled where they call each other)
+                vm = vars(module)
+                for name in module.HELPERS:
+                    g[name] = vm[name] = njit(cache=True, nogil=True)(vm[name])
             for name in _HELPERS:
-                g[name] = njit(cache=True, nogil=True)(g[name])
-            _compiled = tuple(njit(signatures[name], cache=True, nogil=True)(g[name])
-                              for name in _ENTRIES)
+                g[name] = _stamped(njit(cache=True, nogil=True)(g[name]))
+            entries = []
+            for name in _ENTRIES:
+                entry = _stamped(njit(cache=True, nogil=True)(g[name]))
+                entry.compile(signatures[name])
+                entry.disable_compile()     # (as njit(signature) does: that one only)
+                entries.append(entry)
+            _compiled = tuple(entries)
     return _compiled

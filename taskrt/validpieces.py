@@ -1,12 +1,12 @@
 """A region's valid pieces as arrays (ValidPieces), the coherence state over them (PieceState)
 and the elements sent per device as an array (SentCounts): what coherence.RegionPlanner
-plans a region's reads with when coherence.COMPILED_READS is on (off by default until its
-scans get a grid: coherence.py says why), each launch's reads walked by one compiled call
-(validkernels.copy_reads).
+plans a region's reads with when coherence.COMPILED_READS is on (the default), each
+launch's reads walked by one compiled call (validkernels.copy_reads), its queries through
+validindex.py's grid and holder rows.
 
 The Python walk over a RectIndex (coherence.RegionState, RegionPlanner._copy_in) is the
 oracle (tests/taskrt/test_valid_pieces.py compares the two on random region programs;
-COMPILED_READS off selects it), to be removed once this path is the default. The answers are the same: the valid pieces in
+COMPILED_READS off selects it). The answers are the same: the valid pieces in
 insertion order with their holders in order, the copies (rect, source) in order, the sent
 counts. What differs is only where rects are objects: a piece's Rect is made when Python
 asks for it (overlapping, iteration), a copy's from the kernel's rows.
@@ -21,14 +21,23 @@ from .errors import PlanError
 from .geometry import Rect, _made
 from .pendingsums import PendingSums
 from .region import Region
+from . import validindex as vi
 from . import validkernels as vk
 
 _MIN_ROOM = 16          # positions of room ensured before a call (it asks for more if needed)
 _COMPILED = True        # the kernels numba-compiled (off: plain Python, for debugging)
+# The grid over a region's pieces (validindex.py): built once it holds more than GRID_AT live
+# pieces (-1: never; the tests also run 0, so that small programs go through it). Holder
+# rows for slices of max(ROW_AT, devices // ROW_RATIO) holders or more (ROW_AT 0: never).
+GRID_AT = 128
+ROW_AT = 64
+ROW_RATIO = 32
 
 
 _NO_LOG = np.empty((0, 5), np.int64)     # (no choices logged or forced: never written)
 _NONE = np.empty(0, np.int64)
+_NO_CELLS = np.full((1, 3), -1, np.int64)    # (no grid: never read nor written)
+_NO_ENT = np.empty((0, 2), np.int64)
 # copy_reads' control block and copies, per ndim (one call at a time: read back before the next)
 _CTL = np.zeros(vk.CTL_SIZE, np.int64)
 _OUT: dict = {}
@@ -38,7 +47,7 @@ _made_kernels = None
 
 
 def _kernels():
-    """validkernels.kernels(): (copy_reads, apply, overlapping, compact)."""
+    """validkernels.kernels(): (copy_reads, apply, overlapping, compact, build)."""
     global _made_kernels
     got = _made_kernels
     if got is None:
@@ -55,12 +64,22 @@ def _bounds(rect: Rect) -> np.ndarray:
 class ValidPieces:
     """Disjoint (rect, holders) pieces in insertion order, as arrays (validkernels.py): the
     RectIndex API coherence's readers use -- overlapping, iteration, len, exact_value, add --
-    with holders as tuples (read only: changes go through PieceState)."""
-    __slots__ = ("nd", "box", "hold", "pool", "meta", "_first", "queue")
+    with holders as tuples (read only: changes go through PieceState). Its index
+    (validindex.py): `gi`, the grid (`cells`, `ent`), holder rows (`mrow`, `mwhere`) for
+    `ndev` devices."""
+    __slots__ = ("nd", "box", "hold", "pool", "meta", "_first", "queue", "gi", "cells", "ent",
+                 "mrow", "mwhere", "ndev", "made")
 
-    def __init__(self):
+    def __init__(self, ndev: int = 0):
         self.nd = -1
-        self.box = self.hold = self.pool = self.meta = None
+        self.box = self.hold = self.pool = self.meta = self.gi = self.mrow = None
+        self.cells, self.ent = _NO_CELLS, _NO_ENT
+        self.mwhere = np.empty((0, 1), np.int32)
+        self.ndev = ndev
+        # position -> (position, Rect, holders) made for overlapping's callers: a position's
+        # rect and holders never change (a change kills it and appends others) until a
+        # compaction renumbers the positions (room: then forgotten)
+        self.made: dict = {}
         self._first: Rect | None = None
         # PieceState's changes (rect, SET_ONLY or ADD_HOLDER, devices) not applied yet:
         # applied in order, in one compiled call, before the pieces are next read (every
@@ -75,13 +94,64 @@ class ValidPieces:
         devices = np.array([d for _, _, ds in queue for d in ds], np.int64)
         kernel = _kernels()[1]
         done = 0
+        gi = self.gi
         while True:
-            done = kernel(self.box, self.hold, self.pool, self.meta, ops, devices, done)
+            done = kernel(self.box, self.hold, self.pool, self.meta, gi, self.cells, self.ent,
+                          self.mrow, self.mwhere, ops, devices, done)
             if done == len(queue):
-                return
-            r, _, ds = queue[done]
-            self.room(2 * (2 * self.nd + 1) * (len(self) + 1),
-                      len(ds) + int(self.hold[:, 1].sum()) + len(self) + 1)
+                break
+            why, pos, pool, ent = gi[[vi.G_STOP, vi.G_NEED_POS, vi.G_NEED_POOL,
+                                      vi.G_NEED_ENT]].tolist()
+            self._serve(why, pos, pool, ent)
+        if gi[vi.G_ROWS_WANTED]:
+            self._more_rows()
+
+    def _serve(self, why: int, pos: int, pool: int, ent: int) -> None:
+        """What a kernel stopped for: room (positions, pool entries, grid entries: totals,
+        free grid entries), or (vi.STOP_WANT) a compaction or the grid (re)built."""
+        npos, alive, used = self.meta.tolist()
+        if why == vi.STOP_WANT:
+            if npos > 2 * alive + 64:
+                self.room(0, 0)
+            else:
+                self._reindex()
+        else:
+            self.room(pos - npos, pool - used, ent)
+
+    def _reindex(self) -> None:
+        """The grid built over the live pieces where they are more than GRID_AT (or it was on
+        and they are more than half that), else none."""
+        gi = self.gi
+        alive, at = int(self.meta[vk.M_NALIVE]), int(gi[vi.G_AT])
+        if self.nd > 0 and at >= 0 and (alive > at or (gi[vi.G_ON] and 2 * alive > at)):
+            self.cells, self.ent = _kernels()[4](self.box, self.hold, self.meta, gi)
+        else:
+            gi[vi.G_ON] = 0
+            self.cells, self.ent = _NO_CELLS, _NO_ENT
+
+    def _devices(self, n: int) -> None:
+        """Holder rows for `n` devices (ids 0..n-1); the rows made so far dropped."""
+        if n <= self.ndev and self.mwhere.shape[1] == self.ndev + 1:
+            return
+        self.ndev = n = max(n, self.ndev)
+        self.mwhere = np.empty((0, n + 1), np.int32)
+        self.mrow[:] = -1
+        gi = self.gi
+        gi[vi.G_NROWS] = gi[vi.G_ROWS_WANTED] = 0
+        gi[vi.G_ROW_AT] = max(ROW_AT, n // ROW_RATIO) if ROW_AT > 0 and n else 0
+
+    def _more_rows(self) -> None:
+        """Room for the holder rows a kernel wanted (up to ~2 int32 per pool entry)."""
+        gi = self.gi
+        used, wanted = int(gi[vi.G_NROWS]), int(gi[vi.G_ROWS_WANTED])
+        gi[vi.G_ROWS_WANTED] = 0
+        rows = self.mwhere
+        cols = rows.shape[1]
+        cap = min(max(4, 2 * used + wanted), (2 * self.pool.shape[0] + 65536) // cols)
+        if cap > rows.shape[0]:
+            grown = np.empty((cap, cols), np.int32)
+            grown[:used] = rows[:used]
+            self.mwhere = grown
 
     def _check(self, rect: Rect) -> None:
         if len(rect.lo) != self.nd:
@@ -92,6 +162,12 @@ class ValidPieces:
                 self.hold = np.zeros((_MIN_ROOM, 2), np.int64)
                 self.pool = np.empty(4 * _MIN_ROOM, np.int64)
                 self.meta = np.zeros(3, np.int64)
+                self.gi = gi = np.zeros(vi.gi_size(nd), np.int64)
+                gi[vi.G_AT] = GRID_AT
+                gi[vi.G_FREE] = -1
+                self.mrow = np.full(self.pool.shape[0], -1, np.int64)
+                n, self.ndev = self.ndev, 0
+                self._devices(n)
             else:
                 self._first._check_same_ndim(rect)    # raises the error naming both
 
@@ -119,13 +195,21 @@ class ValidPieces:
         if self.meta is None or rect.empty:
             return []
         self._check(rect)
-        found = _kernels()[2](self.box, self.hold, self.meta, _bounds(rect))
+        found = _kernels()[2](self.box, self.hold, self.meta, self.gi, self.cells, self.ent,
+                              _bounds(rect))
         if not found.shape[0]:
             return []
-        nd, pool = self.nd, self.pool
-        return [(p, Rect(tuple(row[:nd]), tuple(row[nd:])), tuple(pool[s:s + n].tolist()))
-                for p, row, (s, n) in zip(found.tolist(), self.box[found].tolist(),
-                                          self.hold[found].tolist())]
+        made = self.made
+        ps = found.tolist()
+        got = [made.get(p) for p in ps]
+        if None in got:                 # (made for Python once per position: self.made)
+            nd, pool = self.nd, self.pool
+            for k, (p, row, (s, n)) in enumerate(zip(ps, self.box[found].tolist(),
+                                                     self.hold[found].tolist())):
+                if got[k] is None:
+                    got[k] = made[p] = (p, Rect(tuple(row[:nd]), tuple(row[nd:])),
+                                        tuple(pool[s:s + n].tolist()))
+        return got
 
     def exact_value(self, rect: Rect):
         """The holders of the piece equal to `rect`, or None."""
@@ -148,25 +232,43 @@ class ValidPieces:
         meta[vk.M_NPOS] = n + 1
         meta[vk.M_NALIVE] += 1
         meta[vk.M_POOL] = s + len(devices)
+        if self.gi[vi.G_ON]:            # (not entered: the grid made again when wanted)
+            self.gi[vi.G_ON] = 0
+            self.cells, self.ent = _NO_CELLS, _NO_ENT
 
-    def room(self, positions: int, pool: int) -> bool:
-        """Room for `positions` more positions and `pool` more holder entries: the live
-        pieces compacted (order kept) where dead ones take half the positions, the arrays
-        doubled past what is needed. Whether it moved the pieces (positions change). (Never
-        with writes queued: its callers flushed them.)"""
+    def room(self, positions: int, pool: int, entries: int = 0) -> bool:
+        """Room for `positions` more positions, `pool` more holder entries and `entries` free
+        grid entries: the live pieces compacted (order kept) where dead ones take half the
+        positions, the arrays doubled past what is needed; then the grid made again over the
+        new positions (or none: _reindex) and the holder rows dropped. Whether it moved the
+        pieces (positions change). (Never with writes queued: its callers flushed them.)"""
         meta = self.meta
         npos, alive, used = meta.tolist()
         cap, pcap = self.box.shape[0], self.pool.shape[0]
-        if npos + positions <= cap and used + pool <= pcap and npos <= 2 * alive + 64:
-            return False
-        ncap = max(cap, 2 * (alive + positions) + _MIN_ROOM)
-        npcap = max(pcap, 2 * (used + pool) + 4 * _MIN_ROOM)
-        box = np.empty((ncap, self.box.shape[1]), np.int64)
-        hold = np.zeros((ncap, 2), np.int64)
-        newpool = np.empty(npcap, np.int64)
-        _kernels()[3](self.box, self.hold, self.pool, meta, box, hold, newpool)
-        self.box, self.hold, self.pool = box, hold, newpool
-        return True
+        moved = not (npos + positions <= cap and used + pool <= pcap and
+                     npos <= 2 * alive + 64)
+        gi = self.gi
+        if moved:
+            ncap = max(cap, 2 * (alive + positions) + _MIN_ROOM)
+            npcap = max(pcap, 2 * (used + pool) + 4 * _MIN_ROOM)
+            box = np.empty((ncap, self.box.shape[1]), np.int64)
+            hold = np.zeros((ncap, 2), np.int64)
+            newpool = np.empty(npcap, np.int64)
+            _kernels()[3](self.box, self.hold, self.pool, meta, box, hold, newpool)
+            self.box, self.hold, self.pool = box, hold, newpool
+            self.made = {}
+            self.mrow = np.full(npcap, -1, np.int64)
+            gi[vi.G_NROWS] = 0
+            if gi[vi.G_ON] or gi[vi.G_AT] >= 0 and alive > gi[vi.G_AT]:
+                self._reindex()
+        if entries and gi[vi.G_ON]:
+            ent = self.ent
+            top = int(gi[vi.G_EUSED])
+            if entries > ent.shape[0] - top + int(gi[vi.G_NFREE]):
+                grown = np.empty((2 * (top + entries) + 4 * vi.MAXC, 2), np.int64)
+                grown[:top] = ent[:top]
+                self.ent = grown
+        return moved
 
     def copy_reads(self, reads: list, sent: np.ndarray, ranks: np.ndarray, log: bool,
                    forced: list | None):
@@ -198,21 +300,31 @@ class ValidPieces:
             farr, fharr = _NO_LOG, _NONE
         kernel = _kernels()[0]
         self.room(_MIN_ROOM, 4 * _MIN_ROOM)
+        if len(ranks) > self.ndev:
+            self._devices(len(ranks))
         while True:
-            kernel(self.box, self.hold, self.pool, self.meta, sent, ranks, rows, ctl, out,
-                   logs, logh, farr, fharr)
-            if ctl[vk.C_STATUS] != vk.NEED:
+            kernel(self.box, self.hold, self.pool, self.meta, self.gi, self.cells, self.ent,
+                   self.mrow, self.mwhere, sent, ranks, rows, ctl, out, logs, logh, farr,
+                   fharr)
+            status = ctl[vk.C_STATUS]
+            if status == vk.WANT:
+                ctl[vk.C_STATUS] = vk.DONE
+                self._serve(vi.STOP_WANT, 0, 0, 0)
+                continue
+            if status != vk.NEED:
                 break
             ctl[vk.C_STATUS] = vk.DONE
             need = ctl.tolist()
             self.room(need[vk.C_NEED_POS] - int(self.meta[vk.M_NPOS]),
-                      need[vk.C_NEED_POOL] - int(self.meta[vk.M_POOL]))
+                      need[vk.C_NEED_POOL] - int(self.meta[vk.M_POOL]), need[vk.C_NEED_ENT])
             if need[vk.C_NEED_OUT] > out.shape[0]:
                 out = _OUT[nd] = _grown(out, need[vk.C_NEED_OUT], need[vk.C_NOUT])
             if need[vk.C_NEED_LOG] > logs.shape[0]:
                 logs = _grown(logs, need[vk.C_NEED_LOG], need[vk.C_NLOG])
             if need[vk.C_NEED_LOGH] > logh.shape[0]:
                 logh = _grown(logh, need[vk.C_NEED_LOGH], need[vk.C_NLOGH])
+        if self.gi[vi.G_ROWS_WANTED]:
+            self._more_rows()
         c = ctl.tolist()
         copies = []
         mid = 3 + nd
@@ -241,9 +353,9 @@ class PieceState:
     """coherence.RegionState over ValidPieces: the same methods, the same answers."""
     __slots__ = ("region", "valid", "pending", "held")
 
-    def __init__(self, region: Region):
+    def __init__(self, region: Region, num_devices: int = 0):
         self.region = region
-        self.valid = ValidPieces()
+        self.valid = ValidPieces(num_devices)
         self.pending = PendingSums()
         self.held: set = set()      # (device, rect) known held (RegionState.held)
 
@@ -255,7 +367,8 @@ class PieceState:
         if valid.meta is None or rect.empty:
             return False
         valid._check(rect)
-        return _kernels()[2](valid.box, valid.hold, valid.meta, _bounds(rect)).shape[0] > 0
+        return _kernels()[2](valid.box, valid.hold, valid.meta, valid.gi, valid.cells,
+                             valid.ent, _bounds(rect)).shape[0] > 0
 
     def add_holder(self, rect: Rect, device: int) -> None:
         """Record that `device` now also holds the current value of `rect` (queued)."""
