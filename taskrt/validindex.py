@@ -190,6 +190,17 @@ def entries_of(gi, box, p, part, nd, keep):
     return (2 * nd + keep) * (n if n <= MAXC else MAXC)
 
 
+def _gather(ent, hold, e, buf, c):
+    """The live positions of the bucket list from entry e appended to buf[c:]; the new c."""
+    while e >= 0:
+        p = ent[e, 0]
+        if hold[p, 1]:
+            buf[c] = p
+            c += 1
+        e = ent[e, 1]
+    return c
+
+
 def candidates(gi, cells, ent, hold, meta, q, nd):
     """The live positions whose cells meet the rect q's, ascending, no duplicates: (array,
     count); count -1 where scanning every position costs less (or no grid)."""
@@ -211,23 +222,10 @@ def candidates(gi, cells, ent, hold, meta, q, nd):
     if 4 * total > meta[0]:             # (meta[M_NPOS]) gathered and sorted: a scan costs less
         return np.empty(0, np.int64), -1
     buf = np.empty(total, np.int64)
-    c = 0
-    e = cells[big, 0]
-    while e >= 0:
-        p = ent[e, 0]
-        if hold[p, 1]:
-            buf[c] = p
-            c += 1
-        e = ent[e, 1]
+    c = _gather(ent, hold, cells[big, 0], buf, 0)
     _start(gi, nd, o)
     while True:
-        e = cells[_bucket(gi, nd, o + 2 * nd), 0]
-        while e >= 0:
-            p = ent[e, 0]
-            if hold[p, 1]:
-                buf[c] = p
-                c += 1
-            e = ent[e, 1]
+        c = _gather(ent, hold, cells[_bucket(gi, nd, o + 2 * nd), 0], buf, c)
         if not _advance(gi, nd, o):
             break
     if c < 2:
@@ -354,4 +352,4 @@ def holds(pool, hold, p, device, gi, mrow, mwhere):
 
 # (build: an entry point of validkernels.kernels())
 HELPERS = ("_bits", "_span", "_start", "_advance", "_bucket", "_link", "_sized", "index_add",
-           "_dead", "index_kill", "entries_of", "candidates", "wants", "holds")
+           "_dead", "index_kill", "entries_of", "_gather", "candidates", "wants", "holds")
