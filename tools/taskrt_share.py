@@ -17,8 +17,10 @@ call (~0.1 s in a 300-proposal Inception search); the classing query is outside 
 calls, but it counts toward a valid-piece index's building its grid (rectindex.py
 _grid_pays), so a read's cost can shift a little from a run without the tool (the plans do
 not: the same best and simulated counts). Compare the numbers with each other, and time
-searches without the tool. Run from
-the repository root with PYTHONPATH set to it.
+searches without the tool. The copies in are timed and classed per read of the Python walk
+(coherence.COMPILED_READS off, the compiled planner's oracle, which plans alike): the
+compiled planner walks a launch's reads in one call, with no per-read entry to time. Run
+from the repository root with PYTHONPATH set to it.
 """
 from __future__ import annotations
 
@@ -30,8 +32,11 @@ from collections import defaultdict
 
 
 def main(app: str, gpus: int, proposals: int) -> dict:
+    from taskrt import coherence
     from taskrt.coherence import RegionPlanner
     from taskrt.planner import Planner
+
+    coherence.COMPILED_READS = False        # (per-read timers: the Python walk; see above)
 
     cpu = defaultdict(float)        # label -> process CPU s
     calls = defaultdict(int)
