@@ -234,7 +234,6 @@ def per_thread_contention(graph, model, costs, b: float, cores: int,
     return c
 
 
-
 # A rank is idle when a message reaches it if it had run nothing for this long before its
 # receive began (shorter gaps are the executor's own steps between two nodes).
 IDLE_S = 20e-6
@@ -246,6 +245,7 @@ def receive_latencies(graph, events: list, per_rank: int) -> list:
     last event's end, for the messages whose receiver was idle (at least IDLE_S) before its
     receive. `events`: a recorded run's, on one clock (strategy/rankclocks.py)."""
     from taskrt.taskgraph import COPY
+    from .wakeups import busy_before
     ends_of: dict = {}                  # node id -> {rank: (start, end)} of its events
     spans: dict = {}
     for e in events:
@@ -254,14 +254,7 @@ def receive_latencies(graph, events: list, per_rank: int) -> list:
             span = (s, s + e["dur"] / 1e6)
             ends_of.setdefault(e["args"]["node"], {}).setdefault(rank, []).append(span)
             spans.setdefault(rank, []).append(span)
-    busy = {}                           # rank: (starts, running max of ends)
-    for rank, sp in spans.items():
-        sp.sort()
-        top, ends = float("-inf"), []
-        for _, e in sp:
-            top = max(top, e)
-            ends.append(top)
-        busy[rank] = ([s for s, _ in sp], ends)
+    busy = {rank: busy_before(sp) for rank, sp in spans.items()}    # (starts, max of ends)
     out = []
     for node in graph.nodes:
         if node.kind is not COPY or node.src // per_rank == node.dst // per_rank:

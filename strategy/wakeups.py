@@ -5,10 +5,10 @@ A rank with nothing runnable yields its core for Settings.spin_s, then sleeps 20
 ... doubling up to poll_max_s, polling MPI at each wake-up (taskrt/executor/policies.py
 IdleBackOff; spin_s and poll_max_s from choose_idle_schedule, once per job and node: no
 yield and 1 ms sleeps when the node's ranks and its other runnable threads outnumber its
-cores, else 1 ms of yields and 200 us sleeps; the traces record it, `traced_schedule`). Each sleep also lasts the OS's timer slack longer
-(/proc/thread-self/timerslack_ns, 50 us by default: time.sleep(20e-6) took 75 us here). A
-message that arrives during a sleep of length L waits L / 2 on average before its unpack
-starts. On 4 ranks of 2 cores (1 ms sleeps) every hop of a chain of messages to an idle
+cores, else 1 ms of yields and 200 us sleeps; the traces record it, `traced_schedule`).
+Each sleep also lasts the OS's timer slack longer (/proc/thread-self/timerslack_ns, 50 us
+by default: time.sleep(20e-6) took 75 us here). A message that arrives during a sleep of
+length L waits L / 2 on average before its unpack starts. On 4 ranks of 2 cores (1 ms sleeps) every hop of a chain of messages to an idle
 rank costs about half a millisecond that no node's cost holds: the traced ranks of the
 Transformer's searched strategy were asleep (neither on a core nor runnable) 30 of a 55 ms
 iteration.
@@ -133,7 +133,7 @@ def traced_schedule(runs, ranks_here: int, cores: int,
                          timer_slack_s() if overshoot_s is None else overshoot_s)
 
 
-def _busy_before(intervals) -> tuple[list, list]:
+def busy_before(intervals) -> tuple[list, list]:
     """(starts, running max of ends) of a thread's intervals sorted by start."""
     spans = sorted(intervals)
     starts = [s for s, _ in spans]
@@ -145,7 +145,7 @@ def _busy_before(intervals) -> tuple[list, list]:
 
 
 def _idle_for(busy, at: float) -> float | None:
-    """How long a thread (busy: _busy_before) had been idle at time `at` (None: busy then:
+    """How long a thread (busy: busy_before) had been idle at time `at` (None: busy then:
     it polls when its current node ends, which the simulation holds already)."""
     starts, ends = busy
     i = bisect.bisect_left(starts, at)       # intervals that started before `at`
@@ -160,7 +160,7 @@ def wake_delays(graph, result, timer, schedule: SleepSchedule) -> dict:
     processes) and multi-process all-reduces sleep past their arrival (the longest of an
     all-reduce's members), from the simulated timeline (its threads' busy intervals)."""
     from .cores import simulated_intervals
-    busy = {t: _busy_before(spans)
+    busy = {t: busy_before(spans)
             for t, spans in simulated_intervals(graph, result, timer).items()}
     run = result.run if result.run is not None else result.start
     out = {}

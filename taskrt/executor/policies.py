@@ -56,7 +56,15 @@ def default_poll_max_s(ranks_here: int, cores: int, others: float | None = None)
     for the peer's next poll: 1 ms sleeps cost the last bucket of 2-rank data parallelism
     ~5 ms per iteration), else 1 ms (ranks share cores with each other or with other
     processes: wake-ups would take the core from a computing rank)."""
-    return 2e-4 if _own_cores(ranks_here, cores, others) else 1e-3
+    return _poll_max_s(_own_cores(ranks_here, cores, others))
+
+
+def _poll_max_s(own: bool) -> float:
+    return 2e-4 if own else 1e-3
+
+
+def _spin_s(own: bool) -> float:
+    return 1e-3 if own else 0.0
 
 
 def default_spin_s(ranks_here: int, cores: int, others: float | None = None) -> float:
@@ -69,7 +77,7 @@ def default_spin_s(ranks_here: int, cores: int, others: float | None = None) -> 
     on an iteration with 154 ms of work, runnable 98% of its 2.9 s (spinning, then waking
     every 200 us). Sleeping at once leaves a waiting rank idle, as the simulator's host
     thread is (docs/simulator.md, "MPI progress")."""
-    return 1e-3 if _own_cores(ranks_here, cores, others) else 0.0
+    return _spin_s(_own_cores(ranks_here, cores, others))
 
 
 # -- the idle schedule of a job: decided once, from the other processes' runnable threads --
@@ -127,8 +135,8 @@ def choose_idle_schedule(ranks_here: int, cores: int, others: float | None, sour
         own = _own_cores(ranks_here, cores, others or 0.0)
     given = tuple(n for n, v in (("spin_s", spin_s), ("poll_max_s", poll_max_s))
                   if v is not None)
-    return IdleSchedule((1e-3 if own else 0.0) if spin_s is None else spin_s,
-                        (2e-4 if own else 1e-3) if poll_max_s is None else poll_max_s,
+    return IdleSchedule(_spin_s(own) if spin_s is None else spin_s,
+                        _poll_max_s(own) if poll_max_s is None else poll_max_s,
                         ranks_here, cores, others, source, given)
 
 
