@@ -8,8 +8,9 @@ yield and 1 ms sleeps when the node's ranks and its other runnable threads outnu
 cores, else 1 ms of yields and 200 us sleeps; the traces record it, `traced_schedule`).
 Each sleep also lasts the OS's timer slack longer (/proc/thread-self/timerslack_ns, 50 us
 by default: time.sleep(20e-6) took 75 us here). A message that arrives during a sleep of
-length L waits L / 2 on average before its unpack starts. On 4 ranks of 2 cores (1 ms sleeps) every hop of a chain of messages to an idle
-rank costs about half a millisecond that no node's cost holds: the traced ranks of the
+length L waits L / 2 on average before its unpack starts. On 4 ranks of 2 cores (1 ms
+sleeps) every hop of a chain of messages to an idle rank costs about half a millisecond
+that no node's cost holds: the traced ranks of the
 Transformer's searched strategy were asleep (neither on a core nor runnable) 30 of a 55 ms
 iteration.
 
