@@ -375,7 +375,10 @@ def calibrate(paths, base_model, base_profile: Profile | None = None, factor: bo
         fit.slice_s = waiting_slice(runs, fit.cores, fit.slice_s)
     if wakeups and ranks > 1:
         fit.cores = machine_cores()
-        fit.sleep = traced_schedule(runs, ranks, fit.cores)
+        try:
+            fit.sleep = traced_schedule(runs, ranks, fit.cores)
+        except ValueError as e:          # (a trace's schedule record: wakeups._schedule_of)
+            raise CalibrationError(str(e)) from None
         fit.collective_s = collective_wait(runs, lambda nodes: sum(plain.timing(n)[0]
                                                                    for n in nodes))
     fit.work = (model, profile)

@@ -24,6 +24,7 @@ contentions). One process has no such wait (its one thread runs every node in or
 from __future__ import annotations
 
 import bisect
+import math
 import statistics
 from collections import Counter
 from dataclasses import dataclass
@@ -115,8 +116,23 @@ def recorded_schedules(runs) -> list[tuple[float, float]] | None:
         recs = [a.get(SCHEDULE) for a in _load_records(r)]
         if not recs or any(not isinstance(x, dict) for x in recs):
             return None
-        out += [(float(x["spin_s"]), float(x["poll_max_s"])) for x in recs]
+        out += [_schedule_of(x, r.path) for x in recs]
     return out
+
+
+def _schedule_of(record: dict, path: str) -> tuple[float, float]:
+    """(spin_s, poll_max_s) of a trace's schedule record, checked (a ValueError naming the
+    trace where they are not numbers with spin_s >= 0 and poll_max_s > 0)."""
+    try:
+        spin_s, max_s = float(record["spin_s"]), float(record["poll_max_s"])
+    except (KeyError, TypeError, ValueError):
+        spin_s = max_s = float("nan")
+    if not (spin_s >= 0 and max_s > 0 and math.isfinite(spin_s) and math.isfinite(max_s)):
+        raise ValueError(f"trace {path}: its '{LOAD_EVENT}' record's '{SCHEDULE}' is "
+                         f"{record!r}; it needs numbers spin_s >= 0 and poll_max_s > 0 "
+                         "(as the MPI executor writes them): record the run again with "
+                         "--trace, or leave the trace out")
+    return spin_s, max_s
 
 
 def traced_schedule(runs, ranks_here: int, cores: int,

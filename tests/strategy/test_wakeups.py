@@ -45,7 +45,7 @@ def test_the_executors_schedule_follows_its_policy():
 class _Run:
     """A calibrating run as traced_schedule reads it: its ranks and its trace's events."""
     def __init__(self, loads, ranks=2):
-        self.ranks = ranks
+        self.ranks, self.path = ranks, "run.json"
         self.events = [{"ph": "M", "name": "soapflow_load", "args": a} for a in loads]
 
 
@@ -64,6 +64,14 @@ def test_the_calibration_takes_the_schedule_the_traces_recorded():
     old = [_Run([{"loadavg": 2.4}, {"loadavg": 2.4}]), _Run([{"loadavg": 2.1}])]
     assert traced_schedule(old, 2, 2, 5e-5) == executor_schedule(2, 2, 0.4, 5e-5)
     assert traced_schedule(old[:1] + runs, 2, 2, 5e-5).spin_s == 0.0   # one without: old rule
+
+
+@pytest.mark.parametrize("bad", [{"spin_s": 1e-3}, {"spin_s": "x", "poll_max_s": 2e-4},
+                                 {"spin_s": 1e-3, "poll_max_s": 0},
+                                 {"spin_s": -1.0, "poll_max_s": 2e-4}])
+def test_a_malformed_schedule_record_is_named_not_read(bad):
+    with pytest.raises(ValueError, match=r"trace run\.json: .*'schedule'.*poll_max_s > 0"):
+        traced_schedule([_Run([{"loadavg": 1.0, "schedule": bad}])], 2, 2, 5e-5)
 
 
 def chain():
