@@ -98,7 +98,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="do not fit the iteration factor (docs/simulator.md)")
     c.add_argument("--no-heldout", action="store_true",
                    help="skip the held-out error estimate (3 refits without a third of the "
-                   "strategies each, about 1.5x the calibration's time: strategy/heldout.py); "
+                   "strategies each: the calibration takes 2-2.5x as long; strategy/heldout.py); "
                    "a search judged by it then keeps data parallelism within its error on "
                    "its own runs")
     sub.add_parser("profile", help="measure an app's task costs (python -m strategy.costs "
