@@ -114,15 +114,15 @@ def _judged(app, config, calibration, mm, net, configs, name, starts, found, ran
     candidates and says which it keeps; every rank returns (configs, name, found) of it,
     found's predicted times the calibration's."""
     import dataclasses
-    from strategy.calibration import kept
+    from strategy.heldout import kept, margin
     from .judge import DATA_PARALLEL, SEARCHED, candidates, judge, verdict_text
     from .startup import optimizer
     named = candidates(app, net, mm, configs, starts)
     times = None
-    error = calibration[0].error
+    error, what = margin(calibration[0])     # held out of its fit, else on its own runs
     if rank == 0:
         times = judge(calibration, mm, net, named, optimizer(config))
-        _say(out, verdict_text(times, config.machine, error))
+        _say(out, verdict_text(times, config.machine, (error, what)))
     if comm is not None:
         from taskrt.discovery import idle_barrier
         idle_barrier(comm)

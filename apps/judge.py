@@ -10,7 +10,10 @@ searched strategy, data parallelism and the search's other starts (the app's exp
 strategy, --strategy) are predicted by the calibration, the fastest by it is the result,
 and a line says which model judged it: a search does not return a strategy that the
 calibrated model predicts slower than data parallelism, nor one it predicts faster by less
-than its own error on the runs it was fitted to (Fit.error; docs/simulator.md).
+than the calibration's error on strategies held out of its fit (Fit.heldout, estimated by
+calibrate itself: strategy/heldout.py), or, where it has none (fewer than 3 strategies in
+its traces, a file written before 2026-12-07), its error on its own runs (Fit.error); the
+line names which (strategy.heldout.margin; docs/simulator.md).
 """
 from __future__ import annotations
 
@@ -91,21 +94,25 @@ def judge(calibration: tuple, mm, net, named: dict, optimizer) -> list:
     return judged(fit, graphs, net.int_ranges, ranks, per_rank)
 
 
-def verdict_text(times: list, machine: str, error: float = 0.0) -> str:
+def verdict_text(times: list, machine: str, margin: tuple = (0.0, "no error")) -> str:
     """The line saying which model judged the search's result and what it kept
-    (strategy.calibration.kept: data parallelism unless another is predicted faster by more
-    than the calibration's own error)."""
-    from strategy.calibration import kept as kept_of
+    (strategy.heldout.kept: data parallelism unless another is predicted faster by more
+    than the margin: (relative error, what it is) of strategy.heldout.margin)."""
+    from strategy.heldout import kept as kept_of
+    error, what = margin
     best = kept_of(times, error, DATA_PARALLEL)
     every = ", ".join(f"{name} {t * 1e3:.4g} ms" for t, name in times)
+    judged_dp = any(name == DATA_PARALLEL for _, name in times)
     if best != times[0][1]:
         kept = (f"keeping {DATA_PARALLEL}: {times[0][1]} is predicted faster by less than "
-                f"the calibration's error on its own runs ({error:.1%})")
+                f"{what}")
+    elif best == SEARCHED:
+        kept = "the searched strategy is the fastest" + (
+            f", by more than {what}" if judged_dp else "")
     else:
-        kept = ("the searched strategy is the fastest" if best == SEARCHED else
-                f"keeping {best}: the calibrated model predicts it faster than the searched "
+        kept = (f"keeping {best}: the calibrated model predicts it faster than the searched "
                 "strategy, which the search's own (smooth) model preferred")
-    if all(name != DATA_PARALLEL for _, name in times):
+    if not judged_dp:
         every += " (the searched strategy is data parallel)"
     return (f"judged by the calibration of --machine {machine} (calibration.predict: "
             f"gradient buckets, ranks' speeds, wake-ups; not the search's model): {every}; "

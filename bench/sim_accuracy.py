@@ -47,7 +47,9 @@ measured (spread), error), and the ordering of every pair of strategies of one a
 layout whose measured medians differ by more than the sum of their spreads; the searched
 strategy against data parallel, and as a search on a calibrated machine keeps one of them
 (apps/judge.py: the calibration of the fold holding data parallel predicts both, the faster
-is kept: `judged_data_s` of the searched case) and how the kept one ran; each case's traced
+is kept unless by less than the calibration's held-out estimate: `judged_data_s` and
+`judged_error` of the searched case) and how the kept one ran, each calibration's held-out
+estimate beside its error on the other fold (bench/_sim_accuracy_judged.py); each case's traced
 iterations over its measured period (what tracing costs: bench/_sim_accuracy_traced.py);
 `results["cases"]` lists every case. With SIM_ACCURACY_DATA=FOLDER the strategies, traces
 and measurements are kept there (an interrupted collection resumes layout by layout), and a
@@ -63,6 +65,7 @@ import time
 
 from bench._sim_accuracy_runs import (STRATEGIES, app_argv, apps_of_devices, collect,
                                       layouts, trace_files)
+from bench._sim_accuracy_judged import heldout_rows, judged_rows, searched_vs_data
 from bench._sim_accuracy_traced import traced_rows, traced_span
 
 FOLDS = (("data", "attribute", "random0"), ("parameter", "operation", "random1", "searched"))
@@ -219,6 +222,7 @@ def analyse(folder: str, data: dict) -> dict:
     """Calibrate each layout on one fold of its traces, predict the other fold's cases."""
     import warnings
     from strategy.calibration import calibrate, judged, predict
+    from strategy.heldout import margin
     from strategy.costs import CostModel, CostWarning
     from strategy.costs.profile import Profile, merged
     from strategy.logical_devices import shared as shared_devices
@@ -229,7 +233,7 @@ def analyse(folder: str, data: dict) -> dict:
     done = [lay for lay in layouts(quick) if f"{lay[0]}x{lay[1]}" in measured]
     timing = dict(data["timing"])
     t0 = time.perf_counter()
-    cases, residuals, contention_fits = [], {}, []
+    cases, residuals, contention_fits, estimates = [], {}, [], {}
     # every graph, and the profiler's times of their distinct task nodes (one thread)
     t = time.perf_counter()
     graphs_of, nets, profiles = {}, {}, []
@@ -266,11 +270,16 @@ def analyse(folder: str, data: dict) -> dict:
             model, profile, fit = calibrate(seen, base, base_profiles, loads=loads,
                                             speed_reference=False)
             # the same at the machine's speed reference, where every run recorded one
-            at_speed = calibrate(seen, base, base_profiles, loads=loads)[2] if all(
+            at_speed = calibrate(seen, base, base_profiles, loads=loads,
+                                 heldout=False)[2] if all(
                 case_reference(runs[a, s_]) for a in apps for s_ in fold) else None
             if at_speed is not None and at_speed.reference_s is None:
                 at_speed = None              # a trace without the reference
             residuals[f"{name}, fold {k}"] = fit.residuals
+            estimates[f"{name}, fold {k}"] = {"error": fit.heldout.error, "in_sample": fit.error,
+                                              "folds": fit.heldout.folds,
+                                              "graphs": fit.heldout.graphs,
+                                              "rows": list(fit.heldout.rows)}
             os_load = fit.load_source != "the task events"    # the OS's count, comparable
             contention_fits.append({"layout": name, "fold": k, "contention": fit.contention,
                                     "slice_s": fit.slice_s, "load_source": fit.load_source,
@@ -305,15 +314,18 @@ def analyse(folder: str, data: dict) -> dict:
                         at_both = predict(at_speed, g, ints, ranks_, per, contention=max(
                             1.0, statistics.median(c["contention"])),
                             reference_s=case_reference(c))
-                    judged_data = judged_error = None   # one calibration judges both
+                    judged_data = judged_error = judged_margin = None  # one judges both
                     if strategy == "searched" and "data" in fold:
                         times = dict((n, t) for t, n in judged(
                             fit, {"searched": g, "data": graphs_of[name, a]["data"]}, ints,
                             ranks_, per))
-                        judged_data, judged_error = times["data"], fit.error
+                        judged_data, judged_error = times["data"], margin(fit)[0]
+                        judged_margin = "held out" if fit.heldout.error is not None else \
+                            "in-sample"
                     cases.append({
                         "app": a, "ranks": ranks_, "devices_per_rank": per,
                         "layout": name, "strategy": strategy, "calibrated_on": list(fold),
+                        "fold": k,
                         "measured_s": m, "spread_s": spread_s,
                         "periods_s": c.get("periods_s"),
                         "predicted_s": pred, "error": (pred - m) / m,
@@ -328,6 +340,7 @@ def analyse(folder: str, data: dict) -> dict:
                         "work_s": work, "traced_cpu_s": cpu, "traced_span_s": span,
                         "traced_periods_s": c.get("traced_periods_s"),
                         "judged_data_s": judged_data, "judged_error": judged_error,
+                        "judged_margin": judged_margin, "judged_in_sample": fit.error,
                         "reference_s": case_reference(c),
                         "calibration_reference_s": at_speed and at_speed.reference_s,
                         "at_reference_s": referenced,
@@ -338,7 +351,7 @@ def analyse(folder: str, data: dict) -> dict:
     timing["measured_at"] = data.get("date")
     timing["analyse_s"] = round(time.perf_counter() - t0, 1)
     timing["contention"] = contention_fits
-    return report(cases, timing, machines, quick, residuals)
+    return report(cases, timing, machines, quick, residuals, estimates)
 
 
 def case_reference(case: dict) -> float | None:
@@ -435,52 +448,6 @@ def records_load(trace_path: str) -> bool:
         return any(e.get("name") == LOAD_EVENT for e in json.load(f).get("traceEvents", []))
 
 
-def searched_vs_data(cases: list[dict], key: str = "predicted_s") -> list[str]:
-    """Per app and layout, 'app layout: predicted 0.91x, measured 0.95x' (searched over data
-    parallel), with 'HELD' or 'NOT HELD' when the prediction says searched is faster."""
-    by = {(c["app"], c["layout"], c["strategy"]): c for c in cases}
-    out = []
-    for (a, lay, s), c in by.items():
-        d = by.get((a, lay, "data"))
-        if s != "searched" or d is None:
-            continue
-        p, m = c[key] / d[key], c["measured_s"] / d["measured_s"]
-        verdict = "" if p >= 1 else (" HELD" if m < 1 else " NOT HELD")
-        out.append(f"{a} {lay}: predicted {p:.2f}x, measured {m:.2f}x{verdict}")
-    return out
-
-
-def judged_rows(cases: list[dict]) -> list[tuple]:
-    """The searched strategy as a search with a calibration returns it (apps/judge.py): the
-    calibration of the fold holding data parallelism (in its runs, as a user who recorded it)
-    predicts both, the faster kept unless by less than its own error (calibration.kept)."""
-    from strategy.calibration import kept
-    by = {(c["app"], c["layout"], c["strategy"]): c for c in cases}
-    out, kept_searched, not_slower, within = [], 0, 0, 0
-    for (a, lay, s), c in by.items():
-        d = by.get((a, lay, "data"))
-        if s != "searched" or d is None or c.get("judged_data_s") is None:
-            continue
-        times = sorted([(c["predicted_s"], "searched"), (c["judged_data_s"], "data")])
-        keep = kept(times, c.get("judged_error") or 0.0, "data") == "searched"
-        m = c["measured_s"] / d["measured_s"] if keep else 1.0
-        kept_searched += keep
-        not_slower += m <= 1.0
-        within += m <= 1.0 or d["measured_s"] >= c["spread_s"][0]
-        out.append(f"{a} {lay}: {c['predicted_s'] / c['judged_data_s']:.2f}x predicted, "
-                   f"kept {'searched' if keep else 'data parallel'}, measured {m:.2f}x")
-    if not out:
-        return []
-    return [("searched strategy judged by the calibration against data parallel: kept "
-             "not slower when run", f"{not_slower} of {len(out)}",
-             f"kept the searched in {kept_searched}; one calibration (the fold with data "
-             "parallel's runs) predicts both, as --search on a calibrated machine does "
-             "(apps/judge.py: the searched one kept only when predicted faster by more than the "
-             "calibration's error on its own runs); kept / data parallel iteration time (medians; "
-             "not slower within the runs' spread, data parallel's median at or above the kept "
-             f"one's fastest run: {within} of {len(out)}): " + "; ".join(out))]
-
-
 def layout_text(layout: str) -> str:
     """'1x2' -> '1 process x 2 devices', '2x1' -> '2 ranks'."""
     ranks_, per = (int(x) for x in layout.split("x"))
@@ -503,7 +470,7 @@ def case_text(c: dict) -> str:
 
 
 def report(cases: list[dict], timing: dict, machines: dict, quick: bool,
-           residuals: dict | None = None) -> dict:
+           residuals: dict | None = None, estimates: dict | None = None) -> dict:
     overall = summary(cases)
     before = summary([dict(c, predicted_s=c["uncalibrated_s"]) for c in cases])
     plain = summary([dict(c, predicted_s=c["without_factor_s"]) for c in cases])
@@ -578,6 +545,7 @@ def report(cases: list[dict], timing: dict, machines: dict, quick: bool,
                      "devices is the collection's, found on one process's model with "
                      "analytic costs): " + "; ".join(versus)))
     rows.extend(judged_rows(cases))
+    rows.extend(heldout_rows(estimates or {}, cases, layout_text))
     if residuals:
         errs = [abs(p - m) / m for rs in residuals.values() for _, m, p in rs]
         rows.append(("calibration residuals (traced runs it was fitted to)",
@@ -596,4 +564,5 @@ def report(cases: list[dict], timing: dict, machines: dict, quick: bool,
                                          if all(c.get("at_reference_s") for c in cases)
                                          else None),
                         "groups": per_group, "residuals": residuals or {}, "timing": timing,
+                        "heldout_estimates": estimates or {},
                         "calibration": machines, "quick": quick}}

@@ -86,7 +86,9 @@ receiving thread next polls, so the traces bound them loosely) and the end of an
 all-reduce fit), and the residuals show what they leave.
 
 All traces of one calibration must share one layout (ranks x devices per rank): 1 process
-runs taskrt's LocalExecutor, several run the MPIExecutor, whose costs differ.
+runs taskrt's LocalExecutor, several run the MPIExecutor, whose costs differ. Its error:
+Fit.error on its own runs, Fit.heldout on strategies held out of it (strategy/heldout.py:
+k-fold refits), the margin of a search it judges (apps/judge.py).
 """
 from __future__ import annotations
 
@@ -106,6 +108,8 @@ from .insitu import (contention, deflate_long_keys, insitu_profile, rank_speeds,
 from .machines import HOST_KINDS, HostCost
 from .cores import machine_cores, per_thread_contention, sharing, waiting_slice
 from .gradbuckets import bucket_collectives, bucketed, buckets_of, collective_wait
+from .heldout import HeldOut, estimate as heldout_estimate, kept, residual_error  # noqa: F401
+from .heldout import RECORD as HELDOUT_RECORD, from_record as heldout_of, to_record
 from .preemption import PreemptedTimer, expected_makespan
 from .replay import ReplayError, measured_times, model_for_layout, recorded
 from .rankclocks import on_one_clock
@@ -166,6 +170,7 @@ class Fit:
     reference_s: float | None = None  # the speed reference its times are at (speedref.py)
     repetition: tuple = (0.0, 1.0)  # (b, ref): task x (rank's repetition / ref)^b (repetition.py)
     error: float = 0.0              # median |predicted / measured - 1| of its residuals
+    heldout: HeldOut | None = None  # its error on strategies held out of it (heldout.py)
 
     def text(self) -> str:
         lines = ["host costs per node kind (mean gap before its events + event host work):"]
@@ -227,7 +232,7 @@ class Fit:
             errs = [abs(p - m) / m for _, m, p in self.residuals]
             lines.append(f"  median |error| {100 * statistics.median(errs):.1f}%, worst "
                          f"{100 * max(errs):.1f}%")
-        return "\n".join(lines)
+        return "\n".join(lines + (self.heldout.text() if self.heldout else []))
 
 
 def load_runs(paths) -> list[RecordedRun]:
@@ -316,7 +321,8 @@ def with_factor(model, profile: Profile, k: float, name: str = "iteration_factor
 
 def calibrate(paths, base_model, base_profile: Profile | None = None, factor: bool = True,
               loads: dict | None = None, shared_cores: bool = True, wakeups: bool = True,
-              rank_spread: bool = True, speed_reference: bool = True, repeats: bool = True):
+              rank_spread: bool = True, speed_reference: bool = True, repeats: bool = True,
+              heldout: bool = True):
     """(machine model with host costs, in-situ profile, Fit) from trace files. `base_model`
     is a MachineModel with one device per rank of the runs (or one per device): its devices
     and links are kept, its host costs replaced. `factor`: fit the iteration factor (runs
@@ -333,10 +339,28 @@ def calibrate(paths, base_model, base_profile: Profile | None = None, factor: bo
     iteration run at the speeds the runs showed (insitu.rank_speeds), drawn in each simulation.
     `speed_reference`: where every trace records the machine's speed beside its run
     (strategy/speedref.py), fit every run at one speed (at_reference_speed; fit.reference_s).
-    `repeats`: on several ranks, a rank's tasks at its repetition's speed (repetition.py)."""
+    `repeats`: on several ranks, a rank's tasks at its repetition's speed (repetition.py).
+    `heldout`: estimate its error on strategies it never saw (strategy/heldout.py: k-fold
+    refits of this calibration without some graphs' traces), Fit.heldout."""
     runs = load_runs(paths)
     if not runs:
         raise CalibrationError("calibrate: give at least one trace file (a run with --trace)")
+    options = dict(base_model=base_model, base_profile=base_profile, factor=factor,
+                   loads=loads, shared_cores=shared_cores, wakeups=wakeups,
+                   rank_spread=rank_spread, speed_reference=speed_reference, repeats=repeats)
+    groups = same_graph(runs)                # each refit on copies: fitting sets their times
+    held = heldout_estimate(groups, lambda rs: fit_runs(
+        [dataclasses.replace(r) for r in rs], **options, last_residuals=False)[2],
+        lambda fit, g: residuals(g, fit)[0]) \
+        if heldout else HeldOut(None, len(groups), why="calibrated with heldout=False")
+    return fit_runs(runs, **options, heldout=held)
+
+
+def fit_runs(runs, base_model, base_profile, factor, loads, shared_cores, wakeups,
+             rank_spread, speed_reference, repeats, heldout: HeldOut | None = None,
+             last_residuals: bool = True):
+    """calibrate() of loaded runs (which it changes: speeds, prices); `last_residuals`:
+    the residuals at the fitted factor (Fit.error), which a held-out refit goes without."""
     reference = at_reference_speed(runs) if speed_reference else None
     ranks, per_rank = runs[0].ranks, runs[0].per_rank
     try:
@@ -384,15 +408,17 @@ def calibrate(paths, base_model, base_profile: Profile | None = None, factor: bo
     fit.work = (model, profile)
     if rank_spread and ranks > 1:
         fit.speeds = rank_speeds(runs, profile) or None
-    fit.residuals = residuals(runs, fit)
-    fit.unscaled = with_factor(model, profile, fit.contention, "contention")
     # One process fits one only from untraced periods: its traced iteration is its work x
     # contention, and a factor fitted to it held the runs' noise (module doc)
-    if factor and (ranks > 1 or all(r.untraced_s is not None for r in runs)):
-        for _ in range(2):                  # the simulation is nearly linear in k
-            fit.factor *= statistics.median(m / p for _, m, p in fit.residuals if p > 0)
+    fitted = factor and (ranks > 1 or all(r.untraced_s is not None for r in runs))
+    if fitted or last_residuals:
+        fit.residuals = residuals(runs, fit)
+    fit.unscaled = with_factor(model, profile, fit.contention, "contention")
+    for last in (False, True) if fitted else ():    # the simulation is nearly linear in k
+        fit.factor *= statistics.median(m / p for _, m, p in fit.residuals if p > 0)
+        if last_residuals or not last:
             fit.residuals = residuals(runs, fit)
-    fit.error = residual_error(fit.residuals)
+    fit.error, fit.heldout = residual_error(fit.residuals), heldout
     model, profile = at_contention(fit, fit.contention)
     record = dict(model.calibration)
     record["from_traces"] = dict(record["from_traces"], contention=fit.contention,
@@ -416,7 +442,7 @@ def prediction_record(fit: Fit) -> dict:
             {str(p): list(line) for p, line in fit.collective_s.items()},
             "speeds": None if fit.speeds is None else [list(t) for t in fit.speeds],
             "view_s": fit.view_s, "reference_s": fit.reference_s, "error": fit.error,
-            "repetition": list(fit.repetition)}
+            "repetition": list(fit.repetition), HELDOUT_RECORD: to_record(fit.heldout)}
 
 
 def fit_from_files(model, profile: Profile, where: str = "the machine file") -> Fit | None:
@@ -446,7 +472,8 @@ def fit_from_files(model, profile: Profile, where: str = "the machine file") -> 
                   view_s=float(rec.get("view_s", 0.0)),   # 0: a record before 2026-12-05
                   reference_s=None if rec.get("reference_s") is None else
                   float(rec["reference_s"]),
-                  error=float(error), repetition=from_record(rec.get("repetition", (0, 1))))
+                  error=float(error), repetition=from_record(rec.get("repetition", (0, 1))),
+                  heldout=heldout_of(rec))      # None: a record before 2026-12-07
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise CalibrationError(f"{where}: its calibration record's {PREDICTION_RECORD!r} is "
                                f"malformed ({type(e).__name__}: {e}); calibrate again "
@@ -468,26 +495,6 @@ def judged(fit: Fit, graphs: dict, int_ranges: dict, ranks: int, per_rank: int) 
     times = [(predict(fit, g, int_ranges, ranks, per_rank), k, name)
              for k, (name, g) in enumerate(graphs.items())]
     return [(t, name) for t, _, name in sorted(times)]
-
-
-def residual_error(rows) -> float:
-    """The median |predicted / measured - 1| of residuals' (name, measured s, predicted s)
-    rows: how far a calibration is off on the runs it was fitted to (0 with none)."""
-    errs = [abs(p / m - 1) for _, m, p in rows if m > 0]
-    return statistics.median(errs) if errs else 0.0
-
-
-def kept(times: list, error: float, baseline: str) -> str:
-    """The name a search judged by a calibration keeps, of `times` ([(predicted s, name)],
-    fastest first: judged()): the fastest, unless `baseline` (data parallelism) is predicted
-    within the calibration's own error of it (Fit.error). A gain the model cannot tell from
-    its error does not move a user off the baseline: on 4 ranks of 2 cores a searched
-    Transformer strategy predicted 0.99x data parallel's time ran 1.36x it (2026-12-06)."""
-    best_t, best = times[0]
-    base = next((t for t, name in times if name == baseline), None)
-    if base is None or best == baseline or base > best_t * (1 + error):
-        return best
-    return baseline
 
 
 def predict(fit: Fit, graph, int_ranges: dict, ranks: int, per_rank: int,

@@ -96,6 +96,11 @@ def _parser() -> argparse.ArgumentParser:
                    "the runs did not time get these, scaled to in situ")
     c.add_argument("--no-factor", action="store_true",
                    help="do not fit the iteration factor (docs/simulator.md)")
+    c.add_argument("--no-heldout", action="store_true",
+                   help="skip the held-out error estimate (3 refits without a third of the "
+                   "strategies each: the calibration takes 2-2.5x as long; strategy/heldout.py); "
+                   "a search judged by it then keeps data parallelism within its error on "
+                   "its own runs")
     sub.add_parser("profile", help="measure an app's task costs (python -m strategy.costs "
                    "profile --help)", add_help=False)
     w = sub.add_parser("show", help="a strategy file as a table (and a graph picture)")
@@ -293,7 +298,8 @@ def _calibrate(a, out) -> int:
             print(f"note: --machine {a.machine} has one device; using it for each of the "
                   f"{ranks} ranks with default links (save 'local' under mpirun -np {ranks} "
                   "for measured ones)", file=out)
-        model, profile, fit = calibrate(a.traces, base, base_profile, not a.no_factor)
+        model, profile, fit = calibrate(a.traces, base, base_profile, not a.no_factor,
+                                        heldout=not a.no_heldout)
     except (CalibrationError, ReplayError, MachineModelError, ProfileError) as e:
         raise CliError(str(e)) from None
     print(fit.text(), file=out)

@@ -221,9 +221,10 @@ def test_the_judged_search_keeps_the_faster_by_one_calibration_and_says_how_it_r
              searched("d", 0.5, 0.1, 1.0)]                 # no data parallel case: left out
     (metric, value, note), = judged_rows(cases)
     assert value == "2 of 3" and "kept the searched in 2" in note
-    assert note.endswith("a 2x1: 0.90x predicted, kept searched, measured 0.80x; "
-                         "b 2x1: 1.20x predicted, kept data parallel, measured 1.00x; "
-                         "c 2x1: 0.90x predicted, kept searched, measured 1.30x")
+    assert note.endswith("a 2x1: 0.90x predicted, margin 0.0%, kept searched, measured 0.80x; "
+                         "b 2x1: 1.20x predicted, margin 0.0%, kept data parallel, measured "
+                         "1.00x; c 2x1: 0.90x predicted, margin 0.0%, kept searched, measured "
+                         "1.30x")
     assert judged_rows([case("a", 2, "data", 1.0, 1.0), case("a", 2, "searched", 1, 1)]) == []
     # faster by less than the calibration's own error: data parallel kept
     close = [case("e", 2, "data", 1.0, 1.0),
@@ -232,13 +233,49 @@ def test_the_judged_search_keeps_the_faster_by_one_calibration_and_says_how_it_r
              dict(searched("f", 0.9, 0.9, 1.0), judged_error=0.05)]
     (_, value, note), = judged_rows(close)
     assert value == "2 of 2" and "kept the searched in 1" in note
-    assert "e 2x1: 0.99x predicted, kept data parallel, measured 1.00x" in note
+    assert "e 2x1: 0.99x predicted, margin 5.0%, kept data parallel, measured 1.00x" in note
     # slower by the medians, though its fastest run beat data parallel's median: slower,
     # counted apart as within the runs' spread
     spread = [case("g", 2, "data", 1.0, 1.0),
               dict(case("g", 2, "searched", 1.3, 0.8, spread=1.0), judged_data_s=1.0)]
     (_, value, note), = judged_rows(spread)
     assert value == "0 of 1" and "within the runs' spread" in note and ": 1 of 1)" in note
+
+
+def test_the_judged_row_keeps_by_the_held_out_margin_and_gives_the_in_sample_count_beside():
+    """AlexNet on 4 ranks (eleventh collection): searched 0.90x data parallel predicted, 1.32x
+    measured; the in-sample error (6%) kept it, a held-out estimate of 15% does not."""
+    from bench.sim_accuracy import judged_rows
+    cases = [case("a", 2, "data", 1.0, 1.0),
+             dict(case("a", 2, "searched", 1.32, 0.90), judged_data_s=1.0, judged_error=0.15,
+                  judged_margin="held out", judged_in_sample=0.06),
+             case("b", 2, "data", 1.0, 1.0),
+             dict(case("b", 2, "searched", 0.5, 0.6), judged_data_s=1.0, judged_error=0.04,
+                  judged_margin="in-sample", judged_in_sample=0.04)]
+    (_, value, note), = judged_rows(cases)
+    assert value == "2 of 2" and "kept the searched in 1;" in note
+    assert "a 2x1: 0.90x predicted, margin 15.0%, kept data parallel, measured 1.00x" in note
+    assert "in 1 its in-sample error, no estimate" in note
+    assert "with the in-sample error as the margin (before 2026-12-07): 1 of 2 not slower, " \
+           "kept the searched in 2" in note
+
+
+def test_each_calibration_s_held_out_estimate_is_set_beside_its_error_on_the_other_fold():
+    from bench.sim_accuracy import layout_text, report
+    from bench._sim_accuracy_judged import heldout_rows
+    cases = [dict(case("a", 2, "x", 1.0, 1.1), fold=0), dict(case("a", 2, "y", 1.0, 1.3),
+                                                             fold=0),
+             dict(case("a", 2, "z", 1.0, 0.95), fold=1)]
+    estimates = {"2x1, fold 0": {"error": 0.12, "in_sample": 0.06, "folds": 3, "graphs": 4},
+                 "2x1, fold 1": {"error": 0.08, "in_sample": 0.04, "folds": 3, "graphs": 3},
+                 "1x2, fold 0": {"error": None, "in_sample": 0.1, "folds": 0, "graphs": 2}}
+    (metric, value, note), = heldout_rows(estimates, cases, layout_text)
+    assert value == "below in 1 of 2" and "2.00x (median)" in note
+    assert "2 ranks fold 0: 12.0% (in-sample 6.0%; 3-fold over 4) vs 20.0% on the other " \
+           "fold; 2 ranks fold 1: 8.0% (in-sample 4.0%; 3-fold over 3) vs 5.0%" in note
+    rows = [m for m, _, _ in report(cases, {}, {}, True, None, estimates)["rows"]]
+    assert metric in rows
+    assert heldout_rows({}, cases, layout_text) == []
 
 
 def test_a_case_s_speed_is_the_median_of_its_runs_references_on_every_rank():
