@@ -511,10 +511,10 @@ def predict(fit: Fit, graph, int_ranges: dict, ranks: int, per_rank: int,
     `wakeups=False`: not, e.g. for the threads' work alone), and each simulation draws the
     ranks' speeds of one recorded iteration (fit.speeds). `traced`: an iteration run with
     --trace (every node timed alone); else as run without, whose executor skips the idle
-    points and batches the updates ready together (strategy/untraced.py). `reference_s`: the machine's
-    speed reference beside the run predicted (strategy/speedref.py): task times and host
-    costs are scaled by it over the fit's (not the OS's slices and wake-ups); refused for a
-    fit without one."""
+    points and batches the updates ready together (strategy/untraced.py). `reference_s`: the
+    machine's speed reference beside the run predicted (strategy/speedref.py): task times
+    and host costs are scaled by it over the fit's (not the OS's slices and wake-ups);
+    refused for a fit without one."""
     k = fit.factor if factor is None else factor
     if reference_s is not None:
         if fit.reference_s is None:
