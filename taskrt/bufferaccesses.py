@@ -12,6 +12,9 @@ from .rectindex import RectIndex, overlaps_any
 # Whether a buffer starts in its aligned mode (BufferAccesses); off only to compare the two
 # (tests/taskrt/test_aligned_buffers.py plans both ways and compares the graphs).
 ALIGNED_BUFFERS = True
+# Whether a buffer leaving the aligned mode tries the disjoint-writes mode first; off only
+# to compare (tests/taskrt/test_buffer_accesses.py).
+DISJOINT_WRITES = True
 _ALIGNED_RECTS = 256    # a buffer with more distinct rects is made general (the test is O(n))
 _MISSING = object()
 
@@ -29,16 +32,33 @@ class BufferAccesses:
     its writers and readers as dicts by rect, in the order their RectIndexes would hold
     them (a write moves its piece to the end, as RectIndex.renew and remove + add do), and
     answers by lookup; a new rect is checked once against the rects seen (`_seen`). The
-    first rect that overlaps a seen one without being equal to it (or an empty rect) turns
-    the buffer into the general mode for good: the dicts become the RectIndexes, item by
-    item in order, which is all of a RectIndex a query can tell (it answers in insertion
-    order whatever its grid), so both modes give the same predecessors."""
-    __slots__ = ("writers", "readers", "_writers_of", "_w", "_r", "_seen", "_unfiled")
+    first rect that overlaps a seen one without being equal to it (or an empty rect) ends
+    the aligned mode for good: the dicts become the RectIndexes, item by item in order,
+    which is all of a RectIndex a query can tell (it answers in insertion order whatever
+    its grid), so every mode gives the same predecessors.
+
+    Disjoint-writes mode, between the two. While every rect written is equal to or
+    disjoint from every rect written before and every read lies within the rects written
+    (a producer's part read piece by piece by copies; a reader's instance written piece by
+    piece by copies, then read whole), no write cuts a piece, and the readers a write of
+    one of those rects depends on are the reads that met it since its last write: `_d`
+    keeps them per written rect, with no geometry, and `writers` is the RectIndex the
+    general mode would hold. A read that meets unwritten elements, a write that cuts a
+    written rect, or an empty rect turns the buffer general: each kept read becomes a
+    reader of its part of each written rect it met (the part of its rect that no write
+    has since overwritten, which is what the general mode keeps of it). The aligned mode
+    goes this way when its reads were all of written rects, else straight to general."""
+    __slots__ = ("writers", "readers", "_writers_of", "_w", "_r", "_seen", "_unfiled", "_d",
+                 "_last")
 
     def __init__(self):
         self._writers_of: dict[Rect, set] = {}      # rect -> its writers (until a write)
         # General mode: reads [(rect, ref)] not yet entered in `readers` (_file_reads).
         self._unfiled: list = []
+        # Disjoint-writes mode: written rect -> [(rect, ref)] of the reads that met it since
+        # its last write (None in the other modes).
+        self._d: dict | None = None
+        self._last: Rect | None = None      # (_read_disjoint)
         if ALIGNED_BUFFERS:
             self._w: dict | None = {}                # rect -> last writer ref
             self._r: dict = {}                       # rect -> set of reader refs
@@ -67,18 +87,38 @@ class BufferAccesses:
                 seen.append(rect)
                 if len(seen) <= _ALIGNED_RECTS:
                     return True
-        self._general()
+        self._leave_aligned(not rect.empty and DISJOINT_WRITES)
         return False
 
-    def _general(self) -> None:
-        """Leave the aligned mode: the dicts become the RectIndexes, in order."""
-        writers, readers = RectIndex(disjoint=True), RectIndex()
-        for rect, ref in self._w.items():
+    def _leave_aligned(self, disjoint: bool) -> None:
+        """Leave the aligned mode: the dicts become the RectIndexes, in order; for the
+        disjoint-writes mode (`disjoint`) when every rect read is a rect written."""
+        writers = RectIndex(disjoint=True)
+        w, r = self._w, self._r
+        for rect, ref in w.items():
             writers.add(rect, ref)
-        for rect, refs in self._r.items():
-            readers.add(rect, refs)
-        self.writers, self.readers = writers, readers
+        self.writers = writers
         self._w = self._r = self._seen = None
+        self._writers_of.clear()        # (cached per mode)
+        if disjoint and all(rect in w for rect in r):
+            d = self._d = {rect: [] for rect in w}
+            for rect, refs in r.items():
+                d[rect] = [(rect, ref) for ref in refs]
+            return
+        readers = self.readers = RectIndex()
+        for rect, refs in r.items():
+            readers.add(rect, refs)
+
+    def _general(self) -> None:
+        """Leave the disjoint-writes mode: each read kept becomes a reader of its part of
+        each written rect it met (module doc)."""
+        d, self._d = self._d, None
+        self._writers_of.clear()        # (cached per mode)
+        self.readers = RectIndex()
+        add = self._add_readers
+        for written, reads in d.items():
+            for rect, ref in reads:
+                add(rect.intersect(written), (ref,))
 
     def _add_readers(self, rect: Rect, refs) -> None:
         known = self.readers.exact_value(rect)
@@ -105,11 +145,63 @@ class BufferAccesses:
                 else:
                     refs.add(ref)
                 return set(known)
+            known = None
+        if self._d is not None:
+            got = self._read_disjoint(rect, ref)
+            if got is not None:
+                return got
         if known is None:
             known = self._writers_of[rect] = {n for _, _, n in self.writers.overlapping(rect)}
         # A read's preds are writers only: it is entered in `readers` when a write asks.
         self._unfiled.append((rect, ref))
         return set(known)
+
+    def _read_disjoint(self, rect: Rect, ref) -> set | None:
+        """read() in the disjoint-writes mode; None when it made the buffer general. A read
+        inside the written rect the last one-rect read met (a producer's part, read piece
+        by piece by copies) meets only it (written rects are disjoint): no query."""
+        last = self._last
+        if last is not None and rect.intersect(last) is rect and not rect.empty:
+            self._d[last].append((rect, ref))
+            return {self.writers.exact_value(last)}
+        found = self.writers.overlapping(rect)
+        if len(found) == 1:
+            _, written, writer = found[0]
+            if rect.intersect(written) is not rect or rect.empty:
+                self._general()
+                return None
+            self._last = written
+            self._d[written].append((rect, ref))
+            return {writer}
+        if rect.empty or sum(r.intersect(rect).volume for _, r, _ in found) != rect.volume:
+            self._general()
+            return None
+        d = self._d
+        item = (rect, ref)
+        for _, written, _ in found:
+            d[written].append(item)
+        return {n for _, _, n in found}
+
+    def _write_disjoint(self, rect: Rect, ref) -> set | None:
+        """write() in the disjoint-writes mode; None when it made the buffer general."""
+        writers = self.writers
+        i = writers.find_exact(rect)
+        if i is not None:
+            preds = {writers.get(i)[1]}
+            d = self._d
+            reads = d[rect]
+            if reads:
+                preds.update([r for _, r in reads])
+                d[rect] = []
+            writers.renew(i, ref)
+            preds.discard(ref)
+            return preds
+        if rect.empty or writers.overlapping(rect):
+            self._general()
+            return None
+        writers.add(rect, ref)
+        self._d[rect] = []
+        return set()
 
     def _file_reads(self) -> None:
         """Enter the reads made since the last write in `readers`, in order: what each read
@@ -142,6 +234,10 @@ class BufferAccesses:
                     preds |= refs
                 w[rect] = ref
                 preds.discard(ref)
+                return preds
+        if self._d is not None:
+            preds = self._write_disjoint(rect, ref)
+            if preds is not None:
                 return preds
         preds = set()
         if self._unfiled:
