@@ -5,6 +5,7 @@ knows nothing of devices, copies or sums."""
 from __future__ import annotations
 
 from itertools import islice
+from operator import attrgetter
 
 from .geometry import Rect
 from .rectindex import RectIndex, overlaps_any
@@ -17,6 +18,7 @@ ALIGNED_BUFFERS = True
 DISJOINT_WRITES = True
 _ALIGNED_RECTS = 256    # a buffer with more distinct rects is made general (the test is O(n))
 _MISSING = object()
+_VOLUME = attrgetter("volume")
 
 
 class BufferAccesses:
@@ -157,12 +159,23 @@ class BufferAccesses:
         return set(known)
 
     def _read_disjoint(self, rect: Rect, ref) -> set | None:
-        """read() in the disjoint-writes mode; None when it made the buffer general. A read
-        inside the written rect the last one-rect read met (a producer's part, read piece
-        by piece by copies) meets only it (written rects are disjoint): no query."""
+        """read() in the disjoint-writes mode; None when it made the buffer general. A rect
+        read before since the last write has its writers and written rects met kept (many
+        copies read one piece); a read inside the written rect the last one-rect read met
+        (a producer's part, read piece by piece by copies) meets only it (written rects are
+        disjoint): no query."""
+        d = self._d
+        # (writers, the lists in _d of the written rects met: a write, which renews a
+        # list, empties this cache first)
+        got = self._writers_of.get(rect)
+        if got is not None:
+            item = (rect, ref)
+            for reads in got[1]:
+                reads.append(item)
+            return set(got[0])
         last = self._last
         if last is not None and rect.intersect(last) is rect and not rect.empty:
-            self._d[last].append((rect, ref))
+            d[last].append((rect, ref))
             return {self.writers.exact_value(last)}
         found = self.writers.overlapping(rect)
         if len(found) == 1:
@@ -171,16 +184,21 @@ class BufferAccesses:
                 self._general()
                 return None
             self._last = written
-            self._d[written].append((rect, ref))
+            reads = d[written]
+            self._writers_of[rect] = ({writer}, (reads,))
+            reads.append((rect, ref))
             return {writer}
-        if rect.empty or sum(r.intersect(rect).volume for _, r, _ in found) != rect.volume:
+        met = [r for _, r, _ in found]
+        # (a task reading the pieces copies wrote meets dozens: no Rect method per piece)
+        if rect.empty or sum(map(_VOLUME, map(rect.intersect, met))) != rect.volume:
             self._general()
             return None
-        d = self._d
+        lists = [d[r] for r in met]
         item = (rect, ref)
-        for _, written, _ in found:
-            d[written].append(item)
-        return {n for _, _, n in found}
+        for reads in lists:
+            reads.append(item)
+        got = self._writers_of[rect] = ({n for _, _, n in found}, lists)
+        return set(got[0])
 
     def _write_disjoint(self, rect: Rect, ref) -> set | None:
         """write() in the disjoint-writes mode; None when it made the buffer general."""
