@@ -19,6 +19,10 @@ DISJOINT_WRITES = True
 _ALIGNED_RECTS = 256    # a buffer with more distinct rects is made general (the test is O(n))
 _MISSING = object()
 _VOLUME = attrgetter("volume")
+# A write cutting a written rect that more reads met than this makes the buffer general
+# (its readers then in a RectIndex: a big rect read piece by piece and cut again and again
+# would cost its reads at each cut).
+_CUT_READS = 64
 
 
 class BufferAccesses:
@@ -42,14 +46,16 @@ class BufferAccesses:
     Disjoint-writes mode, between the two. While every rect written is equal to or
     disjoint from every rect written before and every read lies within the rects written
     (a producer's part read piece by piece by copies; a reader's instance written piece by
-    piece by copies, then read whole), no write cuts a piece, and the readers a write of
-    one of those rects depends on are the reads that met it since its last write: `_d`
-    keeps them per written rect, with no geometry, and `writers` is the RectIndex the
-    general mode would hold. A read that meets unwritten elements, a write that cuts a
-    written rect, or an empty rect turns the buffer general: each kept read becomes a
-    reader of its part of each written rect it met (the part of its rect that no write
-    has since overwritten, which is what the general mode keeps of it). The aligned mode
-    goes this way when its reads were all of written rects, else straight to general."""
+    piece by copies, then read whole), the readers a write of one of those rects depends
+    on are the reads that met it since its last write: `_d` keeps them per written rect,
+    and `writers` is the RectIndex the general mode would hold. A write that cuts written
+    rects (a reduction's result over the sums a task wrote) cuts them as the general mode
+    does, each remaining piece keeping the reads that meet it. A read that meets
+    unwritten elements, a cut of a written rect that many reads met (_CUT_READS), or an
+    empty rect turns the buffer general: each kept read becomes a reader of its part of
+    each written rect it met (the part of its rect that no write has since overwritten,
+    which is what the general mode keeps of it). The aligned mode goes this way when its
+    reads were all of written rects, else straight to general."""
     __slots__ = ("writers", "readers", "_writers_of", "_w", "_r", "_seen", "_unfiled", "_d",
                  "_last")
 
@@ -149,25 +155,25 @@ class BufferAccesses:
                 return set(known)
             known = None
         if self._d is not None:
-            got = self._read_disjoint(rect, ref)
+            got = self._read_disjoint(rect, ref, known)
             if got is not None:
                 return got
+            known = None
         if known is None:
             known = self._writers_of[rect] = {n for _, _, n in self.writers.overlapping(rect)}
         # A read's preds are writers only: it is entered in `readers` when a write asks.
         self._unfiled.append((rect, ref))
         return set(known)
 
-    def _read_disjoint(self, rect: Rect, ref) -> set | None:
-        """read() in the disjoint-writes mode; None when it made the buffer general. A rect
-        read before since the last write has its writers and written rects met kept (many
-        copies read one piece); a read inside the written rect the last one-rect read met
-        (a producer's part, read piece by piece by copies) meets only it (written rects are
-        disjoint): no query."""
+    def _read_disjoint(self, rect: Rect, ref, got) -> set | None:
+        """read() in the disjoint-writes mode; None when it made the buffer general. A read
+        inside the written rect the last one-rect read met (a producer's part, read piece
+        by piece by copies; a piece many copies read) meets only it (written rects are
+        disjoint): no query. A rect meeting several, read before since the last write
+        (a task's read of the pieces copies wrote), has them kept (`got`)."""
         d = self._d
-        # (writers, the lists in _d of the written rects met: a write, which renews a
-        # list, empties this cache first)
-        got = self._writers_of.get(rect)
+        # `got`: _writers_of's (writers, the lists in _d of the written rects met) of a rect
+        # met by several (a write, which renews a list, empties this cache first)
         if got is not None:
             item = (rect, ref)
             for reads in got[1]:
@@ -183,10 +189,8 @@ class BufferAccesses:
             if rect.intersect(written) is not rect or rect.empty:
                 self._general()
                 return None
-            self._last = written
-            reads = d[written]
-            self._writers_of[rect] = ({writer}, (reads,))
-            reads.append((rect, ref))
+            self._last = written        # (the next read of `rect` finds it there)
+            d[written].append((rect, ref))
             return {writer}
         met = [r for _, r, _ in found]
         # (a task reading the pieces copies wrote meets dozens: no Rect method per piece)
@@ -214,12 +218,35 @@ class BufferAccesses:
             writers.renew(i, ref)
             preds.discard(ref)
             return preds
-        if rect.empty or writers.overlapping(rect):
+        found = writers.overlapping(rect)
+        if not found:
+            writers.add(rect, ref)
+            self._d[rect] = []
+            return set()
+        d = self._d
+        if rect.empty or any(len(d[r]) > _CUT_READS for _, r, _ in found):
             self._general()
             return None
+        # Written rects cut (as the general mode cuts its pieces, in the same order): the
+        # reads of each part outside `rect` stay with it, those meeting `rect` are preds.
+        self._last = None
+        preds = set()
+        for i, r, n in found:
+            preds.add(n)
+            reads = d.pop(r)
+            writers.remove(i)
+            # (a read x kept with r meets r; boxes that meet pairwise meet all three, so x
+            # meets r's part inside `rect` when it meets `rect`)
+            for x, reader in reads:
+                if x.overlaps(rect):
+                    preds.add(reader)
+            for piece in r.subtract(rect):
+                writers.add(piece, n)
+                d[piece] = [item for item in reads if item[0].overlaps(piece)]
         writers.add(rect, ref)
-        self._d[rect] = []
-        return set()
+        d[rect] = []
+        preds.discard(ref)
+        return preds
 
     def _file_reads(self) -> None:
         """Enter the reads made since the last write in `readers`, in order: what each read

@@ -115,12 +115,14 @@ def _inside(rng, rect: Rect) -> Rect:
     return Rect(lo, tuple(rng.randrange(a + 1, b + 1) for a, b in zip(lo, rect.hi)))
 
 
-@pytest.mark.parametrize("disjoint", [True, False])
-def test_disjoint_writes_mode_gives_the_definitions_preds(disjoint, monkeypatch):
+@pytest.mark.parametrize("disjoint, cut_reads", [(True, 64), (True, 0), (False, 64)])
+def test_disjoint_writes_mode_gives_the_definitions_preds(disjoint, cut_reads, monkeypatch):
     """Reads of whole cells, of unions of written cells and of parts of cells, writes of
-    cells (again), then at random a write of a union (cutting cells) or a read of an
-    unwritten cell, in the disjoint-writes mode and after it turns general."""
+    cells (again), at random a write of a union (cutting cells: in the mode, or with
+    `cut_reads` 0 general once a read met a cell cut) or a read of an unwritten cell, in
+    the disjoint-writes mode and after it turns general."""
     monkeypatch.setattr(bufferaccesses, "DISJOINT_WRITES", disjoint)
+    monkeypatch.setattr(bufferaccesses, "_CUT_READS", cut_reads)
     in_mode = left = 0
     for seed in range(400):
         rng = random.Random(seed)
@@ -167,7 +169,9 @@ def test_disjoint_writes_mode_gives_the_definitions_preds(disjoint, monkeypatch)
                 r = rng.choice(written)
                 assert buf.read(r, k) == plain.read(r, k), (seed, k)
             left += was and buf._d is None
-    if disjoint:
-        assert in_mode > 2000 and left > 100    # the mode was used, and left for general
-    else:
+    if not disjoint:
         assert in_mode == 0
+    elif cut_reads:
+        assert in_mode > 10000                  # cuts kept in the mode
+    else:
+        assert in_mode > 2000 and left > 100    # the mode was used, and left for general
