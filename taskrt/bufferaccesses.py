@@ -43,14 +43,15 @@ class BufferAccesses:
     which is all of a RectIndex a query can tell (it answers in insertion order whatever
     its grid), so every mode gives the same predecessors.
 
-    Disjoint-writes mode, between the two. While every rect written is equal to or
-    disjoint from every rect written before and every read lies within the rects written
+    Disjoint-writes mode, between the two. `writers` is the RectIndex of disjoint written
+    pieces the general mode would hold, and while every read lies within written pieces
     (a producer's part read piece by piece by copies; a reader's instance written piece by
-    piece by copies, then read whole), the readers a write of one of those rects depends
-    on are the reads that met it since its last write: `_d` keeps them per written rect,
-    and `writers` is the RectIndex the general mode would hold. A write that cuts written
-    rects (a reduction's result over the sums a task wrote) cuts them as the general mode
-    does, each remaining piece keeping the reads that meet it. A read that meets
+    piece by copies, then read whole; sums read piece by piece by reduction copies), the
+    readers a write of a piece depends on are the reads that met it since its last write:
+    `_d` keeps them per piece, in lists, not in a second RectIndex. A write equal to a
+    piece renews it; one disjoint from all adds one; one that cuts pieces (a reduction's
+    result over the sums a task wrote) cuts them as the general mode does, each remaining
+    piece keeping the reads that meet it. A read that meets
     unwritten elements, a cut of a written rect that many reads met (_CUT_READS), or an
     empty rect turns the buffer general: each kept read becomes a reader of its part of
     each written rect it met (the part of its rect that no write has since overwritten,
@@ -60,7 +61,9 @@ class BufferAccesses:
                  "_last")
 
     def __init__(self):
-        self._writers_of: dict[Rect, set] = {}      # rect -> its writers (until a write)
+        # rect -> its writers (until a write); disjoint-writes mode: (its writers, the
+        # lists in _d of the pieces it met), for a rect meeting several
+        self._writers_of: dict[Rect, set | tuple] = {}
         # General mode: reads [(rect, ref)] not yet entered in `readers` (_file_reads).
         self._unfiled: list = []
         # Disjoint-writes mode: written rect -> [(rect, ref)] of the reads that met it since
@@ -205,7 +208,11 @@ class BufferAccesses:
         return set(got[0])
 
     def _write_disjoint(self, rect: Rect, ref) -> set | None:
-        """write() in the disjoint-writes mode; None when it made the buffer general."""
+        """write() in the disjoint-writes mode; None when it made the buffer general (an
+        empty rect: no piece of the mode is empty)."""
+        if rect.empty:
+            self._general()
+            return None
         writers = self.writers
         i = writers.find_exact(rect)
         if i is not None:
@@ -224,7 +231,7 @@ class BufferAccesses:
             self._d[rect] = []
             return set()
         d = self._d
-        if rect.empty or any(len(d[r]) > _CUT_READS for _, r, _ in found):
+        if any(len(d[r]) > _CUT_READS for _, r, _ in found):
             self._general()
             return None
         # Written rects cut (as the general mode cuts its pieces, in the same order): the

@@ -165,13 +165,16 @@ def test_disjoint_writes_mode_gives_the_definitions_preds(disjoint, cut_reads, m
                 r = rng.choice(unions)
                 assert buf.write(r, k) == plain.write(r, k), (seed, k)
                 written.append(r)
-            else:
+            elif kind < 0.98:
                 r = rng.choice(written)
                 assert buf.read(r, k) == plain.read(r, k), (seed, k)
+            else:                                   # an empty rect (no piece is empty)
+                r = Rect((1, 2), (1, 5))
+                assert buf.write(r, k) == plain.write(r, k), (seed, k)
             left += was and buf._d is None
     if not disjoint:
         assert in_mode == 0
     elif cut_reads:
-        assert in_mode > 10000                  # cuts kept in the mode
+        assert in_mode > 6000                   # cuts kept in the mode
     else:
         assert in_mode > 2000 and left > 100    # the mode was used, and left for general
