@@ -5,6 +5,7 @@ knows nothing of devices, copies or sums."""
 from __future__ import annotations
 
 from itertools import islice
+from operator import attrgetter
 
 from .geometry import Rect
 from .rectindex import RectIndex, overlaps_any
@@ -12,8 +13,16 @@ from .rectindex import RectIndex, overlaps_any
 # Whether a buffer starts in its aligned mode (BufferAccesses); off only to compare the two
 # (tests/taskrt/test_aligned_buffers.py plans both ways and compares the graphs).
 ALIGNED_BUFFERS = True
+# Whether a buffer leaving the aligned mode tries the disjoint-writes mode first; off only
+# to compare (tests/taskrt/test_buffer_accesses.py).
+DISJOINT_WRITES = True
 _ALIGNED_RECTS = 256    # a buffer with more distinct rects is made general (the test is O(n))
 _MISSING = object()
+_VOLUME = attrgetter("volume")
+# A write cutting a written rect that more reads met than this makes the buffer general
+# (its readers then in a RectIndex: a big rect read piece by piece and cut again and again
+# would cost its reads at each cut).
+_CUT_READS = 64
 
 
 class BufferAccesses:
@@ -29,16 +38,38 @@ class BufferAccesses:
     its writers and readers as dicts by rect, in the order their RectIndexes would hold
     them (a write moves its piece to the end, as RectIndex.renew and remove + add do), and
     answers by lookup; a new rect is checked once against the rects seen (`_seen`). The
-    first rect that overlaps a seen one without being equal to it (or an empty rect) turns
-    the buffer into the general mode for good: the dicts become the RectIndexes, item by
-    item in order, which is all of a RectIndex a query can tell (it answers in insertion
-    order whatever its grid), so both modes give the same predecessors."""
-    __slots__ = ("writers", "readers", "_writers_of", "_w", "_r", "_seen", "_unfiled")
+    first rect that overlaps a seen one without being equal to it (or an empty rect) ends
+    the aligned mode for good: the dicts become the RectIndexes, item by item in order,
+    which is all of a RectIndex a query can tell (it answers in insertion order whatever
+    its grid), so every mode gives the same predecessors.
+
+    Disjoint-writes mode, between the two. `writers` is the RectIndex of disjoint written
+    pieces the general mode would hold, and while every read lies within written pieces
+    (a producer's part read piece by piece by copies; a reader's instance written piece by
+    piece by copies, then read whole; sums read piece by piece by reduction copies), the
+    readers a write of a piece depends on are the reads that met it since its last write:
+    `_d` keeps them per piece, in lists, not in a second RectIndex. A write equal to a
+    piece renews it; one disjoint from all adds one; one that cuts pieces (a reduction's
+    result over the sums a task wrote) cuts them as the general mode does, each remaining
+    piece keeping the reads that meet it. A read that meets
+    unwritten elements, a cut of a written rect that many reads met (_CUT_READS), or an
+    empty rect turns the buffer general: each kept read becomes a reader of its part of
+    each written rect it met (the part of its rect that no write has since overwritten,
+    which is what the general mode keeps of it). The aligned mode goes this way when its
+    reads were all of written rects, else straight to general."""
+    __slots__ = ("writers", "readers", "_writers_of", "_w", "_r", "_seen", "_unfiled", "_d",
+                 "_last")
 
     def __init__(self):
-        self._writers_of: dict[Rect, set] = {}      # rect -> its writers (until a write)
+        # rect -> its writers (until a write); disjoint-writes mode: (its writers, the
+        # lists in _d of the pieces it met), for a rect meeting several
+        self._writers_of: dict[Rect, set | tuple] = {}
         # General mode: reads [(rect, ref)] not yet entered in `readers` (_file_reads).
         self._unfiled: list = []
+        # Disjoint-writes mode: written rect -> [(rect, ref)] of the reads that met it since
+        # its last write (None in the other modes).
+        self._d: dict | None = None
+        self._last: Rect | None = None      # (_read_disjoint)
         if ALIGNED_BUFFERS:
             self._w: dict | None = {}                # rect -> last writer ref
             self._r: dict = {}                       # rect -> set of reader refs
@@ -67,18 +98,38 @@ class BufferAccesses:
                 seen.append(rect)
                 if len(seen) <= _ALIGNED_RECTS:
                     return True
-        self._general()
+        self._leave_aligned(not rect.empty and DISJOINT_WRITES)
         return False
 
-    def _general(self) -> None:
-        """Leave the aligned mode: the dicts become the RectIndexes, in order."""
-        writers, readers = RectIndex(disjoint=True), RectIndex()
-        for rect, ref in self._w.items():
+    def _leave_aligned(self, disjoint: bool) -> None:
+        """Leave the aligned mode: the dicts become the RectIndexes, in order; for the
+        disjoint-writes mode (`disjoint`) when every rect read is a rect written."""
+        writers = RectIndex(disjoint=True)
+        w, r = self._w, self._r
+        for rect, ref in w.items():
             writers.add(rect, ref)
-        for rect, refs in self._r.items():
-            readers.add(rect, refs)
-        self.writers, self.readers = writers, readers
+        self.writers = writers
         self._w = self._r = self._seen = None
+        self._writers_of.clear()        # (cached per mode)
+        if disjoint and all(rect in w for rect in r):
+            d = self._d = {rect: [] for rect in w}
+            for rect, refs in r.items():
+                d[rect] = [(rect, ref) for ref in refs]
+            return
+        readers = self.readers = RectIndex()
+        for rect, refs in r.items():
+            readers.add(rect, refs)
+
+    def _general(self) -> None:
+        """Leave the disjoint-writes mode: each read kept becomes a reader of its part of
+        each written rect it met (module doc)."""
+        d, self._d = self._d, None
+        self._writers_of.clear()        # (cached per mode)
+        self.readers = RectIndex()
+        add = self._add_readers
+        for written, reads in d.items():
+            for rect, ref in reads:
+                add(rect.intersect(written), (ref,))
 
     def _add_readers(self, rect: Rect, refs) -> None:
         known = self.readers.exact_value(rect)
@@ -105,11 +156,104 @@ class BufferAccesses:
                 else:
                     refs.add(ref)
                 return set(known)
+            known = None
+        if self._d is not None:
+            got = self._read_disjoint(rect, ref, known)
+            if got is not None:
+                return got
+            known = None
         if known is None:
             known = self._writers_of[rect] = {n for _, _, n in self.writers.overlapping(rect)}
         # A read's preds are writers only: it is entered in `readers` when a write asks.
         self._unfiled.append((rect, ref))
         return set(known)
+
+    def _read_disjoint(self, rect: Rect, ref, got) -> set | None:
+        """read() in the disjoint-writes mode; None when it made the buffer general. A read
+        inside the written rect the last one-rect read met (a producer's part, read piece
+        by piece by copies; a piece many copies read) meets only it (written rects are
+        disjoint): no query. A rect meeting several, read before since the last write
+        (a task's read of the pieces copies wrote), has them kept (`got`)."""
+        d = self._d
+        # `got`: _writers_of's (writers, the lists in _d of the written rects met) of a rect
+        # met by several (a write, which renews a list, empties this cache first)
+        if got is not None:
+            item = (rect, ref)
+            for reads in got[1]:
+                reads.append(item)
+            return set(got[0])
+        last = self._last
+        if last is not None and rect.intersect(last) is rect and not rect.empty:
+            d[last].append((rect, ref))
+            return {self.writers.exact_value(last)}
+        found = self.writers.overlapping(rect)
+        if len(found) == 1:
+            _, written, writer = found[0]
+            if rect.intersect(written) is not rect or rect.empty:
+                self._general()
+                return None
+            self._last = written        # (the next read of `rect` finds it there)
+            d[written].append((rect, ref))
+            return {writer}
+        met = [r for _, r, _ in found]
+        # (a task reading the pieces copies wrote meets dozens: no Rect method per piece)
+        if rect.empty or sum(map(_VOLUME, map(rect.intersect, met))) != rect.volume:
+            self._general()
+            return None
+        lists = [d[r] for r in met]
+        item = (rect, ref)
+        for reads in lists:
+            reads.append(item)
+        got = self._writers_of[rect] = ({n for _, _, n in found}, lists)
+        return set(got[0])
+
+    def _write_disjoint(self, rect: Rect, ref) -> set | None:
+        """write() in the disjoint-writes mode; None when it made the buffer general (an
+        empty rect: no piece of the mode is empty)."""
+        if rect.empty:
+            self._general()
+            return None
+        writers = self.writers
+        i = writers.find_exact(rect)
+        if i is not None:
+            preds = {writers.get(i)[1]}
+            d = self._d
+            reads = d[rect]
+            if reads:
+                preds.update([r for _, r in reads])
+                d[rect] = []
+            writers.renew(i, ref)
+            preds.discard(ref)
+            return preds
+        found = writers.overlapping(rect)
+        if not found:
+            writers.add(rect, ref)
+            self._d[rect] = []
+            return set()
+        d = self._d
+        if any(len(d[r]) > _CUT_READS for _, r, _ in found):
+            self._general()
+            return None
+        # Written rects cut (as the general mode cuts its pieces, in the same order): the
+        # reads of each part outside `rect` stay with it, those meeting `rect` are preds.
+        self._last = None
+        preds = set()
+        for i, r, n in found:
+            preds.add(n)
+            reads = d.pop(r)
+            writers.remove(i)
+            # (a read x kept with r meets r; boxes that meet pairwise meet all three, so x
+            # meets r's part inside `rect` when it meets `rect`)
+            for x, reader in reads:
+                if x.overlaps(rect):
+                    preds.add(reader)
+            for piece in r.subtract(rect):
+                writers.add(piece, n)
+                d[piece] = [item for item in reads if item[0].overlaps(piece)]
+        writers.add(rect, ref)
+        d[rect] = []
+        preds.discard(ref)
+        return preds
 
     def _file_reads(self) -> None:
         """Enter the reads made since the last write in `readers`, in order: what each read
@@ -142,6 +286,10 @@ class BufferAccesses:
                     preds |= refs
                 w[rect] = ref
                 preds.discard(ref)
+                return preds
+        if self._d is not None:
+            preds = self._write_disjoint(rect, ref)
+            if preds is not None:
                 return preds
         preds = set()
         if self._unfiled:

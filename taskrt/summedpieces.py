@@ -63,17 +63,26 @@ def _first_of_equal(parts) -> list:
 def _cross_device_overlap(rect: Rect, parts) -> bool:
     """Whether two of `parts` [(part of `rect`, device)] of different devices overlap: a
     sweep along the dimension where the parts start at the most places (for the parts of
-    one block partition, each part meets only its neighbours there)."""
+    one block partition, each part meets only its neighbours there). First in one pass:
+    whether each part starts along d where or after every earlier part of another device
+    ends (then none overlaps another device's; one device's time steps stacked across d,
+    a gradient summed over a sequence's steps on each device of a batch split, pass
+    here: the pairwise sweep cost ~40 comparisons a part at NMT @64)."""
     los = [p.lo for p, _ in parts]
     d = max(range(rect.ndim), key=lambda k: len(set(map(itemgetter(k), los))))
     order = sorted(parts, key=lambda x: x[0].lo[d])
-    end = None
-    for p, _ in order:
-        if end is not None and p.lo[d] < end:
+    # The latest end along d of the parts so far, and the device of the part that set it:
+    # every part of another device ends by where that part starts, so a part of that
+    # device meets none of them there.
+    top = top_dev = None
+    for p, dev in order:
+        if dev != top_dev and top is not None and p.lo[d] < top:
             break
         end = p.hi[d]
+        if top is None or end > top:
+            top, top_dev = end, dev
     else:
-        return False        # each part ends along d where or before the next starts
+        return False
     active: list = []
     for p, dev in order:
         start = p.lo[d]

@@ -8,6 +8,7 @@ from taskrt import (R, RED, RW, WD, IndexLaunch, LocalExecutor, Machine, Mapping
                     PlanError, PrivilegeError, Rect, Region, RegionRequirement, plan)
 
 from taskrt.coherence import summed_pieces
+from taskrt.summedpieces import _cross_device_overlap
 from taskrt.geometry import subtract_all
 from taskrt.region import block_rect
 from taskrt.taskgraph import ReduceTarget
@@ -426,6 +427,41 @@ def test_summed_pieces_of_one_rect_summed_on_several_devices():
         for _, r, _ in contribs:
             plain += subtract_all(r.intersect(rect), [q for q in plain if q.overlaps(r)])
         assert summed_pieces(rect, contribs) == plain, trial
+
+
+def test_cross_device_overlap_equals_comparing_every_pair():
+    """summedpieces._cross_device_overlap against every pair of parts: each device's parts
+    (one per time step) within its block of rows, the devices' blocks side by side (a
+    gradient's sums over a sequence on the devices of a batch split: the sweep runs along
+    the rows), and at random a stray part of some device anywhere (straddling blocks,
+    inside another device's). Guards the one-pass test before the sweep (the device that
+    set the latest end must be the one whose parts skip the check)."""
+    rng = random.Random(3)
+    shape = (12, 3, 4)
+    met = 0
+    for trial in range(3000):
+        devices = rng.randint(1, 4)
+        parts = []
+        for dev in range(devices):
+            for t in range(shape[1]):
+                lo = (rng.randrange(3 * dev, 3 * dev + 3), t, rng.randrange(shape[2]))
+                hi = (rng.randrange(lo[0] + 1, 3 * dev + 4), t + 1,
+                      rng.randrange(lo[2] + 1, shape[2] + 1))
+                parts.append((Rect(lo, hi), dev))
+        for _ in range(rng.choice([0, 1, 1, 2])):
+            lo = tuple(rng.randrange(k) for k in shape)
+            hi = tuple(rng.randrange(a + 1, k + 1) for a, k in zip(lo, shape))
+            parts.append((Rect(lo, hi), rng.randrange(devices + 1)))
+        rng.shuffle(parts)
+        pairs = any(p.overlaps(q) for i, (p, a) in enumerate(parts)
+                    for q, b in parts[i + 1:] if a != b)
+        met += pairs
+        assert _cross_device_overlap(Rect((0, 0, 0), shape), parts) == pairs, trial
+    assert 500 < met < 2500
+    # A part of the first device inside the second's rows, after the second's part there.
+    a, b, c = Rect.of((0, 3), (0, 1), (0, 4)), Rect.of((3, 6), (0, 1), (0, 4)), \
+        Rect.of((4, 5), (0, 1), (0, 4))
+    assert _cross_device_overlap(Rect((0, 0, 0), shape), [(a, 0), (b, 1), (c, 0)])
 
 
 def test_a_devices_sums_enter_a_reduction_in_the_order_of_their_rects_not_their_parts():
