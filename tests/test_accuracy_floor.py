@@ -71,6 +71,9 @@ def test_bad_folders_named(tmp_path, capsys):
         {"measured": {"1x2": {"cases": [{"app": "alexnet"}]}}}))
     with pytest.raises(accuracy_floor.FloorError, match="case 0 lacks"):
         accuracy_floor.read_cases(str(bad))
+    (bad / "measured.json").write_text(json.dumps({"measured": {"two": {"cases": []}}}))
+    with pytest.raises(accuracy_floor.FloorError, match="'two' is not RANKSxDEVICES"):
+        accuracy_floor.read_cases(str(bad))
     (bad / "measured.json").write_text("{not json")
     with pytest.raises(accuracy_floor.FloorError, match="not readable JSON"):
         accuracy_floor.read_cases(str(bad))

@@ -55,6 +55,9 @@ def read_cases(folder: str) -> dict:
                          "has only partial.json: finish it first)")
     out = {}
     for layout, table in measured.items():
+        ranks, _, per = str(layout).partition("x")
+        if not (ranks.isdigit() and per.isdigit()):
+            raise FloorError(f"{path}: layout {layout!r} is not RANKSxDEVICES (e.g. '2x1')")
         cases = table.get("cases") if isinstance(table, dict) else None
         if not isinstance(cases, list):
             raise FloorError(f"{path}: layout {layout!r} has no list of 'cases'")
