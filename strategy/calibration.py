@@ -109,6 +109,7 @@ from .machines import HOST_KINDS, HostCost
 from .cores import machine_cores, per_thread_contention, sharing, waiting_slice
 from .gradbuckets import bucket_collectives, bucketed, buckets_of, collective_wait
 from .heldout import HeldOut, estimate as heldout_estimate, kept, residual_error  # noqa: F401
+from .heldout import case_name, residual_lines
 from .heldout import RECORD as HELDOUT_RECORD, from_record as heldout_of, to_record
 from .preemption import PreemptedTimer, expected_makespan
 from .replay import ReplayError, measured_times, model_for_layout, recorded
@@ -226,9 +227,7 @@ class Fit:
                          "what the runs take beyond their simulation)")
         if self.residuals:
             lines.append("residuals (the recorded runs simulated with this calibration):")
-            for name, m, p in self.residuals:
-                lines.append(f"  {name:<44} measured {m * 1e3:8.2f} ms  predicted "
-                             f"{p * 1e3:8.2f} ms  {100 * (p - m) / m:+6.1f}%")
+            lines += residual_lines(self.residuals)
             errs = [abs(p - m) / m for _, m, p in self.residuals]
             lines.append(f"  median |error| {100 * statistics.median(errs):.1f}%, worst "
                          f"{100 * max(errs):.1f}%")
@@ -585,9 +584,7 @@ def residuals(runs, fit: Fit) -> list:
     out = []
     for group in same_graph(runs):
         r = group[0]
-        name = f"{r.app} {' '.join(a for a in r.argv if a != '--small')}"[:44]
-        if len(group) > 1:
-            name = f"{name[:34]} ({len(group)} runs)"
+        name = case_name(r.app, r.argv, len(group))
         untraced = all(g.untraced_s is not None for g in group)
         measured = statistics.median(g.untraced_s if untraced else g.measured_s
                                      for g in group)

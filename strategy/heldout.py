@@ -49,14 +49,38 @@ class HeldOut:
             return [f"held-out error: none ({self.why})"]
         lines = [f"held-out estimate ({self.folds}-fold over its {self.graphs} strategies: "
                  "each predicted by the calibration refitted without its fold's traces):"]
-        for name, m, p in self.rows:
-            lines.append(f"  {name:<44} measured {m * 1e3:8.2f} ms  predicted "
-                         f"{p * 1e3:8.2f} ms  {100 * (p - m) / m:+6.1f}%")
+        lines += residual_lines(self.rows)
         errs = [abs(p / m - 1) for _, m, p in self.rows]
         worst = f", worst {100 * max(errs):.1f}%" if errs else ""
         lines.append(f"  median |error| {100 * self.error:.1f}%{worst} (the judge's margin: "
                      "apps/judge.py)")
         return lines
+
+
+def residual_lines(rows) -> list[str]:
+    """A text line per (case name, measured s, predicted s) row, the names in a column as
+    wide as the longest."""
+    width = max((len(name) for name, _, _ in rows), default=0)
+    return [f"  {name:<{width}}  measured {m * 1e3:8.2f} ms  predicted {p * 1e3:8.2f} ms  "
+            f"{100 * (p - m) / m:+6.1f}%" for name, m, p in rows]
+
+
+def case_name(app: str, argv, runs: int = 1) -> str:
+    """A recorded case's name in a calibration's rows: the app, its strategy file's name
+    (not its folder) and the flags that change its graph (not the run's own: output,
+    trace, iteration counts), with the number of runs where more than one."""
+    drop, drop_value = {"--small", "--quiet", "--json"}, {"--trace", "--iterations",
+                                                          "--warmup"}
+    words, skip = [app], False
+    for k, a in enumerate(argv):
+        if skip:
+            skip = False
+        elif a in drop_value:
+            skip = True
+        elif a not in drop:
+            words.append(a.replace("\\", "/").rsplit("/", 1)[-1]
+                         if k and argv[k - 1] == "--strategy" else a)
+    return " ".join(words) + (f" ({runs} runs)" if runs > 1 else "")
 
 
 def residual_error(rows) -> float:

@@ -52,6 +52,11 @@ def test_calibrate_fits_host_costs_and_task_times(traces):
     # (a fitted one held the calibrating runs' noise: 1.06-1.17 on 1 process x 2 devices)
     assert len(fit.residuals) == 2 and fit.factor == 1.0
     assert "host costs per node kind" in fit.text() and "residuals" in fit.text()
+    # each case named by its strategy file and the flags that change its graph (not cut
+    # inside the file's folder, not the run's own --trace, --iterations), in full in the text
+    assert [name for name, _, _ in fit.residuals] == [
+        "rnnlm --devices-per-rank 2", "rnnlm --devices-per-rank 2 --strategy s.json"]
+    assert "  rnnlm --devices-per-rank 2 --strategy s.json  measured" in fit.text()
 
 
 def test_cli_writes_files_the_simulator_reads(traces, tmp_path, capsys):
