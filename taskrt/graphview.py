@@ -1,7 +1,7 @@
 """The TaskGraph object view of a planner's node groups (Planner.finish): node ids in group
 order, sorted predecessor and successor lists, and each region's buffers and valid pieces;
-for a one-shot plan also the columns of its nodes that are not tasks, made per group
-(groupcolumns.py). Executors, traces and tests run from it; the search never builds it
+for a one-shot plan also the columns of its nodes that are not tasks and every node's kind
+code, made per group (groupcolumns.py). Executors, traces and tests run from it; the search never builds it
 (nodegroups.py)."""
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def graph_of(planner, release: bool = False) -> TaskGraph:
                         for i, c in zip(node.inputs, staged)])
     if release:
         # (a one-shot plan's: the simulator takes them instead of reading the nodes)
-        g.other_columns = planned_columns(groups, starts, nodes, g.regions)
+        g.other_columns, g.node_kinds = planned_columns(groups, starts, nodes, g.regions)
     del groups
     g.set_edges(*sorted_rows(asm.pred_ptr, asm.preds))
     return g

@@ -77,11 +77,13 @@ class TaskClasses:
         self.other_columns = None
 
     @classmethod
-    def of(cls, nodes) -> "TaskClasses":
+    def of(cls, nodes, kinds: np.ndarray | None = None) -> "TaskClasses":
         """The classes of `nodes` (a graph's nodes, node i at index i: ids are positions),
-        numbered in order of their first task: class_key's classes, found per run of consecutive tasks of one
-        launch (_classes_of_run), not per task."""
-        kinds = kind_codes(nodes)
+        numbered in order of their first task: class_key's classes, found per run of
+        consecutive tasks of one launch (_classes_of_run), not per task. `kinds`: the
+        nodes' kind_codes where the caller has them (TaskGraph.node_kinds), else None."""
+        if kinds is None or len(kinds) != len(nodes):
+            kinds = kind_codes(nodes)
         flags = kinds == KIND_CODE[TASK]
         tasks = list(compress(nodes, flags.tolist()))
         classes: dict = {}
