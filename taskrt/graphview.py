@@ -14,6 +14,7 @@ import numpy as np
 
 from .groupcolumns import planned_columns, staged_inputs
 from .nodegroups import assemble
+from .smallpages import small_pages
 from .taskgraph import TASK, ReduceInput, TaskGraph
 
 _launch_of = attrgetter("launch")
@@ -21,7 +22,15 @@ _owner_of = attrgetter("owner")
 
 
 def graph_of(planner, release: bool = False) -> TaskGraph:
-    """Planner.finish(release)."""
+    """Planner.finish(release). (With numpy's huge-page advice off, as the full simulation
+    runs: smallpages.py. The graph's arrays of millions of entries are fresh memory; at
+    Megatron GPT@1,024 their first touch in 2 MiB pages, compacted for by the kernel, was
+    ~0.5 s of system time in sorted_rows and planned_columns, and varied run to run.)"""
+    with small_pages():
+        return _graph_of(planner, release)
+
+
+def _graph_of(planner, release: bool) -> TaskGraph:
     groups = planner.groups()
     asm = assemble(groups, len(planner._gids))
     g = TaskGraph(planner.machine)
