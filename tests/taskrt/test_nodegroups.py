@@ -11,7 +11,7 @@ import pytest
 from parallel_ops import SGD
 from parallel_ops.lowering import IncrementalLowering
 from taskrt import Machine, Planner
-from taskrt.nodegroups import GroupRun, NodeGroup, assemble, resolve
+from taskrt.nodegroups import GroupRun, NodeGroup, assemble, resolve, sorted_rows_oracle
 
 from mpi.models import cnn, lstm_model, mlp, random_strategy
 
@@ -131,5 +131,10 @@ def test_assemble_equals_resolving_the_joined_groups(seed):
                                 counts.astype(np.int64), gids[to].astype(np.int64), idx))
     ptr, preds = joined_assembly(groups, num_gids)
     asm = assemble(groups, num_gids)
+    assert asm.pred_ptr.tolist() == ptr.tolist()
+    assert asm.preds.tolist() == preds.tolist()
+    # sort: each node's predecessors ascending, as sorting every row after
+    asm = assemble(groups, num_gids, sort=True)
+    ptr, preds = sorted_rows_oracle(ptr, preds)
     assert asm.pred_ptr.tolist() == ptr.tolist()
     assert asm.preds.tolist() == preds.tolist()
