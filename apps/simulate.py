@@ -199,7 +199,8 @@ def prediction_report(p: Prediction) -> str:
     if len(computes) <= 16:
         for name, b, u in zip(computes, busy, util):
             lines.append(f"    {name:<24} busy {_ms(b):>12}  {100 * u:5.1f}%")
-    links = sorted(((v, k) for k, v in r.busy.items() if k not in set(computes)), reverse=True)
+    compute = set(computes)       # (once: 6,144 links x 1,024 devices at Megatron GPT@1,024)
+    links = sorted(((v, k) for k, v in r.busy.items() if k not in compute), reverse=True)
     if links:
         top = ", ".join(f"{k} {_ms(v)}" for v, k in links[:3])
         lines.append(f"  links busy      {len(links)} used; busiest {top}")

@@ -301,7 +301,7 @@ def simulate(graph, model, costs, timer: NodeTimer | None = None) -> SimResult:
 def _simulate(graph, model, costs, timer: NodeTimer | None) -> SimResult:
     timer = timer or NodeTimer(model, costs)
     resources = Resources()
-    classes = TaskClasses.of(graph.nodes)
+    classes = TaskClasses.of(graph.nodes, getattr(graph, "node_kinds", None))
     if type(timer).timing is NodeTimer.timing and \
             type(timer).host_phases is NodeTimer.host_phases:
         dur, counts, res_ids, host = node_arrays_by_class(graph, classes, timer, resources)

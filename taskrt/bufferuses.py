@@ -228,8 +228,10 @@ def _state_uses(nodes: list, classes: TaskClasses, stateful: list, first: int) -
     its state_key's number (`first` + the key's index in `keys`) and its id; the distinct
     keys in order of their first task, each one's device and bytes. C maps over the tasks
     (GPT-3 2.7B at 1,024 GPUs under Megatron t=8: 268,288 such tasks, 134,144 keys), the
-    launch's part of the key taken once per class, the keys numbered by first use with
-    dict.setdefault."""
+    launch's part of the key taken once per class, the keys numbered by first use: each
+    part of a key as a dense code (names and colors by a dict, once per distinct value,
+    devices and bytes by numpy), the parts combined by np.unique, and a key tuple made per
+    distinct key only (a dict.setdefault of every task's key tuple was ~0.3 s there)."""
     i8 = np.int64
     held = [None if not keeps else
             ((f.launch.state_from or f.launch.name) + "@state", f.launch.saved_bytes.get)
@@ -244,14 +246,30 @@ def _state_uses(nodes: list, classes: TaskClasses, stateful: list, first: int) -
         ids = ids[some]
         names, colors, nbytes = (list(compress(x, some)) for x in (names, colors, nbytes))
     devices = classes.device[mask][some]
-    keys = list(zip(repeat(STATE), names, devices.tolist(), zip(colors, nbytes)))
-    at: dict = {}                   # per key: its first task's position
-    firsts = list(map(at.setdefault, keys, count()))
-    first_at = np.fromiter(at.values(), dtype=i8, count=len(at))
-    number = np.zeros(len(keys), dtype=i8)
-    number[first_at] = np.arange(len(at), dtype=i8)
-    return (first + number[np.array(firsts, dtype=i8)], ids, list(at), devices[first_at],
-            np.array(nbytes, dtype=i8)[first_at])
+    n = len(ids)
+    size = np.array(nbytes, dtype=i8)
+    # A key's code from its parts' (names, colors and bytes by a dict: a value's first
+    # position; devices as they are), equal where all parts are equal
+    code = _codes(names, n)
+    for part, top in ((devices, int(devices.max()) + 1 if n else 1), (_codes(colors, n), n),
+                      (_codes(nbytes, n), n)):
+        if (int(code.max()) + 1 if n else 1) * top >= 1 << 62:        # (would overflow)
+            code = np.unique(code, return_inverse=True)[1].reshape(-1)
+        code = code * top + part
+    _, first_of, key_of = np.unique(code, return_index=True, return_inverse=True)
+    order = np.argsort(first_of)    # keys in order of their first task
+    first_at = first_of[order]
+    rank = np.empty(len(order), dtype=i8)
+    rank[order] = np.arange(len(order), dtype=i8)
+    at = first_at.tolist()
+    keys = list(zip(repeat(STATE), map(names.__getitem__, at), devices[first_at].tolist(),
+                    zip(map(colors.__getitem__, at), map(nbytes.__getitem__, at))))
+    return first + rank[key_of.reshape(-1)], ids, keys, devices[first_at], size[first_at]
+
+
+def _codes(values: list, n: int) -> np.ndarray:
+    """Per value of `values` (n, hashable) the position of the first value equal to it."""
+    return np.fromiter(map({}.setdefault, values, count()), dtype=np.int64, count=n)
 
 
 class Extras:

@@ -1,19 +1,18 @@
 """The TaskGraph object view of a planner's node groups (Planner.finish): node ids in group
 order, sorted predecessor and successor lists, and each region's buffers and valid pieces;
-for a one-shot plan also the columns of its nodes that are not tasks, made per group
-(groupcolumns.py). Executors, traces and tests run from it; the search never builds it
+for a one-shot plan also the columns of its nodes that are not tasks and every node's kind
+code, made per group (groupcolumns.py). Executors, traces and tests run from it; the search never builds it
 (nodegroups.py)."""
 from __future__ import annotations
 
 import weakref
-from collections import defaultdict
+from collections import defaultdict, deque
 from itertools import repeat
 from operator import attrgetter, eq, is_
 
-import numpy as np
-
 from .groupcolumns import planned_columns, staged_inputs
 from .nodegroups import assemble
+from .smallpages import small_pages
 from .taskgraph import TASK, ReduceInput, TaskGraph
 
 _launch_of = attrgetter("launch")
@@ -21,9 +20,17 @@ _owner_of = attrgetter("owner")
 
 
 def graph_of(planner, release: bool = False) -> TaskGraph:
-    """Planner.finish(release)."""
+    """Planner.finish(release). (With numpy's huge-page advice off, as the full simulation
+    runs: smallpages.py. The graph's arrays of millions of entries are fresh memory; at
+    Megatron GPT@1,024 their first touch in 2 MiB pages, compacted for by the kernel, was
+    ~0.5 s of system time in sorted_rows and planned_columns, and varied run to run.)"""
+    with small_pages():
+        return _graph_of(planner, release)
+
+
+def _graph_of(planner, release: bool) -> TaskGraph:
     groups = planner.groups()
-    asm = assemble(groups, len(planner._gids))
+    asm = assemble(groups, len(planner._gids), sort=True)
     g = TaskGraph(planner.machine)
     g.regions = dict(planner.regions)
     _region_infos(planner, g)
@@ -48,9 +55,9 @@ def graph_of(planner, release: bool = False) -> TaskGraph:
                         for i, c in zip(node.inputs, staged)])
     if release:
         # (a one-shot plan's: the simulator takes them instead of reading the nodes)
-        g.other_columns = planned_columns(groups, starts, nodes, g.regions)
+        g.other_columns, g.node_kinds = planned_columns(groups, starts, nodes, g.regions)
     del groups
-    g.set_edges(*sorted_rows(asm.pred_ptr, asm.preds))
+    g.set_edges(asm.pred_ptr, asm.preds)
     return g
 
 
@@ -84,54 +91,14 @@ def _number(members: list, nid: int, launch_nodes: dict) -> int:
                 ids_of_owner.append(nid)
             nid += 1
         return nid
-    for node, i in zip(members, range(nid, end)):
-        node.id = i
+    # (setattr by a C map: ~half a Python loop's time over 2.6M nodes)
+    deque(map(setattr, members, repeat("id"), range(nid, end)), maxlen=0)
     ids_of_owner = launch_nodes.get(owner)
     if ids_of_owner is None:
         launch_nodes[owner] = list(range(nid, end))
     else:
         ids_of_owner += range(nid, end)
     return end
-
-
-def sorted_rows(ptr: np.ndarray, flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """CSR rows (flat[ptr[i]:ptr[i + 1]]) each in ascending order: `flat` sorted in place,
-    only in the rows that are not (graph_of's own array). Arrays over the unsorted rows'
-    entries only, not over all: Megatron @1,024 has 6.6M edges, 1.7M of them in 200,185
-    unsorted rows (a reduce's or a stamped read's), and the first touch of a fresh array
-    costs more than the sort (sorted_rows_oracle, all rows at once: 0.8 s there, 0.085 s
-    when its arrays' memory was touched before)."""
-    if len(flat) < 2:
-        return ptr, flat
-    down = flat[1:] < flat[:-1]                 # an entry below the one before it ...
-    starts = ptr[1:-1]
-    down[starts[(starts > 0) & (starts < len(flat))] - 1] = False     # ... in its row
-    if not down.any():
-        return ptr, flat
-    rows = np.unique(np.searchsorted(ptr, np.flatnonzero(down), side="right") - 1)
-    first, sizes = ptr[rows], ptr[rows + 1] - ptr[rows]
-    local = np.repeat(np.arange(len(rows), dtype=np.int64), sizes)      # row among them
-    at = np.arange(len(local), dtype=np.int64)
-    at += np.repeat(first - (np.cumsum(sizes) - sizes), sizes)          # position in flat
-    values = flat[at]
-    width = max(int(values.max()) + 1, 1)
-    if values.min() >= 0 and len(rows) * width < 2 ** 62:
-        # One key per value, rows apart (a sort of int64s, ~5x a lexsort's speed)
-        key = local * width + values
-        key.sort()
-        key -= local * width
-        flat[at] = key
-    else:
-        flat[at] = values[np.lexsort((values, local))]
-    return ptr, flat
-
-
-def sorted_rows_oracle(ptr: np.ndarray, flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """sorted_rows by sorting every row (a new array; the test oracle)."""
-    if len(flat) > 1:
-        row = np.repeat(np.arange(len(ptr) - 1, dtype=np.int64), np.diff(ptr))
-        flat = flat[np.lexsort((flat, row))]
-    return ptr, flat
 
 
 def _region_infos(planner, g: TaskGraph) -> None:

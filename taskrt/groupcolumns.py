@@ -30,8 +30,10 @@ from .taskgraph import NodeKind, ReduceInput
 _TASK_CODE = KIND_CODE[NodeKind.TASK]
 
 
-def planned_columns(groups: list, starts: list, nodes: list, regions: dict) -> OtherColumns:
-    """The OtherColumns of a graph's nodes `nodes` (node i at index i), made from its node
+def planned_columns(groups: list, starts: list, nodes: list, regions: dict
+                    ) -> tuple[OtherColumns, np.ndarray]:
+    """(The OtherColumns of a graph's nodes `nodes` (node i at index i), every node's kind
+    code (TaskGraph.node_kinds)), made from its node
     groups `groups` in node order (`starts`: each one's first node id): a task group's
     nodes are all tasks, a read group's are of its key's region (`regions`: the graph's,
     by name, in order) with its EntryColumns (`group.columns`) or read from its nodes."""
@@ -50,7 +52,7 @@ def planned_columns(groups: list, starts: list, nodes: list, regions: dict) -> O
                       start if cols.relative else None))
     kinds = np.concatenate(kinds) if kinds else np.zeros(0, dtype=np.int8)
     ids = np.flatnonzero(kinds != _TASK_CODE)
-    return joined(ids, list(map(nodes.__getitem__, ids.tolist())), kinds[ids], parts)
+    return joined(ids, list(map(nodes.__getitem__, ids.tolist())), kinds[ids], parts), kinds
 
 
 def staged_inputs(group, start: int) -> None:

@@ -24,6 +24,7 @@ from operator import attrgetter, is_, itemgetter, methodcaller
 import numpy as np
 
 from .geometry import SHAPE_IF_ASKED
+from .launch import RequirementsTable
 from .taskgraph import TASK, NodeKind
 
 # Per requirement: what decides its part of the class (names and codes hash in C; a
@@ -77,18 +78,21 @@ class TaskClasses:
         self.other_columns = None
 
     @classmethod
-    def of(cls, nodes) -> "TaskClasses":
+    def of(cls, nodes, kinds: np.ndarray | None = None) -> "TaskClasses":
         """The classes of `nodes` (a graph's nodes, node i at index i: ids are positions),
-        numbered in order of their first task: class_key's classes, found per run of consecutive tasks of one
-        launch (_classes_of_run), not per task."""
-        kinds = kind_codes(nodes)
+        numbered in order of their first task: class_key's classes, found per run of
+        consecutive tasks of one launch (_classes_of_run), not per task. `kinds`: the
+        nodes' kind_codes where the caller has them (TaskGraph.node_kinds), else None."""
+        if kinds is None or len(kinds) != len(nodes):
+            kinds = kind_codes(nodes)
         flags = kinds == KIND_CODE[TASK]
         tasks = list(compress(nodes, flags.tolist()))
         classes: dict = {}
         first: list = []
         of: list[int] = []
+        known: dict = {}
         for launch, run in groupby(tasks, _LAUNCH):
-            of += _classes_of_run(launch, list(run), classes, first)
+            of += _classes_of_run(launch, list(run), classes, first, known)
         i8 = np.int64
         # (the ids by position: no second pass fetching 2.6M nodes' ids)
         return cls(np.flatnonzero(flags), np.array(of, dtype=i8),
@@ -99,17 +103,19 @@ class TaskClasses:
         return len(self.first)
 
 
-def _classes_of_run(launch, run: list, classes: dict, first: list) -> list[int]:
+def _classes_of_run(launch, run: list, classes: dict, first: list,
+                    known: dict | None = None) -> list[int]:
     """The classes (class_key's, numbered on in `classes` and `first` as a loop over the
     tasks would) of `run`, tasks of `launch`: _keys_of_run's keys of its tasks. A run whose
     tasks ask different numbers of requirements (Megatron's sharded attention and
     projection: a bias read by one shard of each group) is split by that number, each part
     taken column by column, and the new classes numbered in order of their first task (keys
-    of different lengths differ)."""
+    of different lengths differ). `known`: _column_shapes' results by table columns
+    (_keys_of_run), for one TaskClasses.of, or None."""
     reqs_of = list(map(_REQUIREMENTS, run))
     lengths = list(map(len, reqs_of))
     if lengths.count(lengths[0]) == len(lengths):
-        keys, at, local = _keys_of_run(launch, run, reqs_of)
+        keys, at, local = _keys_of_run(launch, run, reqs_of, known)
         numbers = [_class_of(key, run[i], classes, first) for key, i in zip(keys, at)]
         return numbers * len(run) if local is None else list(map(numbers.__getitem__, local))
     parts = []      # per number of requirements: (positions, keys, first positions, local)
@@ -131,41 +137,34 @@ def _classes_of_run(launch, run: list, classes: dict, first: list) -> list[int]:
     return out.tolist()
 
 
-def _keys_of_run(launch, run: list, reqs_of: list) -> tuple:
+def _keys_of_run(launch, run: list, reqs_of: list, known: dict | None = None) -> tuple:
     """(keys, at, local): the distinct class_keys of `run` (tasks of `launch` asking as many
     requirements, `reqs_of` theirs) in order of their first task, those tasks' positions,
-    and per task the index of its key (None when all have one). When every task asks the
-    same regions with the same privileges (the points of a launch differ in their rects),
-    column by column by C loops: a requirement whose part shape is the same in every task
-    adds nothing per task, and the key is made once per distinct combination of the others.
-    Else task by task."""
+    and per task the index of its key (None when all have one): per requirement its part
+    shape or the shapes per task where they vary (_column_shapes), combined with the Red+
+    patterns per distinct combination. Where the tasks' tuples are those of the launch's
+    RequirementsTable with columns, in its order, the shapes are those of the first run
+    of a table with the same columns (`known`, by their ids and the number of points): the
+    table promises equal rects point by point there (taskrt/launch.py), and every region
+    and privilege of a position the same in all points. (Megatron GPT@1,024: 463 launches'
+    474k tasks, 17 distinct columns.)"""
     reqs = reqs_of[0]
     n = len(reqs)
-    signature: list = []            # per requirement: (name, code, shape); shape None: varies
-    varying: list[list] = []        # per requirement whose shape varies: the shapes per task
-    shared = all(map(is_, reqs_of, repeat(reqs)))    # one requirements tuple for all
-    for k, req in enumerate(reqs):
-        if shared:
-            signature.append((req.region.name, req.privilege.code, req.rect.shape))
-            continue
-        column = list(map(itemgetter(k), reqs_of))
-        if all(map(is_, column, repeat(req))):       # one requirement for all
-            signature.append((req.region.name, req.privilege.code, req.rect.shape))
-            continue
-        if not (all(map(is_, map(_REGION, column), repeat(req.region))) and
-                all(map(is_, map(_PRIVILEGE, column), repeat(req.privilege)))):
-            return _keys_by_task(run)
-        shape = req.rect.shape
-        shapes = list(map(_SHAPE_IF_ASKED, column))         # (None where not asked yet)
-        if shapes.count(shape) != len(shapes):
-            rects = list(map(_RECT, column))
-            if not all(map(is_, rects, repeat(req.rect))):
-                if None in shapes:
-                    shapes = list(map(_SHAPE, rects))
-                if shapes.count(shape) != len(shapes):
-                    varying.append(shapes)
-                    shape = None
-        signature.append((req.region.name, req.privilege.code, shape))
+    table = _table_of(launch, reqs_of) if known is not None else None
+    if table is None:
+        got = _column_shapes(reqs_of)
+    else:
+        key = (len(reqs_of), tuple(map(id, chain.from_iterable(table.columns))))
+        got = known.get(key)
+        if got is None:
+            got = _column_shapes(reqs_of)
+            if got is not None:
+                known[key] = got + (table,)       # (the table kept: its ids stay its own)
+    if got is None:
+        return _keys_by_task(run)
+    shapes, varying = got[0], got[1]
+    signature = [(req.region.name, req.privilege.code, shape)
+                 for req, shape in zip(reqs, shapes)]
     patterns = _patterns(list(map(_TARGETS, run)), n)
     pattern = None if patterns is None else patterns[0]
     one = patterns is None or patterns.count(pattern) == len(patterns)
@@ -183,6 +182,51 @@ def _keys_of_run(launch, run: list, reqs_of: list) -> tuple:
         keys.append((launch, sig, pattern if one else combo[-1]))
     at = list(first_at.values())
     return keys, at, list(map(dict(zip(at, range(len(at)))).__getitem__, firsts))
+
+
+def _column_shapes(reqs_of: list) -> tuple | None:
+    """(per requirement its part shape, None where it varies; per requirement whose shape
+    varies, the shapes per task) of tasks asking `reqs_of`, as many each; None when a
+    position's region or privilege is not the same in all tasks. Column by column by C
+    loops: a requirement whose part shape is the same in every task adds nothing per
+    task."""
+    reqs = reqs_of[0]
+    shapes_of: list = []
+    varying: list[list] = []
+    shared = all(map(is_, reqs_of, repeat(reqs)))    # one requirements tuple for all
+    for k, req in enumerate(reqs):
+        if shared:
+            shapes_of.append(req.rect.shape)
+            continue
+        column = list(map(itemgetter(k), reqs_of))
+        if all(map(is_, column, repeat(req))):       # one requirement for all
+            shapes_of.append(req.rect.shape)
+            continue
+        if not (all(map(is_, map(_REGION, column), repeat(req.region))) and
+                all(map(is_, map(_PRIVILEGE, column), repeat(req.privilege)))):
+            return None
+        shape = req.rect.shape
+        shapes = list(map(_SHAPE_IF_ASKED, column))         # (None where not asked yet)
+        if shapes.count(shape) != len(shapes):
+            rects = list(map(_RECT, column))
+            if not all(map(is_, rects, repeat(req.rect))):
+                if None in shapes:
+                    shapes = list(map(_SHAPE, rects))
+                if shapes.count(shape) != len(shapes):
+                    varying.append(shapes)
+                    shape = None
+        shapes_of.append(shape)
+    return shapes_of, varying
+
+
+def _table_of(launch, reqs_of: list):
+    """The launch's RequirementsTable with columns when `reqs_of` are its tuples, all of
+    them in its order; else None."""
+    table = getattr(launch.projection, "__self__", None)
+    if type(table) is not RequirementsTable or table.columns is None or \
+            len(table) != len(reqs_of) or not all(map(is_, reqs_of, table.values())):
+        return None
+    return table
 
 
 def _patterns(targets_of: list, n: int) -> list | None:

@@ -203,6 +203,10 @@ class TaskGraph:
     # The nodes that are not tasks as othercolumns.OtherColumns, where the planner made them
     # (a one-shot plan: groupcolumns.py); None otherwise, and once a node is added.
     other_columns: Any = field(default=None, compare=False, repr=False)
+    # Per node its kind's code (taskclasses.KIND_CODE), int8, where the planner made them
+    # with other_columns (TaskClasses.of and count() take them instead of asking 2.6M
+    # nodes); None otherwise, and once a node is added.
+    node_kinds: Any = field(default=None, compare=False, repr=False)
 
     def __post_init__(self):
         self._preds: list[list[int]] | None = []
@@ -253,7 +257,7 @@ class TaskGraph:
         assert node.id == len(self.nodes)
         all_preds, all_succs = self.preds, self.succs
         self._csr = None
-        self.other_columns = None
+        self.other_columns = self.node_kinds = None
         self.nodes.append(node)
         ps = sorted(p for p in set(preds) if p is not None and p != node.id)
         all_preds.append(ps)
@@ -281,6 +285,13 @@ class TaskGraph:
     def count(self) -> dict[str, int]:
         """Nodes per kind, keyed by the kinds' names."""
         out = dict.fromkeys(map(str, NodeKind), 0)
+        kinds = self.node_kinds
+        if kinds is not None and len(kinds) == len(self.nodes):
+            # (a code is its kind's position in NodeKind: taskclasses.KIND_CODE)
+            counts = np.bincount(kinds, minlength=len(NodeKind)).tolist()
+            for kind, k in zip(NodeKind, counts):
+                out[kind] += k
+            return out
         for kind, k in Counter(map(attrgetter("kind"), self.nodes)).items():
             out[kind] += k
         return out

@@ -14,7 +14,8 @@ from parallel_ops import SGD, lower
 from taskrt import Machine, Planner, plan
 from taskrt.bufferrects import BufferRects
 from taskrt.geometry import Rect
-from taskrt.graphview import region_info, sorted_rows, sorted_rows_oracle
+from taskrt.graphview import region_info
+from taskrt.nodegroups import sorted_rows, sorted_rows_oracle
 from taskrt.liveness import Liveness
 from taskrt.taskgraph import TaskGraph
 

@@ -13,8 +13,8 @@ from parallel_ops import SGD, lower
 from strategy.costs.app_profile import load_app
 from taskrt import Machine, plan
 from taskrt.othercolumns import OtherColumns, other_columns
-from taskrt.taskclasses import TaskClasses
-from taskrt.taskgraph import TaskNode
+from taskrt.taskclasses import TaskClasses, kind_codes
+from taskrt.taskgraph import NodeKind, TaskNode
 
 from test_plan_columns import twinned_graphs
 from test_region_classes import alike_strategy, tower
@@ -40,6 +40,13 @@ def assert_planned_columns_equal_the_nodes(graph) -> int:
             assert a.dtype == b.dtype, name
             assert np.array_equal(a, b), name
     assert other_columns(graph, classes) is planned
+    # Every node's kind code, planned with the columns: what TaskClasses.of and count() take
+    assert graph.node_kinds.dtype == np.int8
+    assert np.array_equal(graph.node_kinds, kind_codes(graph.nodes))
+    by_node = dict.fromkeys(map(str, NodeKind), 0)
+    for node in graph.nodes:
+        by_node[str(node.kind)] += 1
+    assert graph.count() == by_node
     return sum(len(n.inputs) for n in read.nodes if str(n.kind) == "reduce")
 
 
@@ -82,6 +89,7 @@ def test_a_graph_changed_after_planning_is_read_from_its_nodes():
     graph.other_columns = mine
     task = next(n for n in graph.nodes if str(n.kind) == "task")
     graph.add(TaskNode(len(graph.nodes), task.launch, (9,), 0, (), ()), [])
-    assert graph.other_columns is None
+    assert graph.other_columns is None and graph.node_kinds is None
+    assert graph.count()["task"] == sum(str(n.kind) == "task" for n in graph.nodes)
     classes = TaskClasses.of(graph.nodes)
     assert other_columns(graph, classes).copy_src is not None

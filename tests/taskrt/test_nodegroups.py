@@ -5,12 +5,13 @@ changes and undos, on the test models and on random strategies."""
 import random
 import warnings
 
+import numpy as np
 import pytest
 
 from parallel_ops import SGD
 from parallel_ops.lowering import IncrementalLowering
 from taskrt import Machine, Planner
-from taskrt.nodegroups import assemble
+from taskrt.nodegroups import GroupRun, NodeGroup, assemble, resolve, sorted_rows_oracle
 
 from mpi.models import cnn, lstm_model, mlp, random_strategy
 
@@ -58,6 +59,8 @@ def check(planner):
         assert g.preds[i] == preds[i], f"node {i} ({node.describe()}): preds"
     asm = assemble(planner.groups(), planner.num_group_ids)
     assert asm.num_nodes == len(order)
+    ptr, flat = joined_assembly(planner.groups(), planner.num_group_ids)
+    assert asm.pred_ptr.tolist() == ptr.tolist() and asm.preds.tolist() == flat.tolist()
     assert [sorted(asm.preds[asm.pred_ptr[i]:asm.pred_ptr[i + 1]].tolist())
             for i in range(len(order))] == preds
 
@@ -93,3 +96,45 @@ def test_groups_equal_the_direct_assembly_after_changes_and_undos(build, seed):
             planner.undo()
             lowering.restore(op.name, *before)
             check(planner)
+
+
+def joined_assembly(groups: list, num_gids: int):
+    """assemble's oracle: the groups joined into one GroupRun, resolved as delta
+    simulation resolves its runs (nodegroups.resolve)."""
+    if not groups:
+        return np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    run = GroupRun.of(groups)
+    one = np.ones(1, dtype=np.int64)
+    asm = resolve(run.gids, run.offsets, one * len(run.gids), one * run.size,
+                  run.pred_count, run.pred_gid, run.pred_idx, num_gids)
+    return asm.pred_ptr, asm.preds
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_assemble_equals_resolving_the_joined_groups(seed):
+    """Random groups (ids in any order, some without nodes or predecessors, refs to any
+    group, earlier or later): assemble writes each group's arrays in place of joining
+    them; the same arrays as joining and resolving."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(0, 12))
+    num_gids = n + int(rng.integers(0, 5))
+    gids = rng.permutation(num_gids)[:n]
+    sizes = rng.integers(0, 6, size=n) * (rng.random(n) < 0.8)
+    groups = []
+    for gid, size in zip(gids.tolist(), sizes.tolist()):
+        counts = rng.integers(0, 4, size=size) * (rng.random(size) < 0.7)
+        total = int(counts.sum())
+        to = rng.integers(0, n, size=total) if n else np.zeros(0, dtype=np.int64)
+        idx = np.array([int(rng.integers(0, max(int(sizes[t]), 1))) for t in to.tolist()],
+                       dtype=np.int64)
+        groups.append(NodeGroup((len(groups), None), gid, [object()] * size,
+                                counts.astype(np.int64), gids[to].astype(np.int64), idx))
+    ptr, preds = joined_assembly(groups, num_gids)
+    asm = assemble(groups, num_gids)
+    assert asm.pred_ptr.tolist() == ptr.tolist()
+    assert asm.preds.tolist() == preds.tolist()
+    # sort: each node's predecessors ascending, as sorting every row after
+    asm = assemble(groups, num_gids, sort=True)
+    ptr, preds = sorted_rows_oracle(ptr, preds)
+    assert asm.pred_ptr.tolist() == ptr.tolist()
+    assert asm.preds.tolist() == preds.tolist()
