@@ -41,6 +41,7 @@ from .launch import IndexLaunch, RequirementsTable
 from .launchplan import DeferredAccesses, DeferredReads, accesses_list, by_region_and_alike, \
     reads_list
 from .regionmemo import RegionPlan, signature
+from .regionshapes import GENERIC_CLASSES, shape_classes, shifter
 from .stampedreads import TemplateReads
 from .taskgraph import (COPY, REDUCE, AllReduceNode, CopyNode, ReduceInput, ReduceNode,
                         ReduceTarget)
@@ -120,6 +121,7 @@ class RegionClasses:
                 sigs[name].append(sid)
                 mine.append(sid)
             self._launch_sigs[li] = tuple(mine)
+        sig_of = list(ids) if GENERIC_CLASSES and planner.columns else None
         del ids, alike_ids
         # Per region its last launch, regions in the order the launches' points first name
         # them (each launch's grouped accesses are in first-use order): plan_once retires
@@ -134,7 +136,9 @@ class RegionClasses:
             region = regions[name]
             by_key[(region.rect, region.dtype, tuple(initial.get(name, ())),
                     tuple(sig))].append(name)
-        for names in by_key.values():
+        groups = by_key.values() if sig_of is None else \
+            shape_classes(by_key.values(), sigs, sig_of, regions, initial)
+        for names in groups:
             if len(names) > 1:
                 rc = RegionClass(names, [logs[n] for n in names])
                 for k, name in enumerate(names):
@@ -192,15 +196,19 @@ class RegionClasses:
             else:
                 template = rc.template
                 li_of = dict(zip(template.lis, lis))
+                # (a member of other extents along whole dimensions: regionshapes.py)
+                shift = shifter(self.planner.regions[rc.members[0]].rect, region.rect)
                 if not STAMPED_READS:
-                    nodes, node_of = stamp_nodes(template, region, li_of, owners)
+                    nodes, node_of = stamp_nodes(template, region, li_of, owners, shift)
                 else:
                     if rc.reads is None:
                         rc.reads = TemplateReads(template)
-                    nodes, node_of = rc.reads.stamp(region, owners, lis)
+                    nodes, node_of = rc.reads.stamp(region, owners, lis, shift)
                 plan = RegionPlan(template.planner, nodes, template.accesses, template.size,
                                   name, tuple(lis))
-                moves = (li_of, node_of)
+                moves = (li_of, node_of) if shift is None else (li_of, node_of, shift)
+                if shift is not None:
+                    self.planner._shifted[name] = shift
         rc.unstamped -= 1
         if not rc.unstamped:
             rc.template = rc.reads = None   # (each member holds its own plan now)
