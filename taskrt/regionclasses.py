@@ -41,7 +41,8 @@ from .launch import IndexLaunch, RequirementsTable
 from .launchplan import DeferredAccesses, DeferredReads, accesses_list, by_region_and_alike, \
     reads_list
 from .regionmemo import RegionPlan, signature
-from .regionshapes import GENERIC_CLASSES, shape_classes, shifter
+from . import regionshapes
+from .regionshapes import shape_classes, shifter
 from .stampedreads import TemplateReads
 from .taskgraph import (COPY, REDUCE, AllReduceNode, CopyNode, ReduceInput, ReduceNode,
                         ReduceTarget)
@@ -121,7 +122,7 @@ class RegionClasses:
                 sigs[name].append(sid)
                 mine.append(sid)
             self._launch_sigs[li] = tuple(mine)
-        sig_of = list(ids) if GENERIC_CLASSES and planner.columns else None
+        sig_of = list(ids) if regionshapes.GENERIC_CLASSES and planner.columns else None
         del ids, alike_ids
         # Per region its last launch, regions in the order the launches' points first name
         # them (each launch's grouped accesses are in first-use order): plan_once retires
