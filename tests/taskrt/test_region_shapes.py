@@ -98,3 +98,25 @@ def test_apps_plan_as_with_exact_classes(monkeypatch, app, seed, moves):
     low = lower(model, strategy, machine, built.optimizer)
     moved = check(monkeypatch, low.launches, machine, low.initial)
     assert (moved > 0) == moves
+
+
+def test_initial_pieces_split_along_a_dimension_the_launches_span(monkeypatch):
+    """Two regions read and written whole along dimension 1, but given as initial pieces
+    split along it at other places: not alike (their copies differ there)."""
+    from taskrt import RW, Rect, Region, R
+    from taskrt_helpers import launch
+    a, b = Region("a", (4, 6), "float32"), Region("b", (4, 10), "float32")
+    initial = {}
+    launches = []
+    for region in (a, b):
+        width = region.shape[1]
+        half = width // 2
+        initial[region] = [(Rect((0, 0), (4, half)), 0),
+                           (Rect((0, half), (4, width)), 1)]
+        rows = [Rect((0, 0), (2, width)), Rect((2, 0), (4, width))]
+        launches.append(launch(f"read_{region.name}", [[(region, r, R)] for r in rows], [2, 3]))
+        launches.append(launch(f"write_{region.name}", [[(region, r, RW)] for r in rows], [2, 3]))
+    machine = Machine.grid(DEVICES, 1)
+    generic, moved, exact = plans_both_ways(monkeypatch, launches, machine, initial)
+    assert digest(generic) == digest(exact)
+    assert moved == 0
