@@ -24,7 +24,9 @@ takes only the new nodes, their groups made from the template's refs compiled on
 builds the tasks (taskcolumns.py): a member then costs its nodes, not its accesses. The
 graph is node for node the one planning every region gives
 (tests/taskrt/test_region_classes.py, golden digests), and a model of 32 equal blocks plans
-each distinct region once instead of 32 times.
+each distinct region once instead of 32 times. A one-shot planner also joins classes that
+differ only in the extents of dimensions every rect of their logs spans (regionshapes.py:
+Inception-v3's convolutions at other widths), a member's rects moved to its region's.
 
 Members share the first member's RegionPlanner (its end state: buffers' bounding rects, valid
 pieces, pending sums; equal for all of them, by the key). The planner never plans more into a
@@ -164,7 +166,9 @@ class RegionClasses:
         node_of): the preds are the template's, to be read with launch indices and nodes
         moved by these maps, (None, None) for the template itself (a planner that is never
         re-planned reads them as it builds the tasks, taskcolumns.py: a member costs its
-        nodes, not its accesses)."""
+        nodes, not its accesses); (li_of, node_of, shift) for a member whose region differs
+        from the template's along dimensions every rect spans (regionshapes.py): its Red+
+        targets are the template's moved by `shift`."""
         got = self._plans.get(name)
         if got is None:
             got = self._plan_of(name)

@@ -25,6 +25,7 @@ import weakref
 from operator import itemgetter
 
 from .geometry import Rect, _made
+from .taskgraph import ReduceTarget
 
 GENERIC_CLASSES = True
 
@@ -163,6 +164,17 @@ def shifter(whole: Rect, to: Rect):
         moved = _made(lo, hi, r.volume // was * now)
         seen[id(r)] = (r, moved)
         return moved
+    made: dict = {}
+
+    def targets(t: tuple) -> tuple:
+        """A task requirement's Red+ targets moved (one tuple per distinct value: the
+        points of a launch mostly sum alike)."""
+        got = made.get(t)
+        if got is None:
+            got = made[t] = tuple([ReduceTarget(shift(p), partial, acc)
+                                   for p, partial, acc in t])
+        return got
+    shift.targets = targets
     return shift
 
 

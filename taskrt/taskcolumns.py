@@ -25,7 +25,7 @@ import numpy as np
 
 from .launchplan import accesses_list
 from .nodegroups import NodeGroup
-from .taskgraph import ReduceTarget, TaskNode
+from .taskgraph import TaskNode
 
 _EMPTY = np.zeros(0, dtype=np.int64)
 _WHERE = attrgetter("where")
@@ -116,8 +116,7 @@ def build_task_group(planner, key: tuple, lp, cache: dict | None,
             got = targets[pi]
             if got is None:
                 got = targets[pi] = [None] * len(points[pi][2])
-            got[k] = t if shift is None else \
-                tuple([ReduceTarget(shift(p), partial, acc) for p, partial, acc in t])
+            got[k] = t if shift is None else shift.targets(t)
     tasks = TaskRefs(t_pi, t_row, t_base, t_q, t_self, table, mine)
     if table and pending is None:
         pi, g, q = tasks.resolved()
