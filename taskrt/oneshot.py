@@ -34,7 +34,8 @@ def plan_once(planner, launches: Iterable) -> None:
     # (by index: iterating `launches` below is what advances a progress bar, apps/progress.py)
     expanded = [planner._expand(launches[i]) for i in range(len(launches))]
     base = len(planner.plans)
-    classes = planner._classes = RegionClasses.find(planner, launches, expanded, base)
+    classes = planner._classes = RegionClasses.find(planner, launches, expanded, base,
+                                                     shapes=True)
     retire_after: dict[int, list[str]] = {}         # launch -> regions it touches last
     for name, li in classes.last_use.items():
         retire_after.setdefault(li, []).append(name)

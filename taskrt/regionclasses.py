@@ -93,9 +93,11 @@ class RegionClasses:
 
     @classmethod
     def find(cls, planner, launches: list, expanded: list, base: int,
-             points_of=None) -> "RegionClasses":
+             points_of=None, shapes: bool = False) -> "RegionClasses":
         """Classes among `launches` (with their expanded points `expanded`), which will be
-        launches base, base + 1, ... of `planner`."""
+        launches base, base + 1, ... of `planner`. `shapes`: also classes up to whole
+        dimensions (regionshapes.py; plan_once only, whose retire_region moves a member's
+        end state)."""
         self = cls(planner, launches, points_of or (lambda li: expanded[li - base]), base)
         ids: dict[tuple, int] = {}              # per-launch signature -> a small int
         alike_ids = _AlikeSignatures(ids)
@@ -124,7 +126,8 @@ class RegionClasses:
                 sigs[name].append(sid)
                 mine.append(sid)
             self._launch_sigs[li] = tuple(mine)
-        sig_of = list(ids) if regionshapes.GENERIC_CLASSES and planner.columns else None
+        sig_of = list(ids) if shapes and regionshapes.GENERIC_CLASSES and planner.columns \
+            else None
         del ids, alike_ids
         # Per region its last launch, regions in the order the launches' points first name
         # them (each launch's grouped accesses are in first-use order): plan_once retires

@@ -14,8 +14,9 @@ once and a member's nodes, Red+ targets and end state are the template's with th
 moved to the member's extents along those dimensions (`shifter`). Data parallel Inception-v3
 on 16 GPUs: 408 distinct region plans, 56 up to whole dimensions.
 
-Only for a planner that is never re-planned (plan(): its members' plans are stamped by
-stampedreads.py and read as it builds the tasks); a re-plannable planner's classes and
+Only for a planner that is never re-planned, in plan_once (plan(): its members' plans are
+stamped by stampedreads.py and read as it builds the tasks, and retire_region moves their
+end state: `moved_info`); add_launches' classes (a re-plannable planner's too) and the
 remembered plans (regionmemo.py) keep the exact key. GENERIC_CLASSES off: exact keys only
 (the oracle of tests/taskrt/test_region_shapes.py).
 """
