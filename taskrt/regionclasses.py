@@ -57,7 +57,7 @@ STAMPED_READS = True
 
 class RegionClass:
     """The regions of one key, in order of their first launch; their plans once made."""
-    __slots__ = ("members", "logs", "template", "unstamped", "reads")
+    __slots__ = ("members", "logs", "template", "unstamped", "reads", "shifts")
 
     def __init__(self, members: list[str], logs: list[list[int]]):
         self.members = members          # region names
@@ -66,6 +66,10 @@ class RegionClass:
         self.unstamped = len(members)   # members not yet given their plan
         # The template's read nodes with their refs compiled (a planner never re-planned).
         self.reads: TemplateReads | None = None
+        # Member region rect -> regionshapes.shifter from the template's (members of one
+        # rect share one, and so their moved rects and targets, as exact members share the
+        # template's).
+        self.shifts: dict = {}
 
 
 class RegionClasses:
@@ -205,7 +209,10 @@ class RegionClasses:
                 template = rc.template
                 li_of = dict(zip(template.lis, lis))
                 # (a member of other extents along whole dimensions: regionshapes.py)
-                shift = shifter(self.planner.regions[rc.members[0]].rect, region.rect)
+                shift = rc.shifts.get(region.rect, False)
+                if shift is False:
+                    shift = rc.shifts[region.rect] = shifter(
+                        self.planner.regions[rc.members[0]].rect, region.rect)
                 if not STAMPED_READS:
                     nodes, node_of = stamp_nodes(template, region, li_of, owners, shift)
                 else:
@@ -219,7 +226,7 @@ class RegionClasses:
                     self.planner._shifted[name] = shift
         rc.unstamped -= 1
         if not rc.unstamped:
-            rc.template = rc.reads = None   # (each member holds its own plan now)
+            rc.template = rc.reads = rc.shifts = None   # (each member holds its own plan now)
         got = self._plans[name] = (plan, moves)
         return got
 
