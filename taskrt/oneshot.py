@@ -21,6 +21,7 @@ from typing import Iterable
 from .errors import PlanError
 from .graphview import region_info
 from .regionclasses import RegionClasses
+from .regionshapes import moved_info
 
 
 def plan_once(planner, launches: Iterable) -> None:
@@ -33,7 +34,8 @@ def plan_once(planner, launches: Iterable) -> None:
     # (by index: iterating `launches` below is what advances a progress bar, apps/progress.py)
     expanded = [planner._expand(launches[i]) for i in range(len(launches))]
     base = len(planner.plans)
-    classes = planner._classes = RegionClasses.find(planner, launches, expanded, base)
+    classes = planner._classes = RegionClasses.find(planner, launches, expanded, base,
+                                                     shapes=True)
     retire_after: dict[int, list[str]] = {}         # launch -> regions it touches last
     for name, li in classes.last_use.items():
         retire_after.setdefault(li, []).append(name)
@@ -71,7 +73,11 @@ def retire_region(planner, name: str) -> None:
     rp = planner.planners.get(name)
     if rp is None:                  # (an initial region no launch touched)
         rp = planner._planner(name)
-    planner._region_info[name] = region_info(planner, rp)
+    info = region_info(planner, rp)
+    shift = planner._shifted.pop(name, None)
+    if shift is not None:           # (its template's end state, moved: regionshapes.py)
+        info = moved_info(planner, rp, info, shift, planner.regions[name].rect)
+    planner._region_info[name] = info
     planner.planners[name] = None
     planner._dirty.discard(name)
 

@@ -113,6 +113,10 @@ class Planner:
         self._frozen: weakref.WeakSet = weakref.WeakSet()
         # id(frozen RegionPlanner) -> (a weak ref to it, graphview.region_info of it): shared by its regions.
         self._frozen_info: dict[int, tuple] = {}
+        # Class members whose plan is their template's moved along whole dimensions (one-shot:
+        # regionshapes.py): region -> the rect mover, for their end state (oneshot.py).
+        self._shifted: dict = {}
+        self._moved_info: dict = {}     # (id(planner), rect) -> (weak ref, moved info)
         fine: set = set()                             # (check_initial's, while we run)
         for region, pieces in (initial or {}).items():
             self._region(region)

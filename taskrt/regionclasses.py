@@ -24,7 +24,9 @@ takes only the new nodes, their groups made from the template's refs compiled on
 builds the tasks (taskcolumns.py): a member then costs its nodes, not its accesses. The
 graph is node for node the one planning every region gives
 (tests/taskrt/test_region_classes.py, golden digests), and a model of 32 equal blocks plans
-each distinct region once instead of 32 times.
+each distinct region once instead of 32 times. A one-shot planner also joins classes that
+differ only in the extents of dimensions every rect of their logs spans (regionshapes.py:
+Inception-v3's convolutions at other widths), a member's rects moved to its region's.
 
 Members share the first member's RegionPlanner (its end state: buffers' bounding rects, valid
 pieces, pending sums; equal for all of them, by the key). The planner never plans more into a
@@ -41,6 +43,8 @@ from .launch import IndexLaunch, RequirementsTable
 from .launchplan import DeferredAccesses, DeferredReads, accesses_list, by_region_and_alike, \
     reads_list
 from .regionmemo import RegionPlan, signature
+from . import regionshapes
+from .regionshapes import shape_classes, shifter
 from .stampedreads import TemplateReads
 from .taskgraph import (COPY, REDUCE, AllReduceNode, CopyNode, ReduceInput, ReduceNode,
                         ReduceTarget)
@@ -53,7 +57,7 @@ STAMPED_READS = True
 
 class RegionClass:
     """The regions of one key, in order of their first launch; their plans once made."""
-    __slots__ = ("members", "logs", "template", "unstamped", "reads")
+    __slots__ = ("members", "logs", "template", "unstamped", "reads", "shifts")
 
     def __init__(self, members: list[str], logs: list[list[int]]):
         self.members = members          # region names
@@ -62,6 +66,10 @@ class RegionClass:
         self.unstamped = len(members)   # members not yet given their plan
         # The template's read nodes with their refs compiled (a planner never re-planned).
         self.reads: TemplateReads | None = None
+        # Member region rect -> regionshapes.shifter from the template's (members of one
+        # rect share one, and so their moved rects and targets, as exact members share the
+        # template's).
+        self.shifts: dict = {}
 
 
 class RegionClasses:
@@ -89,9 +97,11 @@ class RegionClasses:
 
     @classmethod
     def find(cls, planner, launches: list, expanded: list, base: int,
-             points_of=None) -> "RegionClasses":
+             points_of=None, shapes: bool = False) -> "RegionClasses":
         """Classes among `launches` (with their expanded points `expanded`), which will be
-        launches base, base + 1, ... of `planner`."""
+        launches base, base + 1, ... of `planner`. `shapes`: also classes up to whole
+        dimensions (regionshapes.py; plan_once only, whose retire_region moves a member's
+        end state)."""
         self = cls(planner, launches, points_of or (lambda li: expanded[li - base]), base)
         ids: dict[tuple, int] = {}              # per-launch signature -> a small int
         alike_ids = _AlikeSignatures(ids)
@@ -120,6 +130,8 @@ class RegionClasses:
                 sigs[name].append(sid)
                 mine.append(sid)
             self._launch_sigs[li] = tuple(mine)
+        sig_of = list(ids) if shapes and regionshapes.GENERIC_CLASSES and planner.columns \
+            else None
         del ids, alike_ids
         # Per region its last launch, regions in the order the launches' points first name
         # them (each launch's grouped accesses are in first-use order): plan_once retires
@@ -134,7 +146,9 @@ class RegionClasses:
             region = regions[name]
             by_key[(region.rect, region.dtype, tuple(initial.get(name, ())),
                     tuple(sig))].append(name)
-        for names in by_key.values():
+        groups = by_key.values() if sig_of is None else \
+            shape_classes(by_key.values(), sigs, sig_of, regions, initial)
+        for names in groups:
             if len(names) > 1:
                 rc = RegionClass(names, [logs[n] for n in names])
                 for k, name in enumerate(names):
@@ -159,7 +173,9 @@ class RegionClasses:
         node_of): the preds are the template's, to be read with launch indices and nodes
         moved by these maps, (None, None) for the template itself (a planner that is never
         re-planned reads them as it builds the tasks, taskcolumns.py: a member costs its
-        nodes, not its accesses)."""
+        nodes, not its accesses); (li_of, node_of, shift) for a member whose region differs
+        from the template's along dimensions every rect spans (regionshapes.py): its Red+
+        targets are the template's moved by `shift`."""
         got = self._plans.get(name)
         if got is None:
             got = self._plan_of(name)
@@ -192,18 +208,25 @@ class RegionClasses:
             else:
                 template = rc.template
                 li_of = dict(zip(template.lis, lis))
+                # (a member of other extents along whole dimensions: regionshapes.py)
+                shift = rc.shifts.get(region.rect, False)
+                if shift is False:
+                    shift = rc.shifts[region.rect] = shifter(
+                        self.planner.regions[rc.members[0]].rect, region.rect)
                 if not STAMPED_READS:
-                    nodes, node_of = stamp_nodes(template, region, li_of, owners)
+                    nodes, node_of = stamp_nodes(template, region, li_of, owners, shift)
                 else:
                     if rc.reads is None:
                         rc.reads = TemplateReads(template)
-                    nodes, node_of = rc.reads.stamp(region, owners, lis)
+                    nodes, node_of = rc.reads.stamp(region, owners, lis, shift)
                 plan = RegionPlan(template.planner, nodes, template.accesses, template.size,
                                   name, tuple(lis))
-                moves = (li_of, node_of)
+                moves = (li_of, node_of) if shift is None else (li_of, node_of, shift)
+                if shift is not None:
+                    self.planner._shifted[name] = shift
         rc.unstamped -= 1
         if not rc.unstamped:
-            rc.template = rc.reads = None   # (each member holds its own plan now)
+            rc.template = rc.reads = rc.shifts = None   # (each member holds its own plan now)
         got = self._plans[name] = (plan, moves)
         return got
 

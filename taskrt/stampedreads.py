@@ -25,7 +25,8 @@ import numpy as np
 
 from .othercolumns import EntryColumns
 from .nodegroups import NodeGroup
-from .taskgraph import ALLREDUCE, COPY, REDUCE, AllReduceNode, CopyNode, ReduceNode
+from .taskgraph import (ALLREDUCE, COPY, REDUCE, AllReduceNode, CopyNode, ReduceInput,
+                        ReduceNode)
 
 _EMPTY = np.zeros(0, dtype=np.int64)
 
@@ -83,11 +84,14 @@ class TemplateReads:
             _, j, idx = where[r]
             self.entries[j].named.append(idx)
 
-    def stamp(self, region, owners: list[str], lis: list[int]) -> tuple[list, dict]:
+    def stamp(self, region, owners: list[str], lis: list[int], shift=None
+              ) -> tuple[list, dict]:
         """A member's read nodes: per entry a StampedReads (or None where the template has
         no read nodes), for `region` over launches `lis` (owners: their names); and the map
         from the template's nodes its tasks name to the member's (taskcolumns.py moves task
-        refs by it)."""
+        refs by it). `shift`: a function moving each rect (of nodes and reduction inputs),
+        for a member of other extents along whole dimensions (regionshapes.py); its groups
+        then read their columns from their nodes."""
         flat: list = []
         per_entry = []
         for runs, owner in zip(self.runs, owners):
@@ -96,21 +100,27 @@ class TemplateReads:
                 continue
             nodes = []
             for cls, columns in runs:
+                if shift is not None:
+                    columns = _shifted(cls, columns, shift)
                 nodes += map(cls, repeat(-1), repeat(owner), repeat(region), *columns)
             flat += nodes
             per_entry.append(nodes)
         lis = tuple(lis)
-        out = [None if nodes is None else StampedReads(nodes, refs, lis, region.name, flat)
+        out = [None if nodes is None else
+               StampedReads(nodes, refs, lis, region.name, flat, shift is None)
                for nodes, refs in zip(per_entry, self.entries)]
         return out, dict(zip(self.named, map(flat.__getitem__, self.named_pos)))
 
 
 class StampedReads:
     """A member's read nodes of one log entry, to be made into their NodeGroup."""
-    __slots__ = ("nodes", "refs", "lis", "name", "flat")
+    __slots__ = ("nodes", "refs", "lis", "name", "flat", "columns")
 
-    def __init__(self, nodes: list, refs: EntryRefs, lis: tuple, name: str, flat: list):
+    def __init__(self, nodes: list, refs: EntryRefs, lis: tuple, name: str, flat: list,
+                 columns: bool = True):
         self.nodes, self.refs, self.lis, self.name, self.flat = nodes, refs, lis, name, flat
+        # The template entry's columns (its nodes' volumes), unless the rects were moved.
+        self.columns = refs.columns if columns else None
 
     def __len__(self) -> int:
         return len(self.nodes)
@@ -137,17 +147,26 @@ class StampedReads:
         else:
             pred_gid = pred_idx = _EMPTY
         staged = None
-        if refs.staged is not None and refs.columns is None:     # (else graph_of reads the
+        if refs.staged is not None and self.columns is None:     # (else graph_of reads the
             flat = self.flat                                      # columns: groupcolumns.py)
             staged = [None if s is None else [None if p < 0 else flat[p] for p in s]
                       for s in refs.staged]
-        return NodeGroup(key, gid, nodes, refs.count, pred_gid, pred_idx, staged, refs.columns)
+        return NodeGroup(key, gid, nodes, refs.count, pred_gid, pred_idx, staged, self.columns)
 
 
 # Per kind of read node: its class and its fields after (id, owner, region), in order.
 _FIELDS = {COPY: (CopyNode, ("rect", "src", "dst", "reduction", "from_partial")),
            REDUCE: (ReduceNode, ("rect", "device", "inputs")),
            ALLREDUCE: (AllReduceNode, ("rect", "devices", "in_partial"))}
+
+
+def _shifted(cls, columns: list, shift) -> list:
+    """A run's columns with the rects moved by `shift` (a reduce's inputs' too)."""
+    columns = [list(map(shift, columns[0]))] + columns[1:]
+    if cls is ReduceNode:
+        columns[2] = [tuple([ReduceInput(i.source, shift(i.rect), i.copy_id) for i in inputs])
+                      for inputs in columns[2]]
+    return columns
 
 
 def _runs(items: list) -> list:

@@ -90,7 +90,8 @@ def build_task_group(planner, key: tuple, lp, cache: dict | None,
             column = CompiledColumn(accesses_list(accesses), per_access)
             if shared:
                 cache[id(per_access)] = column
-        li_of, node_of = moves if moves is not None else (None, None)
+        li_of, node_of = moves[:2] if moves is not None else (None, None)
+        shift = moves[2] if moves is not None and len(moves) > 2 else None
         if column.launches:
             base = len(table)
             for l in column.launches:
@@ -115,7 +116,7 @@ def build_task_group(planner, key: tuple, lp, cache: dict | None,
             got = targets[pi]
             if got is None:
                 got = targets[pi] = [None] * len(points[pi][2])
-            got[k] = t
+            got[k] = t if shift is None else shift.targets(t)
     tasks = TaskRefs(t_pi, t_row, t_base, t_q, t_self, table, mine)
     if table and pending is None:
         pi, g, q = tasks.resolved()

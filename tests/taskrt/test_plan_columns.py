@@ -14,6 +14,7 @@ from strategy.costs.app_profile import load_app
 from taskrt import Machine, Planner, Region, plan
 from taskrt.errors import PlanError
 from taskrt.oneshot import plan_once
+from taskrt import regionshapes
 from taskrt.regionmemo import RegionPlanMemo
 
 from mpi.models import cnn, lstm_model, mlp, random_strategy
@@ -37,6 +38,9 @@ def planned(launches, machine, initial, columns: bool, monkeypatch, whole: bool 
     """Every node group (key, id, nodes, predecessor arrays, staged copies) of a one-shot
     plan, the graph's digest, and what the columns held (for coverage)."""
     monkeypatch.setattr(planner_module, "TASK_COLUMNS", columns)
+    # (classes up to whole dimensions need columns, and number the groups otherwise: the
+    # records are compared with exact classes; test_region_shapes.py compares the graphs)
+    monkeypatch.setattr(regionshapes, "GENERIC_CLASSES", False)
     p = Planner(machine, initial, memo=RegionPlanMemo(0), replannable=False)
     assert p.columns is columns
     seen = {"moved": 0, "targets": 0, "state": 0}
