@@ -13,7 +13,7 @@ the re-plannable and slab paths keep, is this module's test oracle:
 tests/taskrt/test_stamped_reads.py). The pairs are those Planner._build_reads gives from the
 moved refs (distinct there by a set; distinct here because moving is one to one), in
 another order within a node: the graph sorts each node's predecessors
-(graphview.sorted_rows). A template entry's nodes are also read once as columns
+(nodegroups.sorted_rows). A template entry's nodes are also read once as columns
 (othercolumns.EntryColumns), which every member's group hands to the graph's columns.
 """
 from __future__ import annotations

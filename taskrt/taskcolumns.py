@@ -11,7 +11,7 @@ Python per access, and numpy calls per launch, not per column. The group's
 predecessor arrays are those pairs, each point's own ref dropped, with its node refs and
 state source, deduplicated per point: the pairs of the per-point sets Planner._build_tasks
 makes (tests/taskrt/test_plan_columns.py), each node's in ascending order (the graph sorts
-them: graphview.sorted_rows; the per-point sets' order follows node addresses anyway).
+them: nodegroups.sorted_rows; the per-point sets' order follows node addresses anyway).
 A planner's groups are made in batches (PendingPreds): their task refs resolved, their node
 refs' places and state sources read, and their pairs sorted and deduplicated for many
 launches at once, before any group is read.
