@@ -100,12 +100,24 @@ class Assembled:
         return int(self.pred_ptr.shape[0] - 1)
 
 
+# A group with this many edges has its rows sorted by assemble while they are in the caches;
+# smaller ones in one pass over the graph after (a numpy call per group costs more than a
+# small group's sort: per group for all, a search of Inception --small on 2 devices that
+# explains its best strategies made 2.7x fewer proposals).
+SORT_IN_GROUP = 4096
+# A graph with this many edges is assembled in place, group by group (fresh memory costs
+# more than the numpy calls per group there); a smaller one joined and resolved at once
+# (the numpy calls per group cost more: Inception --small on 2 devices, whose search
+# explains its best strategies, has ~2,000 groups of a few edges each).
+ASSEMBLE_IN_PLACE = 1 << 20
+
+
 def assemble(groups: list, num_gids: int, sort: bool = False) -> Assembled:
-    """Resolve the groups' predecessor references into node ids, with arrays: each group's
-    written straight into the graph's two arrays (a numpy call or two per group), not
-    joined first; with `sort`, each node's ascending (sorted_rows of the group's rows while
-    they are in the CPU's caches: at Megatron GPT@1,024, 0.2 s less than one pass over all
-    rows after). A graph's first arrays of millions of entries are fresh memory, whose
+    """Resolve the groups' predecessor references into node ids, with arrays: for a graph
+    of ASSEMBLE_IN_PLACE edges or more, each group's written straight into the graph's two
+    arrays (a numpy call or two per group), not joined first; with `sort`, each node's ascending (sorted_rows of a large group's rows
+    while they are in the CPU's caches: at Megatron GPT@1,024, 0.2 s less than one pass
+    over all rows after; the small groups' rows in one pass at the end). A graph's first arrays of millions of entries are fresh memory, whose
     first touch costs more than the arithmetic (Megatron GPT@1,024: 6.6M edges; joining
     the groups' arrays and then resolving them made three fresh edge arrays, this one;
     `resolve`, on joined runs, is delta simulation's and this one's oracle in
@@ -113,8 +125,16 @@ def assemble(groups: list, num_gids: int, sort: bool = False) -> Assembled:
     n = len(groups)
     if not n:
         return Assembled(np.zeros(1, dtype=np.int64), _EMPTY)
-    sizes = np.fromiter(map(len, groups), dtype=np.int64, count=n)
     edges = np.fromiter(map(len, map(_PRED_GID, groups)), dtype=np.int64, count=n)
+    if int(edges.sum()) < ASSEMBLE_IN_PLACE:      # joined, then resolved (few numpy calls)
+        run = GroupRun.of(groups)
+        one = np.ones(1, dtype=np.int64)
+        asm = resolve(run.gids, run.offsets, one * len(run.gids), one * run.size,
+                      run.pred_count, run.pred_gid, run.pred_idx, num_gids)
+        if sort:
+            sorted_rows(asm.pred_ptr, asm.preds)
+        return asm
+    sizes = np.fromiter(map(len, groups), dtype=np.int64, count=n)
     starts = np.zeros(n, dtype=np.int64)            # per group: its first node's id ...
     np.cumsum(sizes[:-1], out=starts[1:])
     firsts = np.zeros(n, dtype=np.int64)            # ... and its first edge's position
@@ -136,8 +156,10 @@ def assemble(groups: list, num_gids: int, sort: bool = False) -> Assembled:
             out = preds[e:e + m]
             take(base_of_gid, group.pred_gid, out=out)
             add(out, group.pred_idx, out=out)
-            if sort and m > 1:
+            if sort and m >= SORT_IN_GROUP:
                 sorted_rows(pred_ptr[s:s + k + 1] - e, out)
+    if sort and len(preds) > 1 and int(edges.min()) < SORT_IN_GROUP:
+        sorted_rows(pred_ptr, preds)        # the small groups' rows, in one pass
     return Assembled(pred_ptr, preds)
 
 

@@ -110,11 +110,18 @@ def joined_assembly(groups: list, num_gids: int):
     return asm.pred_ptr, asm.preds
 
 
+@pytest.mark.parametrize("in_place", [0, 1 << 40], ids=["in place", "joined"])
+@pytest.mark.parametrize("sort_in_group", [2, 4096])
 @pytest.mark.parametrize("seed", range(40))
-def test_assemble_equals_resolving_the_joined_groups(seed):
+def test_assemble_equals_resolving_the_joined_groups(seed, sort_in_group, in_place,
+                                                       monkeypatch):
     """Random groups (ids in any order, some without nodes or predecessors, refs to any
     group, earlier or later): assemble writes each group's arrays in place of joining
-    them; the same arrays as joining and resolving."""
+    them (graphs of ASSEMBLE_IN_PLACE edges or more), each group's rows sorted there or
+    after (SORT_IN_GROUP); the same arrays as joining and resolving."""
+    import taskrt.nodegroups as ng
+    monkeypatch.setattr(ng, "ASSEMBLE_IN_PLACE", in_place)
+    monkeypatch.setattr(ng, "SORT_IN_GROUP", sort_in_group)
     rng = np.random.default_rng(seed)
     n = int(rng.integers(0, 12))
     num_gids = n + int(rng.integers(0, 5))
