@@ -194,6 +194,24 @@ def test_the_result_explains_itself_from_the_simulations_it_ran(setting):
     assert got.b.makespan == pytest.approx(r.predicted, rel=1e-12)
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_a_breakdown_from_the_planners_groups_equals_one_from_the_graph(setting, seed):
+    """Breakdown.of reads a session's nodes from its planner's node groups, not from the
+    object graph (a search explains each new best): the same breakdown as from the graph's
+    nodes in id order, after random changes and undos."""
+    from strategy.delta import SimulationSession
+    from strategy.explain import Breakdown
+    m, mm, costs = setting
+    session = SimulationSession(m, mm, costs, None, SGD(lr=0.1))
+    space = SearchSpace.for_machine(m, mm)
+    rng = random.Random(seed)
+    for k in range(6):
+        session.change(*space.propose(rng, session.configs))
+        if k % 3 == 2:
+            session.undo()
+        assert Breakdown.of(session) == Breakdown.of_nodes(session, session.graph.nodes)
+
+
 def test_a_session_build_that_would_end_past_the_budget_is_not_started(setting, monkeypatch):
     """On a clock that the test drives (a build takes 10 s, a proposal 0.1 s), a 22 s search
     builds data parallelism (10 s), searches its share (4 s), and then skips the random
