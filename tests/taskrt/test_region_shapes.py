@@ -10,13 +10,14 @@ import warnings
 
 import pytest
 
-from parallel_ops import SGD, Model, ParallelConfig, lower
+from parallel_ops import SGD, Model, lower
 from strategy.costs.app_profile import load_app
 from taskrt import Machine, plan
 from taskrt import regionclasses, regionshapes
 
 from test_graph_golden import digest
 from test_group_columns import assert_planned_columns_equal_the_nodes
+from test_region_classes import alike_strategy
 
 warnings.simplefilter("ignore")
 
@@ -36,20 +37,9 @@ def widths_tower(widths=(8, 12, 8, 16, 12, 6), batch: int = 8) -> Model:
 
 
 def tower_strategy(model: Model, seed: int | None) -> dict:
-    """Data parallel (seed None), else per operator one of a few configs (samples split on
-    some devices, features split, none given)."""
-    if seed is None:
-        return {}
-    rng = random.Random(seed)
-    options = [None, ParallelConfig.of([0, 1], n=2), ParallelConfig.of([2, 3], n=2),
-               ParallelConfig.of([0, 1, 2, 3], n=4)]
-    out = {}
-    for op in model.ops:
-        pick = rng.choice(options + ([ParallelConfig.of([1, 3], o=2)]
-                                     if op.name.startswith("fc") else []))
-        if pick is not None:
-            out[op.name] = pick
-    return out
+    """Data parallel (seed None), else test_region_classes' alike_strategy (per operator
+    one of a few configs: samples split on some devices, features split, none given)."""
+    return {} if seed is None else alike_strategy(model, seed)
 
 
 def plans_both_ways(monkeypatch, launches, machine, initial):
