@@ -1,8 +1,8 @@
 """The TaskGraph object view of a planner's node groups (Planner.finish): node ids in group
 order, sorted predecessor and successor lists, and each region's buffers and valid pieces;
 for a one-shot plan also the columns of its nodes that are not tasks and every node's kind
-code, made per group (groupcolumns.py). Executors, traces and tests run from it; the search never builds it
-(nodegroups.py)."""
+code, made per group (groupcolumns.py). Executors, traces and tests run from it; the search
+never builds it (nodegroups.py; its explanations read the groups: strategy/explain.py)."""
 from __future__ import annotations
 
 import weakref

@@ -113,15 +113,17 @@ ASSEMBLE_IN_PLACE = 1 << 20
 
 
 def assemble(groups: list, num_gids: int, sort: bool = False) -> Assembled:
-    """Resolve the groups' predecessor references into node ids, with arrays: for a graph
-    of ASSEMBLE_IN_PLACE edges or more, each group's written straight into the graph's two
-    arrays (a numpy call or two per group), not joined first; with `sort`, each node's ascending (sorted_rows of a large group's rows
-    while they are in the CPU's caches: at Megatron GPT@1,024, 0.2 s less than one pass
-    over all rows after; the small groups' rows in one pass at the end). A graph's first arrays of millions of entries are fresh memory, whose
-    first touch costs more than the arithmetic (Megatron GPT@1,024: 6.6M edges; joining
-    the groups' arrays and then resolving them made three fresh edge arrays, this one;
-    `resolve`, on joined runs, is delta simulation's and this one's oracle in
-    tests/taskrt/test_nodegroups.py)."""
+    """Resolve the groups' predecessor references into node ids, with arrays. A graph of
+    fewer than ASSEMBLE_IN_PLACE edges: joined and resolved at once (`resolve`, a few numpy
+    calls), with `sort` each node's predecessors ascending by one sorted_rows pass. A larger
+    one: each group's written straight into the graph's two arrays (a numpy call or two per
+    group), not joined first; with `sort`, the rows of groups of SORT_IN_GROUP edges or more
+    sorted while they are in the CPU's caches (at Megatron GPT@1,024, 0.2 s less than one
+    pass over all rows after), the small groups' rows in one pass at the end. A graph's
+    first arrays of millions of entries are fresh memory, whose first touch costs more than
+    the arithmetic (Megatron GPT@1,024: 6.6M edges; joining the groups' arrays and then
+    resolving them made three fresh edge arrays, this one; `resolve` on joined runs is delta
+    simulation's and this one's oracle in tests/taskrt/test_nodegroups.py)."""
     n = len(groups)
     if not n:
         return Assembled(np.zeros(1, dtype=np.int64), _EMPTY)
