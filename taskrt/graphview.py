@@ -152,6 +152,6 @@ def _release(planner) -> None:
     planner.planners, planner.region_nodes, planner.log = {}, {}, defaultdict(list)
     planner._groups, planner._read_groups, planner._tasks, planner._task_memo = {}, {}, {}, {}
     planner._region_info = {}
-    planner._frozen_info = {}
+    planner._frozen_info, planner._moved_info = {}, {}
     for lp in planner.plans:
         lp.task_preds = lp.task_targets = lp.points = lp.refs = lp.columns = None
