@@ -189,7 +189,15 @@ def _column_shapes(reqs_of: list) -> tuple | None:
     varies, the shapes per task) of tasks asking `reqs_of`, as many each; None when a
     position's region or privilege is not the same in all tasks. Column by column by C
     loops: a requirement whose part shape is the same in every task adds nothing per
-    task."""
+    task. Where the tasks share a few requirements tuples (an update launch of sharded
+    weights: one tuple per shard), the distinct tuples answer for all unless a shape
+    varies: every check is over the set of tuple objects."""
+    if len(reqs_of) > 16:
+        distinct = list(dict(zip(map(id, reqs_of), reqs_of)).values())  # (reqs_of[0] 1st)
+        if 4 * len(distinct) <= len(reqs_of):
+            got = _column_shapes(distinct)
+            if got is None or not got[1]:
+                return got
     reqs = reqs_of[0]
     shapes_of: list = []
     varying: list[list] = []

@@ -141,3 +141,46 @@ def test_runs_of_rects_shape_not_asked(name, seed):
                                      t.targets))
         made.sort(key=lambda n: id(n.launch))
         assert_same(made)
+
+
+@pytest.mark.parametrize("name,seed", [("gpt-t4", -1), ("gpt-t2", -1), ("cnn", 3)])
+def test_runs_sharing_a_few_requirement_tuples(name, seed):
+    """Long runs whose tasks share a few requirements tuples (an update launch of sharded
+    weights: one tuple per shard), which TaskClasses checks over the distinct tuples: parts
+    of one shape, of several (the per-task shapes), and a tuple of another region or
+    privilege among them (the per-task fallback), as the loop over the tasks."""
+    graph, _ = graph_of(name, seed)
+    tasks = [n for n in graph.nodes if n.kind is TASK]
+    by_launch: dict = {}
+    for t in tasks:
+        by_launch.setdefault(id(t.launch), []).append(t)
+    rng = random.Random(seed + 500)
+    launches = list(by_launch.values())
+    seen = set()
+    for _ in range(60):
+        ts = rng.choice(launches)
+        n = len(ts[0].requirements)
+        ts = [t for t in ts if len(t.requirements) == n]
+        shape = rng.random() < 0.5          # one part shape per column: the shortcut's
+        pool = []
+        for _ in range(rng.randrange(1, 5)):
+            reqs = []
+            for k in range(n):
+                r = rng.choice(ts).requirements[k]
+                if shape:
+                    r = RegionRequirement(r.region, Rect(r.rect.lo, r.rect.hi), r.privilege)
+                    r = ts[0].requirements[k] if rng.random() < 0.5 else \
+                        RegionRequirement(r.region, Rect(ts[0].requirements[k].rect.lo,
+                                                         ts[0].requirements[k].rect.hi),
+                                          r.privilege)
+                reqs.append(r)
+            if rng.random() < 0.1 and n:    # another region or privilege at a position
+                other = rng.choice(tasks)
+                if other.requirements:
+                    reqs[rng.randrange(n)] = rng.choice(other.requirements)
+            pool.append(tuple(reqs))
+        made = [TaskNode(i, ts[0].launch, ts[0].color, ts[0].device, rng.choice(pool),
+                         ts[0].targets) for i in range(rng.randrange(17, 90))]
+        seen.add((shape, len({id(t.requirements) for t in made}) * 4 <= len(made)))
+        assert_same(made)
+    assert seen >= {(True, True), (False, True)}
