@@ -7,7 +7,9 @@ next_entry; launchplan.LaunchPlan.columns). A column's task refs (launch, point)
 once into arrays (`compile_column`: per access Python, once per template entry, which all
 of a class's members share), and a member's are its template's with each launch index
 replaced by its group id: a small table per launch (its columns' template launches), no
-Python per access, and numpy calls per launch, not per column. The group's
+Python per access, and numpy calls per launch, not per column; its node refs likewise, by
+the member's group id per template read group (CompiledColumn.node_places), not read
+from each node. The group's
 predecessor arrays are those pairs, each point's own ref dropped, with its node refs and
 state source, deduplicated per point: the pairs of the per-point sets Planner._build_tasks
 makes (tests/taskrt/test_plan_columns.py), each node's in ascending order (the graph sorts
@@ -29,7 +31,7 @@ from .taskgraph import TaskNode
 
 _EMPTY = np.zeros(0, dtype=np.int64)
 _WHERE = attrgetter("where")
-_FIRST = itemgetter(0)
+_FIRST, _SECOND = itemgetter(0), itemgetter(1)
 
 
 class CompiledColumn:
@@ -37,7 +39,7 @@ class CompiledColumn:
     `launches`, point referred to), node refs (point, node) and Red+ targets (point,
     requirement index, targets)."""
     __slots__ = ("per_access", "pi", "launch_of", "q", "to_self", "launches", "node_pi",
-                 "nodes", "targets")
+                 "nodes", "targets", "places")
 
     def __init__(self, accesses, per_access):
         self.per_access = per_access        # (kept: the cache is by its id)
@@ -62,6 +64,34 @@ class CompiledColumn:
         self.to_self = self.q == self.pi        # (a ref to the same point: its own if
         self.node_pi = np.array(node_pi, dtype=np.int64)              # the launch is)
         self.nodes, self.targets = nodes, targets
+        self.places = None
+
+    def node_places(self, node_of) -> tuple | None:
+        """(group, index) arrays of the nodes the column's refs name: theirs, or with
+        `node_of` (a class member's map from its template's nodes) those of the member's
+        nodes, read per template group, not per node: a member's nodes of one template
+        entry are its one read group's, at their template nodes' indices (stampedreads.py;
+        a read group numbers an entry's nodes in order). None while a node has no place
+        yet (its group not built). Read when the task group is built (refresh builds a
+        launch's read groups first, and the launches before it)."""
+        places = self.places
+        if places is None:
+            where = list(map(_WHERE, self.nodes))
+            if None in where:
+                return None
+            rows: dict = {}         # template group id -> (row, a node of it)
+            row = [rows.setdefault(w[0], (len(rows), r))[0] for w, r in zip(where, self.nodes)]
+            places = self.places = (np.array(row, dtype=np.int64),
+                                    np.array(list(map(_SECOND, where)), dtype=np.int64),
+                                    np.array(list(rows), dtype=np.int64),
+                                    [r for _, r in rows.values()])
+        row, idx, gids, reps = places
+        if node_of is not None:
+            where = [node_of[r].where for r in reps]
+            if None in where:
+                return None
+            gids = np.array(list(map(_FIRST, where)), dtype=np.int64)
+        return gids[row], idx
 
 
 def build_task_group(planner, key: tuple, lp, cache: dict | None,
@@ -107,9 +137,15 @@ def build_task_group(planner, key: tuple, lp, cache: dict | None,
             t_q.append(column.q)
             t_self.append(column.to_self)
         if column.nodes:
-            node_pi.append(column.node_pi)
-            node_refs.append(column.nodes if node_of is None else
-                             map(node_of.__getitem__, column.nodes))
+            got = column.node_places(node_of) if shared else None
+            if got is not None:             # (triples: no node object read per ref)
+                pis.append(column.node_pi)
+                gs.append(got[0])
+                qs.append(got[1])
+            else:
+                node_pi.append(column.node_pi)
+                node_refs.append(column.nodes if node_of is None else
+                                 map(node_of.__getitem__, column.nodes))
         for pi, k, t in column.targets:
             if targets is None:
                 targets = [None] * n
