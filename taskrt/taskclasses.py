@@ -165,7 +165,9 @@ def _keys_of_run(launch, run: list, reqs_of: list, known: dict | None = None) ->
     shapes, varying = got[0], got[1]
     signature = [(req.region.name, req.privilege.code, shape)
                  for req, shape in zip(reqs, shapes)]
-    patterns = _patterns(list(map(_TARGETS, run)), n)
+    targets_of = list(map(_TARGETS, run))
+    patterns = _patterns(targets_of, n) if known is None else \
+        _patterns_known(targets_of, n, known)
     pattern = None if patterns is None else patterns[0]
     one = patterns is None or patterns.count(pattern) == len(patterns)
     if not varying and one:
@@ -279,6 +281,19 @@ def _patterns(targets_of: list, n: int) -> list | None:
     patterns = list(zip(*columns))
     if n in nones:                  # tasks without a Red+ among them: their pattern is None
         patterns = [None if c == n else p for c, p in zip(nones, patterns)]
+    return patterns
+
+
+def _patterns_known(targets_of: list, n: int, known: dict) -> list | None:
+    """_patterns(targets_of, n), remembered in `known` for a list of the very targets
+    tuples of one seen before (a class's members share their template's: taskcolumns.py
+    _targets_per_point): one identity pass instead of a pass per column."""
+    key = ("patterns", len(targets_of), id(targets_of[0]), id(targets_of[-1]))
+    hit = known.get(key)
+    if hit is not None and all(map(is_, targets_of, hit[0])):
+        return hit[1]
+    patterns = _patterns(targets_of, n)
+    known[key] = (targets_of, patterns)     # (the list kept: its tuples' ids stay theirs)
     return patterns
 
 

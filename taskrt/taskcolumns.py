@@ -21,7 +21,7 @@ launches at once, before any group is read.
 from __future__ import annotations
 
 from itertools import chain, compress, repeat
-from operator import attrgetter, is_not, itemgetter
+from operator import attrgetter, is_, is_not, itemgetter
 
 import numpy as np
 
@@ -146,13 +146,10 @@ def build_task_group(planner, key: tuple, lp, cache: dict | None,
                 node_pi.append(column.node_pi)
                 node_refs.append(column.nodes if node_of is None else
                                  map(node_of.__getitem__, column.nodes))
-        for pi, k, t in column.targets:
+        if column.targets:
             if targets is None:
-                targets = [None] * n
-            got = targets[pi]
-            if got is None:
-                got = targets[pi] = [None] * len(points[pi][2])
-            got[k] = t if shift is None else shift.targets(t)
+                targets = []
+            targets.append((column, shift, shared))
     tasks = TaskRefs(t_pi, t_row, t_base, t_q, t_self, table, mine)
     if table and pending is None:
         pi, g, q = tasks.resolved()
@@ -182,7 +179,7 @@ def build_task_group(planner, key: tuple, lp, cache: dict | None,
     if targets is None:
         per_point = map(nones.__getitem__, lengths)
     else:
-        per_point = [nones[k] if t is None else tuple(t) for t, k in zip(targets, lengths)]
+        per_point = _targets_per_point(targets, lengths, nones, cache)
     nodes = list(map(TaskNode, repeat(-1), repeat(lp.launch), colors, devices, reqs_of,
                      per_point))
     if pending is not None:
@@ -191,6 +188,34 @@ def build_task_group(planner, key: tuple, lp, cache: dict | None,
                     source)
         return group
     return NodeGroup(key, gid_of(key), nodes, *_per_point(n, pis, gs, qs))
+
+
+def _targets_per_point(columns: list, lengths: list, nones: dict, cache: dict | None
+                       ) -> list:
+    """Per point its Red+ targets (per requirement None or its targets; `nones[k]` for a
+    point of k requirements without any), from `columns` [(compiled column, shift, kept
+    in `cache`)] whose targets are [(point, requirement index, targets)], later columns'
+    over earlier ones'. Where every column is kept and unshifted, the list is kept in
+    `cache` too: a class's members whose columns are those (the template's targets, not
+    moved) get the very list (its tuples shared: they are values)."""
+    key = None
+    if cache is not None and all(shared and shift is None for _, shift, shared in columns):
+        key = ("targets", tuple([id(c) for c, _, _ in columns]))
+        hit = cache.get(key)
+        if hit is not None and hit[1] == lengths and \
+                all(map(is_, hit[0], [c for c, _, _ in columns])):
+            return hit[2]
+    targets = [None] * len(lengths)
+    for column, shift, _ in columns:
+        for pi, k, t in column.targets:
+            got = targets[pi]
+            if got is None:
+                got = targets[pi] = [None] * lengths[pi]
+            got[k] = t if shift is None else shift.targets(t)
+    out = [nones[k] if t is None else tuple(t) for t, k in zip(targets, lengths)]
+    if key is not None:
+        cache[key] = ([c for c, _, _ in columns], lengths, out)
+    return out
 
 
 def _state_triples(li: int, srcs: list, gid_of, pis: list, gs: list, qs: list) -> None:

@@ -184,3 +184,36 @@ def test_runs_sharing_a_few_requirement_tuples(name, seed):
         seen.add((shape, len({id(t.requirements) for t in made}) * 4 <= len(made)))
         assert_same(made)
     assert seen >= {(True, True), (False, True)}
+
+
+@pytest.mark.parametrize("name,seed", [("gpt-t4", -1), ("gpt-t2", -1), ("cnn", 3)])
+def test_runs_sharing_targets_tuples(name, seed):
+    """Runs of a launch whose tasks' Red+ targets are the very tuples of an earlier run (a
+    class's members share their template's), in the same order or with the first and last
+    alike and others swapped: TaskClasses remembers a run's patterns by the tuples'
+    identities, and the classes are the loop's."""
+    graph, _ = graph_of(name, seed)
+    tasks = [n for n in graph.nodes if n.kind is TASK]
+    reds = [t for t in tasks if any(x is not None for x in t.targets)]
+    if not reds:
+        pytest.skip("no Red+ task")
+    launches = list({id(t.launch): t.launch for t in tasks}.values())
+    rng = random.Random(seed + 600)
+    for _ in range(40):
+        t = rng.choice(reds)
+        n = len(t.targets)
+        pool = [t.targets, (None,) * n, tuple(x if rng.random() < 0.5 else None
+                                              for x in t.targets)]
+        first = [rng.choice(pool) for _ in range(rng.randrange(3, 30))]
+        made = []
+        for k in range(rng.randrange(2, 6)):
+            targets = list(first)
+            if k and rng.random() < 0.6:      # the same ends, the middle changed
+                for i in range(1, len(targets) - 1):
+                    if rng.random() < 0.5:
+                        targets[i] = rng.choice(pool)
+            made += [TaskNode(len(made) + i, t.launch, t.color, t.device, t.requirements, x)
+                     for i, x in enumerate(targets)]
+            other = rng.choice(launches)        # (another launch's task between runs)
+            made.append(TaskNode(len(made), other, t.color, t.device, (), ()))
+        assert_same(made)
