@@ -110,8 +110,8 @@ def _classes_of_run(launch, run: list, classes: dict, first: list,
     tasks ask different numbers of requirements (Megatron's sharded attention and
     projection: a bias read by one shard of each group) is split by that number, each part
     taken column by column, and the new classes numbered in order of their first task (keys
-    of different lengths differ). `known`: _column_shapes' results by table columns
-    (_keys_of_run), for one TaskClasses.of, or None."""
+    of different lengths differ). `known`: _column_shapes' results by table columns and
+    _patterns' by targets tuples (_keys_of_run), for one TaskClasses.of, or None."""
     reqs_of = list(map(_REQUIREMENTS, run))
     lengths = list(map(len, reqs_of))
     if lengths.count(lengths[0]) == len(lengths):
@@ -124,7 +124,7 @@ def _classes_of_run(launch, run: list, classes: dict, first: list,
         where = np.flatnonzero(by_length == n)
         pos = where.tolist()
         keys, at, local = _keys_of_run(launch, [run[i] for i in pos],
-                                       [reqs_of[i] for i in pos])
+                                       [reqs_of[i] for i in pos], known)
         parts.append((where, keys, [pos[i] for i in at], local))
     number = {}
     for i, key in sorted([(i, key) for _, keys, at, _ in parts for key, i in zip(keys, at)],
