@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from taskrt import IndexLaunch, Machine, Rect, Region, RegionRequirement
-from taskrt.launch import RequirementsTable, colors_of
 from taskrt.privilege import RW, R
 
 from .config import ParallelConfig, data_parallel, validate
@@ -300,18 +299,17 @@ class _Lowering:
         for name in [w.name] + [s.name for s in states]:
             initial[name] = {**initial[name], **at} if name in initial else at
 
-        # One requirements tuple per piece rect (replicas have equal ones), made in the order
-        # the points first ask for it; the points' tuples as a table (expanded without a
-        # call per point: taskrt/expand.py).
-        rects = [r for r, _ in pieces]
-        made: dict[Rect, tuple] = dict.fromkeys(rects)
-        weight, grad = self.region(w), self.region(w, grad=True)
-        for r in made:
-            made[r] = (RegionRequirement(weight, r, RW), RegionRequirement(grad, r, R),
-                       *(RegionRequirement(s, r, RW) for s in states))
-        table = RequirementsTable(colors_of((len(pieces),)), list(map(made.__getitem__, rects)),
-                                  [weight, grad, *states])
-        return IndexLaunch(f"{w.name}/update", update_task, (len(pieces),), table.__getitem__,
+        made: dict[Rect, tuple] = {}      # per piece rect: replicas have equal ones
+
+        def projection(c, pieces=pieces, w=w, states=states):
+            r, _ = pieces[c[0]]
+            reqs = made.get(r)
+            if reqs is None:
+                reqs = made[r] = (RegionRequirement(self.region(w), r, RW),
+                                  RegionRequirement(self.region(w, grad=True), r, R),
+                                  *(RegionRequirement(s, r, RW) for s in states))
+            return reqs
+        return IndexLaunch(f"{w.name}/update", update_task, (len(pieces),), projection,
                            devices=[d for _, d in pieces], args=self.optimizer,
                            cost_tag=(type(self.optimizer).__name__.lower(), "update"),
                            replicas=True, batch=update_batch

@@ -164,8 +164,7 @@ def test_lowered_tables_name_their_regions_in_the_order_a_walk_meets_them():
     are the ones its points name, in the walk's order (repeats allowed): the planner learns a
     launch's regions from them (taskrt/expand.py) and the graph lists regions in that
     order. On random configs of Inception (small) and on an operator whose first point
-    skips its first input, with SGD and with Adam (updates with state regions); expand and
-    the walk leave the same regions known, in order."""
+    skips its first input; expand and the walk leave the same regions known, in order."""
     import random
 
     from strategy.costs.app_profile import load_app
@@ -183,12 +182,9 @@ def test_lowered_tables_name_their_regions_in_the_order_a_walk_meets_them():
     for _ in range(3):
         cases.append((net, {op.name: random_config(op, range(16), rng) for op in net.ops},
                       Machine.grid(4, 4)))
-    from parallel_ops.optim import Adam
-    cases += [(model, strategy, mach, Adam(master_weights=True))
-              for model, strategy, mach in cases[:2]]
-    tables = skipped_first = updates = 0
-    for model, strategy, mach, *optimizer in cases:
-        low = lower(model, strategy, mach, optimizer[0] if optimizer else SGD(lr=0.1))
+    tables = skipped_first = 0
+    for model, strategy, mach in cases:
+        low = lower(model, strategy, mach, SGD(lr=0.1))
         via, walked = Planner(mach), Planner(mach)
         for launch in low.launches:
             table = getattr(launch.projection, "__self__", None)
@@ -203,9 +199,7 @@ def test_lowered_tables_name_their_regions_in_the_order_a_walk_meets_them():
                 first = list(dict(zip(map(id, named), named)).values())   # (repeats known)
                 assert all(map(lambda p, q: p is q, first, want)), launch.name
                 skipped_first += launch.name == "skewed/fwd"
-                updates += launch.name.endswith("/update") and len(named) > 2   # (states)
             assert expand(via, launch) == expand_walk(walked, launch)
             assert [(n, id(r)) for n, r in via.regions.items()] == \
                 [(n, id(r)) for n, r in walked.regions.items()], launch.name
-    assert skipped_first == 2 and tables > 500 and updates > 10, \
-        (skipped_first, tables, updates)
+    assert skipped_first == 1 and tables > 500, (skipped_first, tables)
