@@ -403,6 +403,11 @@ def stamp(plan: RegionPlan, region, lis_to, owners: list[str], shift=None) -> Re
     rects, devices, Red+ targets and RegionPlanner. `shift`: a function moving each rect
     (of nodes, reduction inputs and Red+ targets), for a plan made for another slab of the
     same region (slabplans.py)."""
+    if shift is None and plan.lis == tuple(lis_to) and not any(plan.nodes):
+        # No nodes and the same launches (an LSTM's weight_ih and weight_hh): every reference
+        # is a task's and stays, so the per-access lists are shared (put_accesses reads them).
+        return RegionPlan(plan.planner, [None if items is None else [] for items in plan.nodes],
+                          plan.accesses, plan.size, region.name, plan.lis)
     li_of = dict(zip(plan.lis, lis_to))
     nodes, node_of = stamp_nodes(plan, region, li_of, owners, shift)
     moved = _mover(li_of, node_of)

@@ -131,3 +131,34 @@ def test_without_a_memo_the_planner_keeps_no_groups_of_old_plans():
         assert_same_plan(planner.finish(), plan(new.launches, machine, initial=new.initial),
                          f"step {step}")
     assert planner.memo.hits == 0 and planner.num_remembered_groups == 0
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_regions_asked_alike_under_other_requirements_share_one_plan(seed):
+    """An LSTM's bias_ih and bias_hh (and layer 1's weight_ih and weight_hh, with their
+    gradients and momenta) are asked alike by the same launches, under other requirement
+    indices: a replace plans one and moves its plan to the other (region_key holds no
+    requirement index; the two then share the RegionPlanner), and the graph is a full
+    plan's, Red+ targets and end state included."""
+    from test_graph_golden import digest
+    model, _ = lstm_model()
+    machine = Machine.grid(4, 1)
+    strategy = random_strategy(model, 4, seed=seed)
+    planner = planner_of(model, strategy, machine)
+    rng = random.Random(seed)
+    changed = 0
+    for step in range(4):
+        name = rng.choice(["lstm_l0", "lstm_l1"])
+        trial = dict(strategy, **{name: random_strategy(model, 4, 100 * seed + step)[name]})
+        new = replace_strategy(planner, model, trial, machine)
+        if trial[name] != strategy[name]:
+            changed += 1
+            pairs = [("bias_ih", "bias_hh"), ("bias_ih@grad", "bias_hh@grad")] + \
+                ([("weight_ih", "weight_hh")] if name == "lstm_l1" else [])
+            for a, b in pairs:
+                assert planner.planners[f"{name}.{a}"] is planner.planners[f"{name}.{b}"], \
+                    f"step {step}: {name} -> {trial[name]}: {a} and {b} planned apart"
+        full = plan(new.launches, machine, initial=new.initial)
+        assert digest(planner.finish()) == digest(full), f"step {step}: {name}"
+        strategy = trial
+    assert changed, "no step changed a config"
