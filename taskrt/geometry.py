@@ -311,7 +311,8 @@ def rect_mover(axis: int, delta: int):
             lo, hi = list(r.lo), list(r.hi)
             lo[axis] += delta
             hi[axis] += delta
-            got = moved[r] = Rect(tuple(lo), tuple(hi))
+            # (A move keeps every extent: the volume is the rect's, no checks or loop.)
+            got = moved[r] = _made(tuple(lo), tuple(hi), r.volume)
         return got
     return move
 

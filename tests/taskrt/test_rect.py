@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from taskrt import Rect, RectError, bounding_box, subtract_all
+from taskrt.geometry import rect_mover
 
 SETTINGS = settings(max_examples=150, deadline=None)
 
@@ -253,3 +254,22 @@ def test_rects_made_by_every_path_are_immutable_rects():
         with pytest.raises(AttributeError, match="immutable"):
             r.lo = (1, 1)
     assert a.intersect(b) == Rect((2, 1), (4, 3)) and a.intersect(b).volume == 4
+
+
+@SETTINGS
+@given(st.data())
+def test_rect_mover_equals_a_rect_made_at_the_moved_bounds(data):
+    """rect_mover's rects (made with the moved rect's volume, no checks) equal Rect() at the
+    moved bounds in every field the planner reads, empty rects included, one per rect."""
+    r = data.draw(rects())
+    axis = data.draw(st.integers(0, len(r.lo) - 1))
+    delta = data.draw(st.integers(-5, 5))
+    move = rect_mover(axis, delta)
+    got = move(r)
+    lo, hi = list(r.lo), list(r.hi)
+    lo[axis] += delta
+    hi[axis] += delta
+    want = Rect(tuple(lo), tuple(hi))
+    assert type(got) is Rect and got == want and hash(got) == hash(want)
+    assert (got.lo, got.hi, got.volume, got.empty) == (want.lo, want.hi, want.volume, want.empty)
+    assert move(r) is got
