@@ -14,8 +14,10 @@ simulator's task classes, node arrays, timeline and memory model, the report) an
 JSON: process CPU seconds per phase, and per graph node, with the prediction (iteration ms,
 the largest device peak, and a digest of every node's times, each device's peak and busy
 time: equal digests, equal predictions). The imports are those of
-apps/gpt.py, numba's are in the timeline; the interpreter's exit is not seen from inside
-(apps/scriptgc.py). Phases nest (planning holds its steps): they do not add up. Run from
+apps/gpt.py; numba's start (~0.25 s: its import and the cached kernels' load) lands in the
+phase that first calls a compiled kernel (the planner's valid-piece kernels, else the
+timeline), so a phase's share of it moves with the plan; the interpreter's exit is not
+seen from inside (apps/scriptgc.py). Phases nest (planning holds its steps): they do not add up. Run from
 the repository root with PYTHONPATH set to it; numbers on a shared machine need old and
 new code taking turns.
 """
@@ -45,7 +47,7 @@ PHASES = [
     ("simulation", "strategy.simulator", "simulate"),
     ("simulation: task classes", "taskrt.taskclasses", "TaskClasses.of"),
     ("simulation: node arrays", "strategy.timearrays", "node_arrays_by_class"),
-    ("simulation: timeline (numba loaded here)", "strategy.simulator", "timeline"),
+    ("simulation: timeline", "strategy.simulator", "timeline"),
     ("simulation: memory (Liveness)", "taskrt.liveness", "Liveness.on_timeline"),
     ("simulation: memory's sweep", "strategy.memsweep", "liveness_peak"),
     ("report", "apps.simulate", "prediction_report"),
