@@ -17,9 +17,9 @@ time: equal digests, equal predictions). The imports are those of
 apps/gpt.py; numba's start (~0.25 s: its import and the cached kernels' load) lands in the
 phase that first calls a compiled kernel (the planner's valid-piece kernels, else the
 timeline), so a phase's share of it moves with the plan; the interpreter's exit is not
-seen from inside (apps/scriptgc.py). Phases nest (planning holds its steps): they do not add up. Run from
-the repository root with PYTHONPATH set to it; numbers on a shared machine need old and
-new code taking turns.
+seen from inside (apps/scriptgc.py). Phases nest (planning holds its steps): they do not
+add up. Run from the repository root with PYTHONPATH set to it; numbers on a shared machine
+need old and new code taking turns.
 """
 from __future__ import annotations
 
