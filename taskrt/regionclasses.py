@@ -42,7 +42,7 @@ from .coherence import RegionPlanner
 from .launch import IndexLaunch, RequirementsTable
 from .launchplan import DeferredAccesses, DeferredReads, accesses_list, by_region_and_alike, \
     reads_list
-from .regionmemo import RegionPlan, signature
+from .regionmemo import RegionPlan, key_signature
 from . import regionshapes
 from .regionshapes import shape_classes, shifter
 from .stampedreads import TemplateReads
@@ -57,11 +57,15 @@ STAMPED_READS = True
 
 class RegionClass:
     """The regions of one key, in order of their first launch; their plans once made."""
-    __slots__ = ("members", "logs", "template", "unstamped", "reads", "shifts")
+    __slots__ = ("members", "logs", "slots", "template", "unstamped", "reads", "shifts",
+                 "variants")
 
-    def __init__(self, members: list[str], logs: list[list[int]]):
+    def __init__(self, members: list[str], logs: list[list[int]], slots: list[list]):
         self.members = members          # region names
         self.logs = logs                # per member: its launches (indices), in program order
+        # per member, per log entry: the requirement indices of its accesses (_slots). The
+        # class's key has none (regionmemo.key_signature): members may differ here.
+        self.slots = slots
         self.template: RegionPlan | None = None     # the first member's plan, once made
         self.unstamped = len(members)   # members not yet given their plan
         # The template's read nodes with their refs compiled (a planner never re-planned).
@@ -70,6 +74,9 @@ class RegionClass:
         # rect share one, and so their moved rects and targets, as exact members share the
         # template's).
         self.shifts: dict = {}
+        # (entry, slots) -> a copy of the template's per-access list of that entry, for the
+        # members whose accesses there are under other requirement indices (_plan_of).
+        self.variants: dict = {}
 
 
 class RegionClasses:
@@ -103,10 +110,11 @@ class RegionClasses:
         dimensions (regionshapes.py; plan_once only, whose retire_region moves a member's
         end state)."""
         self = cls(planner, launches, points_of or (lambda li: expanded[li - base]), base)
-        ids: dict[tuple, int] = {}              # per-launch signature -> a small int
+        ids: dict[tuple, int] = {}              # per-launch key signature -> a small int
         alike_ids = _AlikeSignatures(ids)
         logs: dict[str, list[int]] = defaultdict(list)
         sigs: dict[str, list[int]] = defaultdict(list)
+        ks: dict[str, list] = defaultdict(list)     # per region and log entry: _slots
         for i, points in enumerate(expanded):
             replicas, li = launches[i].replicas, base + i
             columns = _table_columns(launches[i], points)
@@ -119,16 +127,21 @@ class RegionClasses:
             for k, (name, acc) in enumerate(grouped[1].items()):
                 if columns is not None:
                     sid = alike_ids.table_sid(replicas, points, acc, devices, columns[k], k)
+                    slots = acc.k if type(acc) is DeferredAccesses else acc[0][1]
                 elif alike:
                     sid = alike_ids.sid(replicas, points, acc, devices)
+                    slots = acc.k if type(acc) is DeferredAccesses else acc[0][1]
                 else:
-                    sig = signature(replicas, points, accesses_list(acc))
+                    listed = accesses_list(acc)
+                    sig = key_signature(replicas, points, listed)
                     sid = ids.get(sig)
                     if sid is None:
                         sid = ids[sig] = len(ids)
+                    slots = _slots(listed)
                 logs[name].append(li)
                 sigs[name].append(sid)
-                mine.append(sid)
+                ks[name].append(slots)
+                mine.append((sid, slots))
             self._launch_sigs[li] = tuple(mine)
         sig_of = list(ids) if shapes and regionshapes.GENERIC_CLASSES and planner.columns \
             else None
@@ -150,7 +163,7 @@ class RegionClasses:
             shape_classes(by_key.values(), sigs, sig_of, regions, initial)
         for names in groups:
             if len(names) > 1:
-                rc = RegionClass(names, [logs[n] for n in names])
+                rc = RegionClass(names, [logs[n] for n in names], [ks[n] for n in names])
                 for k, name in enumerate(names):
                     self.of[name] = (rc, k)
         return self
@@ -219,14 +232,15 @@ class RegionClasses:
                     if rc.reads is None:
                         rc.reads = TemplateReads(template)
                     nodes, node_of = rc.reads.stamp(region, owners, lis, shift)
-                plan = RegionPlan(template.planner, nodes, template.accesses, template.size,
+                plan = RegionPlan(template.planner, nodes, _per_slots(rc, k), template.size,
                                   name, tuple(lis))
                 moves = (li_of, node_of) if shift is None else (li_of, node_of, shift)
                 if shift is not None:
                     self.planner._shifted[name] = shift
         rc.unstamped -= 1
         if not rc.unstamped:
-            rc.template = rc.reads = rc.shifts = None   # (each member holds its own plan now)
+            rc.template = rc.reads = rc.shifts = rc.variants = None     # (each member holds
+            # its own plan now)
         got = self._plans[name] = (plan, moves)
         return got
 
@@ -312,8 +326,8 @@ class _AlikeSignatures:
         key = (replicas, k, devices, id(order), id(parts))
         got = self.by_column.get(key)
         if got is None:
-            got = self.by_column[key] = self._of(signature(replicas, points,
-                                                           accesses_list(accesses)))
+            got = self.by_column[key] = self._of(key_signature(replicas, points,
+                                                               accesses_list(accesses)))
             self.alive.append(column)
         return got
 
@@ -335,9 +349,41 @@ class _AlikeSignatures:
         key = (replicas, k, first.privilege.code, devices, tuple(map(id, map(_rect, reqs))))
         got = self.by_key.get(key)
         if got is None:
-            got = self.by_key[key] = self._of(signature(replicas, points,
-                                                        accesses_list(accesses)))
+            got = self.by_key[key] = self._of(key_signature(replicas, points,
+                                                            accesses_list(accesses)))
         return got
+
+
+def _slots(accesses: list):
+    """The requirement indices of one launch's `accesses` [(point, k, requirement)] of one
+    region: k where every access is under k (where the points ask alike: one k), else the
+    tuple of them, in order."""
+    ks = tuple(map(_second, accesses))
+    k = ks[0]
+    return k if ks.count(k) == len(ks) else ks
+
+
+def _per_slots(rc: RegionClass, k: int) -> list:
+    """Member k's per-access lists: its template's, each entry's shared where the member's
+    accesses there are under the template's requirement indices, else a copy (one per
+    entry and indices, shared by the members alike there). The preds and Red+ targets are
+    the same (planning reads no requirement index, regionmemo.region_key); taskcolumns.py
+    reads a member's requirement indices from its accesses, compiling each per-access
+    list once, by its identity: a copy is compiled with the indices of its own members."""
+    template = rc.template.accesses
+    mine, first = rc.slots[k], rc.slots[0]
+    if mine == first:
+        return template
+    variants = rc.variants
+    out = []
+    for j, (slots, per) in enumerate(zip(mine, template)):
+        if slots != first[j]:
+            got = variants.get((j, slots))
+            if got is None:
+                got = variants[j, slots] = list(per)
+            per = got
+        out.append(per)
+    return out
 
 
 _first, _second, _third = itemgetter(0), itemgetter(1), itemgetter(2)
