@@ -1,10 +1,15 @@
 """Regions that are planned alike, planned once.
 
 A region's plan is a function of its shape and dtype, its initial pieces and, per launch in its
-log, of what the launch's points ask of it (point, requirement index, device, rect, privilege)
-and whether the launch is one of replicas; of nothing else (coherence.py plans regions
+log, of what the launch's points ask of it (point, device, rect, privilege, in order) and
+whether the launch is one of replicas; of nothing else (coherence.py plans regions
 independently; regionmemo.py keys remembered plans the same way). The launches' identities
-only name things: a node's owner, a task's reference (launch index, point index).
+only name things: a node's owner, a task's reference (launch index, point index). Nor does
+it depend on which requirement of a point an access is: a plan's preds and Red+ targets come
+per access, in order, and go where each region's own accesses say. So regions the same
+launches ask alike under other requirements (an LSTM's weight_ih and weight_hh, bias_ih and
+bias_hh, their gradients and momenta; batchnorm's weight and bias) form one class too
+(RegionClass.slots, _per_slots; tests/taskrt/test_class_slots.py).
 
 Models repeat. A transformer's blocks, a ResNet stage's bottlenecks, Inception's twin modules,
 split alike, give regions whose logs ask exactly the same things of them at other launches
@@ -281,9 +286,10 @@ class RegionClasses:
         self._launch_sigs.pop(li, None)
 
     def free_of_interference(self, li: int) -> bool:
-        """Whether a launch whose regions have launch li's signatures, in order, was found
-        free of interference (interference.check_interference's verdict on a region is a
-        function of its signature: rects, privileges, devices, points, replicas?)."""
+        """Whether a launch whose regions have launch li's signatures and requirement
+        indices, in order, was found free of interference (interference.check_interference's
+        verdict on a region is a function of its signature: rects, privileges, devices,
+        points, replicas?)."""
         return self._launch_sigs[li] in self._free
 
     def found_free(self, li: int) -> None:
@@ -292,13 +298,14 @@ class RegionClasses:
 
 
 class _AlikeSignatures:
-    """Signature ids (RegionClasses.find's `ids`: regionmemo.signature -> a small int) of the
-    accesses of launches whose points ask alike, found by a key of the same things without a
-    tuple per access: replicas, the requirement index and privilege (one per region there),
+    """Signature ids (RegionClasses.find's `ids`: regionmemo.key_signature -> a small int) of
+    the accesses of launches whose points ask alike, found by a key of the same things without
+    a tuple per access: replicas, the requirement index (which the id leaves out: it is
+    made by value) and privilege (one per region there),
     the points' devices (an id per distinct tuple) and the identities of the rects, in point
     order. Equal keys mean equal signatures (the rects are the same objects; all of them
     are alive while find runs, so no identity is reused); a key seen first takes the
-    signature's id by value, so the ids are exactly those `signature` gives. The rects of
+    signature's id by value, so the ids are exactly those `key_signature` gives. The rects of
     a model's repeated blocks are the same objects (GPT-3 Megatron @1,024: 4,094 such
     region accesses, 3.9M point accesses, 97 keys)."""
     __slots__ = ("ids", "by_key", "device_ids", "by_column", "alive")
