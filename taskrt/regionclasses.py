@@ -1,10 +1,15 @@
 """Regions that are planned alike, planned once.
 
 A region's plan is a function of its shape and dtype, its initial pieces and, per launch in its
-log, of what the launch's points ask of it (point, requirement index, device, rect, privilege)
-and whether the launch is one of replicas; of nothing else (coherence.py plans regions
+log, of what the launch's points ask of it (point, device, rect, privilege, in order) and
+whether the launch is one of replicas; of nothing else (coherence.py plans regions
 independently; regionmemo.py keys remembered plans the same way). The launches' identities
-only name things: a node's owner, a task's reference (launch index, point index).
+only name things: a node's owner, a task's reference (launch index, point index). Nor does
+it depend on which requirement of a point an access is: a plan's preds and Red+ targets come
+per access, in order, and go where each region's own accesses say. So regions the same
+launches ask alike under other requirements (an LSTM's weight_ih and weight_hh, bias_ih and
+bias_hh, their gradients and momenta; batchnorm's weight and bias) form one class too
+(RegionClass.slots, _per_slots; tests/taskrt/test_class_slots.py).
 
 Models repeat. A transformer's blocks, a ResNet stage's bottlenecks, Inception's twin modules,
 split alike, give regions whose logs ask exactly the same things of them at other launches
@@ -42,7 +47,7 @@ from .coherence import RegionPlanner
 from .launch import IndexLaunch, RequirementsTable
 from .launchplan import DeferredAccesses, DeferredReads, accesses_list, by_region_and_alike, \
     reads_list
-from .regionmemo import RegionPlan, signature
+from .regionmemo import RegionPlan, key_signature
 from . import regionshapes
 from .regionshapes import shape_classes, shifter
 from .stampedreads import TemplateReads
@@ -57,11 +62,15 @@ STAMPED_READS = True
 
 class RegionClass:
     """The regions of one key, in order of their first launch; their plans once made."""
-    __slots__ = ("members", "logs", "template", "unstamped", "reads", "shifts")
+    __slots__ = ("members", "logs", "slots", "template", "unstamped", "reads", "shifts",
+                 "variants")
 
-    def __init__(self, members: list[str], logs: list[list[int]]):
+    def __init__(self, members: list[str], logs: list[list[int]], slots: list[list]):
         self.members = members          # region names
         self.logs = logs                # per member: its launches (indices), in program order
+        # per member, per log entry: the requirement indices of its accesses (_slots). The
+        # class's key has none (regionmemo.key_signature): members may differ here.
+        self.slots = slots
         self.template: RegionPlan | None = None     # the first member's plan, once made
         self.unstamped = len(members)   # members not yet given their plan
         # The template's read nodes with their refs compiled (a planner never re-planned).
@@ -70,6 +79,9 @@ class RegionClass:
         # rect share one, and so their moved rects and targets, as exact members share the
         # template's).
         self.shifts: dict = {}
+        # (entry, slots) -> a copy of the template's per-access list of that entry, for the
+        # members whose accesses there are under other requirement indices (_plan_of).
+        self.variants: dict = {}
 
 
 class RegionClasses:
@@ -103,10 +115,11 @@ class RegionClasses:
         dimensions (regionshapes.py; plan_once only, whose retire_region moves a member's
         end state)."""
         self = cls(planner, launches, points_of or (lambda li: expanded[li - base]), base)
-        ids: dict[tuple, int] = {}              # per-launch signature -> a small int
+        ids: dict[tuple, int] = {}              # per-launch key signature -> a small int
         alike_ids = _AlikeSignatures(ids)
         logs: dict[str, list[int]] = defaultdict(list)
         sigs: dict[str, list[int]] = defaultdict(list)
+        ks: dict[str, list] = defaultdict(list)     # per region and log entry: _slots
         for i, points in enumerate(expanded):
             replicas, li = launches[i].replicas, base + i
             columns = _table_columns(launches[i], points)
@@ -119,16 +132,21 @@ class RegionClasses:
             for k, (name, acc) in enumerate(grouped[1].items()):
                 if columns is not None:
                     sid = alike_ids.table_sid(replicas, points, acc, devices, columns[k], k)
+                    slots = acc.k if type(acc) is DeferredAccesses else acc[0][1]
                 elif alike:
                     sid = alike_ids.sid(replicas, points, acc, devices)
+                    slots = acc.k if type(acc) is DeferredAccesses else acc[0][1]
                 else:
-                    sig = signature(replicas, points, accesses_list(acc))
+                    listed = accesses_list(acc)
+                    sig = key_signature(replicas, points, listed)
                     sid = ids.get(sig)
                     if sid is None:
                         sid = ids[sig] = len(ids)
+                    slots = _slots(listed)
                 logs[name].append(li)
                 sigs[name].append(sid)
-                mine.append(sid)
+                ks[name].append(slots)
+                mine.append((sid, slots))
             self._launch_sigs[li] = tuple(mine)
         sig_of = list(ids) if shapes and regionshapes.GENERIC_CLASSES and planner.columns \
             else None
@@ -150,7 +168,7 @@ class RegionClasses:
             shape_classes(by_key.values(), sigs, sig_of, regions, initial)
         for names in groups:
             if len(names) > 1:
-                rc = RegionClass(names, [logs[n] for n in names])
+                rc = RegionClass(names, [logs[n] for n in names], [ks[n] for n in names])
                 for k, name in enumerate(names):
                     self.of[name] = (rc, k)
         return self
@@ -219,14 +237,15 @@ class RegionClasses:
                     if rc.reads is None:
                         rc.reads = TemplateReads(template)
                     nodes, node_of = rc.reads.stamp(region, owners, lis, shift)
-                plan = RegionPlan(template.planner, nodes, template.accesses, template.size,
+                plan = RegionPlan(template.planner, nodes, _per_slots(rc, k), template.size,
                                   name, tuple(lis))
                 moves = (li_of, node_of) if shift is None else (li_of, node_of, shift)
                 if shift is not None:
                     self.planner._shifted[name] = shift
         rc.unstamped -= 1
         if not rc.unstamped:
-            rc.template = rc.reads = rc.shifts = None   # (each member holds its own plan now)
+            rc.template = rc.reads = rc.shifts = rc.variants = None     # (each member holds
+            # its own plan now)
         got = self._plans[name] = (plan, moves)
         return got
 
@@ -267,9 +286,10 @@ class RegionClasses:
         self._launch_sigs.pop(li, None)
 
     def free_of_interference(self, li: int) -> bool:
-        """Whether a launch whose regions have launch li's signatures, in order, was found
-        free of interference (interference.check_interference's verdict on a region is a
-        function of its signature: rects, privileges, devices, points, replicas?)."""
+        """Whether a launch whose regions have launch li's signatures and requirement
+        indices, in order, was found free of interference (interference.check_interference's
+        verdict on a region is a function of its signature: rects, privileges, devices,
+        points, replicas?)."""
         return self._launch_sigs[li] in self._free
 
     def found_free(self, li: int) -> None:
@@ -278,13 +298,14 @@ class RegionClasses:
 
 
 class _AlikeSignatures:
-    """Signature ids (RegionClasses.find's `ids`: regionmemo.signature -> a small int) of the
-    accesses of launches whose points ask alike, found by a key of the same things without a
-    tuple per access: replicas, the requirement index and privilege (one per region there),
+    """Signature ids (RegionClasses.find's `ids`: regionmemo.key_signature -> a small int) of
+    the accesses of launches whose points ask alike, found by a key of the same things without
+    a tuple per access: replicas, the requirement index (which the id leaves out: it is
+    made by value) and privilege (one per region there),
     the points' devices (an id per distinct tuple) and the identities of the rects, in point
     order. Equal keys mean equal signatures (the rects are the same objects; all of them
     are alive while find runs, so no identity is reused); a key seen first takes the
-    signature's id by value, so the ids are exactly those `signature` gives. The rects of
+    signature's id by value, so the ids are exactly those `key_signature` gives. The rects of
     a model's repeated blocks are the same objects (GPT-3 Megatron @1,024: 4,094 such
     region accesses, 3.9M point accesses, 97 keys)."""
     __slots__ = ("ids", "by_key", "device_ids", "by_column", "alive")
@@ -312,8 +333,8 @@ class _AlikeSignatures:
         key = (replicas, k, devices, id(order), id(parts))
         got = self.by_column.get(key)
         if got is None:
-            got = self.by_column[key] = self._of(signature(replicas, points,
-                                                           accesses_list(accesses)))
+            got = self.by_column[key] = self._of(key_signature(replicas, points,
+                                                               accesses_list(accesses)))
             self.alive.append(column)
         return got
 
@@ -335,9 +356,41 @@ class _AlikeSignatures:
         key = (replicas, k, first.privilege.code, devices, tuple(map(id, map(_rect, reqs))))
         got = self.by_key.get(key)
         if got is None:
-            got = self.by_key[key] = self._of(signature(replicas, points,
-                                                        accesses_list(accesses)))
+            got = self.by_key[key] = self._of(key_signature(replicas, points,
+                                                            accesses_list(accesses)))
         return got
+
+
+def _slots(accesses: list):
+    """The requirement indices of one launch's `accesses` [(point, k, requirement)] of one
+    region: k where every access is under k (where the points ask alike: one k), else the
+    tuple of them, in order."""
+    ks = tuple(map(_second, accesses))
+    k = ks[0]
+    return k if ks.count(k) == len(ks) else ks
+
+
+def _per_slots(rc: RegionClass, k: int) -> list:
+    """Member k's per-access lists: its template's, each entry's shared where the member's
+    accesses there are under the template's requirement indices, else a copy (one per
+    entry and indices, shared by the members alike there). The preds and Red+ targets are
+    the same (planning reads no requirement index, regionmemo.region_key); taskcolumns.py
+    reads a member's requirement indices from its accesses, compiling each per-access
+    list once, by its identity: a copy is compiled with the indices of its own members."""
+    template = rc.template.accesses
+    mine, first = rc.slots[k], rc.slots[0]
+    if mine == first:
+        return template
+    variants = rc.variants
+    out = []
+    for j, (slots, per) in enumerate(zip(mine, template)):
+        if slots != first[j]:
+            got = variants.get((j, slots))
+            if got is None:
+                got = variants[j, slots] = list(per)
+            per = got
+        out.append(per)
+    return out
 
 
 _first, _second, _third = itemgetter(0), itemgetter(1), itemgetter(2)

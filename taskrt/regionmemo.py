@@ -65,12 +65,14 @@ def region_key(region, initial, log, plans) -> tuple:
     hidden and cell states or h_n and c_n where they make no copies -- 144 of the 679
     regions 40 random NMT @16 changes re-plan, each moved from the one planned first."""
     return (region.rect, region.dtype, tuple(initial),
-            tuple(_key_signature(plans[li].launch.replicas, plans[li].points, accesses)
+            tuple(key_signature(plans[li].launch.replicas, plans[li].points, accesses)
                   for li, _, accesses in log))
 
 
-def _key_signature(replicas: bool, points, accesses) -> tuple:
-    """signature without the requirement indices (region_key)."""
+def key_signature(replicas: bool, points, accesses) -> tuple:
+    """signature without the requirement indices (region_key; regionclasses.py's classes):
+    whether the launch is one of replicas, then per access (point index, device, rect,
+    privilege)."""
     return (replicas,) + tuple([(pi, points[pi][1], req.rect, req.privilege.code)
                                 for pi, _, req in accesses])
 

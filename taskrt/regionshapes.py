@@ -30,8 +30,9 @@ from .taskgraph import ReduceTarget
 
 GENERIC_CLASSES = True
 
-_fourth = itemgetter(3)
-_no_rect = itemgetter(0, 1, 2, 4)
+# A signature's access (regionmemo.key_signature): (point index, device, rect, privilege).
+_rect_of = itemgetter(2)
+_no_rect = itemgetter(0, 1, 3)
 
 
 def shape_classes(groups, sigs: dict, sig_of: list, regions: dict, initial: dict) -> list:
@@ -87,7 +88,7 @@ def _dims(whole: Rect, pieces, sig: list, sig_of: list, masks: dict) -> tuple:
     for sid in dict.fromkeys(sig):
         got = masks.get((sid, whole))
         if got is None:
-            rects = {id(x[3]): x[3] for x in sig_of[sid][1:]}.values()
+            rects = {id(x[2]): x[2] for x in sig_of[sid][1:]}.values()
             got = masks[sid, whole] = _spanned(rects, lo, hi, dims)
         dims = tuple(d for d in dims if d in got)
         if not dims:
@@ -109,7 +110,7 @@ def _key(region, pieces, sig: list, sig_of: list, dims: tuple, canon_ids: dict) 
         if c is None:
             s = sig_of[sid]
             body = s[1:]
-            rects = list(map(_fourth, body))
+            rects = list(map(_rect_of, body))
             canon = dict(zip(map(id, rects), rects))
             for i, r in canon.items():
                 got = memo.get((i, dims))          # (the rects are held: sig_of)

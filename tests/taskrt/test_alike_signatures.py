@@ -1,5 +1,5 @@
 """RegionClasses.find's signature ids found by rect identities where a launch's points ask
-alike (regionclasses._AlikeSignatures) are exactly those regionmemo.signature gives by value
+alike (regionclasses._AlikeSignatures) are exactly those regionmemo.key_signature gives by value
 (the oracle: every launch taken as if its points differed): the same id per launch and
 region, so the same classes. On random launches whose rects come from a small pool of shared
 objects, with fresh equal copies among them, keys that differ in one thing only (replicas,
