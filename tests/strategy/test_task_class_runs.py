@@ -86,6 +86,16 @@ def test_tasks_of_mixed_parts(name, seed):
         assert_same(made)
 
 
+def tasks_by_launch(name, seed):
+    """The tasks of a test graph, and them per launch (in order of each launch's first)."""
+    graph, _ = graph_of(name, seed)
+    tasks = [n for n in graph.nodes if n.kind is TASK]
+    by_launch: dict = {}
+    for t in tasks:
+        by_launch.setdefault(id(t.launch), []).append(t)
+    return tasks, list(by_launch.values())
+
+
 @pytest.mark.parametrize("name,seed", [("gpt-t4", -1), ("gpt-t2", -1), ("cnn", 3),
                                        ("inception", 3)])
 def test_runs_of_mixed_requirement_counts(name, seed):
@@ -93,13 +103,9 @@ def test_runs_of_mixed_requirement_counts(name, seed):
     sharded attention, a bias read by one shard of each group), each count's tasks alike
     column by column (the regions and privileges of one launch, parts of several shapes):
     split by count, numbered in order of the first task as the loop over the tasks."""
-    graph, _ = graph_of(name, seed)
-    tasks = [n for n in graph.nodes if n.kind is TASK]
-    by_launch: dict = {}
-    for t in tasks:
-        by_launch.setdefault(id(t.launch), []).append(t)
+    _, per_launch = tasks_by_launch(name, seed)
     rng = random.Random(seed + 300)
-    launches = [ts for ts in by_launch.values() if len(ts[0].requirements) > 1]
+    launches = [ts for ts in per_launch if len(ts[0].requirements) > 1]
     for _ in range(40):
         made = []
         for ts in rng.sample(launches, min(3, len(launches))):
@@ -149,13 +155,8 @@ def test_runs_sharing_a_few_requirement_tuples(name, seed):
     weights: one tuple per shard), which TaskClasses checks over the distinct tuples: parts
     of one shape, of several (the per-task shapes), and a tuple of another region or
     privilege among them (the per-task fallback), as the loop over the tasks."""
-    graph, _ = graph_of(name, seed)
-    tasks = [n for n in graph.nodes if n.kind is TASK]
-    by_launch: dict = {}
-    for t in tasks:
-        by_launch.setdefault(id(t.launch), []).append(t)
+    tasks, launches = tasks_by_launch(name, seed)
     rng = random.Random(seed + 500)
-    launches = list(by_launch.values())
     seen = set()
     for _ in range(60):
         ts = rng.choice(launches)
