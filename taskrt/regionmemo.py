@@ -43,17 +43,9 @@ class RegionPlan:
     lis: tuple = ()
 
 
-def signature(replicas: bool, points, accesses) -> tuple:
-    """What one launch asks of one region (its `accesses` [(point index, requirement index,
-    requirement)], launchplan.by_region): whether it is one of replicas, then per access
-    (point index, requirement index, device, rect, privilege)."""
-    return (replicas,) + tuple([(pi, k, points[pi][1], req.rect, req.privilege.code)
-                                for pi, k, req in accesses])
-
-
 def region_key(region, initial, log, plans) -> tuple:
     """The key of a region's plan: its shape, dtype and initial pieces, and per log entry
-    what the launch asks of it (signature, less the requirement indices). No names: regions
+    what the launch asks of it (key_signature: no requirement indices). No names: regions
     alike share a key.
 
     Nor requirement indices: planning reads an access's point, device, rect and privilege
@@ -70,9 +62,10 @@ def region_key(region, initial, log, plans) -> tuple:
 
 
 def key_signature(replicas: bool, points, accesses) -> tuple:
-    """signature without the requirement indices (region_key; regionclasses.py's classes):
-    whether the launch is one of replicas, then per access (point index, device, rect,
-    privilege)."""
+    """What one launch asks of one region (its `accesses` [(point index, requirement index,
+    requirement)], launchplan.by_region), as far as its plan depends on it (region_key;
+    regionclasses.py's classes): whether it is one of replicas, then per access (point
+    index, device, rect, privilege); not the requirement index."""
     return (replicas,) + tuple([(pi, points[pi][1], req.rect, req.privilege.code)
                                 for pi, _, req in accesses])
 

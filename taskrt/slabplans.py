@@ -82,7 +82,7 @@ def slab_plan(planner, name: str, log) -> RegionPlan | None:
     d, starts = split[0], split[1]
     # Each entry's part in each slab it touches (its accesses there; its reads must all be in
     # one slab, so that its read nodes are that slab's), and per slab the signatures of its
-    # parts translated to the slab's start (what decides its plan: regionmemo.signature).
+    # parts translated to the slab's start (what decides its plan: regionmemo.key_signature).
     parts_of: list[list] = [[] for _ in starts]         # per slab: (entry, access positions)
     sigs: list[list] = [[] for _ in starts]
     where: list[list] = []              # per entry: (slab, index in its parts, positions)

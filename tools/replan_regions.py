@@ -44,11 +44,12 @@ def kind(name: str) -> str:
 
 def main(app: str, gpus: int, proposals: int) -> dict:
     from taskrt import regionplans, replanning, slabplans
-    from taskrt.regionmemo import region_key, signature
+    from taskrt.regionmemo import key_signature, region_key
 
     def signatures(planner, name):
-        return [(li, signature(planner.plans[li].launch.replicas, planner.plans[li].points,
-                               accesses)) for li, _, accesses in planner.log.get(name, ())]
+        return [(li, key_signature(planner.plans[li].launch.replicas,
+                                   planner.plans[li].points, accesses))
+                for li, _, accesses in planner.log.get(name, ())]
 
     def own_slabs() -> int:
         """Slabs planned by themselves so far (0 for code without slabplans.OWN_SLABS)."""
