@@ -130,11 +130,9 @@ class RegionClasses:
             devices = alike_ids.devices(points) if alike else None
             mine = []
             for k, (name, acc) in enumerate(grouped[1].items()):
-                if columns is not None:
-                    sid = alike_ids.table_sid(replicas, points, acc, devices, columns[k], k)
-                    slots = acc.k if type(acc) is DeferredAccesses else acc[0][1]
-                elif alike:
-                    sid = alike_ids.sid(replicas, points, acc, devices)
+                if columns is not None or alike:    # (one requirement index per region)
+                    sid = alike_ids.sid(replicas, points, acc, devices) if columns is None \
+                        else alike_ids.table_sid(replicas, points, acc, devices, columns[k], k)
                     slots = acc.k if type(acc) is DeferredAccesses else acc[0][1]
                 else:
                     listed = accesses_list(acc)
