@@ -2,7 +2,8 @@
 
 Nodes run in program order (ids 0..n-1). Node i starts when its predecessors have ended and
 each of its resources is free (FIFO per resource in program order), and holds its resources
-for dur[i]. Predecessors and resources are in CSR form (ptr, flat ids).
+for dur[i]; a copy over several links (its resources start with the `route` id) holds each
+link in turn for dur[i] (_hold). Predecessors and resources are in CSR form (ptr, flat ids).
 
 Host phases (strategy/simulator.py's host model): before its device work a node may hold
 its issuing host threads (pre_ids) for pre_dur[i], and after it the receiving ones
@@ -39,13 +40,27 @@ import numpy as np
 from taskrt.numbastart import blas_probe_skipped
 
 _SIGNATURE = ("void(f8[::1], i8[::1], i8[::1], i8[::1], i8[::1], i8, f8[::1], i8[::1], "
-              "i8[::1], f8[::1], i8[::1], i8[::1], f8[::1], f8[::1], f8[::1], f8[::1])")
+              "i8[::1], f8[::1], i8[::1], i8[::1], f8[::1], f8[::1], f8[::1], f8[::1], i8)")
 _SIGNATURE_RESUMING = _SIGNATURE[:-1] + ", i8, i8, f8[:, ::1], f8[:, ::1])"
 
 
-def _hold(free, busy, ptr, ids, i, t, d):
+def _hold(free, busy, ptr, ids, i, t, d, route):
     """(start, end): node i's resources ids[ptr[i]:ptr[i + 1]] held for d from when they
-    are all free, at t the earliest."""
+    are all free, at t the earliest. Resources starting with id `route` (simulator.ROUTE)
+    are a copy's links in route order: each in turn serves the copy for d as soon as it is
+    free and the copy has reached it (at or after its start on the link before), so a link
+    waits only for the copies ahead of it on that link, not for the others' queues (the
+    links before buffer it); the copy is (start, end) on its last link."""
+    k0 = ptr[i]
+    if ptr[i + 1] - k0 > 1 and ids[k0] == route:
+        for k in range(k0 + 1, ptr[i + 1]):
+            r = ids[k]
+            f = free[r]
+            if f > t:
+                t = f
+            free[r] = t + d
+            busy[r] += d
+        return t, t + d
     for k in range(ptr[i], ptr[i + 1]):
         f = free[ids[k]]
         if f > t:
@@ -59,8 +74,8 @@ def _hold(free, busy, ptr, ids, i, t, d):
 
 
 def _schedule(dur, res_ptr, res_ids, pred_ptr, preds, num_resources, pre_dur, pre_ptr,
-              pre_ids, post_dur, post_ptr, post_ids, start, run, end, busy, first, every,
-              saved_free, saved_busy):
+              pre_ids, post_dur, post_ptr, post_ids, start, run, end, busy, route, first,
+              every, saved_free, saved_busy):
     """Program order. Before node i (i a multiple of `every`) the resources' state (when
     each is free, its busy seconds) is saved in row i // every of saved_free/saved_busy;
     the run starts at the saved row before node `first` (the caller has set start, run and
@@ -81,12 +96,12 @@ def _schedule(dur, res_ptr, res_ids, pred_ptr, preds, num_resources, pre_dur, pr
                 t = e
         first = -1.0
         if pre_ptr[i + 1] > pre_ptr[i]:              # the issuing host threads
-            first, t = _hold(free, busy, pre_ptr, pre_ids, i, t, pre_dur[i])
-        t, e = _hold(free, busy, res_ptr, res_ids, i, t, dur[i])
+            first, t = _hold(free, busy, pre_ptr, pre_ids, i, t, pre_dur[i], -1)
+        t, e = _hold(free, busy, res_ptr, res_ids, i, t, dur[i], route)
         run[i] = t
         start[i] = t if first < 0 else first
         if post_ptr[i + 1] > post_ptr[i]:            # the receiving host threads
-            _, e = _hold(free, busy, post_ptr, post_ids, i, e, post_dur[i])
+            _, e = _hold(free, busy, post_ptr, post_ids, i, e, post_dur[i], -1)
         end[i] = e
 
 
@@ -127,7 +142,7 @@ def _pop(keys, vals, size):
 
 
 def _schedule_ready(dur, res_ptr, res_ids, pred_ptr, preds, num_resources, pre_dur, pre_ptr,
-                    pre_ids, post_dur, post_ptr, post_ids, start, run, end, busy):
+                    pre_ids, post_dur, post_ptr, post_ids, start, run, end, busy, route):
     """_schedule in ready order: phases (0 host, 1 device, 2 receiving host) taken from a
     heap by (ready time, node id * 3 + phase)."""
     n = dur.shape[0]
@@ -160,13 +175,13 @@ def _schedule_ready(dur, res_ptr, res_ids, pred_ptr, preds, num_resources, pre_d
         if phase == 0:
             start[i] = -1.0
             if pre_ptr[i + 1] > pre_ptr[i]:          # the issuing host threads
-                first, e = _hold(free, busy, pre_ptr, pre_ids, i, t, pre_dur[i])
+                first, e = _hold(free, busy, pre_ptr, pre_ids, i, t, pre_dur[i], -1)
                 start[i] = first
                 size = _push(keys, vals, size, e, 3 * i + 1)
                 continue
             phase = 1
         if phase == 1:
-            t, e = _hold(free, busy, res_ptr, res_ids, i, t, dur[i])
+            t, e = _hold(free, busy, res_ptr, res_ids, i, t, dur[i], route)
             run[i] = t
             if start[i] < 0:
                 start[i] = t
@@ -174,7 +189,7 @@ def _schedule_ready(dur, res_ptr, res_ids, pred_ptr, preds, num_resources, pre_d
                 size = _push(keys, vals, size, e, 3 * i + 2)
                 continue
         else:
-            _, e = _hold(free, busy, post_ptr, post_ids, i, t, post_dur[i])
+            _, e = _hold(free, busy, post_ptr, post_ids, i, t, post_dur[i], -1)
         end[i] = e
         for k in range(succ_ptr[i], succ_ptr[i + 1]):
             s = succs[k]
@@ -250,7 +265,7 @@ class Checkpoints:
 
 def list_schedule(dur, res_ptr, res_ids, pred_ptr, preds, num_resources: int, host=None,
                   ready_order: bool = False, checkpoints: Checkpoints | None = None,
-                  first: int = 0):
+                  first: int = 0, route: int = -1):
     """(start, run, end, busy): per node when it first holds a resource, when its device
     work starts and when it ends; per resource its busy seconds. `host` is None (no host
     phases) or (pre_dur, pre_ptr, pre_ids, post_dur, post_ptr, post_ids); `ready_order`:
@@ -258,7 +273,9 @@ def list_schedule(dur, res_ptr, res_ids, pred_ptr, preds, num_resources: int, ho
     order): filled as the run goes; with `first` > 0 the run resumes from them, the caller
     promising that nodes 0..first-1 and everything about them are those of the run that
     filled them (their times are taken from checkpoints.last). A run that cannot resume
-    (a first run, a graph or resource count the checkpoints do not fit) starts again."""
+    (a first run, a graph or resource count the checkpoints do not fit) starts again.
+    `route`: the id that marks a node's resources as a copy's links in route order (-1:
+    none; simulator.timeline passes ROUTE's)."""
     n = len(dur)
     # In program order every node's times are written (those before the checkpoint
     # copied from the last run below, the rest by the loop): no zeroing pass over them.
@@ -296,7 +313,7 @@ def list_schedule(dur, res_ptr, res_ids, pred_ptr, preds, num_resources: int, ho
             c(pred_ptr, dtype=i8), c(preds, dtype=i8), num_resources,
             c(pre_dur, dtype=f8), c(pre_ptr, dtype=i8), c(pre_ids, dtype=i8),
             c(post_dur, dtype=f8), c(post_ptr, dtype=i8), c(post_ids, dtype=i8),
-            start, run, end, busy)
+            start, run, end, busy, route)
     if ready_order:
         _kernel(True)(*args)
     else:

@@ -176,7 +176,7 @@ class NodeTimer:
             links = self.model.path(src, dst)
             if not links:
                 return self._memory_time(src, 2 * nbytes), (self.compute(src),)
-            return self.model.transfer_time(nbytes, src, dst), tuple(links)
+            return self.model.transfer_time(nbytes, src, dst), _route(links)
         start, scale, bandwidth, resources = line
         return start + (scale * nbytes) / bandwidth, resources
 
@@ -199,7 +199,7 @@ class NodeTimer:
         if not links:
             spec = self.model.device(src)
             return spec.launch_overhead, 2, spec.memory_bandwidth, (self.compute(src),)
-        return latency, 1, bandwidth, tuple(links)
+        return latency, 1, bandwidth, _route(links)
 
     def timing(self, node) -> tuple[float, tuple]:
         kind = node.kind
@@ -221,16 +221,29 @@ class NodeTimer:
         return t, links
 
 
+def _route(links) -> tuple:
+    """A copy's resources: its links, in route order after ROUTE when there are several
+    (each link a FIFO of its own, listsched._hold), so that a copy queued on one link does
+    not hold the others idle."""
+    links = tuple(links)
+    return (ROUTE,) + links if len(links) > 1 else links
+
+
 def resource_name(r) -> str:
     return r if isinstance(r, str) else str(getattr(r, "name", r))
 
 
+ROUTE = "route"   # id 0 of every Resources: first of a copy's links when it has several
+
+
 class Resources:
-    """Resources (device compute units, links) as dense ids for the list scheduler."""
+    """Resources (device compute units, links) as dense ids for the list scheduler. Id 0
+    is ROUTE, no resource: a node whose resources start with it holds the rest as a
+    route, each link in turn (strategy/listsched.py's _hold)."""
 
     def __init__(self):
-        self.ids: dict = {}
-        self.items: list = []
+        self.ids: dict = {ROUTE: 0}
+        self.items: list = [ROUTE]
 
     def id(self, r) -> int:
         i = self.ids.get(r)
@@ -241,7 +254,8 @@ class Resources:
 
     def busy_by_name(self, busy, used) -> dict[str, float]:
         """{resource name: busy seconds} of the resources some node used."""
-        return {resource_name(self.items[r]): float(busy[r]) for r in np.flatnonzero(used)}
+        return {resource_name(self.items[r]): float(busy[r]) for r in np.flatnonzero(used)
+                if r != 0}
 
 
 def timeline(dur, res_counts, res_ids, pred_ptr, preds, resources: Resources, host=None,
@@ -262,7 +276,8 @@ def timeline(dur, res_counts, res_ids, pred_ptr, preds, resources: Resources, ho
         pre_dur, pre_counts, pre_ids, post_dur, post_counts, post_ids = host
         phases = (pre_dur, csr(pre_counts), pre_ids, post_dur, csr(post_counts), post_ids)
     start, run, end, busy = list_schedule(dur, csr(res_counts), res_ids, pred_ptr, preds, n,
-                                          phases, ready_order, checkpoints, first)
+                                          phases, ready_order, checkpoints, first,
+                                          resources.ids[ROUTE])
     return start, run, end, busy_of(resources, busy, res_ids, host) if named else busy
 
 
@@ -353,7 +368,8 @@ def node_arrays(graph, timer: NodeTimer, resources: Resources) -> tuple:
 
 def trace_of(graph, result: SimResult, timer: NodeTimer) -> list[TraceEvent]:
     """The simulated timeline as trace events, one track per resource (device or link;
-    host phases on their threads' tracks)."""
+    host phases on their threads' tracks). A copy over a route shows on each of its links
+    when it is on its last (the links before may have passed it on earlier)."""
     events = []
     run = result.run if result.run is not None else result.start
     for node in graph.nodes:
@@ -365,6 +381,8 @@ def trace_of(graph, result: SimResult, timer: NodeTimer) -> list[TraceEvent]:
             events.append(TraceEvent(i, node.kind, label, resource_name(r), result.start[i],
                                      result.start[i] + hd, nbytes))
         for r in resources:
+            if r is ROUTE:
+                continue
             events.append(TraceEvent(i, node.kind, label, resource_name(r), run[i],
                                      run[i] + d if posts else result.end[i], nbytes))
         for r in (posts if pd else ()):

@@ -216,7 +216,7 @@ def other_timings(cols, timer, pids) -> tuple:
 
 def node_arrays_by_class(graph, classes, timer, resources) -> tuple:
     """(dur, res_counts, res_ids, host): as simulator.node_arrays gives them (`host`:
-    None without host costs), resources numbered in `resources` (empty when called)."""
+    None without host costs), resources numbered in `resources` (holding only ROUTE when called)."""
     nodes, model = graph.nodes, timer.model
     n = len(nodes)
     with_host = bool(timer.host_costs)
@@ -302,10 +302,8 @@ def node_arrays_by_class(graph, classes, timer, resources) -> tuple:
     seen = np.flatnonzero(first_use < never)
     used = seen[np.argsort(first_use[seen])]          # provisional ids by first use
     new = np.full(len(provisional), -1, dtype=i8)
-    new[used] = np.arange(len(used), dtype=i8)
     items = list(provisional)
-    for p in used.tolist():
-        resources.id(items[p])
+    new[used] = [resources.id(items[p]) for p in used.tolist()]
     # Per phase the CSR over all nodes, renumbered: a task's device resource, its host
     # thread (NodeTimer.host_phases: the same host cost for every task, on its device's
     # thread, and nothing after), the other nodes' rows.

@@ -14,6 +14,7 @@ import numpy as np
 
 from strategy.costs import CostModel, Measurement, Profile
 from strategy.machines import from_dict
+from strategy.simulator import ROUTE
 from taskrt import (AllReduceNode, CopyNode, IndexLaunch, Rect, ReduceNode, Region,
                     TaskGraph, TaskNode)
 
@@ -96,6 +97,23 @@ class HandGraph:
     def _add(self, node, preds) -> int:
         self.graph.add(node, list(preds))
         return node.id
+
+
+def hold(free: dict, resources, t: float, d: float) -> tuple[float, float]:
+    """(start, end) of work of d seconds on `resources`, at t the earliest, as the list
+    scheduler's rule says in plain Python (the oracles' copy of it): FIFO per resource;
+    all held together from when all are free, or, after simulator.ROUTE, a copy's links
+    each in turn (a link serves it once free and once it left the link before), the copy
+    timed on its last. `free` (resource -> when free) is updated."""
+    if len(resources) > 1 and resources[0] is ROUTE:
+        for r in resources[1:]:
+            t = max(t, free.get(r, 0.0))
+            free[r] = t + d
+        return t, t + d
+    t = max([t] + [free.get(r, 0.0) for r in resources])
+    for r in resources:
+        free[r] = t + d
+    return t, t + d
 
 
 def same_result(got, want, where) -> None:

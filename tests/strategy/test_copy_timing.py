@@ -9,17 +9,19 @@ import pytest
 from strategy.costs import CostModel
 from strategy.logical_devices import SharedDevices
 from strategy.machine_model import PRESETS, machine_model
-from strategy.simulator import NodeTimer
+from strategy.simulator import ROUTE, NodeTimer
 
 
 def asked_per_copy(model, src: int, dst: int, nbytes: int) -> tuple[float, tuple]:
-    """The copy's (seconds, resources) from the model's path and transfer_time."""
+    """The copy's (seconds, resources) from the model's path and transfer_time (a path of
+    several links after ROUTE: they serve it in turn)."""
     links = model.path(src, dst)
     if not links:
         spec = model.device(src)
         return (spec.launch_overhead + 2 * nbytes / spec.memory_bandwidth,
                 (NodeTimer(model, CostModel()).compute(src),))
-    return model.transfer_time(nbytes, src, dst), tuple(links)
+    route = (ROUTE,) if len(links) > 1 else ()
+    return model.transfer_time(nbytes, src, dst), route + tuple(links)
 
 
 MODELS = [f"{name}:2" for name in PRESETS] + ["shared p100:2 x3", "shared dgx-h100:1 x2"]

@@ -20,6 +20,8 @@ from strategy.machines import DEVICE_SPECS, HostCost, cluster_model, machine_mod
 from strategy.simulator import NodeTimer, simulate
 from taskrt import plan
 
+from sim_graphs import hold
+
 warnings.simplefilter("ignore")       # analytic-cost fallback warnings
 
 COSTS = {"task": HostCost(3e-5), "copy": HostCost(4e-6, 1e-10), "send": HostCost(8e-5, 2e-10),
@@ -70,11 +72,9 @@ def ready_order_oracle(graph, timer):
                 heapq.heappush(heap, (t, v + 1))
                 continue
         else:
-            t = max([t] + [free.get(r, 0.0) for r in rs])
+            t, e = hold(free, rs, t, d)
             first.setdefault(i, t)
-            for r in rs:
-                free[r] = t + d
-            t += d
+            t = e
             if k < 2 and (k == 0 or phases[i][2][1]):
                 heapq.heappush(heap, (t, v + 1))
                 continue

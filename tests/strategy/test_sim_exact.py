@@ -144,6 +144,24 @@ def test_copies_sharing_a_link_serialize_and_others_overlap():
     assert r.busy["n0/d2-sw<"] == exact(2.004 * MS)
 
 
+def test_a_copy_waiting_on_one_link_does_not_hold_the_others_idle():
+    """Each link of a route serves its copies in program order on its own: a copy queued on
+    its last link has left its first (buffered on the way), so the next copy over that first
+    link need not wait for the other link's queue. (Holding every link together, as the
+    simulator did before, c3 waited for c2 on d2's link down: 2.004 -> 3.006 ms; an
+    all-to-all over the P100 cluster's nodes took 3.5x its links' bound that way.)"""
+    hg = HandGraph(lab(uniform=True))
+    x = hg.region("x", ELEMS_1MB)
+    c1, c2 = hg.copy(x, 0, 2), hg.copy(x, 1, 2)     # both end on d2's link down
+    c3 = hg.copy(x, 1, 3)                           # after c2 on d1's link up
+    r = run(hg)
+    # c1 0 -> 1.002 on d0 up and d2 down; c2 on d1 up 0 -> 1.002, then on d2 down 1.002 ->
+    # 2.004; c3 on d1 up 1.002 -> 2.004 (after c2 there) and d3 down at once: 1.002 -> 2.004
+    check_times(r, {c1: (0, 1.002 * MS), c2: (1.002 * MS, 2.004 * MS),
+                    c3: (1.002 * MS, 2.004 * MS)})
+    assert r.busy["n0/d1-sw>"] == exact(2.004 * MS) and "route" not in r.busy
+
+
 def test_a_half_duplex_link_serializes_both_directions():
     data = lab_dict()
     data["links"].append({"kind": "nvlink", "ends": ["n0/d0", "n0/d1"], "latency": 1e-6,

@@ -15,7 +15,7 @@ from parallel_ops.lowering import IncrementalLowering
 from strategy.costs import CostModel
 from strategy.delta import SimulationSession
 from strategy.machine_model import machine_model
-from strategy.simulator import resource_name
+from strategy.simulator import ROUTE, resource_name
 from taskrt import R, RED, RW, WD, IndexLaunch, Machine, Planner, Rect, Region, \
     RegionRequirement, plan
 from taskrt.errors import PrivilegeError
@@ -26,13 +26,14 @@ from mpi.models import cnn, lstm_model, random_strategy
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from interference_oracle import check_as_oracle_says  # noqa: E402
+from sim_graphs import hold  # noqa: E402
 
 warnings.simplefilter("ignore")       # analytic-cost fallback warnings
 
 
 def python_schedule(graph, timer):
     """The list scheduler as the Python loop it was before strategy/listsched.py (kept as the
-    oracle): FIFO per resource in program order."""
+    oracle): FIFO per resource in program order (sim_graphs.hold)."""
     n = len(graph.nodes)
     start, end, free, busy = [0.0] * n, [0.0] * n, {}, {}
     for node in graph.nodes:
@@ -42,16 +43,11 @@ def python_schedule(graph, timer):
         for p in graph.preds[i]:
             if end[p] > t:
                 t = end[p]
+        t, e = hold(free, resources, t, dur)
         for r in resources:
-            f = free.get(r, 0.0)
-            if f > t:
-                t = f
-        e = t + dur
-        for r in resources:
-            free[r] = e
             busy[r] = busy.get(r, 0.0) + dur
         start[i], end[i] = t, e
-    return start, end, {resource_name(r): v for r, v in busy.items()}
+    return start, end, {resource_name(r): v for r, v in busy.items() if r is not ROUTE}
 
 
 @pytest.mark.parametrize("build", [cnn, lstm_model], ids=["cnn", "lstm"])
