@@ -24,19 +24,34 @@ from .memsweep import Scratch, sweep_peak
 
 class _Column:
     """A list of numbers that also hands them out as a numpy array, converting only what
-    was appended since the last call."""
-    __slots__ = ("items", "_array")
+    was appended since the last call, into an array of spare room that doubles when full
+    (each call concatenating the whole array again copied every id's entry per proposal:
+    NMT @16's table holds ~300k ids, six such columns)."""
+    __slots__ = ("items", "_room", "_done")
 
     def __init__(self, dtype):
         self.items: list = []
-        self._array = np.zeros(0, dtype=dtype)
+        self._room = np.zeros(0, dtype=dtype)
+        self._done = 0
 
     def array(self) -> np.ndarray:
-        done = len(self._array)
-        if len(self.items) > done:
-            self._array = np.concatenate([self._array, np.array(self.items[done:],
-                                                                dtype=self._array.dtype)])
-        return self._array
+        """The items as an array (a view, valid until the next call)."""
+        self._room, self._done = _appended(self._room, self._done, self.items)
+        return self._room[:self._done]
+
+
+def _appended(room: np.ndarray, done: int, items) -> tuple:
+    """(room, len(items)): `room` (its first `done` entries those of `items`) with the
+    rest of `items` written after them, made anew at twice the size when they do not
+    fit."""
+    n = len(items)
+    if n > done:
+        if n > len(room):
+            grown = np.empty(max(n, 2 * len(room)), dtype=room.dtype)
+            grown[:done] = room[:done]
+            room = grown
+        room[done:n] = items[done:n]
+    return room, n
 
 
 class BufferTable:
@@ -52,6 +67,7 @@ class BufferTable:
         self.regions: dict[str, tuple] = {}
         self.initial_names: set[str] = set()      # regions with initial data
         self._bytes = np.zeros(0, dtype=np.int64)    # per id: own or current region bytes
+        self._num_bytes = 0                          # (in its first entries: _sizes)
         self.num_devices = num_devices
         # Per (kind, region name): the ids of its buffers (kind, name, d, None) by device d,
         # -1 where none yet (ids_on), made on first use and kept current by id().
@@ -141,10 +157,9 @@ class BufferTable:
     def _sizes(self) -> np.ndarray:
         """Per id: its own bytes, or a current region buffer's bytes (0 for one no longer
         current), grown by the ids added since the last call."""
-        done = len(self._bytes)
-        if len(self.own_bytes.items) > done:
-            self._bytes = np.concatenate([self._bytes, self.own_bytes.array()[done:]])
-        return self._bytes
+        own = self.own_bytes.array()
+        self._bytes, self._num_bytes = _appended(self._bytes, self._num_bytes, own)
+        return self._bytes[:self._num_bytes]
 
     # -- regions --------------------------------------------------------------------------
     def set_region(self, name: str, buffers: tuple | None, initial: bool,

@@ -44,7 +44,7 @@ def _uses(users_buf, counts, start, end, sizes, dev, region, kept_mask, staging,
           bufs):
     """Adds the staging buffers in use that persist to per_bytes / per_count (per device);
     writes the temporaries' allocation and release events (times[j], bufs[j]: b allocated,
-    -1 - b released) and returns how many. Node i has counts[i] of the uses users_buf, in
+    -1 - b released; the allocations first) and returns how many. Node i has counts[i] of the uses users_buf, in
     node order. stamp, born, dies, flags: a Scratch's arrays (a buffer's entries are set up
     when its stamp is not `now`, with what it is as flag bits: only used buffers are looked
     at, however many the table holds, and each once). touched (the buffers used, in order
@@ -90,14 +90,20 @@ def _uses(users_buf, counts, start, end, sizes, dev, region, kept_mask, staging,
                 flags[b] = f | _USED | _LATE
             else:
                 flags[b] = f | _USED
+    # The allocations, then the releases, each in order of first use: two runs of mostly
+    # ascending times (nodes come roughly in time order), which the sort merges.
+    m = 0
+    for q in range(nt):
+        if flags[touched[q]] & _USED:
+            m += 1
     j = 0
     for q in range(nt):
         b = touched[q]
         if flags[b] & _USED:
             times[j], bufs[j] = born[b], b
-            times[j + 1], bufs[j + 1] = dies[b], -1 - b
-            j += 2
-    return j
+            times[m + j], bufs[m + j] = dies[b], -1 - b
+            j += 1
+    return 2 * m
 
 
 def _peaks(times, bufs, order, sizes, flags, dev, peak, has_temp):
@@ -247,11 +253,14 @@ def sweep_peak(users_buf, users_node, start, end, sizes, dev, region, kept_mask,
              scratch.dies, scratch.flags, touched, times, bufs)
     times, bufs = times[:n], bufs[:n]
     # numpy's sort (vectorised) rather than numba's: the sort was most of a sweep. Stable
-    # (radix / timsort) rather than the default introsort: the events come in node order,
-    # so their times are long ascending runs, which timsort merges; 2x faster at
-    # Inception-v3 @16 (0.75 vs 1.54 ms a sweep of ~23k events, docs/design.md). Any order
-    # of one time's events gives the same peak (module docstring).
-    peaks(times, bufs, np.argsort(times, kind="stable"), sizes, scratch.flags, dev, peak,
+    # (timsort) rather than the default introsort: the events come as two runs in node
+    # order (_uses), so their times are long ascending runs, which timsort merges; 2x
+    # faster at Inception-v3 @16 (0.75 vs 1.54 ms a sweep of ~23k events, docs/design.md).
+    # Times that are not negative sort as their bits (int64 compares: 0.54 -> 0.33 ms
+    # there, with the two runs; -0.0 first, with the zeros it equals). Any order of one
+    # time's events gives the same peak (module docstring).
+    keys = times.view(np.int64) if n and times.min() >= 0 else times
+    peaks(times, bufs, np.argsort(keys, kind="stable"), sizes, scratch.flags, dev, peak,
           has_temp)
     out = {int(d): int(per_bytes[d]) for d in np.flatnonzero(per_count)}
     for d in np.flatnonzero(has_temp).tolist():

@@ -165,3 +165,29 @@ def test_sweep_equals_its_model_written_out(seed):
         got = sweep_peak(users_buf[order], None, start, end, *args, per.copy(), count.copy(),
                          scratch, counts=np.bincount(users_node, minlength=len(start)))
         assert got == want, f"step {step}, by counts"
+
+
+@pytest.mark.parametrize("shift", [-2.0, -0.0])
+def test_sweep_sorts_negative_and_signed_zero_times(shift):
+    """sweep_peak sorts times that are not negative as their bits: times below zero (a
+    timeline shifted back) take the float sort, and -0.0 (as bits, below every other
+    time) is a zero all the same; both against the model written out."""
+    rng = np.random.default_rng(7)
+    n, signed = 40, 0
+    for step in range(60):
+        sizes = rng.choice([0, 8, 4096, 10 ** 6], size=n).astype(np.int64)
+        dev = rng.integers(0, DEVICES, size=n).astype(np.int64)
+        region = rng.integers(0, 3, size=n).astype(np.int64)
+        staging, state = rng.random(n) < 0.2, rng.random(n) < 0.1
+        users_buf, users_node, start, end, per, count = random_uses(rng, n, 12, 60)
+        if shift:
+            start, end = start + shift, end + shift
+        else:                                   # some zeros are -0.0
+            start = np.where((start == 0) & (rng.random(len(start)) < 0.5), -0.0, start)
+            end = np.where((end == 0) & (rng.random(len(end)) < 0.5), -0.0, end)
+            signed += int(np.signbit(start).sum() + np.signbit(end).sum())
+        args = (sizes, dev, region, np.zeros(3, dtype=bool), staging, state, 4096)
+        want = reference_sweep(users_buf, users_node, start, end, *args, per, count)
+        got = sweep_peak(users_buf, users_node, start, end, *args, per.copy(), count.copy())
+        assert got == want, f"step {step}"
+    assert signed > 50 or shift
