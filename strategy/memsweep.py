@@ -45,11 +45,11 @@ def _uses(users_buf, counts, start, end, sizes, dev, region, kept_mask, staging,
     """Adds the staging buffers in use that persist to per_bytes / per_count (per device);
     writes the temporaries' allocation and release events (times[j], bufs[j]: b allocated,
     -1 - b released; the allocations first) and returns how many. Node i has counts[i] of
-    the uses users_buf, in node order. stamp, born, dies, flags: a Scratch's arrays (a buffer's entries are set up
-    when its stamp is not `now`, with what it is as flag bits: only used buffers are looked
-    at, however many the table holds, and each once). touched (the buffers used, in order
-    of first use), times and bufs: a Scratch's working arrays, with room for 1, 2 and 2 per
-    use."""
+    the uses users_buf, in node order. stamp, born, dies, flags: a Scratch's arrays (a
+    buffer's entries are set up when its stamp is not `now`, with what it is as flag bits:
+    only used buffers are looked at, however many the table holds, and each once). touched
+    (the buffers used, in order of first use), times and bufs: a Scratch's working arrays,
+    with room for 1, 2 and 2 per use."""
     nt = 0
     k = 0
     for i in range(counts.shape[0]):

@@ -221,6 +221,9 @@ class NodeTimer:
         return t, links
 
 
+ROUTE = "route"   # id 0 of every Resources: first of a copy's links when it has several
+
+
 def _route(links) -> tuple:
     """A copy's resources: its links, in route order after ROUTE when there are several
     (each link a FIFO of its own, listsched._hold), so that a copy queued on one link does
@@ -231,9 +234,6 @@ def _route(links) -> tuple:
 
 def resource_name(r) -> str:
     return r if isinstance(r, str) else str(getattr(r, "name", r))
-
-
-ROUTE = "route"   # id 0 of every Resources: first of a copy's links when it has several
 
 
 class Resources:
@@ -255,7 +255,7 @@ class Resources:
     def busy_by_name(self, busy, used) -> dict[str, float]:
         """{resource name: busy seconds} of the resources some node used."""
         return {resource_name(self.items[r]): float(busy[r]) for r in np.flatnonzero(used)
-                if r != 0}
+                if self.items[r] is not ROUTE}
 
 
 def timeline(dur, res_counts, res_ids, pred_ptr, preds, resources: Resources, host=None,

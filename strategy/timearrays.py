@@ -216,7 +216,8 @@ def other_timings(cols, timer, pids) -> tuple:
 
 def node_arrays_by_class(graph, classes, timer, resources) -> tuple:
     """(dur, res_counts, res_ids, host): as simulator.node_arrays gives them (`host`:
-    None without host costs), resources numbered in `resources` (holding only ROUTE when called)."""
+    None without host costs), resources numbered in `resources` (holding only ROUTE when
+    called)."""
     nodes, model = graph.nodes, timer.model
     n = len(nodes)
     with_host = bool(timer.host_costs)
