@@ -32,6 +32,7 @@ from .interference import check_interference
 from .launch import IndexLaunch
 from .launchplan import LaunchPlan, by_region, task_refs
 from .machine import Machine
+from .movedreads import MovedReads
 from .nodegroups import NodeGroup
 from .oneshot import check_initial, plan_once
 from .regionclasses import RegionClasses, merged_per_point
@@ -334,6 +335,11 @@ class Planner:
         built = self._read_groups.get(id(items))
         if built is not None and built[0] is items:
             return built[1]
+        if type(items) is MovedReads:           # (moved from a template's: by arrays)
+            group = items.group(self, key)
+            if self.memo.max_nodes:
+                self._read_groups[id(items)] = (items, group)
+            return group
         gid = self._gid(key)
         nodes = [item[0] for item in items]
         for idx, node in enumerate(nodes):

@@ -44,12 +44,14 @@ from collections import defaultdict
 from operator import attrgetter, is_, itemgetter
 
 from .coherence import RegionPlanner
+from . import movedreads
 from .launch import IndexLaunch, RequirementsTable
 from .launchplan import DeferredAccesses, DeferredReads, accesses_list, by_region_and_alike, \
     reads_list
 from .regionmemo import RegionPlan, key_signature
 from . import regionshapes
 from .regionshapes import shape_classes, shifter
+from .movedreads import MovedReads
 from .stampedreads import TemplateReads
 from .taskgraph import (COPY, REDUCE, AllReduceNode, CopyNode, ReduceInput, ReduceNode,
                         ReduceTarget)
@@ -504,13 +506,52 @@ def stamp_nodes(plan: RegionPlan, region, li_of: dict, owners: list[str],
             return tuple([ReduceInput(i.source, shift(i.rect), i.copy_id) for i in inputs])
 
     moved = _mover(li_of, node_of)     # node_of fills below, entry by entry
+    # Read lists moved by their template entry's compiled refs (movedreads.py), or None:
+    # ref by ref, each node's moved refs as a set.
+    entries = _compiled(plan) if movedreads.MOVED_READS else None
+    lis_to = tuple([li_of[li] for li in plan.lis]) if entries is not None else None
+    remapped: dict = {}             # id(a moved list's lis) -> those launches moved
+    pos_of = None                   # launch -> its log position in plan (a moved list's refs)
 
     nodes = []
-    for items, owner in zip(plan.nodes, owners):
+    for j, (items, owner) in enumerate(zip(plan.nodes, owners)):
         if items is None:
             nodes.append(None)
             continue
+        if entries is not None and items:
+            entry = entries[j]
+            if type(entry) is MovedReads:
+                lis = remapped.get(id(entry.lis))
+                if lis is None:
+                    lis = remapped[id(entry.lis)] = tuple([li_of[li] for li in entry.lis])
+                entry = entry.entry
+            else:
+                lis = lis_to
+            out = MovedReads()
+            out.entry, out.lis, out.name = entry, lis, region.name
+            add = out.append
+            for node, _, staged in items:
+                kind = node.kind
+                if kind is COPY:
+                    new = CopyNode(-1, owner, region, rect(node.rect), node.src, node.dst,
+                                   node.reduction, node.from_partial)
+                elif kind is REDUCE:
+                    new = ReduceNode(-1, owner, region, rect(node.rect), node.device,
+                                     inputs_of(node.inputs))
+                else:
+                    new = AllReduceNode(-1, owner, region, rect(node.rect), node.devices,
+                                        node.in_partial)
+                node_of[node] = new
+                add((new, None, None if staged is None else
+                     [None if c is None else node_of[c] for c in staged]))
+            nodes.append(out)
+            continue
         out = []
+        if type(items) is MovedReads:
+            if pos_of is None:
+                pos_of = {li: j for j, li in enumerate(plan.lis)}
+            items = list(zip(map(_first, items), items.refs(
+                lambda li: plan.nodes[pos_of[li]]), map(_third, items)))
         for node, refs, staged in items:
             kind = node.kind
             if kind is COPY:
@@ -528,6 +569,14 @@ def stamp_nodes(plan: RegionPlan, region, li_of: dict, owners: list[str],
                                                      for c in staged]))
         nodes.append(out)
     return nodes, node_of
+
+
+def _compiled(plan) -> list | None:
+    """movedreads.compile_plan of `plan`, made once per plan object (kept on it)."""
+    got = plan.moves
+    if got is None:
+        got = plan.moves = movedreads.compile_plan(plan) or False
+    return got or None
 
 
 def _mover(li_of: dict, node_of: dict):
