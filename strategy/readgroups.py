@@ -153,15 +153,44 @@ class ReadGroups:
                 return None
             own = node.kind is COPY and node.reduction and node.dst == device
             symbols.append((kind, device, k, own_bytes((kind, None, device, node)), own))
-        return sim, symbols
+        # Most templates: the region's buffers, then only their reduction copies' own
+        # staging buffers (numbered after the others, in one batch: _walk's order).
+        n = sum(1 for x in symbols if x[2] < 0)
+        regions, staging = symbols[:n], symbols[n:]
+        simple = all(x[2] < 0 for x in regions) and all(x[4] for x in staging)
+        return sim, symbols, (regions, [x[1] for x in staging], [x[2] for x in staging],
+                              [x[3] for x in staging]) if simple else None
 
     def _relabel(self, group, recipe) -> GroupSim:
         """The GroupSim of a group moved from the recipe's template: its durations,
         resources and host phases, and its buffer ids with each of the template's buffers
         replaced by the group's (its region's, its nodes' staging buffers), numbered where
         new in the order _walk would number them."""
-        sim, symbols = recipe
+        sim, symbols, simple = recipe
         name, nodes = group.nodes[0].region.name, group.nodes
+        known, new_id = self.buffers.ids, self.buffers.id
+        if simple is not None:
+            regions, devices, at, nbytes = simple
+            ids = []
+            for kind, device, _, _, _ in regions:
+                key = (kind, name, device, None)
+                b = known.get(key)
+                ids.append(new_id(key, 0) if b is None else b)
+            if at:
+                keys = [(STAGING, name, d, nodes[k]) for d, k in zip(devices, at)]
+                if any(map(known.__contains__, keys)):      # (numbered before: rare)
+                    simple = None
+                else:
+                    first = self.buffers.add_staging(keys, nbytes)
+                    ids += range(first, first + len(keys))
+        if simple is None:
+            ids = self._relabelled_ids(name, nodes, symbols)
+        buf_ids = np.array(ids, dtype=_I8)[sim.buf_ids] if len(sim.buf_ids) else sim.buf_ids
+        return GroupSim(sim.dur, sim.res_counts, sim.res_ids, sim.buf_counts, buf_ids,
+                        _NO_READS, {}, sim.host)
+
+    def _relabelled_ids(self, name: str, nodes: list, symbols: list) -> list:
+        """_relabel's buffer ids of the group's own buffers, symbol by symbol."""
         known, new_id = self.buffers.ids, self.buffers.id
         ids = [0] * len(symbols)
         pending, pending_bytes, pending_at = [], [], []
@@ -180,9 +209,7 @@ class ReadGroups:
             first = self.buffers.add_staging(pending, pending_bytes)
             for j, s in enumerate(pending_at):
                 ids[s] = first + j
-        buf_ids = np.array(ids, dtype=_I8)[sim.buf_ids] if len(sim.buf_ids) else sim.buf_ids
-        return GroupSim(sim.dur, sim.res_counts, sim.res_ids, sim.buf_counts, buf_ids,
-                        _NO_READS, {}, sim.host)
+        return ids
 
     def _walk(self, nodes: list, staged) -> GroupSim:
         """A read group's GroupSim node by node in one loop: per node its timing tuple

@@ -332,6 +332,12 @@ class Planner:
             return None
         if type(items) is StampedReads:         # (a class member's, by arrays)
             return items.group(self, key)
+        if not items:
+            # (no nodes: the group of before if it had none either, so that the launch
+            # gets no new version for it; launch_groups skips empty groups)
+            old = self._groups.get(key)
+            if old is not None and not old.nodes:
+                return old
         built = self._read_groups.get(id(items))
         if built is not None and built[0] is items:
             return built[1]
