@@ -144,9 +144,3 @@ def _compile(items: list, log_pos: dict, where: dict) -> EntryMoves | None:
                       np.array(pos, dtype=np.int64), np.array(idx, dtype=np.int64),
                       sorted(task_pos), sorted(node_pos))
 
-
-def moved(entry: EntryMoves, lis: tuple, name: str, out: list) -> MovedReads:
-    """A MovedReads of the items `out` (the entry's nodes moved, in order)."""
-    got = MovedReads(out)
-    got.entry, got.lis, got.name = entry, lis, name
-    return got

@@ -43,15 +43,14 @@ from __future__ import annotations
 from collections import defaultdict
 from operator import attrgetter, is_, itemgetter
 
+from . import movedreads, regionshapes
 from .coherence import RegionPlanner
-from . import movedreads
 from .launch import IndexLaunch, RequirementsTable
 from .launchplan import DeferredAccesses, DeferredReads, accesses_list, by_region_and_alike, \
     reads_list
-from .regionmemo import RegionPlan, key_signature
-from . import regionshapes
-from .regionshapes import shape_classes, shifter
 from .movedreads import MovedReads
+from .regionmemo import RegionPlan, key_signature
+from .regionshapes import shape_classes, shifter
 from .stampedreads import TemplateReads
 from .taskgraph import (COPY, REDUCE, AllReduceNode, CopyNode, ReduceInput, ReduceNode,
                         ReduceTarget)
@@ -518,7 +517,8 @@ def stamp_nodes(plan: RegionPlan, region, li_of: dict, owners: list[str],
         if items is None:
             nodes.append(None)
             continue
-        if entries is not None and items:
+        by_entry = entries is not None and bool(items)
+        if by_entry:                # (refs left to the entry: None in each tuple)
             entry = entries[j]
             if type(entry) is MovedReads:
                 lis = remapped.get(id(entry.lis))
@@ -529,29 +529,14 @@ def stamp_nodes(plan: RegionPlan, region, li_of: dict, owners: list[str],
                 lis = lis_to
             out = MovedReads()
             out.entry, out.lis, out.name = entry, lis, region.name
-            add = out.append
-            for node, _, staged in items:
-                kind = node.kind
-                if kind is COPY:
-                    new = CopyNode(-1, owner, region, rect(node.rect), node.src, node.dst,
-                                   node.reduction, node.from_partial)
-                elif kind is REDUCE:
-                    new = ReduceNode(-1, owner, region, rect(node.rect), node.device,
-                                     inputs_of(node.inputs))
-                else:
-                    new = AllReduceNode(-1, owner, region, rect(node.rect), node.devices,
-                                        node.in_partial)
-                node_of[node] = new
-                add((new, None, None if staged is None else
-                     [None if c is None else node_of[c] for c in staged]))
-            nodes.append(out)
-            continue
-        out = []
-        if type(items) is MovedReads:
-            if pos_of is None:
-                pos_of = {li: j for j, li in enumerate(plan.lis)}
-            items = list(zip(map(_first, items), items.refs(
-                lambda li: plan.nodes[pos_of[li]]), map(_third, items)))
+        else:
+            out = []
+            if type(items) is MovedReads:           # (moved ref by ref: its refs first)
+                if pos_of is None:
+                    pos_of = {li: j for j, li in enumerate(plan.lis)}
+                items = list(zip(map(_first, items), items.refs(
+                    lambda li: plan.nodes[pos_of[li]]), map(_third, items)))
+        add = out.append
         for node, refs, staged in items:
             kind = node.kind
             if kind is COPY:
@@ -564,9 +549,9 @@ def stamp_nodes(plan: RegionPlan, region, li_of: dict, owners: list[str],
                 new = AllReduceNode(-1, owner, region, rect(node.rect), node.devices,
                                     node.in_partial)
             node_of[node] = new
-            out.append((new, {moved(r) for r in refs},
-                        None if staged is None else [None if c is None else node_of[c]
-                                                     for c in staged]))
+            add((new, None if by_entry else {moved(r) for r in refs},
+                 None if staged is None else [None if c is None else node_of[c]
+                                              for c in staged]))
         nodes.append(out)
     return nodes, node_of
 

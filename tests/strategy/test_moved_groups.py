@@ -48,8 +48,20 @@ def _state(session) -> tuple:
             None if result is None else (result.makespan, dict(result.memory)))
 
 
-def _run(moved: bool, monkeypatch, seed: int, mm, changes: int = 10) -> tuple:
+def _run(moved: bool, monkeypatch, seed: int, mm, changes: int = 10,
+         by_refs: list | None = None) -> tuple:
+    """`by_refs`: a plan holding moved lists is moved ref by ref (its lists' refs read
+    back: MovedReads.refs), counted there."""
     monkeypatch.setattr(movedreads_module, "MOVED_READS", moved)
+    if by_refs is not None:
+        compile_plan = movedreads_module.compile_plan
+
+        def refusing(plan):
+            if any(type(items) is movedreads_module.MovedReads for items in plan.nodes):
+                by_refs.append(plan)
+                return None
+            return compile_plan(plan)
+        monkeypatch.setattr(movedreads_module, "compile_plan", refusing)
     monkeypatch.setattr(readgroups_module, "MOVED", moved)
     model = lstm_model(batch=4, steps=6)[0]
     rng = random.Random(seed)
@@ -89,3 +101,67 @@ def test_moved_groups_with_host_costs(monkeypatch):
     old, _ = _run(False, monkeypatch, 3, mm, changes=6)
     assert used and new == old
     assert np.isfinite(new[-1][-1][0])
+
+
+
+def _canon(plan) -> list:
+    """A plan's read nodes by what they are, each with its refs by place (a task: its
+    launch's log position and point; a read node: its entry's and index), moved lists'
+    refs read back."""
+    pos_of = {li: j for j, li in enumerate(plan.lis)}
+    place = {}
+    for j, items in enumerate(plan.nodes):
+        for k, item in enumerate(items or ()):
+            place[item[0]] = (j, k)
+    out = []
+    for items in plan.nodes:
+        if not items:
+            out.append(items)
+            continue
+        refs = items.refs(lambda li: plan.nodes[pos_of[li]]) \
+            if type(items) is movedreads_module.MovedReads else [r for _, r, _ in items]
+        out.append([(str(n.kind), str(n.rect), n.devices,
+                     sorted(map(str, (("task", pos_of[r[0]], r[1]) if type(r) is tuple
+                                      else place[r]
+                                      for r in rs if r is not None and r is not n))),
+                     None if st is None else [place.get(c) for c in st])
+                    for (n, _, st), rs in zip(items, refs)])
+    return out
+
+
+def test_moved_lists_moved_again(monkeypatch):
+    """A plan moved twice (its moved lists moved by their template entries), and moved
+    again ref by ref (where its refs could not be compiled, MovedReads.refs): the same
+    nodes and refs as the plan it came from, place for place."""
+    from taskrt.regionclasses import stamp
+    model = lstm_model(batch=4, steps=6)[0]
+    session = SimulationSession(model, machine_model("p100:1"), CostModel(),
+                                random_strategy(model, 4, 2))
+    rng = random.Random(2)
+    for k in range(6):
+        op = rng.choice(model.ops)
+        session.change(op.name, random_strategy(model, 4, 3000 + k)[op.name])
+    planner = session.planner
+    plans = [p for by_name in planner.memo._plans.values() for p in by_name.values()
+             if sum(len(items or ()) for items in p.nodes) and
+             any(type(r) is not tuple for items in p.nodes for _, refs, _ in items or ()
+                 if refs for r in refs if r is not None)]
+    assert plans            # (plans with reads that name reads before them)
+    for plan in plans[:6]:
+        region = planner.regions[plan.name]
+        owners = [planner.plans[li].launch.name for li in plan.lis]
+        # (moved to other launch indices: a plan's refs follow its log, whatever names it)
+        lis_a = tuple(li + 1000 for li in plan.lis)
+        lis_b = tuple(li + 5000 for li in plan.lis)
+        once = stamp(plan, region, lis_a, owners)
+        twice = stamp(once, region, lis_b, owners)
+        assert all(type(items) is movedreads_module.MovedReads
+                   for items in twice.nodes if items)
+        monkeypatch.setattr(movedreads_module, "compile_plan", lambda plan: None)
+        once.moves = None           # (compiled when `twice` was made)
+        by_refs = stamp(once, region, lis_b, owners)
+        once.moves = None
+        monkeypatch.undo()
+        assert all(type(items) is list for items in by_refs.nodes if items)
+        want = _canon(plan)
+        assert _canon(once) == want and _canon(twice) == want and _canon(by_refs) == want
