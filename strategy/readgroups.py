@@ -30,6 +30,10 @@ from taskrt.taskgraph import COPY, REDUCE
 
 from .taskgroups import GroupSim, host_arrays, host_info
 
+# Off: moved groups are read node by node too (the oracle of tests/strategy/
+# test_moved_groups.py; the arrays are the same).
+MOVED = True
+RECIPES_KEPT = 4096       # template entries whose recipes ReadGroups keeps
 _NO_READS = frozenset()           # a read group's nodes write no region (tasks do)
 _I8 = np.int64
 
@@ -39,6 +43,23 @@ def _instance(known: dict, new_id, name: str, device: int) -> int:
     key = (INSTANCE, name, device, None)
     b = known.get(key)
     return new_id(key, 0) if b is None else b
+
+
+class _Numbering:
+    """The buffer numbering of an empty table (BufferTable's ids, id, add_staging): what
+    _walk numbers a template's buffers by, without touching the session's table."""
+    __slots__ = ("ids",)
+
+    def __init__(self):
+        self.ids: dict = {}
+
+    def id(self, key, nbytes: int) -> int:
+        return self.ids.setdefault(key, len(self.ids))
+
+    def add_staging(self, keys: list, nbytes: list) -> int:
+        first = len(self.ids)
+        self.ids.update(zip(keys, range(first, first + len(keys))))
+        return first
 
 
 class ReadGroups:
@@ -52,6 +73,8 @@ class ReadGroups:
         self._copies: dict = {}    # (src, dst, bytes) -> (duration, resource ids, host)
         self._copy_resources: dict = {}   # (src, dst) -> a copy's resource ids
         self._reduces: dict = {}   # (device, bytes moved, bytes) -> (duration, ids, host)
+        # id(template entry) -> (the entry, _recipe of it): moved groups' shared arrays.
+        self._recipes: dict = {}
 
     def _copy_timing(self, node, key) -> tuple:
         """(duration, resource ids, host phases with ids) of a copy with this (source,
@@ -86,13 +109,114 @@ class ReadGroups:
         return (d, tuple([rid(x) for x in rs]), host), bufs
 
     def sim(self, group) -> GroupSim:
-        """The GroupSim of a read group, node by node in one loop: per node its timing
-        tuple (duration, resource ids, host phases; shared by the nodes of one key) and its
+        """The GroupSim of a read group: a group moved from a template entry's nodes
+        (NodeGroup.template) by relabelling the template's (`_relabel`), else node by node
+        (`_walk`)."""
+        template = group.template
+        if template is not None and MOVED and group.nodes:
+            got = self._recipes.get(id(template))
+            if got is None or got[0] is not template:
+                if len(self._recipes) >= RECIPES_KEPT:
+                    self._recipes = {}
+                got = self._recipes[id(template)] = (template, self._recipe(template))
+            if got[1] is not None:
+                return self._relabel(group, got[1])
+        return self._walk(group.nodes, group.staged)
+
+    def _recipe(self, entry) -> tuple | None:
+        """What a group moved from template entry `entry` (taskrt.movedreads.EntryMoves)
+        shares with the template's nodes: its GroupSim but for buffer ids, and per buffer
+        of it (numbered as _walk numbers them, from an empty table) its kind, device, the
+        node a staging buffer belongs to (index in the group) and whether it waits for
+        the group's batch (a reduction copy's own), with the buffer ids as indices into
+        that list. None where the template has an all-reduce (asked node by node, cached
+        per node) or a staging buffer of a node outside the group."""
+        items = entry.items
+        nodes = [item[0] for item in items]
+        if any(node.kind is not COPY and node.kind is not REDUCE for node in nodes):
+            return None
+        staged = [item[2] for item in items]
+        numbering = _Numbering()
+        real, self.buffers = self.buffers, numbering
+        try:
+            sim = self._walk(nodes, staged if any(st is not None for st in staged) else None)
+        finally:
+            self.buffers = real
+        at = {node: k for k, node in enumerate(nodes)}
+        symbols = []
+        for kind, _, device, node in numbering.ids:
+            if node is None:
+                symbols.append((kind, device, -1, 0, False))
+                continue
+            k = at.get(node)
+            if k is None:
+                return None
+            own = node.kind is COPY and node.reduction and node.dst == device
+            symbols.append((kind, device, k, own_bytes((kind, None, device, node)), own))
+        # Most templates: the region's buffers, then only their reduction copies' own
+        # staging buffers (numbered after the others, in one batch: _walk's order).
+        n = sum(1 for x in symbols if x[2] < 0)
+        regions, staging = symbols[:n], symbols[n:]
+        simple = all(x[2] < 0 for x in regions) and all(x[4] for x in staging)
+        return sim, symbols, (regions, [x[1] for x in staging], [x[2] for x in staging],
+                              [x[3] for x in staging]) if simple else None
+
+    def _relabel(self, group, recipe) -> GroupSim:
+        """The GroupSim of a group moved from the recipe's template: its durations,
+        resources and host phases, and its buffer ids with each of the template's buffers
+        replaced by the group's (its region's, its nodes' staging buffers), numbered where
+        new in the order _walk would number them."""
+        sim, symbols, simple = recipe
+        name, nodes = group.nodes[0].region.name, group.nodes
+        known, new_id = self.buffers.ids, self.buffers.id
+        if simple is not None:
+            regions, devices, at, nbytes = simple
+            ids = []
+            for kind, device, _, _, _ in regions:
+                key = (kind, name, device, None)
+                b = known.get(key)
+                ids.append(new_id(key, 0) if b is None else b)
+            if at:
+                keys = [(STAGING, name, d, nodes[k]) for d, k in zip(devices, at)]
+                if any(map(known.__contains__, keys)):      # (numbered before: rare)
+                    simple = None
+                else:
+                    first = self.buffers.add_staging(keys, nbytes)
+                    ids += range(first, first + len(keys))
+        if simple is None:
+            ids = self._relabelled_ids(name, nodes, symbols)
+        buf_ids = np.array(ids, dtype=_I8)[sim.buf_ids] if len(sim.buf_ids) else sim.buf_ids
+        return GroupSim(sim.dur, sim.res_counts, sim.res_ids, sim.buf_counts, buf_ids,
+                        _NO_READS, {}, sim.host)
+
+    def _relabelled_ids(self, name: str, nodes: list, symbols: list) -> list:
+        """_relabel's buffer ids of the group's own buffers, symbol by symbol."""
+        known, new_id = self.buffers.ids, self.buffers.id
+        ids = [0] * len(symbols)
+        pending, pending_bytes, pending_at = [], [], []
+        for s, (kind, device, k, nbytes, own) in enumerate(symbols):
+            key = (kind, name, device, None if k < 0 else nodes[k])
+            b = known.get(key)
+            if b is None:
+                if own:
+                    pending.append(key)
+                    pending_bytes.append(nbytes)
+                    pending_at.append(s)
+                    continue
+                b = new_id(key, nbytes)
+            ids[s] = b
+        if pending:
+            first = self.buffers.add_staging(pending, pending_bytes)
+            for j, s in enumerate(pending_at):
+                ids[s] = first + j
+        return ids
+
+    def _walk(self, nodes: list, staged) -> GroupSim:
+        """A read group's GroupSim node by node in one loop: per node its timing tuple
+        (duration, resource ids, host phases; shared by the nodes of one key) and its
         buffer ids, the arrays made from those lists at the end by C loops."""
         copies, reduces, infos = self._copies, self._reduces, self.infos
         known, new_id = self.buffers.ids, self.buffers.id
-        staged = group.staged
-        nodes = group.nodes
         times, buf_ids = [], []
         append, add = times.append, buf_ids.append
         buf_counts = [2] * len(nodes)

@@ -40,6 +40,9 @@ class NodeGroup:
     # also say which copies stage its reduces' inputs (then `staged` is None); None: a
     # one-shot graph reads the group's columns from its nodes.
     columns: object = None
+    # A read group moved from a template entry's nodes (movedreads.EntryMoves: node for
+    # node the same kinds, devices and volumes), for a consumer that relabels per entry.
+    template: object = None
 
     @classmethod
     def of(cls, key, gid: int, nodes: list, preds: list, staged=None) -> "NodeGroup":

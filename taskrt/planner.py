@@ -32,6 +32,7 @@ from .interference import check_interference
 from .launch import IndexLaunch
 from .launchplan import LaunchPlan, by_region, task_refs
 from .machine import Machine
+from .movedreads import MovedReads
 from .nodegroups import NodeGroup
 from .oneshot import check_initial, plan_once
 from .regionclasses import RegionClasses, merged_per_point
@@ -331,9 +332,20 @@ class Planner:
             return None
         if type(items) is StampedReads:         # (a class member's, by arrays)
             return items.group(self, key)
+        if not items:
+            # (no nodes: the group of before if it had none either, so that the launch
+            # gets no new version for it; launch_groups skips empty groups)
+            old = self._groups.get(key)
+            if old is not None and not old.nodes:
+                return old
         built = self._read_groups.get(id(items))
         if built is not None and built[0] is items:
             return built[1]
+        if type(items) is MovedReads:           # (moved from a template's: by arrays)
+            group = items.group(self, key)
+            if self.memo.max_nodes:
+                self._read_groups[id(items)] = (items, group)
+            return group
         gid = self._gid(key)
         nodes = [item[0] for item in items]
         for idx, node in enumerate(nodes):

@@ -43,12 +43,13 @@ from __future__ import annotations
 from collections import defaultdict
 from operator import attrgetter, is_, itemgetter
 
+from . import movedreads, regionshapes
 from .coherence import RegionPlanner
 from .launch import IndexLaunch, RequirementsTable
 from .launchplan import DeferredAccesses, DeferredReads, accesses_list, by_region_and_alike, \
     reads_list
+from .movedreads import MovedReads
 from .regionmemo import RegionPlan, key_signature
-from . import regionshapes
 from .regionshapes import shape_classes, shifter
 from .stampedreads import TemplateReads
 from .taskgraph import (COPY, REDUCE, AllReduceNode, CopyNode, ReduceInput, ReduceNode,
@@ -504,13 +505,38 @@ def stamp_nodes(plan: RegionPlan, region, li_of: dict, owners: list[str],
             return tuple([ReduceInput(i.source, shift(i.rect), i.copy_id) for i in inputs])
 
     moved = _mover(li_of, node_of)     # node_of fills below, entry by entry
+    # Read lists moved by their template entry's compiled refs (movedreads.py), or None:
+    # ref by ref, each node's moved refs as a set.
+    entries = _compiled(plan) if movedreads.MOVED_READS else None
+    lis_to = tuple([li_of[li] for li in plan.lis]) if entries is not None else None
+    remapped: dict = {}             # id(a moved list's lis) -> those launches moved
+    pos_of = None                   # launch -> its log position in plan (a moved list's refs)
 
     nodes = []
-    for items, owner in zip(plan.nodes, owners):
+    for j, (items, owner) in enumerate(zip(plan.nodes, owners)):
         if items is None:
             nodes.append(None)
             continue
-        out = []
+        by_entry = entries is not None and bool(items)
+        if by_entry:                # (refs left to the entry: None in each tuple)
+            entry = entries[j]
+            if type(entry) is MovedReads:
+                lis = remapped.get(id(entry.lis))
+                if lis is None:
+                    lis = remapped[id(entry.lis)] = tuple([li_of[li] for li in entry.lis])
+                entry = entry.entry
+            else:
+                lis = lis_to
+            out = MovedReads()
+            out.entry, out.lis, out.name = entry, lis, region.name
+        else:
+            out = []
+            if type(items) is MovedReads:           # (moved ref by ref: its refs first)
+                if pos_of is None:
+                    pos_of = {li: j for j, li in enumerate(plan.lis)}
+                items = list(zip(map(_first, items), items.refs(
+                    lambda li: plan.nodes[pos_of[li]]), map(_third, items)))
+        add = out.append
         for node, refs, staged in items:
             kind = node.kind
             if kind is COPY:
@@ -523,11 +549,19 @@ def stamp_nodes(plan: RegionPlan, region, li_of: dict, owners: list[str],
                 new = AllReduceNode(-1, owner, region, rect(node.rect), node.devices,
                                     node.in_partial)
             node_of[node] = new
-            out.append((new, {moved(r) for r in refs},
-                        None if staged is None else [None if c is None else node_of[c]
-                                                     for c in staged]))
+            add((new, None if by_entry else {moved(r) for r in refs},
+                 None if staged is None else [None if c is None else node_of[c]
+                                              for c in staged]))
         nodes.append(out)
     return nodes, node_of
+
+
+def _compiled(plan) -> list | None:
+    """movedreads.compile_plan of `plan`, made once per plan object (kept on it)."""
+    got = plan.moves
+    if got is None:
+        got = plan.moves = movedreads.compile_plan(plan) or False
+    return got or None
 
 
 def _mover(li_of: dict, node_of: dict):

@@ -41,6 +41,9 @@ class RegionPlan:
     size: int                         # nodes made, for the table's bound
     name: str = ""
     lis: tuple = ()
+    # Its read lists' refs compiled for moving (regionclasses.stamp_nodes), once asked for:
+    # movedreads.compile_plan's list, or False where it gave none.
+    moves: object = None
 
 
 def region_key(region, initial, log, plans) -> tuple:

@@ -4,6 +4,7 @@ gives when assembled directly in program order, the way Planner.finish() did bef
 changes and undos, on the test models and on random strategies."""
 import random
 import warnings
+from operator import itemgetter
 
 import numpy as np
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from parallel_ops import SGD
 from parallel_ops.lowering import IncrementalLowering
 from taskrt import Machine, Planner
+from taskrt.movedreads import MovedReads
 from taskrt.nodegroups import GroupRun, NodeGroup, assemble, resolve, sorted_rows_oracle
 
 from mpi.models import cnn, lstm_model, mlp, random_strategy
@@ -26,7 +28,12 @@ def direct_assembly(p: Planner):
     task_id = {}
     for li, lp in enumerate(p.plans):
         for name in lp.read_order:
-            for node, refs, _ in p.region_nodes.get((li, name), ()):
+            items = p.region_nodes.get((li, name), ())
+            if type(items) is MovedReads:       # (its refs are its template entry's, moved)
+                items = zip(map(itemgetter(0), items),
+                            items.refs(lambda lj, name=name: p.region_nodes[lj, name]),
+                            items)
+            for node, refs, _ in items:
                 ids[id(node)] = len(order)
                 order.append(("node", node, refs))
         for pi in range(len(lp.points)):
