@@ -14,7 +14,7 @@ node. A moved list keeps the tuples (node, None, staged): its refs are its entry
 
 The pairs are those Planner._build_reads gives from moved refs (distinct there by a set,
 here because moving is one to one), in another order within a node; node ids, times and the
-sorted graph are the same (tests/taskrt/test_moved_reads.py compares the groups with the
+sorted graph are the same (tests/strategy/test_moved_groups.py compares the groups with the
 moved refs resolved node by node). The group also names its entry (NodeGroup.template): its
 nodes are the entry's template nodes moved, so the simulator relabels the template's arrays
 instead of reading each node (strategy/readgroups.py).
@@ -27,7 +27,7 @@ from .nodegroups import NodeGroup
 
 _EMPTY = np.zeros(0, dtype=np.int64)
 # Off: stamped read lists keep moved ref sets and are built node by node (the oracle of
-# tests/taskrt/test_moved_reads.py; the graph is the same).
+# tests/strategy/test_moved_groups.py; the graph is the same).
 MOVED_READS = True
 
 
