@@ -33,7 +33,7 @@ from .holders import Holders
 from .privilege import Privilege
 from .pendingsums import PendingSums
 from .rectindex import RectIndex
-from .summedpieces import summed_pieces
+from .summedpieces import summed_pieces, sums_apart
 from .region import Region
 from .taskgraph import AllReduceNode, CopyNode, ReduceInput, ReduceNode, ReduceTarget
 from .validpieces import PieceState, SentCounts, copy_in_all
@@ -41,7 +41,8 @@ from .validpieces import PieceState, SentCounts, copy_in_all
 _R, _WD, _RW, _RED = (Privilege.READ, Privilege.WRITE_DISCARD, Privilege.READ_WRITE,
                       Privilege.REDUCE_SUM)
 # The shortcuts below that do what the general code does with fewer calls (access_points'
-# reads, _reduce_targets' first sum); off only to compare the two (test_aligned_plans.py).
+# reads, _reduce_targets' first sum, _reduce_for_reads' known empty bases and sums apart);
+# off only to compare the two (test_aligned_plans.py, test_launch_reductions.py).
 FAST_PATHS = True
 # A region's valid pieces as arrays and each launch's reads walked by one compiled call
 # (validpieces.py; its queries through validindex.py's grid and holder rows), exact against
@@ -482,19 +483,31 @@ class RegionPlanner:
             devs = by_rect.setdefault(rect, [])
             if device not in devs:
                 devs.append(device)
-        for rect, devices in by_rect.items():
-            contribs = st.pending.overlapping(rect)
-            if not contribs:
-                continue
-            if self._is_allreduce(rect, devices, contribs):
-                self._allreduce(owner, rect, sorted(devices), contribs, out)
-            else:
-                self._reduce_to(owner, rect, devices[0], contribs, out)
+        # A valid piece may meet a rect if one did before these reductions or one of them met
+        # it (each changes valid pieces only inside its rect; `reduced`: their bounding box).
+        # Else the base is empty without a query (a compiled state's flush per reduction).
+        valued, reduced = not FAST_PATHS or bool(len(st.valid)), None
+        # Each reduction's parts summed as they are (_mark_summed): its sums are apart.
+        self._apart = FAST_PATHS and len(by_rect) > 1 and sums_apart(st.pending, by_rect)
+        try:
+            for rect, devices in by_rect.items():
+                contribs = st.pending.overlapping(rect)
+                if not contribs:
+                    continue
+                based = valued or (reduced is not None and reduced.overlaps(rect))
+                if self._is_allreduce(rect, devices, contribs, based):
+                    self._allreduce(owner, rect, sorted(devices), contribs, out)
+                else:
+                    self._reduce_to(owner, rect, devices[0], contribs, out, based)
+                reduced = rect if reduced is None else reduced.union_bbox(rect)
+        finally:
+            self._apart = False
 
-    def _is_allreduce(self, rect: Rect, devices, contribs) -> bool:
+    _apart = False      # (set by _reduce_for_reads for its reductions)
+    def _is_allreduce(self, rect: Rect, devices, contribs, based: bool = True) -> bool:
         """Each reader holds a full partial of `rect` in one buffer, nobody else holds any,
-        and there is no base value."""
-        if len(devices) < 2 or self.state.valid_meets(rect):
+        and there is no base value (`based` False: no valid piece meets `rect`)."""
+        if len(devices) < 2 or based and self.state.valid_meets(rect):
             return False
         held = defaultdict(int)
         where = defaultdict(set)
@@ -516,9 +529,10 @@ class RegionPlanner:
         self.state.retire_pending(rect, contribs)
         self.state.set_only_holder(rect, devices)
 
-    def _reduce_to(self, owner: str, rect: Rect, device: int, contribs, out: list) -> None:
+    def _reduce_to(self, owner: str, rect: Rect, device: int, contribs, out: list,
+                   based: bool = True) -> None:
         st = self.state
-        base = st.valid.overlapping(rect)
+        base = st.valid.overlapping(rect) if based else ()
         # Each sum's part of `rect`, in the sums' order (the reduction's inputs and, in
         # _mark_summed, the pieces it leaves summed).
         parts = [r.intersect(rect) for _, r, _ in contribs]
@@ -574,7 +588,8 @@ class RegionPlanner:
         # Only where partial sums were added does `device` alone hold the result; the base
         # elsewhere is unchanged (its holders stay valid), and elements with neither base nor
         # partial sums stay unwritten, so reading them is still a PlanError.
-        st.set_only_holder_of(rect, summed_pieces(rect, contribs, parts), (device,))
+        st.set_only_holder_of(rect, parts if self._apart else
+                              summed_pieces(rect, contribs, parts), (device,))
 
     # -- the end state ---------------------------------------------------------------------------
     def final_valid(self) -> list[tuple[Rect, tuple[int, ...]]]:
