@@ -24,6 +24,7 @@ for "initial data"; the planner turns references into ids when it assembles the 
 from __future__ import annotations
 
 from collections import defaultdict
+from operator import itemgetter
 from typing import Iterable
 
 from .bufferaccesses import BufferAccesses
@@ -31,9 +32,9 @@ from .errors import PlanError
 from .geometry import Rect, inside_test, merge_adjacent, subtract_all
 from .holders import Holders
 from .privilege import Privilege
-from .pendingsums import PendingSums
+from .pendingsums import LaunchSums, PendingSums
 from .rectindex import RectIndex
-from .summedpieces import summed_pieces, sums_apart
+from .summedpieces import summed_pieces
 from .region import Region
 from .taskgraph import AllReduceNode, CopyNode, ReduceInput, ReduceNode, ReduceTarget
 from .validpieces import PieceState, SentCounts, copy_in_all
@@ -45,16 +46,11 @@ _R, _WD, _RW, _RED = (Privilege.READ, Privilege.WRITE_DISCARD, Privilege.READ_WR
 # off only to compare the two (test_aligned_plans.py, test_launch_reductions.py).
 FAST_PATHS = True
 # A region's valid pieces as arrays and each launch's reads walked by one compiled call
-# (validpieces.py; its queries through validindex.py's grid and holder rows), exact against
-# the Python walk over a RectIndex (RegionState, _copy_in; tests/taskrt/test_valid_pieces.py
-# runs both; off selects the oracle). Read when a RegionPlanner is made. On: a change 5-16%
-# cheaper at Inception / ResNet-101 / NMT @16, 10-30% at NMT @64, builds and GPT-3 @4,096's
-# plan within noise (docs/design.md, "Simulator speed").
+# (validpieces.py, validindex.py's grid and holder rows), exact against the Python walk over a
+# RectIndex (RegionState, _copy_in: off selects it; tests/taskrt/test_valid_pieces.py runs
+# both). Read when a RegionPlanner is made. Measured: docs/design.md, "Simulator speed".
 COMPILED_READS = True
-
-
-def _first(item):
-    return item[0]
+_first = itemgetter(0)
 
 
 class RegionState:
@@ -483,12 +479,13 @@ class RegionPlanner:
             devs = by_rect.setdefault(rect, [])
             if device not in devs:
                 devs.append(device)
-        # A valid piece may meet a rect if one did before these reductions or one of them met
-        # it (each changes valid pieces only inside its rect; `reduced`: their bounding box).
-        # Else the base is empty without a query (a compiled state's flush per reduction).
+        # No valid piece before these reductions, and none of them (each changes valid pieces
+        # only in its rect; `reduced`: their box) met a rect: its base is empty, no query.
         valued, reduced = not FAST_PATHS or bool(len(st.valid)), None
-        # Each reduction's parts summed as they are (_mark_summed): its sums are apart.
-        self._apart = FAST_PATHS and len(by_rect) > 1 and sums_apart(st.pending, by_rect)
+        launch = FAST_PATHS and len(by_rect) > 1
+        if launch:      # the sums met, out of the index until done; apart: parts summed as is
+            pending, st.pending = st.pending, LaunchSums(st.pending, by_rect)
+            self._apart = st.pending.apart
         try:
             for rect, devices in by_rect.items():
                 contribs = st.pending.overlapping(rect)
@@ -501,9 +498,12 @@ class RegionPlanner:
                     self._reduce_to(owner, rect, devices[0], contribs, out, based)
                 reduced = rect if reduced is None else reduced.union_bbox(rect)
         finally:
-            self._apart = False
+            if launch:
+                st.pending.close()
+                self._apart, st.pending = False, pending
 
     _apart = False      # (set by _reduce_for_reads for its reductions)
+
     def _is_allreduce(self, rect: Rect, devices, contribs, based: bool = True) -> bool:
         """Each reader holds a full partial of `rect` in one buffer, nobody else holds any,
         and there is no base value (`based` False: no valid piece meets `rect`)."""

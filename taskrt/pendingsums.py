@@ -1,10 +1,12 @@
 """PendingSums: the partial sums of one region not reduced yet, as coherence.py keeps them
 (each a rect and (device, in partial buffer?)), found by rect over all devices (a read's
-reduction) or over one device (its Red+ accumulating onto its own sums)."""
+reduction) or over one device (its Red+ accumulating onto its own sums). LaunchSums: those
+one launch's reductions meet, taken out of the index while they are reduced."""
 from __future__ import annotations
 
 from .geometry import Rect
 from .rectindex import RectIndex, scan_items
+from .summedpieces import sums_apart
 
 
 class PendingSums:
@@ -114,6 +116,62 @@ class PendingSums:
             return scan_items(own.items(), rect)
         items = self._all
         return [(i, r, items.get(i)[1]) for _, r, i in own.overlapping(rect)]
+
+
+class LaunchSums:
+    """The pending sums a launch's reductions meet (coherence._reduce_for_reads: those meeting
+    the bounding box of its read rects), taken out of `pending` while the reductions run:
+    `overlapping` and `retire` answer and act as PendingSums' do, on a dict (a scan of the
+    few sums met, no index update per retirement), and `close` puts the result back in one
+    pass. Equal to retiring sum by sum in the index: a retired sum's pieces go to the end of
+    the insertion order either way, so both end with the sums not retired in their order,
+    then the pieces left, in the order they were made. `apart`: summedpieces.sums_apart of
+    the sums met."""
+    __slots__ = ("_pending", "_items", "_gone", "_next", "apart")
+
+    def __init__(self, pending: PendingSums, rects):
+        box = None
+        for rect in rects:
+            box = rect if box is None else box.union_bbox(rect)
+        found = pending.overlapping(box)
+        self._pending = pending
+        # key -> (rect, value), in insertion order: ids of `pending` for the sums found,
+        # negative keys for the pieces retirements leave
+        self._items = {i: (r, v) for i, r, v in found}
+        self._gone: list[int] = []      # ids of `pending` retired
+        self._next = -1
+        self.apart = sums_apart(box, found)
+
+    def __len__(self) -> int:
+        return len(self._pending) - len(self._gone) + sum(k < 0 for k in self._items)
+
+    def overlapping(self, rect: Rect) -> list:
+        """The sums overlapping `rect` (inside the box), in insertion order."""
+        return scan_items(self._items.items(), rect) if not rect.empty else []
+
+    def retire(self, rect: Rect, found) -> None:
+        """PendingSums.retire: the sums `found` [(key, rect, value)] lose their part of
+        `rect`; what is left of each goes to the end, piece by piece."""
+        items, gone = self._items, self._gone
+        last = pieces = None
+        for key, r, value in found:
+            if r is not last:           # (one subtract per run of one rect object, as there)
+                last, pieces = r, r.subtract(rect)
+            del items[key]
+            if key >= 0:
+                gone.append(key)
+            for piece in pieces:
+                items[self._next] = (piece, value)
+                self._next -= 1
+
+    def close(self) -> None:
+        """Put the result back into `pending`: the sums retired out, the pieces left in."""
+        pending = self._pending
+        for i in self._gone:
+            pending.remove(i)
+        for key, (rect, value) in self._items.items():
+            if key < 0:
+                pending.add(rect, value)
 
 
 _OWN_SCAN = 48      # a device's pending sums up to this many: a dict, scanned

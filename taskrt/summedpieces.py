@@ -45,16 +45,13 @@ def summed_pieces(rect: Rect, contribs, parts: list[Rect] | None = None) -> list
     return out
 
 
-def sums_apart(pending, rects) -> bool:
-    """Whether the sums of `pending` (PendingSums) that meet the bounding box of `rects` (a
-    launch's read rects) are one per device and none overlaps another: then each reduction
-    of those rects, in any order, sums its sums' parts (of what is left of them) as they
-    are, i.e. summed_pieces of its parts is its parts: found once for a launch's reductions
-    rather than by a sweep of each one's parts. (A reduction only shrinks the sums it reads.)"""
-    box = None
-    for rect in rects:
-        box = rect if box is None else box.union_bbox(rect)
-    sums = pending.overlapping(box)
+def sums_apart(box: Rect, sums) -> bool:
+    """Whether pending sums [(id, rect, (device, partial))], those meeting `box` (the bounding
+    box of a launch's read rects), are one per device and none overlaps another: then each
+    reduction of rects in `box`, in any order, sums its sums' parts (of what is left of
+    them) as they are, i.e. summed_pieces of its parts is its parts: found once for a
+    launch's reductions (pendingsums.LaunchSums) rather than by a sweep of each one's parts.
+    (A reduction only shrinks the sums it reads.)"""
     devices = {dev for _, _, (dev, _) in sums}
     if not sums or len(devices) != len(sums):
         return False

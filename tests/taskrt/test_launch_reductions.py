@@ -1,9 +1,11 @@
 """A launch's reductions sharing what they know (coherence.RegionPlanner._reduce_for_reads
 with coherence.FAST_PATHS): a reduction's base known empty without a query when no valid
 piece met the launch's rects before it and no earlier reduction of the launch met its rect,
-and the sums the launch's reads meet found apart once (summedpieces.sums_apart), so that each
+the sums the launch's reads meet taken out of the index while they are reduced and put back
+once (pendingsums.LaunchSums), and found apart once (summedpieces.sums_apart), so that each
 reduction's parts are its summed pieces without a sweep. Against the same planner with
-FAST_PATHS off (each reduction queries its base and sweeps its parts), on random programs of
+FAST_PATHS off (each reduction queries its base, retires its sums in the index and sweeps
+its parts), on random programs of
 partitions' sums read by other partitions, by rects overlapping each other, onto a base and
 onto nothing, with the valid pieces compiled (validpieces.py) and as the RectIndex oracle:
 the same graph node for node, valid pieces, pending sums, sent counts, buffers' boxes."""
@@ -16,7 +18,7 @@ import pytest
 
 from taskrt import (R, RED, RW, WD, IndexLaunch, Machine, PlanError, Planner, Region,
                     RegionRequirement)
-from taskrt import coherence, summedpieces
+from taskrt import coherence, pendingsums, summedpieces
 
 from taskrt_helpers import noop
 from test_valid_pieces import _grid, _rand_rect, _state
@@ -97,7 +99,7 @@ def test_launch_reductions_plan_as_each_reduction_alone(block, monkeypatch):
         _SEEN["apart" if got else "not apart"] += 1
         return got
 
-    monkeypatch.setattr(coherence, "sums_apart", counted)
+    monkeypatch.setattr(pendingsums, "sums_apart", counted)
     _SEEN.clear()
     errors = 0
     for seed in range(block * 60, block * 60 + 60):
