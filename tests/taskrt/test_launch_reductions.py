@@ -5,10 +5,10 @@ the sums the launch's reads meet taken out of the index while they are reduced a
 once (pendingsums.LaunchSums), and found apart once (summedpieces.sums_apart), so that each
 reduction's parts are its summed pieces without a sweep. Against the same planner with
 FAST_PATHS off (each reduction queries its base, retires its sums in the index and sweeps
-its parts), on random programs of
-partitions' sums read by other partitions, by rects overlapping each other, onto a base and
-onto nothing, with the valid pieces compiled (validpieces.py) and as the RectIndex oracle:
-the same graph node for node, valid pieces, pending sums, sent counts, buffers' boxes."""
+its parts), on random programs of partitions' sums read by other partitions, by rects
+overlapping each other, onto a base and onto nothing, with the valid pieces compiled
+(validpieces.py) and as the RectIndex oracle: the same graph node for node, valid pieces,
+pending sums, sent counts, buffers' boxes."""
 from __future__ import annotations
 
 import random
