@@ -90,8 +90,12 @@ def _planned(seed: int, fast: bool, compiled: bool, monkeypatch):
     return graph.fingerprint(), states
 
 
+@pytest.mark.parametrize("scan", [pendingsums._LAUNCH_SCAN, 3])
 @pytest.mark.parametrize("block", range(4))
-def test_launch_reductions_plan_as_each_reduction_alone(block, monkeypatch):
+def test_launch_reductions_plan_as_each_reduction_alone(block, scan, monkeypatch):
+    """(`scan`: LaunchSums' dict up to that many sums, else calls handed to PendingSums;
+    at 3 most launches go each way.)"""
+    monkeypatch.setattr(pendingsums, "_LAUNCH_SCAN", scan)
     apart = summedpieces.sums_apart
 
     def counted(pending, rects):
