@@ -22,12 +22,17 @@ def summed_pieces(rect: Rect, contribs, parts: list[Rect] | None = None) -> list
     if len(devices) == 1:
         return parts
     parts = [(p, dev) for p, (_, _, (dev, _)) in zip(parts, contribs)]
-    if len(parts) == len(devices) and not _cross_device_overlap(rect, parts):
+    # (crossed: these parts overlap across devices, known from the first sweep)
+    crossed = len(parts) == len(devices)
+    if crossed and not _cross_device_overlap(rect, parts):
         # The common case, another partition's sums (each device's part of a gradient):
         # no piece overlaps another device's, so none is cut.
         return [p for p, _ in parts]
+    n = len(parts)
     parts = _first_of_equal(parts)
-    if len({dev for _, dev in parts}) == 1 or not _cross_device_overlap(rect, parts):
+    crossed = crossed and len(parts) == n           # (the same parts swept again)
+    if len({dev for _, dev in parts}) == 1 or \
+            not crossed and not _cross_device_overlap(rect, parts):
         return [p for p, _ in parts]
     # The pieces found so far are disjoint (each is cut by the other devices' before it, and
     # one device's sums are disjoint), so an index of them answers "which overlap this sum".
