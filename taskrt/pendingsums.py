@@ -146,13 +146,6 @@ class LaunchSums:
         self._heir: dict[int, int] = {}     # a key -> the id of `pending` it is all left of
         self._next = -1
 
-    def __len__(self) -> int:
-        items = self._items
-        if items is None:
-            return len(self._pending)
-        return len(self._pending) - len(self._gone) + sum(k < 0 for k in items) - \
-            len(self._heir)
-
     def overlapping(self, rect: Rect) -> list:
         """The sums overlapping `rect` (inside the box), in insertion order."""
         items = self._items
