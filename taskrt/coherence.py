@@ -24,6 +24,7 @@ for "initial data"; the planner turns references into ids when it assembles the 
 from __future__ import annotations
 
 from collections import defaultdict
+from operator import itemgetter
 from typing import Iterable
 
 from .bufferaccesses import BufferAccesses
@@ -31,7 +32,7 @@ from .errors import PlanError
 from .geometry import Rect, inside_test, merge_adjacent, subtract_all
 from .holders import Holders
 from .privilege import Privilege
-from .pendingsums import PendingSums
+from .pendingsums import LaunchSums, PendingSums
 from .rectindex import RectIndex
 from .summedpieces import summed_pieces
 from .region import Region
@@ -41,19 +42,15 @@ from .validpieces import PieceState, SentCounts, copy_in_all
 _R, _WD, _RW, _RED = (Privilege.READ, Privilege.WRITE_DISCARD, Privilege.READ_WRITE,
                       Privilege.REDUCE_SUM)
 # The shortcuts below that do what the general code does with fewer calls (access_points'
-# reads, _reduce_targets' first sum); off only to compare the two (test_aligned_plans.py).
+# reads, _reduce_targets' first sum, _reduce_for_reads' known empty bases and sums apart);
+# off only to compare the two (test_aligned_plans.py, test_launch_reductions.py).
 FAST_PATHS = True
 # A region's valid pieces as arrays and each launch's reads walked by one compiled call
-# (validpieces.py; its queries through validindex.py's grid and holder rows), exact against
-# the Python walk over a RectIndex (RegionState, _copy_in; tests/taskrt/test_valid_pieces.py
-# runs both; off selects the oracle). Read when a RegionPlanner is made. On: a change 5-16%
-# cheaper at Inception / ResNet-101 / NMT @16, 10-30% at NMT @64, builds and GPT-3 @4,096's
-# plan within noise (docs/design.md, "Simulator speed").
+# (validpieces.py, validindex.py's grid and holder rows), exact against the Python walk over a
+# RectIndex (RegionState, _copy_in: off selects it; tests/taskrt/test_valid_pieces.py runs
+# both). Read when a RegionPlanner is made. Measured: docs/design.md, "Simulator speed".
 COMPILED_READS = True
-
-
-def _first(item):
-    return item[0]
+_first = itemgetter(0)
 
 
 class RegionState:
@@ -482,19 +479,35 @@ class RegionPlanner:
             devs = by_rect.setdefault(rect, [])
             if device not in devs:
                 devs.append(device)
-        for rect, devices in by_rect.items():
-            contribs = st.pending.overlapping(rect)
-            if not contribs:
-                continue
-            if self._is_allreduce(rect, devices, contribs):
-                self._allreduce(owner, rect, sorted(devices), contribs, out)
-            else:
-                self._reduce_to(owner, rect, devices[0], contribs, out)
+        # No valid piece before these reductions, and none of them (each changes valid pieces
+        # only in its rect; `reduced`: their box) met a rect: its base is empty, no query.
+        valued, reduced = not FAST_PATHS or bool(len(st.valid)), None
+        launch = FAST_PATHS and len(by_rect) > 1
+        if launch:      # the sums met, out of the index until done; apart: parts summed as is
+            pending, st.pending = st.pending, LaunchSums(st.pending, by_rect)
+            self._apart = st.pending.apart
+        try:
+            for rect, devices in by_rect.items():
+                contribs = st.pending.overlapping(rect)
+                if not contribs:
+                    continue
+                based = valued or (reduced is not None and reduced.overlaps(rect))
+                if self._is_allreduce(rect, devices, contribs, based):
+                    self._allreduce(owner, rect, sorted(devices), contribs, out)
+                else:
+                    self._reduce_to(owner, rect, devices[0], contribs, out, based)
+                reduced = rect if reduced is None else reduced.union_bbox(rect)
+        finally:
+            if launch:
+                st.pending.close()
+                self._apart, st.pending = False, pending
 
-    def _is_allreduce(self, rect: Rect, devices, contribs) -> bool:
+    _apart = False      # (set by _reduce_for_reads for its reductions)
+
+    def _is_allreduce(self, rect: Rect, devices, contribs, based: bool = True) -> bool:
         """Each reader holds a full partial of `rect` in one buffer, nobody else holds any,
-        and there is no base value."""
-        if len(devices) < 2 or self.state.valid_meets(rect):
+        and there is no base value (`based` False: no valid piece meets `rect`)."""
+        if len(devices) < 2 or based and self.state.valid_meets(rect):
             return False
         held = defaultdict(int)
         where = defaultdict(set)
@@ -516,9 +529,10 @@ class RegionPlanner:
         self.state.retire_pending(rect, contribs)
         self.state.set_only_holder(rect, devices)
 
-    def _reduce_to(self, owner: str, rect: Rect, device: int, contribs, out: list) -> None:
+    def _reduce_to(self, owner: str, rect: Rect, device: int, contribs, out: list,
+                   based: bool = True) -> None:
         st = self.state
-        base = st.valid.overlapping(rect)
+        base = st.valid.overlapping(rect) if based else ()
         # Each sum's part of `rect`, in the sums' order (the reduction's inputs and, in
         # _mark_summed, the pieces it leaves summed).
         parts = [r.intersect(rect) for _, r, _ in contribs]
@@ -574,7 +588,8 @@ class RegionPlanner:
         # Only where partial sums were added does `device` alone hold the result; the base
         # elsewhere is unchanged (its holders stay valid), and elements with neither base nor
         # partial sums stay unwritten, so reading them is still a PlanError.
-        st.set_only_holder_of(rect, summed_pieces(rect, contribs, parts), (device,))
+        st.set_only_holder_of(rect, parts if self._apart else
+                              summed_pieces(rect, contribs, parts), (device,))
 
     # -- the end state ---------------------------------------------------------------------------
     def final_valid(self) -> list[tuple[Rect, tuple[int, ...]]]:

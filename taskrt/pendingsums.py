@@ -1,10 +1,12 @@
 """PendingSums: the partial sums of one region not reduced yet, as coherence.py keeps them
 (each a rect and (device, in partial buffer?)), found by rect over all devices (a read's
-reduction) or over one device (its Red+ accumulating onto its own sums)."""
+reduction) or over one device (its Red+ accumulating onto its own sums). LaunchSums: those
+one launch's reductions meet, taken out of the index while they are reduced."""
 from __future__ import annotations
 
 from .geometry import Rect
 from .rectindex import RectIndex, scan_items
+from .summedpieces import sums_apart
 
 
 class PendingSums:
@@ -116,4 +118,78 @@ class PendingSums:
         return [(i, r, items.get(i)[1]) for _, r, i in own.overlapping(rect)]
 
 
+class LaunchSums:
+    """The pending sums a launch's reductions meet (coherence._reduce_for_reads: those meeting
+    the bounding box of its read rects), taken out of `pending` while the reductions run:
+    `overlapping` and `retire` answer and act as PendingSums' do, on a dict (a scan of the
+    few sums met, no index update per retirement), and `close` puts the result back: a sum
+    retired whole is removed, one that left one piece (however often cut) replaced by it,
+    other pieces added. Equal to retiring sum by sum in the index: a retired sum's pieces go
+    to the end of the insertion order either way, so both end with the sums not retired in
+    their order, then the pieces left, in the order they were made. Past _LAUNCH_SCAN sums
+    met it hands every call to `pending` (a scan of many would cost more than the index's
+    queries). `apart`: summedpieces.sums_apart of the sums met."""
+    __slots__ = ("_pending", "_items", "_gone", "_heir", "_next", "apart")
+
+    def __init__(self, pending: PendingSums, rects):
+        box = None
+        for rect in rects:
+            box = rect if box is None else box.union_bbox(rect)
+        found = pending.overlapping(box)
+        self._pending = pending
+        self.apart = sums_apart(box, found)
+        # key -> (rect, value), in insertion order: ids of `pending` for the sums found,
+        # negative keys for the pieces retirements leave (None: calls go to `pending`)
+        self._items = {i: (r, v) for i, r, v in found} if len(found) <= _LAUNCH_SCAN \
+            else None
+        self._gone: list[int] = []      # ids of `pending` retired whole or into several
+        self._heir: dict[int, int] = {}     # a key -> the id of `pending` it is all left of
+        self._next = -1
+
+    def overlapping(self, rect: Rect) -> list:
+        """The sums overlapping `rect` (inside the box), in insertion order."""
+        items = self._items
+        if items is None:
+            return self._pending.overlapping(rect)
+        return scan_items(items.items(), rect) if not rect.empty else []
+
+    def retire(self, rect: Rect, found) -> None:
+        """PendingSums.retire: the sums `found` [(key, rect, value)] lose their part of
+        `rect`; what is left of each goes to the end, piece by piece."""
+        items, gone, heir = self._items, self._gone, self._heir
+        if items is None:
+            self._pending.retire(rect, found)
+            return
+        last = pieces = None
+        for key, r, value in found:
+            if r is not last:           # (one subtract per run of one rect object, as there)
+                last, pieces = r, r.subtract(rect)
+            del items[key]
+            origin = key if key >= 0 else heir.pop(key, None)
+            if origin is not None:
+                if len(pieces) == 1:
+                    heir[self._next] = origin
+                else:
+                    gone.append(origin)
+            for piece in pieces:
+                items[self._next] = (piece, value)
+                self._next -= 1
+
+    def close(self) -> None:
+        """Put the result back into `pending` (the pieces left in the order they were made)."""
+        pending, items, heir = self._pending, self._items, self._heir
+        if items is None:
+            return
+        for i in self._gone:
+            pending.remove(i)
+        for key, (rect, value) in items.items():
+            if key < 0:
+                origin = heir.get(key)
+                if origin is None:
+                    pending.add(rect, value)
+                else:
+                    pending.replace(origin, rect)
+
+
+_LAUNCH_SCAN = 32       # LaunchSums keeps up to this many sums in its dict
 _OWN_SCAN = 48      # a device's pending sums up to this many: a dict, scanned

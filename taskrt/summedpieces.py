@@ -22,12 +22,17 @@ def summed_pieces(rect: Rect, contribs, parts: list[Rect] | None = None) -> list
     if len(devices) == 1:
         return parts
     parts = [(p, dev) for p, (_, _, (dev, _)) in zip(parts, contribs)]
-    if len(parts) == len(devices) and not _cross_device_overlap(rect, parts):
+    # (crossed: these parts overlap across devices, known from the first sweep)
+    crossed = len(parts) == len(devices)
+    if crossed and not _cross_device_overlap(rect, parts):
         # The common case, another partition's sums (each device's part of a gradient):
         # no piece overlaps another device's, so none is cut.
         return [p for p, _ in parts]
+    n = len(parts)
     parts = _first_of_equal(parts)
-    if len({dev for _, dev in parts}) == 1 or not _cross_device_overlap(rect, parts):
+    crossed = crossed and len(parts) == n           # (the same parts swept again)
+    if len({dev for _, dev in parts}) == 1 or \
+            not crossed and not _cross_device_overlap(rect, parts):
         return [p for p, _ in parts]
     # The pieces found so far are disjoint (each is cut by the other devices' before it, and
     # one device's sums are disjoint), so an index of them answers "which overlap this sum".
@@ -43,6 +48,20 @@ def summed_pieces(rect: Rect, contribs, parts: list[Rect] | None = None) -> list
             summed.add(piece, dev)
             out.append(piece)
     return out
+
+
+def sums_apart(box: Rect, sums) -> bool:
+    """Whether pending sums [(id, rect, (device, partial))], those meeting `box` (the bounding
+    box of a launch's read rects), are one per device and none overlaps another: then each
+    reduction of rects in `box`, in any order, sums its sums' parts (of what is left of
+    them) as they are, i.e. summed_pieces of its parts is its parts: found once for a
+    launch's reductions (pendingsums.LaunchSums) rather than by a sweep of each one's parts.
+    (A reduction only shrinks the sums it reads.)"""
+    devices = {dev for _, _, (dev, _) in sums}
+    if not sums or len(devices) != len(sums):
+        return False
+    return len(sums) == 1 or \
+        not _cross_device_overlap(box, [(r, dev) for _, r, (dev, _) in sums])
 
 
 def _first_of_equal(parts) -> list:

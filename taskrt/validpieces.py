@@ -364,7 +364,7 @@ class PieceState:
         valid = self.valid
         if valid.queue:
             valid.flush()
-        if valid.meta is None or rect.empty:
+        if valid.meta is None or rect.empty or not valid.meta[vk.M_NALIVE]:
             return False
         valid._check(rect)
         return _kernels()[2](valid.box, valid.hold, valid.meta, valid.gi, valid.cells,

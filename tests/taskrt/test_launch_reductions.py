@@ -1,0 +1,116 @@
+"""A launch's reductions sharing what they know (coherence.RegionPlanner._reduce_for_reads
+with coherence.FAST_PATHS): a reduction's base known empty without a query when no valid
+piece met the launch's rects before it and no earlier reduction of the launch met its rect,
+the sums the launch's reads meet taken out of the index while they are reduced and put back
+once (pendingsums.LaunchSums), and found apart once (summedpieces.sums_apart), so that each
+reduction's parts are its summed pieces without a sweep. Against the same planner with
+FAST_PATHS off (each reduction queries its base, retires its sums in the index and sweeps
+its parts), on random programs of partitions' sums read by other partitions, by rects
+overlapping each other, onto a base and onto nothing, with the valid pieces compiled
+(validpieces.py) and as the RectIndex oracle: the same graph node for node, valid pieces,
+pending sums, sent counts, buffers' boxes."""
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import pytest
+
+from taskrt import (R, RED, RW, WD, IndexLaunch, Machine, PlanError, Planner, Region,
+                    RegionRequirement)
+from taskrt import coherence, pendingsums, summedpieces
+
+from taskrt_helpers import noop
+from test_valid_pieces import _grid, _rand_rect, _state
+
+
+def _program(seed: int):
+    """(machine, initial, launches): sums of block partitions, one part per device where the
+    devices suffice (sums apart), now and then with random rects summed too (sums that
+    overlap other devices'), read by other partitions, by random rects overlapping each
+    other, by whole parts; some writes over the sums."""
+    rng = random.Random(seed)
+    machine = Machine.grid(rng.choice([1, 2]), rng.choice([2, 4]))
+    ndev = len(machine.devices)
+    nd = rng.choice([1, 2, 2, 3])
+    shape = tuple(rng.randint(2, 8) for _ in range(nd))
+    x = Region(f"x{seed}", shape, "float32")        # a base value: sums into partial buffers
+    g = Region(f"g{seed}", shape, "float32")        # no value: sums start in instances
+    initial = {x: [(x.rect, d) for d in rng.sample(range(ndev), rng.randint(1, ndev))]}
+    launches = []
+    for li in range(rng.randint(4, 12)):
+        region = [g, x][li] if li < 2 else rng.choice([x, g, g])
+        kind = 0 if li < 2 else rng.random()       # (g summed first: its reads have a value)
+        if kind < 0.45:                             # a partition's sums
+            rects = _grid(rng, shape)
+            if len(rects) <= ndev:
+                devices = rng.sample(range(ndev), len(rects))
+            else:
+                devices = [rng.randrange(ndev) for _ in rects]
+            if rng.random() < 0.25:                 # and sums overlapping others'
+                extra = [_rand_rect(rng, shape) for _ in range(rng.randint(1, 2))]
+                rects += extra
+                devices += [rng.randrange(ndev) for _ in extra]
+            priv = RED
+        elif kind < 0.9:                            # reads of the sums
+            read = rng.random()
+            if read < 0.4:                          # another partition
+                rects = _grid(rng, shape)
+            elif read < 0.7:                        # rects overlapping each other
+                rects = [_rand_rect(rng, shape) for _ in range(rng.randint(2, 4))]
+            else:                                   # the whole region, by several
+                rects = [region.rect] * rng.randint(1, ndev)
+            devices = [rng.randrange(ndev) for _ in rects]
+            priv = R
+        else:                                       # a write over part of the sums
+            priv = rng.choice([WD, RW])
+            rects = [_rand_rect(rng, shape)]
+            devices = [rng.randrange(ndev)]
+        points = [(RegionRequirement(region, r, priv),) for r in rects]
+        launches.append(IndexLaunch(f"l{li}", noop, (len(points),),
+                                    lambda c, t=points: t[c[0]], devices=devices))
+    return machine, initial, launches
+
+
+_SEEN: Counter = Counter()      # what the programs exercised
+
+
+def _planned(seed: int, fast: bool, compiled: bool, monkeypatch):
+    monkeypatch.setattr(coherence, "FAST_PATHS", fast)
+    monkeypatch.setattr(coherence, "COMPILED_READS", compiled)
+    machine, initial, launches = _program(seed)
+    planner = Planner(machine, initial)
+    try:
+        planner.add_launches(launches)
+    except PlanError as e:
+        return ("error", str(e))
+    states = {name: _state(rp) for name, rp in sorted(planner.planners.items())}
+    graph = planner.finish()
+    _SEEN.update(n.kind for n in graph)
+    return graph.fingerprint(), states
+
+
+@pytest.mark.parametrize("scan", [pendingsums._LAUNCH_SCAN, 3])
+@pytest.mark.parametrize("block", range(4))
+def test_launch_reductions_plan_as_each_reduction_alone(block, scan, monkeypatch):
+    """(`scan`: LaunchSums' dict up to that many sums, else calls handed to PendingSums;
+    at 3 most launches go each way.)"""
+    monkeypatch.setattr(pendingsums, "_LAUNCH_SCAN", scan)
+    apart = summedpieces.sums_apart
+
+    def counted(pending, rects):
+        got = apart(pending, rects)
+        _SEEN["apart" if got else "not apart"] += 1
+        return got
+
+    monkeypatch.setattr(pendingsums, "sums_apart", counted)
+    _SEEN.clear()
+    errors = 0
+    for seed in range(block * 60, block * 60 + 60):
+        for compiled in (True, False):
+            old = _planned(seed, False, compiled, monkeypatch)
+            new = _planned(seed, True, compiled, monkeypatch)
+            assert new == old, f"seed {seed} compiled {compiled}"
+        errors += old[0] == "error"
+    assert errors < 30          # (most programs plan)
+    assert _SEEN["reduce"] > 100 and _SEEN["apart"] > 20 and _SEEN["not apart"] > 20, _SEEN
