@@ -16,12 +16,13 @@ from collections import Counter
 
 import pytest
 
-from taskrt import (R, RED, RW, WD, IndexLaunch, Machine, PlanError, Planner, Region,
+from taskrt import (R, RED, RW, WD, IndexLaunch, Machine, Region,
                     RegionRequirement)
 from taskrt import coherence, pendingsums, summedpieces
 
 from taskrt_helpers import noop
-from test_valid_pieces import _grid, _rand_rect, _state
+from test_valid_pieces import _KINDS, _grid, _rand_rect
+from test_valid_pieces import _planned as planned_program
 
 
 def _program(seed: int):
@@ -72,22 +73,14 @@ def _program(seed: int):
     return machine, initial, launches
 
 
-_SEEN: Counter = Counter()      # what the programs exercised
+_SEEN: Counter = Counter()      # how often the sums met were apart
 
 
 def _planned(seed: int, fast: bool, compiled: bool, monkeypatch):
+    """test_valid_pieces' planning of a program (graph fingerprint and planner states), of
+    this module's programs, with FAST_PATHS on or off."""
     monkeypatch.setattr(coherence, "FAST_PATHS", fast)
-    monkeypatch.setattr(coherence, "COMPILED_READS", compiled)
-    machine, initial, launches = _program(seed)
-    planner = Planner(machine, initial)
-    try:
-        planner.add_launches(launches)
-    except PlanError as e:
-        return ("error", str(e))
-    states = {name: _state(rp) for name, rp in sorted(planner.planners.items())}
-    graph = planner.finish()
-    _SEEN.update(n.kind for n in graph)
-    return graph.fingerprint(), states
+    return planned_program(seed, compiled, monkeypatch, program=_program)
 
 
 @pytest.mark.parametrize("scan", [pendingsums._LAUNCH_SCAN, 3])
@@ -105,6 +98,7 @@ def test_launch_reductions_plan_as_each_reduction_alone(block, scan, monkeypatch
 
     monkeypatch.setattr(pendingsums, "sums_apart", counted)
     _SEEN.clear()
+    _KINDS.clear()
     errors = 0
     for seed in range(block * 60, block * 60 + 60):
         for compiled in (True, False):
@@ -113,4 +107,4 @@ def test_launch_reductions_plan_as_each_reduction_alone(block, scan, monkeypatch
             assert new == old, f"seed {seed} compiled {compiled}"
         errors += old[0] == "error"
     assert errors < 30          # (most programs plan)
-    assert _SEEN["reduce"] > 100 and _SEEN["apart"] > 20 and _SEEN["not apart"] > 20, _SEEN
+    assert _KINDS["reduce"] > 100 and _SEEN["apart"] > 20 and _SEEN["not apart"] > 20, _SEEN
