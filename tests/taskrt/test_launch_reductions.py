@@ -16,12 +16,11 @@ from collections import Counter
 
 import pytest
 
-from taskrt import (R, RED, RW, WD, IndexLaunch, Machine, Region,
-                    RegionRequirement)
+from taskrt import R, RED
 from taskrt import coherence, pendingsums, summedpieces
 
-from taskrt_helpers import noop
-from test_valid_pieces import _KINDS, _grid, _rand_rect
+from test_valid_pieces import _KINDS, _grid, _rand_rect, launch_of, sum_regions
+from test_valid_pieces import write_over
 from test_valid_pieces import _planned as planned_program
 
 
@@ -31,13 +30,7 @@ def _program(seed: int):
     overlap other devices'), read by other partitions, by random rects overlapping each
     other, by whole parts; some writes over the sums."""
     rng = random.Random(seed)
-    machine = Machine.grid(rng.choice([1, 2]), rng.choice([2, 4]))
-    ndev = len(machine.devices)
-    nd = rng.choice([1, 2, 2, 3])
-    shape = tuple(rng.randint(2, 8) for _ in range(nd))
-    x = Region(f"x{seed}", shape, "float32")        # a base value: sums into partial buffers
-    g = Region(f"g{seed}", shape, "float32")        # no value: sums start in instances
-    initial = {x: [(x.rect, d) for d in rng.sample(range(ndev), rng.randint(1, ndev))]}
+    machine, ndev, shape, x, g, initial = sum_regions(rng, seed, 8)
     launches = []
     for li in range(rng.randint(4, 12)):
         region = [g, x][li] if li < 2 else rng.choice([x, g, g])
@@ -64,12 +57,8 @@ def _program(seed: int):
             devices = [rng.randrange(ndev) for _ in rects]
             priv = R
         else:                                       # a write over part of the sums
-            priv = rng.choice([WD, RW])
-            rects = [_rand_rect(rng, shape)]
-            devices = [rng.randrange(ndev)]
-        points = [(RegionRequirement(region, r, priv),) for r in rects]
-        launches.append(IndexLaunch(f"l{li}", noop, (len(points),),
-                                    lambda c, t=points: t[c[0]], devices=devices))
+            priv, rects, devices = write_over(rng, shape, ndev)
+        launches.append(launch_of(f"l{li}", region, rects, priv, devices))
     return machine, initial, launches
 
 

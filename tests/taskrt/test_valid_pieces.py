@@ -100,6 +100,20 @@ def _program(seed: int):
     return machine, initial, launches
 
 
+def sum_regions(rng, seed: int, side: int):
+    """(machine, devices, shape, x, g, initial) of a random Red+ program: a machine of 2-8
+    devices, a shape of 1-3 dimensions of 2-`side` elements, x with a base value on some
+    devices (its sums go to partial buffers), g with none (its sums start in instances)."""
+    machine = Machine.grid(rng.choice([1, 2]), rng.choice([2, 4]))
+    ndev = len(machine.devices)
+    nd = rng.choice([1, 2, 2, 3])
+    shape = tuple(rng.randint(2, side) for _ in range(nd))
+    x = Region(f"x{seed}", shape, "float32")
+    g = Region(f"g{seed}", shape, "float32")
+    initial = {x: [(x.rect, d) for d in rng.sample(range(ndev), rng.randint(1, ndev))]}
+    return machine, ndev, shape, x, g, initial
+
+
 def _red_program(seed: int):
     """(machine, regions, initial, launches) of a random Red+-heavy program: several
     contributors per rect (the same rect on several devices, grid parts, random rects
@@ -107,13 +121,7 @@ def _red_program(seed: int):
     of all of a sum by exactly its contributors (all-reduces), by a subset of them, by
     others, and of parts; writes now and then retire sums."""
     rng = random.Random(seed)
-    machine = Machine.grid(rng.choice([1, 2]), rng.choice([2, 4]))
-    ndev = len(machine.devices)
-    nd = rng.choice([1, 2, 2, 3])
-    shape = tuple(rng.randint(2, 7) for _ in range(nd))
-    x = Region(f"x{seed}", shape, "float32")        # a base value: sums into partial buffers
-    g = Region(f"g{seed}", shape, "float32")        # no value: sums start in instances
-    initial = {x: [(x.rect, d) for d in rng.sample(range(ndev), rng.randint(1, ndev))]}
+    machine, ndev, shape, x, g, initial = sum_regions(rng, seed, 7)
     launches = []
     last: dict = {}         # region -> (rects, devices) of its last Red+ launch
     for li in range(rng.randint(3, 14)):
@@ -146,13 +154,22 @@ def _red_program(seed: int):
                 rects = [_rand_rect(rng, shape) for _ in range(rng.randint(1, 4))]
                 devices = [rng.choice(devs0 + [rng.randrange(ndev)]) for _ in rects]
             else:                                   # a write over part of the sums
-                priv = rng.choice([WD, RW])
-                rects = [_rand_rect(rng, shape)]
-                devices = [rng.randrange(ndev)]
-        points = [(RegionRequirement(region, r, priv),) for r in rects]
-        launches.append(IndexLaunch(f"l{li}", noop, (len(points),),
-                                    lambda c, t=points: t[c[0]], devices=devices))
+                priv, rects, devices = write_over(rng, shape, ndev)
+        launches.append(launch_of(f"l{li}", region, rects, priv, devices))
     return machine, initial, launches
+
+
+def write_over(rng, shape: tuple, ndev: int) -> tuple:
+    """(privilege, rects, devices) of a write (discard or read-write) of a random rect by a
+    random device: a launch retiring the sums under it."""
+    return rng.choice([WD, RW]), [_rand_rect(rng, shape)], [rng.randrange(ndev)]
+
+
+def launch_of(name: str, region, rects, priv, devices) -> IndexLaunch:
+    """A launch of one point per rect, asking `priv` on that rect of `region`."""
+    points = [(RegionRequirement(region, r, priv),) for r in rects]
+    return IndexLaunch(name, noop, (len(points),), lambda c, t=points: t[c[0]],
+                       devices=devices)
 
 
 def _state(rp) -> tuple:
