@@ -23,7 +23,10 @@ region's shared counts in log order, as planning whole counts them; its parts be
 that differed replay their recorded choices, which matched). Only for regions without
 initial data and with no sums left pending at the end (the end state's pending order would
 interleave the slabs). A first entry summing into every slab (attention's backward into an
-LSTM's output) is cut at the slabs where that is exact (_cut_first).
+LSTM's output) is cut at the slabs where that is exact (_cut_first). Of the dimensions that
+split every access (for a cut first entry: every later one), the one with the most slabs
+where each entry reads in one slab is taken (NMT @64: the LSTM's 64 batch parts outnumber
+its 40 steps, but each step reads in every batch slab).
 
 The RegionPlanner it leaves (SlabbedEnd) holds the end state the graph and the simulator read
 (valid pieces, the instances' bounding rects in the order planning whole meets them, the sent
