@@ -23,7 +23,10 @@ region's shared counts in log order, as planning whole counts them; its parts be
 that differed replay their recorded choices, which matched). Only for regions without
 initial data and with no sums left pending at the end (the end state's pending order would
 interleave the slabs). A first entry summing into every slab (attention's backward into an
-LSTM's output) is cut at the slabs where that is exact (_cut_first).
+LSTM's output) is cut at the slabs where that is exact (_cut_first). Of the dimensions that
+split every access (for a cut first entry: every later one), the one with the most slabs
+where each entry reads in one slab is taken (NMT @64: the LSTM's 64 batch parts outnumber
+its 40 steps, but each step reads in every batch slab).
 
 The RegionPlanner it leaves (SlabbedEnd) holds the end state the graph and the simulator read
 (valid pieces, the instances' bounding rects in the order planning whole meets them, the sent
@@ -70,19 +73,23 @@ def slab_plan(planner, name: str, log) -> RegionPlan | None:
         return _refuse("one entry or initial data")
     plans = planner.plans
     region = planner.regions[name]
-    split = _slabs(region, log)
+    # The dimension: of those splitting every access, the one with the most slabs where each
+    # entry reads in one slab (so that its read nodes are that slab's).
+    splits = _splits(region, log)
+    split = _reading_in_one(log, splits)
     whole_log = cut = None
     if split is None:
         # A first entry of sums over every slab (attention's backward into an LSTM's
         # output): planned cut at the slabs of the rest (_cut_first).
         cut = _cut_first(region, log)
         if cut is None:
-            return _refuse("no dimension splits every access")
+            return _refuse("an entry reads in several slabs" if splits else
+                           "no dimension splits every access")
         whole_log, (log, split) = log, cut
     d, starts = split[0], split[1]
-    # Each entry's part in each slab it touches (its accesses there; its reads must all be in
-    # one slab, so that its read nodes are that slab's), and per slab the signatures of its
-    # parts translated to the slab's start (what decides its plan: regionmemo.key_signature).
+    # Each entry's part in each slab it touches (its accesses there), and per slab the
+    # signatures of its parts translated to the slab's start (what decides its plan:
+    # regionmemo.key_signature).
     parts_of: list[list] = [[] for _ in starts]         # per slab: (entry, access positions)
     sigs: list[list] = [[] for _ in starts]
     where: list[list] = []              # per entry: (slab, index in its parts, positions)
@@ -90,8 +97,6 @@ def slab_plan(planner, name: str, log) -> RegionPlan | None:
     for e, (li, reads, accesses) in enumerate(log):
         lp = plans[li]
         points = lp.points
-        if reads and len(_by_slab(list(map(at_d, map(_lo, map(_third, reads)))), starts)) > 1:
-            return _refuse("an entry reads in several slabs")
         by_slab = _by_slab(list(map(at_d, map(_lo, map(_rect, map(_third, accesses))))), starts)
         mine = []
         for k, positions in by_slab.items():
@@ -278,14 +283,33 @@ def _entry(plans, log, e, parts, name) -> tuple:
 
 def _slabs(region, log):
     """(d, slab starts, slab ends) for the dimension along which the log's access rects fall
-    into the most slabs (two or more; a slab: a union of rects' extents there), or None."""
+    into the most slabs (two or more), or None."""
+    splits = _splits(region, log)
+    return splits[0] if splits else None
+
+
+def _reading_in_one(log, splits):
+    """The first of `splits` [(d, starts, ends)] along which each log entry's reads lie in
+    one slab, or None."""
+    for split in splits:
+        at_d, starts = itemgetter(split[0]), split[1]
+        if all(len(_by_slab(list(map(at_d, map(_lo, map(_third, reads)))), starts)) < 2
+               for _, reads, _ in log if reads):
+            return split
+    return None
+
+
+def _splits(region, log) -> list:
+    """[(d, slab starts, slab ends)] for each dimension along which the log's access rects
+    fall into two slabs or more (a slab: a union of rects' extents there), the most slabs
+    first (then the lower d)."""
     rects = []
     for _, _, accesses in log:
         rects += map(_rect, map(_third, accesses))
     if any(map(_empty, rects)):
-        return None
+        return []
     los, his = list(map(_lo, rects)), list(map(_hi, rects))
-    best = None
+    out = []
     for d in range(region.rect.ndim):
         at = itemgetter(d)
         found = set(zip(map(at, los), map(at, his)))         # (by C loops)
@@ -296,11 +320,9 @@ def _slabs(region, log):
                     merged[-1][1] = b
             else:
                 merged.append([a, b])
-        if len(merged) > 1 and (best is None or len(merged) > len(best[1])):
-            best = (d, merged)
-    if best is None:
-        return None
-    return best[0], [a for a, _ in best[1]], [b for _, b in best[1]]
+        if len(merged) > 1:
+            out.append((-len(merged), d, [a for a, _ in merged], [b for _, b in merged]))
+    return [split[1:] for split in sorted(out, key=itemgetter(0, 1))]
 
 
 _empty, _lo, _hi = attrgetter("empty"), attrgetter("lo"), attrgetter("hi")
@@ -328,7 +350,9 @@ def _cut_first(region, log):
     if reads0 or len(log) < 3 or any(req.privilege is not _RED or req.rect.empty
                                      for _, _, req in first):
         return None
-    split = _slabs(region, log[1:])
+    # (of the dimensions splitting the rest, the one with the most slabs where each later
+    # entry reads in one)
+    split = _reading_in_one(log[1:], _splits(region, log[1:]))
     if split is None:
         return None
     d, starts, ends = split

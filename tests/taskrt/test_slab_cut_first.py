@@ -193,3 +193,30 @@ def test_a_red_meeting_two_cut_sums_is_planned_whole(monkeypatch):
     monkeypatch.setattr(slabplans, "REFUSED", counted)
     assert _replanned_state(monkeypatch, True) == _replanned_state(monkeypatch, False)
     assert counted["a cut first entry's sums met others"] >= 1
+
+
+def _batch_parted_program(shift: int):
+    """Attention's backward summing two batch halves over every step, then the LSTM's
+    backward in 8 batch parts (8 slabs along the batch, more than the 6 steps), each step's
+    launch reading in every batch slab and summing into step t-1."""
+    halves = ([block_rect((BATCH, HIDDEN), (2, 1), (i, 0)) for i in range(2)], [[0], [1]])
+    eighths = ([block_rect((BATCH, HIDDEN), (8, 1), (i, 0)) for i in range(8)],
+               [[(i + shift) % NDEV] for i in range(8)])
+    return _operator(0, halves, True) + _operator(1, eighths, True)
+
+
+@pytest.mark.parametrize("shift", (0, 1, 2))
+def test_the_cut_along_the_steps_where_the_batch_has_more_slabs(monkeypatch, shift):
+    """Where the later entries split into more slabs along the batch than along the steps
+    but each reads in every batch slab, the first entry is cut along the steps (before: along
+    the batch, refused): a plan, equal to planning whole."""
+    def build(on):
+        monkeypatch.setattr(slabplans, "SLAB_PLANS", on)
+        p = Planner(MACHINE, memo=RegionPlanMemo(0))
+        p.add_launches(_batch_parted_program(shift))
+        got = slabplans.slab_plan(p, G.name, p.log[G.name])
+        p.replace(_batch_parted_program(shift)[:1])         # G re-planned (slab_plan's path)
+        return got, _state(p)
+
+    got, state = build(True)
+    assert got is not None and state == build(False)[1]

@@ -203,3 +203,41 @@ def test_refusals_are_counted_by_reason(monkeypatch):
     for seed in range(40):
         _plans(monkeypatch, seed, True)
     assert sum(refused.values()) == len(left) > 0
+
+
+def _batch_parted_steps(reader_shift: int):
+    """Per step a launch writing x[t] in 8 batch parts (8 devices), then per step a launch
+    reading them on other devices: along the batch there are more slabs (8) than steps (4),
+    but each launch reads in every batch slab."""
+    steps, parts = 4, 8
+    x = Region("xb", (steps, parts, 6), "float32")
+
+    def at(t, i):
+        return Rect((t, i, 0), (t + 1, i + 1, 6))
+
+    out = []
+    for t in range(steps):
+        out.append(IndexLaunch(f"w/s{t}", noop, (parts,), lambda c, t=t: (RegionRequirement(
+            x, at(t, c[0]), WD),), devices=[i % NDEV for i in range(parts)]))
+    for t in range(steps):
+        out.append(IndexLaunch(f"r/s{t}", noop, (parts,), lambda c, t=t: (RegionRequirement(
+            x, at(t, c[0]), R),), devices=[(i + reader_shift) % NDEV for i in range(parts)]))
+    return x, out
+
+
+@pytest.mark.parametrize("shift", (1, 2))
+def test_the_dimension_whose_entries_read_in_one_slab(monkeypatch, shift):
+    """Where each launch reads in several slabs along the dimension with the most slabs (the
+    batch), the region is planned slab by slab along another (the steps): a plan, equal to
+    planning whole."""
+    def build(on):
+        monkeypatch.setattr(slabplans, "SLAB_PLANS", on)
+        x, program = _batch_parted_steps(shift)
+        p = Planner(MACHINE, memo=RegionPlanMemo(0))
+        p.add_launches(program)
+        got = slabplans.slab_plan(p, x.name, p.log[x.name])
+        p.replace(_batch_parted_steps(shift)[1][:1])       # x re-planned (slab_plan's path)
+        return got, _state(p)
+
+    got, state = build(True)
+    assert got is not None and state == build(False)[1]
