@@ -281,13 +281,6 @@ def _entry(plans, log, e, parts, name) -> tuple:
     return (li, lp.launch, lp.points, {name: reads} if has_reads else {}, {name: mine})
 
 
-def _slabs(region, log):
-    """(d, slab starts, slab ends) for the dimension along which the log's access rects fall
-    into the most slabs (two or more), or None."""
-    splits = _splits(region, log)
-    return splits[0] if splits else None
-
-
 def _reading_in_one(log, splits):
     """The first of `splits` [(d, starts, ends)] along which each log entry's reads lie in
     one slab, or None."""
