@@ -34,7 +34,7 @@ from .holders import Holders
 from .privilege import Privilege
 from .pendingsums import LaunchSums, PendingSums
 from .rectindex import RectIndex
-from .summedpieces import summed_pieces
+from .summedpieces import launch_summed, summed_pieces  # noqa: F401 (tests import it)
 from .region import Region
 from .taskgraph import AllReduceNode, CopyNode, ReduceInput, ReduceNode, ReduceTarget
 from .validpieces import PieceState, SentCounts, copy_in_all
@@ -588,8 +588,8 @@ class RegionPlanner:
         # Only where partial sums were added does `device` alone hold the result; the base
         # elsewhere is unchanged (its holders stay valid), and elements with neither base nor
         # partial sums stay unwritten, so reading them is still a PlanError.
-        st.set_only_holder_of(rect, parts if self._apart else
-                              summed_pieces(rect, contribs, parts), (device,))
+        st.set_only_holder_of(rect, launch_summed(rect, contribs, parts, self._apart),
+                              (device,))
 
     # -- the end state ---------------------------------------------------------------------------
     def final_valid(self) -> list[tuple[Rect, tuple[int, ...]]]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from .geometry import Rect
 from .rectindex import RectIndex, scan_items
-from .summedpieces import sums_apart
+from .summedpieces import APART_BUT_EQUAL, sums_apart, sums_apart_but_equal
 
 
 class PendingSums:
@@ -128,7 +128,8 @@ class LaunchSums:
     to the end of the insertion order either way, so both end with the sums not retired in
     their order, then the pieces left, in the order they were made. Past _LAUNCH_SCAN sums
     met it hands every call to `pending` (a scan of many would cost more than the index's
-    queries). `apart`: summedpieces.sums_apart of the sums met."""
+    queries). `apart`: summedpieces.sums_apart of the sums met (True), else APART_BUT_EQUAL
+    where summedpieces.sums_apart_but_equal holds, else False."""
     __slots__ = ("_pending", "_items", "_gone", "_heir", "_next", "apart")
 
     def __init__(self, pending: PendingSums, rects):
@@ -137,7 +138,8 @@ class LaunchSums:
             box = rect if box is None else box.union_bbox(rect)
         found = pending.overlapping(box)
         self._pending = pending
-        self.apart = sums_apart(box, found)
+        self.apart = sums_apart(box, found) or \
+            sums_apart_but_equal(box, found) and APART_BUT_EQUAL
         # key -> (rect, value), in insertion order: ids of `pending` for the sums found,
         # negative keys for the pieces retirements leave (None: calls go to `pending`)
         self._items = {i: (r, v) for i, r, v in found} if len(found) <= _LAUNCH_SCAN \

@@ -64,6 +64,38 @@ def sums_apart(box: Rect, sums) -> bool:
         not _cross_device_overlap(box, [(r, dev) for _, r, (dev, _) in sums])
 
 
+# LaunchSums.apart's values besides False and True: the sums met are apart once each sum of a
+# rect an earlier one (of another device) has is left out (sums_apart_but_equal).
+APART_BUT_EQUAL = 2
+
+
+def launch_summed(rect: Rect, contribs, parts: list[Rect], apart) -> list[Rect]:
+    """summed_pieces(rect, contribs, parts) of a reduction of a launch whose sums met are
+    `apart` (LaunchSums.apart): its parts as they are (True), its parts less each equal to
+    an earlier one of another device (APART_BUT_EQUAL), else by summed_pieces."""
+    if apart is True:
+        return parts
+    if apart == APART_BUT_EQUAL:
+        return [p for p, _ in _first_of_equal([(p, dev) for p, (_, _, (dev, _)) in
+                                               zip(parts, contribs)])]
+    return summed_pieces(rect, contribs, parts)
+
+
+def sums_apart_but_equal(box: Rect, sums) -> bool:
+    """Whether pending sums [(id, rect, (device, partial))] meeting `box` (as sums_apart's)
+    are apart once each sum whose rect equals an earlier one's is left out (an operator split
+    in a dimension it sums over: each device's sum of one rect; NMT's embedding gradients).
+    Then each reduction of the launch sums its parts less each part equal to an earlier one
+    of another device (launch_summed): a reduction retires the sums of one rect alike (each
+    meets its rect or none does), leaving equal pieces in the same order (the sums' order),
+    so at every reduction the parts are those of disjoint sums, each repeated by the devices
+    of its rect's sums in one order; summed_pieces drops the repeats (_first_of_equal), and
+    the parts left overlap no other device's, so no sweep cuts them."""
+    first: dict = {}
+    kept = [s for s in sums if first.setdefault(s[1], s[2][0]) == s[2][0]]
+    return len(kept) < len(sums) and sums_apart(box, kept)
+
+
 def _first_of_equal(parts) -> list:
     """`parts` [(part, device)] less each part equal to an earlier one of another device
     (every time step's sum of one rect on each device of an operator split in a dimension it

@@ -2,8 +2,9 @@
 with coherence.FAST_PATHS): a reduction's base known empty without a query when no valid
 piece met the launch's rects before it and no earlier reduction of the launch met its rect,
 the sums the launch's reads meet taken out of the index while they are reduced and put back
-once (pendingsums.LaunchSums), and found apart once (summedpieces.sums_apart), so that each
-reduction's parts are its summed pieces without a sweep. Against the same planner with
+once (pendingsums.LaunchSums), and found apart once (summedpieces.sums_apart, or apart but
+for sums of equal rects: sums_apart_but_equal), so that each reduction's parts (less repeats)
+are its summed pieces without a sweep. Against the same planner with
 FAST_PATHS off (each reduction queries its base, retires its sums in the index and sweeps
 its parts), on random programs of partitions' sums read by other partitions, by rects
 overlapping each other, onto a base and onto nothing, with the valid pieces compiled
@@ -26,9 +27,10 @@ from test_valid_pieces import _planned as planned_program
 
 def _program(seed: int):
     """(machine, initial, launches): sums of block partitions, one part per device where the
-    devices suffice (sums apart), now and then with random rects summed too (sums that
-    overlap other devices'), read by other partitions, by random rects overlapping each
-    other, by whole parts; some writes over the sums."""
+    devices suffice (sums apart), now and then each part on two devices (apart but for
+    equal rects), or with random rects summed too (sums that overlap other devices'), read
+    by other partitions, by random rects overlapping each other, by whole parts; some writes
+    over the sums."""
     rng = random.Random(seed)
     machine, ndev, shape, x, g, initial = sum_regions(rng, seed, 8)
     launches = []
@@ -41,6 +43,9 @@ def _program(seed: int):
                 devices = rng.sample(range(ndev), len(rects))
             else:
                 devices = [rng.randrange(ndev) for _ in rects]
+            if ndev > 1 and rng.random() < 0.3:     # each rect summed on two devices
+                rects = rects + rects
+                devices = devices + [(d + rng.randrange(1, ndev)) % ndev for d in devices]
             if rng.random() < 0.25:                 # and sums overlapping others'
                 extra = [_rand_rect(rng, shape) for _ in range(rng.randint(1, 2))]
                 rects += extra
@@ -86,6 +91,15 @@ def test_launch_reductions_plan_as_each_reduction_alone(block, scan, monkeypatch
         return got
 
     monkeypatch.setattr(pendingsums, "sums_apart", counted)
+    but_equal = summedpieces.sums_apart_but_equal
+
+    def counted_but_equal(pending, rects):
+        got = but_equal(pending, rects)
+        _SEEN["apart but equal" if got else "not apart"] += 1
+        _SEEN["not apart"] -= 1             # (counted by sums_apart's wrapper)
+        return got
+
+    monkeypatch.setattr(pendingsums, "sums_apart_but_equal", counted_but_equal)
     _SEEN.clear()
     _KINDS.clear()
     errors = 0
@@ -97,3 +111,4 @@ def test_launch_reductions_plan_as_each_reduction_alone(block, scan, monkeypatch
         errors += old[0] == "error"
     assert errors < 30          # (most programs plan)
     assert _KINDS["reduce"] > 100 and _SEEN["apart"] > 20 and _SEEN["not apart"] > 20, _SEEN
+    assert _SEEN["apart but equal"] > 5, _SEEN
