@@ -202,20 +202,23 @@ class Scratch:
     table holds several graphs' buffers (strategy/delta.py starts it again only past 4 per
     node), and filling arrays over all of them was most of a sweep. Also the per-use
     working arrays (`uses`): fresh megabyte arrays per sweep cost their page faults."""
-    __slots__ = ("stamp", "now", "born", "dies", "flags", "touched", "times", "bufs")
+    __slots__ = ("stamp", "now", "born", "dies", "flags", "touched", "times", "bufs", "keys",
+                 "order")
 
     def __init__(self):
         self.now = 0
         self._grow(0)
         self.touched, self.times = np.empty(0, dtype=np.int64), np.empty(0)
-        self.bufs = np.empty(0, dtype=np.int64)
+        self.bufs = self.keys = self.order = np.empty(0, dtype=np.int64)
 
     def uses(self, m: int) -> tuple:
-        """(touched, times, bufs) with room for a sweep over m uses."""
+        """(touched, times, bufs) with room for a sweep over m uses (and keys and order,
+        for _pack and _unpack, with room for 2 per use)."""
         if len(self.touched) < m:
             m = max(m, 2 * len(self.touched))
             self.touched = np.empty(m, dtype=np.int64)
             self.times, self.bufs = np.empty(2 * m), np.empty(2 * m, dtype=np.int64)
+            self.keys, self.order = np.empty(2 * m, dtype=np.int64), np.empty(2 * m, dtype=np.int64)
         return self.touched, self.times, self.bufs
 
     def _grow(self, n: int) -> None:
@@ -301,10 +304,9 @@ def sweep_peak(users_buf, users_node, start, end, sizes, dev, region, kept_mask,
     # (_pack, _unpack); the same order as the stable argsort.
     if PACKED_SORT and n and times.min() >= 0:
         shift = max(1, (n - 1).bit_length())
-        keys = np.empty(n, dtype=np.int64)
+        keys, order = scratch.keys[:n], scratch.order[:n]
         pack(times.view(np.int64), shift, keys)
         keys.sort()
-        order = np.empty(n, dtype=np.int64)
         unpack(times, keys, shift, order)
     else:
         keys = times.view(np.int64) if n and times.min() >= 0 else times
