@@ -52,23 +52,42 @@ class LaunchBlock:
                    tuple([s for s in sims if s.read_by_writers or s.reads_of_writers]))
 
 
-def _pieces(block: LaunchBlock, field: str) -> list:
-    """The arrays that make up `field` of the block's nodes, in its groups' order."""
+def _pieces(blocks: list, changed: list[int], field: str) -> list[list]:
+    """Per block blocks[i], i in `changed`: the arrays that make up `field` of its nodes, in
+    its groups' order. A group's gid and offset in its block are made for all those blocks
+    at once (a numpy call or two, not per block)."""
     if field in SIM_ARRAYS:
-        return [getattr(s, field) for s in block.sims]
+        get = attrgetter(field)
+        return [list(map(get, blocks[i].sims)) for i in changed]
     if field in HOST_ARRAYS:
-        k = HOST_ARRAYS.index(field)
-        return [s.host[k] for s in block.sims]
-    groups = block.groups
+        get = itemgetter(HOST_ARRAYS.index(field))
+        return [[get(s.host) for s in blocks[i].sims] for i in changed]
+    if field not in ("gids", "offsets"):                 # pred_count, pred_gid, pred_idx
+        get = attrgetter(field)
+        return [list(map(get, blocks[i].groups)) for i in changed]
+    groups = [g for i in changed for g in blocks[i].groups]
     if field == "gids":
-        return [np.fromiter([g.gid for g in groups], dtype=_I8, count=len(groups))]
-    if field == "offsets":
-        sizes = [len(g.nodes) for g in groups]
-        offsets = np.zeros(len(groups), dtype=_I8)
+        flat = np.fromiter(map(_GID, groups), dtype=_I8, count=len(groups))
+    else:       # each group's first node counted from all those blocks' first
+        flat = np.zeros(len(groups), dtype=_I8)
         if len(groups) > 1:
-            np.cumsum(sizes[:-1], out=offsets[1:])
-        return [offsets]
-    return [getattr(g, field) for g in groups]          # pred_count, pred_gid, pred_idx
+            np.cumsum(np.fromiter(map(len, map(_NODES, groups[:-1])), dtype=_I8,
+                                  count=len(groups) - 1), out=flat[1:])
+    out, at = [], 0
+    for i in changed:
+        n = len(blocks[i].groups)
+        part = flat[at:at + n]
+        out.append([part if field == "gids" or not n else part - part[0]])
+        at += n
+    return out
+
+
+def _kind(field: str) -> str:
+    """What a field's lengths per block count: a block's groups, its nodes, or the entries
+    of a flattened field (named by the per-node field that counts them)."""
+    if field in ("gids", "offsets"):
+        return "groups"
+    return _COUNTED_BY.get(field, "nodes")
 
 
 class _Arrays(dict):
@@ -83,7 +102,7 @@ class _Arrays(dict):
             raise KeyError(field)
         base = self.base
         if base is not None and field in base.arrays:
-            got, self.lens[field] = _splice(base, field, self.blocks, self.changed)
+            got, self.lens[field] = _splice(base, [field], self.blocks, self.changed)[field]
         else:
             parts = [getattr(s, field) for b in self.blocks for s in b.sims]
             got = join(parts) if parts else np.zeros(0, dtype=_I8)
@@ -93,22 +112,29 @@ class _Arrays(dict):
         return got
 
 
-def _splice(joined: "Joined", field: str, blocks: list, changed: list[int]) -> tuple:
-    """(array, each block's length in it): joined's `field` with the arrays of blocks[i]
-    put in for each i in `changed` (ascending)."""
-    arr = joined.arrays[field]
-    lens = joined.lens_of(field).copy()
-    starts = np.zeros(len(lens) + 1, dtype=_I8)
-    np.cumsum(lens, out=starts[1:])
-    pieces, prev = [], 0
-    for i in changed:
-        new = _pieces(blocks[i], field)
-        pieces.append(arr[starts[prev]:starts[i]])
-        pieces += new
-        lens[i] = sum(map(len, new))
-        prev = i + 1
-    pieces.append(arr[starts[prev]:])
-    return np.concatenate(pieces), lens
+def _splice(joined: "Joined", fields: list[str], blocks: list, changed: list[int]) -> dict:
+    """{field: (array, each block's length in it)}: joined's `fields` (of one _kind) with
+    the arrays of blocks[i] put in for each i in `changed` (ascending). Where each changed
+    block sits is worked out once for all the fields (they have the same lengths), with
+    Python ints for the slices, and the lengths are one array shared by those fields."""
+    lens = joined.lens_of(fields[0])
+    at = np.array(changed, dtype=_I8)
+    stops = np.cumsum(lens)[at]
+    begins, stops = (stops - lens[at]).tolist(), stops.tolist()
+    out, new_lens = {}, None
+    for field in fields:
+        arr, new = joined.arrays[field], _pieces(blocks, changed, field)
+        if new_lens is None:
+            new_lens = lens.copy()
+            new_lens[at] = [sum(map(len, p)) for p in new]
+        pieces, prev = [], 0
+        for b, e, p in zip(begins, stops, new):
+            pieces.append(arr[prev:b])
+            pieces += p
+            prev = e
+        pieces.append(arr[prev:])
+        out[field] = (np.concatenate(pieces), new_lens)
+    return out
 
 
 class Joined:
@@ -178,7 +204,11 @@ class Joined:
         arrays.blocks, arrays.changed, arrays.lens = list(blocks), changed, out.lens
         # (from this one while it has them; else joined from the blocks when asked for)
         arrays.base = self if any(f in self.arrays for f in MEMORY_ARRAYS) else None
+        kinds: dict = {}
         for f in self.arrays:
             if f not in MEMORY_ARRAYS:
-                arrays[f], out.lens[f] = _splice(self, f, blocks, changed)
+                kinds.setdefault(_kind(f), []).append(f)
+        for fields in kinds.values():
+            for f, (arr, lens) in _splice(self, fields, blocks, changed).items():
+                arrays[f], out.lens[f] = arr, lens
         return out
