@@ -4,18 +4,13 @@ recomputation toggled per segment.
 
 Memory. A strategy over a device's capacity is invalid (strategy/search.py); from such a
 start (data parallelism of a model whose weights and Adam state do not fit one device) a
-uniformly chosen operator rarely is one that matters. `memory_move` looks where the memory
+uniformly chosen operator rarely is one that matters. `shard_move` looks where the memory
 is: on the fullest device of the current simulation, the bytes of every operator there
 (`bytes_on`: its regions' instances and partial-sum buffers, that is its weights, their
 gradients and optimizer state, its activations; and the saved state its forward parts
 keep for their backward, taskrt.liveness.state_key as the memory model counts it), and
-proposes, for an operator drawn with probability proportional to those bytes, a config
-that splits finer what holds them: its weights (SearchSpace.shard; `shard_move` draws by
-the weights' bytes alone) or its activations and saved state (SearchSpace.spread: the
-sample or an attribute dim split further, on more devices). A random start of a CNN at
-the paper's batch sizes is out of memory by its activations (Inception-v3 @16, seed 0:
-97 GB of activations and 0.1 GB of weights on its fullest device), which weight splits
-alone never reached.
+proposes, for an operator drawn with probability proportional to its weights' bytes there,
+a config that splits its weights finer (SearchSpace.shard).
 
 Trades and alignment (`GuidedSpace`, the tied GPT search's space, strategy/tied.py). A
 shard move trades sample degree for a weight split; nothing took it back: halving a weight
@@ -174,46 +169,25 @@ def saved_on(session, device: int) -> dict:
     return out
 
 
-def memory_move(space, session, rng: random.Random):
-    """(op name, config) aimed at the fullest device's memory (module doc): an operator drawn
-    with probability proportional to its bytes there, split finer where those bytes are: its
-    weights' (with their gradients and optimizer state: SearchSpace.shard) or its
-    activations' and saved state's (SearchSpace.spread: its parts smaller, on more devices).
-    None when no operator there can be split further."""
-    by_weight, by_activation, saved = bytes_on(session, fullest_device(session.result))
-    activations = dict(by_activation)
-    for name, b in saved.items():
-        activations[name] = activations.get(name, 0) + b
-    return _drawn_split(space, session, rng, ((by_weight, space.shard),
-                                              (activations, space.spread)))
-
-
 def shard_move(space, session, rng: random.Random):
     """(op name, config) splitting the weights of an operator that holds many bytes on the
-    fullest device (memory_move's weights alone), or None when none there can be split
-    further."""
-    by_weight = bytes_on(session, fullest_device(session.result))[0]
-    return _drawn_split(space, session, rng, ((by_weight, space.shard),))
-
-
-def _drawn_split(space, session, rng: random.Random, kinds) -> tuple | None:
-    """An operator of `kinds` ((its bytes by op name, the space's step splitting them)...)
-    drawn with probability proportional to its bytes, given its step's config; the next
-    drawn where a step has none."""
+    fullest device (module doc), or None when no operator there can be split further."""
+    device = fullest_device(session.result)
+    by_weight = bytes_on(session, device)[0]
     # a session standing for a deeper model (strategy/tied.py) says how many operators
     # each of its operators stands for: the draw weighs the full model's bytes
     times = getattr(session, "multiplicity", {})
+    by_weight = {name: b * times.get(name, 1) for name, b in by_weight.items()}
     searchable = {op.name: op for op in space.searchable()}
-    pool = [(name, b * times.get(name, 1), step) for by, step in kinds
-            for name, b in by.items() if name in searchable]
+    pool = [(name, b) for name, b in by_weight.items() if name in searchable]
     while pool:
-        total = sum(b for _, b, _ in pool)
+        total = sum(b for _, b in pool)
         x, k = rng.random() * total, 0
         while k < len(pool) - 1 and x >= pool[k][1]:
             x -= pool[k][1]
             k += 1
-        name, _, step = pool.pop(k)
-        new = step(searchable[name], session.configs[name], rng)
+        name = pool.pop(k)[0]
+        new = space.shard(searchable[name], session.configs[name], rng)
         if new is not None:
             return name, new
     return None
@@ -540,5 +514,7 @@ class RecomputeUnits:
         return best
 
 
-__all__ = ["fullest_device", "region_owner", "bytes_on", "saved_on", "memory_move",
-           "shard_move", "pair_move", "trade", "aligned", "GuidedSpace", "RecomputeUnits"]
+__all__ = ["fullest_device", "region_owner", "bytes_on", "saved_on", "shard_move", "pair_move",
+           "trade",
+           "aligned", "GuidedSpace",
+           "RecomputeUnits"]

@@ -66,8 +66,8 @@ over capacity as a fraction of all devices' memory, plus its time without the me
 every step that frees memory is a step down whatever it does to the time (time breaks ties),
 and every strategy that fits ranks below every one that does not. Out of memory a chain
 accepts only steps that are not up, and most of its proposals (MEMORY_MOVE) are aimed at
-the memory (strategy/moves.py `memory_move`: split finer the weights, or the activations, of
-an operator drawn by its bytes on the fullest device); once in memory it is MCMC again.
+the memory (strategy/moves.py `shard_move`: split finer the weights of an operator drawn by
+its weights' bytes on the fullest device); once in memory it is MCMC again.
 
 Memory last. A strategy's rank is never below its span (when its last node ends), and
 the chance that the Metropolis rule takes a step up only falls as the step grows; so an
@@ -143,7 +143,7 @@ from taskrt.gcpause import gc_paused
 
 from .delta import SimulationSession
 from .explain import Breakdown
-from .moves import RecomputeUnits, exchange_move, memory_move, pair_move
+from .moves import RecomputeUnits, exchange_move, pair_move, shard_move
 from .search_budget import Budget
 from .search_changes import SessionChanges
 from .search_result import CandidateRun, SearchResult
@@ -151,7 +151,6 @@ from .space import SearchSpace
 
 DEFAULT_TEMPERATURE = 0.01
 MEMORY_MOVE = 0.75           # share of an out-of-memory chain's proposals aimed at memory
-MEMORY_PAIR_MOVE = 0.7       # share of those that give a dataflow neighbour a matched config
 RECOMPUTE_MOVE = 0.05        # the most a default chain gives to switching recomputation
 OVER_MEMORY_RANK = 1e6       # seconds; see `ranked`
 _clock = time.perf_counter   # the search's clock (a test drives it)
@@ -356,11 +355,9 @@ class Search(SessionChanges):
             if unit is not None:     # out of memory, switching one off cannot help
                 return "recompute", unit
         if not fits and self.rng.random() < MEMORY_MOVE:
-            move = memory_move(self.space, session, self.rng)
+            move = shard_move(self.space, session, self.rng)
             if move is not None:
-                pair = pair_move(self.space, session.configs, *move, self.rng) \
-                    if self.rng.random() < MEMORY_PAIR_MOVE else None
-                return pair or ("op",) + move
+                return ("op",) + move
         if fits and self.rng.random() < EXCHANGE_MOVE:
             move = exchange_move(self.space, session.configs, self.rng)
             if move is not None:

@@ -167,12 +167,7 @@ class SearchSpace:
         if not steps or rng.random() < 0.25:
             return self.config(op, current, self.random_devices(prod(current), rng))
         t = rng.choice(steps)
-        return self.config(op, t, self._extended(cfg.devices, prod(t), rng))
-
-    def _extended(self, devices, p: int, rng: random.Random) -> list[int]:
-        """`devices` cut or extended to p: the spare devices after its last first, then the
-        rest in order; a list outside this space's families is drawn again."""
-        devs = list(devices)
+        p, devs = prod(t), list(cfg.devices)
         if p < len(devs):
             devs = devs[:p]
         else:
@@ -181,7 +176,7 @@ class SearchSpace:
             devs = devs + spare[:p - len(devs)]
         if not self.has_devices(devs):
             devs = list(self.random_devices(p, rng))
-        return devs
+        return self.config(op, t, devs)
 
     def has_devices(self, devs) -> bool:
         """Whether the device list `devs` is one of this space's families' lists."""
@@ -229,29 +224,6 @@ class SearchSpace:
         else:
             devs += [d for d in range(self.n) if d not in devs][:p - len(devs)]
         return self.config(op, t, devs)
-
-    def spread(self, op, cfg: ParallelConfig, rng: random.Random) -> ParallelConfig | None:
-        """A step that splits the operator's activations finer (smaller parts of its inputs
-        and outputs on each device): degrees with more parts along the sample and attribute
-        dims that split no weight and no more along the others (whose parts replicate the
-        input, or hold partial sums of the whole output), half the time the most such parts
-        with the fewest others (data parallelism where the sample dim allows), else any; the
-        devices extended as neighbor() extends them. None when no such step exists."""
-        weight_dims = _weight_dims(op)
-        split = [d.name not in weight_dims and d.kind in ("sample", "attribute")
-                 for d in op.dims]
-
-        def parts(t: tuple) -> tuple[int, int]:     # (activation parts, the other parts)
-            return (prod(k for k, s in zip(t, split) if s),
-                    prod(k for k, s in zip(t, split) if not s))
-        now = parts(tuple(cfg.degree(d.name) for d in op.dims))
-        options = [t for t in self.degree_tuples(op)
-                   if parts(t)[0] > now[0] and parts(t)[1] <= now[1]]
-        if not options:
-            return None
-        t = max(options, key=lambda t: (parts(t)[0], -parts(t)[1])) if rng.random() < 0.5 \
-            else rng.choice(options)
-        return self.config(op, t, self._extended(cfg.devices, prod(t), rng))
 
     def propose(self, rng: random.Random, configs) -> tuple[str, ParallelConfig]:
         """One proposal: a uniformly chosen operator and a new config for it: a uniformly
