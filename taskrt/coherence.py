@@ -34,7 +34,7 @@ from .holders import Holders
 from .privilege import Privilege
 from .pendingsums import LaunchSums, PendingSums
 from .rectindex import RectIndex
-from .summedpieces import launch_summed, summed_pieces  # noqa: F401 (tests import it)
+from .summedpieces import launch_summed
 from .region import Region
 from .taskgraph import AllReduceNode, CopyNode, ReduceInput, ReduceNode, ReduceTarget
 from .validpieces import PieceState, SentCounts, copy_in_all

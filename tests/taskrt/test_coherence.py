@@ -7,8 +7,7 @@ import torch
 from taskrt import (R, RED, RW, WD, IndexLaunch, LocalExecutor, Machine, MappingError,
                     PlanError, PrivilegeError, Rect, Region, RegionRequirement, plan)
 
-from taskrt.coherence import summed_pieces
-from taskrt.summedpieces import _cross_device_overlap
+from taskrt.summedpieces import _cross_device_overlap, summed_pieces
 from taskrt.geometry import subtract_all
 from taskrt.region import block_rect
 from taskrt.taskgraph import ReduceTarget
@@ -352,7 +351,7 @@ def test_sums_onto_a_fragmented_value_are_one_piece_per_contributor():
 
 
 def test_summed_pieces_equal_the_plain_definition():
-    """coherence.summed_pieces (one device's sums taken as they are, a sum compared only
+    """summedpieces.summed_pieces (one device's sums taken as they are, a sum compared only
     with other devices' pieces) gives the pieces, in order, of the plain definition: each
     sum's part of the rect less every earlier piece. Sums drawn as the planner keeps them:
     disjoint per device, overlapping across devices; one device alone, and several; one
