@@ -52,4 +52,8 @@ def main(app: str, gpus: int, budget: str, seed: int = 0) -> str:
 
 if __name__ == "__main__":
     a = sys.argv[1:] or ["inception", "16", "300"]
+    if not 3 <= len(a) <= 4 or not a[1].isdigit() or not a[2].rstrip("s").isdigit() or \
+            (len(a) == 4 and not a[3].isdigit()):
+        sys.exit("usage: python tools/random_chain.py APP GPUS PROPOSALS|SECONDSs [SEED], "
+                 "e.g. inception 16 300 or inception 16 60s 1")
     print(main(a[0], int(a[1]), a[2], int(a[3]) if len(a) > 3 else 0))
