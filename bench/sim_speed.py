@@ -11,6 +11,9 @@ simulated P100s (the paper's cluster with 1, 4 and 16 nodes), data parallel, ana
             freeze (the search's most frequent schedule); graph update included; the cost
             model has seen the configs' part shapes in an earlier pass);
   rebuild   the full alternative for the same changes: lower + plan + simulate from scratch.
+  session   a search's build: SimulationSession of the same strategy (lowering, the
+            replannable planner, the delta tables and their first full simulation), warm
+            (a session was built before it in this process), the cost of each chain's start.
   (All four in this process's CPU seconds, since 2026-12-02: the machine is shared.)
   search    a real MCMC search (strategy.search, seed 0, a fixed number of proposals) of
             Inception-v3 on 16 GPUs, run twice taking turns: with the planner's memory of
@@ -110,7 +113,9 @@ def measure(app: str, gpus: int, small: bool, changes: int, rebuilds: int, seed:
     for op, cfg in proposals:
         warm.change(op.name, cfg)
     del warm
+    t = _clock()
     session = SimulationSession(model, mm, costs, None, opt)
+    session_build = _clock() - t
     assert session.result.makespan == full.makespan
     deltas, rebuilt = [], []
     # As the search runs proposals: collector paused, heap frozen after the build and every
@@ -145,7 +150,8 @@ def measure(app: str, gpus: int, small: bool, changes: int, rebuilds: int, seed:
             "delta_median_s": statistics.median(deltas),
             "delta_p90_s": sorted(deltas)[int(0.9 * (len(deltas) - 1))], "rebuild_s": rebuild,
             "ratio": None if rebuild is None else rebuild / delta, "paper_ratio": PAPER_RATIO[app, gpus],
-            "build_us_per_node": build / len(graph) * 1e6,
+            "build_us_per_node": build / len(graph) * 1e6, "session_build_s": session_build,
+            "session_build_us_per_node": session_build / len(graph) * 1e6,
             "sim_us_per_node": sim / len(graph) * 1e6, "changes": changes,
             "rebuilds": rebuilds, "makespan_s": full.makespan}
 
@@ -210,7 +216,9 @@ def run(quick: bool = False) -> dict:
                          f"{r['rebuild_s']:.3f} s",
                          f"full/delta {r['ratio']:.1f}x (paper {r['paper_ratio']:.1f}x); "
                          f"build {r['build_us_per_node']:.0f} + sim "
-                         f"{r['sim_us_per_node']:.1f} us/node; process CPU seconds"))
+                         f"{r['sim_us_per_node']:.1f} us/node; a search's session build "
+                         f"(replannable plan + delta tables) {r['session_build_s']:.3f} s = "
+                         f"{r['session_build_us_per_node']:.0f} us/node; process CPU seconds"))
     gpus = 4 if quick else 16
     inc = results[f"inception@{gpus}"]
     total = inc["build_s"] + inc["full_sim_s"]
