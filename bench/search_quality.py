@@ -468,7 +468,17 @@ def draw_figure(cells: list[dict], path: str) -> str:
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
-    return f"written to {path}"
+    return f"written to {_shown(path)}"
+
+
+def _shown(path: str) -> str:
+    """`path` as results.md names it: relative to the repository when inside it, else
+    whole and marked as not kept with the results (a run with --out elsewhere)."""
+    root = os.path.dirname(HERE)
+    full = os.path.abspath(path)
+    if os.path.commonpath([root, full]) == root:
+        return os.path.relpath(full, root)
+    return f"{full} (outside the repository: not kept with these results)"
 
 
 def out_dir(argv=None) -> str:
