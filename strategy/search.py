@@ -110,7 +110,8 @@ operator by operator to its start (`_reach`: every change a delta simulation), w
 many changes cost less CPU time than a session build by the means measured so far (a
 restart from the best differs from the last chain's end in a few operators; on the
 exhaustive check's models a build costs as much as 6-10 changes); otherwise, and with
-recomputation, a new session is built.
+recomputation, a new session is built. With too little budget left for a build, a restart
+from the best is still made where it can be reached so (`_can_reach`).
 
 Candidates. The search starts from data parallelism, then the expert strategy when one is
 given, then any other named `starts` (a strategy file), then `random_starts` random ones,
@@ -261,13 +262,18 @@ class Search(SessionChanges):
         # Budget left after every candidate stopped on its own: restart from the best so far
         # with a quarter of the temperature each time (finer steps near the optimum), alternating
         # with fresh random starts (other valleys).
+        # With no time left for a build, the best is still restarted from where the last
+        # chain ended, reached by changes (_reach) when they fit (its few operators).
         restarts = 0
         while self.restarts and not budget.exhausted():
+            from_best = restarts % 2 == 0
             if not self._can_build(budget):
-                self._skip("restarts", budget)
-                break
+                if not self._can_reach(self.best_configs, budget):
+                    self._skip("restarts", budget)
+                    break
+                from_best = True
             restarts += 1
-            if restarts % 2:
+            if from_best:
                 runs.append(self._chain(f"best, restart {restarts}", self.best_configs, budget,
                                         1, cooling=4.0 ** -((restarts + 1) // 2)))
             else:

@@ -25,6 +25,30 @@ class SessionChanges:
         operator it does not name data parallel), when that costs less CPU time than a
         session build by the measured means; else None (search.py's module doc, "Session
         builds")."""
+        todo = self._reach_todo(strategy)
+        if todo is None or not self._cheaper_by_changes(len(todo)):
+            return None
+        session, self.last_session = self.last_session, None
+        try:
+            for name, cfg in todo:
+                self._change(session, name, cfg)
+        except (ConfigError, PlanError):
+            return None
+        self.reached += 1
+        return session
+
+    def _can_reach(self, strategy, budget) -> bool:
+        """Whether _reach would start a chain at `strategy` without a build, its changes
+        ending within `budget` by their mean CPU time so far (a restart from the best when
+        no build fits in what is left of the budget)."""
+        todo = self._reach_todo(strategy)
+        return todo is not None and self._cheaper_by_changes(len(todo)) and \
+            len(todo) * self.change_cpu / self.change_count < budget.left()
+
+    def _reach_todo(self, strategy) -> list | None:
+        """The changes [(op name, config)] that take the last chain's session to `strategy`,
+        or None where _reach never changes a session (none kept, recomputation, no delta, no
+        change timed yet, a strategy that does not resolve)."""
         session = self.last_session
         if session is None or self.units is not None or not self.delta \
                 or not self.change_count:
@@ -33,17 +57,7 @@ class SessionChanges:
             target = resolve_configs(self.model, strategy, self.machine_model.taskrt_machine())
         except ConfigError:
             return None
-        todo = [(name, cfg) for name, cfg in target.items() if session.configs[name] != cfg]
-        if not self._cheaper_by_changes(len(todo)):
-            return None
-        self.last_session = None
-        try:
-            for name, cfg in todo:
-                self._change(session, name, cfg)
-        except (ConfigError, PlanError):
-            return None
-        self.reached += 1
-        return session
+        return [(name, cfg) for name, cfg in target.items() if session.configs[name] != cfg]
 
     def _cheaper_by_changes(self, n: int) -> bool:
         """Whether n changes cost less CPU time than a session build, by the means so far."""

@@ -215,16 +215,21 @@ def test_a_breakdown_from_the_planners_groups_equals_one_from_the_graph(setting,
 def test_a_session_build_that_would_end_past_the_budget_is_not_started(setting, monkeypatch):
     """On a clock that the test drives (a build takes 10 s, a proposal 0.1 s), a 22 s search
     builds data parallelism (10 s), searches its share (4 s), and then skips the random
-    starts and restarts, whose builds would end past 22 s (the old search built one: 24 s)."""
+    starts, whose builds would end past 22 s (the old search built one: 24 s). The time left
+    goes to restarts from the best, each reached from the last chain's end by changes, not
+    a build (the search before left it unused: 8 of 22 s)."""
     import strategy.search as search_module
     m, mm, costs = setting
     now = [0.0]
     monkeypatch.setattr(search_module, "_clock", lambda: now[0])
 
+    builds = []
+
     class TimedSession(search_module.SimulationSession):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             now[0] += 10.0
+            builds.append(now[0])
 
         def change(self, *args, **kwargs):
             now[0] += 0.1
@@ -236,7 +241,11 @@ def test_a_session_build_that_would_end_past_the_budget_is_not_started(setting, 
     monkeypatch.setattr(search_module, "SimulationSession", TimedSession)
     res = search(m, mm, costs, budget_s=22, seed=0, random_starts=2)
     assert now[0] <= 22.0 + 0.1 + 1e-9
-    assert [c.name for c in res.candidates] == ["data_parallel"]
+    names = [c.name for c in res.candidates]
+    assert names[0] == "data_parallel" and len(names) > 1, names
+    assert all(re.fullmatch(r"best, restart \d+", n) for n in names[1:]), names
+    assert len(builds) == 1, builds          # (every restart reached, none built)
+    assert now[0] > 22.0 - 0.1, now[0]       # the budget used to its end
     assert re.fullmatch(r"candidate 'random 0': a session build takes up to 10\.0 s and "
                         r"(7\.9|8\.0) s were left", res.skipped[0]), res.skipped
     assert "skipped: candidate 'random 0'" in res.text()
