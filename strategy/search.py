@@ -262,8 +262,7 @@ class Search(SessionChanges):
         # Budget left after every candidate stopped on its own: restart from the best so far
         # with a quarter of the temperature each time (finer steps near the optimum), alternating
         # with fresh random starts (other valleys).
-        # With no time left for a build, the best is still restarted from where the last
-        # chain ended, reached by changes (_reach) when they fit (its few operators).
+        # With no time left for a build, a restart from the best reached by changes (_reach).
         restarts = 0
         while self.restarts and not budget.exhausted():
             from_best = restarts % 2 == 0
