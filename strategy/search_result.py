@@ -79,8 +79,9 @@ class SearchResult:
         if self.peak_memory:
             lines.append(f"  {'peak memory':<14} {max(self.peak_memory.values()) / 1e9:.2f} GB "
                          "on the fullest device")
+        width = max([13] + [len(c.name) for c in self.candidates])
         for c in self.candidates:
-            lines.append(f"    from {c.name:<13} {_ms(c.start)} -> {_ms(c.best)}: "
+            lines.append(f"    from {c.name:<{width}} {_ms(c.start)} -> {_ms(c.best)}: "
                          f"{c.proposals} proposals, {c.accepted} accepted, {c.improved} "
                          f"improved, {c.seconds:.1f} s, stopped by {c.stopped_by}"
                          + (f", {c.failed} unplannable" if c.failed else "")
