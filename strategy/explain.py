@@ -12,7 +12,9 @@ with what that change saved or cost.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 from itertools import chain
+from typing import Callable
 
 from taskrt.taskgraph import COPY, REDUCE, TASK
 
@@ -31,28 +33,36 @@ class Breakdown:
 
     @classmethod
     def of(cls, session) -> "Breakdown":
-        """The breakdown of a SimulationSession's current graph and result, from its
-        planner's node groups where it has one: a graph's node ids are its groups' nodes in
-        order (taskrt/graphview.py), so the object view need not be built (a search explains
-        each new best: in make demo's search, building it was ~20% of the search's CPU)."""
+        """The breakdown of a SimulationSession's current graph and result (later(), now)."""
+        return cls.later(session)()
+
+    @classmethod
+    def later(cls, session) -> Callable[[], "Breakdown"]:
+        """Breakdown.of(session) as the session is now, summed when called: what it reads
+        is kept (the nodes in id order, their durations, the operator of each launch and
+        weight), so a search keeps one for each new best and sums only the last (in make
+        demo's search, summing each was ~18% of its CPU). The nodes come from the planner's
+        node groups where it has them: a graph's node ids are its groups' nodes in order
+        (taskrt/graphview.py), so the object view need not be built."""
         planner = getattr(session, "planner", None)
-        nodes = session.graph.nodes if planner is None else \
-            chain.from_iterable(group.nodes for group in planner.groups())
-        return cls.of_nodes(session, nodes)
+        nodes = list(session.graph.nodes if planner is None else
+                     chain.from_iterable(group.nodes for group in planner.groups()))
+        res = session.result
+        return partial(cls._summed, res.makespan, nodes, (res.end - res.start).tolist(),
+                       _launch_ops(session), _weight_ops(session))
 
     @classmethod
     def of_nodes(cls, session, nodes) -> "Breakdown":
         """The breakdown of the session's result, `nodes` its graph's nodes in id order."""
         res = session.result
-        launch_op = {}
-        for name, part in session.lowering.parts.items():
-            for launch in part.forward + part.backward + list(part.updates.values()):
-                launch_op[launch.name] = name
-        weight_op = {w.name: w.owner.name for w in session.model.weights}
-        out = cls(res.makespan)
-        start, end = res.start, res.end
-        for i, node in enumerate(nodes):
-            dur = end[i] - start[i]
+        return cls._summed(res.makespan, nodes, (res.end - res.start).tolist(),
+                           _launch_ops(session), _weight_ops(session))
+
+    @classmethod
+    def _summed(cls, makespan: float, nodes, durations: list, launch_op: dict,
+                weight_op: dict) -> "Breakdown":
+        out = cls(makespan)
+        for node, dur in zip(nodes, durations):
             if node.kind is TASK:
                 out.compute_s += dur
                 op = launch_op.get(node.launch.name)
@@ -75,6 +85,17 @@ class Breakdown:
 
     def to_dict(self) -> dict:
         return {k: v for k, v in vars(self).items()}
+
+
+def _launch_ops(session) -> dict:
+    """{launch name: its operator's name} of the session's lowering now."""
+    return {launch.name: name for name, part in session.lowering.parts.items()
+            for launch in part.forward + part.backward + list(part.updates.values())}
+
+
+def _weight_ops(session) -> dict:
+    """{weight name: its operator's name}."""
+    return {w.name: w.owner.name for w in session.model.weights}
 
 
 def _weight_owner(region: str, weight_op: dict):

@@ -193,11 +193,8 @@ class Search(SessionChanges):
         self.rng = random.Random(seed)
         self.progress, self.progress_every = progress, progress_every
         self.best, self.best_configs = math.inf, None
-        self.baselines: dict = {}
-        self.history: list = []
-        self.errors: list = []
-        self.beta = None
-        self.breakdowns: dict = {}
+        self.baselines, self.history, self.errors, self.beta = {}, [], [], None
+        self.breakdowns: dict = {}    # "data_parallel", "best" -> Breakdown.later
         self.baseline_configs: dict = {}
         # the segments a chain switches; None: the model's own recomputation, unchanged
         self.units = RecomputeUnits(recompute) if recompute else None
@@ -287,7 +284,8 @@ class Search(SessionChanges):
             set_recompute(self.model, segments)
         return SearchResult(dict(self.best_configs), self.best, dict(self.baselines), runs,
                             budget.used, _clock() - budget.t0, self.seed,
-                            self.beta, self.history, self.errors, self.breakdowns,
+                            self.beta, self.history, self.errors,
+                            {k: later() for k, later in self.breakdowns.items()},
                             self.baseline_configs, plan, segments, self.best_memory,
                             self.skipped, self.simulated,
                             time.process_time() - budget.cpu0)
@@ -394,7 +392,7 @@ class Search(SessionChanges):
             self.beta = ops / (self.temperature * (ref if ref > 0 else 1.0))
         run = CandidateRun(name, cost, cost)
         if name == "data_parallel":
-            self.breakdowns[name] = Breakdown.of(session)
+            self.breakdowns[name] = Breakdown.later(session)
             self.baseline_configs = dict(session.configs)
         self._offer(cost, session, budget)
         lowest = cur                     # the stop rule's measure: the chain's own ranking
@@ -569,7 +567,7 @@ class Search(SessionChanges):
         if t < self.best or self.best_configs is None:
             self.best, self.best_configs = t, dict(session.configs)
             self.best_state, self.best_memory = self.state, dict(session.result.memory or {})
-            self.breakdowns["best"] = Breakdown.of(session)
+            self.breakdowns["best"] = Breakdown.later(session)     # (summed at the end)
             self.history.append((_clock() - budget.t0, budget.used, t,
                                  time.process_time() - budget.cpu0))
 
