@@ -32,8 +32,7 @@ from .errors import PlanError
 from .geometry import Rect, inside_test, merge_adjacent, subtract_all
 from .holders import Holders
 from .privilege import Privilege
-from .launchgeometry import launch_sums
-from .pendingsums import PendingSums
+from .pendingsums import LaunchSums, PendingSums
 from .rectindex import RectIndex
 from .summedpieces import launch_summed
 from .region import Region
@@ -485,7 +484,7 @@ class RegionPlanner:
         valued, reduced = not FAST_PATHS or bool(len(st.valid)), None
         launch = FAST_PATHS and len(by_rect) > 1
         if launch:      # the sums met, out of the index until done; apart: parts summed as is
-            pending, st.pending = st.pending, launch_sums(st.pending, by_rect)
+            pending, st.pending = st.pending, LaunchSums(st.pending, by_rect)
             self._apart = st.pending.apart
         try:
             for rect, devices in by_rect.items():

@@ -133,8 +133,13 @@ class LaunchSums:
     __slots__ = ("_pending", "_items", "_gone", "_heir", "_next", "apart")
 
     def __init__(self, pending: PendingSums, rects):
-        found, self.apart = sums_met(pending, rects)
+        box = None
+        for rect in rects:
+            box = rect if box is None else box.union_bbox(rect)
+        found = pending.overlapping(box)
         self._pending = pending
+        self.apart = sums_apart(box, found) or \
+            sums_apart_but_equal(box, found) and APART_BUT_EQUAL
         # key -> (rect, value), in insertion order: ids of `pending` for the sums found,
         # negative keys for the pieces retirements leave (None: calls go to `pending`)
         self._items = {i: (r, v) for i, r, v in found} if len(found) <= _LAUNCH_SCAN \
@@ -186,17 +191,6 @@ class LaunchSums:
                     pending.add(rect, value)
                 else:
                     pending.replace(origin, rect)
-
-
-def sums_met(pending: PendingSums, rects) -> tuple[list, bool | int]:
-    """The pending sums meeting the bounding box of a launch's read rects `rects`, in
-    insertion order, and whether they are apart (LaunchSums.apart)."""
-    box = None
-    for rect in rects:
-        box = rect if box is None else box.union_bbox(rect)
-    found = pending.overlapping(box)
-    return found, sums_apart(box, found) or \
-        sums_apart_but_equal(box, found) and APART_BUT_EQUAL
 
 
 _LAUNCH_SCAN = 32       # LaunchSums keeps up to this many sums in its dict
