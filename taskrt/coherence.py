@@ -23,7 +23,6 @@ for "initial data"; the planner turns references into ids when it assembles the 
 """
 from __future__ import annotations
 
-from collections import defaultdict
 from operator import itemgetter
 from typing import Iterable
 
@@ -34,6 +33,7 @@ from .holders import Holders
 from .privilege import Privilege
 from .pendingsums import LaunchSums, PendingSums
 from .rectindex import RectIndex
+from .reducedreads import is_allreduce, readers_hold
 from .summedpieces import launch_summed
 from .region import Region
 from .taskgraph import AllReduceNode, CopyNode, ReduceInput, ReduceNode, ReduceTarget
@@ -486,36 +486,28 @@ class RegionPlanner:
         if launch:      # the sums met, out of the index until done; apart: parts summed as is
             pending, st.pending = st.pending, LaunchSums(st.pending, by_rect)
             self._apart = st.pending.apart
+        whole = FAST_PATHS      # so far each rect's readers left holding all of it
         try:
             for rect, devices in by_rect.items():
                 contribs = st.pending.overlapping(rect)
                 if not contribs:
+                    whole = False
                     continue
                 based = valued or (reduced is not None and reduced.overlaps(rect))
-                if self._is_allreduce(rect, devices, contribs, based):
+                if is_allreduce(st, rect, devices, contribs, based):
                     self._allreduce(owner, rect, sorted(devices), contribs, out)
                 else:
-                    self._reduce_to(owner, rect, devices[0], contribs, out, based)
+                    whole = self._reduce_to(owner, rect, devices[0], contribs, out, based) \
+                        and len(devices) == 1 and whole
                 reduced = rect if reduced is None else reduced.union_bbox(rect)
+            if whole:
+                readers_hold(st.held, by_rect)
         finally:
             if launch:
                 st.pending.close()
                 self._apart, st.pending = False, pending
 
     _apart = False      # (set by _reduce_for_reads for its reductions)
-
-    def _is_allreduce(self, rect: Rect, devices, contribs, based: bool = True) -> bool:
-        """Each reader holds a full partial of `rect` in one buffer, nobody else holds any,
-        and there is no base value (`based` False: no valid piece meets `rect`)."""
-        if len(devices) < 2 or based and self.state.valid_meets(rect):
-            return False
-        held = defaultdict(int)
-        where = defaultdict(set)
-        for _, r, (dev, partial) in contribs:
-            held[dev] += r.intersect(rect).volume
-            where[dev].add(partial)
-        return set(held) == set(devices) and all(v == rect.volume for v in held.values()) \
-            and all(len(w) == 1 for w in where.values())
 
     def _allreduce(self, owner: str, rect: Rect, devices, contribs, out: list) -> None:
         in_partial = {dev: partial for _, _, (dev, partial) in contribs}
@@ -530,7 +522,7 @@ class RegionPlanner:
         self.state.set_only_holder(rect, devices)
 
     def _reduce_to(self, owner: str, rect: Rect, device: int, contribs, out: list,
-                   based: bool = True) -> None:
+                   based: bool = True) -> bool:
         st = self.state
         base = st.valid.overlapping(rect) if based else ()
         # Each sum's part of `rect`, in the sums' order (the reduction's inputs and, in
@@ -538,8 +530,7 @@ class RegionPlanner:
         parts = [r.intersect(rect) for _, r, _ in contribs]
         if not base and all(dev == device and not partial for _, _, (dev, partial) in contribs):
             # The sums are already in the reader's instance: nothing to run.
-            self._mark_summed(rect, device, contribs, parts)
-            return
+            return self._mark_summed(rect, device, contribs, parts)
         inputs: list = []
         # The base: the value the partial sums are added to, gathered onto `device`.
         for _, r, holders in base:
@@ -573,23 +564,25 @@ class RegionPlanner:
                 preds |= self._buffer(device, True, inp.rect).read(inp.rect, node)
         preds |= self._instance(device, rect).write(rect, node)
         self._emit(node, preds, out, staged_from)
-        self._mark_summed(rect, device, contribs, parts)
+        return self._mark_summed(rect, device, contribs, parts)
 
-    def _mark_summed(self, rect: Rect, device: int, contribs, parts) -> None:
+    def _mark_summed(self, rect: Rect, device: int, contribs, parts) -> bool:
         """After a reduction of `rect` onto `device` of the sums `contribs` (whose parts of
-        `rect` are `parts`): the sums lose `rect`, and `device` alone holds what they added."""
+        `rect` are `parts`): the sums lose `rect`, and `device` alone holds what they added.
+        Whether that is all of `rect` (_reduce_to returns it too)."""
         st = self.state
         st.pending.retire(rect, contribs)
         volume = rect.volume
         for p in parts:
             if p.volume == volume:      # the common case: a sum of all of `rect`
                 st.set_only_holder(rect, (device,))
-                return
+                return True
         # Only where partial sums were added does `device` alone hold the result; the base
         # elsewhere is unchanged (its holders stay valid), and elements with neither base nor
         # partial sums stay unwritten, so reading them is still a PlanError.
-        st.set_only_holder_of(rect, launch_summed(rect, contribs, parts, self._apart),
-                              (device,))
+        pieces = launch_summed(rect, contribs, parts, self._apart)
+        st.set_only_holder_of(rect, pieces, (device,))
+        return sum(p.volume for p in pieces) == volume
 
     # -- the end state ---------------------------------------------------------------------------
     def final_valid(self) -> list[tuple[Rect, tuple[int, ...]]]:
