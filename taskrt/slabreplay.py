@@ -43,10 +43,10 @@ class _RecordingPlanner(RegionPlanner):
             touch.append((partial, device))
         super()._instance_rect(device, rect, partial)
 
-    def _mark_summed(self, rect, device: int, contribs, parts) -> None:
+    def _mark_summed(self, rect, device: int, contribs, parts) -> bool:
         if self.one_sum and len(parts) > 1 and all(p.volume != rect.volume for p in parts):
             raise _SumsMet                  # (the pieces left summed follow their order)
-        super()._mark_summed(rect, device, contribs, parts)
+        return super()._mark_summed(rect, device, contribs, parts)
 
     _logs_choices = True        # (the compiled walk's choices come to _logged)
 
