@@ -132,9 +132,9 @@ class SimulationSession:
         # its sets: strategy/taskgroups.py)
         self._writers_of: dict = defaultdict(dict)
         self._live_nodes = 0
-        # _kept_regions's last answer: (_counts_changed then, the planner's region names
-        # and the initial names it was for, the answer); _counts_changed: how many times
-        # _count_block changed the counts it reads
+        # _kept_regions's last answer: (_counts_changed and the buffer table's
+        # initial_changes then, the planner's region names it was for, the answer);
+        # _counts_changed: how many times _count_block changed the counts it reads
         self._kept_answer: tuple | None = None
         self._counts_changed = 0
         self._replaced: dict | None = None    # while a change simulates: _SimState.blocks
@@ -471,17 +471,19 @@ class SimulationSession:
         a result read (from the counts _blocks_now keeps). The last answer while none of
         those changed (most changes of a search read and write the regions the old config
         did: the counts stay, and so do the regions)."""
-        regions, initial = self.planner.regions, self._buffers.initial_names
+        # (the region names as a list: equal lists of the same name objects compare by
+        # identity, sets by hashing each name)
+        regions, table = list(self.planner.regions), self._buffers
         last = self._kept_answer
         if last is not None and last[0] == self._counts_changed and \
-                regions.keys() == last[1] and initial == last[2]:
+                last[1] == table.initial_changes and last[2] == regions:
             return last[3]
         writers = self._writers_of
         kept = results_of(regions, self._read_by_writers,
                           lambda name: [r for r, _ in writers[name].values()]
                           if name in writers else ())
-        kept |= initial
-        self._kept_answer = (self._counts_changed, set(regions), set(initial), kept)
+        kept |= table.initial_names
+        self._kept_answer = (self._counts_changed, table.initial_changes, regions, kept)
         return kept
 
     def _memory(self, touched, start, end) -> dict[int, int]:

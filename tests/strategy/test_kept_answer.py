@@ -1,7 +1,7 @@
 """SimulationSession._kept_regions gives its last answer again while nothing it reads
 changed (the counts of regions read by writing tasks, the planner's regions, the regions
 with initial data): equal to the answer computed afresh after any change and undo, and
-a new answer as soon as the counts change."""
+a new answer as soon as the counts, the regions or the initial names change."""
 import random
 
 import pytest
@@ -61,4 +61,17 @@ def test_the_kept_regions_equal_those_computed_afresh(build):
     session._count_block(block, 1)
     assert session._kept_regions() == afresh(session) != kept
     session._count_block(block, -1)
+    assert session._kept_regions() == afresh(session) == kept
+    # A region that gets initial data is kept, and back.
+    table = session._buffers
+    other = next(name for name in sorted(session.planner.regions) if name not in kept)
+    table.set_region(other, table.regions.get(other), True)
+    assert session._kept_regions() == afresh(session) == kept | {other}
+    table.set_region(other, table.regions.get(other), False)
+    assert session._kept_regions() == afresh(session) == kept
+    # A new region (a replace's, until its undo) that no task reads is a result.
+    regions = session.planner.regions
+    regions["new region"] = regions[other]
+    assert session._kept_regions() == afresh(session) == kept | {"new region"}
+    del regions["new region"]
     assert session._kept_regions() == afresh(session) == kept
