@@ -132,6 +132,11 @@ class SimulationSession:
         # its sets: strategy/taskgroups.py)
         self._writers_of: dict = defaultdict(dict)
         self._live_nodes = 0
+        # _kept_regions's last answer: (_counts_changed and the buffer table's
+        # initial_changes then, the planner's region names it was for, the answer);
+        # _counts_changed: how many times _count_block changed the counts it reads
+        self._kept_answer: tuple | None = None
+        self._counts_changed = 0
         self._replaced: dict | None = None    # while a change simulates: _SimState.blocks
         # (id of a frozen RegionPlanner, region name) -> (a weak reference to it, its
         # buffers' arrays: _region_buffer_arrays)
@@ -409,6 +414,7 @@ class SimulationSession:
         """Add (step 1) or take away (-1) the block's groups from the reads-by-writers
         counts and the writers' reads."""
         counts, writers = self._read_by_writers, self._writers_of
+        self._counts_changed += 1
         for s in block.writers:
             _count(counts, s.read_by_writers, step)
             for written, reads in s.reads_of_writers.items():
@@ -462,12 +468,23 @@ class SimulationSession:
     def _kept_regions(self) -> set[str]:
         """Regions whose buffers persist (taskrt.liveness.Liveness.of with keep=None): initial
         data, the graph's results (regions no writing task reads) and what the tasks writing
-        a result read (from the counts _blocks_now keeps)."""
+        a result read (from the counts _blocks_now keeps). The last answer while none of
+        those changed (most changes of a search read and write the regions the old config
+        did: the counts stay, and so do the regions)."""
+        # (the region names as a list: equal lists of the same name objects compare by
+        # identity, sets by hashing each name)
+        regions, table = list(self.planner.regions), self._buffers
+        last = self._kept_answer
+        if last is not None and last[0] == self._counts_changed and \
+                last[1] == table.initial_changes and last[2] == regions:
+            return last[3]
         writers = self._writers_of
-        kept = results_of(self.planner.regions, self._read_by_writers,
+        kept = results_of(regions, self._read_by_writers,
                           lambda name: [r for r, _ in writers[name].values()]
                           if name in writers else ())
-        return kept | self._buffers.initial_names
+        kept |= table.initial_names
+        self._kept_answer = (self._counts_changed, table.initial_changes, regions, kept)
+        return kept
 
     def _memory(self, touched, start, end) -> dict[int, int]:
         """memory_per_device(self.graph, start, end): taskrt.liveness's model over arrays,

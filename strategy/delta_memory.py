@@ -66,6 +66,7 @@ class BufferTable:
         # Per region: its current instance and partial-sum buffers as (ids, devices, bytes).
         self.regions: dict[str, tuple] = {}
         self.initial_names: set[str] = set()      # regions with initial data
+        self.initial_changes = 0                  # how many times initial_names changed
         self._bytes = np.zeros(0, dtype=np.int64)    # per id: own or current region bytes
         self._num_bytes = 0                          # (in its first entries: _sizes)
         self.num_devices = num_devices
@@ -180,10 +181,12 @@ class BufferTable:
             sizes[buffers[0]] = buffers[2]
             if persistent:
                 self._add_persistent(name, buffers, 1)
-        if initial:
-            self.initial_names.add(name)
-        else:
-            self.initial_names.discard(name)
+        if initial != (name in self.initial_names):
+            self.initial_changes += 1
+            if initial:
+                self.initial_names.add(name)
+            else:
+                self.initial_names.discard(name)
 
     def persistent_mark(self) -> tuple:
         """The persistent sums and the kept set they are for, for put_back_persistent."""

@@ -14,7 +14,7 @@ computed once per such key, not per node:
                moved, bytes) (NodeTimer.timing's memory time; host_phases); its buffers
                the region's instance on its device and per input the partial sums, the
                instance or the staging buffer of the copy behind it;
-  all-reduces  (few) are asked node by node, once per node object.
+  all-reduces  (few) their timing per (devices, bytes), buffers once per node object.
 A node's bytes are its rect's volume times the region's item size (Region.nbytes), read
 without the property calls. tests/strategy/test_task_groups.py checks every group's arrays
 against the timer and liveness node by node.
@@ -26,7 +26,7 @@ from itertools import chain
 import numpy as np
 
 from taskrt.liveness import INSTANCE, PARTIAL, STAGING, buffers_of, own_bytes
-from taskrt.taskgraph import COPY, REDUCE
+from taskrt.taskgraph import ALLREDUCE, COPY, REDUCE
 
 from .taskgroups import GroupSim, host_arrays, host_info
 
@@ -73,6 +73,7 @@ class ReadGroups:
         self._copies: dict = {}    # (src, dst, bytes) -> (duration, resource ids, host)
         self._copy_resources: dict = {}   # (src, dst) -> a copy's resource ids
         self._reduces: dict = {}   # (device, bytes moved, bytes) -> (duration, ids, host)
+        self._allreduces: dict = {}     # (devices, bytes) -> (duration, ids, host)
         # id(template entry) -> (the entry, _recipe of it): moved groups' shared arrays.
         self._recipes: dict = {}
 
@@ -92,21 +93,31 @@ class ReadGroups:
     def _reduce_timing(self, node, key) -> tuple:
         """(duration, resource ids, host phases with ids) of a reduce: functions of its
         (device, bytes moved, bytes) `key` (NodeTimer.timing and host_phases)."""
-        d, rs = self.timer.timing(node)
-        rid = self.resources.id
-        got = self._reduces[key] = (d, tuple([rid(x) for x in rs]),
-                                    host_info(self.timer, self.resources, node))
+        got = self._reduces[key] = self._timing(node)
         return got
 
     def _node_info(self, node, staged) -> tuple:
         """((duration, resource ids, host phases), buffer ids) of another node (all-reduce),
-        cached per node object (unchanged nodes are the same objects in the next graph)."""
-        d, rs = self.timer.timing(node)
-        host = host_info(self.timer, self.resources, node)
+        cached per node object (unchanged nodes are the same objects in the next graph).
+        An all-reduce's timing is a function of its (devices, bytes) (NodeTimer.timing and
+        host_phases: the collective's algorithm, links and time), kept per such key: a
+        re-planned gradient's all-reduces are new nodes, mostly of known keys."""
+        if node.kind is ALLREDUCE:
+            key = (node.devices, node.nbytes)
+            timing = self._allreduces.get(key)
+            if timing is None:
+                timing = self._allreduces[key] = self._timing(node)
+        else:
+            timing = self._timing(node)
         table = self.buffers
         bufs = tuple([table.id(key, own_bytes(key)) for key in buffers_of(node, staged=staged)])
+        return timing, bufs
+
+    def _timing(self, node) -> tuple:
+        """(duration, resource ids, host phases with ids) of a node, from the timer."""
+        d, rs = self.timer.timing(node)
         rid = self.resources.id
-        return (d, tuple([rid(x) for x in rs]), host), bufs
+        return d, tuple([rid(x) for x in rs]), host_info(self.timer, self.resources, node)
 
     def sim(self, group) -> GroupSim:
         """The GroupSim of a read group: a group moved from a template entry's nodes

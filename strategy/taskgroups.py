@@ -74,7 +74,8 @@ class _Template:
     reads: tuple
     writes: tuple | None
     durations: dict = field(default_factory=dict)
-    ids: np.ndarray | None = None      # per pattern entry and device: buffer id, -1: unknown
+    # Per pattern entry and device: buffer id, -1: unknown (TaskGroups._pattern_ids's)
+    ids: np.ndarray | None = None
 
 
 class TaskGroups:
@@ -88,6 +89,7 @@ class TaskGroups:
         self.resources, self.buffers = resources, buffers
         self._index: dict = {}               # template key -> index in _templates
         self._templates: list[_Template] = []
+        self._pattern_ids: dict = {}         # a template's pattern -> its ids (_Template)
         self.class_of: dict = {}             # task node -> its template's index
         # Group id -> {its nodes' ids: (the nodes, their GroupSim)}, the last KEPT_PER_GROUP
         # sets of nodes (a search goes back and forth between a few configs).
@@ -116,8 +118,16 @@ class TaskGroups:
                 bufs = bufs[:-1]
             reads, writes = task_reads_writes(node)
             t = self._index[key] = len(self._templates)
-            self._templates.append(_Template(tuple([(b[0], b[1]) for b in bufs]),
-                                             reads if writes else (), writes or None))
+            pattern = tuple([(b[0], b[1]) for b in bufs])
+            tpl = _Template(pattern, reads if writes else (), writes or None)
+            # (buffer ids are a function of the pattern and the device: one table per
+            # pattern, shared by its templates, e.g. an operator's configs reading and
+            # writing the same regions)
+            tpl.ids = self._pattern_ids.get(pattern)
+            if tpl.ids is None:
+                tpl.ids = self._pattern_ids[pattern] = np.full(
+                    (len(pattern), self.buffers.num_devices), -1, dtype=_I8)
+            self._templates.append(tpl)
         return t
 
     def _devices(self, devices: np.ndarray) -> None:
@@ -137,8 +147,6 @@ class TaskGroups:
 
     def _buffer_ids(self, tpl: _Template, devs: np.ndarray) -> np.ndarray:
         """(tasks, pattern entries): the template's buffer ids on each task's device."""
-        if tpl.ids is None:
-            tpl.ids = np.full((len(tpl.pattern), self.buffers.num_devices), -1, dtype=_I8)
         got = tpl.ids[:, devs]
         if got.min() < 0:
             on = self.buffers.ids_on

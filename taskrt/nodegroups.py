@@ -62,6 +62,35 @@ class NodeGroup:
         return len(self.nodes)
 
 
+def same_preds(a: NodeGroup, b: NodeGroup, any_order: bool = True) -> bool:
+    """Whether groups a and b (of as many nodes) give each node the same set of
+    predecessors, in whatever order (`any_order` False: in the same order): a node's
+    predecessors are collected in a set (Planner._build_tasks), and equal sets may list
+    their pairs in another order. Equal arrays answer at once, and so do unequal sums of
+    the group ids or indices; else, with equal counts, each group's pairs as one key per
+    (node, group id, index), sorted, are compared (a node lists a pair once)."""
+    if a.pred_count.tobytes() != b.pred_count.tobytes():
+        return False
+    if a.pred_gid.tobytes() == b.pred_gid.tobytes() and \
+            a.pred_idx.tobytes() == b.pred_idx.tobytes():
+        return True         # (int64 arrays: equal bytes, equal arrays)
+    if not any_order or a.pred_gid.sum() != b.pred_gid.sum() or \
+            a.pred_idx.sum() != b.pred_idx.sum():
+        return False        # (equal sets, equal sums; numpy's sums wrap alike)
+    rows = np.repeat(np.arange(len(a.pred_count), dtype=np.int64), a.pred_count)
+    gid_width = int(max(a.pred_gid.max(), b.pred_gid.max())) + 1
+    idx_width = int(max(a.pred_idx.max(), b.pred_idx.max())) + 1
+    if min(a.pred_gid.min(), b.pred_gid.min(), a.pred_idx.min(), b.pred_idx.min()) < 0 or \
+            len(a.pred_count) * gid_width * idx_width >= 2 ** 62:
+        order_a = np.lexsort((a.pred_idx, a.pred_gid, rows))
+        order_b = np.lexsort((b.pred_idx, b.pred_gid, rows))
+        return bool(np.array_equal(a.pred_gid[order_a], b.pred_gid[order_b]) and
+                    np.array_equal(a.pred_idx[order_a], b.pred_idx[order_b]))
+    keys = [np.sort((rows * gid_width + g.pred_gid) * idx_width + g.pred_idx)
+            for g in (a, b)]
+    return bool(np.array_equal(keys[0], keys[1]))
+
+
 @dataclass(eq=False, slots=True)
 class GroupRun:
     """Consecutive groups (e.g. one launch's) joined into one set of arrays, so that a

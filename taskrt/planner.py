@@ -33,7 +33,7 @@ from .launch import IndexLaunch
 from .launchplan import LaunchPlan, by_region, task_refs
 from .machine import Machine
 from .movedreads import MovedReads
-from .nodegroups import NodeGroup
+from .nodegroups import NodeGroup, same_preds
 from .oneshot import check_initial, plan_once
 from .regionclasses import RegionClasses, merged_per_point
 from .regionmemo import RegionPlanMemo
@@ -51,6 +51,11 @@ from .undo import PlanUndo
 # copies (RegionClasses.next_entry). Off: per point as a re-plannable planner keeps them
 # (the oracle of tests/taskrt/test_plan_columns.py; the graph is the same).
 TASK_COLUMNS = True
+
+# A rebuilt task group whose nodes have the predecessors of the group of before, in
+# another order, is that group (same_preds). Off: only equal arrays are (as before; the
+# oracle of tests/taskrt/test_same_preds.py).
+SAME_PRED_SETS = True
 
 _first, _second = itemgetter(0), itemgetter(1)
 
@@ -423,16 +428,15 @@ class Planner:
             nodes.append(node)
         group = NodeGroup.of(key, gid_of(key), nodes, preds)
         # A re-plan marks every task group of a region's launches, and most come out as
-        # they were (the same task objects and predecessors): then the group of before is
-        # kept, so that refresh() gives the launch no new version (delta.py rebuilds and
-        # re-times only launches with new versions).
+        # they were (the same task objects and predecessors, as sets: the order a set
+        # lists its pairs in may differ): then the group of before is kept, so that
+        # refresh() gives the launch no new version (delta.py rebuilds and re-times only
+        # launches with new versions).
         old = None if once else self._groups.get(key)
         if old is not None and len(old.nodes) == len(nodes) and \
                 all(a is b for a, b in zip(old.nodes, nodes)) and \
-                old.pred_count.tobytes() == group.pred_count.tobytes() and \
-                old.pred_gid.tobytes() == group.pred_gid.tobytes() and \
-                old.pred_idx.tobytes() == group.pred_idx.tobytes():
-            return old      # (int64 arrays: equal bytes, equal arrays)
+                same_preds(old, group, any_order=SAME_PRED_SETS):
+            return old
         return group
 
     def _build_columns(self, key: tuple, lp) -> NodeGroup:
