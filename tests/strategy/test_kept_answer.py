@@ -2,22 +2,15 @@
 changed (the counts of regions read by writing tasks, the planner's regions, the regions
 with initial data): equal to the answer computed afresh after any change and undo, and
 a new answer as soon as the counts, the regions or the initial names change."""
-import random
 
 import pytest
 
-from parallel_ops import SGD
-from parallel_ops.errors import ConfigError
-from strategy.costs import CostModel
-from strategy.delta import SimulationSession
 from strategy.launchblocks import LaunchBlock
-from strategy.machines import machine_model
-from strategy.standard import random_config
 from strategy.taskgroups import GroupSim
-from taskrt import PlanError
 from taskrt.liveness import results_of
 
 from mpi.models import cnn, lstm_model, mlp
+from session_steps import random_changes, small_session
 
 
 def afresh(session) -> set:
@@ -37,18 +30,9 @@ def _writer_reading(name: str) -> LaunchBlock:
 
 @pytest.mark.parametrize("build", [mlp, cnn, lstm_model], ids=["mlp", "cnn", "lstm"])
 def test_the_kept_regions_equal_those_computed_afresh(build):
-    model, _ = build()
-    mm = machine_model("p100:1")
-    session = SimulationSession(model, mm, CostModel(), None, SGD(lr=0.1))
-    devices = list(range(len(mm.taskrt_machine())))
-    rng = random.Random(5)
+    model, session, devices, rng = small_session(build)
     assert session._kept_regions() == afresh(session)
-    for step in range(14):
-        op = rng.choice(model.ops)
-        try:
-            session.change(op.name, random_config(op, devices, rng))
-        except (ConfigError, PlanError):
-            continue
+    for step, op in random_changes(session, model, devices, rng, 14):
         assert session._kept_regions() == afresh(session), f"step {step}: {op.name}"
         if rng.random() < 0.6:
             session.undo()

@@ -13,17 +13,15 @@ from apps.gpt import APP, block_of, proxy, search_plans
 from apps.simulate import cost_model
 from apps.startup import optimizer, setup
 from parallel_ops import SGD
-from parallel_ops.errors import ConfigError
 from strategy import delta
 from strategy.costs import CostModel
 from strategy.delta import SimulationSession
 from strategy.machines import machine_model
 from strategy.search import search
-from strategy.standard import random_config
 from strategy.tied import TiedSession, search_tied
-from taskrt import PlanError
 
 from mpi.models import cnn, lstm_model, mlp
+from session_steps import random_changes
 
 pytestmark = pytest.mark.filterwarnings("ignore::strategy.costs.CostWarning")
 
@@ -60,12 +58,7 @@ def test_a_dropped_session_is_freed_by_reference_counting(build, restart_tables,
     devices = list(range(len(mm.taskrt_machine())))
     rng = random.Random(5)
     changed = 0
-    for step in range(10):
-        op = rng.choice(model.ops)
-        try:
-            session.change(op.name, random_config(op, devices, rng))
-        except (ConfigError, PlanError):
-            continue
+    for step, _ in random_changes(session, model, devices, rng, 10):
         changed += 1
         if step % 2:
             session.undo()

@@ -3,21 +3,17 @@ the change: each region's buffers, the regions with initial data, the current by
 the persistent sums; for a timed change undone before its peak (nothing in the table was
 set: delta.py notes the regions only when the peak is computed, in change_all or
 complete()), after its peak was completed, and after change_all."""
-import random
 import warnings
 
 import numpy as np
 import pytest
 
-from parallel_ops import SGD
 from parallel_ops.errors import ConfigError
-from strategy.costs import CostModel
-from strategy.delta import SimulationSession
-from strategy.machines import machine_model
 from strategy.standard import random_config
 from taskrt import PlanError
 
 from mpi.models import cnn, lstm_model, mlp
+from session_steps import small_session
 
 warnings.simplefilter("ignore")
 
@@ -35,11 +31,7 @@ def table_state(session):
 
 @pytest.mark.parametrize("build", [mlp, cnn, lstm_model], ids=["mlp", "cnn", "lstm"])
 def test_undo_puts_the_buffer_table_back(build):
-    model, _ = build()
-    mm = machine_model("p100:1")
-    session = SimulationSession(model, mm, CostModel(), None, SGD(lr=0.1))
-    devices = list(range(len(mm.taskrt_machine())))
-    rng = random.Random(5)
+    model, session, devices, rng = small_session(build)
     undone = {"timed": 0, "completed": 0, "change_all": 0}
     for step in range(30):
         op = rng.choice(model.ops)
