@@ -500,18 +500,11 @@ class Planner:
         return out
 
     def groups(self) -> list[NodeGroup]:
-        """The graph's non-empty node groups in program order (nodegroups.py): each
-        launch's launch_groups, inlined (a search's explanation of each new best asks)."""
+        """The graph's non-empty node groups in program order (nodegroups.py)."""
         self.refresh()
-        if self._pending:
-            self._pending.flush()
-        groups, out = self._groups, []
-        add = out.append
-        for li, lp in enumerate(self.plans):
-            for name in lp.read_order:
-                if (g := groups[li, name]).nodes:
-                    add(g)
-            add(groups[li, None])
+        out = []
+        for li in range(len(self.plans)):
+            out += self.launch_groups(li)
         return out
 
     def finish(self, release: bool = False) -> TaskGraph:
