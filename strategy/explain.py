@@ -45,18 +45,22 @@ class Breakdown:
         node groups where it has them: a graph's node ids are its groups' nodes in order
         (taskrt/graphview.py), so the object view need not be built."""
         planner = getattr(session, "planner", None)
-        nodes = list(session.graph.nodes if planner is None else
-                     chain.from_iterable(group.nodes for group in planner.groups()))
-        res = session.result
-        return partial(cls._summed, res.makespan, nodes, (res.end - res.start).tolist(),
-                       _launch_ops(session), _weight_ops(session))
+        return cls._kept(session, list(
+            session.graph.nodes if planner is None else
+            chain.from_iterable(group.nodes for group in planner.groups())))
 
     @classmethod
     def of_nodes(cls, session, nodes) -> "Breakdown":
         """The breakdown of the session's result, `nodes` its graph's nodes in id order."""
+        return cls._kept(session, nodes)()
+
+    @classmethod
+    def _kept(cls, session, nodes) -> Callable[[], "Breakdown"]:
+        """_summed of the session's result and `nodes` (its graph's, in id order), with what
+        it reads of the session taken now."""
         res = session.result
-        return cls._summed(res.makespan, nodes, (res.end - res.start).tolist(),
-                           _launch_ops(session), _weight_ops(session))
+        return partial(cls._summed, res.makespan, nodes, (res.end - res.start).tolist(),
+                       _launch_ops(session), _weight_ops(session))
 
     @classmethod
     def _summed(cls, makespan: float, nodes, durations: list, launch_op: dict,
