@@ -9,7 +9,7 @@ NP     ?= 2
 
 $(VENV)/.installed: setup.py
 	@echo "Setting up $(VENV) (first use only; about 2 minutes): torch 2.13 CPU, numpy, mpi4py"
-	@echo "with the mpich wheel, msgpack, matplotlib, tqdm, pytest, hypothesis, scikit-learn."
+	@echo "with the mpich wheel, msgpack, matplotlib, tqdm, pytest(-xdist), hypothesis, scikit-learn."
 	python3 -m venv $(VENV)
 	@echo "[1/3] torch 2.13 (the largest download) ..."
 	$(PIP) install -q --only-binary=mpi4py "torch==2.13.0"
@@ -25,8 +25,9 @@ venv: $(VENV)/.installed
 demo: venv
 	OMP_NUM_THREADS=1 $(MPIRUN) -np $(NP) $(PY) -m mpi4py apps/inception.py --small --iterations 20 --search 20
 
+# One worker per core; a file's tests stay on one worker, so a module's fixtures are built once.
 test: venv
-	$(PY) -m pytest -q -p no:cacheprovider --durations=25 tests
+	$(PY) -m pytest -q -p no:cacheprovider --durations=25 -n auto --dist loadfile tests
 
 bench: venv
 	$(PY) -m bench

@@ -52,8 +52,9 @@ setup(
     # nothing moves torch), but its wheel needs CUDA libraries: beside the CPU build it cannot
     # be imported, and breaks transformers' imports too. Without it those tests run the same
     # blocks in plain torch (docs/importer.md).
-    extras_require={"test": ["pytest>=8", "hypothesis>=6", "scikit-learn",
-                             "transformers==5.18.0"],
+    # pytest-xdist runs the suite on every core (`make test`, `-n auto --dist loadfile`).
+    extras_require={"test": ["pytest>=8", "pytest-xdist==3.8.0", "hypothesis>=6",
+                             "scikit-learn", "transformers==5.18.0"],
                     "timm": ["timm==1.0.29", "torchvision==0.28.0"]},
     # The strategy tools find apps here (strategy/workload.py), never by importing apps.
     entry_points={"soapflow.workloads": [f"{name} = apps.{name}:APP"
