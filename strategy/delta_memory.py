@@ -21,6 +21,10 @@ from taskrt.settings import Settings
 
 from .memsweep import Scratch, sweep_peak
 
+# A template's buffer ids made for all its entries at once (BufferTable.ids_on_rows). Off:
+# ids_on per entry (the oracle).
+ROW_BATCH = True
+
 
 class _Column:
     """A list of numbers that also hands them out as a numpy array, converting only what
@@ -128,16 +132,21 @@ class BufferTable:
         self.state.items.extend([False] * m)
         return b0
 
-    def ids_on(self, kind: str, name: str, devices: np.ndarray) -> np.ndarray:
-        """The ids of the buffers (kind, name, d, None) for the devices d in `devices` (an
-        int64 array), made where new: a region's instance or partial sums (kind INSTANCE
-        or PARTIAL, own bytes 0), numbered in device order."""
+    def _on_devices(self, kind: str, name: str) -> np.ndarray:
+        """Per device the id of buffer (kind, name, device, None), -1 where none yet."""
         on = self._on.get((kind, name))
         if on is None:
             get = self.ids.get
             on = self._on[(kind, name)] = np.array(
                 [get((kind, name, d, None), -1) for d in range(self.num_devices)],
                 dtype=np.int64)
+        return on
+
+    def ids_on(self, kind: str, name: str, devices: np.ndarray) -> np.ndarray:
+        """The ids of the buffers (kind, name, d, None) for the devices d in `devices` (an
+        int64 array), made where new: a region's instance or partial sums (kind INSTANCE
+        or PARTIAL, own bytes 0), numbered in device order."""
+        on = self._on_devices(kind, name)
         got = on[devices]
         if len(got) and got.min() < 0:
             new = np.unique(devices[got < 0]).tolist()
@@ -154,6 +163,44 @@ class BufferTable:
             on[new] = np.arange(b0, b0 + m, dtype=np.int64)
             got = on[devices]
         return got
+
+    def ids_on_rows(self, pattern: tuple, devices: np.ndarray) -> np.ndarray:
+        """(entries of `pattern`, devices): ids_on(kind, name, devices) of each (kind, name)
+        of `pattern` in turn, as those calls would number the new ones (entry by entry,
+        each entry's devices ascending), with a few numpy calls for all of them (a task
+        template's buffers: a session build asks ~6 per launch). ROW_BATCH False: those
+        calls (the oracle of tests/strategy/test_group_classes.py)."""
+        if not ROW_BATCH or len(set(pattern)) != len(pattern):
+            return np.array([self.ids_on(kind, name, devices) for kind, name in pattern],
+                            dtype=np.int64).reshape(len(pattern), len(devices))
+        rows = [self._on_devices(kind, name) for kind, name in pattern]
+        table = np.array(rows, dtype=np.int64).reshape(len(rows), self.num_devices)
+        got = table[:, devices]
+        if not got.size or got.min() >= 0:
+            return got
+        distinct = np.flatnonzero(np.bincount(devices, minlength=self.num_devices))
+        row_of, at = np.nonzero(table[:, distinct] < 0)   # (row by row, devices ascending)
+        new_devices = distinct[at]
+        b0, m = len(self.dev.items), len(at)
+        table[row_of, new_devices] = np.arange(b0, b0 + m, dtype=np.int64)
+        index, region = self.region_index, []
+        for r, count in enumerate(np.bincount(row_of, minlength=len(rows)).tolist()):
+            if count:
+                rows[r][:] = table[r]
+                name = pattern[r][1]
+                i = index.get(name)
+                if i is None:
+                    i = index[name] = len(index)
+                region += [i] * count
+        devs = new_devices.tolist()
+        self.ids.update(zip([pattern[r] + (d, None) for r, d in zip(row_of.tolist(), devs)],
+                            range(b0, b0 + m)))
+        self.dev.items.extend(devs)
+        self.region.items.extend(region)
+        self.own_bytes.items.extend([0] * m)
+        self.staging.items.extend([False] * m)
+        self.state.items.extend([False] * m)
+        return table[:, devices]
 
     def _sizes(self) -> np.ndarray:
         """Per id: its own bytes, or a current region buffer's bytes (0 for one no longer
