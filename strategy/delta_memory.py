@@ -132,75 +132,62 @@ class BufferTable:
         self.state.items.extend([False] * m)
         return b0
 
-    def _on_devices(self, kind: str, name: str) -> np.ndarray:
-        """Per device the id of buffer (kind, name, device, None), -1 where none yet."""
+    def ids_on(self, kind: str, name: str, devices: np.ndarray) -> np.ndarray:
+        """The ids of the buffers (kind, name, d, None) for the devices d in `devices` (an
+        int64 array), made where new: a region's instance or partial sums (kind INSTANCE
+        or PARTIAL, own bytes 0), numbered in device order."""
         on = self._on.get((kind, name))
         if on is None:
             get = self.ids.get
             on = self._on[(kind, name)] = np.array(
                 [get((kind, name, d, None), -1) for d in range(self.num_devices)],
                 dtype=np.int64)
-        return on
-
-    def ids_on(self, kind: str, name: str, devices: np.ndarray) -> np.ndarray:
-        """The ids of the buffers (kind, name, d, None) for the devices d in `devices` (an
-        int64 array), made where new: a region's instance or partial sums (kind INSTANCE
-        or PARTIAL, own bytes 0), numbered in device order."""
-        on = self._on_devices(kind, name)
         got = on[devices]
         if len(got) and got.min() < 0:
-            new = np.unique(devices[got < 0]).tolist()
-            b0, m = len(self.dev.items), len(new)
-            self.ids.update(zip([(kind, name, d, None) for d in new], range(b0, b0 + m)))
-            r = self.region_index.get(name)
-            if r is None:
-                r = self.region_index[name] = len(self.region_index)
-            self.dev.items.extend(new)
-            self.region.items.extend([r] * m)
-            self.own_bytes.items.extend([0] * m)
-            self.staging.items.extend([False] * m)
-            self.state.items.extend([False] * m)
-            on[new] = np.arange(b0, b0 + m, dtype=np.int64)
+            self._number_on(kind, name, np.unique(devices[got < 0]).tolist())
             got = on[devices]
         return got
 
-    def ids_on_rows(self, pattern: tuple, devices: np.ndarray) -> np.ndarray:
-        """(entries of `pattern`, devices): ids_on(kind, name, devices) of each (kind, name)
-        of `pattern` in turn, as those calls would number the new ones (entry by entry,
-        each entry's devices ascending), with a few numpy calls for all of them (a task
-        template's buffers: a session build asks ~6 per launch). ROW_BATCH False: those
-        calls (the oracle of tests/strategy/test_group_classes.py)."""
-        if not ROW_BATCH or len(set(pattern)) != len(pattern):
-            return np.array([self.ids_on(kind, name, devices) for kind, name in pattern],
-                            dtype=np.int64).reshape(len(pattern), len(devices))
-        rows = [self._on_devices(kind, name) for kind, name in pattern]
-        table = np.array(rows, dtype=np.int64).reshape(len(rows), self.num_devices)
-        got = table[:, devices]
-        if not got.size or got.min() >= 0:
-            return got
-        distinct = np.flatnonzero(np.bincount(devices, minlength=self.num_devices))
-        row_of, at = np.nonzero(table[:, distinct] < 0)   # (row by row, devices ascending)
-        new_devices = distinct[at]
-        b0, m = len(self.dev.items), len(at)
-        table[row_of, new_devices] = np.arange(b0, b0 + m, dtype=np.int64)
-        index, region = self.region_index, []
-        for r, count in enumerate(np.bincount(row_of, minlength=len(rows)).tolist()):
-            if count:
-                rows[r][:] = table[r]
-                name = pattern[r][1]
-                i = index.get(name)
-                if i is None:
-                    i = index[name] = len(index)
-                region += [i] * count
-        devs = new_devices.tolist()
-        self.ids.update(zip([pattern[r] + (d, None) for r, d in zip(row_of.tolist(), devs)],
-                            range(b0, b0 + m)))
-        self.dev.items.extend(devs)
-        self.region.items.extend(region)
+    def _number_on(self, kind: str, name: str, new: list) -> None:
+        """Number the buffers (kind, name, d, None) for the devices d in `new` (none known
+        yet), in that order (ids_on's)."""
+        b0, m = len(self.dev.items), len(new)
+        self.ids.update(zip([(kind, name, d, None) for d in new], range(b0, b0 + m)))
+        r = self.region_index.get(name)
+        if r is None:
+            r = self.region_index[name] = len(self.region_index)
+        self.dev.items.extend(new)
+        self.region.items.extend([r] * m)
         self.own_bytes.items.extend([0] * m)
         self.staging.items.extend([False] * m)
         self.state.items.extend([False] * m)
-        return table[:, devices]
+        on = self._on.get((kind, name))
+        if on is not None:
+            on[new] = np.arange(b0, b0 + m, dtype=np.int64)
+
+    def ids_on_rows(self, pattern: tuple, devices: np.ndarray) -> np.ndarray:
+        """(entries of `pattern`, devices): ids_on(kind, name, devices) of each (kind, name)
+        of `pattern` in turn, numbered as those calls would number the new ones (entry by
+        entry, each entry's devices ascending), by dict lookups on the devices met, not a
+        few numpy calls per entry (a task template's buffers: a session build asks ~6 per
+        launch, mostly of 16 or fewer devices). ROW_BATCH False: those calls (the oracle
+        of tests/strategy/test_group_classes.py)."""
+        if not ROW_BATCH or len(set(pattern)) != len(pattern):
+            return np.array([self.ids_on(kind, name, devices) for kind, name in pattern],
+                            dtype=np.int64).reshape(len(pattern), len(devices))
+        listed = devices.tolist()
+        met = sorted(set(listed))
+        ids, rows = self.ids, []
+        for kind, name in pattern:
+            row = [ids.get((kind, name, d, None), -1) for d in met]
+            if -1 in row:
+                self._number_on(kind, name, [d for d, b in zip(met, row) if b < 0])
+                row = [ids[(kind, name, d, None)] for d in met]
+            rows.append(row)
+        table = np.array(rows, dtype=np.int64).reshape(len(pattern), len(met))
+        if met == listed:
+            return table
+        return table[:, np.searchsorted(np.array(met, dtype=np.int64), devices)]
 
     def _sizes(self) -> np.ndarray:
         """Per id: its own bytes, or a current region buffer's bytes (0 for one no longer
