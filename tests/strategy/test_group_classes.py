@@ -37,8 +37,9 @@ def snapshot(session) -> tuple:
                              {w: sorted(r) for w, r in sim.reads_of_writers.items()}))
     table = session._buffers
     return (sims, [(plain(key), b) for key, b in table.ids.items()], table.dev.items,
-            table.region.items, list(table.region_index.items()), table.own_bytes.items, table.staging.items,
-            table.state.items, session.result.makespan, session.result.memory)
+            table.region.items, list(table.region_index.items()), table.own_bytes.items,
+            table.staging.items, table.state.items, session.result.makespan,
+            session.result.memory)
 
 
 def plain(key: tuple) -> tuple:
