@@ -115,3 +115,33 @@ def test_ids_on_rows_numbers_as_ids_on_in_turn(monkeypatch):
         return [(out, list(table.ids.items()), table.dev.items, table.region.items,
                  list(table.region_index.items()))]
     both(monkeypatch, run)
+
+
+def test_megatron_gpt_several_requirement_counts_per_launch(monkeypatch):
+    """Megatron's sharded attention and projections: a launch whose tasks ask different
+    numbers of requirements (a bias read by one shard of each group)."""
+    import argparse
+
+    from apps.gpt import build
+    from strategy.experts import megatron
+    net = build(argparse.Namespace(small=True, config=None, seed=0, dtype="float32",
+                                   batch_size=4, vocab=None, width=None, heads=None,
+                                   layers=None, seq_len=None))
+    model = net.model
+    strategy = megatron(model, 4, 4, tensor_parallel=2)
+
+    def run():
+        rng = random.Random(3)
+        session = SimulationSession(model, machine_model("p100:1"), CostModel(), strategy)
+        lengths = {len({len(n.requirements) for n in g.nodes}) for b in session._blocks
+                   for g in b.groups if g.key[1] is None}
+        assert max(lengths) >= 2
+        out = [snapshot(session)]
+        for k in range(3):
+            op = rng.choice(model.ops)
+            session.change(op.name, random_strategy(model, 4, 300 + k)[op.name])
+            out.append(snapshot(session))
+            session.undo()
+            out.append(snapshot(session))
+        return out
+    both(monkeypatch, run)
