@@ -332,11 +332,11 @@ class SimulationSession:
 
     def _buffer_arrays_of(self, rp, name: str) -> tuple:
         ids, devs, sizes = [], [], []
-        nbytes, on = rp.region.nbytes, self._buffers.ids_on
+        nbytes, on = rp.region.nbytes, self._buffers.ids_on_rows
         for kind, rects in ((INSTANCE, rp.instance_rects), (PARTIAL, rp.partial_rects)):
             if rects:
                 d = np.fromiter(rects, dtype=np.int64, count=len(rects))
-                ids.append(on(kind, name, d))
+                ids.append(on(((kind, name),), d)[0])
                 devs.append(d)
                 sizes.append(np.fromiter(map(nbytes, rects.values()), dtype=np.int64,
                                          count=len(rects)))

@@ -21,6 +21,10 @@ from taskrt.settings import Settings
 
 from .memsweep import Scratch, sweep_peak
 
+# A template's buffer ids made for all its entries at once (BufferTable.ids_on_rows). Off:
+# ids_on per entry (the oracle).
+ROW_BATCH = True
+
 
 class _Column:
     """A list of numbers that also hands them out as a numpy array, converting only what
@@ -140,20 +144,50 @@ class BufferTable:
                 dtype=np.int64)
         got = on[devices]
         if len(got) and got.min() < 0:
-            new = np.unique(devices[got < 0]).tolist()
-            b0, m = len(self.dev.items), len(new)
-            self.ids.update(zip([(kind, name, d, None) for d in new], range(b0, b0 + m)))
-            r = self.region_index.get(name)
-            if r is None:
-                r = self.region_index[name] = len(self.region_index)
-            self.dev.items.extend(new)
-            self.region.items.extend([r] * m)
-            self.own_bytes.items.extend([0] * m)
-            self.staging.items.extend([False] * m)
-            self.state.items.extend([False] * m)
-            on[new] = np.arange(b0, b0 + m, dtype=np.int64)
+            self._number_on(kind, name, np.unique(devices[got < 0]).tolist())
             got = on[devices]
         return got
+
+    def _number_on(self, kind: str, name: str, new: list) -> None:
+        """Number the buffers (kind, name, d, None) for the devices d in `new` (none known
+        yet), in that order (ids_on's)."""
+        b0, m = len(self.dev.items), len(new)
+        self.ids.update(zip([(kind, name, d, None) for d in new], range(b0, b0 + m)))
+        r = self.region_index.get(name)
+        if r is None:
+            r = self.region_index[name] = len(self.region_index)
+        self.dev.items.extend(new)
+        self.region.items.extend([r] * m)
+        self.own_bytes.items.extend([0] * m)
+        self.staging.items.extend([False] * m)
+        self.state.items.extend([False] * m)
+        on = self._on.get((kind, name))
+        if on is not None:
+            on[new] = np.arange(b0, b0 + m, dtype=np.int64)
+
+    def ids_on_rows(self, pattern: tuple, devices: np.ndarray) -> np.ndarray:
+        """(entries of `pattern`, devices): ids_on(kind, name, devices) of each (kind, name)
+        of `pattern` in turn, numbered as those calls would number the new ones (entry by
+        entry, each entry's devices ascending), by dict lookups on the devices met, not a
+        few numpy calls per entry (a task template's buffers: a session build asks ~6 per
+        launch, mostly of 16 or fewer devices). ROW_BATCH False: those calls (the oracle
+        of tests/strategy/test_group_classes.py)."""
+        if not ROW_BATCH or len(set(pattern)) != len(pattern):
+            return np.array([self.ids_on(kind, name, devices) for kind, name in pattern],
+                            dtype=np.int64).reshape(len(pattern), len(devices))
+        listed = devices.tolist()
+        met = sorted(set(listed))
+        ids, rows = self.ids, []
+        for kind, name in pattern:
+            row = [ids.get((kind, name, d, None), -1) for d in met]
+            if -1 in row:
+                self._number_on(kind, name, [d for d, b in zip(met, row) if b < 0])
+                row = [ids[(kind, name, d, None)] for d in met]
+            rows.append(row)
+        table = np.array(rows, dtype=np.int64).reshape(len(pattern), len(met))
+        if met == listed:
+            return table
+        return table[:, np.searchsorted(np.array(met, dtype=np.int64), devices)]
 
     def _sizes(self) -> np.ndarray:
         """Per id: its own bytes, or a current region buffer's bytes (0 for one no longer

@@ -7,9 +7,10 @@ buffers but for the device and the regions it reads and writes are functions of 
 (taskrt/taskclasses.py's class_key, with the launch's cost tag for the launch: a template,
 made of the class's first task); its duration of (template, device spec), its resource of
 its device, its buffers of (template, device), and saved state (keyed by its color) is
-added per task. So per group the Python per task is finding its template (a dict lookup
-for a task seen before, class_key for a new one) and, for a launch that keeps state, its
-state buffer; durations, resource and buffer ids are gathers by template and device.
+added per task. A group's classes are found column by column over its tasks
+(taskclasses.classes_of_run: C loops per requirement, a key per distinct class, not
+class_key per task), so per group the Python per task is, for a launch that keeps state,
+its state buffer; durations, resource and buffer ids are gathers by template and device.
 What does not depend on saved state is a function of the tasks' templates and devices, so
 it is kept per such shape (TaskGroups._shapes: an LSTM's step launches of one config share
 it; NMT @16 finds 85% of its new task groups' shapes known), the state put in per task.
@@ -26,7 +27,7 @@ from operator import attrgetter
 import numpy as np
 
 from taskrt.liveness import STATE, buffers_of, own_bytes, state_key, task_reads_writes
-from taskrt.taskclasses import class_key
+from taskrt.taskclasses import class_key, classes_of_run
 
 from .listsched import csr
 from .simulator import NO_HOST
@@ -35,6 +36,9 @@ _DEVICE = attrgetter("device")
 KEPT_PER_GROUP = 8       # sets of task nodes whose arrays a group id keeps (TaskGroups.sim)
 SHAPES_KEPT = 4096       # (templates, devices) shapes whose arrays TaskGroups keeps
 _I8 = np.int64
+# A group's templates from its classes found column by column (classes_of_run). Off: a
+# class_key per task, kept per node (the oracle of tests/strategy/test_group_classes.py).
+RUN_CLASSES = True
 
 
 @dataclass(eq=False, slots=True)
@@ -90,7 +94,7 @@ class TaskGroups:
         self._index: dict = {}               # template key -> index in _templates
         self._templates: list[_Template] = []
         self._pattern_ids: dict = {}         # a template's pattern -> its ids (_Template)
-        self.class_of: dict = {}             # task node -> its template's index
+        self.class_of: dict = {}             # task node -> its template's index (oracle)
         # Group id -> {its nodes' ids: (the nodes, their GroupSim)}, the last KEPT_PER_GROUP
         # sets of nodes (a search goes back and forth between a few configs).
         self._last: dict = {}
@@ -109,8 +113,9 @@ class TaskGroups:
         """Drop the per-node template cache (bounded like the session's other tables)."""
         self.class_of = {}
 
-    def _template(self, node) -> int:
-        key = (node.launch.cost_tag,) + class_key(node)[1:]
+    def _template(self, node, key: tuple | None = None) -> int:
+        """The index of the template of task `node` (`key`: its class_key, else asked)."""
+        key = (node.launch.cost_tag,) + (class_key(node) if key is None else key)[1:]
         t = self._index.get(key)
         if t is None:
             bufs = buffers_of(node)
@@ -149,10 +154,7 @@ class TaskGroups:
         """(tasks, pattern entries): the template's buffer ids on each task's device."""
         got = tpl.ids[:, devs]
         if got.min() < 0:
-            on = self.buffers.ids_on
-            for row, (kind, name) in enumerate(tpl.pattern):
-                tpl.ids[row, devs] = on(kind, name, devs)
-            got = tpl.ids[:, devs]
+            got = tpl.ids[:, devs] = self.buffers.ids_on_rows(tpl.pattern, devs)
         return got.T
 
     def sim(self, group) -> GroupSim:
@@ -168,13 +170,7 @@ class TaskGroups:
             return last[1]
         n = len(nodes)
         # Step 1: each task's template (most groups have one).
-        class_of, template = self.class_of, self._template
-        tix = []
-        for node in nodes:
-            t = class_of.get(node)
-            if t is None:
-                t = class_of[node] = template(node)
-            tix.append(t)
+        tix = self._templates_of(nodes) if RUN_CLASSES else self._templates_by_node(nodes)
         devs = np.fromiter(map(_DEVICE, nodes), dtype=_I8, count=n)
         self._devices(devs)
         one = tix.count(tix[0]) == n
@@ -217,6 +213,28 @@ class TaskGroups:
             del seen[next(iter(seen))]
         seen[ids] = (nodes, sim)
         return sim
+
+    def _templates_of(self, nodes: list) -> list[int]:
+        """Per task of a group (one launch's tasks) its template's index: the classes
+        of the tasks found column by column, a template looked up per class."""
+        classes, first = {}, []
+        numbers = classes_of_run(nodes[0].launch, nodes, classes, first)
+        template = self._template
+        # (classes numbered in the order they were put in `classes`)
+        of_class = [template(first[c], key) for key, c in classes.items()]
+        return [of_class[0]] * len(nodes) if len(of_class) == 1 else \
+            list(map(of_class.__getitem__, numbers))
+
+    def _templates_by_node(self, nodes: list) -> list[int]:
+        """_templates_of, a class_key per task not seen before (the oracle)."""
+        class_of, template = self.class_of, self._template
+        tix = []
+        for node in nodes:
+            t = class_of.get(node)
+            if t is None:
+                t = class_of[node] = template(node)
+            tix.append(t)
+        return tix
 
     def _shape_arrays(self, nodes: list, tix: list, devs: np.ndarray, one: bool) -> tuple:
         """(durations, buffer counts and ids but for saved state, regions read by writers,

@@ -81,7 +81,7 @@ class TaskClasses:
     def of(cls, nodes, kinds: np.ndarray | None = None) -> "TaskClasses":
         """The classes of `nodes` (a graph's nodes, node i at index i: ids are positions),
         numbered in order of their first task: class_key's classes, found per run of
-        consecutive tasks of one launch (_classes_of_run), not per task. `kinds`: the
+        consecutive tasks of one launch (classes_of_run), not per task. `kinds`: the
         nodes' kind_codes where the caller has them (TaskGraph.node_kinds), else None."""
         if kinds is None or len(kinds) != len(nodes):
             kinds = kind_codes(nodes)
@@ -92,7 +92,7 @@ class TaskClasses:
         of: list[int] = []
         known: dict = {}
         for launch, run in groupby(tasks, _LAUNCH):
-            of += _classes_of_run(launch, list(run), classes, first, known)
+            of += classes_of_run(launch, list(run), classes, first, known)
         i8 = np.int64
         # (the ids by position: no second pass fetching 2.6M nodes' ids)
         return cls(np.flatnonzero(flags), np.array(of, dtype=i8),
@@ -103,7 +103,7 @@ class TaskClasses:
         return len(self.first)
 
 
-def _classes_of_run(launch, run: list, classes: dict, first: list,
+def classes_of_run(launch, run: list, classes: dict, first: list,
                     known: dict | None = None) -> list[int]:
     """The classes (class_key's, numbered on in `classes` and `first` as a loop over the
     tasks would) of `run`, tasks of `launch`: _keys_of_run's keys of its tasks. A run whose
