@@ -104,7 +104,7 @@ class TaskClasses:
 
 
 def classes_of_run(launch, run: list, classes: dict, first: list,
-                    known: dict | None = None) -> list[int]:
+                   known: dict | None = None) -> list[int]:
     """The classes (class_key's, numbered on in `classes` and `first` as a loop over the
     tasks would) of `run`, tasks of `launch`: _keys_of_run's keys of its tasks. A run whose
     tasks ask different numbers of requirements (Megatron's sharded attention and
