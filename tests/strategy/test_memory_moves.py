@@ -47,9 +47,10 @@ def test_spread_move_gives_an_operator_and_its_neighbours_data_parallelism():
     held = bytes_on(session, fullest_device(session.result))[1]
     weights = bytes_on(session, fullest_device(session.result))[0]
     assert sum(held.values()) > 20 * sum(weights.values())
-    rng = random.Random(0)
+    rng, groups = random.Random(0), 0
     for _ in range(10):
         move = spread_move(space, session, rng)
+        groups += move[0] == "group"
         changes = move[1] if move[0] == "group" else [move[1:3]]
         names = {name for name, _ in changes}
         assert len(names) == len(changes) and len(names) >= 1
@@ -61,6 +62,7 @@ def test_spread_move_gives_an_operator_and_its_neighbours_data_parallelism():
                 [d.name for d in op.dims if d.kind == "sample"]
         partners = {p.name for p in space.partners(m.op(changes[0][0]))}
         assert names - {changes[0][0]} <= partners
+    assert groups >= 5         # neighbours not data parallel yet move with the drawn one
     dp = {op.name: data_parallel(space, op) for op in space.searchable()}
     at_dp = SimulationSession(m, mm, CostModel(), dp, Adam())
     assert at_dp.result.valid and spread_move(space, at_dp, rng) is None
