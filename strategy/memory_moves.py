@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import random
 
-from .moves import bytes_on, fullest_device, shard_move
+from .moves import bytes_on, fullest_device, pop_drawn, shard_move
 
 
 def data_parallel(space, op):
@@ -37,15 +37,6 @@ def data_parallel(space, op):
     return None
 
 
-def _draw(pool: list, rng: random.Random) -> str:
-    """Pop and return a name of `pool` ([(name, weight)]), drawn by weight."""
-    x, k = rng.random() * sum(b for _, b in pool), 0
-    while k < len(pool) - 1 and x >= pool[k][1]:
-        x -= pool[k][1]
-        k += 1
-    return pool.pop(k)[0]
-
-
 def spread_move(space, session, rng: random.Random, held: dict | None = None):
     """A move giving an operator drawn by `held` ({op name: bytes of its activations and
     saved state on the fullest device}, default from bytes_on) and its dataflow partners
@@ -58,7 +49,7 @@ def spread_move(space, session, rng: random.Random, held: dict | None = None):
     pool = [(name, b) for name, b in sorted(held.items()) if name in searchable and b > 0]
     configs = session.configs
     while pool:
-        op = searchable[_draw(pool, rng)]
+        op = searchable[pop_drawn(pool, rng)]
         changes = []
         for one in [op] + space.partners(op):
             new = data_parallel(space, one)
