@@ -10,7 +10,8 @@ is: on the fullest device of the current simulation, the bytes of every operator
 gradients and optimizer state, its activations; and the saved state its forward parts
 keep for their backward, taskrt.liveness.state_key as the memory model counts it), and
 proposes, for an operator drawn with probability proportional to its weights' bytes there,
-a config that splits its weights finer (SearchSpace.shard).
+a config that splits its weights finer (SearchSpace.shard). Where activations fill the
+device instead, strategy/memory_moves.py spreads them (it draws between the two).
 
 Trades and alignment (`GuidedSpace`, the tied GPT search's space, strategy/tied.py). A
 shard move trades sample degree for a weight split; nothing took it back: halving a weight
