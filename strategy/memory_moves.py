@@ -7,10 +7,11 @@ weights: Inception-v3 on 16 P100s (seed 0) holds 53.5 GB on its fullest device, 
 0.11 GB are weights (its regions hold 97 GB of activations there over the iteration), and
 all 16 devices are over. Splitting weights (moves.shard_move) cannot fix that: 579
 proposals took the devices' bytes over capacity from 338 to 236 GB, never into memory.
-Giving one operator data parallelism alone is often worse (its neighbours then copy its
-inputs and outputs to and from other devices); giving it and its dataflow neighbours
-data parallelism together (`spread_move`) brought the chain into memory in 86 proposals
-(ResNet-101 @16: 152; 300 old proposals there went from 906 to 788 GB over).
+Giving the drawn operator alone data parallelism took them to 204 GB in 250 proposals
+(its neighbours then copy its inputs and outputs to and from other devices); giving it
+and its dataflow neighbours data parallelism together (`spread_move`) reaches memory in
+78-97 proposals (seeds 0, 1; ResNet-101 @16: 165-176, where 1,300-1,500 old proposals
+never did; 2026-12-07). The chain then searches from there as from any fitting start.
 
 `memory_move` draws which: a weight split with probability the share of the fullest
 device's bytes that are weights (with their gradients and optimizer state), else a spread
