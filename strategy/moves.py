@@ -10,7 +10,8 @@ is: on the fullest device of the current simulation, the bytes of every operator
 gradients and optimizer state, its activations; and the saved state its forward parts
 keep for their backward, taskrt.liveness.state_key as the memory model counts it), and
 proposes, for an operator drawn with probability proportional to its weights' bytes there,
-a config that splits its weights finer (SearchSpace.shard).
+a config that splits its weights finer (SearchSpace.shard). Where activations fill the
+device instead, strategy/memory_moves.py spreads them (it draws between the two).
 
 Trades and alignment (`GuidedSpace`, the tied GPT search's space, strategy/tied.py). A
 shard move trades sample degree for a weight split; nothing took it back: halving a weight
@@ -181,16 +182,21 @@ def shard_move(space, session, rng: random.Random):
     searchable = {op.name: op for op in space.searchable()}
     pool = [(name, b) for name, b in by_weight.items() if name in searchable]
     while pool:
-        total = sum(b for _, b in pool)
-        x, k = rng.random() * total, 0
-        while k < len(pool) - 1 and x >= pool[k][1]:
-            x -= pool[k][1]
-            k += 1
-        name = pool.pop(k)[0]
+        name = pop_drawn(pool, rng)
         new = space.shard(searchable[name], session.configs[name], rng)
         if new is not None:
             return name, new
     return None
+
+
+def pop_drawn(pool: list, rng: random.Random) -> str:
+    """Pop and return a name of `pool` ([(name, weight)]) drawn with probability
+    proportional to its weight."""
+    x, k = rng.random() * sum(b for _, b in pool), 0
+    while k < len(pool) - 1 and x >= pool[k][1]:
+        x -= pool[k][1]
+        k += 1
+    return pool.pop(k)[0]
 
 
 def pair_move(space, configs, name: str, cfg, rng: random.Random):

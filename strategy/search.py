@@ -66,8 +66,9 @@ over capacity as a fraction of all devices' memory, plus its time without the me
 every step that frees memory is a step down whatever it does to the time (time breaks ties),
 and every strategy that fits ranks below every one that does not. Out of memory a chain
 accepts only steps that are not up, and most of its proposals (MEMORY_MOVE) are aimed at
-the memory (strategy/moves.py `shard_move`: split finer the weights of an operator drawn by
-its weights' bytes on the fullest device); once in memory it is MCMC again.
+the memory (strategy/memory_moves.py: split an operator's weights finer, or give one and
+its neighbours data parallelism where activations fill the fullest device); once in memory
+it is MCMC again.
 
 Memory last. A strategy's rank is never below its span (when its last node ends), and
 the chance that the Metropolis rule takes a step up only falls as the step grows; so an
@@ -144,7 +145,8 @@ from taskrt.gcpause import gc_paused
 
 from .delta import SimulationSession
 from .explain import Breakdown
-from .moves import RecomputeUnits, exchange_move, pair_move, shard_move
+from .memory_moves import memory_move
+from .moves import RecomputeUnits, exchange_move, pair_move
 from .search_budget import Budget
 from .search_changes import SessionChanges
 from .search_result import CandidateRun, SearchResult
@@ -358,9 +360,9 @@ class Search(SessionChanges):
             if unit is not None:     # out of memory, switching one off cannot help
                 return "recompute", unit
         if not fits and self.rng.random() < MEMORY_MOVE:
-            move = shard_move(self.space, session, self.rng)
+            move = memory_move(self.space, session, self.rng)
             if move is not None:
-                return ("op",) + move
+                return move
         if fits and self.rng.random() < EXCHANGE_MOVE:
             move = exchange_move(self.space, session.configs, self.rng)
             if move is not None:
