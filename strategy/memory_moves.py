@@ -93,4 +93,5 @@ def memory_move(space, session, rng: random.Random):
         else (spread, shard)
     return kinds[0]() or kinds[1]()
 
+
 __all__ = ["data_parallel", "spread_move", "memory_move"]
