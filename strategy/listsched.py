@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from taskrt.numbastart import blas_probe_skipped
+from taskrt.numbastart import loading_kernels
 
 _SIGNATURE = ("void(f8[::1], i8[::1], i8[::1], i8[::1], i8[::1], i8, f8[::1], i8[::1], "
               "i8[::1], f8[::1], i8[::1], i8[::1], f8[::1], f8[::1], f8[::1], f8[::1], i8)")
@@ -215,7 +215,7 @@ def _kernel(ready_order: bool = False):
             _compiled, _compiled_ready = _schedule, _schedule_ready
         else:
             global _hold, _push, _pop
-            with blas_probe_skipped():            # (numbastart.py)
+            with loading_kernels():               # (numbastart.py)
                 _hold = njit(cache=True, nogil=True, inline="always")(_hold)
                 _push = njit(cache=True, nogil=True)(_push)
                 _pop = njit(cache=True, nogil=True)(_pop)

@@ -14,6 +14,15 @@ numba's own loop instead of BLAS (equal up to rounding, slower for large inputs)
 rest of numba's linear algebra check for scipy when they compile, and scipy.linalg imports
 normally after the block (checked: a numba np.dot compiles and runs afterwards). A process
 that has imported scipy.linalg already is unchanged.
+
+Second (`cache_hits_light`): numba loads a cached function only after refreshing its typing
+and target contexts (Cache.load_overload -> BaseContext.refresh), which imports and installs
+every implementation registry numba has (numba.np.*, numba.typed, numba.experimental,
+cffi, ...: ~0.15-0.2 s of CPU here, a third of loading all our loops). Machine code from the
+cache needs none of them: only the runtime (NRT) the loops allocate with. So while our loops
+are made, a cache hit initialises the runtime and loads; a miss compiles as before (numba's
+compiler refreshes both contexts itself), and any later compilation in the process does too
+(then with scipy.linalg importable: on cache hits the BLAS probe above is not reached at all).
 """
 from __future__ import annotations
 
@@ -21,6 +30,14 @@ import sys
 from contextlib import contextmanager
 
 LINALG = "scipy.linalg"
+
+
+@contextmanager
+def loading_kernels():
+    """Make or load our numba functions (cache=True) in this block: numba's BLAS probe
+    skipped and cache hits loaded without the registry refresh (above)."""
+    with blas_probe_skipped(), cache_hits_light():
+        yield
 
 
 @contextmanager
@@ -36,3 +53,36 @@ def blas_probe_skipped():
     finally:
         if LINALG in sys.modules and sys.modules[LINALG] is None:
             del sys.modules[LINALG]
+
+
+def _load_light(cache, sig, target_context):
+    """numba's Cache.load_overload without target_context.refresh(): the runtime initialised
+    (idempotent), then the cached CompileResult (None on a miss: the caller compiles)."""
+    from numba.core.runtime.nrt import rtsys
+    rtsys.initialize(target_context)
+    with cache._guard_against_spurious_io_errors():
+        return cache._load_overload(sig, target_context)
+
+
+def light_loads_supported() -> bool:
+    """Whether this numba has the internals _load_light uses (else loads stay numba's own)."""
+    from numba.core.caching import Cache
+    from numba.core.runtime import nrt
+    return (hasattr(Cache, "_load_overload") and hasattr(Cache, "load_overload")
+            and hasattr(Cache, "_guard_against_spurious_io_errors")
+            and hasattr(getattr(nrt, "rtsys", None), "initialize"))
+
+
+@contextmanager
+def cache_hits_light():
+    """Run a block with numba's cache loads as _load_light (restored after; nests)."""
+    if not light_loads_supported():
+        yield
+        return
+    from numba.core.caching import Cache
+    before = Cache.load_overload
+    Cache.load_overload = _load_light
+    try:
+        yield
+    finally:
+        Cache.load_overload = before

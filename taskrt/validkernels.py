@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import validgeometry, validindex
-from .numbastart import blas_probe_skipped
+from .numbastart import loading_kernels
 from .validgeometry import _members, _merge, _pieces, _subtract_all, _volume
 from .validindex import (G_NEED_ENT, G_NEED_POOL, G_NEED_POS, G_ON, G_STOP, MAXC, STOP_NEED,
                          STOP_WANT, build, candidates, entries_of, holds, index_add,
@@ -557,7 +557,7 @@ def kernels(compiled: bool = True):
             "overlapping": (a2, a2, a1) + index + (a1,),
             "compact": store + (a2, a2, a1),
             "build": types.UniTuple(a2, 2)(a2, a2, a1, a1)}
-        with blas_probe_skipped():                # (numbastart.py)
+        with loading_kernels():                   # (numbastart.py)
             for module in (validgeometry, validindex):  # (compiled where they call each other)
                 vm = vars(module)
                 for name in module.HELPERS:
