@@ -81,3 +81,26 @@ def test_cached_loops_load_light_and_predict_alike():
     events = [line for line in light + full if line.startswith("LOCK EVENTS")]
     assert len(events) == 2 and events[0] == events[1] != "LOCK EVENTS 0", events
     assert "LATER 5.0" in light and "LATER 5.0" in full
+
+
+LAZY = r"""
+import runpy, sys
+sys.argv = sys.argv[1:]
+try:
+    runpy.run_path(sys.argv[0], run_name="__main__")
+except SystemExit:
+    pass
+from taskrt import validkernels
+from strategy import listsched
+print("ENTRIES", sorted(validkernels._compiled), listsched._compiled_ready is None)
+"""
+
+
+def test_only_the_loops_a_prediction_calls_are_loaded():
+    """validkernels' entry points and listsched's orders load when first called: the small
+    Transformer's build never asks overlapping or build (a grid), nor the ready order."""
+    got = subprocess.run([sys.executable, "-c", LAZY] + SIMULATE, cwd=ROOT,
+                         capture_output=True, text=True, timeout=900)
+    assert got.returncode == 0, got.stderr[-3000:]
+    assert "ENTRIES ['apply', 'compact', 'copy_reads'] True" in got.stdout.splitlines(), \
+        got.stdout[-2000:]
