@@ -1,5 +1,6 @@
 """Loading the compiled loops (taskrt/validkernels.py; strategy/listsched.py, memsweep.py,
-timearrays.py) without numba's BLAS probe (here in taskrt, the lowest layer that compiles any).
+timearrays.py) without numba's BLAS probe and, for cache hits, without numba's registry refresh
+(`loading_kernels`; here in taskrt, the lowest layer that compiles any).
 
 The first compilation or cache load of a numba function in a process loads numba's numpy
 support, and numba.np.arraymath then probes for BLAS by importing scipy.linalg (where
