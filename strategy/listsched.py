@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from taskrt.numbastart import blas_probe_skipped
+from taskrt.numbastart import loading_kernels
 
 _SIGNATURE = ("void(f8[::1], i8[::1], i8[::1], i8[::1], i8[::1], i8, f8[::1], i8[::1], "
               "i8[::1], f8[::1], i8[::1], i8[::1], f8[::1], f8[::1], f8[::1], f8[::1], i8)")
@@ -202,25 +202,34 @@ def _schedule_ready(dur, res_ptr, res_ids, pred_ptr, preds, num_resources, pre_d
 
 _compiled = None
 _compiled_ready = None
+_helpers_jitted = False
 
 
 def _kernel(ready_order: bool = False):
     """The compiled loop (in program or ready order), made on first use (numba is imported
-    only by processes that simulate), or the Python loop without numba."""
-    global _compiled, _compiled_ready
-    if _compiled is None:
-        try:
-            from numba import njit
-        except ImportError:                   # pragma: no cover - numba is a dependency
-            _compiled, _compiled_ready = _schedule, _schedule_ready
-        else:
-            global _hold, _push, _pop
-            with blas_probe_skipped():            # (numbastart.py)
+    only by processes that simulate), or the Python loop without numba. Each order is
+    loaded when first asked for: ready order serves only host costs (NodeTimer.ready_order),
+    so most processes never load it (~0.01 s)."""
+    global _compiled, _compiled_ready, _helpers_jitted
+    made = _compiled_ready if ready_order else _compiled
+    if made is not None:
+        return made
+    try:
+        from numba import njit
+    except ImportError:                   # pragma: no cover - numba is a dependency
+        _compiled, _compiled_ready = _schedule, _schedule_ready
+    else:
+        global _hold, _push, _pop
+        with loading_kernels():               # (numbastart.py)
+            if not _helpers_jitted:
                 _hold = njit(cache=True, nogil=True, inline="always")(_hold)
                 _push = njit(cache=True, nogil=True)(_push)
                 _pop = njit(cache=True, nogil=True)(_pop)
-                _compiled = njit(_SIGNATURE_RESUMING, cache=True, nogil=True)(_schedule)
+                _helpers_jitted = True
+            if ready_order:
                 _compiled_ready = njit(_SIGNATURE, cache=True, nogil=True)(_schedule_ready)
+            else:
+                _compiled = njit(_SIGNATURE_RESUMING, cache=True, nogil=True)(_schedule)
     return _compiled_ready if ready_order else _compiled
 
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from taskrt.numbastart import blas_probe_skipped
+from taskrt.numbastart import loading_kernels
 
 _SIGNATURE = ("i8(i8[::1], i8[::1], f8[::1], f8[::1], i8[::1], i8[::1], i8[::1], b1[::1], "
               "b1[::1], b1[::1], i8, i8[::1], i8[::1], i8[::1], i8, f8[::1], f8[::1], u1[::1], "
@@ -249,7 +249,7 @@ def _kernels() -> tuple:
         except ImportError:                   # pragma: no cover - numba is a dependency
             _compiled = (_uses, _peaks, _pack, _unpack)
         else:
-            with blas_probe_skipped():            # (numbastart.py)
+            with loading_kernels():               # (numbastart.py)
                 _compiled = (njit(_SIGNATURE, cache=True, nogil=True)(_uses),
                              njit(_SIGNATURE_PEAKS, cache=True, nogil=True)(_peaks),
                              njit(_SIGNATURE_PACK, cache=True, nogil=True)(_pack),

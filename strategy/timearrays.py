@@ -29,7 +29,7 @@ from taskrt.othercolumns import other_columns
 from taskrt.taskgraph import ALLREDUCE
 
 from .listsched import csr
-from taskrt.numbastart import blas_probe_skipped
+from taskrt.numbastart import loading_kernels
 
 
 def _group(at: np.ndarray, row: np.ndarray, rows: list) -> tuple:
@@ -102,7 +102,7 @@ def _join_kernel():
         except ImportError:                   # pragma: no cover - numba is a dependency
             _compiled_join = _join
         else:
-            with blas_probe_skipped():            # (numbastart.py)
+            with loading_kernels():               # (numbastart.py)
                 _compiled_join = njit("void(i8[::1], i8[::1], i8[::1], i8[::1], i8[::1], "
                                       "i8[::1])", cache=True, nogil=True)(_join)
     return _compiled_join

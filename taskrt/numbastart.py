@@ -1,5 +1,6 @@
 """Loading the compiled loops (taskrt/validkernels.py; strategy/listsched.py, memsweep.py,
-timearrays.py) without numba's BLAS probe (here in taskrt, the lowest layer that compiles any).
+timearrays.py) without numba's BLAS probe and, for cache hits, without numba's registry refresh
+(`loading_kernels`; here in taskrt, the lowest layer that compiles any).
 
 The first compilation or cache load of a numba function in a process loads numba's numpy
 support, and numba.np.arraymath then probes for BLAS by importing scipy.linalg (where
@@ -14,6 +15,16 @@ numba's own loop instead of BLAS (equal up to rounding, slower for large inputs)
 rest of numba's linear algebra check for scipy when they compile, and scipy.linalg imports
 normally after the block (checked: a numba np.dot compiles and runs afterwards). A process
 that has imported scipy.linalg already is unchanged.
+
+Second (`cache_hits_light`): numba loads a cached function only after refreshing its typing
+and target contexts (Cache.load_overload -> BaseContext.refresh), which imports and installs
+every implementation registry numba has (numba.np.*, numba.typed, numba.experimental,
+cffi, ...: ~0.15-0.2 s of CPU here, a third of loading all our loops). Machine code from the
+cache needs none of them: only the runtime (NRT) the loops allocate with. So while our loops
+are made, a cache hit initialises the runtime and loads; a miss compiles as before (numba's
+compiler refreshes both contexts itself), and any later compilation in the process does too
+(then with scipy.linalg importable: on cache hits the BLAS probe above is not reached at all).
+A hit's LLVM calls also skip numba's lock events (_llvm_events_muted).
 """
 from __future__ import annotations
 
@@ -21,6 +32,14 @@ import sys
 from contextlib import contextmanager
 
 LINALG = "scipy.linalg"
+
+
+@contextmanager
+def loading_kernels():
+    """Make or load our numba functions (cache=True) in this block: numba's BLAS probe
+    skipped and cache hits loaded without the registry refresh (above)."""
+    with blas_probe_skipped(), cache_hits_light():
+        yield
 
 
 @contextmanager
@@ -36,3 +55,57 @@ def blas_probe_skipped():
     finally:
         if LINALG in sys.modules and sys.modules[LINALG] is None:
             del sys.modules[LINALG]
+
+
+def _load_light(cache, sig, target_context):
+    """numba's Cache.load_overload without target_context.refresh(): the runtime initialised
+    (idempotent), then the cached CompileResult (None on a miss: the caller compiles)."""
+    from numba.core.runtime.nrt import rtsys
+    rtsys.initialize(target_context)
+    with _llvm_events_muted(), cache._guard_against_spurious_io_errors():
+        return cache._load_overload(sig, target_context)
+
+
+@contextmanager
+def _llvm_events_muted():
+    """llvmlite's lock callbacks off in the block: numba's "numba:llvm_lock" events, which
+    only time compilations; a load of our loops makes ~5,000 LLVM calls, each otherwise
+    two events (~0.02 s of the loads). The lock is held meanwhile, so no other thread's
+    call sees half a pair; the callbacks are back after (those registered meanwhile kept)."""
+    from llvmlite.binding import ffi
+    lock = getattr(ffi.lib, "_lock", None)
+    callbacks, inner = getattr(lock, "_cblist", None), getattr(lock, "_lock", None)
+    if not isinstance(callbacks, list) or inner is None:
+        yield
+        return
+    with inner:
+        muted = callbacks[:]
+        callbacks.clear()
+        try:
+            yield
+        finally:
+            callbacks[:0] = muted
+
+
+def light_loads_supported() -> bool:
+    """Whether this numba has the internals _load_light uses (else loads stay numba's own)."""
+    from numba.core.caching import Cache
+    from numba.core.runtime import nrt
+    return (hasattr(Cache, "_load_overload") and hasattr(Cache, "load_overload")
+            and hasattr(Cache, "_guard_against_spurious_io_errors")
+            and hasattr(getattr(nrt, "rtsys", None), "initialize"))
+
+
+@contextmanager
+def cache_hits_light():
+    """Run a block with numba's cache loads as _load_light (restored after; nests)."""
+    if not light_loads_supported():
+        yield
+        return
+    from numba.core.caching import Cache
+    before = Cache.load_overload
+    Cache.load_overload = _load_light
+    try:
+        yield
+    finally:
+        Cache.load_overload = before

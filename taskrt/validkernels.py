@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import validgeometry, validindex
-from .numbastart import blas_probe_skipped
+from .numbastart import loading_kernels
 from .validgeometry import _members, _merge, _pieces, _subtract_all, _volume
 from .validindex import (G_NEED_ENT, G_NEED_POOL, G_NEED_POS, G_ON, G_STOP, MAXC, STOP_NEED,
                          STOP_WANT, build, candidates, entries_of, holds, index_add,
@@ -512,7 +512,8 @@ def compact(box, hold, pool, meta, nbox, nhold, npool):
 _HELPERS = ("_overlap", "_meeting", "_push", "_kill", "_slice_plus", "_cut", "_give",
             "_choose", "_short", "_stop")
 _ENTRIES = ("copy_reads", "apply", "overlapping", "compact", "build")
-_compiled = None
+_compiled: dict = {}     # entry name -> its dispatcher, loaded (kernel)
+_helpers_jitted = False
 _DEPS = None        # _stamped's file digests (a test plants others)
 
 
@@ -536,39 +537,60 @@ def _stamped(dispatcher):
 
 
 def kernels(compiled: bool = True):
-    """The entry points (copy_reads, apply, overlapping, compact, validindex.build):
-    numba-compiled on first use, one signature each (cached on disk next to this file, keyed
-    on this file and the two whose helpers they hold: _stamped; a later process loads the
-    machine code, ~0.1 s each), or the plain Python functions (compiled=False: tests)."""
-    global _compiled
+    """The entry points (copy_reads, apply, overlapping, compact, validindex.build), each as
+    `kernel` gives it: all of them numba-compiled (precompile, tests) or the plain Python
+    functions (compiled=False: tests)."""
+    return tuple(kernel(name, compiled) for name in _ENTRIES)
+
+
+def kernel(name: str, compiled: bool = True):
+    """The entry point `name` (of _ENTRIES): numba-compiled on first use, one signature
+    (cached on disk next to this file, keyed on this file and the two whose helpers it
+    holds: _stamped; a later process loads the machine code), or the plain Python function
+    (compiled=False). Each is loaded only when asked for: a build of Inception-v3 @16 or of
+    GPT-3 2.7B @128 never queries pieces from Python (overlapping) nor grids a region
+    (build), ~0.025 s of loading saved."""
     g = globals()
     if not compiled:
-        return tuple(g[name] for name in _ENTRIES)
-    if _compiled is None:
-        from numba import njit, types
-        a1, a2, i8 = types.int64[::1], types.int64[:, ::1], types.int64
-        w2 = types.int32[:, ::1]
-        store = (a2, a2, a1, a1)                # box, hold, pool, meta
-        index = (a1, a2, a2)                    # gi, cells, ent (validindex.py)
-        rows = (a1, w2)                         # mrow, mwhere
-        signatures = {
-            "copy_reads": store + index + rows + (a1, a1, a2, a1, a2, a2, a1, a2, a1),
+        return g[name]
+    got = _compiled.get(name)
+    if got is None:
+        from numba import njit
+        with loading_kernels():                   # (numbastart.py)
+            _jit_helpers(njit)
+            got = _stamped(njit(cache=True, nogil=True)(g[name]))
+            got.compile(_signature(name))
+            got.disable_compile()       # (as njit(signature) does: that one only)
+        _compiled[name] = got
+    return got
+
+
+def _jit_helpers(njit) -> None:
+    """The helpers the entry points call, as numba dispatchers (once): a cache miss compiles
+    them into the entry's machine code."""
+    global _helpers_jitted
+    if _helpers_jitted:
+        return
+    g = globals()
+    for module in (validgeometry, validindex):  # (compiled where they call each other)
+        vm = vars(module)
+        for name in module.HELPERS:
+            g[name] = vm[name] = njit(cache=True, nogil=True)(vm[name])
+    for name in _HELPERS:
+        g[name] = _stamped(njit(cache=True, nogil=True)(g[name]))
+    _helpers_jitted = True
+
+
+def _signature(name: str):
+    """The one signature entry point `name` is compiled for."""
+    from numba import types
+    a1, a2, i8 = types.int64[::1], types.int64[:, ::1], types.int64
+    w2 = types.int32[:, ::1]
+    store = (a2, a2, a1, a1)                # box, hold, pool, meta
+    index = (a1, a2, a2)                    # gi, cells, ent (validindex.py)
+    rows = (a1, w2)                         # mrow, mwhere
+    return {"copy_reads": store + index + rows + (a1, a1, a2, a1, a2, a2, a1, a2, a1),
             "apply": store + index + rows + (a2, a1, i8),
             "overlapping": (a2, a2, a1) + index + (a1,),
             "compact": store + (a2, a2, a1),
-            "build": types.UniTuple(a2, 2)(a2, a2, a1, a1)}
-        with blas_probe_skipped():                # (numbastart.py)
-            for module in (validgeometry, validindex):  # (compiled where they call each other)
-                vm = vars(module)
-                for name in module.HELPERS:
-                    g[name] = vm[name] = njit(cache=True, nogil=True)(vm[name])
-            for name in _HELPERS:
-                g[name] = _stamped(njit(cache=True, nogil=True)(g[name]))
-            entries = []
-            for name in _ENTRIES:
-                entry = _stamped(njit(cache=True, nogil=True)(g[name]))
-                entry.compile(signatures[name])
-                entry.disable_compile()     # (as njit(signature) does: that one only)
-                entries.append(entry)
-            _compiled = tuple(entries)
-    return _compiled
+            "build": types.UniTuple(a2, 2)(a2, a2, a1, a1)}[name]
