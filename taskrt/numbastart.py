@@ -24,7 +24,6 @@ cache needs none of them: only the runtime (NRT) the loops allocate with. So whi
 are made, a cache hit initialises the runtime and loads; a miss compiles as before (numba's
 compiler refreshes both contexts itself), and any later compilation in the process does too
 (then with scipy.linalg importable: on cache hits the BLAS probe above is not reached at all).
-A hit's LLVM calls also skip numba's lock events (_llvm_events_muted).
 """
 from __future__ import annotations
 
@@ -62,29 +61,8 @@ def _load_light(cache, sig, target_context):
     (idempotent), then the cached CompileResult (None on a miss: the caller compiles)."""
     from numba.core.runtime.nrt import rtsys
     rtsys.initialize(target_context)
-    with _llvm_events_muted(), cache._guard_against_spurious_io_errors():
+    with cache._guard_against_spurious_io_errors():
         return cache._load_overload(sig, target_context)
-
-
-@contextmanager
-def _llvm_events_muted():
-    """llvmlite's lock callbacks off in the block: numba's "numba:llvm_lock" events, which
-    only time compilations; a load of our loops makes ~5,000 LLVM calls, each otherwise
-    two events (~0.02 s of the loads). The lock is held meanwhile, so no other thread's
-    call sees half a pair; the callbacks are back after (those registered meanwhile kept)."""
-    from llvmlite.binding import ffi
-    lock = getattr(ffi.lib, "_lock", None)
-    callbacks, inner = getattr(lock, "_cblist", None), getattr(lock, "_lock", None)
-    if not isinstance(callbacks, list) or inner is None:
-        yield
-        return
-    with inner:
-        muted = callbacks[:]
-        callbacks.clear()
-        try:
-            yield
-        finally:
-            callbacks[:0] = muted
 
 
 def light_loads_supported() -> bool:
