@@ -43,24 +43,23 @@ _CTL = np.zeros(vk.CTL_SIZE, np.int64)
 _OUT: dict = {}
 
 
-# validkernels' entry points, loaded one by one when first called (K_*: their positions)
-K_COPY_READS, K_APPLY, K_OVERLAPPING, K_COMPACT, K_BUILD = range(5)
-_made_kernels = [None] * len(vk._ENTRIES)
+# validkernels' entry points by name, each loaded on its first call here (vk.kernel)
+_made_kernels: dict = {}
 
 
-def _kernel(which: int):
-    """validkernels.kernel(): the entry point K_* (loaded on its first call here)."""
-    got = _made_kernels[which]
+def _kernel(name: str):
+    """validkernels.kernel(name), kept once loaded."""
+    got = _made_kernels.get(name)
     if got is None:
-        got = vk.kernel(vk._ENTRIES[which], _COMPILED)
+        got = vk.kernel(name, _COMPILED)
         if _COMPILED:
-            _made_kernels[which] = got
+            _made_kernels[name] = got
     return got
 
 
 def _kernels():
     """Every entry point (copy_reads, apply, overlapping, compact, build), loaded."""
-    return tuple(_kernel(which) for which in range(len(_made_kernels)))
+    return tuple(_kernel(name) for name in vk._ENTRIES)
 
 
 def _bounds(rect: Rect) -> np.ndarray:
@@ -98,7 +97,7 @@ class ValidPieces:
         self.queue = []
         ops = np.array([r.lo + r.hi + (kind, len(ds)) for r, kind, ds in queue], np.int64)
         devices = np.array([d for _, _, ds in queue for d in ds], np.int64)
-        kernel = _kernel(K_APPLY)
+        kernel = _kernel("apply")
         done = 0
         gi = self.gi
         while True:
@@ -130,7 +129,7 @@ class ValidPieces:
         gi = self.gi
         alive, at = int(self.meta[vk.M_NALIVE]), int(gi[vi.G_AT])
         if self.nd > 0 and at >= 0 and (alive > at or (gi[vi.G_ON] and 2 * alive > at)):
-            self.cells, self.ent = _kernel(K_BUILD)(self.box, self.hold, self.meta, gi)
+            self.cells, self.ent = _kernel("build")(self.box, self.hold, self.meta, gi)
         else:
             gi[vi.G_ON] = 0
             self.cells, self.ent = _NO_CELLS, _NO_ENT
@@ -201,7 +200,7 @@ class ValidPieces:
         if self.meta is None or rect.empty:
             return []
         self._check(rect)
-        found = _kernel(K_OVERLAPPING)(self.box, self.hold, self.meta, self.gi, self.cells,
+        found = _kernel("overlapping")(self.box, self.hold, self.meta, self.gi, self.cells,
                                        self.ent, _bounds(rect))
         if not found.shape[0]:
             return []
@@ -260,7 +259,7 @@ class ValidPieces:
             box = np.empty((ncap, self.box.shape[1]), np.int64)
             hold = np.zeros((ncap, 2), np.int64)
             newpool = np.empty(npcap, np.int64)
-            _kernel(K_COMPACT)(self.box, self.hold, self.pool, meta, box, hold, newpool)
+            _kernel("compact")(self.box, self.hold, self.pool, meta, box, hold, newpool)
             self.box, self.hold, self.pool = box, hold, newpool
             self.made = {}
             self.mrow = np.full(npcap, -1, np.int64)
@@ -304,7 +303,7 @@ class ValidPieces:
             ctl[vk.C_FN] = len(order)
         else:
             farr, fharr = _NO_LOG, _NONE
-        kernel = _kernel(K_COPY_READS)
+        kernel = _kernel("copy_reads")
         self.room(_MIN_ROOM, 4 * _MIN_ROOM)
         if len(ranks) > self.ndev:
             self._devices(len(ranks))
@@ -373,7 +372,7 @@ class PieceState:
         if valid.meta is None or rect.empty or not valid.meta[vk.M_NALIVE]:
             return False
         valid._check(rect)
-        return _kernel(K_OVERLAPPING)(valid.box, valid.hold, valid.meta, valid.gi, valid.cells,
+        return _kernel("overlapping")(valid.box, valid.hold, valid.meta, valid.gi, valid.cells,
                                       valid.ent, _bounds(rect)).shape[0] > 0
 
     def add_holder(self, rect: Rect, device: int) -> None:
