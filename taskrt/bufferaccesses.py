@@ -209,12 +209,23 @@ class BufferAccesses:
 
     def _write_disjoint(self, rect: Rect, ref) -> set | None:
         """write() in the disjoint-writes mode; None when it made the buffer general (an
-        empty rect: no piece of the mode is empty)."""
+        empty rect: no piece of the mode is empty). A write apart from every written piece
+        keeps the writers found per rect (_writers_of): each rect there lies within written
+        pieces (_read_disjoint checked it), so the new piece meets none of them (a reader's
+        instance written step by step by copies, each step read forward and backward)."""
         if rect.empty:
             self._general()
             return None
         writers = self.writers
         i = writers.find_exact(rect)
+        if i is None:
+            found = writers.overlapping(rect)
+            if not found:
+                writers.add(rect, ref)
+                self._d[rect] = []
+                return set()
+        if self._writers_of:
+            self._writers_of.clear()
         if i is not None:
             preds = {writers.get(i)[1]}
             d = self._d
@@ -225,11 +236,6 @@ class BufferAccesses:
             writers.renew(i, ref)
             preds.discard(ref)
             return preds
-        found = writers.overlapping(rect)
-        if not found:
-            writers.add(rect, ref)
-            self._d[rect] = []
-            return set()
         d = self._d
         if any(len(d[r]) > _CUT_READS for _, r, _ in found):
             self._general()
@@ -269,7 +275,7 @@ class BufferAccesses:
         self._unfiled.clear()
 
     def write(self, rect: Rect, ref) -> set:
-        if self._writers_of:
+        if self._writers_of and self._d is None:    # (_write_disjoint clears it itself)
             self._writers_of.clear()
         w = self._w
         if w is not None:
