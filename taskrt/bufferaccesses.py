@@ -58,7 +58,7 @@ class BufferAccesses:
     which is what the general mode keeps of it). The aligned mode goes this way when its
     reads were all of written rects, else straight to general."""
     __slots__ = ("writers", "readers", "_writers_of", "_w", "_r", "_seen", "_unfiled", "_d",
-                 "_last")
+                 "_last", "_after")
 
     def __init__(self):
         # rect -> its writers (until a write); disjoint-writes mode: (its writers, the
@@ -70,6 +70,8 @@ class BufferAccesses:
         # its last write (None in the other modes).
         self._d: dict | None = None
         self._last: Rect | None = None      # (_read_disjoint)
+        # (_read_disjoint) written rect -> the written rect the next one-rect read met
+        self._after: dict[Rect, Rect] | None = None
         if ALIGNED_BUFFERS:
             self._w: dict | None = {}                # rect -> last writer ref
             self._r: dict = {}                       # rect -> set of reader refs
@@ -172,8 +174,11 @@ class BufferAccesses:
         """read() in the disjoint-writes mode; None when it made the buffer general. A read
         inside the written rect the last one-rect read met (a producer's part, read piece
         by piece by copies; a piece many copies read) meets only it (written rects are
-        disjoint): no query. A rect meeting several, read before since the last write
-        (a task's read of the pieces copies wrote), has them kept (`got`)."""
+        disjoint): no query; nor one inside the written rect that a read met after one
+        inside that rect before (`_after`: reads that walk the same pieces again and again,
+        as a reduction's copies read each step's sum of a device, step by step, for each
+        part summed). A rect meeting several, read before since the last write (a task's
+        read of the pieces copies wrote), has them kept (`got`)."""
         d = self._d
         # `got`: _writers_of's (writers, the lists in _d of the written rects met) of a rect
         # met by several (a write, which renews a list, empties this cache first)
@@ -183,15 +188,28 @@ class BufferAccesses:
                 reads.append(item)
             return set(got[0])
         last = self._last
-        if last is not None and rect.intersect(last) is rect and not rect.empty:
-            d[last].append((rect, ref))
-            return {self.writers.exact_value(last)}
+        if last is not None and not rect.empty:
+            if rect.intersect(last) is rect:
+                d[last].append((rect, ref))
+                return {self.writers.exact_value(last)}
+            after = self._after
+            if after is not None:
+                # (a written rect still in `d`, holding `rect`, is the one it meets)
+                nxt = after.get(last)
+                if nxt is not None and nxt in d and rect.intersect(nxt) is rect:
+                    self._last = nxt
+                    d[nxt].append((rect, ref))
+                    return {self.writers.exact_value(nxt)}
         found = self.writers.overlapping(rect)
         if len(found) == 1:
             _, written, writer = found[0]
             if rect.intersect(written) is not rect or rect.empty:
                 self._general()
                 return None
+            if last is not None:
+                if self._after is None:
+                    self._after = {}
+                self._after[last] = written
             self._last = written        # (the next read of `rect` finds it there)
             d[written].append((rect, ref))
             return {writer}
@@ -209,12 +227,23 @@ class BufferAccesses:
 
     def _write_disjoint(self, rect: Rect, ref) -> set | None:
         """write() in the disjoint-writes mode; None when it made the buffer general (an
-        empty rect: no piece of the mode is empty)."""
+        empty rect: no piece of the mode is empty). A write apart from every written piece
+        keeps the writers found per rect (_writers_of): each rect there lies within written
+        pieces (_read_disjoint checked it), so the new piece meets none of them (a reader's
+        instance written step by step by copies, each step read forward and backward)."""
         if rect.empty:
             self._general()
             return None
         writers = self.writers
         i = writers.find_exact(rect)
+        if i is None:
+            found = writers.overlapping(rect)
+            if not found:
+                writers.add(rect, ref)
+                self._d[rect] = []
+                return set()
+        if self._writers_of:
+            self._writers_of.clear()
         if i is not None:
             preds = {writers.get(i)[1]}
             d = self._d
@@ -225,11 +254,6 @@ class BufferAccesses:
             writers.renew(i, ref)
             preds.discard(ref)
             return preds
-        found = writers.overlapping(rect)
-        if not found:
-            writers.add(rect, ref)
-            self._d[rect] = []
-            return set()
         d = self._d
         if any(len(d[r]) > _CUT_READS for _, r, _ in found):
             self._general()
@@ -269,7 +293,7 @@ class BufferAccesses:
         self._unfiled.clear()
 
     def write(self, rect: Rect, ref) -> set:
-        if self._writers_of:
+        if self._writers_of and self._d is None:    # (_write_disjoint clears it itself)
             self._writers_of.clear()
         w = self._w
         if w is not None:

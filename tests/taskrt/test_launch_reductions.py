@@ -77,12 +77,15 @@ def _planned(seed: int, fast: bool, compiled: bool, monkeypatch):
     return planned_program(seed, compiled, monkeypatch, program=_program)
 
 
-@pytest.mark.parametrize("scan", [pendingsums._LAUNCH_SCAN, 3])
+@pytest.mark.parametrize("scan, dense", [(pendingsums._LAUNCH_SCAN, pendingsums._DENSE),
+                                         (3, pendingsums._DENSE), (3, 0)])
 @pytest.mark.parametrize("block", range(4))
-def test_launch_reductions_plan_as_each_reduction_alone(block, scan, monkeypatch):
-    """(`scan`: LaunchSums' dict up to that many sums, else calls handed to PendingSums;
-    at 3 most launches go each way.)"""
+def test_launch_reductions_plan_as_each_reduction_alone(block, scan, dense, monkeypatch):
+    """(`scan`: LaunchSums' dict up to that many sums, else calls handed to PendingSums
+    unless the first rect meets 1/`dense` of them: at 3 and the default most launches past
+    3 sums keep the dict, at 3 and 0 most hand their calls on.)"""
     monkeypatch.setattr(pendingsums, "_LAUNCH_SCAN", scan)
+    monkeypatch.setattr(pendingsums, "_DENSE", dense)
     apart = summedpieces.sums_apart
 
     def counted(pending, rects):
