@@ -183,13 +183,22 @@ class Conv2d(FusesActivation, Op):
 
     def saved_state_bytes(self, spec, input_grads, weight_grads):
         """forward_saving keeps its input and weights (regions) and what the activation's
-        derivative reads; the parts forward_saving refuses (autograd's path) are measured."""
+        derivative reads. A part with explicit padding (autograd's path: a spatially split
+        convolution's edge parts) keeps the same and the padded input, a new tensor, which
+        the convolution saves whenever its input's or weight's gradient is wanted. The
+        other parts forward_saving refuses are measured."""
         info = spec.info
-        if (spec.inputs[0].empty or spec.weights[0].empty or info.span > 1
-                or info.group_in or any(info.explicit)):
+        if spec.inputs[0].empty or spec.weights[0].empty or info.span > 1 or info.group_in:
             return None
-        return workshape.activation_saved_bytes(self.activation, spec.outputs[0].shape,
-                                                self.inputs[0].dtype)
+        act = workshape.activation_saved_bytes(self.activation, spec.outputs[0].shape,
+                                               self.inputs[0].dtype)
+        if not any(info.explicit):
+            return act
+        if not (input_grads[0] or weight_grads[0]):
+            return None             # (no graph, or the bias's gradient alone: measured)
+        (n, c, h, w), (left, right, top, bottom) = spec.inputs[0].shape, info.explicit
+        padded = n * c * (h + top + bottom) * (w + left + right)
+        return padded * getattr(torch, self.inputs[0].dtype).itemsize + act
 
     def work(self, phase, spec, plan):
         """The convolution (after an explicit pad: one more kernel, and its derivative in
